@@ -1,0 +1,630 @@
+// helmpinn._core: the pybind11 module. It converts and checks, nothing else: every array is
+// checked (arrays.hpp) before the C++ core runs, and the GIL is released while it runs.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <complex>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "arrays.hpp"
+#include "helmpinn/helmpinn.hpp"
+
+namespace py = pybind11;
+using namespace helmpinn;
+using bindings::check_array;
+using bindings::check_no_overlap;
+using bindings::Checked;
+using bindings::Shape;
+
+namespace {
+
+py::dtype parse_dtype(py::handle obj) {
+    py::dtype dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(obj));
+    if (!dt.is(py::dtype::of<float>()) && !dt.is(py::dtype::of<double>()))
+        throw py::type_error("dtype: expected 'float32' or 'float64', got " +
+                             std::string(py::str(dt)));
+    return dt;
+}
+
+Device parse_device(const std::string& s) {
+    if (s == "cpu") return Device::cpu;
+    if (s == "cuda" || s.rfind("cuda:", 0) == 0) return Device::cuda;
+    throw py::value_error("device: expected 'cpu' or 'cuda', got '" + s + "'");
+}
+
+int parse_device_id(const std::string& s) {
+    if (s.rfind("cuda:", 0) == 0) return std::stoi(s.substr(5));
+    return 0;
+}
+
+// A view of workspace memory that keeps the workspace alive through `base`.
+template <typename T>
+py::array view(T* ptr, Shape shape, py::handle base) {
+    return py::array_t<T>(shape, ptr, base);
+}
+
+/// The Python Workspace: one Workspace<float> or Workspace<double>.
+struct PyWorkspace {
+    std::unique_ptr<Workspace<float>> f32;
+    std::unique_ptr<Workspace<double>> f64;
+    ModelSpec spec;
+    std::string device_name;
+    LossBreakdown last;
+
+    PyWorkspace(const ModelSpec& s, py::ssize_t batch, py::handle dtype, const std::string& dev)
+        : spec(s), device_name(dev) {
+        if (batch < 1)
+            throw py::value_error("batch_size: expected an integer >= 1, got " + std::to_string(batch));
+        const py::dtype dt = parse_dtype(dtype);
+        const Device d = parse_device(dev);
+        const int id = parse_device_id(dev);
+        if (dt.is(py::dtype::of<float>()))
+            f32 = std::make_unique<Workspace<float>>(s, std::size_t(batch), d, id);
+        else
+            f64 = std::make_unique<Workspace<double>>(s, std::size_t(batch), d, id);
+    }
+    bool is_f32() const { return bool(f32); }
+    template <typename T>
+    Workspace<T>& ws();
+};
+template <>
+Workspace<float>& PyWorkspace::ws<float>() { return *f32; }
+template <>
+Workspace<double>& PyWorkspace::ws<double>() { return *f64; }
+
+template <typename F>
+decltype(auto) dispatch(PyWorkspace& w, F&& fn) {
+    if (w.is_f32()) return fn(w.ws<float>(), float{});
+    return fn(w.ws<double>(), double{});
+}
+
+template <typename T>
+void require_cpu(const Workspace<T>& ws) {
+    if (ws.device() != Device::cpu)
+        throw py::value_error("this binding path takes host arrays; the Workspace is on CUDA");
+}
+
+template <typename T>
+py::object forward_impl(Workspace<T>& ws, py::handle params, py::handle x, int derivatives,
+                        py::object u, py::object grad_u, py::object lap_u) {
+    require_cpu(ws);
+    const ModelSpec& sp = ws.spec();
+    const py::ssize_t d = sp.in_dim, npar = py::ssize_t(sp.num_params());
+    if (derivatives < 0 || derivatives > 2)
+        throw py::value_error("derivatives: expected 0, 1 or 2, got " + std::to_string(derivatives));
+    auto P = check_array<T>(params, "params", {npar}, false);
+    auto X = check_array<T>(x, "x", {-1, d}, false);
+    const py::ssize_t n = X.shape[0];
+    if (derivatives < 1 && !grad_u.is_none())
+        throw py::value_error("grad_u: given but derivatives < 1");
+    if (derivatives < 2 && !lap_u.is_none())
+        throw py::value_error("lap_u: given but derivatives < 2");
+    if (u.is_none()) u = py::array_t<T>(Shape{n, 2});
+    auto U = check_array<T>(u, "u", {n, 2}, true);
+    Checked<T> G, Lp;
+    if (derivatives >= 1) {
+        if (grad_u.is_none()) grad_u = py::array_t<T>(Shape{n, d, 2});
+        G = check_array<T>(grad_u, "grad_u", {n, d, 2}, true);
+    }
+    if (derivatives == 2) {
+        if (lap_u.is_none()) lap_u = py::array_t<T>(Shape{n, 2});
+        Lp = check_array<T>(lap_u, "lap_u", {n, 2}, true);
+    }
+    for (auto* o : {&U, &G, &Lp}) {
+        const char* name = o == &U ? "u" : o == &G ? "grad_u" : "lap_u";
+        check_no_overlap(*o, name, P, "params");
+        check_no_overlap(*o, name, X, "x");
+    }
+    check_no_overlap(U, "u", G, "grad_u");
+    check_no_overlap(U, "u", Lp, "lap_u");
+    check_no_overlap(G, "grad_u", Lp, "lap_u");
+    {
+        py::gil_scoped_release release;
+        ws.forward(P.ptr, X.ptr, std::size_t(n), derivatives, U.ptr, G.ptr, Lp.ptr);
+    }
+    if (derivatives == 0) return u;
+    if (derivatives == 1) return py::make_tuple(u, grad_u);
+    return py::make_tuple(u, grad_u, lap_u);
+}
+
+bool given(const py::object& o) { return !o.is_none(); }
+
+template <typename T>
+double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, py::handle params, py::handle grad,
+                           py::object x_pde, py::object kappa, py::object f, py::object x_data,
+                           py::object y, py::object x_bc, py::object n_bc, py::object alpha_bc,
+                           py::object g_bc, double w_pde, double w_data, double w_bc,
+                           bool train_fourier, bool check_finite) {
+    require_cpu(ws);
+    const ModelSpec& sp = ws.spec();
+    const py::ssize_t d = sp.in_dim, npar = py::ssize_t(sp.num_params());
+    const std::string dshape = "(N, " + std::to_string(d) + ")";
+    auto P = check_array<T>(params, "params", {npar}, false);
+    auto G = check_array<T>(grad, "grad", {npar}, true);
+    check_no_overlap(G, "grad", P, "params");
+    std::vector<std::pair<Checked<T>, const char*>> inputs;
+    LossInputs<T> in;
+    in.w_pde = T(w_pde);
+    in.w_data = T(w_data);
+    in.w_bc = T(w_bc);
+    in.train_fourier = train_fourier;
+    in.check_finite = check_finite;
+
+    // PDE term
+    if (given(x_pde)) {
+        auto X = check_array<T>(x_pde, "x_pde", {-1, d}, false, dshape.c_str());
+        const py::ssize_t n = X.shape[0];
+        in.x_pde = X.ptr;
+        in.n_pde = std::size_t(n);
+        inputs.push_back({X, "x_pde"});
+        if (!given(kappa))
+            throw py::value_error("kappa: required with x_pde (a float k^2, or an array of shape (N_pde,))");
+        if (py::isinstance<py::array>(kappa) && py::reinterpret_borrow<py::array>(kappa).ndim() > 0) {
+            auto K = check_array<T>(kappa, "kappa", {n}, false, "(N_pde,) with N_pde = len(x_pde)");
+            in.kappa = K.ptr;
+            inputs.push_back({K, "kappa"});
+        } else {
+            try {
+                in.kappa_const = T(kappa.cast<double>());
+            } catch (const py::cast_error&) {
+                throw py::type_error("kappa: expected a float or an array of shape (N_pde,)");
+            }
+        }
+        if (given(f)) {
+            auto F = check_array<T>(f, "f", {n, 2}, false, "(N_pde, 2) with N_pde = len(x_pde)");
+            in.f = F.ptr;
+            inputs.push_back({F, "f"});
+        }
+    } else {
+        if (given(kappa)) throw py::value_error("kappa: given without x_pde");
+        if (given(f)) throw py::value_error("f: given without x_pde");
+    }
+
+    // data term
+    if (given(x_data)) {
+        auto X = check_array<T>(x_data, "x_data", {-1, d}, false, dshape.c_str());
+        const py::ssize_t n = X.shape[0];
+        if (!given(y)) throw py::value_error("y: required with x_data (array of shape (N_data, 2))");
+        auto Y = check_array<T>(y, "y", {n, 2}, false, "(N_data, 2) with N_data = len(x_data)");
+        in.x_data = X.ptr;
+        in.n_data = std::size_t(n);
+        in.y = Y.ptr;
+        inputs.push_back({X, "x_data"});
+        inputs.push_back({Y, "y"});
+    } else if (given(y)) {
+        throw py::value_error("y: given without x_data");
+    }
+
+    // Robin boundary term
+    if (given(x_bc)) {
+        auto X = check_array<T>(x_bc, "x_bc", {-1, d}, false, dshape.c_str());
+        const py::ssize_t n = X.shape[0];
+        if (!given(n_bc))
+            throw py::value_error("n_bc: required with x_bc (unit outward normals, shape (N_bc, " +
+                                  std::to_string(d) + "))");
+        auto Nn = check_array<T>(n_bc, "n_bc", {n, d}, false,
+                                 ("(N_bc, " + std::to_string(d) + ") with N_bc = len(x_bc)").c_str());
+        in.x_bc = X.ptr;
+        in.n_bc = std::size_t(n);
+        in.normal_bc = Nn.ptr;
+        inputs.push_back({X, "x_bc"});
+        inputs.push_back({Nn, "n_bc"});
+        if (given(alpha_bc)) {
+            if (py::isinstance<py::array>(alpha_bc) &&
+                py::reinterpret_borrow<py::array>(alpha_bc).ndim() > 0) {
+                auto A = check_array<T>(alpha_bc, "alpha_bc", {n, 2}, false,
+                                        "(N_bc, 2) with N_bc = len(x_bc)");
+                in.alpha_bc = A.ptr;
+                inputs.push_back({A, "alpha_bc"});
+            } else {
+                std::complex<double> a;
+                try {
+                    a = alpha_bc.cast<std::complex<double>>();
+                } catch (const py::cast_error&) {
+                    throw py::type_error("alpha_bc: expected a complex number or an array of shape (N_bc, 2)");
+                }
+                in.alpha_const[0] = T(a.real());
+                in.alpha_const[1] = T(a.imag());
+            }
+        }
+        if (given(g_bc)) {
+            auto Gb = check_array<T>(g_bc, "g_bc", {n, 2}, false, "(N_bc, 2) with N_bc = len(x_bc)");
+            in.g_bc = Gb.ptr;
+            inputs.push_back({Gb, "g_bc"});
+        }
+    } else {
+        if (given(n_bc)) throw py::value_error("n_bc: given without x_bc");
+        if (given(alpha_bc)) throw py::value_error("alpha_bc: given without x_bc");
+        if (given(g_bc)) throw py::value_error("g_bc: given without x_bc");
+    }
+    for (auto& [arr, name] : inputs) check_no_overlap(G, "grad", arr, name);
+
+    LossBreakdown out;
+    {
+        py::gil_scoped_release release;
+        out = ws.value_and_grad(P.ptr, G.ptr, in);
+    }
+    pw.last = out;
+    return out.total;
+}
+
+template <typename T>
+py::object mse_backward_impl(py::handle pred, py::handle target, py::object out) {
+    auto Pp = check_array<T>(pred, "pred", {-1, -1}, false, "(N, C)");
+    auto Tt = check_array<T>(target, "target", Pp.shape, false);
+    if (out.is_none()) out = py::array_t<T>(Pp.shape);
+    auto O = check_array<T>(out, "out", Pp.shape, true);
+    check_no_overlap(O, "out", Pp, "pred");
+    check_no_overlap(O, "out", Tt, "target");
+    py::gil_scoped_release release;
+    mse_backward<T>(Pp.ptr, Tt.ptr, std::size_t(Pp.shape[0]), std::size_t(Pp.shape[1]), O.ptr);
+    return out;
+}
+
+template <typename T>
+py::tuple layer_backward_impl(py::handle dL_dh, py::handle h, py::handle h_prev, py::handle W,
+                              bool apply_tanh_grad, py::object out) {
+    auto Wm = check_array<T>(W, "W", {-1, -1}, false, "(out, in)");
+    const py::ssize_t o = Wm.shape[0], i = Wm.shape[1];
+    const std::string s_out = "(N, " + std::to_string(o) + ")", s_in = "(N, " + std::to_string(i) + ")";
+    auto G = check_array<T>(dL_dh, "dL_dh", {-1, o}, false, s_out.c_str());
+    const py::ssize_t n = G.shape[0];
+    auto Hh = check_array<T>(h, "h", {n, o}, false);
+    auto A = check_array<T>(h_prev, "h_prev", {n, i}, false);
+    py::object dW, db, dh;
+    if (out.is_none()) {
+        dW = py::array_t<T>(Shape{o, i});
+        db = py::array_t<T>(Shape{o});
+        dh = py::array_t<T>(Shape{n, i});
+    } else {
+        py::tuple t = py::reinterpret_borrow<py::object>(out).cast<py::tuple>();
+        if (t.size() != 3) throw py::value_error("out: expected a tuple (dW, db, dh_prev)");
+        dW = t[0];
+        db = t[1];
+        dh = t[2];
+    }
+    auto DW = check_array<T>(dW, "out[0] (dW)", {o, i}, true);
+    auto DB = check_array<T>(db, "out[1] (db)", {o}, true);
+    auto DH = check_array<T>(dh, "out[2] (dh_prev)", {n, i}, true);
+    const Checked<T>* ins[] = {&G, &Hh, &A, &Wm};
+    const char* in_names[] = {"dL_dh", "h", "h_prev", "W"};
+    for (int k = 0; k < 4; ++k) {
+        check_no_overlap(DW, "out[0] (dW)", *ins[k], in_names[k]);
+        check_no_overlap(DB, "out[1] (db)", *ins[k], in_names[k]);
+        check_no_overlap(DH, "out[2] (dh_prev)", *ins[k], in_names[k]);
+    }
+    check_no_overlap(DW, "out[0] (dW)", DB, "out[1] (db)");
+    check_no_overlap(DW, "out[0] (dW)", DH, "out[2] (dh_prev)");
+    check_no_overlap(DB, "out[1] (db)", DH, "out[2] (dh_prev)");
+    {
+        py::gil_scoped_release release;
+        layer_backward<T>(G.ptr, Hh.ptr, A.ptr, Wm.ptr, std::size_t(n), std::size_t(o),
+                          std::size_t(i), apply_tanh_grad, DW.ptr, DB.ptr, DH.ptr);
+    }
+    return py::make_tuple(dW, db, dh);
+}
+
+template <typename T>
+py::object fourier_backward_impl(py::handle dL_dphi, py::handle x, py::handle B, py::object out) {
+    auto Bm = check_array<T>(B, "B", {-1, -1}, false, "(d, m)");
+    const py::ssize_t d = Bm.shape[0], m = Bm.shape[1];
+    if (d < 1 || d > 3) throw py::value_error("B: expected shape (d, m) with d in 1..3, got d = " + std::to_string(d));
+    auto X = check_array<T>(x, "x", {-1, d}, false);
+    const py::ssize_t n = X.shape[0];
+    auto G = check_array<T>(dL_dphi, "dL_dphi", {n, 2 * m}, false);
+    if (out.is_none()) out = py::array_t<T>(Shape{d, m});
+    auto O = check_array<T>(out, "out", {d, m}, true);
+    check_no_overlap(O, "out", G, "dL_dphi");
+    check_no_overlap(O, "out", X, "x");
+    check_no_overlap(O, "out", Bm, "B");
+    py::gil_scoped_release release;
+    fourier_backward<T>(G.ptr, X.ptr, Bm.ptr, std::size_t(n), std::size_t(d), std::size_t(m), O.ptr);
+    return out;
+}
+
+template <typename T>
+void adam_impl(py::handle params, py::handle grad, py::handle m, py::handle v, long step,
+               double lr, double b1, double b2, double eps, double wd) {
+    auto P = check_array<T>(params, "params", {-1}, true, "(P,)");
+    const py::ssize_t n = P.shape[0];
+    auto G = check_array<T>(grad, "grad", {n}, false);
+    auto M = check_array<T>(m, "m", {n}, true);
+    auto V = check_array<T>(v, "v", {n}, true);
+    if (step < 1) throw py::value_error("step: expected an integer >= 1, got " + std::to_string(step));
+    if (!(lr >= 0)) throw py::value_error("lr: expected a number >= 0");
+    check_no_overlap(P, "params", G, "grad");
+    check_no_overlap(P, "params", M, "m");
+    check_no_overlap(P, "params", V, "v");
+    check_no_overlap(M, "m", V, "v");
+    check_no_overlap(M, "m", G, "grad");
+    check_no_overlap(V, "v", G, "grad");
+    py::gil_scoped_release release;
+    adam_step<T>(P.ptr, G.ptr, M.ptr, V.ptr, std::size_t(n), step, lr, b1, b2, eps, wd);
+}
+
+// Picks float or double from the dtype of the first array argument.
+bool first_is_f32(py::handle a, const char* name) {
+    if (!py::isinstance<py::array>(a))
+        throw py::type_error(std::string(name) + ": expected a numpy float32 or float64 array, got " +
+                             std::string(py::str(py::type::of(a).attr("__name__"))));
+    auto dt = py::reinterpret_borrow<py::array>(a).dtype();
+    if (dt.is(py::dtype::of<float>())) return true;
+    if (dt.is(py::dtype::of<double>())) return false;
+    throw py::type_error(std::string(name) + ": expected a float32 or float64 array, got dtype " +
+                         std::string(py::str(dt)));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, mod) {
+    mod.doc() = "helmpinn's compiled core: exact Helmholtz PINN losses and gradients.";
+    mod.attr("__version__") = helmpinn::version();
+
+    py::class_<ModelSpec>(mod, "ModelSpec", "Shape of a Fourier-feature tanh MLP with outputs (Re u, Im u).")
+        .def(py::init([](int in_dim, int ff_dim, int hidden_dim, int num_hidden_layers) {
+                 ModelSpec s{in_dim, ff_dim, hidden_dim, num_hidden_layers};
+                 s.validate();
+                 return s;
+             }),
+             py::arg("in_dim"), py::arg("ff_dim"), py::arg("hidden_dim"), py::arg("num_hidden_layers"))
+        .def_readonly("in_dim", &ModelSpec::in_dim)
+        .def_readonly("ff_dim", &ModelSpec::ff_dim)
+        .def_readonly("hidden_dim", &ModelSpec::hidden_dim)
+        .def_readonly("num_hidden_layers", &ModelSpec::num_hidden_layers)
+        .def_property_readonly("num_params", &ModelSpec::num_params)
+        .def_property_readonly("num_layers", &ModelSpec::num_layers)
+        .def("layout", [](const ModelSpec& s) {
+            py::list out;
+            for (const auto& p : s.layout()) {
+                py::tuple shape(p.shape.size());
+                for (std::size_t i = 0; i < p.shape.size(); ++i) shape[i] = p.shape[i];
+                out.append(py::make_tuple(p.name, shape, p.offset));
+            }
+            return out;
+        })
+        .def("views", [](const ModelSpec& s, py::handle theta) {
+            const py::ssize_t npar = py::ssize_t(s.num_params());
+            py::dict out;
+            auto make = [&](auto tag) {
+                using T = decltype(tag);
+                auto th = check_array<T>(theta, "theta", {npar}, false);
+                for (const auto& p : s.layout()) {
+                    Shape shape(p.shape.begin(), p.shape.end());
+                    py::array_t<T> v(shape, th.ptr + p.offset, theta);
+                    if (!py::reinterpret_borrow<py::array>(theta).writeable())
+                        v.attr("flags").attr("writeable") = false;
+                    out[py::str(p.name)] = v;
+                }
+            };
+            if (first_is_f32(theta, "theta")) make(float{}); else make(double{});
+            return out;
+        }, py::arg("theta"), "Named zero-copy views of a flat parameter vector.")
+        .def("flops_per_point", &ModelSpec::flops_per_point, py::arg("streams"))
+        .def("__eq__", [](const ModelSpec& a, py::object b) {
+            return py::isinstance<ModelSpec>(b) && a == b.cast<ModelSpec>();
+        })
+        .def("__hash__", [](const ModelSpec& s) {
+            return py::hash(py::make_tuple(s.in_dim, s.ff_dim, s.hidden_dim, s.num_hidden_layers));
+        })
+        .def("__repr__", [](const ModelSpec& s) {
+            return "ModelSpec(in_dim=" + std::to_string(s.in_dim) + ", ff_dim=" + std::to_string(s.ff_dim) +
+                   ", hidden_dim=" + std::to_string(s.hidden_dim) +
+                   ", num_hidden_layers=" + std::to_string(s.num_hidden_layers) + ")";
+        })
+        .def(py::pickle(
+            [](const ModelSpec& s) { return py::make_tuple(s.in_dim, s.ff_dim, s.hidden_dim, s.num_hidden_layers); },
+            [](py::tuple t) {
+                ModelSpec s{t[0].cast<int>(), t[1].cast<int>(), t[2].cast<int>(), t[3].cast<int>()};
+                s.validate();
+                return s;
+            }));
+
+    py::class_<PyWorkspace>(mod, "Workspace", "Every buffer one step needs, allocated once.")
+        .def(py::init<const ModelSpec&, py::ssize_t, py::handle, const std::string&>(), py::arg("spec"),
+             py::arg("batch_size") = 4096, py::arg("dtype") = "float32", py::arg("device") = "cpu")
+        .def_property_readonly("spec", [](const PyWorkspace& w) { return w.spec; })
+        .def_property_readonly("batch_size", [](PyWorkspace& w) {
+            return dispatch(w, [](auto& ws, auto) { return ws.batch_size(); });
+        })
+        .def_property_readonly("dtype", [](PyWorkspace& w) {
+            return w.is_f32() ? py::dtype::of<float>() : py::dtype::of<double>();
+        })
+        .def_property_readonly("device", [](const PyWorkspace& w) { return w.device_name; })
+        .def_property_readonly("memory_bytes", [](PyWorkspace& w) {
+            return dispatch(w, [](auto& ws, auto) { return ws.memory_bytes(); });
+        })
+        .def_property_readonly("x_input", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto t) {
+                require_cpu(ws);
+                return view(ws.buffers().x_input, {py::ssize_t(ws.batch_size()), w.spec.in_dim}, self);
+            });
+        })
+        .def_property_readonly("fourier_features", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                return view(ws.buffers().features, {py::ssize_t(ws.batch_size()), 2 * w.spec.ff_dim}, self);
+            });
+        })
+        .def_property_readonly("fourier_streams", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                return view(ws.buffers().features,
+                            {w.spec.in_dim + 2, py::ssize_t(ws.batch_size()), 2 * w.spec.ff_dim}, self);
+            });
+        })
+        .def_property_readonly("z", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                py::list out;
+                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
+                    out.append(view(ws.buffers().z[l], {py::ssize_t(ws.batch_size()), w.spec.layer_out(l)}, self));
+                return out;
+            });
+        })
+        .def_property_readonly("h", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                py::list out;
+                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
+                    out.append(view(ws.buffers().h[l], {py::ssize_t(ws.batch_size()), w.spec.layer_out(l)}, self));
+                return out;
+            });
+        })
+        .def_property_readonly("z_streams", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                py::list out;
+                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
+                    out.append(view(ws.buffers().z[l],
+                                    {w.spec.in_dim + 2, py::ssize_t(ws.batch_size()), w.spec.layer_out(l)}, self));
+                return out;
+            });
+        })
+        .def_property_readonly("h_streams", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                py::list out;
+                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
+                    out.append(view(ws.buffers().h[l],
+                                    {w.spec.in_dim + 2, py::ssize_t(ws.batch_size()), w.spec.layer_out(l)}, self));
+                return out;
+            });
+        })
+        .def_property_readonly("du_dx", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                return view(ws.buffers().du_dx, {py::ssize_t(ws.batch_size()), w.spec.in_dim, 2}, self);
+            });
+        })
+        .def_property_readonly("d2u_dx2", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                return view(ws.buffers().d2u_dx2, {py::ssize_t(ws.batch_size()), 2}, self);
+            });
+        })
+        .def_property_readonly("grad", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                return view(ws.buffers().grad, {py::ssize_t(w.spec.num_params())}, self);
+            });
+        })
+        .def_property_readonly("dW", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                py::list out;
+                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
+                    out.append(view(ws.buffers().grad + w.spec.offset_W(l),
+                                    {w.spec.layer_out(l), w.spec.layer_in(l)}, self));
+                return out;
+            });
+        })
+        .def_property_readonly("db", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                py::list out;
+                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
+                    out.append(view(ws.buffers().grad + w.spec.offset_b(l), {w.spec.layer_out(l)}, self));
+                return out;
+            });
+        })
+        .def_property_readonly("dB", [](py::object self) {
+            auto& w = self.cast<PyWorkspace&>();
+            return dispatch(w, [&](auto& ws, auto) {
+                require_cpu(ws);
+                return view(ws.buffers().grad + w.spec.offset_B(), {w.spec.in_dim, w.spec.ff_dim}, self);
+            });
+        })
+        .def_property_readonly("last_loss", [](const PyWorkspace& w) {
+            py::dict d;
+            d["total"] = w.last.total;
+            d["pde"] = w.last.pde;
+            d["data"] = w.last.data;
+            d["bc"] = w.last.bc;
+            return d;
+        })
+        .def("zero_grad", [](PyWorkspace& w) {
+            dispatch(w, [](auto& ws, auto) { py::gil_scoped_release r; ws.zero_grad(); });
+        })
+        .def("forward", [](PyWorkspace& w, py::handle params, py::handle x, int derivatives,
+                           py::object u, py::object grad_u, py::object lap_u) {
+                 return dispatch(w, [&](auto& ws, auto t) {
+                     using T = decltype(t);
+                     return forward_impl<T>(ws, params, x, derivatives, u, grad_u, lap_u);
+                 });
+             },
+             py::arg("params"), py::arg("x"), py::arg("derivatives") = 0, py::kw_only(),
+             py::arg("u") = py::none(), py::arg("grad_u") = py::none(), py::arg("lap_u") = py::none(),
+             "u [N,2]; with derivatives=1 also grad_u [N,d,2]; with 2 also lap_u [N,2].")
+        .def("value_and_grad",
+             [](PyWorkspace& w, py::handle params, py::handle grad, py::object x_pde, py::object kappa,
+                py::object f, py::object x_data, py::object y, py::object x_bc, py::object n_bc,
+                py::object alpha_bc, py::object g_bc, double w_pde, double w_data, double w_bc,
+                bool train_fourier, bool check_finite) {
+                 return dispatch(w, [&](auto& ws, auto t) {
+                     using T = decltype(t);
+                     return value_and_grad_impl<T>(w, ws, params, grad, x_pde, kappa, f, x_data, y,
+                                                   x_bc, n_bc, alpha_bc, g_bc, w_pde, w_data, w_bc,
+                                                   train_fourier, check_finite);
+                 });
+             },
+             py::arg("params"), py::arg("grad"), py::kw_only(), py::arg("x_pde") = py::none(),
+             py::arg("kappa") = py::none(), py::arg("f") = py::none(), py::arg("x_data") = py::none(),
+             py::arg("y") = py::none(), py::arg("x_bc") = py::none(), py::arg("n_bc") = py::none(),
+             py::arg("alpha_bc") = py::none(), py::arg("g_bc") = py::none(), py::arg("w_pde") = 1.0,
+             py::arg("w_data") = 1.0, py::arg("w_bc") = 1.0, py::arg("train_fourier") = true,
+             py::arg("check_finite") = false,
+             "Loss of the given terms; writes its gradient into grad (overwritten).")
+        .def("__repr__", [](const PyWorkspace& w) {
+            return "Workspace(" + std::string(py::repr(py::cast(w.spec))) + ", dtype=" +
+                   (w.is_f32() ? "float32" : "float64") + ", device='" + w.device_name + "')";
+        });
+
+    mod.def("mse_backward", [](py::handle pred, py::handle target, py::object out) {
+        return first_is_f32(pred, "pred") ? mse_backward_impl<float>(pred, target, out)
+                                          : mse_backward_impl<double>(pred, target, out);
+    }, py::arg("pred"), py::arg("target"), py::arg("out") = py::none(),
+       "dL/dpred = 2/N (pred - target).");
+    mod.def("layer_backward", [](py::handle dL_dh, py::handle h, py::handle h_prev, py::handle W,
+                                 bool apply_tanh_grad, py::object out) {
+        return first_is_f32(dL_dh, "dL_dh")
+                   ? layer_backward_impl<float>(dL_dh, h, h_prev, W, apply_tanh_grad, out)
+                   : layer_backward_impl<double>(dL_dh, h, h_prev, W, apply_tanh_grad, out);
+    }, py::arg("dL_dh"), py::arg("h"), py::arg("h_prev"), py::arg("W"), py::arg("apply_tanh_grad"),
+       py::arg("out") = py::none(), "Returns (dW, db, dh_prev) of one layer.");
+    mod.def("fourier_backward", [](py::handle dL_dphi, py::handle x, py::handle B, py::object out) {
+        return first_is_f32(dL_dphi, "dL_dphi") ? fourier_backward_impl<float>(dL_dphi, x, B, out)
+                                                : fourier_backward_impl<double>(dL_dphi, x, B, out);
+    }, py::arg("dL_dphi"), py::arg("x"), py::arg("B"), py::arg("out") = py::none(),
+       "dL/dB [d, m] from the adjoint of the Fourier features.");
+    mod.def("adam_step", [](py::handle params, py::handle grad, py::handle m, py::handle v, long step,
+                            double lr, double beta1, double beta2, double eps, double weight_decay) {
+        if (first_is_f32(params, "params"))
+            adam_impl<float>(params, grad, m, v, step, lr, beta1, beta2, eps, weight_decay);
+        else
+            adam_impl<double>(params, grad, m, v, step, lr, beta1, beta2, eps, weight_decay);
+    }, py::arg("params"), py::arg("grad"), py::arg("m"), py::arg("v"), py::arg("step"), py::arg("lr"),
+       py::arg("beta1") = 0.9, py::arg("beta2") = 0.999, py::arg("eps") = 1e-8,
+       py::arg("weight_decay") = 0.0, "One fused Adam(W) step over flat buffers, in place.");
+
+    mod.def("has_openmp", &helmpinn::has_openmp);
+    mod.def("has_cuda", &helmpinn::has_cuda);
+    mod.def("cuda_device_count", &helmpinn::cuda_device_count);
+    mod.def("get_num_threads", &helmpinn::get_num_threads);
+    mod.def("set_num_threads", &helmpinn::set_num_threads, py::arg("n"));
+    mod.def("cpu_isa", &helmpinn::cpu_isa);
+}

@@ -1,0 +1,136 @@
+// helmpinn/workspace.hpp: pre-allocated buffers and the fused forward / loss-and-gradient pass.
+//
+// A Workspace<T> (T = float or double) owns every buffer one step needs for one model shape
+// and a chunk of `batch_size` points. It is allocated once; forward() and value_and_grad()
+// then allocate nothing, whatever the number of points: they walk the points in chunks of
+// batch_size, and each chunk in tiles of points that go forward and backward through every
+// layer while their activations are hot in cache (CPU) or shared memory (GPU).
+//
+// Pointers: on Device::cpu every pointer argument is host memory; on Device::cuda every
+// pointer argument (params, grad, points, outputs) is device memory on the workspace's device,
+// and `stream` is a cudaStream_t (nullptr = the default stream). All arrays are dense and
+// row-major with points along the leading axis (MATH.md, Conventions).
+//
+// Threading: a Workspace is not safe to use from two threads at once; separate Workspaces
+// are independent. On the CPU each call runs on the OpenMP threads (helmpinn::set_num_threads).
+// Results are bitwise identical for any number of threads: gradient partials are kept per
+// tile slot and reduced in a fixed order. They depend on batch_size only through the order in
+// which chunks are summed.
+//
+// Errors: bad arguments throw std::invalid_argument with a message naming the argument;
+// a CUDA workspace in a build without CUDA throws std::runtime_error("... built without CUDA
+// support"). Nothing aborts.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "helmpinn/spec.hpp"
+
+namespace helmpinn {
+
+enum class Device { cpu, cuda };
+
+/// The three loss terms. A term is active when its point count is > 0; every pointer of an
+/// active term marked "required" must be non-null. Shapes (row-major):
+///   x_pde [n_pde, d], kappa [n_pde] or kappa_const, f [n_pde, 2] or null (= 0)
+///   x_data [n_data, d], y [n_data, 2]
+///   x_bc [n_bc, d], normal_bc [n_bc, d] (unit outward), alpha_bc [n_bc, 2] or alpha_const,
+///   g_bc [n_bc, 2] or null (= 0)
+/// Loss: w_pde/N_c sum |lap u + kappa u - f|^2 + w_data/N_d sum |u - y|^2
+///       + w_bc/N_b sum |n.grad u + alpha u - g|^2   (complex alpha u, |.|^2 sums re and im)
+template <typename T>
+struct LossInputs {
+    const T* x_pde = nullptr;  std::size_t n_pde = 0;  // required if n_pde > 0
+    const T* kappa = nullptr;  T kappa_const = T(0);   // per point if non-null, else constant
+    const T* f = nullptr;                              // complex source, null = 0
+
+    const T* x_data = nullptr; std::size_t n_data = 0; // required if n_data > 0
+    const T* y = nullptr;                              // required if n_data > 0
+
+    const T* x_bc = nullptr;   std::size_t n_bc = 0;   // required if n_bc > 0
+    const T* normal_bc = nullptr;                      // required if n_bc > 0
+    const T* alpha_bc = nullptr; T alpha_const[2] = {T(0), T(0)};  // per point if non-null
+    const T* g_bc = nullptr;                           // null = 0
+
+    T w_pde = T(1), w_data = T(1), w_bc = T(1);
+    bool train_fourier = true;   ///< false: B is frozen, its gradient is written as 0
+    bool check_finite = false;   ///< true: scan inputs and throw naming any NaN/Inf array
+};
+
+/// The loss of one value_and_grad call: total = w_pde*pde + w_data*data + w_bc*bc, where each
+/// term is its unweighted mean (0 for an absent term).
+struct LossBreakdown {
+    double total = 0, pde = 0, data = 0, bc = 0;
+};
+
+/// Views of a workspace's caches, all in the workspace's memory space (host or device).
+/// Stream-major activations: stream s of point p, feature j lives at [(s * batch + p) * width + j];
+/// stream 0 is the value, 1..d the partials, d+1 the Laplacian (MATH.md, Streams).
+template <typename T>
+struct WorkspaceBuffers {
+    int max_streams = 0;              ///< d + 2
+    std::size_t batch_size = 0;
+    T* x_input = nullptr;             ///< [batch, d]         points of the last chunk
+    T* features = nullptr;            ///< [streams, batch, 2m] Fourier features and derivatives
+    T* z[16] = {};                    ///< z[l]: [streams, batch, out_l], l = 0..L (z[L] = u streams)
+    T* h[16] = {};                    ///< h[l]: [streams, batch, H], l = 0..L-1; h[L] == z[L]
+    T* du_dx = nullptr;               ///< [batch, d, 2]  grad u of the last forward() chunk
+    T* d2u_dx2 = nullptr;             ///< [batch, 2]     Laplacian of u of the last forward() chunk
+    T* grad = nullptr;                ///< [num_params]   gradient accumulator (seed-style dW, db, dB)
+};
+
+/// Backend interface (internal; one implementation per device).
+template <typename T>
+class Backend;
+
+template <typename T>
+class Workspace {
+public:
+    /// Maximum number of hidden layers a Workspace supports.
+    static constexpr int max_hidden_layers = 15;
+
+    /// Allocates every buffer for `spec` and chunks of `batch_size` points (>= 1).
+    Workspace(const ModelSpec& spec, std::size_t batch_size, Device device = Device::cpu,
+              int device_id = 0);
+    ~Workspace();
+    Workspace(Workspace&&) noexcept;
+    Workspace& operator=(Workspace&&) noexcept;
+    Workspace(const Workspace&) = delete;
+    Workspace& operator=(const Workspace&) = delete;
+
+    const ModelSpec& spec() const { return spec_; }
+    std::size_t batch_size() const { return batch_size_; }
+    Device device() const { return device_; }
+    int device_id() const { return device_id_; }
+    /// Bytes of memory the workspace holds (host or device).
+    std::size_t memory_bytes() const;
+    /// Cache views (see WorkspaceBuffers); valid for the workspace's lifetime.
+    const WorkspaceBuffers<T>& buffers() const;
+
+    /// Network value u [n, 2] at points x [n, d]; with derivatives >= 1 also grad_u [n, d, 2],
+    /// with derivatives == 2 also lap_u [n, 2] (outputs may be null when not wanted).
+    /// The caches (z, h, features, x_input, du_dx, d2u_dx2) hold the last chunk afterwards.
+    void forward(const T* params, const T* x, std::size_t n, int derivatives, T* u, T* grad_u,
+                 T* lap_u, void* stream = nullptr);
+
+    /// The loss of `in` and its gradient with respect to every parameter, written into
+    /// grad [num_params] (overwritten, same layout as params). Allocates nothing.
+    LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
+                                 void* stream = nullptr);
+
+    /// Sets the gradient accumulator buffers().grad to zero.
+    void zero_grad(void* stream = nullptr);
+
+private:
+    ModelSpec spec_;
+    std::size_t batch_size_;
+    Device device_;
+    int device_id_;
+    std::unique_ptr<Backend<T>> impl_;
+};
+
+extern template class Workspace<float>;
+extern template class Workspace<double>;
+
+}  // namespace helmpinn

@@ -1,0 +1,181 @@
+// Per-point, per-feature mathematics of MATH.md, shared by the CPU and CUDA backends.
+//
+// Everything here is an inline function on scalars and strided pointers, callable from host
+// and device code. A "stream-strided" pointer p holds stream s of one element at p[s * ss]:
+// stream 0 is the value, 1..d the partial derivatives, d+1 the Laplacian.
+// `ns` is the number of streams present: 1 (value), d+1 (value, gradient), d+2 (all).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+#if defined(__CUDACC__)
+#define HELMPINN_HD __host__ __device__ __forceinline__
+#else
+#define HELMPINN_HD inline
+#endif
+
+namespace helmpinn {
+namespace math {
+
+constexpr double two_pi = 6.283185307179586476925286766559;
+
+/// Fourier features of one frequency j at one point, all streams:
+///   s = sum_i x_i * omega_i (omega_i = 2 pi B_ij), S = sin s, C = cos s
+///   value [S ; C], partial i [omega_i C ; -omega_i S], Laplacian [-Omega S ; -Omega C].
+/// `omega` is strided by `os` (omega[i * os]); out_sin/out_cos are stream-strided by ss.
+template <typename T>
+HELMPINN_HD void fourier_forward(const T* x, const T* omega, std::ptrdiff_t os, T Omega, int d,
+                                 int ns, T* out_sin, T* out_cos, std::ptrdiff_t ss) {
+    T s = T(0);
+    for (int i = 0; i < d; ++i) s += x[i] * omega[i * os];
+    const T S = std::sin(s), C = std::cos(s);
+    out_sin[0] = S;
+    out_cos[0] = C;
+    if (ns > 1) {
+        for (int i = 0; i < d; ++i) {
+            const T w = omega[i * os];
+            out_sin[(1 + i) * ss] = w * C;
+            out_cos[(1 + i) * ss] = -w * S;
+        }
+    }
+    if (ns > d + 1) {
+        out_sin[(d + 1) * ss] = -Omega * S;
+        out_cos[(d + 1) * ss] = -Omega * C;
+    }
+}
+
+/// Adjoint of fourier_forward for one frequency j at one point. Given the adjoints of its
+/// outputs (stream-strided gs, gc for the sin and cos halves), adds to sbar the adjoint of s and
+/// to wbar[i] (i < d) the adjoint of omega_i (MATH.md, Fourier layer). Returns nothing else;
+/// B's gradient is then 2 pi (x_i sbar + wbar_i).
+template <typename T>
+HELMPINN_HD void fourier_backward_point(const T* x, const T* omega, std::ptrdiff_t os, T Omega,
+                                        int d, int ns, const T* gs, const T* gc,
+                                        std::ptrdiff_t ss, T& sbar, T* wbar) {
+    T s = T(0);
+    for (int i = 0; i < d; ++i) s += x[i] * omega[i * os];
+    const T S = std::sin(s), C = std::cos(s);
+    T sb = gs[0] * C - gc[0] * S;
+    for (int i = 0; i < d; ++i) wbar[i] = T(0);
+    if (ns > 1) {
+        for (int i = 0; i < d; ++i) {
+            const T w = omega[i * os];
+            const T a = gs[(1 + i) * ss], b = gc[(1 + i) * ss];
+            sb -= w * (a * S + b * C);
+            wbar[i] += a * C - b * S;
+        }
+    }
+    if (ns > d + 1) {
+        const T a = gs[(d + 1) * ss], b = gc[(d + 1) * ss];
+        sb -= Omega * (a * C - b * S);
+        for (int i = 0; i < d; ++i) wbar[i] -= T(2) * omega[i * os] * (a * S + b * C);
+    }
+    sbar = sb;
+}
+
+/// tanh layer, forward, one unit at one point (MATH.md, Streams):
+///   h = tanh z, t = 1 - h^2, h_i = t z_i, h_lap = t z_lap - 2 h t q, q = sum_i z_i^2.
+/// z and h are stream-strided by ss (they may not alias).
+template <typename T>
+HELMPINN_HD void tanh_forward(const T* z, T* h, std::ptrdiff_t ss, int d, int ns) {
+    const T hv = std::tanh(z[0]);
+    const T t = T(1) - hv * hv;
+    h[0] = hv;
+    if (ns > 1) {
+        T q = T(0);
+        for (int i = 1; i <= d; ++i) {
+            const T zi = z[i * ss];
+            h[i * ss] = t * zi;
+            q += zi * zi;
+        }
+        if (ns > d + 1) h[(d + 1) * ss] = t * z[(d + 1) * ss] - T(2) * hv * t * q;
+    }
+}
+
+/// tanh layer, backward, one unit at one point, in place: g holds the adjoints of the outputs
+/// (h, h_i, h_lap) on entry and those of the inputs (z, z_i, z_lap) on exit. z is the cached
+/// pre-activation (stream-strided by zs), g is stream-strided by gs, hv = tanh z[0].
+///   zbar_lap = t hbar_lap
+///   zbar_i   = t hbar_i - 4 h t z_i hbar_lap
+///   zbar     = t [hbar - 2 t q hbar_lap - 2 h (sum_i hbar_i z_i + hbar_lap (z_lap - 2 h q))]
+template <typename T>
+HELMPINN_HD void tanh_backward(const T* z, std::ptrdiff_t zs, T hv, T* g, std::ptrdiff_t gs,
+                               int d, int ns) {
+    const T t = T(1) - hv * hv;
+    if (ns == 1) {
+        g[0] = t * g[0];
+        return;
+    }
+    T q = T(0), dot = T(0);
+    for (int i = 1; i <= d; ++i) {
+        const T zi = z[i * zs];
+        q += zi * zi;
+        dot += g[i * gs] * zi;
+    }
+    if (ns > d + 1) {
+        const T gl = g[(d + 1) * gs];
+        const T zl = z[(d + 1) * zs];
+        g[0] = t * (g[0] - T(2) * t * q * gl - T(2) * hv * (dot + gl * (zl - T(2) * hv * q)));
+        const T c = T(4) * hv * t * gl;
+        for (int i = 1; i <= d; ++i) g[i * gs] = t * g[i * gs] - c * z[i * zs];
+        g[(d + 1) * gs] = t * gl;
+    } else {
+        g[0] = t * (g[0] - T(2) * hv * dot);
+        for (int i = 1; i <= d; ++i) g[i * gs] = t * g[i * gs];
+    }
+}
+
+/// PDE residual r = lap u + kappa u - f at one point and the output adjoints it seeds:
+///   ubar_lap = c r, ubar = kappa c r, ubar_i = 0, with c = 2 w / N.
+/// u is stream-strided by ss with 2 components per stream (u[s*ss + 0/1] = re/im);
+/// returns |r|^2. ubar has the same layout.
+template <typename T>
+HELMPINN_HD T pde_seed(const T* u, std::ptrdiff_t ss, int d, T kappa, T f_re, T f_im, T c,
+                       T* ubar) {
+    const T* lap = u + (d + 1) * ss;
+    const T r_re = lap[0] + kappa * u[0] - f_re;
+    const T r_im = lap[1] + kappa * u[1] - f_im;
+    T* gl = ubar + (d + 1) * ss;
+    gl[0] = c * r_re;
+    gl[1] = c * r_im;
+    ubar[0] = kappa * c * r_re;
+    ubar[1] = kappa * c * r_im;
+    for (int i = 1; i <= d; ++i) {
+        ubar[i * ss] = T(0);
+        ubar[i * ss + 1] = T(0);
+    }
+    return r_re * r_re + r_im * r_im;
+}
+
+/// Data misfit u - y at one point: ubar = c (u - y); returns |u - y|^2.
+template <typename T>
+HELMPINN_HD T data_seed(const T* u, T y_re, T y_im, T c, T* ubar) {
+    const T e_re = u[0] - y_re, e_im = u[1] - y_im;
+    ubar[0] = c * e_re;
+    ubar[1] = c * e_im;
+    return e_re * e_re + e_im * e_im;
+}
+
+/// Robin residual rho = n . grad u + alpha u - g at one point (complex alpha) and its seeds:
+///   ubar_i = c rho n_i, ubar = c conj(alpha) rho. u, ubar stream-strided (d+1 streams).
+template <typename T>
+HELMPINN_HD T robin_seed(const T* u, std::ptrdiff_t ss, int d, const T* n, T a_re, T a_im,
+                         T g_re, T g_im, T c, T* ubar) {
+    T r_re = a_re * u[0] - a_im * u[1] - g_re;
+    T r_im = a_re * u[1] + a_im * u[0] - g_im;
+    for (int i = 0; i < d; ++i) {
+        r_re += n[i] * u[(1 + i) * ss];
+        r_im += n[i] * u[(1 + i) * ss + 1];
+    }
+    for (int i = 0; i < d; ++i) {
+        ubar[(1 + i) * ss] = c * r_re * n[i];
+        ubar[(1 + i) * ss + 1] = c * r_im * n[i];
+    }
+    ubar[0] = c * (a_re * r_re + a_im * r_im);
+    ubar[1] = c * (a_re * r_im - a_im * r_re);
+    return r_re * r_re + r_im * r_im;
+}
+
+}  // namespace math
+}  // namespace helmpinn

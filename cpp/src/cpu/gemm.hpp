@@ -1,0 +1,108 @@
+// A small register-blocked matrix product for the CPU backend's tiles.
+//
+//     C[m, n] (= or +=) sum_k A(m, k) * B[k * ldb + n],   A(m, k) = A[m * ars + k * acs]
+//
+// B and C have contiguous rows; A is addressed by two strides, so one kernel serves the three
+// products of a layer: forward (A = activations, B = W^T), input adjoint (A = z-adjoint, B = W)
+// and weight gradient (A = z-adjoint transposed through its strides, B = activations).
+// The micro-kernel keeps an MR x NR block of C in registers; NR spans two vector registers of
+// the instruction set the file is compiled for, and the compiler vectorises the j loop.
+#pragma once
+
+#include <cstddef>
+
+namespace helmpinn {
+namespace cpu {
+
+#if defined(__AVX512F__)
+constexpr int vector_bytes = 64;
+#elif defined(__AVX__)
+constexpr int vector_bytes = 32;
+#else
+constexpr int vector_bytes = 16;
+#endif
+
+template <typename T>
+struct GemmShape {
+    static constexpr int NR = 2 * vector_bytes / int(sizeof(T));  // columns in registers
+    static constexpr int MR = 6;                                   // rows in registers
+};
+
+template <typename T, int MR, int NR>
+inline void gemm_micro(int K, const T* __restrict A, std::ptrdiff_t ars, std::ptrdiff_t acs,
+                       const T* __restrict B, std::ptrdiff_t ldb, T* __restrict C,
+                       std::ptrdiff_t ldc, bool accumulate) {
+    T c[MR][NR];
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) c[i][j] = T(0);
+    for (int k = 0; k < K; ++k) {
+        const T* b = B + k * ldb;
+        for (int i = 0; i < MR; ++i) {
+            const T a = A[i * ars + k * acs];
+#pragma GCC ivdep
+            for (int j = 0; j < NR; ++j) c[i][j] += a * b[j];
+        }
+    }
+    for (int i = 0; i < MR; ++i) {
+        T* ci = C + i * ldc;
+        if (accumulate)
+            for (int j = 0; j < NR; ++j) ci[j] += c[i][j];
+        else
+            for (int j = 0; j < NR; ++j) ci[j] = c[i][j];
+    }
+}
+
+// Columns that do not fill NR: a plain loop over a runtime width (the output layer's 2 columns).
+template <typename T, int MR>
+inline void gemm_edge(int K, int nr, const T* __restrict A, std::ptrdiff_t ars,
+                      std::ptrdiff_t acs, const T* __restrict B, std::ptrdiff_t ldb,
+                      T* __restrict C, std::ptrdiff_t ldc, bool accumulate) {
+    constexpr int NR = GemmShape<T>::NR;
+    T c[MR][NR];
+    for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < nr; ++j) c[i][j] = T(0);
+    for (int k = 0; k < K; ++k) {
+        const T* b = B + k * ldb;
+        for (int i = 0; i < MR; ++i) {
+            const T a = A[i * ars + k * acs];
+            for (int j = 0; j < nr; ++j) c[i][j] += a * b[j];
+        }
+    }
+    for (int i = 0; i < MR; ++i) {
+        T* ci = C + i * ldc;
+        for (int j = 0; j < nr; ++j) ci[j] = accumulate ? ci[j] + c[i][j] : c[i][j];
+    }
+}
+
+template <typename T, int MR>
+inline void gemm_rows(int N, int K, const T* A, std::ptrdiff_t ars, std::ptrdiff_t acs,
+                      const T* B, std::ptrdiff_t ldb, T* C, std::ptrdiff_t ldc, bool accumulate) {
+    constexpr int NR = GemmShape<T>::NR;
+    int n = 0;
+    for (; n + NR <= N; n += NR)
+        gemm_micro<T, MR, NR>(K, A, ars, acs, B + n, ldb, C + n, ldc, accumulate);
+    if (n < N) gemm_edge<T, MR>(K, N - n, A, ars, acs, B + n, ldb, C + n, ldc, accumulate);
+}
+
+/// C[M, N] (=|+=) A(M, K) B[K, N]; see the file comment for the strides.
+template <typename T>
+inline void gemm(int M, int N, int K, const T* A, std::ptrdiff_t ars, std::ptrdiff_t acs,
+                 const T* B, std::ptrdiff_t ldb, T* C, std::ptrdiff_t ldc, bool accumulate) {
+    constexpr int MR = GemmShape<T>::MR;
+    int m = 0;
+    for (; m + MR <= M; m += MR)
+        gemm_rows<T, MR>(N, K, A + m * ars, ars, acs, B, ldb, C + m * ldc, ldc, accumulate);
+    const T* a = A + m * ars;
+    T* c = C + m * ldc;
+    switch (M - m) {
+        case 5: gemm_rows<T, 5>(N, K, a, ars, acs, B, ldb, c, ldc, accumulate); break;
+        case 4: gemm_rows<T, 4>(N, K, a, ars, acs, B, ldb, c, ldc, accumulate); break;
+        case 3: gemm_rows<T, 3>(N, K, a, ars, acs, B, ldb, c, ldc, accumulate); break;
+        case 2: gemm_rows<T, 2>(N, K, a, ars, acs, B, ldb, c, ldc, accumulate); break;
+        case 1: gemm_rows<T, 1>(N, K, a, ars, acs, B, ldb, c, ldc, accumulate); break;
+        default: break;
+    }
+}
+
+}  // namespace cpu
+}  // namespace helmpinn

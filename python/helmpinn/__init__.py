@@ -1,0 +1,39 @@
+"""helmpinn: exact, fused physics-informed neural networks for the Helmholtz equation.
+
+The compiled core (``helmpinn._core``) computes a Fourier-feature tanh MLP's value, gradient and
+Laplacian and the exact gradient of the PDE/data/Robin loss in one fused pass; this package
+re-exports it and adds initialisation, problems, training and a CLI on top.
+"""
+from ._core import (
+    ModelSpec,
+    Workspace,
+    __version__,
+    adam_step,
+    cpu_isa,
+    cuda_device_count,
+    fourier_backward,
+    get_num_threads,
+    has_cuda,
+    has_openmp,
+    layer_backward,
+    mse_backward,
+    set_num_threads,
+)
+from .params import init_params
+
+__all__ = [
+    "ModelSpec",
+    "Workspace",
+    "__version__",
+    "adam_step",
+    "cpu_isa",
+    "cuda_device_count",
+    "fourier_backward",
+    "get_num_threads",
+    "has_cuda",
+    "has_openmp",
+    "init_params",
+    "layer_backward",
+    "mse_backward",
+    "set_num_threads",
+]

@@ -1,0 +1,136 @@
+"""Type stubs for helmpinn._core, the compiled core (C++ with OpenMP; CUDA when built with it).
+
+Every array argument is checked before any work: dtype (float32 or float64, the same for all
+arrays of one call, matching the Workspace), shape, C-contiguity and, for outputs, writability.
+A wrong array raises TypeError (dtype) or ValueError (shape, layout) naming the argument and
+what was expected. The GIL is released while C++ computes.
+"""
+from typing import Literal, overload
+
+import numpy as np
+from numpy.typing import NDArray
+
+__version__: str
+
+Float = np.float32 | np.float64
+DTypeName = Literal["float32", "float64"]
+
+class ModelSpec:
+    """Shape of a Fourier-feature tanh MLP with two outputs (Re u, Im u).
+
+    Parameters live in ONE flat buffer, in the order B [in_dim, ff_dim], W0 [hidden, 2*ff_dim],
+    b0 [hidden], W1, b1, ..., W{L} [2, hidden], b{L} [2] (L = num_hidden_layers), row-major.
+    """
+    in_dim: int
+    ff_dim: int
+    hidden_dim: int
+    num_hidden_layers: int
+    def __init__(self, in_dim: int, ff_dim: int, hidden_dim: int, num_hidden_layers: int) -> None: ...
+    @property
+    def num_params(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+    def layout(self) -> list[tuple[str, tuple[int, ...], int]]:
+        """(name, shape, offset) of every tensor in buffer order."""
+    def views(self, theta: NDArray[Float]) -> dict[str, NDArray[Float]]:
+        """Named zero-copy views ("B", "W0", "b0", ...) of a flat vector of num_params elements."""
+    def flops_per_point(self, streams: int) -> float: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __getstate__(self) -> tuple[int, int, int, int]: ...
+    def __setstate__(self, state: tuple[int, int, int, int]) -> None: ...
+
+class Workspace:
+    """Every buffer one training step needs for `spec` and chunks of `batch_size` points.
+
+    Allocated once; forward() and value_and_grad() take any number of points (walked in chunks
+    of batch_size) and allocate nothing in C++. Cache attributes are NumPy views that share
+    memory with the C++ buffers and stay valid as long as the Workspace lives; they hold the
+    last chunk processed (value stream unless named *_streams).
+    """
+    def __init__(self, spec: ModelSpec, batch_size: int = 4096, dtype: DTypeName = "float32",
+                 device: str = "cpu") -> None: ...
+    @property
+    def spec(self) -> ModelSpec: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def memory_bytes(self) -> int: ...
+    # caches (views)
+    @property
+    def x_input(self) -> NDArray[Float]: ...            # [batch, d]
+    @property
+    def fourier_features(self) -> NDArray[Float]: ...   # [batch, 2m]
+    @property
+    def fourier_streams(self) -> NDArray[Float]: ...    # [d+2, batch, 2m]
+    @property
+    def z(self) -> list[NDArray[Float]]: ...            # L+1 arrays [batch, out_l]; z[L] = u
+    @property
+    def h(self) -> list[NDArray[Float]]: ...            # L+1 arrays [batch, out_l]; h[L] = u
+    @property
+    def z_streams(self) -> list[NDArray[Float]]: ...    # L+1 arrays [d+2, batch, out_l]
+    @property
+    def h_streams(self) -> list[NDArray[Float]]: ...    # L+1 arrays [d+2, batch, out_l]
+    @property
+    def du_dx(self) -> NDArray[Float]: ...              # [batch, d, 2]
+    @property
+    def d2u_dx2(self) -> NDArray[Float]: ...            # [batch, 2]  (Laplacian)
+    @property
+    def grad(self) -> NDArray[Float]: ...               # [num_params] accumulator
+    @property
+    def dW(self) -> list[NDArray[Float]]: ...           # views into grad, [out_l, in_l]
+    @property
+    def db(self) -> list[NDArray[Float]]: ...           # views into grad, [out_l]
+    @property
+    def dB(self) -> NDArray[Float]: ...                 # view into grad, [d, m]
+    @property
+    def last_loss(self) -> dict[str, float]: ...        # {"total","pde","data","bc"} of the last value_and_grad
+    def zero_grad(self) -> None: ...
+    @overload
+    def forward(self, params: NDArray[Float], x: NDArray[Float], derivatives: Literal[0] = 0, *,
+                u: NDArray[Float] | None = None) -> NDArray[Float]: ...
+    @overload
+    def forward(self, params: NDArray[Float], x: NDArray[Float], derivatives: Literal[1], *,
+                u: NDArray[Float] | None = None, grad_u: NDArray[Float] | None = None
+                ) -> tuple[NDArray[Float], NDArray[Float]]: ...
+    @overload
+    def forward(self, params: NDArray[Float], x: NDArray[Float], derivatives: Literal[2], *,
+                u: NDArray[Float] | None = None, grad_u: NDArray[Float] | None = None,
+                lap_u: NDArray[Float] | None = None
+                ) -> tuple[NDArray[Float], NDArray[Float], NDArray[Float]]: ...
+    def value_and_grad(self, params: NDArray[Float], grad: NDArray[Float], *,
+                       x_pde: NDArray[Float] | None = None,
+                       kappa: float | NDArray[Float] | None = None,
+                       f: NDArray[Float] | None = None,
+                       x_data: NDArray[Float] | None = None,
+                       y: NDArray[Float] | None = None,
+                       x_bc: NDArray[Float] | None = None,
+                       n_bc: NDArray[Float] | None = None,
+                       alpha_bc: complex | NDArray[Float] | None = None,
+                       g_bc: NDArray[Float] | None = None,
+                       w_pde: float = 1.0, w_data: float = 1.0, w_bc: float = 1.0,
+                       train_fourier: bool = True, check_finite: bool = False) -> float:
+        """Loss of the given terms; writes d(loss)/d(params) into grad (overwritten)."""
+
+def mse_backward(pred: NDArray[Float], target: NDArray[Float], out: NDArray[Float] | None = None
+                 ) -> NDArray[Float]: ...
+def layer_backward(dL_dh: NDArray[Float], h: NDArray[Float], h_prev: NDArray[Float],
+                   W: NDArray[Float], apply_tanh_grad: bool,
+                   out: tuple[NDArray[Float], NDArray[Float], NDArray[Float]] | None = None
+                   ) -> tuple[NDArray[Float], NDArray[Float], NDArray[Float]]: ...
+def fourier_backward(dL_dphi: NDArray[Float], x: NDArray[Float], B: NDArray[Float],
+                     out: NDArray[Float] | None = None) -> NDArray[Float]: ...
+def adam_step(params: NDArray[Float], grad: NDArray[Float], m: NDArray[Float], v: NDArray[Float],
+              step: int, lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+              weight_decay: float = 0.0) -> None:
+    """One fused Adam(W) step over flat buffers, in place; step counts from 1."""
+
+def has_openmp() -> bool: ...
+def has_cuda() -> bool: ...
+def cuda_device_count() -> int: ...
+def get_num_threads() -> int: ...
+def set_num_threads(n: int) -> None: ...
+def cpu_isa() -> str: ...
