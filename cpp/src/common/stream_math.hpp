@@ -74,12 +74,12 @@ HELMPINN_HD void fourier_backward_point(const T* x, const T* omega, std::ptrdiff
     sbar = sb;
 }
 
-/// tanh layer, forward, one unit at one point (MATH.md, Streams):
-///   h = tanh z, t = 1 - h^2, h_i = t z_i, h_lap = t z_lap - 2 h t q, q = sum_i z_i^2.
-/// z and h are stream-strided by ss (they may not alias).
+/// tanh layer, forward, one unit at one point (MATH.md, Streams), given hv = tanh z[0]:
+///   h = hv, t = 1 - h^2, h_i = t z_i, h_lap = t z_lap - 2 h t q, q = sum_i z_i^2.
+/// z and h are stream-strided by ss (they may not alias). Taking hv lets a backend compute
+/// tanh with its own (vectorised) routine.
 template <typename T>
-HELMPINN_HD void tanh_forward(const T* z, T* h, std::ptrdiff_t ss, int d, int ns) {
-    const T hv = std::tanh(z[0]);
+HELMPINN_HD void tanh_streams(const T* z, T hv, T* h, std::ptrdiff_t ss, int d, int ns) {
     const T t = T(1) - hv * hv;
     h[0] = hv;
     if (ns > 1) {
@@ -91,6 +91,12 @@ HELMPINN_HD void tanh_forward(const T* z, T* h, std::ptrdiff_t ss, int d, int ns
         }
         if (ns > d + 1) h[(d + 1) * ss] = t * z[(d + 1) * ss] - T(2) * hv * t * q;
     }
+}
+
+/// tanh_streams with hv = tanh z[0].
+template <typename T>
+HELMPINN_HD void tanh_forward(const T* z, T* h, std::ptrdiff_t ss, int d, int ns) {
+    tanh_streams(z, T(std::tanh(z[0])), h, ss, d, ns);
 }
 
 /// tanh layer, backward, one unit at one point, in place: g holds the adjoints of the outputs

@@ -15,6 +15,8 @@
 #include "../common/stream_math.hpp"
 #include "aligned.hpp"
 #include "gemm.hpp"
+#include "vmath.hpp"
+#include <type_traits>
 
 namespace helmpinn {
 namespace {
@@ -23,6 +25,27 @@ using cpu::AlignedArray;
 using cpu::gemm;
 
 enum Term { kPde = 0, kData = 1, kBc = 2 };
+
+template <int V>
+using Int = std::integral_constant<int, V>;
+
+// Calls f(Int<d>, Int<ns>) for the compile-time pair (d, ns), ns in {1, d+1, d+2}: the
+// per-element stream math then unrolls and the loops over features vectorise.
+template <typename F>
+void with_streams(int d, int ns, F&& f) {
+    switch (d * 10 + ns) {
+        case 11: f(Int<1>{}, Int<1>{}); break;
+        case 12: f(Int<1>{}, Int<2>{}); break;
+        case 13: f(Int<1>{}, Int<3>{}); break;
+        case 21: f(Int<2>{}, Int<1>{}); break;
+        case 23: f(Int<2>{}, Int<3>{}); break;
+        case 24: f(Int<2>{}, Int<4>{}); break;
+        case 31: f(Int<3>{}, Int<1>{}); break;
+        case 34: f(Int<3>{}, Int<4>{}); break;
+        case 35: f(Int<3>{}, Int<5>{}); break;
+        default: throw std::logic_error("helmpinn: unsupported stream count");
+    }
+}
 
 template <typename T>
 class CpuBackend final : public Backend<T> {
@@ -54,6 +77,7 @@ public:
         adj_.resize(slots_ * 2 * adj_stride_);
         slot_grad_.resize(slots_ * np_);
         slot_loss_.resize(slots_ * 3);
+        slot_fresh_.resize(slots_);
         zero(grad_.data(), np_);
 
         bufs_.max_streams = S_;
@@ -85,18 +109,20 @@ public:
                  T* lap_u, void*) override {
         prepare(params);
         const int ns = derivatives == 0 ? 1 : derivatives == 1 ? d_ + 1 : d_ + 2;
-        for (std::size_t c0 = 0; c0 < n; c0 += B_) {
-            const int nc = int(std::min(B_, n - c0));
-            const int ntiles = (nc + tile - 1) / tile;
+        with_streams(d_, ns, [&](auto D, auto NS) {
+            for (std::size_t c0 = 0; c0 < n; c0 += B_) {
+                const int nc = int(std::min(B_, n - c0));
+                const int ntiles = (nc + tile - 1) / tile;
 #if defined(HELMPINN_WITH_OPENMP)
 #pragma omp parallel for schedule(dynamic, 1)
 #endif
-            for (int t = 0; t < ntiles; ++t) {
-                const int p0 = t * tile, np = std::min(tile, nc - p0);
-                forward_tile(params, ns, p0, np, x + c0 * d_);
-                copy_outputs(ns, p0, np, c0, u, grad_u, lap_u);
+                for (int t = 0; t < ntiles; ++t) {
+                    const int p0 = t * tile, np = std::min(tile, nc - p0);
+                    forward_tile<D(), NS()>(params, p0, np, x + c0 * d_);
+                    copy_outputs(NS(), p0, np, c0, u, grad_u, lap_u);
+                }
             }
-        }
+        });
     }
 
     LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
@@ -106,7 +132,7 @@ public:
         std::size_t used = 0;
         for (std::size_t c : counts) used = std::max(used, (std::min(c, B_) + tile - 1) / tile);
         used = std::min(used, slots_);
-        zero(slot_grad_.data(), used * np_);
+        std::fill(slot_fresh_.begin(), slot_fresh_.end(), char(1));  // zeroed on first use
         std::fill(slot_loss_.begin(), slot_loss_.end(), 0.0);
 
         if (in.n_pde) run_term(kPde, params, in, in.x_pde, in.n_pde, d_ + 2);
@@ -120,7 +146,8 @@ public:
 #endif
         for (long i = 0; i < np; ++i) {
             T s = T(0);
-            for (std::size_t k = 0; k < used; ++k) s += slot_grad_[k * np_ + i];
+            for (std::size_t k = 0; k < used; ++k)
+                if (!slot_fresh_[k]) s += slot_grad_[k * np_ + i];
             grad[i] = s;
         }
         if (!in.train_fourier) zero(grad, std::size_t(d_) * m_);
@@ -161,16 +188,17 @@ private:
     }
 
     // Forward streams of points p0 .. p0+np of the current chunk (x points at the chunk start).
-    void forward_tile(const T* params, int ns, int p0, int np, const T* x) {
+    template <int D, int NS>
+    void forward_tile(const T* params, int p0, int np, const T* x) {
         const std::size_t B = B_;
-        const int d = d_, m = m_, H = H_;
+        const int m = m_, H = H_;
         for (int p = 0; p < np; ++p) {
             const std::size_t gp = std::size_t(p0 + p);
-            T* xi = x_input_.data() + gp * d;
-            for (int i = 0; i < d; ++i) xi[i] = x[gp * d + i];
+            T* xi = x_input_.data() + gp * D;
+            for (int i = 0; i < D; ++i) xi[i] = x[gp * D + i];
             T* f = feat_.data() + gp * 2 * m;
             for (int j = 0; j < m; ++j)
-                math::fourier_forward(xi, omega_.data() + j, m, Omega_[j], d, ns, f + j, f + m + j,
+                math::fourier_forward(xi, omega_.data() + j, m, Omega_[j], D, NS, f + j, f + m + j,
                                       std::ptrdiff_t(B * 2 * m));
         }
         const T* A = feat_.data();
@@ -178,7 +206,7 @@ private:
             const int in = sp_.layer_in(l), out = sp_.layer_out(l);
             const std::size_t ssA = B * in, ssZ = B * out;
             T* Z = z_[l].data();
-            for (int s = 0; s < ns; ++s)
+            for (int s = 0; s < NS; ++s)
                 gemm<T>(np, out, in, A + s * ssA + std::size_t(p0) * in, in, 1,
                         wt_.data() + wt_off_[l], out, Z + s * ssZ + std::size_t(p0) * out, out,
                         false);
@@ -189,10 +217,16 @@ private:
             }
             if (l == L_) break;
             T* Hh = h_[l].data();
-            for (int p = 0; p < np; ++p) {
-                const std::size_t r = std::size_t(p0 + p) * H;
-                for (int j = 0; j < H; ++j)
-                    math::tanh_forward(Z + r + j, Hh + r + j, std::ptrdiff_t(ssZ), d, ns);
+            const std::size_t r0 = std::size_t(p0) * H;
+            cpu::tanh_array<T>(Z + r0, Hh + r0, np * H);  // value stream, vectorised
+            if (NS > 1) {
+                for (int p = 0; p < np; ++p) {
+                    const std::size_t r = std::size_t(p0 + p) * H;
+#pragma omp simd
+                    for (int j = 0; j < H; ++j)
+                        math::tanh_streams(Z + r + j, Hh[r + j], Hh + r + j,
+                                           std::ptrdiff_t(ssZ), D, NS);
+                }
             }
             A = Hh;
         }
@@ -225,24 +259,30 @@ private:
                   int ns) {
         const T w = term == kPde ? in.w_pde : term == kData ? in.w_data : in.w_bc;
         const T c = T(2) * w / T(n);
-        for (std::size_t c0 = 0; c0 < n; c0 += B_) {
-            const int nc = int(std::min(B_, n - c0));
-            const int ntiles = (nc + tile - 1) / tile;
-            const int nsl = int(std::min<std::size_t>(slots_, std::size_t(ntiles)));
+        with_streams(d_, ns, [&](auto D, auto NS) {
+            for (std::size_t c0 = 0; c0 < n; c0 += B_) {
+                const int nc = int(std::min(B_, n - c0));
+                const int ntiles = (nc + tile - 1) / tile;
+                const int nsl = int(std::min<std::size_t>(slots_, std::size_t(ntiles)));
 #if defined(HELMPINN_WITH_OPENMP)
 #pragma omp parallel for schedule(dynamic, 1)
 #endif
-            for (int k = 0; k < nsl; ++k) {
-                for (int t = k; t < ntiles; t += int(slots_)) {
-                    const int p0 = t * tile, np = std::min(tile, nc - p0);
-                    forward_tile(params, ns, p0, np, x + c0 * d_);
-                    T* g0 = adj_.data() + std::size_t(k) * 2 * adj_stride_;
-                    slot_loss_[std::size_t(k) * 3 + term] +=
-                        seed(term, in, ns, p0, np, c0, c, g0);
-                    backward_tile(params, ns, p0, np, k, in.train_fourier);
+                for (int k = 0; k < nsl; ++k) {
+                    if (slot_fresh_[k]) {  // first use in this call: zeroed by its own thread
+                        zero(slot_grad_.data() + std::size_t(k) * np_, np_);
+                        slot_fresh_[k] = 0;
+                    }
+                    for (int t = k; t < ntiles; t += int(slots_)) {
+                        const int p0 = t * tile, np = std::min(tile, nc - p0);
+                        forward_tile<D(), NS()>(params, p0, np, x + c0 * d_);
+                        T* g0 = adj_.data() + std::size_t(k) * 2 * adj_stride_;
+                        slot_loss_[std::size_t(k) * 3 + term] +=
+                            seed(term, in, NS(), p0, np, c0, c, g0);
+                        backward_tile<D(), NS()>(params, p0, np, k, in.train_fourier);
+                    }
                 }
             }
-        }
+        });
     }
 
     // Loss adjoints at the output, tile-local layout [ns, tile, 2]; returns the tile's sum |r|^2.
@@ -257,7 +297,7 @@ private:
             const std::size_t lp = std::size_t(p0 + p), gp = c0 + lp;
             const T* u = U + lp * 2;
             T* gu = g + std::size_t(p) * 2;
-            T tmp[2 * 5];  // u streams gathered to a small local stride for the seed functions
+            T tmp[2 * 5] = {};  // u streams gathered to a small local stride for the seed functions
             if (term == kPde) {
                 for (int s = 0; s < ns; ++s) {
                     tmp[2 * s] = u[s * ssU];
@@ -291,9 +331,10 @@ private:
     }
 
     // Adjoint pass of one tile; adds its gradient into slot k.
-    void backward_tile(const T* params, int ns, int p0, int np, int k, bool train_fourier) {
+    template <int D, int NS>
+    void backward_tile(const T* params, int p0, int np, int k, bool train_fourier) {
         const std::size_t B = B_;
-        const int d = d_, m = m_;
+        const int m = m_;
         T* gcur = adj_.data() + std::size_t(k) * 2 * adj_stride_;
         T* gnext = gcur + adj_stride_;
         T* sg = slot_grad_.data() + std::size_t(k) * np_;
@@ -306,15 +347,16 @@ private:
                 const std::ptrdiff_t ssZ = std::ptrdiff_t(B * out);
                 for (int p = 0; p < np; ++p) {
                     const std::size_t r = std::size_t(p0 + p) * out;
+                    T* g = gcur + std::size_t(p) * out;
+#pragma omp simd
                     for (int j = 0; j < out; ++j)
-                        math::tanh_backward(Z + r + j, ssZ, Hh[r + j],
-                                            gcur + std::size_t(p) * out + j, ssG, d, ns);
+                        math::tanh_backward(Z + r + j, ssZ, Hh[r + j], g + j, ssG, D, NS);
                 }
             }
             const T* A = l == 0 ? feat_.data() : h_[l - 1].data();
             const std::size_t ssA = B * in;
             T* dW = sg + sp_.offset_W(l);
-            for (int s = 0; s < ns; ++s)  // dW += G_s^T A_s
+            for (int s = 0; s < NS; ++s)  // dW += G_s^T A_s
                 gemm<T>(out, in, np, gcur + s * ssG, 1, out, A + s * ssA + std::size_t(p0) * in,
                         in, dW, in, true);
             T* db = sg + sp_.offset_b(l);
@@ -322,7 +364,7 @@ private:
                 for (int j = 0; j < out; ++j) db[j] += gcur[std::size_t(p) * out + j];
             if (l == 0 && !train_fourier) return;
             const T* W = params + sp_.offset_W(l);
-            for (int s = 0; s < ns; ++s)  // A-adjoint_s = G_s W
+            for (int s = 0; s < NS; ++s)  // A-adjoint_s = G_s W
                 gemm<T>(np, in, out, gcur + s * ssG, out, 1, W, in,
                         gnext + std::size_t(s) * tile * in, in, false);
             std::swap(gcur, gnext);
@@ -331,13 +373,13 @@ private:
         T* dB = sg + sp_.offset_B();
         const std::ptrdiff_t ssF = std::ptrdiff_t(tile) * 2 * m;
         for (int p = 0; p < np; ++p) {
-            const T* xi = x_input_.data() + std::size_t(p0 + p) * d;
+            const T* xi = x_input_.data() + std::size_t(p0 + p) * D;
             const T* g = gcur + std::size_t(p) * 2 * m;
             for (int j = 0; j < m; ++j) {
                 T sbar, wbar[3];
-                math::fourier_backward_point(xi, omega_.data() + j, m, Omega_[j], d, ns, g + j,
+                math::fourier_backward_point(xi, omega_.data() + j, m, Omega_[j], D, NS, g + j,
                                              g + m + j, ssF, sbar, wbar);
-                for (int i = 0; i < d; ++i)
+                for (int i = 0; i < D; ++i)
                     dB[std::size_t(i) * m + j] += T(math::two_pi) * (xi[i] * sbar + wbar[i]);
             }
         }
@@ -350,6 +392,7 @@ private:
     AlignedArray<T> x_input_, feat_, z_[16], h_[16], du_dx_, d2u_, grad_, wt_, omega_, Omega_,
         adj_, slot_grad_;
     AlignedArray<double> slot_loss_;
+    AlignedArray<char> slot_fresh_;
     std::size_t wt_off_[16] = {};
     std::size_t slots_ = 1, adj_stride_ = 0;
     WorkspaceBuffers<T> bufs_;

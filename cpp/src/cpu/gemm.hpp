@@ -25,7 +25,9 @@ constexpr int vector_bytes = 16;
 template <typename T>
 struct GemmShape {
     static constexpr int NR = 2 * vector_bytes / int(sizeof(T));  // columns in registers
-    static constexpr int MR = 6;                                   // rows in registers
+    // rows in registers: 8 x 2 accumulators of 32 registers (AVX-512), 4 x 2 of 16 (AVX2);
+    // 8 and 4 divide the backend's 32-point tiles, so no remainder rows in the hot loops.
+    static constexpr int MR = vector_bytes == 64 ? 8 : 4;
 };
 
 template <typename T, int MR, int NR>
@@ -95,6 +97,8 @@ inline void gemm(int M, int N, int K, const T* A, std::ptrdiff_t ars, std::ptrdi
     const T* a = A + m * ars;
     T* c = C + m * ldc;
     switch (M - m) {
+        case 7: gemm_rows<T, 7>(N, K, a, ars, acs, B, ldb, c, ldc, accumulate); break;
+        case 6: gemm_rows<T, 6>(N, K, a, ars, acs, B, ldb, c, ldc, accumulate); break;
         case 5: gemm_rows<T, 5>(N, K, a, ars, acs, B, ldb, c, ldc, accumulate); break;
         case 4: gemm_rows<T, 4>(N, K, a, ars, acs, B, ldb, c, ldc, accumulate); break;
         case 3: gemm_rows<T, 3>(N, K, a, ars, acs, B, ldb, c, ldc, accumulate); break;
