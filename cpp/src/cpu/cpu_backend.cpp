@@ -206,10 +206,28 @@ private:
             const int in = sp_.layer_in(l), out = sp_.layer_out(l);
             const std::size_t ssA = B * in, ssZ = B * out;
             T* Z = z_[l].data();
-            for (int s = 0; s < NS; ++s)
-                gemm<T>(np, out, in, A + s * ssA + std::size_t(p0) * in, in, 1,
-                        wt_.data() + wt_off_[l], out, Z + s * ssZ + std::size_t(p0) * out, out,
-                        false);
+            if (l < L_) {
+                for (int s = 0; s < NS; ++s)
+                    gemm<T>(np, out, in, A + s * ssA + std::size_t(p0) * in, in, 1,
+                            wt_.data() + wt_off_[l], out, Z + s * ssZ + std::size_t(p0) * out,
+                            out, false);
+            } else {  // two outputs: two dot products per row, vectorised along the row
+                const T* W0 = params + sp_.offset_W(l);
+                const T* W1 = W0 + in;
+                for (int s = 0; s < NS; ++s)
+                    for (int p = 0; p < np; ++p) {
+                        const T* a = A + s * ssA + std::size_t(p0 + p) * in;
+                        T u0 = T(0), u1 = T(0);
+#pragma omp simd reduction(+ : u0, u1)
+                        for (int i = 0; i < in; ++i) {
+                            u0 += a[i] * W0[i];
+                            u1 += a[i] * W1[i];
+                        }
+                        T* zr = Z + s * ssZ + std::size_t(p0 + p) * 2;
+                        zr[0] = u0;
+                        zr[1] = u1;
+                    }
+            }
             const T* bias = params + sp_.offset_b(l);
             for (int p = 0; p < np; ++p) {
                 T* zr = Z + std::size_t(p0 + p) * out;
@@ -268,17 +286,16 @@ private:
 #pragma omp parallel for schedule(dynamic, 1)
 #endif
                 for (int k = 0; k < nsl; ++k) {
-                    if (slot_fresh_[k]) {  // first use in this call: zeroed by its own thread
-                        zero(slot_grad_.data() + std::size_t(k) * np_, np_);
-                        slot_fresh_[k] = 0;
-                    }
                     for (int t = k; t < ntiles; t += int(slots_)) {
                         const int p0 = t * tile, np = std::min(tile, nc - p0);
                         forward_tile<D(), NS()>(params, p0, np, x + c0 * d_);
                         T* g0 = adj_.data() + std::size_t(k) * 2 * adj_stride_;
                         slot_loss_[std::size_t(k) * 3 + term] +=
                             seed(term, in, NS(), p0, np, c0, c, g0);
-                        backward_tile<D(), NS()>(params, p0, np, k, in.train_fourier);
+                        // The first tile of a slot in this call writes its gradient, later ones add.
+                        const bool first = slot_fresh_[k] != 0;
+                        slot_fresh_[k] = 0;
+                        backward_tile<D(), NS()>(params, p0, np, k, first, in.train_fourier);
                     }
                 }
             }
@@ -332,7 +349,7 @@ private:
 
     // Adjoint pass of one tile; adds its gradient into slot k.
     template <int D, int NS>
-    void backward_tile(const T* params, int p0, int np, int k, bool train_fourier) {
+    void backward_tile(const T* params, int p0, int np, int k, bool first, bool train_fourier) {
         const std::size_t B = B_;
         const int m = m_;
         T* gcur = adj_.data() + std::size_t(k) * 2 * adj_stride_;
@@ -358,8 +375,9 @@ private:
             T* dW = sg + sp_.offset_W(l);
             for (int s = 0; s < NS; ++s)  // dW += G_s^T A_s
                 gemm<T>(out, in, np, gcur + s * ssG, 1, out, A + s * ssA + std::size_t(p0) * in,
-                        in, dW, in, true);
+                        in, dW, in, !(first && s == 0));
             T* db = sg + sp_.offset_b(l);
+            if (first) zero(db, std::size_t(out));
             for (int p = 0; p < np; ++p)
                 for (int j = 0; j < out; ++j) db[j] += gcur[std::size_t(p) * out + j];
             if (l == 0 && !train_fourier) return;
@@ -371,6 +389,7 @@ private:
         }
         // Fourier layer: gcur holds the feature adjoints [ns, tile, 2m].
         T* dB = sg + sp_.offset_B();
+        if (first) zero(dB, std::size_t(D) * m);
         const std::ptrdiff_t ssF = std::ptrdiff_t(tile) * 2 * m;
         for (int p = 0; p < np; ++p) {
             const T* xi = x_input_.data() + std::size_t(p0 + p) * D;
