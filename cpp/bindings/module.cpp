@@ -345,6 +345,20 @@ void adam_impl(py::handle params, py::handle grad, py::handle m, py::handle v, l
     adam_step<T>(P.ptr, G.ptr, M.ptr, V.ptr, std::size_t(n), step, lr, b1, b2, eps, wd);
 }
 
+// All array arguments of one call share the first one's dtype; a different one is named.
+void require_same_dtype(py::handle first, const char* first_name,
+                        std::initializer_list<std::pair<py::handle, const char*>> others) {
+    const py::dtype dt = py::reinterpret_borrow<py::array>(first).dtype();
+    for (const auto& [obj, name] : others) {
+        if (obj.is_none() || !py::isinstance<py::array>(obj)) continue;
+        const py::dtype o = py::reinterpret_borrow<py::array>(obj).dtype();
+        if (!o.is(dt))
+            throw py::type_error(std::string(name) + ": dtype " + std::string(py::str(o)) +
+                                 " differs from " + first_name + "'s " + std::string(py::str(dt)) +
+                                 "; all arrays of one call must have the same dtype");
+    }
+}
+
 // Picks float or double from the dtype of the first array argument.
 bool first_is_f32(py::handle a, const char* name) {
     if (!py::isinstance<py::array>(a))
@@ -595,25 +609,33 @@ PYBIND11_MODULE(_core, mod) {
         });
 
     mod.def("mse_backward", [](py::handle pred, py::handle target, py::object out) {
-        return first_is_f32(pred, "pred") ? mse_backward_impl<float>(pred, target, out)
+        const bool f32 = first_is_f32(pred, "pred");
+        require_same_dtype(pred, "pred", {{target, "target"}, {out, "out"}});
+        return f32 ? mse_backward_impl<float>(pred, target, out)
                                           : mse_backward_impl<double>(pred, target, out);
     }, py::arg("pred"), py::arg("target"), py::arg("out") = py::none(),
        "dL/dpred = 2/N (pred - target).");
     mod.def("layer_backward", [](py::handle dL_dh, py::handle h, py::handle h_prev, py::handle W,
                                  bool apply_tanh_grad, py::object out) {
-        return first_is_f32(dL_dh, "dL_dh")
+        const bool f32 = first_is_f32(dL_dh, "dL_dh");
+        require_same_dtype(dL_dh, "dL_dh", {{h, "h"}, {h_prev, "h_prev"}, {W, "W"}});
+        return f32
                    ? layer_backward_impl<float>(dL_dh, h, h_prev, W, apply_tanh_grad, out)
                    : layer_backward_impl<double>(dL_dh, h, h_prev, W, apply_tanh_grad, out);
     }, py::arg("dL_dh"), py::arg("h"), py::arg("h_prev"), py::arg("W"), py::arg("apply_tanh_grad"),
        py::arg("out") = py::none(), "Returns (dW, db, dh_prev) of one layer.");
     mod.def("fourier_backward", [](py::handle dL_dphi, py::handle x, py::handle B, py::object out) {
-        return first_is_f32(dL_dphi, "dL_dphi") ? fourier_backward_impl<float>(dL_dphi, x, B, out)
+        const bool f32 = first_is_f32(dL_dphi, "dL_dphi");
+        require_same_dtype(dL_dphi, "dL_dphi", {{x, "x"}, {B, "B"}, {out, "out"}});
+        return f32 ? fourier_backward_impl<float>(dL_dphi, x, B, out)
                                                 : fourier_backward_impl<double>(dL_dphi, x, B, out);
     }, py::arg("dL_dphi"), py::arg("x"), py::arg("B"), py::arg("out") = py::none(),
        "dL/dB [d, m] from the adjoint of the Fourier features.");
     mod.def("adam_step", [](py::handle params, py::handle grad, py::handle m, py::handle v, long step,
                             double lr, double beta1, double beta2, double eps, double weight_decay) {
-        if (first_is_f32(params, "params"))
+        const bool f32 = first_is_f32(params, "params");
+        require_same_dtype(params, "params", {{grad, "grad"}, {m, "m"}, {v, "v"}});
+        if (f32)
             adam_impl<float>(params, grad, m, v, step, lr, beta1, beta2, eps, weight_decay);
         else
             adam_impl<double>(params, grad, m, v, step, lr, beta1, beta2, eps, weight_decay);

@@ -1,0 +1,87 @@
+"""Shared fixtures of the numerical tests: a seeded RNG, small model shapes for d = 1, 2, 3,
+and a helper that makes random loss inputs in the keyword form of Workspace.value_and_grad."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import numpy as np
+import pytest
+
+# The float64 reference (tests/reference.py) is imported as a plain module by the tests, whatever
+# pytest's import mode.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# (in_dim, ff_dim, hidden_dim, num_hidden_layers): small enough for finite differences over
+# every parameter to take milliseconds.
+SPECS = {1: (1, 4, 8, 2), 2: (2, 4, 6, 2), 3: (3, 3, 6, 2)}
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20250101)
+
+
+@pytest.fixture(params=[1, 2, 3], ids=lambda d: f"d{d}")
+def d(request) -> int:
+    return request.param
+
+
+@pytest.fixture
+def spec_tuple(d) -> tuple[int, int, int, int]:
+    return SPECS[d]
+
+
+def _unit_normals(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    v = rng.normal(size=(n, d))
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _make_inputs(rng: np.random.Generator, d: int, *, n_pde: int = 0, n_data: int = 0,
+                 n_bc: int = 0, kappa: str = "scalar", alpha: str = "scalar", f: bool = True,
+                 g: bool = True, weights: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> dict:
+    """Random float64 loss inputs as keyword arguments of value_and_grad (absent terms omitted).
+
+    kappa: "scalar" (a Python float) or "array" ([n_pde]); alpha: "scalar" (a Python complex),
+    "sommerfeld" (complex 0 - i k) or "array" ([n_bc, 2]); f, g: given or None.
+    """
+    out: dict = {}
+    if n_pde:
+        out["x_pde"] = rng.uniform(-1.0, 1.0, (n_pde, d))
+        out["kappa"] = (float(rng.uniform(1.0, 10.0)) if kappa == "scalar"
+                        else rng.uniform(1.0, 10.0, n_pde))
+        out["f"] = rng.normal(size=(n_pde, 2)) if f else None
+    if n_data:
+        out["x_data"] = rng.uniform(-1.0, 1.0, (n_data, d))
+        out["y"] = rng.normal(size=(n_data, 2))
+    if n_bc:
+        out["x_bc"] = rng.uniform(-1.0, 1.0, (n_bc, d))
+        out["n_bc"] = _unit_normals(rng, n_bc, d)
+        if alpha == "scalar":
+            out["alpha_bc"] = complex(rng.normal(), rng.normal())
+        elif alpha == "sommerfeld":
+            out["alpha_bc"] = complex(0.0, -float(rng.uniform(1.0, 3.0)))
+        else:
+            out["alpha_bc"] = rng.normal(size=(n_bc, 2))
+        out["g_bc"] = rng.normal(size=(n_bc, 2)) if g else None
+    out["w_pde"], out["w_data"], out["w_bc"] = (float(w) for w in weights)
+    return out
+
+
+@pytest.fixture
+def make_inputs(rng):
+    """make_inputs(d, n_pde=.., n_data=.., n_bc=.., kappa=.., alpha=.., f=.., g=.., weights=..)."""
+    return functools.partial(_make_inputs, rng)
+
+
+def cast_inputs(terms: dict, dtype) -> dict:
+    """The same inputs with every array converted (C-contiguous) to dtype; scalars unchanged."""
+    return {k: (np.ascontiguousarray(v, dtype=dtype) if isinstance(v, np.ndarray) else v)
+            for k, v in terms.items()}
+
+
+@pytest.fixture
+def cast():
+    return cast_inputs

@@ -1,0 +1,349 @@
+"""Independent float64 NumPy reference of the helmpinn model and its Helmholtz PINN loss.
+
+Nothing here imports helmpinn: this is the yardstick the compiled core is measured against.
+
+* Layout: one flat vector, in the order B [d, m], W0 [H, 2m], b0 [H], W1 [H, H], b1 [H], ...,
+  W{L} [2, H], b{L} [2] (L = number of hidden tanh layers), every tensor row-major.
+* Spatial derivatives: full second-order forward mode. Each layer carries the value, the
+  Jacobian with respect to x ([.., d, width]) and the FULL Hessian ([.., d, d, width]), pushed
+  through tanh by the chain rule  h_ij = t z_ij + t' z_i z_j  (t = 1 - h^2, t' = -2 h t);
+  the Laplacian is the trace of the Hessian. This is a different route from the core's
+  Laplacian-stream recursion and is checked against finite differences and the complex step
+  in x by test_reference.py.
+* Loss gradient with respect to theta: central finite differences (`fd_grad`) and, as an
+  independent check of those, the complex-step derivative (`cs_grad`); every operation in
+  the loss is analytic (tanh, sin, cos, products, squares of real and imaginary parts kept as
+  separate real numbers), so theta may be complex.
+* Every function takes theta as [P] or as a batch [K, P]; batching is what keeps a finite
+  difference over all parameters fast.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+TWO_PI = 2.0 * math.pi
+
+
+# --------------------------------------------------------------------------------------------
+# Shapes and the flat layout
+# --------------------------------------------------------------------------------------------
+
+def as_tuple(spec: Any) -> tuple[int, int, int, int]:
+    """(in_dim, ff_dim, hidden_dim, num_hidden_layers) from a tuple or a ModelSpec-like object."""
+    if isinstance(spec, tuple):
+        d, m, h, n_layers = spec
+    else:
+        d, m, h, n_layers = spec.in_dim, spec.ff_dim, spec.hidden_dim, spec.num_hidden_layers
+    return int(d), int(m), int(h), int(n_layers)
+
+
+def layout(spec: Any) -> list[tuple[str, tuple[int, ...], int]]:
+    """(name, shape, offset) of every tensor of the flat buffer, in buffer order."""
+    d, m, h, n_layers = as_tuple(spec)
+    out: list[tuple[str, tuple[int, ...], int]] = []
+    off = 0
+
+    def add(name: str, shape: tuple[int, ...]) -> None:
+        nonlocal off
+        out.append((name, shape, off))
+        off += int(np.prod(shape))
+
+    add("B", (d, m))
+    for layer in range(n_layers + 1):
+        n_in = 2 * m if layer == 0 else h
+        n_out = 2 if layer == n_layers else h
+        add(f"W{layer}", (n_out, n_in))
+        add(f"b{layer}", (n_out,))
+    return out
+
+
+def num_params(spec: Any) -> int:
+    name, shape, off = layout(spec)[-1]
+    return off + int(np.prod(shape))
+
+
+def unpack(theta: np.ndarray, spec: Any) -> dict[str, np.ndarray]:
+    """Views of theta [..., P] as named tensors [..., *shape]."""
+    theta = np.asarray(theta)
+    assert theta.shape[-1] == num_params(spec), (theta.shape, num_params(spec))
+    lead = theta.shape[:-1]
+    return {name: theta[..., off:off + int(np.prod(shape))].reshape(lead + shape)
+            for name, shape, off in layout(spec)}
+
+
+def random_params(spec: Any, rng: np.random.Generator, fourier_sigma: float = 0.5,
+                  bias_scale: float = 0.1) -> np.ndarray:
+    """Random float64 parameters: Glorot-normal weights, small random biases, B ~ N(0, sigma^2)."""
+    theta = np.empty(num_params(spec))
+    views = unpack(theta, spec)
+    for name, arr in views.items():
+        if name == "B":
+            arr[...] = rng.normal(0.0, fourier_sigma, arr.shape)
+        elif name.startswith("W"):
+            n_out, n_in = arr.shape
+            arr[...] = rng.normal(0.0, math.sqrt(2.0 / (n_in + n_out)), arr.shape)
+        else:
+            arr[...] = rng.normal(0.0, bias_scale, arr.shape)
+    return theta
+
+
+# --------------------------------------------------------------------------------------------
+# Forward: value, Jacobian and Hessian in x
+# --------------------------------------------------------------------------------------------
+
+def _batched(theta: np.ndarray) -> tuple[np.ndarray, bool]:
+    theta = np.asarray(theta)
+    if theta.ndim == 1:
+        return theta[None, :], True
+    assert theta.ndim == 2
+    return theta, False
+
+
+def network(theta: np.ndarray, spec: Any, x: np.ndarray, order: int = 0):
+    """u [K, N, 2], and with order >= 1 du/dx [K, N, d, 2], with order 2 d2u/dx2 [K, N, d, d, 2].
+
+    theta [K, P] (complex allowed); x [N, d] real (or complex, for a complex step in x).
+    """
+    d, m, hdim, n_layers = as_tuple(spec)
+    p = unpack(theta, spec)
+    x = np.asarray(x)
+    assert x.ndim == 2 and x.shape[1] == d, x.shape
+    B = p["B"]                                     # [K, d, m]
+    om = TWO_PI * B                                # omega [K, d, m]
+    s = TWO_PI * np.einsum("ni,kim->knm", x, B)    # [K, N, m]
+    sin_s, cos_s = np.sin(s), np.cos(s)
+    a = np.concatenate([sin_s, cos_s], axis=-1)    # [K, N, 2m]
+    a1 = a2 = None
+    if order >= 1:
+        # d phi / d x_i = [omega_i cos s, -omega_i sin s]
+        a1 = np.concatenate([om[:, None, :, :] * cos_s[:, :, None, :],
+                             -om[:, None, :, :] * sin_s[:, :, None, :]], axis=-1)   # [K,N,d,2m]
+    if order >= 2:
+        # d2 phi / dx_i dx_j = -omega_i omega_j [sin s, cos s]
+        oo = om[:, :, None, :] * om[:, None, :, :]                                 # [K,d,d,m]
+        a2 = -np.concatenate([oo[:, None] * sin_s[:, :, None, None, :],
+                              oo[:, None] * cos_s[:, :, None, None, :]], axis=-1)    # [K,N,d,d,2m]
+    for layer in range(n_layers + 1):
+        W, b = p[f"W{layer}"], p[f"b{layer}"]
+        z = np.einsum("kni,koi->kno", a, W) + b[:, None, :]
+        z1 = np.einsum("knji,koi->knjo", a1, W) if order >= 1 else None
+        z2 = np.einsum("knjli,koi->knjlo", a2, W) if order >= 2 else None
+        if layer == n_layers:
+            return (z, z1, z2)[: order + 1] if order else z
+        h = np.tanh(z)
+        t = 1.0 - h * h
+        if order >= 2:
+            dt = -2.0 * h * t
+            a2 = (t[:, :, None, None, :] * z2
+                  + dt[:, :, None, None, :] * z1[:, :, :, None, :] * z1[:, :, None, :, :])
+        if order >= 1:
+            a1 = t[:, :, None, :] * z1
+        a = h
+    raise AssertionError("unreachable")
+
+
+def forward(theta: np.ndarray, spec: Any, x: np.ndarray, derivatives: int = 2):
+    """For one theta [P]: u [N, 2]; grad_u [N, d, 2]; lap_u [N, 2] (as Workspace.forward)."""
+    theta = np.asarray(theta)
+    assert theta.ndim == 1
+    if derivatives == 0:
+        return network(theta[None], spec, x, 0)[0]
+    res = network(theta[None], spec, x, derivatives)
+    u, du = res[0][0], res[1][0]
+    if derivatives == 1:
+        return u, du
+    lap = np.einsum("nii...->n...", res[2][0])
+    return u, du, lap
+
+
+def hessian(theta: np.ndarray, spec: Any, x: np.ndarray) -> np.ndarray:
+    """d2u/dx_i dx_j [N, d, d, 2] for one theta."""
+    return network(np.asarray(theta)[None], spec, x, 2)[2][0]
+
+
+def layer_values(theta: np.ndarray, spec: Any, x: np.ndarray):
+    """Value stream caches for one theta: (phi [N, 2m], z list, h list) with z[L] = h[L] = u."""
+    d, m, hdim, n_layers = as_tuple(spec)
+    p = unpack(np.asarray(theta), spec)
+    s = TWO_PI * np.asarray(x) @ p["B"]
+    phi = np.concatenate([np.sin(s), np.cos(s)], axis=-1)
+    a = phi
+    zs, hs = [], []
+    for layer in range(n_layers + 1):
+        z = a @ p[f"W{layer}"].T + p[f"b{layer}"]
+        h = z if layer == n_layers else np.tanh(z)
+        zs.append(z)
+        hs.append(h)
+        a = h
+    return phi, zs, hs
+
+
+# --------------------------------------------------------------------------------------------
+# Loss
+# --------------------------------------------------------------------------------------------
+
+def _pair(v, n: int, name: str) -> np.ndarray:
+    """A complex scalar or an [n, 2] array as (re, im) arrays broadcastable to [n]."""
+    if np.ndim(v) == 0:
+        c = complex(v)
+        return np.array([c.real, c.imag])[None, :].repeat(n, axis=0)
+    v = np.asarray(v, dtype=np.float64)
+    assert v.shape == (n, 2), (name, v.shape)
+    return v
+
+
+def loss_terms(theta: np.ndarray, spec: Any, *, x_pde=None, kappa=None, f=None, x_data=None,
+               y=None, x_bc=None, n_bc=None, alpha_bc=None, g_bc=None, w_pde=1.0, w_data=1.0,
+               w_bc=1.0, **_ignored):
+    """(total, {"pde", "data", "bc"}) with arrays [K] for theta [K, P] or scalars for theta [P].
+
+    L = w_pde/N_c sum |lap u + kappa u - f|^2 + w_data/N_d sum |u - y|^2
+        + w_bc/N_b sum |n . grad u + alpha u - g|^2 ; |.|^2 sums real and imaginary parts.
+    Keyword names follow Workspace.value_and_grad; extra keywords (train_fourier, ...) are ignored.
+    """
+    th, single = _batched(theta)
+    k = th.shape[0]
+    zero = np.zeros(k, dtype=th.dtype)
+    parts = {"pde": zero, "data": zero, "bc": zero}
+
+    if x_pde is not None and len(x_pde):
+        n = len(x_pde)
+        u, _, hess = network(th, spec, x_pde, 2)
+        lap = np.einsum("knii...->kn...", hess)                     # [K, N, 2]
+        kap = np.asarray(kappa if kappa is not None else 0.0, dtype=np.float64)
+        kap = np.broadcast_to(kap, (n,)) if kap.ndim == 0 else kap
+        assert kap.shape == (n,)
+        r = lap + kap[None, :, None] * u
+        if f is not None:
+            r = r - np.asarray(f, dtype=np.float64)[None]
+        parts["pde"] = np.sum(r * r, axis=(1, 2)) / n
+
+    if x_data is not None and len(x_data):
+        n = len(x_data)
+        u = network(th, spec, x_data, 0)
+        e = u - np.asarray(y, dtype=np.float64)[None]
+        parts["data"] = np.sum(e * e, axis=(1, 2)) / n
+
+    if x_bc is not None and len(x_bc):
+        n = len(x_bc)
+        u, du = network(th, spec, x_bc, 1)
+        nrm = np.asarray(n_bc, dtype=np.float64)
+        dn = np.einsum("nj,knjc->knc", nrm, du)                     # n . grad u   [K, N, 2]
+        al = _pair(alpha_bc if alpha_bc is not None else 0.0, n, "alpha_bc")
+        ar, ai = al[None, :, 0], al[None, :, 1]
+        ur, ui = u[..., 0], u[..., 1]
+        rho_r = dn[..., 0] + ar * ur - ai * ui
+        rho_i = dn[..., 1] + ar * ui + ai * ur
+        if g_bc is not None:
+            g = np.asarray(g_bc, dtype=np.float64)
+            rho_r = rho_r - g[None, :, 0]
+            rho_i = rho_i - g[None, :, 1]
+        parts["bc"] = np.sum(rho_r * rho_r + rho_i * rho_i, axis=1) / n
+
+    total = w_pde * parts["pde"] + w_data * parts["data"] + w_bc * parts["bc"]
+    if single:
+        return total[0], {key: val[0] for key, val in parts.items()}
+    return total, parts
+
+
+def loss(theta: np.ndarray, spec: Any, **terms):
+    """The total loss only; theta [P] -> scalar, theta [K, P] -> [K]."""
+    return loss_terms(theta, spec, **terms)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Gradients in theta: central finite differences and the complex step
+# --------------------------------------------------------------------------------------------
+
+def fd_steps(theta: np.ndarray, h_rel: float) -> np.ndarray:
+    return h_rel * np.maximum(1.0, np.abs(theta))
+
+
+def fd_grad(fun, theta: np.ndarray, h_rel: float = 1e-4, order: int = 4,
+            chunk: int = 512) -> np.ndarray:
+    """Central finite-difference gradient of fun (theta [K, P] -> [K]) at theta [P].
+
+    order 2: (f(+h) - f(-h)) / 2h ; order 4: the five-point central stencil
+    (8 (f(+h) - f(-h)) - (f(+2h) - f(-2h))) / 12h, step h_k = h_rel * max(1, |theta_k|).
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    p = theta.size
+    h = fd_steps(theta, h_rel)
+    mults = [1.0, -1.0] if order == 2 else [1.0, -1.0, 2.0, -2.0]
+    rows = []
+    for c in mults:
+        t = np.repeat(theta[None, :], p, axis=0)
+        t[np.arange(p), np.arange(p)] += c * h
+        rows.append(t)
+    pts = np.concatenate(rows, axis=0)
+    vals = np.concatenate([np.asarray(fun(pts[i:i + chunk])) for i in range(0, len(pts), chunk)])
+    v = vals.reshape(len(mults), p)
+    if order == 2:
+        return (v[0] - v[1]) / (2.0 * h)
+    return (8.0 * (v[0] - v[1]) - (v[2] - v[3])) / (12.0 * h)
+
+
+def cs_grad(fun, theta: np.ndarray, h: float = 1e-30, chunk: int = 512) -> np.ndarray:
+    """Complex-step gradient Im f(theta + i h e_k) / h of fun (theta [K, P] -> [K]) at theta [P]."""
+    theta = np.asarray(theta, dtype=np.float64)
+    p = theta.size
+    pts = np.repeat(theta[None, :].astype(np.complex128), p, axis=0)
+    pts[np.arange(p), np.arange(p)] += 1j * h
+    vals = np.concatenate([np.asarray(fun(pts[i:i + chunk])) for i in range(0, p, chunk)])
+    return vals.imag / h
+
+
+def loss_grad_fd(theta: np.ndarray, spec: Any, h_rel: float = 1e-4, order: int = 4,
+                 **terms) -> np.ndarray:
+    """Finite-difference gradient of the reference loss (train_fourier=False zeroes B's block)."""
+    g = fd_grad(lambda t: loss(t, spec, **terms), theta, h_rel=h_rel, order=order)
+    if not terms.get("train_fourier", True):
+        g[: as_tuple(spec)[0] * as_tuple(spec)[1]] = 0.0
+    return g
+
+
+def loss_grad_cs(theta: np.ndarray, spec: Any, **terms) -> np.ndarray:
+    """Complex-step gradient of the reference loss (train_fourier=False zeroes B's block)."""
+    g = cs_grad(lambda t: loss(t, spec, **terms), theta)
+    if not terms.get("train_fourier", True):
+        g[: as_tuple(spec)[0] * as_tuple(spec)[1]] = 0.0
+    return g
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+def rel_err(a, b) -> float:
+    """||a - b|| / max(||b||, tiny)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), np.finfo(np.float64).tiny))
+
+
+def fd_x_grad(ufun, x: np.ndarray, h: float = 1e-4) -> np.ndarray:
+    """Five-point central differences of u(x) [N, 2] in x: [N, d, 2]."""
+    n, d = x.shape
+    out = np.empty((n, d, 2))
+    for i in range(d):
+        e = np.zeros(d)
+        e[i] = h
+        out[:, i, :] = (8 * (ufun(x + e) - ufun(x - e)) - (ufun(x + 2 * e) - ufun(x - 2 * e))) / (12 * h)
+    return out
+
+
+def fd_x_lap(ufun, x: np.ndarray, h: float = 1e-3) -> np.ndarray:
+    """Fourth-order central second differences of u(x) [N, 2], summed over the d axes: [N, 2]."""
+    n, d = x.shape
+    u0 = ufun(x)
+    out = np.zeros((n, 2))
+    for i in range(d):
+        e = np.zeros(d)
+        e[i] = h
+        out += (-ufun(x + 2 * e) + 16 * ufun(x + e) - 30 * u0 + 16 * ufun(x - e)
+                - ufun(x - 2 * e)) / (12 * h * h)
+    return out
