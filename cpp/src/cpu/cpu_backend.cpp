@@ -50,7 +50,7 @@ void with_streams(int d, int ns, F&& f) {
 template <typename T>
 class CpuBackend final : public Backend<T> {
 public:
-    static constexpr int tile = 32;       // points per tile
+    static constexpr int tile = 64;       // points per tile
     static constexpr int num_slots = 32;  // fixed gradient slots (independent of threads)
 
     CpuBackend(const ModelSpec& spec, std::size_t batch)
