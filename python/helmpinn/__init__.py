@@ -19,6 +19,7 @@ from ._core import (
     mse_backward,
     set_num_threads,
 )
+from ._cxx import get_build_flags, get_cmake_dir, get_include, get_library_dir
 from .params import init_params
 
 __all__ = [
@@ -29,6 +30,10 @@ __all__ = [
     "cpu_isa",
     "cuda_device_count",
     "fourier_backward",
+    "get_build_flags",
+    "get_cmake_dir",
+    "get_include",
+    "get_library_dir",
     "get_num_threads",
     "has_cuda",
     "has_openmp",

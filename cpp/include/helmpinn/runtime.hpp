@@ -9,7 +9,8 @@ const char* version();
 bool has_openmp();
 /// Threads the CPU backend uses (OpenMP max threads; 1 without OpenMP).
 int get_num_threads();
-/// Sets the CPU backend's thread count (n >= 1; ignored without OpenMP).
+/// Sets the CPU backend's thread count (omp_set_num_threads: it applies to parallel work started
+/// from the calling thread). Throws std::invalid_argument if n < 1; no effect without OpenMP.
 void set_num_threads(int n);
 /// True when the library was compiled with its CUDA backend.
 bool has_cuda();

@@ -17,9 +17,14 @@
 // tile slot and reduced in a fixed order. They depend on batch_size only through the order in
 // which chunks are summed.
 //
-// Errors: bad arguments throw std::invalid_argument with a message naming the argument;
-// a CUDA workspace in a build without CUDA throws std::runtime_error("... built without CUDA
-// support"). Nothing aborts.
+// Ownership: every array is owned by the caller and only borrowed for the duration of a call;
+// a Workspace keeps no pointer to it afterwards (LossInputs is a plain bundle of such pointers).
+// The workspace owns its caches (buffers()); they live as long as the Workspace.
+//
+// Errors: bad arguments throw std::invalid_argument with a message naming the argument, before
+// any work (outputs are left untouched); a CUDA workspace in a build without CUDA throws
+// std::runtime_error("... built without CUDA support"), and one on a device that does not exist
+// std::runtime_error naming the device. Nothing aborts.
 #pragma once
 
 #include <cstddef>
@@ -90,7 +95,8 @@ public:
     /// Maximum number of hidden layers a Workspace supports.
     static constexpr int max_hidden_layers = 15;
 
-    /// Allocates every buffer for `spec` and chunks of `batch_size` points (>= 1).
+    /// Allocates every buffer for `spec` and chunks of `batch_size` points (>= 1). Throws
+    /// std::invalid_argument for a bad spec or batch_size, std::bad_alloc when out of memory.
     Workspace(const ModelSpec& spec, std::size_t batch_size, Device device = Device::cpu,
               int device_id = 0);
     ~Workspace();
@@ -111,6 +117,7 @@ public:
     /// Network value u [n, 2] at points x [n, d]; with derivatives >= 1 also grad_u [n, d, 2],
     /// with derivatives == 2 also lap_u [n, 2] (outputs may be null when not wanted).
     /// The caches (z, h, features, x_input, du_dx, d2u_dx2) hold the last chunk afterwards.
+    /// Allocates nothing.
     void forward(const T* params, const T* x, std::size_t n, int derivatives, T* u, T* grad_u,
                  T* lap_u, void* stream = nullptr);
 

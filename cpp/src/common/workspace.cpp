@@ -11,7 +11,8 @@ namespace helmpinn {
 
 namespace {
 
-void require(bool ok, const std::string& msg) {
+// Takes a C string: a std::string parameter would be built (and heap-allocated) on every call.
+void require(bool ok, const char* msg) {
     if (!ok) throw std::invalid_argument(msg);
 }
 
@@ -62,8 +63,9 @@ void Workspace<T>::forward(const T* params, const T* x, std::size_t n, int deriv
                            T* grad_u, T* lap_u, void* stream) {
     require(params != nullptr, "forward: params is null");
     require(n == 0 || x != nullptr, "forward: x is null");
-    require(derivatives >= 0 && derivatives <= 2,
-            "forward: derivatives must be 0, 1 or 2, got " + std::to_string(derivatives));
+    if (derivatives < 0 || derivatives > 2)
+        throw std::invalid_argument("forward: derivatives must be 0, 1 or 2, got " +
+                                    std::to_string(derivatives));
     impl_->forward(params, x, n, derivatives, u, grad_u, lap_u, stream);
 }
 

@@ -15,6 +15,7 @@
 #include "../common/stream_math.hpp"
 #include "aligned.hpp"
 #include "gemm.hpp"
+#include "parallel.hpp"
 #include "vmath.hpp"
 #include <type_traits>
 
@@ -113,14 +114,11 @@ public:
             for (std::size_t c0 = 0; c0 < n; c0 += B_) {
                 const int nc = int(std::min(B_, n - c0));
                 const int ntiles = (nc + tile - 1) / tile;
-#if defined(HELMPINN_WITH_OPENMP)
-#pragma omp parallel for schedule(dynamic, 1)
-#endif
-                for (int t = 0; t < ntiles; ++t) {
+                cpu::parallel_for(ntiles, cpu::Schedule::dynamic, [&](int t) {
                     const int p0 = t * tile, np = std::min(tile, nc - p0);
                     forward_tile<D(), NS()>(params, p0, np, x + c0 * d_);
                     copy_outputs(NS(), p0, np, c0, u, grad_u, lap_u);
-                }
+                });
             }
         });
     }
@@ -141,15 +139,12 @@ public:
 
         // Fixed-order reduction of the slots, parallel over parameters.
         const long np = long(np_);
-#if defined(HELMPINN_WITH_OPENMP)
-#pragma omp parallel for schedule(static)
-#endif
-        for (long i = 0; i < np; ++i) {
+        cpu::parallel_for(np, cpu::Schedule::fixed, [&](long i) {
             T s = T(0);
             for (std::size_t k = 0; k < used; ++k)
                 if (!slot_fresh_[k]) s += slot_grad_[k * np_ + i];
             grad[i] = s;
-        }
+        });
         if (!in.train_fourier) zero(grad, std::size_t(d_) * m_);
 
         LossBreakdown out;
@@ -282,10 +277,7 @@ private:
                 const int nc = int(std::min(B_, n - c0));
                 const int ntiles = (nc + tile - 1) / tile;
                 const int nsl = int(std::min<std::size_t>(slots_, std::size_t(ntiles)));
-#if defined(HELMPINN_WITH_OPENMP)
-#pragma omp parallel for schedule(dynamic, 1)
-#endif
-                for (int k = 0; k < nsl; ++k) {
+                cpu::parallel_for(nsl, cpu::Schedule::dynamic, [&](int k) {
                     for (int t = k; t < ntiles; t += int(slots_)) {
                         const int p0 = t * tile, np = std::min(tile, nc - p0);
                         forward_tile<D(), NS()>(params, p0, np, x + c0 * d_);
@@ -297,7 +289,7 @@ private:
                         slot_fresh_[k] = 0;
                         backward_tile<D(), NS()>(params, p0, np, k, first, in.train_fourier);
                     }
-                }
+                });
             }
         });
     }

@@ -3,11 +3,13 @@
 // thread count. No temporaries: dz = dL_dh * (1 - h^2) is recomputed where it is used.
 #include "helmpinn/primitives.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "../common/stream_math.hpp"
+#include "parallel.hpp"
 
 namespace helmpinn {
 
@@ -15,6 +17,17 @@ namespace {
 void require_ptr(const void* p, const char* name) {
     if (!p) throw std::invalid_argument(std::string(name) + " is null");
 }
+
+// fn(begin, end) over fixed blocks of 8192 elements covering [0, total); threaded when there
+// are more than 8 blocks. Elementwise work, so the result does not depend on the split.
+template <typename F>
+void for_blocks(long total, F&& fn) {
+    const long block = 8192, blocks = (total + block - 1) / block;
+    cpu::parallel_for(blocks, cpu::Schedule::fixed, [&](long b) {
+        fn(b * block, std::min(total, (b + 1) * block));
+    }, blocks > 8);
+}
+
 }  // namespace
 
 template <typename T>
@@ -25,10 +38,9 @@ void mse_backward(const T* pred, const T* target, std::size_t n, std::size_t col
     if (n == 0) return;
     const T scale = T(2) / T(n);
     const long total = long(n * cols);
-#if defined(HELMPINN_WITH_OPENMP)
-#pragma omp parallel for schedule(static) if (total > 65536)
-#endif
-    for (long k = 0; k < total; ++k) out[k] = scale * (pred[k] - target[k]);
+    for_blocks(total, [&](long begin, long end) {
+        for (long k = begin; k < end; ++k) out[k] = scale * (pred[k] - target[k]);
+    });
 }
 
 template <typename T>
@@ -50,10 +62,7 @@ void layer_backward(const T* dL_dh, const T* h, const T* h_prev, const T* W, std
     const long no = long(out_dim), nr = long(n);
     const bool big = n * out_dim * in_dim > 65536;
     // dW[o, :] = sum_r dz[r, o] h_prev[r, :];  db[o] = sum_r dz[r, o]
-#if defined(HELMPINN_WITH_OPENMP)
-#pragma omp parallel for schedule(static) if (big)
-#endif
-    for (long o = 0; o < no; ++o) {
+    cpu::parallel_for(no, cpu::Schedule::fixed, [&](long o) {
         T* w = dW + std::size_t(o) * in_dim;
         for (std::size_t i = 0; i < in_dim; ++i) w[i] = T(0);
         T bsum = T(0);
@@ -64,13 +73,10 @@ void layer_backward(const T* dL_dh, const T* h, const T* h_prev, const T* W, std
             for (std::size_t i = 0; i < in_dim; ++i) w[i] += g * a[i];
         }
         db[o] = bsum;
-    }
+    }, big);
     if (!dh_prev) return;
     // dh_prev[r, :] = sum_o dz[r, o] W[o, :]
-#if defined(HELMPINN_WITH_OPENMP)
-#pragma omp parallel for schedule(static) if (big)
-#endif
-    for (long r = 0; r < nr; ++r) {
+    cpu::parallel_for(nr, cpu::Schedule::fixed, [&](long r) {
         T* a = dh_prev + std::size_t(r) * in_dim;
         for (std::size_t i = 0; i < in_dim; ++i) a[i] = T(0);
         for (std::size_t o = 0; o < out_dim; ++o) {
@@ -78,7 +84,7 @@ void layer_backward(const T* dL_dh, const T* h, const T* h_prev, const T* W, std
             const T* w = W + o * in_dim;
             for (std::size_t i = 0; i < in_dim; ++i) a[i] += g * w[i];
         }
-    }
+    }, big);
 }
 
 template <typename T>
@@ -89,10 +95,7 @@ void fourier_backward(const T* dL_dphi, const T* x, const T* B, std::size_t n, s
     require_ptr(B, "B");
     require_ptr(dB, "dB");
     const long nm = long(m);
-#if defined(HELMPINN_WITH_OPENMP)
-#pragma omp parallel for schedule(static) if (n * m * d > 65536)
-#endif
-    for (long j = 0; j < nm; ++j) {
+    cpu::parallel_for(nm, cpu::Schedule::fixed, [&](long j) {
         T acc[3] = {T(0), T(0), T(0)};
         for (std::size_t p = 0; p < n; ++p) {
             const T* xp = x + p * d;
@@ -102,7 +105,7 @@ void fourier_backward(const T* dL_dphi, const T* x, const T* B, std::size_t n, s
             for (std::size_t i = 0; i < d; ++i) acc[i] += T(math::two_pi) * xp[i] * g;
         }
         for (std::size_t i = 0; i < d; ++i) dB[i * m + j] = acc[i];
-    }
+    }, n * m * d > 65536);
 }
 
 template <typename T>
@@ -118,17 +121,16 @@ void adam_step(T* params, const T* grad, T* m, T* v, std::size_t n, long step, d
     const T c2 = T(1.0 / (1.0 - std::pow(beta2, double(step))));
     const T e = T(eps), wd = T(lr * weight_decay);
     const long total = long(n);
-#if defined(HELMPINN_WITH_OPENMP)
-#pragma omp parallel for schedule(static) if (total > 65536)
-#endif
-    for (long k = 0; k < total; ++k) {
-        const T g = grad[k];
-        const T mk = b1 * m[k] + (T(1) - b1) * g;
-        const T vk = b2 * v[k] + (T(1) - b2) * g * g;
-        m[k] = mk;
-        v[k] = vk;
-        params[k] -= a * mk / (std::sqrt(vk * c2) + e) + wd * params[k];
-    }
+    for_blocks(total, [&](long begin, long end) {
+        for (long k = begin; k < end; ++k) {
+            const T g = grad[k];
+            const T mk = b1 * m[k] + (T(1) - b1) * g;
+            const T vk = b2 * v[k] + (T(1) - b2) * g * g;
+            m[k] = mk;
+            v[k] = vk;
+            params[k] -= a * mk / (std::sqrt(vk * c2) + e) + wd * params[k];
+        }
+    });
 }
 
 #define HELMPINN_INSTANTIATE(T)                                                                  \

@@ -1,0 +1,62 @@
+// The CPU backend's one way to run a loop on the OpenMP threads.
+//
+// parallel_for(n, schedule, body) runs body(i) for i in [0, n) on the OpenMP threads, or
+// serially on this thread when only one is available or the range is too small to be worth a team.
+// A plain branch rather than an `if` clause or a one-thread team: libgomp allocates (and frees)
+// a team for every such region, which would break "no heap allocation in a step"
+// (cpp/tests/test_alloc.cpp proves there is none, at 1 and 2 threads).
+#pragma once
+
+#if defined(HELMPINN_WITH_OPENMP)
+#include <omp.h>
+#endif
+
+namespace helmpinn {
+namespace cpu {
+
+enum class Schedule { fixed, dynamic };
+
+#if defined(__GNUC__) || defined(__clang__)
+#define HELMPINN_NOINLINE __attribute__((noinline))
+#else
+#define HELMPINN_NOINLINE
+#endif
+
+// Both the threaded and the inline loop call the body through this one function, so the body
+// is compiled once: were it inlined into each loop, the compiler could vectorise or contract
+// it differently in the two places, and results would differ in the last bit between one
+// thread and several.
+template <typename I, typename F>
+HELMPINN_NOINLINE void run_body(F& body, I i) {
+    body(i);
+}
+
+inline bool use_threads(long n, bool worth_it) {
+#if defined(HELMPINN_WITH_OPENMP)
+    return worth_it && n > 1 && omp_get_max_threads() > 1 && !omp_in_parallel();
+#else
+    (void)n;
+    (void)worth_it;
+    return false;
+#endif
+}
+
+template <typename I, typename F>
+void parallel_for(I n, Schedule schedule, F&& body, bool worth_it = true) {
+#if defined(HELMPINN_WITH_OPENMP)
+    if (use_threads(long(n), worth_it)) {
+        if (schedule == Schedule::dynamic) {
+#pragma omp parallel for schedule(dynamic, 1)
+            for (I i = 0; i < n; ++i) run_body(body, i);
+        } else {
+#pragma omp parallel for schedule(static)
+            for (I i = 0; i < n; ++i) run_body(body, i);
+        }
+        return;
+    }
+#endif
+    for (I i = 0; i < n; ++i) run_body(body, i);
+}
+
+}  // namespace cpu
+}  // namespace helmpinn

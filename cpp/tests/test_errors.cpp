@@ -1,0 +1,266 @@
+// Errors are exceptions with messages that name the argument, never aborts or partial writes:
+// std::invalid_argument for bad specs, sizes, options and null pointers (checked before any
+// work: the output buffers are left untouched), std::runtime_error from the CUDA stub of a
+// build without CUDA.
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+
+namespace {
+
+using helmpinn::Device;
+using helmpinn::LossInputs;
+using helmpinn::ModelSpec;
+using helmpinn::Workspace;
+using helmpinn_test::AllTerms;
+using helmpinn_test::Rng;
+
+/// True when `word` occurs in `text` as a whole word (not inside an identifier), so that a
+/// one-letter argument name such as "m" is not found inside "must".
+bool names(const std::string& text, const std::string& word) {
+    auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (std::size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
+        const bool left = at == 0 || !ident(text[at - 1]);
+        const std::size_t end = at + word.size();
+        const bool right = end >= text.size() || !ident(text[end]);
+        if (left && right) return true;
+    }
+    return false;
+}
+
+/// fn() must throw E (or a subclass) whose what() names `needle` as a whole word.
+template <typename E, typename F>
+void expect_throw(const std::string& label, const std::string& needle, F&& fn) {
+    try {
+        fn();
+    } catch (const E& e) {
+        const std::string what = e.what();
+        CHECK(names(what, needle),
+              label << ": message \"" << what << "\" does not name \"" << needle << "\"");
+        std::printf("  ok  %-44s -> \"%s\"\n", label.c_str(), what.c_str());
+        return;
+    } catch (const std::exception& e) {
+        CHECK(false, label << ": threw the wrong exception type: " << e.what());
+        return;
+    } catch (...) {
+        CHECK(false, label << ": threw a non-std exception");
+        return;
+    }
+    CHECK(false, label << ": did not throw (expected a message naming \"" << needle << "\")");
+}
+
+void specs() {
+    std::printf("ModelSpec and Workspace construction\n");
+    struct Bad {
+        ModelSpec spec;
+        const char* name;
+    } bad[] = {{{0, 4, 8, 2}, "in_dim"},          {{4, 4, 8, 2}, "in_dim"},
+               {{2, 0, 8, 2}, "ff_dim"},          {{2, -3, 8, 2}, "ff_dim"},
+               {{2, 4, 0, 2}, "hidden_dim"},      {{2, 4, 8, 0}, "num_hidden_layers"},
+               {{2, 4, 8, 16}, "num_hidden_layers"}};
+    for (const auto& b : bad) {
+        const std::string s = "{" + std::to_string(b.spec.in_dim) + "," +
+                              std::to_string(b.spec.ff_dim) + "," +
+                              std::to_string(b.spec.hidden_dim) + "," +
+                              std::to_string(b.spec.num_hidden_layers) + "}";
+        expect_throw<std::invalid_argument>("ModelSpec" + s + ".validate()", b.name,
+                                            [&] { b.spec.validate(); });
+        expect_throw<std::invalid_argument>("Workspace<double>(ModelSpec" + s + ")", b.name,
+                                            [&] { Workspace<double> ws(b.spec, 16); });
+        expect_throw<std::invalid_argument>("Workspace<float>(ModelSpec" + s + ")", b.name,
+                                            [&] { Workspace<float> ws(b.spec, 16); });
+    }
+    expect_throw<std::invalid_argument>("Workspace(batch_size=0)", "batch_size",
+                                        [] { Workspace<double> ws(ModelSpec{1, 2, 3, 1}, 0); });
+    expect_throw<std::invalid_argument>("set_num_threads(0)", "n",
+                                        [] { helmpinn::set_num_threads(0); });
+}
+
+template <typename T>
+void workspace_calls(const char* tname) {
+    std::printf("Workspace<%s> calls\n", tname);
+    const ModelSpec sp{2, 3, 5, 2};
+    Rng rng(5);
+    const auto th = helmpinn_test::random_params<T>(sp, rng);
+    Workspace<T> ws(sp, 8);
+    const std::size_t n = 6, P = sp.num_params();
+    const auto x = rng.uniform_vec<T>(n * 2, -1, 1);
+    std::vector<T> u(n * 2, T(777));
+    const std::string pre = std::string(tname) + " ";
+
+    expect_throw<std::invalid_argument>(pre + "forward(params=null)", "params", [&] {
+        ws.forward(nullptr, x.data(), n, 0, u.data(), nullptr, nullptr);
+    });
+    expect_throw<std::invalid_argument>(pre + "forward(x=null, n=6)", "x", [&] {
+        ws.forward(th.data(), nullptr, n, 0, u.data(), nullptr, nullptr);
+    });
+    for (int der : {-1, 3})
+        expect_throw<std::invalid_argument>(pre + "forward(derivatives=" + std::to_string(der) + ")",
+                                            "derivatives", [&] {
+                                                ws.forward(th.data(), x.data(), n, der, u.data(),
+                                                           nullptr, nullptr);
+                                            });
+    bool untouched = true;
+    for (T v : u) untouched = untouched && v == T(777);
+    CHECK(untouched, pre << "forward wrote its output before raising");
+
+    const AllTerms<T> t(rng, 2, 7, 5, 4);
+    const LossInputs<T> good = t.inputs();
+    std::vector<T> g(P, T(777));
+    auto vg = [&](const LossInputs<T>& in) { ws.value_and_grad(th.data(), g.data(), in); };
+    struct Case {
+        const char* label;
+        const char* needle;
+        void (*edit)(LossInputs<T>&);
+    };
+    const T nan = std::numeric_limits<T>::quiet_NaN();
+    static std::vector<T> poisoned;  // arrays with one NaN, for check_finite
+    const Case cases[] = {
+        {"x_pde=null, n_pde>0", "x_pde", [](LossInputs<T>& in) { in.x_pde = nullptr; }},
+        {"x_data=null, n_data>0", "x_data", [](LossInputs<T>& in) { in.x_data = nullptr; }},
+        {"y=null with x_data", "y", [](LossInputs<T>& in) { in.y = nullptr; }},
+        {"x_bc=null, n_bc>0", "x_bc", [](LossInputs<T>& in) { in.x_bc = nullptr; }},
+        {"normal_bc=null with x_bc", "n_bc", [](LossInputs<T>& in) { in.normal_bc = nullptr; }},
+    };
+    for (const auto& c : cases) {
+        LossInputs<T> in = good;
+        c.edit(in);
+        expect_throw<std::invalid_argument>(pre + "value_and_grad(" + c.label + ")", c.needle,
+                                            [&] { vg(in); });
+    }
+    expect_throw<std::invalid_argument>(pre + "value_and_grad(params=null)", "params",
+                                        [&] { ws.value_and_grad(nullptr, g.data(), good); });
+    expect_throw<std::invalid_argument>(pre + "value_and_grad(grad=null)", "grad",
+                                        [&] { ws.value_and_grad(th.data(), nullptr, good); });
+
+    // check_finite names the array holding a NaN or Inf.
+    struct Poison {
+        const char* name;
+        std::vector<T> AllTerms<T>::*member;
+        const T* LossInputs<T>::*field;
+    };
+    const Poison poison[] = {
+        {"x_pde", &AllTerms<T>::x_pde, &LossInputs<T>::x_pde},
+        {"kappa", &AllTerms<T>::kappa, &LossInputs<T>::kappa},
+        {"f", &AllTerms<T>::f, &LossInputs<T>::f},
+        {"x_data", &AllTerms<T>::x_data, &LossInputs<T>::x_data},
+        {"y", &AllTerms<T>::y, &LossInputs<T>::y},
+        {"x_bc", &AllTerms<T>::x_bc, &LossInputs<T>::x_bc},
+        {"n_bc", &AllTerms<T>::normal, &LossInputs<T>::normal_bc},
+        {"alpha_bc", &AllTerms<T>::alpha, &LossInputs<T>::alpha_bc},
+        {"g_bc", &AllTerms<T>::g, &LossInputs<T>::g_bc},
+    };
+    for (const auto& p : poison) {
+        poisoned = t.*(p.member);
+        poisoned[poisoned.size() / 2] = nan;
+        LossInputs<T> in = good;
+        in.check_finite = true;
+        in.*(p.field) = poisoned.data();
+        expect_throw<std::invalid_argument>(pre + "value_and_grad(check_finite, NaN in " +
+                                                p.name + ")",
+                                            p.name, [&] { vg(in); });
+    }
+    {
+        std::vector<T> bad_theta(th);
+        bad_theta[P - 1] = std::numeric_limits<T>::infinity();
+        LossInputs<T> in = good;
+        in.check_finite = true;
+        expect_throw<std::invalid_argument>(pre + "value_and_grad(check_finite, Inf in params)",
+                                            "params", [&] {
+                                                ws.value_and_grad(bad_theta.data(), g.data(), in);
+                                            });
+        in.kappa = nullptr;
+        in.kappa_const = nan;
+        expect_throw<std::invalid_argument>(pre + "value_and_grad(check_finite, kappa_const=NaN)",
+                                            "kappa", [&] { vg(in); });
+    }
+    untouched = true;
+    for (T v : g) untouched = untouched && v == T(777);
+    CHECK(untouched, pre << "value_and_grad wrote grad before raising");
+
+    // With valid inputs the same workspace still runs.
+    const double loss = ws.value_and_grad(th.data(), g.data(), good).total;
+    CHECK(std::isfinite(loss) && loss > 0, pre << "valid value_and_grad gave " << loss);
+}
+
+void primitives() {
+    std::printf("primitives\n");
+    std::vector<double> a(8, 1.0), b(8, 1.0), c(8, 0.0), d(8, 0.0);
+    expect_throw<std::invalid_argument>("adam_step(step=0)", "step", [&] {
+        helmpinn::adam_step(a.data(), b.data(), c.data(), d.data(), 8, 0, 1e-3, 0.9, 0.999, 1e-8, 0);
+    });
+    expect_throw<std::invalid_argument>("adam_step(params=null)", "params", [&] {
+        helmpinn::adam_step<double>(nullptr, b.data(), c.data(), d.data(), 8, 1, 1e-3, 0.9, 0.999,
+                                    1e-8, 0);
+    });
+    expect_throw<std::invalid_argument>("adam_step(grad=null)", "grad", [&] {
+        helmpinn::adam_step<double>(a.data(), nullptr, c.data(), d.data(), 8, 1, 1e-3, 0.9, 0.999,
+                                    1e-8, 0);
+    });
+    expect_throw<std::invalid_argument>("adam_step(m=null)", "m", [&] {
+        helmpinn::adam_step<double>(a.data(), b.data(), nullptr, d.data(), 8, 1, 1e-3, 0.9, 0.999,
+                                    1e-8, 0);
+    });
+    expect_throw<std::invalid_argument>("adam_step(v=null)", "v", [&] {
+        helmpinn::adam_step<double>(a.data(), b.data(), c.data(), nullptr, 8, 1, 1e-3, 0.9, 0.999,
+                                    1e-8, 0);
+    });
+    expect_throw<std::invalid_argument>("mse_backward(target=null)", "target", [&] {
+        helmpinn::mse_backward<double>(a.data(), nullptr, 4, 2, c.data());
+    });
+    expect_throw<std::invalid_argument>("layer_backward(W=null)", "W", [&] {
+        helmpinn::layer_backward<double>(a.data(), a.data(), a.data(), nullptr, 2, 2, 2, true,
+                                         c.data(), d.data(), nullptr);
+    });
+    expect_throw<std::invalid_argument>("layer_backward(h=null, tanh)", "h", [&] {
+        helmpinn::layer_backward<double>(a.data(), nullptr, a.data(), a.data(), 2, 2, 2, true,
+                                         c.data(), d.data(), nullptr);
+    });
+    expect_throw<std::invalid_argument>("fourier_backward(dB=null)", "dB", [&] {
+        helmpinn::fourier_backward<double>(a.data(), a.data(), a.data(), 2, 1, 2, nullptr);
+    });
+}
+
+void cuda_stub() {
+    const int devices = helmpinn::cuda_device_count();
+    std::printf("CUDA (has_cuda=%d, devices=%d)\n", int(helmpinn::has_cuda()), devices);
+    if (!helmpinn::has_cuda()) {  // the stub linked in a build without CUDA
+        CHECK(devices == 0, "a build without CUDA reports " << devices << " CUDA devices");
+        expect_throw<std::runtime_error>("Workspace<float>(device=cuda)", "without CUDA", [] {
+            Workspace<float> ws(ModelSpec{1, 2, 3, 1}, 8, Device::cuda);
+        });
+        expect_throw<std::runtime_error>("Workspace<double>(device=cuda)", "without CUDA", [] {
+            Workspace<double> ws(ModelSpec{1, 2, 3, 1}, 8, Device::cuda, 0);
+        });
+        return;
+    }
+    // A CUDA build: a device that does not exist is a runtime_error naming the device, too.
+    expect_throw<std::runtime_error>("Workspace<float>(device=cuda, id=devices)", "device", [&] {
+        Workspace<float> ws(ModelSpec{1, 2, 3, 1}, 8, Device::cuda, devices);
+    });
+    if (devices == 0) {
+        expect_throw<std::runtime_error>("Workspace<double>(device=cuda) without a GPU", "device",
+                                         [] {
+                                             Workspace<double> ws(ModelSpec{1, 2, 3, 1}, 8,
+                                                                  Device::cuda);
+                                         });
+        std::printf("  note: no CUDA device here; the CUDA backend itself is not exercised\n");
+    }
+}
+
+}  // namespace
+
+int main() {
+    specs();
+    workspace_calls<float>("float");
+    workspace_calls<double>("double");
+    primitives();
+    cuda_stub();
+    return helmpinn_test::report("test_errors");
+}

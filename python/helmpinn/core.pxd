@@ -1,0 +1,132 @@
+# cython: language_level=3
+# distutils: language = c++
+"""Cython declarations of helmpinn's C++ API (cpp/include/helmpinn/*.hpp).
+
+    from helmpinn.core cimport ModelSpec, Workspace, LossInputs, LossBreakdown, adam_step
+
+lets Cython code call the C++ core directly, without the Python bindings in between. The
+extension must be compiled as C++17 against the headers that ship with the package
+(helmpinn.get_include()) and link the static library libhelmpinn.a (helmpinn.get_library_dir())
+with OpenMP (-fopenmp) when helmpinn.has_openmp() is true. See the README, "Use from Cython".
+
+Every function is declared nogil: the core never touches Python. Functions that can fail are
+declared `except +`, so a std::invalid_argument arrives as ValueError and a std::runtime_error
+as RuntimeError. Pointers are host memory for Device.cpu.
+"""
+from libcpp cimport bool
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+
+cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
+
+    # ---- runtime.hpp -----------------------------------------------------------------------
+    const char* version()
+    bool has_openmp()
+    int get_num_threads()
+    void set_num_threads(int n) except +
+    bool has_cuda()
+    int cuda_device_count()
+    const char* cpu_isa()
+
+    # ---- spec.hpp: the model's shape and the flat parameter layout -------------------------
+    cdef cppclass ParamInfo:
+        string name
+        vector[size_t] shape
+        size_t offset
+        size_t size
+
+    cdef cppclass ModelSpec:
+        int in_dim
+        int ff_dim
+        int hidden_dim
+        int num_hidden_layers
+        ModelSpec()
+        void validate() except +
+        int num_layers()
+        int layer_in(int l)
+        int layer_out(int l)
+        size_t offset_B()
+        size_t offset_W(int l)
+        size_t offset_b(int l)
+        size_t num_params()
+        int max_width()
+        vector[ParamInfo] layout() except +
+        double flops_per_point(int streams)
+        bool operator==(const ModelSpec&)
+        bool operator!=(const ModelSpec&)
+
+    # ---- workspace.hpp ---------------------------------------------------------------------
+    cdef enum class Device:
+        cpu
+        cuda
+
+    cdef cppclass LossInputs[T]:
+        LossInputs()
+        const T* x_pde
+        size_t n_pde
+        const T* kappa
+        T kappa_const
+        const T* f
+        const T* x_data
+        size_t n_data
+        const T* y
+        const T* x_bc
+        size_t n_bc
+        const T* normal_bc
+        const T* alpha_bc
+        T alpha_const[2]
+        const T* g_bc
+        T w_pde
+        T w_data
+        T w_bc
+        bool train_fourier
+        bool check_finite
+
+    cdef cppclass LossBreakdown:
+        double total
+        double pde
+        double data
+        double bc
+
+    cdef cppclass WorkspaceBuffers[T]:
+        int max_streams
+        size_t batch_size
+        T* x_input
+        T* features
+        T* z[16]
+        T* h[16]
+        T* du_dx
+        T* d2u_dx2
+        T* grad
+
+    cdef cppclass Workspace[T]:
+        # Allocates every buffer once; throws ValueError on a bad spec or batch_size.
+        Workspace(const ModelSpec& spec, size_t batch_size) except +
+        Workspace(const ModelSpec& spec, size_t batch_size, Device device) except +
+        Workspace(const ModelSpec& spec, size_t batch_size, Device device, int device_id) except +
+        const ModelSpec& spec()
+        size_t batch_size()
+        Device device()
+        int device_id()
+        size_t memory_bytes()
+        const WorkspaceBuffers[T]& buffers()
+        void forward(const T* params, const T* x, size_t n, int derivatives, T* u, T* grad_u,
+                     T* lap_u) except +
+        void forward(const T* params, const T* x, size_t n, int derivatives, T* u, T* grad_u,
+                     T* lap_u, void* stream) except +
+        LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs[T]& inputs) except +
+        LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs[T]& inputs,
+                                     void* stream) except +
+        void zero_grad() except +
+        void zero_grad(void* stream) except +
+
+    # ---- primitives.hpp: the seed's backward primitives and Adam ---------------------------
+    void mse_backward[T](const T* pred, const T* target, size_t n, size_t cols, T* out) except +
+    void layer_backward[T](const T* dL_dh, const T* h, const T* h_prev, const T* W, size_t n,
+                           size_t out_dim, size_t in_dim, bool apply_tanh_grad, T* dW, T* db,
+                           T* dh_prev) except +
+    void fourier_backward[T](const T* dL_dphi, const T* x, const T* B, size_t n, size_t d,
+                             size_t m, T* dB) except +
+    void adam_step[T](T* params, const T* grad, T* m, T* v, size_t n, long step, double lr,
+                      double beta1, double beta2, double eps, double weight_decay) except +
