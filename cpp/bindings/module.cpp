@@ -10,6 +10,7 @@
 #include <string>
 
 #include "arrays.hpp"
+#include "device_arrays.hpp"
 #include "helmpinn/helmpinn.hpp"
 
 namespace py = pybind11;
@@ -81,38 +82,101 @@ decltype(auto) dispatch(PyWorkspace& w, F&& fn) {
     return fn(w.ws<double>(), double{});
 }
 
+// Where a call's arrays live. Host: NumPy arrays (arrays.hpp), computed on the calling thread.
+// Device: __cuda_array_interface__ / DLPack arrays (device_arrays.hpp) on the workspace's GPU,
+// ordered on the caller's stream. forward_impl and value_and_grad_impl are written once over it.
 template <typename T>
-void require_cpu(const Workspace<T>& ws) {
-    if (ws.device() != Device::cpu)
-        throw py::value_error("this binding path takes host arrays; the Workspace is on CUDA");
-}
+struct HostSpace {
+    Checked<T> check(py::handle o, const char* name, const Shape& pattern, bool writable,
+                     const char* doc = nullptr) {
+        return check_array<T>(o, name, pattern, writable, doc);
+    }
+    py::object allocate(const Shape& shape) { return py::array_t<T>(shape); }
+    bool is_array(py::handle o) {
+        return py::isinstance<py::array>(o) && py::reinterpret_borrow<py::array>(o).ndim() > 0;
+    }
+    void* stream() { return nullptr; }
+    void ready() {}
+};
 
 template <typename T>
-py::object forward_impl(Workspace<T>& ws, py::handle params, py::handle x, int derivatives,
-                        py::object u, py::object grad_u, py::object lap_u) {
-    require_cpu(ws);
+struct DeviceSpace {
+    bindings::CallContext ctx;
+    DeviceSpace(int device, py::handle stream) {
+        ctx.device = device;
+        ctx.stream = bindings::stream_handle(stream);
+    }
+    Checked<T> check(py::handle o, const char* name, const Shape& pattern, bool writable,
+                     const char* doc = nullptr) {
+        return bindings::check_device_array<T>(o, name, pattern, writable, ctx, doc);
+    }
+    py::object allocate(const Shape& shape) {
+        return py::cast(bindings::DeviceArray::allocate(shape, int(sizeof(T)), ctx.device));
+    }
+    bool is_array(py::handle o) { return bindings::looks_like_array(o); }
+    void* stream() { return ctx.stream_ptr(); }
+    void ready() { ctx.wait_for_producers(); }  // after every input producer's stream
+};
+
+// Runs fn(space) with the array space of the workspace; `stream=` is for CUDA workspaces only.
+template <typename T, typename F>
+decltype(auto) with_space(Workspace<T>& ws, const py::object& stream, F&& fn) {
+    if (ws.device() == Device::cuda) {
+        DeviceSpace<T> space(ws.device_id(), stream);
+        return fn(space);
+    }
+    if (!stream.is_none()) throw py::value_error("stream: only for Workspaces on device='cuda'");
+    HostSpace<T> space;
+    return fn(space);
+}
+
+// A workspace cache: a numpy view on the CPU, a DeviceArray (__cuda_array_interface__) on CUDA.
+template <typename T>
+py::object cache_view(const Workspace<T>& ws, T* ptr, Shape shape, py::handle base) {
+    if (ws.device() == Device::cuda)
+        return bindings::device_view(ptr, std::move(shape), ws.device_id(), base);
+    return view(ptr, std::move(shape), base);
+}
+
+// Defines the read-only property `name` of Workspace: views of workspace caches listed by
+// views(spec, buffers, batch) as (pointer, shape) pairs; one array, or a list when as_list.
+template <typename Fn>
+void def_cache(py::class_<PyWorkspace>& cls, const char* name, bool as_list, Fn views) {
+    cls.def_property_readonly(name, [views, as_list](py::object self) {
+        auto& w = self.cast<PyWorkspace&>();
+        return dispatch(w, [&](auto& ws, auto) -> py::object {
+            const auto list = views(w.spec, ws.buffers(), py::ssize_t(ws.batch_size()));
+            if (!as_list) return cache_view(ws, list[0].first, list[0].second, self);
+            py::list out;
+            for (const auto& [ptr, shape] : list) out.append(cache_view(ws, ptr, shape, self));
+            return out;
+        });
+    });
+}
+
+template <typename T, typename Space>
+py::object forward_impl(Workspace<T>& ws, Space& space, py::handle params, py::handle x,
+                        int derivatives, py::object u, py::object grad_u, py::object lap_u) {
     const ModelSpec& sp = ws.spec();
     const py::ssize_t d = sp.in_dim, npar = py::ssize_t(sp.num_params());
     if (derivatives < 0 || derivatives > 2)
         throw py::value_error("derivatives: expected 0, 1 or 2, got " + std::to_string(derivatives));
-    auto P = check_array<T>(params, "params", {npar}, false);
-    auto X = check_array<T>(x, "x", {-1, d}, false);
+    auto P = space.check(params, "params", {npar}, false);
+    auto X = space.check(x, "x", {-1, d}, false);
     const py::ssize_t n = X.shape[0];
     if (derivatives < 1 && !grad_u.is_none())
         throw py::value_error("grad_u: given but derivatives < 1");
     if (derivatives < 2 && !lap_u.is_none())
         throw py::value_error("lap_u: given but derivatives < 2");
-    if (u.is_none()) u = py::array_t<T>(Shape{n, 2});
-    auto U = check_array<T>(u, "u", {n, 2}, true);
+    // Outputs not given are allocated in the workspace's memory space; given ones are written.
+    auto output = [&](py::object& o, const char* name, const Shape& shape) {
+        if (o.is_none()) o = space.allocate(shape);
+        return space.check(o, name, shape, true);
+    };
+    auto U = output(u, "u", {n, 2});
     Checked<T> G, Lp;
-    if (derivatives >= 1) {
-        if (grad_u.is_none()) grad_u = py::array_t<T>(Shape{n, d, 2});
-        G = check_array<T>(grad_u, "grad_u", {n, d, 2}, true);
-    }
-    if (derivatives == 2) {
-        if (lap_u.is_none()) lap_u = py::array_t<T>(Shape{n, 2});
-        Lp = check_array<T>(lap_u, "lap_u", {n, 2}, true);
-    }
+    if (derivatives >= 1) G = output(grad_u, "grad_u", {n, d, 2});
+    if (derivatives == 2) Lp = output(lap_u, "lap_u", {n, 2});
     for (auto* o : {&U, &G, &Lp}) {
         const char* name = o == &U ? "u" : o == &G ? "grad_u" : "lap_u";
         check_no_overlap(*o, name, P, "params");
@@ -121,9 +185,10 @@ py::object forward_impl(Workspace<T>& ws, py::handle params, py::handle x, int d
     check_no_overlap(U, "u", G, "grad_u");
     check_no_overlap(U, "u", Lp, "lap_u");
     check_no_overlap(G, "grad_u", Lp, "lap_u");
+    space.ready();
     {
         py::gil_scoped_release release;
-        ws.forward(P.ptr, X.ptr, std::size_t(n), derivatives, U.ptr, G.ptr, Lp.ptr);
+        ws.forward(P.ptr, X.ptr, std::size_t(n), derivatives, U.ptr, G.ptr, Lp.ptr, space.stream());
     }
     if (derivatives == 0) return u;
     if (derivatives == 1) return py::make_tuple(u, grad_u);
@@ -132,18 +197,17 @@ py::object forward_impl(Workspace<T>& ws, py::handle params, py::handle x, int d
 
 bool given(const py::object& o) { return !o.is_none(); }
 
-template <typename T>
-double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, py::handle params, py::handle grad,
-                           py::object x_pde, py::object kappa, py::object f, py::object x_data,
-                           py::object y, py::object x_bc, py::object n_bc, py::object alpha_bc,
-                           py::object g_bc, double w_pde, double w_data, double w_bc,
-                           bool train_fourier, bool check_finite) {
-    require_cpu(ws);
+template <typename T, typename Space>
+double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, Space& space, py::handle params,
+                           py::handle grad, py::object x_pde, py::object kappa, py::object f,
+                           py::object x_data, py::object y, py::object x_bc, py::object n_bc,
+                           py::object alpha_bc, py::object g_bc, double w_pde, double w_data,
+                           double w_bc, bool train_fourier, bool check_finite) {
     const ModelSpec& sp = ws.spec();
     const py::ssize_t d = sp.in_dim, npar = py::ssize_t(sp.num_params());
     const std::string dshape = "(N, " + std::to_string(d) + ")";
-    auto P = check_array<T>(params, "params", {npar}, false);
-    auto G = check_array<T>(grad, "grad", {npar}, true);
+    auto P = space.check(params, "params", {npar}, false);
+    auto G = space.check(grad, "grad", {npar}, true);
     check_no_overlap(G, "grad", P, "params");
     std::vector<std::pair<Checked<T>, const char*>> inputs;
     LossInputs<T> in;
@@ -155,15 +219,15 @@ double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, py::handle params,
 
     // PDE term
     if (given(x_pde)) {
-        auto X = check_array<T>(x_pde, "x_pde", {-1, d}, false, dshape.c_str());
+        auto X = space.check(x_pde, "x_pde", {-1, d}, false, dshape.c_str());
         const py::ssize_t n = X.shape[0];
         in.x_pde = X.ptr;
         in.n_pde = std::size_t(n);
         inputs.push_back({X, "x_pde"});
         if (!given(kappa))
             throw py::value_error("kappa: required with x_pde (a float k^2, or an array of shape (N_pde,))");
-        if (py::isinstance<py::array>(kappa) && py::reinterpret_borrow<py::array>(kappa).ndim() > 0) {
-            auto K = check_array<T>(kappa, "kappa", {n}, false, "(N_pde,) with N_pde = len(x_pde)");
+        if (space.is_array(kappa)) {
+            auto K = space.check(kappa, "kappa", {n}, false, "(N_pde,) with N_pde = len(x_pde)");
             in.kappa = K.ptr;
             inputs.push_back({K, "kappa"});
         } else {
@@ -174,7 +238,7 @@ double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, py::handle params,
             }
         }
         if (given(f)) {
-            auto F = check_array<T>(f, "f", {n, 2}, false, "(N_pde, 2) with N_pde = len(x_pde)");
+            auto F = space.check(f, "f", {n, 2}, false, "(N_pde, 2) with N_pde = len(x_pde)");
             in.f = F.ptr;
             inputs.push_back({F, "f"});
         }
@@ -185,10 +249,10 @@ double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, py::handle params,
 
     // data term
     if (given(x_data)) {
-        auto X = check_array<T>(x_data, "x_data", {-1, d}, false, dshape.c_str());
+        auto X = space.check(x_data, "x_data", {-1, d}, false, dshape.c_str());
         const py::ssize_t n = X.shape[0];
         if (!given(y)) throw py::value_error("y: required with x_data (array of shape (N_data, 2))");
-        auto Y = check_array<T>(y, "y", {n, 2}, false, "(N_data, 2) with N_data = len(x_data)");
+        auto Y = space.check(y, "y", {n, 2}, false, "(N_data, 2) with N_data = len(x_data)");
         in.x_data = X.ptr;
         in.n_data = std::size_t(n);
         in.y = Y.ptr;
@@ -200,23 +264,22 @@ double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, py::handle params,
 
     // Robin boundary term
     if (given(x_bc)) {
-        auto X = check_array<T>(x_bc, "x_bc", {-1, d}, false, dshape.c_str());
+        auto X = space.check(x_bc, "x_bc", {-1, d}, false, dshape.c_str());
         const py::ssize_t n = X.shape[0];
         if (!given(n_bc))
             throw py::value_error("n_bc: required with x_bc (unit outward normals, shape (N_bc, " +
                                   std::to_string(d) + "))");
-        auto Nn = check_array<T>(n_bc, "n_bc", {n, d}, false,
-                                 ("(N_bc, " + std::to_string(d) + ") with N_bc = len(x_bc)").c_str());
+        auto Nn = space.check(n_bc, "n_bc", {n, d}, false,
+                              ("(N_bc, " + std::to_string(d) + ") with N_bc = len(x_bc)").c_str());
         in.x_bc = X.ptr;
         in.n_bc = std::size_t(n);
         in.normal_bc = Nn.ptr;
         inputs.push_back({X, "x_bc"});
         inputs.push_back({Nn, "n_bc"});
         if (given(alpha_bc)) {
-            if (py::isinstance<py::array>(alpha_bc) &&
-                py::reinterpret_borrow<py::array>(alpha_bc).ndim() > 0) {
-                auto A = check_array<T>(alpha_bc, "alpha_bc", {n, 2}, false,
-                                        "(N_bc, 2) with N_bc = len(x_bc)");
+            if (space.is_array(alpha_bc)) {
+                auto A = space.check(alpha_bc, "alpha_bc", {n, 2}, false,
+                                     "(N_bc, 2) with N_bc = len(x_bc)");
                 in.alpha_bc = A.ptr;
                 inputs.push_back({A, "alpha_bc"});
             } else {
@@ -231,7 +294,7 @@ double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, py::handle params,
             }
         }
         if (given(g_bc)) {
-            auto Gb = check_array<T>(g_bc, "g_bc", {n, 2}, false, "(N_bc, 2) with N_bc = len(x_bc)");
+            auto Gb = space.check(g_bc, "g_bc", {n, 2}, false, "(N_bc, 2) with N_bc = len(x_bc)");
             in.g_bc = Gb.ptr;
             inputs.push_back({Gb, "g_bc"});
         }
@@ -242,10 +305,11 @@ double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, py::handle params,
     }
     for (auto& [arr, name] : inputs) check_no_overlap(G, "grad", arr, name);
 
+    space.ready();
     LossBreakdown out;
     {
         py::gil_scoped_release release;
-        out = ws.value_and_grad(P.ptr, G.ptr, in);
+        out = ws.value_and_grad(P.ptr, G.ptr, in, space.stream());
     }
     pw.last = out;
     return out.total;
@@ -436,7 +500,8 @@ PYBIND11_MODULE(_core, mod) {
                 return s;
             }));
 
-    py::class_<PyWorkspace>(mod, "Workspace", "Every buffer one step needs, allocated once.")
+    py::class_<PyWorkspace> workspace(mod, "Workspace", "Every buffer one step needs, allocated once.");
+    workspace
         .def(py::init<const ModelSpec&, py::ssize_t, py::handle, const std::string&>(), py::arg("spec"),
              py::arg("batch_size") = 4096, py::arg("dtype") = "float32", py::arg("device") = "cpu")
         .def_property_readonly("spec", [](const PyWorkspace& w) { return w.spec; })
@@ -450,119 +515,6 @@ PYBIND11_MODULE(_core, mod) {
         .def_property_readonly("memory_bytes", [](PyWorkspace& w) {
             return dispatch(w, [](auto& ws, auto) { return ws.memory_bytes(); });
         })
-        .def_property_readonly("x_input", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto t) {
-                require_cpu(ws);
-                return view(ws.buffers().x_input, {py::ssize_t(ws.batch_size()), w.spec.in_dim}, self);
-            });
-        })
-        .def_property_readonly("fourier_features", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                return view(ws.buffers().features, {py::ssize_t(ws.batch_size()), 2 * w.spec.ff_dim}, self);
-            });
-        })
-        .def_property_readonly("fourier_streams", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                return view(ws.buffers().features,
-                            {w.spec.in_dim + 2, py::ssize_t(ws.batch_size()), 2 * w.spec.ff_dim}, self);
-            });
-        })
-        .def_property_readonly("z", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                py::list out;
-                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
-                    out.append(view(ws.buffers().z[l], {py::ssize_t(ws.batch_size()), w.spec.layer_out(l)}, self));
-                return out;
-            });
-        })
-        .def_property_readonly("h", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                py::list out;
-                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
-                    out.append(view(ws.buffers().h[l], {py::ssize_t(ws.batch_size()), w.spec.layer_out(l)}, self));
-                return out;
-            });
-        })
-        .def_property_readonly("z_streams", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                py::list out;
-                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
-                    out.append(view(ws.buffers().z[l],
-                                    {w.spec.in_dim + 2, py::ssize_t(ws.batch_size()), w.spec.layer_out(l)}, self));
-                return out;
-            });
-        })
-        .def_property_readonly("h_streams", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                py::list out;
-                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
-                    out.append(view(ws.buffers().h[l],
-                                    {w.spec.in_dim + 2, py::ssize_t(ws.batch_size()), w.spec.layer_out(l)}, self));
-                return out;
-            });
-        })
-        .def_property_readonly("du_dx", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                return view(ws.buffers().du_dx, {py::ssize_t(ws.batch_size()), w.spec.in_dim, 2}, self);
-            });
-        })
-        .def_property_readonly("d2u_dx2", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                return view(ws.buffers().d2u_dx2, {py::ssize_t(ws.batch_size()), 2}, self);
-            });
-        })
-        .def_property_readonly("grad", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                return view(ws.buffers().grad, {py::ssize_t(w.spec.num_params())}, self);
-            });
-        })
-        .def_property_readonly("dW", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                py::list out;
-                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
-                    out.append(view(ws.buffers().grad + w.spec.offset_W(l),
-                                    {w.spec.layer_out(l), w.spec.layer_in(l)}, self));
-                return out;
-            });
-        })
-        .def_property_readonly("db", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                py::list out;
-                for (int l = 0; l <= w.spec.num_hidden_layers; ++l)
-                    out.append(view(ws.buffers().grad + w.spec.offset_b(l), {w.spec.layer_out(l)}, self));
-                return out;
-            });
-        })
-        .def_property_readonly("dB", [](py::object self) {
-            auto& w = self.cast<PyWorkspace&>();
-            return dispatch(w, [&](auto& ws, auto) {
-                require_cpu(ws);
-                return view(ws.buffers().grad + w.spec.offset_B(), {w.spec.in_dim, w.spec.ff_dim}, self);
-            });
-        })
         .def_property_readonly("last_loss", [](const PyWorkspace& w) {
             py::dict d;
             d["total"] = w.last.total;
@@ -571,29 +523,37 @@ PYBIND11_MODULE(_core, mod) {
             d["bc"] = w.last.bc;
             return d;
         })
-        .def("zero_grad", [](PyWorkspace& w) {
-            dispatch(w, [](auto& ws, auto) { py::gil_scoped_release r; ws.zero_grad(); });
-        })
+        .def("zero_grad", [](PyWorkspace& w, py::object stream) {
+            dispatch(w, [&](auto& ws, auto) {
+                with_space(ws, stream, [&](auto& space) {
+                    py::gil_scoped_release r;
+                    ws.zero_grad(space.stream());
+                });
+            });
+        }, py::kw_only(), py::arg("stream") = py::none())
         .def("forward", [](PyWorkspace& w, py::handle params, py::handle x, int derivatives,
-                           py::object u, py::object grad_u, py::object lap_u) {
-                 return dispatch(w, [&](auto& ws, auto t) {
-                     using T = decltype(t);
-                     return forward_impl<T>(ws, params, x, derivatives, u, grad_u, lap_u);
+                           py::object u, py::object grad_u, py::object lap_u, py::object stream) {
+                 return dispatch(w, [&](auto& ws, auto) {
+                     return with_space(ws, stream, [&](auto& space) {
+                         return forward_impl(ws, space, params, x, derivatives, u, grad_u, lap_u);
+                     });
                  });
              },
              py::arg("params"), py::arg("x"), py::arg("derivatives") = 0, py::kw_only(),
              py::arg("u") = py::none(), py::arg("grad_u") = py::none(), py::arg("lap_u") = py::none(),
+             py::arg("stream") = py::none(),
              "u [N,2]; with derivatives=1 also grad_u [N,d,2]; with 2 also lap_u [N,2].")
         .def("value_and_grad",
              [](PyWorkspace& w, py::handle params, py::handle grad, py::object x_pde, py::object kappa,
                 py::object f, py::object x_data, py::object y, py::object x_bc, py::object n_bc,
                 py::object alpha_bc, py::object g_bc, double w_pde, double w_data, double w_bc,
-                bool train_fourier, bool check_finite) {
-                 return dispatch(w, [&](auto& ws, auto t) {
-                     using T = decltype(t);
-                     return value_and_grad_impl<T>(w, ws, params, grad, x_pde, kappa, f, x_data, y,
-                                                   x_bc, n_bc, alpha_bc, g_bc, w_pde, w_data, w_bc,
-                                                   train_fourier, check_finite);
+                bool train_fourier, bool check_finite, py::object stream) {
+                 return dispatch(w, [&](auto& ws, auto) {
+                     return with_space(ws, stream, [&](auto& space) {
+                         return value_and_grad_impl(w, ws, space, params, grad, x_pde, kappa, f,
+                                                    x_data, y, x_bc, n_bc, alpha_bc, g_bc, w_pde,
+                                                    w_data, w_bc, train_fourier, check_finite);
+                     });
                  });
              },
              py::arg("params"), py::arg("grad"), py::kw_only(), py::arg("x_pde") = py::none(),
@@ -601,12 +561,63 @@ PYBIND11_MODULE(_core, mod) {
              py::arg("y") = py::none(), py::arg("x_bc") = py::none(), py::arg("n_bc") = py::none(),
              py::arg("alpha_bc") = py::none(), py::arg("g_bc") = py::none(), py::arg("w_pde") = 1.0,
              py::arg("w_data") = 1.0, py::arg("w_bc") = 1.0, py::arg("train_fourier") = true,
-             py::arg("check_finite") = false,
+             py::arg("check_finite") = false, py::arg("stream") = py::none(),
              "Loss of the given terms; writes its gradient into grad (overwritten).")
         .def("__repr__", [](const PyWorkspace& w) {
             return "Workspace(" + std::string(py::repr(py::cast(w.spec))) + ", dtype=" +
                    (w.is_f32() ? "float32" : "float64") + ", device='" + w.device_name + "')";
         });
+
+
+    // Cache views (NumPy on the CPU, DeviceArray on CUDA) sharing memory with the workspace.
+    def_cache(workspace, "x_input", false, [](const ModelSpec& s, const auto& b, py::ssize_t B) {
+        return std::vector{std::pair{b.x_input, Shape{B, s.in_dim}}};
+    });
+    def_cache(workspace, "fourier_features", false, [](const ModelSpec& s, const auto& b, py::ssize_t B) {
+        return std::vector{std::pair{b.features, Shape{B, 2 * s.ff_dim}}};
+    });
+    def_cache(workspace, "fourier_streams", false, [](const ModelSpec& s, const auto& b, py::ssize_t B) {
+        return std::vector{std::pair{b.features, Shape{s.in_dim + 2, B, 2 * s.ff_dim}}};
+    });
+    def_cache(workspace, "du_dx", false, [](const ModelSpec& s, const auto& b, py::ssize_t B) {
+        return std::vector{std::pair{b.du_dx, Shape{B, s.in_dim, 2}}};
+    });
+    def_cache(workspace, "d2u_dx2", false, [](const ModelSpec&, const auto& b, py::ssize_t B) {
+        return std::vector{std::pair{b.d2u_dx2, Shape{B, 2}}};
+    });
+    def_cache(workspace, "grad", false, [](const ModelSpec& s, const auto& b, py::ssize_t) {
+        return std::vector{std::pair{b.grad, Shape{py::ssize_t(s.num_params())}}};
+    });
+    def_cache(workspace, "dB", false, [](const ModelSpec& s, const auto& b, py::ssize_t) {
+        return std::vector{std::pair{b.grad + s.offset_B(), Shape{s.in_dim, s.ff_dim}}};
+    });
+    // Per layer l = 0..L: value streams [batch, out_l], all streams [d+2, batch, out_l], and the
+    // gradient accumulator's views.
+    auto per_layer = [](auto fn) {
+        return [fn](const ModelSpec& s, const auto& b, py::ssize_t B) {
+            std::vector<decltype(fn(s, b, B, 0))> out;
+            for (int l = 0; l <= s.num_hidden_layers; ++l) out.push_back(fn(s, b, B, l));
+            return out;
+        };
+    };
+    def_cache(workspace, "z", true, per_layer([](const ModelSpec& s, const auto& b, py::ssize_t B, int l) {
+        return std::pair{b.z[l], Shape{B, s.layer_out(l)}};
+    }));
+    def_cache(workspace, "h", true, per_layer([](const ModelSpec& s, const auto& b, py::ssize_t B, int l) {
+        return std::pair{b.h[l], Shape{B, s.layer_out(l)}};
+    }));
+    def_cache(workspace, "z_streams", true, per_layer([](const ModelSpec& s, const auto& b, py::ssize_t B, int l) {
+        return std::pair{b.z[l], Shape{s.in_dim + 2, B, s.layer_out(l)}};
+    }));
+    def_cache(workspace, "h_streams", true, per_layer([](const ModelSpec& s, const auto& b, py::ssize_t B, int l) {
+        return std::pair{b.h[l], Shape{s.in_dim + 2, B, s.layer_out(l)}};
+    }));
+    def_cache(workspace, "dW", true, per_layer([](const ModelSpec& s, const auto& b, py::ssize_t, int l) {
+        return std::pair{b.grad + s.offset_W(l), Shape{s.layer_out(l), s.layer_in(l)}};
+    }));
+    def_cache(workspace, "db", true, per_layer([](const ModelSpec& s, const auto& b, py::ssize_t, int l) {
+        return std::pair{b.grad + s.offset_b(l), Shape{s.layer_out(l)}};
+    }));
 
     mod.def("mse_backward", [](py::handle pred, py::handle target, py::object out) {
         const bool f32 = first_is_f32(pred, "pred");
@@ -642,6 +653,8 @@ PYBIND11_MODULE(_core, mod) {
     }, py::arg("params"), py::arg("grad"), py::arg("m"), py::arg("v"), py::arg("step"), py::arg("lr"),
        py::arg("beta1") = 0.9, py::arg("beta2") = 0.999, py::arg("eps") = 1e-8,
        py::arg("weight_decay") = 0.0, "One fused Adam(W) step over flat buffers, in place.");
+
+    bindings::register_device_array(mod);
 
     mod.def("has_openmp", &helmpinn::has_openmp);
     mod.def("has_cuda", &helmpinn::has_cuda);

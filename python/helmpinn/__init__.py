@@ -5,6 +5,7 @@ Laplacian and the exact gradient of the PDE/data/Robin loss in one fused pass; t
 re-exports it and adds initialisation, problems, training and a CLI on top.
 """
 from ._core import (
+    DeviceArray,
     ModelSpec,
     Workspace,
     __version__,
@@ -23,6 +24,7 @@ from ._cxx import get_build_flags, get_cmake_dir, get_include, get_library_dir
 from .params import init_params
 
 __all__ = [
+    "DeviceArray",
     "ModelSpec",
     "Workspace",
     "__version__",

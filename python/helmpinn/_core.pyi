@@ -39,6 +39,35 @@ class ModelSpec:
     def __getstate__(self) -> tuple[int, int, int, int]: ...
     def __setstate__(self, state: tuple[int, int, int, int]) -> None: ...
 
+class DeviceArray:
+    """Device memory with __cuda_array_interface__ (v3): the cache views of a CUDA Workspace
+    and the outputs forward() allocates there. CuPy, PyTorch and Numba read it zero-copy."""
+    @property
+    def __cuda_array_interface__(self) -> dict: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def ptr(self) -> int: ...
+    @property
+    def device(self) -> int: ...
+    def copy_to_host(self) -> NDArray[Float]: ...
+    @staticmethod
+    def from_host(array: NDArray[Float], device: int = 0) -> DeviceArray: ...
+    def __len__(self) -> int: ...
+
+# On device="cuda" every array argument may be any object with __cuda_array_interface__ or
+# DLPack on the workspace's GPU, `stream` (a CUDA stream handle or an object with .ptr or
+# .cuda_stream) orders the call, and the cache properties return DeviceArray views.
+Array = NDArray[Float] | DeviceArray
+
 class Workspace:
     """Every buffer one training step needs for `spec` and chunks of `batch_size` points.
 
@@ -88,18 +117,18 @@ class Workspace:
     def dB(self) -> NDArray[Float]: ...                 # view into grad, [d, m]
     @property
     def last_loss(self) -> dict[str, float]: ...        # {"total","pde","data","bc"} of the last value_and_grad
-    def zero_grad(self) -> None: ...
+    def zero_grad(self, *, stream: int | object | None = None) -> None: ...
     @overload
     def forward(self, params: NDArray[Float], x: NDArray[Float], derivatives: Literal[0] = 0, *,
-                u: NDArray[Float] | None = None) -> NDArray[Float]: ...
+                u: NDArray[Float] | None = None, stream: int | object | None = None) -> NDArray[Float]: ...
     @overload
     def forward(self, params: NDArray[Float], x: NDArray[Float], derivatives: Literal[1], *,
-                u: NDArray[Float] | None = None, grad_u: NDArray[Float] | None = None
-                ) -> tuple[NDArray[Float], NDArray[Float]]: ...
+                u: NDArray[Float] | None = None, grad_u: NDArray[Float] | None = None,
+                stream: int | object | None = None) -> tuple[NDArray[Float], NDArray[Float]]: ...
     @overload
     def forward(self, params: NDArray[Float], x: NDArray[Float], derivatives: Literal[2], *,
                 u: NDArray[Float] | None = None, grad_u: NDArray[Float] | None = None,
-                lap_u: NDArray[Float] | None = None
+                lap_u: NDArray[Float] | None = None, stream: int | object | None = None
                 ) -> tuple[NDArray[Float], NDArray[Float], NDArray[Float]]: ...
     def value_and_grad(self, params: NDArray[Float], grad: NDArray[Float], *,
                        x_pde: NDArray[Float] | None = None,
@@ -112,7 +141,8 @@ class Workspace:
                        alpha_bc: complex | NDArray[Float] | None = None,
                        g_bc: NDArray[Float] | None = None,
                        w_pde: float = 1.0, w_data: float = 1.0, w_bc: float = 1.0,
-                       train_fourier: bool = True, check_finite: bool = False) -> float:
+                       train_fourier: bool = True, check_finite: bool = False,
+                       stream: int | object | None = None) -> float:
         """Loss of the given terms; writes d(loss)/d(params) into grad (overwritten)."""
 
 def mse_backward(pred: NDArray[Float], target: NDArray[Float], out: NDArray[Float] | None = None

@@ -1,0 +1,561 @@
+// Device arrays at the Python border, for Workspaces on device='cuda'.
+//
+// An argument is taken zero-copy from any object that exposes __cuda_array_interface__ (CuPy,
+// PyTorch, Numba, helmpinn's own DeviceArray) or DLPack (__dlpack__ / __dlpack_device__, or a
+// "dltensor" capsule). Each is checked before any work, like the host arrays of arrays.hpp:
+// dtype (TypeError), shape, C-contiguity, writability of outputs, and that the pointer really
+// is CUDA device (or managed) memory on the Workspace's device (cudaPointerGetAttributes), all
+// with a message that names the argument (ValueError).
+//
+// Streams. The caller's `stream=` (None/0 = the legacy default stream, an int handle, or an
+// object with .cuda_stream (PyTorch), .ptr (CuPy), .handle (Numba) or __cuda_stream__) is the
+// stream the work is enqueued on. A __cuda_array_interface__ that names a producer stream gets
+// an event recorded on that stream and waited on by ours; a DLPack producer is handed our
+// stream (the protocol makes it order its own work before it).
+//
+// Built without CUDA (no HELMPINN_WITH_CUDA), the same names exist and raise "built without
+// CUDA support"; they are unreachable then, since no CUDA Workspace can be made.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "arrays.hpp"
+
+#if defined(HELMPINN_WITH_CUDA) && defined(HELMPINN_CUDA_EMULATION)
+#include "cuda/emulation/cuda_emulation.hpp"  // tests only: CUDA emulated on the CPU
+#elif defined(HELMPINN_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
+namespace helmpinn {
+namespace bindings {
+
+namespace py = pybind11;
+
+// ---- DLPack ABI (dlpack.h, version 0.x "dltensor" capsules) -----------------------------------
+namespace dlpack {
+enum DeviceType : std::int32_t { kCPU = 1, kCUDA = 2, kCUDAHost = 3, kCUDAManaged = 13 };
+enum TypeCode : std::uint8_t { kInt = 0, kUInt = 1, kFloat = 2, kBfloat = 4, kComplex = 5, kBool = 6 };
+struct Device {
+    std::int32_t device_type;
+    std::int32_t device_id;
+};
+struct DataType {
+    std::uint8_t code;
+    std::uint8_t bits;
+    std::uint16_t lanes;
+};
+struct Tensor {
+    void* data;
+    Device device;
+    std::int32_t ndim;
+    DataType dtype;
+    std::int64_t* shape;
+    std::int64_t* strides;
+    std::uint64_t byte_offset;
+};
+struct ManagedTensor {
+    Tensor dl_tensor;
+    void* manager_ctx;
+    void (*deleter)(ManagedTensor*);
+};
+}  // namespace dlpack
+
+[[noreturn]] inline void no_cuda() {
+    throw std::runtime_error("helmpinn was built without CUDA support (device='cuda' unavailable)");
+}
+
+inline std::string type_name(py::handle obj) {
+    py::handle t = py::type::handle_of(obj);
+    std::string mod;
+    if (py::hasattr(t, "__module__")) mod = py::str(t.attr("__module__"));
+    std::string name = py::str(t.attr("__name__"));
+    return mod.empty() || mod == "builtins" ? name : mod + "." + name;
+}
+
+/// The numeric handle of a stream argument (0 = the legacy default stream).
+inline std::uintptr_t stream_handle(py::handle s) {
+    if (s.is_none()) return 0;
+    py::object v;
+    if (py::isinstance<py::int_>(s)) {
+        v = py::reinterpret_borrow<py::object>(s);
+    } else if (py::hasattr(s, "__cuda_stream__")) {
+        py::object t = s.attr("__cuda_stream__")();
+        v = py::reinterpret_borrow<py::tuple>(t)[1];
+    } else if (py::hasattr(s, "cuda_stream")) {  // torch.cuda.Stream
+        v = s.attr("cuda_stream");
+    } else if (py::hasattr(s, "ptr")) {          // cupy.cuda.Stream
+        v = s.attr("ptr");
+    } else if (py::hasattr(s, "handle")) {       // numba stream: ctypes c_void_p
+        v = s.attr("handle");
+        if (py::hasattr(v, "value")) v = v.attr("value");
+    } else {
+        throw py::type_error("stream: expected None, an int CUDA stream handle, or a stream object "
+                             "(.cuda_stream, .ptr, .handle or __cuda_stream__), got " + type_name(s));
+    }
+    if (v.is_none()) return 0;
+    long long h = 0;
+    try {
+        h = v.cast<long long>();
+    } catch (const py::cast_error&) {
+        throw py::type_error("stream: the stream handle is not an integer (" + type_name(v) + ")");
+    }
+    if (h < 0) throw py::value_error("stream: a CUDA stream handle must be >= 0, got " + std::to_string(h));
+    return static_cast<std::uintptr_t>(h);
+}
+
+/// One call's device context: the workspace's device, our stream, the producer streams named
+/// by the inputs' __cuda_array_interface__, and the DLPack capsules kept alive for the call.
+struct CallContext {
+    int device = 0;
+    std::uintptr_t stream = 0;
+    std::vector<std::uintptr_t> producers;
+    std::vector<py::object> keep;
+
+    void* stream_ptr() const { return reinterpret_cast<void*>(stream); }
+
+    /// Orders our stream after every producer stream (an event per producer; the event is
+    /// created once per device and reused).
+    void wait_for_producers() {
+#if defined(HELMPINN_WITH_CUDA)
+        for (std::uintptr_t p : producers) {
+            if (p == stream || (p == 1 && stream == 0) || (p == 0 && stream == 1)) continue;
+            cudaEvent_t ev = event_for(device);
+            cudaError_t e = cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(p));
+            if (e == cudaSuccess) e = cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream), ev, 0);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                throw py::value_error(std::string("stream: cannot order the call after the inputs' "
+                                                  "producer stream: ") + cudaGetErrorString(e));
+            }
+        }
+#endif
+    }
+
+#if defined(HELMPINN_WITH_CUDA)
+    static cudaEvent_t event_for(int device) {
+        static std::vector<cudaEvent_t> events;  // guarded by the GIL
+        if (int(events.size()) <= device) events.resize(device + 1, nullptr);
+        if (!events[device]) {
+            int prev = 0;
+            (void)cudaGetDevice(&prev);
+            (void)cudaSetDevice(device);
+            const cudaError_t e = cudaEventCreateWithFlags(&events[device], cudaEventDisableTiming);
+            (void)cudaSetDevice(prev);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                events[device] = nullptr;
+                throw std::runtime_error(std::string("cudaEventCreate: ") + cudaGetErrorString(e));
+            }
+        }
+        return events[device];
+    }
+#endif
+};
+
+/// True when obj should be read as a device array (rather than as a Python scalar).
+inline bool looks_like_array(py::handle obj) {
+    if (py::isinstance<py::array>(obj)) return py::reinterpret_borrow<py::array>(obj).ndim() > 0;
+    return py::hasattr(obj, "__cuda_array_interface__") || py::hasattr(obj, "__dlpack__") ||
+           PyCapsule_CheckExact(obj.ptr());
+}
+
+namespace detail {
+
+struct RawView {
+    std::uintptr_t ptr = 0;
+    Shape shape;
+    std::vector<long long> strides;  // in elements; empty = C-contiguous
+    bool strides_in_bytes = false;
+    std::string dtype;               // "float32", "float64", ...
+    bool readonly = false;
+};
+
+inline std::string typestr_name(const std::string& ts) {
+    if (ts.size() >= 3 && (ts[0] == '<' || ts[0] == '|' || ts[0] == '=')) {
+        const std::string k = ts.substr(1);
+        if (k == "f4") return "float32";
+        if (k == "f8") return "float64";
+        if (k == "f2") return "float16";
+    }
+    try {
+        return py::str(py::dtype(ts));
+    } catch (...) {
+        return ts;
+    }
+}
+
+inline std::string dl_name(const dlpack::DataType& t) {
+    std::string base;
+    switch (t.code) {
+        case dlpack::kInt: base = "int"; break;
+        case dlpack::kUInt: base = "uint"; break;
+        case dlpack::kFloat: base = "float"; break;
+        case dlpack::kBfloat: base = "bfloat"; break;
+        case dlpack::kComplex: base = "complex"; break;
+        case dlpack::kBool: return "bool";
+        default: base = "type" + std::to_string(t.code) + "_";
+    }
+    std::string s = base + std::to_string(t.bits);
+    if (t.lanes != 1) s += "x" + std::to_string(t.lanes);
+    return s;
+}
+
+// __cuda_array_interface__ (versions 2 and 3).
+inline RawView from_cai(py::handle cai_obj, const char* name, CallContext& ctx) {
+    if (!py::isinstance<py::dict>(cai_obj))
+        throw py::type_error(std::string(name) + ": __cuda_array_interface__ is not a dict");
+    py::dict cai = py::reinterpret_borrow<py::dict>(cai_obj);
+    RawView v;
+    py::tuple data = cai["data"].cast<py::tuple>();
+    v.ptr = data[0].cast<std::uintptr_t>();
+    v.readonly = data[1].cast<bool>();
+    for (py::handle e : cai["shape"].cast<py::tuple>()) v.shape.push_back(e.cast<py::ssize_t>());
+    v.dtype = typestr_name(cai["typestr"].cast<std::string>());
+    if (cai.contains("strides") && !cai["strides"].is_none()) {
+        for (py::handle e : cai["strides"].cast<py::tuple>()) v.strides.push_back(e.cast<long long>());
+        v.strides_in_bytes = true;
+    }
+    if (cai.contains("mask") && !cai["mask"].is_none())
+        throw py::value_error(std::string(name) + ": masked device arrays are not supported");
+    if (cai.contains("stream") && !cai["stream"].is_none()) {
+        const long long s = cai["stream"].cast<long long>();
+        if (s > 0) ctx.producers.push_back(static_cast<std::uintptr_t>(s));
+    }
+    return v;
+}
+
+// A "dltensor" capsule (kept alive in ctx until the call returns; its producer frees it).
+inline RawView from_capsule(py::handle cap, const char* name, CallContext& ctx) {
+    auto* mt = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+    if (!mt) {
+        PyErr_Clear();
+        throw py::type_error(std::string(name) +
+                             ": expected a DLPack capsule named 'dltensor' (an unused one)");
+    }
+    ctx.keep.push_back(py::reinterpret_borrow<py::object>(cap));
+    const dlpack::Tensor& t = mt->dl_tensor;
+    const int dt = t.device.device_type;
+    if (dt != dlpack::kCUDA && dt != dlpack::kCUDAManaged)
+        throw py::value_error(std::string(name) + ": expected CUDA device memory on device " +
+                              std::to_string(ctx.device) + ", got " +
+                              (dt == dlpack::kCPU || dt == dlpack::kCUDAHost
+                                   ? std::string("host memory")
+                                   : "DLPack device type " + std::to_string(dt)));
+    if (dt == dlpack::kCUDA && t.device.device_id != ctx.device)
+        throw py::value_error(std::string(name) + ": is on CUDA device " +
+                              std::to_string(t.device.device_id) +
+                              ", but the Workspace is on device " + std::to_string(ctx.device));
+    RawView v;
+    v.ptr = reinterpret_cast<std::uintptr_t>(t.data) + static_cast<std::uintptr_t>(t.byte_offset);
+    for (int i = 0; i < t.ndim; ++i) v.shape.push_back(static_cast<py::ssize_t>(t.shape[i]));
+    if (t.strides)
+        for (int i = 0; i < t.ndim; ++i) v.strides.push_back(t.strides[i]);
+    v.dtype = dl_name(t.dtype);
+    return v;
+}
+
+inline RawView parse(py::handle obj, const char* name, const std::string& want, CallContext& ctx) {
+    if (py::isinstance<py::array>(obj))
+        throw py::value_error(std::string(name) + ": expected a CUDA device " + want +
+                              " on device " + std::to_string(ctx.device) +
+                              ", got host memory (a numpy.ndarray); this Workspace is on device="
+                              "'cuda': pass a CuPy/PyTorch/Numba device array (or use a CPU Workspace)");
+    std::string cai_error;
+    if (py::hasattr(obj, "__cuda_array_interface__")) {
+        try {
+            py::object cai = obj.attr("__cuda_array_interface__");
+            return from_cai(cai, name, ctx);
+        } catch (py::error_already_set& e) {  // e.g. a torch tensor that requires grad
+            cai_error = e.what();
+            if (!py::hasattr(obj, "__dlpack__")) throw;
+        }
+    }
+    if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj, name, ctx);
+    if (py::hasattr(obj, "__dlpack__")) {
+        if (py::hasattr(obj, "__dlpack_device__")) {
+            py::tuple dev = obj.attr("__dlpack_device__")().cast<py::tuple>();
+            const int dt = dev[0].cast<int>();
+            if (dt == dlpack::kCPU || dt == dlpack::kCUDAHost)
+                throw py::value_error(std::string(name) + ": expected a CUDA device " + want +
+                                      " on device " + std::to_string(ctx.device) +
+                                      ", got host memory (" + type_name(obj) + ")");
+        }
+        // The consumer's stream: 1 stands for the legacy default stream in the protocol.
+        const std::uintptr_t s = ctx.stream == 0 ? 1 : ctx.stream;
+        py::object cap;
+        try {
+            cap = obj.attr("__dlpack__")(py::arg("stream") = s);
+        } catch (py::error_already_set& e) {
+            if (!e.matches(PyExc_TypeError)) throw;
+            cap = obj.attr("__dlpack__")();
+        }
+        return from_capsule(cap, name, ctx);
+    }
+    throw py::type_error(std::string(name) + ": expected a CUDA device " + want +
+                         " (an object with __cuda_array_interface__ or __dlpack__), got " +
+                         type_name(obj) + (cai_error.empty() ? "" : " (" + cai_error + ")"));
+}
+
+/// Checks that [ptr, ptr + bytes) is device (or managed) memory on ctx.device.
+inline void check_pointer(std::uintptr_t ptr, const char* name, const CallContext& ctx) {
+#if defined(HELMPINN_WITH_CUDA)
+    cudaPointerAttributes attr{};
+    const cudaError_t e = cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(ptr));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        throw py::value_error(std::string(name) + ": cannot query the pointer (" +
+                              cudaGetErrorString(e) + "); expected CUDA device memory on device " +
+                              std::to_string(ctx.device));
+    }
+    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+        throw py::value_error(std::string(name) + ": expected CUDA device memory on device " +
+                              std::to_string(ctx.device) + ", got " +
+                              (attr.type == cudaMemoryTypeHost ? "pinned host memory"
+                                                               : "host memory"));
+    if (attr.type == cudaMemoryTypeDevice && attr.device != ctx.device)
+        throw py::value_error(std::string(name) + ": is on CUDA device " +
+                              std::to_string(attr.device) + ", but the Workspace is on device " +
+                              std::to_string(ctx.device));
+#else
+    (void)ptr;
+    (void)name;
+    (void)ctx;
+    no_cuda();
+#endif
+}
+
+}  // namespace detail
+
+/// The device-array counterpart of check_array: returns the pointer and shape of a checked
+/// C-contiguous device array of dtype T matching `pattern` (writable when `writable`).
+template <typename T>
+Checked<T> check_device_array(py::handle obj, const char* name, const Shape& pattern,
+                              bool writable, CallContext& ctx, const char* dims_doc = nullptr) {
+    const std::string want = std::string(dtype_name<T>()) + " array of shape " +
+                             (dims_doc ? std::string(dims_doc) : shape_str(pattern));
+    detail::RawView v = detail::parse(obj, name, want, ctx);
+    if (v.dtype != dtype_name<T>())
+        throw py::type_error(std::string(name) + ": expected a CUDA device " + want +
+                             ", got dtype " + v.dtype);
+    bool ok = v.shape.size() == pattern.size();
+    for (std::size_t i = 0; ok && i < v.shape.size(); ++i) ok = pattern[i] < 0 || pattern[i] == v.shape[i];
+    if (!ok)
+        throw py::value_error(std::string(name) + ": expected a CUDA device " + want +
+                              ", got shape " + shape_str(v.shape));
+    py::ssize_t size = 1;
+    for (auto e : v.shape) size *= e;
+    if (!v.strides.empty() && size > 0) {
+        long long expect = v.strides_in_bytes ? static_cast<long long>(sizeof(T)) : 1;
+        for (int i = int(v.shape.size()) - 1; i >= 0; --i) {
+            if (v.shape[i] != 1 && v.strides[i] != expect)
+                throw py::value_error(std::string(name) +
+                                      ": must be C-contiguous (use .contiguous() or cupy.ascontiguousarray)");
+            expect *= v.shape[i];
+        }
+    }
+    if (writable && v.readonly)
+        throw py::value_error(std::string(name) + ": output array must be writable");
+    if (size > 0) {
+        if (v.ptr == 0) throw py::value_error(std::string(name) + ": null device pointer");
+        if (v.ptr % alignof(T) != 0)
+            throw py::value_error(std::string(name) + ": device pointer is not aligned to " +
+                                  std::to_string(alignof(T)) + " bytes");
+        detail::check_pointer(v.ptr, name, ctx);
+    }
+    Checked<T> out;
+    out.ptr = size > 0 ? reinterpret_cast<T*>(v.ptr) : nullptr;
+    out.shape = std::move(v.shape);
+    return out;
+}
+
+// ---- DeviceArray: device memory seen from Python ----------------------------------------------
+
+/// A dense C-contiguous float32/float64 array in CUDA device memory, exposed through
+/// __cuda_array_interface__ (version 3): a zero-copy view of a Workspace buffer (keeping the
+/// Workspace alive) or an array this module allocated for a forward() output.
+class DeviceArray {
+public:
+    DeviceArray(std::uintptr_t ptr, Shape shape, int itemsize, int device, py::object owner,
+                bool owns)
+        : ptr_(ptr), shape_(std::move(shape)), itemsize_(itemsize), device_(device),
+          owner_(std::move(owner)), owns_(owns) {}
+    ~DeviceArray() {
+#if defined(HELMPINN_WITH_CUDA)
+        if (owns_ && ptr_) {
+            int prev = 0;
+            (void)cudaGetDevice(&prev);
+            (void)cudaSetDevice(device_);
+            (void)cudaFree(reinterpret_cast<void*>(ptr_));
+            (void)cudaSetDevice(prev);
+        }
+#endif
+    }
+    DeviceArray(const DeviceArray&) = delete;
+    DeviceArray& operator=(const DeviceArray&) = delete;
+
+    /// A new array of `shape` on `device`, allocated with cudaMalloc (freed with the object).
+    static std::unique_ptr<DeviceArray> allocate(const Shape& shape, int itemsize, int device) {
+#if defined(HELMPINN_WITH_CUDA)
+        py::ssize_t n = 1;
+        for (auto e : shape) n *= e;
+        void* p = nullptr;
+        if (n > 0) {
+            int prev = 0;
+            (void)cudaGetDevice(&prev);
+            (void)cudaSetDevice(device);
+            const cudaError_t e = cudaMalloc(&p, std::size_t(n) * itemsize);
+            (void)cudaSetDevice(prev);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                throw std::runtime_error(std::string("cudaMalloc of an output array: ") +
+                                         cudaGetErrorString(e));
+            }
+        }
+        return std::make_unique<DeviceArray>(reinterpret_cast<std::uintptr_t>(p), shape, itemsize,
+                                             device, py::none(), true);
+#else
+        (void)shape; (void)itemsize; (void)device;
+        no_cuda();
+#endif
+    }
+
+    /// A device copy of a float32/float64 host array (any layout; copied C-contiguous).
+    static std::unique_ptr<DeviceArray> from_host(py::handle obj, int device) {
+        py::array arr = py::array::ensure(obj);
+        if (!arr) throw py::type_error("DeviceArray.from_host: expected an array-like");
+        const bool f32 = arr.dtype().is(py::dtype::of<float>());
+        if (!f32 && !arr.dtype().is(py::dtype::of<double>()))
+            throw py::type_error("DeviceArray.from_host: expected a float32 or float64 array, got dtype " +
+                                 std::string(py::str(arr.dtype())));
+        arr = py::module_::import("numpy").attr("ascontiguousarray")(arr);
+        Shape shape(arr.shape(), arr.shape() + arr.ndim());
+        const int itemsize = f32 ? 4 : 8;
+        auto out = allocate(shape, itemsize, device);
+#if defined(HELMPINN_WITH_CUDA)
+        if (out->size() > 0) {
+            const cudaError_t e = cudaMemcpy(reinterpret_cast<void*>(out->ptr_), arr.data(),
+                                             std::size_t(out->size()) * itemsize,
+                                             cudaMemcpyHostToDevice);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                throw std::runtime_error(std::string("DeviceArray.from_host: ") + cudaGetErrorString(e));
+            }
+        }
+#endif
+        return out;
+    }
+
+    std::uintptr_t ptr() const { return ptr_; }
+    const Shape& shape() const { return shape_; }
+    int itemsize() const { return itemsize_; }
+    int device() const { return device_; }
+    py::ssize_t size() const {
+        py::ssize_t n = 1;
+        for (auto e : shape_) n *= e;
+        return n;
+    }
+    std::string typestr() const { return itemsize_ == 4 ? "<f4" : "<f8"; }
+    py::dtype dtype() const { return itemsize_ == 4 ? py::dtype::of<float>() : py::dtype::of<double>(); }
+
+    py::dict cuda_array_interface() const {
+        py::dict d;
+        py::tuple shape(shape_.size());
+        for (std::size_t i = 0; i < shape_.size(); ++i) shape[i] = shape_[i];
+        d["shape"] = shape;
+        d["typestr"] = typestr();
+        d["data"] = py::make_tuple(size() > 0 ? ptr_ : std::uintptr_t(0), false);
+        d["version"] = 3;
+        d["strides"] = py::none();
+        // No stream: the data was written on the stream of the call that wrote it (the
+        // caller's `stream=`, default: the legacy default stream, which CuPy and PyTorch also
+        // use by default). Work on another stream must be ordered by the caller.
+        d["stream"] = py::none();
+        return d;
+    }
+
+    /// A numpy copy (waits for all work on the device first).
+    py::array copy_to_host() const {
+        py::array out(dtype(), shape_);
+#if defined(HELMPINN_WITH_CUDA)
+        if (size() > 0) {
+            py::gil_scoped_release release;
+            int prev = 0;
+            (void)cudaGetDevice(&prev);
+            (void)cudaSetDevice(device_);
+            cudaError_t e = cudaDeviceSynchronize();
+            if (e == cudaSuccess)
+                e = cudaMemcpy(out.mutable_data(), reinterpret_cast<const void*>(ptr_),
+                               std::size_t(size()) * itemsize_, cudaMemcpyDeviceToHost);
+            (void)cudaSetDevice(prev);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                py::gil_scoped_acquire acquire;
+                throw std::runtime_error(std::string("DeviceArray.copy_to_host: ") + cudaGetErrorString(e));
+            }
+        }
+#else
+        if (size() > 0) no_cuda();
+#endif
+        return out;
+    }
+
+private:
+    std::uintptr_t ptr_;
+    Shape shape_;
+    int itemsize_;
+    int device_;
+    py::object owner_;
+    bool owns_;
+};
+
+/// A view of workspace device memory that keeps the workspace (`owner`) alive.
+template <typename T>
+py::object device_view(T* ptr, Shape shape, int device, py::handle owner) {
+    return py::cast(std::make_unique<DeviceArray>(reinterpret_cast<std::uintptr_t>(ptr),
+                                                  std::move(shape), int(sizeof(T)), device,
+                                                  py::reinterpret_borrow<py::object>(owner), false));
+}
+
+inline void register_device_array(py::module_& mod) {
+    py::class_<DeviceArray>(mod, "DeviceArray",
+                            "A float32/float64 array in CUDA device memory (zero-copy view of a "
+                            "Workspace buffer, or a forward() output). Consume it with "
+                            "cupy.asarray(a), torch.as_tensor(a, device='cuda') or "
+                            "numba.cuda.as_cuda_array(a); copy_to_host() gives a numpy copy.")
+        .def_property_readonly("__cuda_array_interface__", &DeviceArray::cuda_array_interface)
+        .def_property_readonly("shape", [](const DeviceArray& a) {
+            py::tuple t(a.shape().size());
+            for (std::size_t i = 0; i < a.shape().size(); ++i) t[i] = a.shape()[i];
+            return t;
+        })
+        .def_property_readonly("dtype", &DeviceArray::dtype)
+        .def_property_readonly("ndim", [](const DeviceArray& a) { return a.shape().size(); })
+        .def_property_readonly("size", &DeviceArray::size)
+        .def_property_readonly("nbytes", [](const DeviceArray& a) { return a.size() * a.itemsize(); })
+        .def_property_readonly("ptr", &DeviceArray::ptr)
+        .def_property_readonly("device", &DeviceArray::device)
+        .def("copy_to_host", &DeviceArray::copy_to_host, "A numpy copy of the data.")
+        .def_static("from_host", &DeviceArray::from_host, py::arg("array"), py::arg("device") = 0,
+                    "A device copy (cudaMalloc + cudaMemcpy) of a float32/float64 host array.")
+        .def("__len__", [](const DeviceArray& a) {
+            if (a.shape().empty()) throw py::type_error("len() of a 0-d DeviceArray");
+            return a.shape()[0];
+        })
+        .def("__repr__", [](const DeviceArray& a) {
+            return "DeviceArray(shape=" + shape_str(a.shape(), "?") + ", dtype=" +
+                   (a.itemsize() == 4 ? "float32" : "float64") + ", device='cuda:" +
+                   std::to_string(a.device()) + "')";
+        });
+}
+
+}  // namespace bindings
+}  // namespace helmpinn

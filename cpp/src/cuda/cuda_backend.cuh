@@ -1,0 +1,453 @@
+// The CUDA backend: Backend<T> on one device. Every device buffer is allocated once, in the
+// constructor; forward() and value_and_grad() allocate nothing, launch on the caller's stream,
+// and the only device-to-host copy is value_and_grad's three loss sums (plus, when
+// check_finite is asked for, one small copy of the finiteness flags before any work).
+//
+// Instantiated for float in cuda_backend_f32.cu and for double in cuda_backend_f64.cu (two
+// translation units, so that a two-core build compiles them side by side).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "../backend.hpp"
+#include "cuda_common.cuh"
+#include "fused.cuh"
+
+namespace helmpinn {
+namespace cuda {
+
+/// Calls f(std::integral_constant<int, d>, std::bool_constant<gs>) for run-time d in 1..3.
+template <typename F>
+void dispatch(int d, bool gs, F&& f) {
+    using I1 = std::integral_constant<int, 1>;
+    using I2 = std::integral_constant<int, 2>;
+    using I3 = std::integral_constant<int, 3>;
+    if (d == 1) {
+        if (gs) f(I1{}, std::true_type{}); else f(I1{}, std::false_type{});
+    } else if (d == 2) {
+        if (gs) f(I2{}, std::true_type{}); else f(I2{}, std::false_type{});
+    } else {
+        if (gs) f(I3{}, std::true_type{}); else f(I3{}, std::false_type{});
+    }
+}
+
+template <typename T>
+class CudaBackend final : public Backend<T> {
+public:
+    CudaBackend(const ModelSpec& spec, std::size_t batch, int device_id)
+        : sp_(spec), B_(batch), d_(spec.in_dim), m_(spec.ff_dim), H_(spec.hidden_dim),
+          L_(spec.num_hidden_layers), S_(spec.in_dim + 2), np_(spec.num_params()),
+          dev_(device_id) {
+        int count = 0;
+        const cudaError_t e = cudaGetDeviceCount(&count);
+        std::string why;
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            why = std::string("no CUDA device found (") + cudaGetErrorString(e) + ")";
+            count = 0;
+        } else if (count == 0) {
+            why = "no CUDA device found";
+        } else {
+            why = std::to_string(count) + " CUDA device(s) visible";
+        }
+        if (device_id < 0 || device_id >= count)
+            throw std::runtime_error("Workspace(device='cuda'): CUDA device " +
+                                     std::to_string(device_id) + " is not available: " + why);
+        if (B_ > std::size_t(1) << 30)
+            throw std::invalid_argument("Workspace: batch_size must be <= 2^30 on CUDA");
+        DeviceGuard guard(dev_);
+        plan();
+        allocate();
+    }
+
+    ~CudaBackend() override {
+        // Members free their memory; make the right device current while they do.
+        int prev = 0;
+        if (cudaGetDevice(&prev) == cudaSuccess && prev != dev_) {
+            (void)cudaSetDevice(dev_);
+            release();
+            (void)cudaSetDevice(prev);
+        } else {
+            release();
+        }
+    }
+
+    const WorkspaceBuffers<T>& buffers() const override { return bufs_; }
+
+    std::size_t memory_bytes() const override {
+        std::size_t b = x_input_.bytes() + feat_.bytes() + du_dx_.bytes() + d2u_.bytes() +
+                        grad_.bytes() + omega_.bytes() + Omega_.bytes() + slot_grad_.bytes() +
+                        scratch_.bytes() + slot_loss_.bytes() + loss_sums_.bytes() +
+                        flags_.bytes();
+        for (int l = 0; l <= L_; ++l) b += z_[l].bytes();
+        for (int l = 0; l < L_; ++l) b += h_[l].bytes();
+        return b;
+    }
+
+    void zero_grad(void* stream) override {
+        DeviceGuard guard(dev_);
+        check(cudaMemsetAsync(grad_.data(), 0, np_ * sizeof(T), as_stream(stream)),
+              "zero_grad: cudaMemsetAsync");
+    }
+
+    void forward(const T* params, const T* x, std::size_t n, int derivatives, T* u, T* grad_u,
+                 T* lap_u, void* stream) override {
+        DeviceGuard guard(dev_);
+        const cudaStream_t s = as_stream(stream);
+        prep(params, s);
+        const int ns = derivatives == 0 ? 1 : derivatives == 1 ? d_ + 1 : d_ + 2;
+        OutArgs<T> outs{u, grad_u, lap_u, true};
+        const NetArgs<T> net = net_args(params);
+        for (std::size_t c0 = 0; c0 < n; c0 += B_) {
+            const int nc = int(std::min(B_, n - c0));
+            const int grid = std::min(tiles(nc), blocks_);
+            dispatch(d_, gs_, [&](auto Dc, auto GSc) {
+                constexpr int D = decltype(Dc)::value;
+                constexpr bool GS = decltype(GSc)::value;
+                auto* kernel = &forward_kernel<T, D, GS>;
+                HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
+                    net, cache_, tile_, x, static_cast<long long>(c0), nc, ns, outs);
+            });
+            check(cudaGetLastError(), "forward: kernel launch");
+        }
+    }
+
+    LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
+                                 void* stream) override {
+        DeviceGuard guard(dev_);
+        const cudaStream_t s = as_stream(stream);
+        if (in.check_finite) check_finite(params, in, s);
+        prep(params, s);
+
+        const std::size_t counts[3] = {in.n_pde, in.n_data, in.n_bc};
+        int used = 0;
+        for (std::size_t c : counts)
+            if (c) used = std::max(used, tiles(int(std::min(c, B_))));
+        used = std::min(used, blocks_);
+        if (used > 0)
+            check(cudaMemsetAsync(slot_grad_.data(), 0, std::size_t(used) * np_ * sizeof(T), s),
+                  "value_and_grad: cudaMemsetAsync");
+        check(cudaMemsetAsync(slot_loss_.data(), 0, slot_loss_.bytes(), s),
+              "value_and_grad: cudaMemsetAsync");
+
+        const NetArgs<T> net = net_args(params);
+        if (in.n_pde) run_term(kPde, net, in, s);
+        if (in.n_data) run_term(kData, net, in, s);
+        if (in.n_bc) run_term(kBc, net, in, s);
+
+        const long long zero_below = in.train_fourier ? 0 : static_cast<long long>(d_) * m_;
+        const int rgrid = int((np_ + 255) / 256);
+        auto* reduce = &reduce_kernel<T>;
+        HELMPINN_LAUNCH(reduce, rgrid, 256, 0, s)(slot_grad_.data(), used,
+                                               static_cast<long long>(np_), grad, zero_below,
+                                               slot_loss_.data(), loss_sums_.data());
+        check(cudaGetLastError(), "value_and_grad: reduce kernel launch");
+        check(cudaMemcpyAsync(host_sums_.data(), loss_sums_.data(), 3 * sizeof(double),
+                              cudaMemcpyDeviceToHost, s),
+              "value_and_grad: copying the loss to the host");
+        check(cudaStreamSynchronize(s), "value_and_grad: kernels");
+
+        const double* sums = host_sums_.data();
+        LossBreakdown out;
+        out.pde = in.n_pde ? sums[kPde] / double(in.n_pde) : 0.0;
+        out.data = in.n_data ? sums[kData] / double(in.n_data) : 0.0;
+        out.bc = in.n_bc ? sums[kBc] / double(in.n_bc) : 0.0;
+        out.total = double(in.w_pde) * out.pde + double(in.w_data) * out.data +
+                    double(in.w_bc) * out.bc;
+        return out;
+    }
+
+private:
+    static cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+    int tiles(int nc) const { return (nc + tile_.P - 1) / tile_.P; }
+
+    // Tile size, buffer sizes, shared or global activation buffers, and the number of blocks
+    // (= gradient slots) from the device's shared memory, SM count and occupancy.
+    void plan() {
+        int optin = 0, sms = 0;
+        check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_),
+              "cudaDeviceGetAttribute");
+        check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_),
+              "cudaDeviceGetAttribute");
+        const int ld = plan_ld<T>(sp_.max_width());
+        const long long fixed = fixed_smem_bytes<T>();
+        auto smem_for = [&](int P) {
+            return fixed + 2 * plan_buffer<T>(P, S_, ld, d_, m_) * long(sizeof(T));
+        };
+        // Tuning knobs (read once, here): HELMPINN_CUDA_TILE = points per tile (1..64);
+        // HELMPINN_CUDA_SCRATCH=global puts the activation buffers in global memory.
+        int P = 0;
+        const char* scratch_env = std::getenv("HELMPINN_CUDA_SCRATCH");
+        bool gs = scratch_env && std::string(scratch_env) == "global";
+        if (const char* env = std::getenv("HELMPINN_CUDA_TILE")) {
+            const int want = std::atoi(env);
+            if (want >= 1 && want <= kMaxTile) {
+                P = want;
+                gs = gs || smem_for(P) > optin;
+            }
+        }
+        if (P == 0 && !gs) {
+            // The largest tile whose buffers fit in shared memory. Below 4 points a tile
+            // fills too little of its 32-row warp tiles: global scratch with 16 is better.
+            for (int cand : {32, 16, 8, 4}) {
+                if (smem_for(cand) <= optin) {
+                    P = cand;
+                    break;
+                }
+            }
+            gs = P == 0;
+        }
+        if (P == 0) P = 16;
+        tile_.P = P;
+        tile_.ld = ld;
+        tile_.buf = plan_buffer<T>(P, S_, ld, d_, m_);
+        gs_ = gs;
+        smem_bytes_ = int(gs ? fixed : smem_for(P));
+
+        if (smem_bytes_ > optin)
+            throw std::runtime_error("helmpinn CUDA: device " + std::to_string(dev_) + " has " +
+                                     std::to_string(optin) + " bytes of shared memory per block; " +
+                                     std::to_string(smem_bytes_) + " are needed");
+        int per_sm = 0;
+        dispatch(d_, gs_, [&](auto Dc, auto GSc) {
+            constexpr int D = decltype(Dc)::value;
+            constexpr bool GS = decltype(GSc)::value;
+            // The attribute belongs to the kernel, shared by every workspace of this (T, d,
+            // buffers) on the device: raise it to the device's limit, never to this
+            // workspace's need (a smaller workspace made later would break a larger one).
+            check(cudaFuncSetAttribute(forward_kernel<T, D, GS>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
+                  "cudaFuncSetAttribute(forward_kernel)");
+            check(cudaFuncSetAttribute(train_kernel<T, D, GS>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
+                  "cudaFuncSetAttribute(train_kernel)");
+            check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, train_kernel<T, D, GS>,
+                                                                kThreads, smem_bytes_),
+                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+        });
+        if (per_sm < 1)
+            throw std::runtime_error("helmpinn CUDA: the fused kernel cannot run on device " +
+                                     std::to_string(dev_) + " with " +
+                                     std::to_string(smem_bytes_) + " bytes of shared memory");
+        // One gradient slot per resident block, at most one per tile of a chunk; slots (and
+        // GS scratch) capped at 512 MiB each.
+        long long blocks = static_cast<long long>(sms) * per_sm;
+        blocks = std::min<long long>(blocks, (static_cast<long long>(B_) + P - 1) / P);
+        const long long cap = 512LL << 20;
+        const long long slot_bytes = static_cast<long long>(np_) * sizeof(T);
+        blocks = std::min<long long>(blocks, std::max<long long>(1, cap / slot_bytes));
+        if (gs_) {
+            const long long scr = 2 * tile_.buf * static_cast<long long>(sizeof(T));
+            blocks = std::min<long long>(blocks, std::max<long long>(1, cap / scr));
+        }
+        blocks_ = int(std::max<long long>(1, blocks));
+    }
+
+    void allocate() {
+        const std::size_t Bs = B_ * S_;
+        x_input_.allocate(B_ * d_, "x_input");
+        feat_.allocate(Bs * 2 * m_, "features");
+        for (int l = 0; l <= L_; ++l) z_[l].allocate(Bs * sp_.layer_out(l), "z");
+        for (int l = 0; l < L_; ++l) h_[l].allocate(Bs * H_, "h");
+        du_dx_.allocate(B_ * d_ * 2, "du_dx");
+        d2u_.allocate(B_ * 2, "d2u_dx2");
+        grad_.allocate(np_, "grad");
+        omega_.allocate(std::size_t(d_) * m_, "omega");
+        Omega_.allocate(m_, "Omega");
+        slot_grad_.allocate(std::size_t(blocks_) * np_, "gradient slots");
+        slot_loss_.allocate(std::size_t(blocks_) * 3, "loss slots");
+        loss_sums_.allocate(3, "loss sums");
+        flags_.allocate(kMaxChecked, "finite flags");
+        if (gs_) scratch_.allocate(std::size_t(blocks_) * 2 * std::size_t(tile_.buf), "scratch");
+        host_sums_.allocate(3, "cudaMallocHost(loss)");
+        host_flags_.allocate(kMaxChecked, "cudaMallocHost(flags)");
+        check(cudaMemset(grad_.data(), 0, grad_.bytes()), "cudaMemset(grad)");
+        check(cudaDeviceSynchronize(), "Workspace allocation");
+
+        tile_.scratch = scratch_.data();
+        cache_.x_input = x_input_.data();
+        cache_.feat = feat_.data();
+        for (int l = 0; l <= L_; ++l) cache_.z[l] = z_[l].data();
+        for (int l = 0; l < L_; ++l) cache_.h[l] = h_[l].data();
+        cache_.h[L_] = z_[L_].data();
+        cache_.du_dx = du_dx_.data();
+        cache_.d2u = d2u_.data();
+        cache_.B = static_cast<long long>(B_);
+
+        bufs_.max_streams = S_;
+        bufs_.batch_size = B_;
+        bufs_.x_input = x_input_.data();
+        bufs_.features = feat_.data();
+        for (int l = 0; l <= L_; ++l) bufs_.z[l] = z_[l].data();
+        for (int l = 0; l < L_; ++l) bufs_.h[l] = h_[l].data();
+        bufs_.h[L_] = z_[L_].data();
+        bufs_.du_dx = du_dx_.data();
+        bufs_.d2u_dx2 = d2u_.data();
+        bufs_.grad = grad_.data();
+    }
+
+    void release() {
+        x_input_.reset();
+        feat_.reset();
+        for (auto& a : z_) a.reset();
+        for (auto& a : h_) a.reset();
+        du_dx_.reset();
+        d2u_.reset();
+        grad_.reset();
+        omega_.reset();
+        Omega_.reset();
+        slot_grad_.reset();
+        slot_loss_.reset();
+        loss_sums_.reset();
+        flags_.reset();
+        scratch_.reset();
+    }
+
+    NetArgs<T> net_args(const T* params) const {
+        NetArgs<T> a;
+        a.params = params;
+        a.omega = omega_.data();
+        a.Omega = Omega_.data();
+        a.m = m_;
+        a.H = H_;
+        a.L = L_;
+        for (int l = 0; l <= L_; ++l) {
+            a.offW[l] = static_cast<long long>(sp_.offset_W(l));
+            a.offb[l] = static_cast<long long>(sp_.offset_b(l));
+        }
+        return a;
+    }
+
+    void prep(const T* params, cudaStream_t s) {
+        auto* kernel = &prep_kernel<T>;
+        HELMPINN_LAUNCH(kernel, (m_ + 127) / 128, 128, 0, s)(params, d_, m_, omega_.data(),
+                                                             Omega_.data());
+        check(cudaGetLastError(), "prep kernel launch");
+    }
+
+    void run_term(Term term, const NetArgs<T>& net, const LossInputs<T>& in, cudaStream_t s) {
+        TermArgs<T> a;
+        std::size_t n = 0;
+        T w = T(0);
+        a.term = term;
+        if (term == kPde) {
+            n = in.n_pde;
+            w = in.w_pde;
+            a.x = in.x_pde;
+            a.kappa = in.kappa;
+            a.kappa_const = in.kappa_const;
+            a.f = in.f;
+            a.ns = d_ + 2;
+        } else if (term == kData) {
+            n = in.n_data;
+            w = in.w_data;
+            a.x = in.x_data;
+            a.y = in.y;
+            a.ns = 1;
+        } else {
+            n = in.n_bc;
+            w = in.w_bc;
+            a.x = in.x_bc;
+            a.normal = in.normal_bc;
+            a.alpha = in.alpha_bc;
+            a.alpha_re = in.alpha_const[0];
+            a.alpha_im = in.alpha_const[1];
+            a.g = in.g_bc;
+            a.ns = d_ + 1;
+        }
+        a.c = T(2) * w / T(n);
+        const int tf = in.train_fourier ? 1 : 0;
+        for (std::size_t c0 = 0; c0 < n; c0 += B_) {
+            const int nc = int(std::min(B_, n - c0));
+            const int grid = std::min(tiles(nc), blocks_);
+            dispatch(d_, gs_, [&](auto Dc, auto GSc) {
+                constexpr int D = decltype(Dc)::value;
+                constexpr bool GS = decltype(GSc)::value;
+                auto* kernel = &train_kernel<T, D, GS>;
+                HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
+                    net, cache_, tile_, a, static_cast<long long>(c0), nc, tf, slot_grad_.data(),
+                    static_cast<long long>(np_), slot_loss_.data());
+            });
+            check(cudaGetLastError(), "value_and_grad: kernel launch");
+        }
+    }
+
+    // check_finite on device arrays: one scan kernel, one small copy, then the scalars on the host.
+    // Messages and order as the CPU backend's (Workspace::value_and_grad).
+    void check_finite(const T* params, const LossInputs<T>& in, cudaStream_t s) {
+        const std::size_t d = d_;
+        const char* names[kMaxChecked] = {"params", "x_pde", "kappa", "f",        "x_data",
+                                          "y",      "x_bc",  "n_bc",  "alpha_bc", "g_bc"};
+        FiniteArgs<T> a;
+        const T* ptrs[kMaxChecked] = {params, in.x_pde, in.kappa, in.f, in.x_data,
+                                      in.y,   in.x_bc,  in.normal_bc, in.alpha_bc, in.g_bc};
+        const std::size_t sizes[kMaxChecked] = {np_,          in.n_pde * d,  in.n_pde,
+                                                in.n_pde * 2, in.n_data * d, in.n_data * 2,
+                                                in.n_bc * d,  in.n_bc * d,   in.n_bc * 2,
+                                                in.n_bc * 2};
+        unsigned long long most = 0;
+        for (int k = 0; k < kMaxChecked; ++k) {
+            a.p[k] = sizes[k] ? ptrs[k] : nullptr;
+            a.n[k] = sizes[k];
+            if (a.p[k]) most = std::max<unsigned long long>(most, sizes[k]);
+        }
+        check(cudaMemsetAsync(flags_.data(), 0xFF, flags_.bytes(), s), "check_finite: memset");
+        if (most > 0) {
+            const unsigned gx = unsigned(std::min<unsigned long long>((most + 255) / 256, 1024));
+            auto* kernel = &finite_kernel<T>;
+            HELMPINN_LAUNCH(kernel, dim3(gx, kMaxChecked), 256, 0, s)(a, flags_.data());
+            check(cudaGetLastError(), "check_finite: kernel launch");
+        }
+        check(cudaMemcpyAsync(host_flags_.data(), flags_.data(), flags_.bytes(),
+                              cudaMemcpyDeviceToHost, s),
+              "check_finite: copy");
+        check(cudaStreamSynchronize(s), "check_finite");
+        for (int k = 0; k < kMaxChecked; ++k)
+            if (host_flags_.data()[k] != ~0ULL)
+                throw std::invalid_argument(std::string(names[k]) +
+                                            " contains NaN or Inf (at flat index " +
+                                            std::to_string(host_flags_.data()[k]) + ")");
+        auto scalar = [](T v, const char* name) {
+            if (!std::isfinite(v))
+                throw std::invalid_argument(std::string(name) +
+                                            " contains NaN or Inf (at flat index 0)");
+        };
+        scalar(in.kappa_const, "kappa");
+        scalar(in.alpha_const[0], "alpha_bc");
+        if (!std::isfinite(in.alpha_const[1]))
+            throw std::invalid_argument("alpha_bc contains NaN or Inf (at flat index 1)");
+        scalar(in.w_pde, "w_pde");
+        scalar(in.w_data, "w_data");
+        scalar(in.w_bc, "w_bc");
+    }
+
+    ModelSpec sp_;
+    std::size_t B_;
+    int d_, m_, H_, L_, S_;
+    std::size_t np_;
+    int dev_;
+
+    TileArgs<T> tile_;
+    bool gs_ = false;
+    int smem_bytes_ = 0;
+    int blocks_ = 1;
+    CacheArgs<T> cache_;
+
+    DeviceArray<T> x_input_, feat_, z_[kMaxLayers], h_[kMaxLayers], du_dx_, d2u_, grad_, omega_,
+        Omega_, slot_grad_, scratch_;
+    DeviceArray<double> slot_loss_, loss_sums_;
+    DeviceArray<unsigned long long> flags_;
+    PinnedArray<double> host_sums_;
+    PinnedArray<unsigned long long> host_flags_;
+    WorkspaceBuffers<T> bufs_;
+};
+
+}  // namespace cuda
+}  // namespace helmpinn

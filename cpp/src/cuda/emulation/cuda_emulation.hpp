@@ -1,0 +1,314 @@
+// A CPU emulation of the little of CUDA that the backend uses, for testing the kernels on a
+// machine without a GPU (HELMPINN_CUDA_EMULATION; see emulation/emu_check.cpp).
+//
+// The kernels compile as ordinary C++: a launch runs the grid's blocks one after another, each
+// block as blockDim.x OS threads, with __syncthreads and __syncwarp as real barriers over the
+// block and over each warp of 32, and dynamic shared memory as a per-block buffer that starts
+// filled with 0xFF bytes (NaN in float and double) so that a read of memory nobody wrote shows
+// up in the results. Device memory is host memory; streams are ignored (all work is
+// synchronous); the device's attributes come from environment variables:
+//     HELMPINN_EMU_SMEM (bytes of shared memory a block may opt in to; default 232448, an H100)
+//     HELMPINN_EMU_SMS  (multiprocessors; default 3)
+// What this cannot show: races that real concurrent warps could hit but these OS threads do
+// not (every barrier is a full barrier here), and anything about speed.
+#pragma once
+
+#include <atomic>
+#include <barrier>
+#include <condition_variable>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+
+namespace helmpinn {
+namespace emu {
+
+struct ThreadState {
+    dim3 thread, block, block_dim, grid_dim;
+    unsigned char* smem = nullptr;
+    std::barrier<>* block_barrier = nullptr;
+    std::barrier<>* warp_barrier = nullptr;
+};
+inline thread_local ThreadState ts;
+
+inline unsigned char* dynamic_smem() { return ts.smem; }
+
+inline void check_aligned(const void* p) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) {
+        std::fprintf(stderr, "emulation: misaligned 16-byte access at %p\n", p);
+        std::abort();
+    }
+}
+
+inline long env_long(const char* name, long fallback) {
+    const char* v = std::getenv(name);
+    return v ? std::atol(v) : fallback;
+}
+
+/// Worker threads that persist across launches (creating 256 OS threads per launch would
+/// dominate the run time). run(nt, work) calls work(t) on threads t = 0 .. nt-1 and waits.
+class Pool {
+public:
+    ~Pool() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stop_ = true;
+            ++gen_;
+        }
+        cv_.notify_all();
+        for (auto& w : workers_) w.join();
+    }
+    void run(unsigned nt, const std::function<void(unsigned)>& work) {
+        std::unique_lock<std::mutex> lock(mu_);
+        while (workers_.size() < nt) {
+            const unsigned i = unsigned(workers_.size());
+            workers_.emplace_back([this, i] { loop(i); });
+        }
+        work_ = &work;
+        nt_ = nt;
+        remaining_ = nt;
+        ++gen_;
+        cv_.notify_all();
+        done_.wait(lock, [this] { return remaining_ == 0; });
+        work_ = nullptr;
+    }
+
+private:
+    void loop(unsigned i) {
+        unsigned long seen = 0;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            seen = gen_ - (work_ && i < nt_ ? 1 : 0);  // a worker started during run() joins it
+        }
+        for (;;) {
+            const std::function<void(unsigned)>* work = nullptr;
+            {
+                std::unique_lock<std::mutex> lock(mu_);
+                cv_.wait(lock, [&] { return gen_ != seen; });
+                seen = gen_;
+                if (stop_) return;
+                if (i >= nt_) continue;
+                work = work_;
+            }
+            (*work)(i);
+            std::lock_guard<std::mutex> lock(mu_);
+            if (--remaining_ == 0) done_.notify_all();
+        }
+    }
+    std::vector<std::thread> workers_;
+    std::mutex mu_;
+    std::condition_variable cv_, done_;
+    unsigned long gen_ = 0;
+    unsigned nt_ = 0, remaining_ = 0;
+    const std::function<void(unsigned)>* work_ = nullptr;
+    bool stop_ = false;
+};
+
+inline Pool& pool() {
+    static Pool p;
+    return p;
+}
+
+/// Runs fn() as the threads of every block of the grid: blockDim threads take the blocks in
+/// order together (a barrier between blocks; shared memory refilled with NaN bytes per block).
+inline void run_grid(dim3 grid, dim3 block, std::size_t smem_bytes, const std::function<void()>& fn) {
+    const unsigned nt = block.x * block.y * block.z;
+    const std::size_t smem_alloc = (smem_bytes + 255) / 128 * 128;
+    std::unique_ptr<unsigned char, decltype(&std::free)> smem(
+        static_cast<unsigned char*>(std::aligned_alloc(128, smem_alloc)), &std::free);  // 128-byte aligned
+    std::barrier<> bar(nt);
+    const unsigned nwarps = (nt + 31) / 32;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    for (unsigned w = 0; w < nwarps; ++w)
+        warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, nt - 32 * w)));
+    const std::function<void(unsigned)> work = [&](unsigned t) {
+        ts.thread = dim3(t, 0, 0);
+        ts.block_dim = block;
+        ts.grid_dim = grid;
+        ts.smem = smem.get();
+        ts.block_barrier = &bar;
+        ts.warp_barrier = warps[t / 32].get();
+        for (unsigned by = 0; by < grid.y; ++by) {
+            for (unsigned bx = 0; bx < grid.x; ++bx) {
+                ts.block = dim3(bx, by, 0);
+                if (t == 0) std::memset(smem.get(), 0xFF, smem_alloc);
+                bar.arrive_and_wait();
+                fn();
+                bar.arrive_and_wait();
+            }
+        }
+    };
+    pool().run(nt, work);
+}
+
+template <typename... KArgs>
+struct Launch {
+    void (*kernel)(KArgs...);
+    dim3 grid, block;
+    std::size_t smem;
+    template <typename... A>
+    void operator()(A&&... a) const {
+        auto k = kernel;
+        std::tuple<KArgs...> args(std::forward<A>(a)...);
+        run_grid(grid, block, smem, [&] { std::apply(k, args); });
+    }
+};
+
+template <typename... KArgs>
+Launch<KArgs...> launch(void (*k)(KArgs...), dim3 g, dim3 b, std::size_t smem) {
+    return Launch<KArgs...>{k, g, b, smem};
+}
+
+inline std::mutex& atomic_mutex() {
+    static std::mutex m;
+    return m;
+}
+
+}  // namespace emu
+}  // namespace helmpinn
+
+#define threadIdx (::helmpinn::emu::ts.thread)
+#define blockIdx (::helmpinn::emu::ts.block)
+#define blockDim (::helmpinn::emu::ts.block_dim)
+#define gridDim (::helmpinn::emu::ts.grid_dim)
+
+inline void __syncthreads() { helmpinn::emu::ts.block_barrier->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { helmpinn::emu::ts.warp_barrier->arrive_and_wait(); }
+
+inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
+    std::lock_guard<std::mutex> lock(helmpinn::emu::atomic_mutex());
+    const unsigned long long old = *p;
+    if (v < old) *p = v;
+    return old;
+}
+
+// ---- the runtime API subset -------------------------------------------------------------------
+using cudaError_t = int;
+constexpr cudaError_t cudaSuccess = 0;
+constexpr cudaError_t cudaErrorMemoryAllocation = 2;
+using cudaStream_t = void*;
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
+inline const char* cudaGetErrorName(cudaError_t e) { return e ? "cudaErrorEmulated" : "cudaSuccess"; }
+inline const char* cudaGetErrorString(cudaError_t e) { return e ? "emulated error" : "no error"; }
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+namespace helmpinn {
+namespace emu {
+/// "Device" allocations (start -> bytes), so that cudaPointerGetAttributes can tell them apart.
+inline std::map<std::uintptr_t, std::size_t>& device_allocations() {
+    static std::map<std::uintptr_t, std::size_t> m;
+    return m;
+}
+}  // namespace emu
+}  // namespace helmpinn
+
+inline cudaError_t cudaMalloc(void** p, std::size_t n) {
+    *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!*p) return cudaErrorMemoryAllocation;
+    std::memset(*p, 0xFF, n);  // uninitialised device memory: NaN bytes
+    std::lock_guard<std::mutex> lock(helmpinn::emu::atomic_mutex());
+    helmpinn::emu::device_allocations()[reinterpret_cast<std::uintptr_t>(*p)] = n;
+    return cudaSuccess;
+}
+inline cudaError_t cudaFree(void* p) {
+    {
+        std::lock_guard<std::mutex> lock(helmpinn::emu::atomic_mutex());
+        helmpinn::emu::device_allocations().erase(reinterpret_cast<std::uintptr_t>(p));
+    }
+    std::free(p);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMallocHost(void** p, std::size_t n) {
+    *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
+
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2,
+                      cudaMemoryTypeManaged = 3 };
+struct cudaPointerAttributes {
+    cudaMemoryType type = cudaMemoryTypeUnregistered;
+    int device = 0;
+    void* devicePointer = nullptr;
+    void* hostPointer = nullptr;
+};
+inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+    *a = cudaPointerAttributes{};
+    const auto q = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(helmpinn::emu::atomic_mutex());
+    auto& m = helmpinn::emu::device_allocations();
+    auto it = m.upper_bound(q);
+    if (it != m.begin()) {
+        --it;
+        if (q < it->first + std::max<std::size_t>(it->second, 1)) {
+            a->type = cudaMemoryTypeDevice;
+            a->devicePointer = const_cast<void*>(p);
+        }
+    }
+    return cudaSuccess;
+}
+using cudaEvent_t = void*;
+constexpr unsigned cudaEventDisableTiming = 2;
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+    static int dummy;
+    *e = &dummy;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+inline cudaError_t cudaMemset(void* p, int v, std::size_t n) { std::memset(p, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void* p, int v, std::size_t n, cudaStream_t = nullptr) {
+    return cudaMemset(p, v, n);
+}
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, std::size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
+    std::memcpy(d, s, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* d, const void* s, std::size_t n, cudaMemcpyKind k) {
+    return cudaMemcpyAsync(d, s, n, k);
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+    *v = a == cudaDevAttrMultiProcessorCount ? int(helmpinn::emu::env_long("HELMPINN_EMU_SMS", 3))
+                                             : int(helmpinn::emu::env_long("HELMPINN_EMU_SMEM", 232448));
+    return cudaSuccess;
+}
+template <typename F>
+inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
+template <typename F>
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F, int, std::size_t smem) {
+    const long per_sm = helmpinn::emu::env_long("HELMPINN_EMU_SMEM", 232448);
+    *n = smem > 0 && std::size_t(per_sm) < 2 * smem + 2048 ? 1 : 2;
+    return cudaSuccess;
+}
+
+#define HELMPINN_LAUNCH(kernel, grid, block, smem, stream) \
+    ::helmpinn::emu::launch(kernel, dim3(grid), dim3(block), smem)
+#define HELMPINN_DYNAMIC_SMEM(name) unsigned char* name = ::helmpinn::emu::dynamic_smem()

@@ -1,0 +1,300 @@
+// The CUDA backend's kernels and host logic, run on the CPU under emulation and compared with
+// the CPU backend through the public Workspace API (Device::cuda vs Device::cpu).
+//
+// Build and run (tests/test_cuda.py does this; no GPU or CUDA toolkit needed):
+//     c++ -std=c++20 -O2 -pthread -DHELMPINN_CUDA_EMULATION -Icpp/include -Icpp/src \
+//         cpp/src/cuda/emulation/emu_check.cpp cpp/src/common/workspace.cpp \
+//         cpp/src/common/spec.cpp cpp/src/cpu/cpu_backend.cpp -o emu_check && ./emu_check
+//
+// Checks, for d = 1, 2, 3 and float32 / float64: forward() u, grad u, lap u and the caches;
+// value_and_grad() for each loss term and all together (constant and per-point kappa and
+// alpha, with and without f and g, frozen Fourier features); several chunks and a partial last
+// tile; widths that are not multiples of the vector and warp-unit sizes; bitwise equality of
+// two runs; shared-memory and global-scratch activation buffers (HELMPINN_EMU_SMEM); odd tiles
+// (HELMPINN_CUDA_TILE); check_finite. Prints one line per check; exit status 1 on a failure.
+// --quick runs float32 on one of the shapes only.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_backend.cuh"
+#include "helmpinn/workspace.hpp"
+
+namespace helmpinn {
+template <typename T>
+std::unique_ptr<Backend<T>> make_cuda_backend(const ModelSpec& spec, std::size_t batch_size,
+                                              int device_id) {
+    return std::make_unique<cuda::CudaBackend<T>>(spec, batch_size, device_id);
+}
+template std::unique_ptr<Backend<float>> make_cuda_backend<float>(const ModelSpec&, std::size_t, int);
+template std::unique_ptr<Backend<double>> make_cuda_backend<double>(const ModelSpec&, std::size_t, int);
+}  // namespace helmpinn
+
+using namespace helmpinn;
+
+namespace {
+
+int failures = 0;
+
+double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    if (!std::isfinite(num)) return INFINITY;
+    return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
+}
+
+template <typename T>
+std::vector<double> dbl(const T* p, std::size_t n) {
+    return std::vector<double>(p, p + n);
+}
+
+void report(bool ok, const std::string& what, double err = -1) {
+    if (!ok) ++failures;
+    if (err >= 0)
+        std::printf("%s %s (rel err %.2e)\n", ok ? "ok  " : "FAIL", what.c_str(), err);
+    else
+        std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+}
+
+template <typename T>
+double tol() {
+    return sizeof(T) == 8 ? 1e-12 : 2e-5;
+}
+
+template <typename T>
+struct Problem {
+    ModelSpec spec;
+    std::vector<T> theta, x_pde, kappa, f, x_data, y, x_bc, n_bc, alpha, g;
+    std::size_t n_pde = 0, n_data = 0, n_bc_pts = 0;
+
+    Problem(const ModelSpec& s, std::size_t np, std::size_t nd, std::size_t nb, unsigned seed)
+        : spec(s), n_pde(np), n_data(nd), n_bc_pts(nb) {
+        std::mt19937_64 rng(seed);
+        std::normal_distribution<double> N(0.0, 1.0);
+        std::uniform_real_distribution<double> U(-1.0, 1.0);
+        theta.resize(spec.num_params());
+        for (const auto& p : spec.layout()) {
+            for (std::size_t k = 0; k < p.size; ++k) {
+                double v;
+                if (p.name == "B") v = 0.7 * N(rng);
+                else if (p.name[0] == 'W') v = N(rng) * std::sqrt(2.0 / double(p.shape[0] + p.shape[1]));
+                else v = 0.1 * N(rng);
+                theta[p.offset + k] = T(v);
+            }
+        }
+        const int d = spec.in_dim;
+        auto fill = [&](std::vector<T>& v, std::size_t n, bool unif) {
+            v.resize(n);
+            for (auto& e : v) e = T(unif ? U(rng) : N(rng));
+        };
+        fill(x_pde, np * d, true);
+        kappa.resize(np);
+        for (auto& e : kappa) e = T(1.0 + 9.0 * (U(rng) + 1.0) / 2.0);
+        fill(f, np * 2, false);
+        fill(x_data, nd * d, true);
+        fill(y, nd * 2, false);
+        fill(x_bc, nb * d, true);
+        fill(n_bc, nb * d, false);
+        for (std::size_t p = 0; p < nb; ++p) {
+            double s = 0;
+            for (int i = 0; i < d; ++i) s += double(n_bc[p * d + i]) * n_bc[p * d + i];
+            for (int i = 0; i < d; ++i) n_bc[p * d + i] = T(n_bc[p * d + i] / std::sqrt(s));
+        }
+        fill(alpha, nb * 2, false);
+        fill(g, nb * 2, false);
+    }
+
+    // terms: bit 0 pde, 1 data, 2 bc; variant: 0 = per-point kappa/alpha with f/g, 1 = constants, no f/g
+    LossInputs<T> inputs(int terms, int variant, bool train_fourier) const {
+        LossInputs<T> in;
+        if (terms & 1) {
+            in.x_pde = x_pde.data();
+            in.n_pde = n_pde;
+            if (variant == 0) {
+                in.kappa = kappa.data();
+                in.f = f.data();
+            } else {
+                in.kappa_const = T(7.3);
+            }
+        }
+        if (terms & 2) {
+            in.x_data = x_data.data();
+            in.n_data = n_data;
+            in.y = y.data();
+        }
+        if (terms & 4) {
+            in.x_bc = x_bc.data();
+            in.n_bc = n_bc_pts;
+            in.normal_bc = n_bc.data();
+            if (variant == 0) {
+                in.alpha_bc = alpha.data();
+                in.g_bc = g.data();
+            } else {
+                in.alpha_const[0] = T(0.3);
+                in.alpha_const[1] = T(-2.1);
+            }
+        }
+        in.w_pde = T(0.7);
+        in.w_data = T(1.9);
+        in.w_bc = T(0.35);
+        in.train_fourier = train_fourier;
+        return in;
+    }
+};
+
+template <typename T>
+void check_forward(const Problem<T>& pb, std::size_t batch, const std::string& tag) {
+    Workspace<T> cpu(pb.spec, batch, Device::cpu), gpu(pb.spec, batch, Device::cuda);
+    const int d = pb.spec.in_dim;
+    const std::size_t n = pb.n_pde;
+    for (int der = 0; der <= 2; ++der) {
+        std::vector<T> u1(n * 2), g1(n * d * 2), l1(n * 2), u2(n * 2), g2(n * d * 2), l2(n * 2);
+        cpu.forward(pb.theta.data(), pb.x_pde.data(), n, der, u1.data(),
+                    der >= 1 ? g1.data() : nullptr, der == 2 ? l1.data() : nullptr);
+        gpu.forward(pb.theta.data(), pb.x_pde.data(), n, der, u2.data(),
+                    der >= 1 ? g2.data() : nullptr, der == 2 ? l2.data() : nullptr);
+        double e = rel_err(dbl(u2.data(), n * 2), dbl(u1.data(), n * 2));
+        if (der >= 1) e = std::max(e, rel_err(dbl(g2.data(), n * d * 2), dbl(g1.data(), n * d * 2)));
+        if (der == 2) e = std::max(e, rel_err(dbl(l2.data(), n * 2), dbl(l1.data(), n * 2)));
+        report(e < tol<T>(), tag + " forward derivatives=" + std::to_string(der), e);
+    }
+    // caches of the last chunk (after derivatives=2): valid rows only
+    const auto& bc = cpu.buffers();
+    const auto& bg = gpu.buffers();
+    const std::size_t last = n % batch == 0 ? batch : n % batch;
+    const int S = d + 2;
+    double e = 0;
+    auto cmp_streams = [&](const T* a, const T* b, int width) {
+        for (int s = 0; s < S; ++s)
+            e = std::max(e, rel_err(dbl(b + (s * batch) * width, last * width),
+                                    dbl(a + (s * batch) * width, last * width)));
+    };
+    cmp_streams(bc.features, bg.features, 2 * pb.spec.ff_dim);
+    for (int l = 0; l <= pb.spec.num_hidden_layers; ++l) {
+        cmp_streams(bc.z[l], bg.z[l], pb.spec.layer_out(l));
+        cmp_streams(bc.h[l], bg.h[l], pb.spec.layer_out(l));
+    }
+    e = std::max(e, rel_err(dbl(bg.du_dx, last * d * 2), dbl(bc.du_dx, last * d * 2)));
+    e = std::max(e, rel_err(dbl(bg.d2u_dx2, last * 2), dbl(bc.d2u_dx2, last * 2)));
+    e = std::max(e, rel_err(dbl(bg.x_input, last * d), dbl(bc.x_input, last * d)));
+    report(e < tol<T>(), tag + " forward caches (features, z, h, du_dx, d2u_dx2, x_input)", e);
+}
+
+template <typename T>
+void check_grad(const Problem<T>& pb, std::size_t batch, int terms, int variant, bool tf,
+                const std::string& tag) {
+    Workspace<T> cpu(pb.spec, batch, Device::cpu), gpu(pb.spec, batch, Device::cuda);
+    const std::size_t np = pb.spec.num_params();
+    const LossInputs<T> in = pb.inputs(terms, variant, tf);
+    std::vector<T> g1(np, T(123)), g2(np, T(123)), g3(np, T(-5));
+    const LossBreakdown l1 = cpu.value_and_grad(pb.theta.data(), g1.data(), in);
+    const LossBreakdown l2 = gpu.value_and_grad(pb.theta.data(), g2.data(), in);
+    const LossBreakdown l3 = gpu.value_and_grad(pb.theta.data(), g3.data(), in);
+    const double eg = rel_err(dbl(g2.data(), np), dbl(g1.data(), np));
+    const double el = std::fabs(l2.total - l1.total) / std::max(std::fabs(l1.total), 1e-300);
+    const double ep = std::max({std::fabs(l2.pde - l1.pde) / std::max(std::fabs(l1.pde), 1e-300),
+                                std::fabs(l2.data - l1.data) / std::max(std::fabs(l1.data), 1e-300),
+                                std::fabs(l2.bc - l1.bc) / std::max(std::fabs(l1.bc), 1e-300)});
+    const char* names[8] = {"none", "pde", "data", "pde+data", "bc", "pde+bc", "data+bc", "all"};
+    std::string what = tag + " value_and_grad " + names[terms] +
+                       (variant == 0 ? " (per-point kappa/alpha, f, g)" : " (constants)") +
+                       (tf ? "" : " frozen B");
+    bool frozen_ok = true;
+    if (!tf)
+        for (int k = 0; k < pb.spec.in_dim * pb.spec.ff_dim; ++k) frozen_ok &= g2[k] == T(0);
+    report(eg < tol<T>() && el < tol<T>() && ep < tol<T>() && frozen_ok, what + " grad",
+           std::max({eg, el, ep}));
+    const bool same = std::memcmp(g2.data(), g3.data(), np * sizeof(T)) == 0 && l2.total == l3.total &&
+                      l2.pde == l3.pde && l2.data == l3.data && l2.bc == l3.bc;
+    report(same, what + " bitwise reproducible");
+}
+
+template <typename T>
+void check_finite(const Problem<T>& pb) {
+    Workspace<T> gpu(pb.spec, 16, Device::cuda);
+    std::vector<T> x = pb.x_pde, g(pb.spec.num_params());
+    x[5] = T(NAN);
+    x[9] = T(INFINITY);
+    LossInputs<T> in = pb.inputs(7, 0, true);
+    in.x_pde = x.data();
+    in.check_finite = true;
+    std::string msg;
+    try {
+        gpu.value_and_grad(pb.theta.data(), g.data(), in);
+    } catch (const std::invalid_argument& e) {
+        msg = e.what();
+    }
+    report(msg == "x_pde contains NaN or Inf (at flat index 5)", "check_finite names x_pde, index 5 [" + msg + "]");
+    in.x_pde = pb.x_pde.data();
+    in.kappa_const = T(NAN);
+    in.kappa = nullptr;
+    msg.clear();
+    try {
+        gpu.value_and_grad(pb.theta.data(), g.data(), in);
+    } catch (const std::invalid_argument& e) {
+        msg = e.what();
+    }
+    report(msg == "kappa contains NaN or Inf (at flat index 0)", "check_finite names kappa [" + msg + "]");
+    in.kappa_const = T(2);
+    msg = "no exception";
+    try {
+        gpu.value_and_grad(pb.theta.data(), g.data(), in);
+    } catch (const std::exception& e) {
+        msg = e.what();
+    }
+    report(msg == "no exception", "check_finite passes finite inputs");
+}
+
+template <typename T>
+void run_type(const char* tname, bool quick) {
+    struct Case {
+        ModelSpec spec;
+        std::size_t np, nd, nb, batch;
+    };
+    std::vector<Case> cases = {
+        {{1, 4, 8, 2}, 70, 37, 19, 32},    // chunks of 32, partial tiles
+        {{2, 5, 13, 2}, 53, 11, 29, 64},   // widths off the vector / 8-column grid
+        {{3, 3, 6, 3}, 41, 20, 33, 40},
+    };
+    if (!quick) cases.push_back({{2, 12, 40, 1}, 90, 30, 25, 1000});  // one chunk, L = 1
+    if (quick && sizeof(T) == 4) cases = {cases[1]};                  // --quick: float32 once
+    for (const auto& c : cases) {
+        const std::string tag = std::string(tname) + " d=" + std::to_string(c.spec.in_dim) +
+                                " m=" + std::to_string(c.spec.ff_dim) + " H=" +
+                                std::to_string(c.spec.hidden_dim) + " L=" +
+                                std::to_string(c.spec.num_hidden_layers);
+        Problem<T> pb(c.spec, c.np, c.nd, c.nb, 17u + unsigned(c.spec.in_dim));
+        check_forward(pb, c.batch, tag);
+        for (int terms : {1, 2, 4, 7}) check_grad(pb, c.batch, terms, 0, true, tag);
+        check_grad(pb, c.batch, 7, 1, true, tag);
+        check_grad(pb, c.batch, 7, 0, false, tag);
+    }
+    check_finite(Problem<T>({2, 3, 5, 2}, 12, 6, 6, 3u));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+    const char* smem = std::getenv("HELMPINN_EMU_SMEM");
+    const char* tile = std::getenv("HELMPINN_CUDA_TILE");
+    std::printf("# CUDA backend under CPU emulation: shared memory %s bytes, tile %s\n",
+                smem ? smem : "232448 (default)", tile ? tile : "auto");
+    try {
+        run_type<double>("float64", quick);
+        run_type<float>("float32", quick);
+    } catch (const std::exception& e) {
+        std::printf("FAIL exception: %s\n", e.what());
+        return 1;
+    }
+    std::printf("# %d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}

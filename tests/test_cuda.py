@@ -1,0 +1,512 @@
+"""Issue 5: the CUDA backend.
+
+Without a GPU (any machine):
+  * has_cuda() / cuda_device_count() are consistent with the build; a CUDA Workspace raises a
+    clear RuntimeError ("built without CUDA support" in a stub build; "CUDA device N is not
+    available" when there is no such device); `stream=` is refused on CPU workspaces.
+  * The CUDA kernels and the backend's host logic run under a CPU emulation of CUDA
+    (cpp/src/cuda/emulation): compiled here with the system C++ compiler and compared with the
+    CPU backend (forward, every loss term, chunking, partial tiles, shared-memory and
+    global-scratch buffers, odd tiles, bitwise reproducibility, check_finite).
+
+With a GPU: every result of a device="cuda" Workspace (forward u / grad u / lap u and the
+caches, value_and_grad of each term and all together, d = 1, 2, 3, float32 and float64) is
+compared with the CPU backend on the same random inputs (float64: relative error < 1e-10;
+float32: < 1e-4), and with the float64 reference; two runs are bitwise identical; results are
+written zero-copy into caller-provided device arrays (helmpinn's DeviceArray, and PyTorch /
+CuPy when importable); host arrays and wrong device arrays are refused with errors naming the
+argument. GPU tests skip with the reason when there is no device, and FAIL instead when
+HELMPINN_REQUIRE_GPU=1 (for runs on a GPU machine).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import helmpinn
+import reference as R
+from conftest import SPECS
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRE_GPU = os.environ.get("HELMPINN_REQUIRE_GPU") == "1"
+DeviceArray = helmpinn._core.DeviceArray
+
+
+# ------------------------------------------------------------------ helpers
+
+def _no_gpu_reason() -> str | None:
+    if not helmpinn.has_cuda():
+        return "helmpinn was built without CUDA support"
+    if helmpinn.cuda_device_count() == 0:
+        return "no CUDA device visible (helmpinn.cuda_device_count() == 0)"
+    return None
+
+
+@pytest.fixture
+def gpu():
+    """Skips (with the reason) without a usable GPU; fails instead under HELMPINN_REQUIRE_GPU=1."""
+    reason = _no_gpu_reason()
+    if reason is not None:
+        if REQUIRE_GPU:
+            pytest.fail(f"HELMPINN_REQUIRE_GPU=1 but {reason}")
+        pytest.skip(reason)
+
+
+def _torch_cuda():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError:
+        return None
+    try:
+        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
+    except Exception:  # noqa: BLE001 - any CUDA runtime failure means no usable CuPy
+        return None
+
+
+def dev(a, dtype=None):
+    """A DeviceArray copy of a host array (dtype converted when given)."""
+    a = np.asarray(a)
+    return DeviceArray.from_host(np.ascontiguousarray(a, dtype=dtype or a.dtype))
+
+
+def host(a) -> np.ndarray:
+    if isinstance(a, DeviceArray):
+        return a.copy_to_host()
+    if hasattr(a, "detach"):                       # torch
+        return a.detach().cpu().numpy()
+    if hasattr(a, "get"):                          # cupy
+        return a.get()
+    return np.asarray(a)
+
+
+def to_device(terms: dict, dtype) -> dict:
+    return {k: (dev(v, dtype) if isinstance(v, np.ndarray) else v) for k, v in terms.items()}
+
+
+def cast(terms: dict, dtype) -> dict:
+    return {k: (np.ascontiguousarray(v, dtype=dtype) if isinstance(v, np.ndarray) else v)
+            for k, v in terms.items()}
+
+
+TOL = {"float64": 1e-10, "float32": 1e-4}
+
+CASES = {
+    "pde_scalar_kappa_no_f": dict(n_pde=45, kappa="scalar", f=False),
+    "pde_array_kappa_f": dict(n_pde=45, kappa="array", f=True),
+    "data": dict(n_data=37),
+    "bc_scalar_alpha_no_g": dict(n_bc=41, alpha="scalar", g=False),
+    "bc_sommerfeld_g": dict(n_bc=41, alpha="sommerfeld", g=True),
+    "bc_array_alpha_g": dict(n_bc=41, alpha="array", g=True),
+    "all_array_weighted": dict(n_pde=39, n_data=27, n_bc=33, kappa="array", alpha="array",
+                               weights=(0.7, 1.9, 0.35)),
+}
+
+
+def _pair(spec_tuple, batch, dtype):
+    spec = helmpinn.ModelSpec(*spec_tuple)
+    return (helmpinn.Workspace(spec, batch, dtype=dtype),
+            helmpinn.Workspace(spec, batch, dtype=dtype, device="cuda"))
+
+
+def _compare_value_and_grad(spec_tuple, theta, terms, dtype, batch=32, **kw):
+    cpu, gpu = _pair(spec_tuple, batch, dtype)
+    th = np.ascontiguousarray(theta, dtype=dtype)
+    g_cpu = np.empty(th.size, dtype=dtype)
+    v_cpu = cpu.value_and_grad(th, g_cpu, **cast(terms, dtype), **kw)
+    g_gpu = dev(np.full(th.size, 123.0, dtype=dtype))        # overwritten, not accumulated
+    v_gpu = gpu.value_and_grad(dev(th), g_gpu, **to_device(terms, dtype), **kw)
+    assert isinstance(v_gpu, float)
+    assert v_gpu == pytest.approx(v_cpu, rel=TOL[dtype])
+    for key in ("total", "pde", "data", "bc"):
+        assert gpu.last_loss[key] == pytest.approx(cpu.last_loss[key], rel=TOL[dtype], abs=0.0), key
+    err = R.rel_err(host(g_gpu), g_cpu)
+    assert err < TOL[dtype], f"GPU vs CPU relative gradient error {err:.3e}"
+    return v_gpu, host(g_gpu), gpu
+
+
+# ------------------------------------------------------------------ without a GPU
+
+def test_has_cuda_and_device_count_are_consistent():
+    assert isinstance(helmpinn.has_cuda(), bool)
+    n = helmpinn.cuda_device_count()
+    assert isinstance(n, int) and n >= 0
+    if not helmpinn.has_cuda():
+        assert n == 0
+    expect = os.environ.get("HELMPINN_EXPECT_CUDA")    # set by CI to what the build should be
+    if expect is not None:
+        assert helmpinn.has_cuda() == (expect == "1")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cuda_workspace_without_device_raises(dtype):
+    spec = helmpinn.ModelSpec(2, 4, 8, 2)
+    if not helmpinn.has_cuda():
+        with pytest.raises(RuntimeError, match="built without CUDA support"):
+            helmpinn.Workspace(spec, 16, dtype=dtype, device="cuda")
+        return
+    n = helmpinn.cuda_device_count()
+    if n == 0:
+        with pytest.raises(RuntimeError, match="CUDA device 0 is not available: no CUDA device found"):
+            helmpinn.Workspace(spec, 16, dtype=dtype, device="cuda")
+    with pytest.raises(RuntimeError, match=f"CUDA device {n + 3} is not available"):
+        helmpinn.Workspace(spec, 16, dtype=dtype, device=f"cuda:{n + 3}")
+
+
+def test_stream_keyword_is_for_cuda_workspaces_only(rng):
+    ws = helmpinn.Workspace(helmpinn.ModelSpec(1, 4, 8, 2), 16, dtype="float64")
+    theta = R.random_params((1, 4, 8, 2), rng)
+    x = rng.uniform(-1, 1, (5, 1))
+    with pytest.raises(ValueError, match="stream: only for Workspaces on device='cuda'"):
+        ws.forward(theta, x, 0, stream=0)
+    with pytest.raises(ValueError, match="stream: only for Workspaces on device='cuda'"):
+        ws.value_and_grad(theta, np.empty(theta.size), x_data=x, y=np.zeros((5, 2)), stream=1)
+    with pytest.raises(ValueError, match="stream: only for Workspaces on device='cuda'"):
+        ws.zero_grad(stream=0)
+    ws.zero_grad(stream=None)
+    assert isinstance(ws.forward(theta, x, 0, stream=None), np.ndarray)
+
+
+def test_device_array_type():
+    assert hasattr(DeviceArray, "__cuda_array_interface__")
+    if _no_gpu_reason() is not None:
+        with pytest.raises(RuntimeError):
+            DeviceArray.from_host(np.zeros(3))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        DeviceArray.from_host(np.zeros(3, dtype=np.int64))
+
+
+def _emulation_sources():
+    srcs = [ROOT / "cpp/src/cuda/emulation/emu_check.cpp", ROOT / "cpp/src/common/workspace.cpp",
+            ROOT / "cpp/src/common/spec.cpp", ROOT / "cpp/src/cpu/cpu_backend.cpp"]
+    return srcs if all(s.exists() for s in srcs) else None
+
+
+@pytest.fixture(scope="module")
+def emu_check(tmp_path_factory):
+    """The CPU emulation of the CUDA backend (cpp/src/cuda/emulation/emu_check.cpp), built here."""
+    srcs = _emulation_sources()
+    if srcs is None:
+        pytest.skip("the C++ sources are not next to the tests (installed package)")
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to build the CUDA emulation")
+    tmp = tmp_path_factory.mktemp("cuda_emulation")
+    probe = tmp / "probe.cpp"
+    probe.write_text("#include <barrier>\nint main() { std::barrier<> b(1); b.arrive_and_wait(); }\n")
+    if subprocess.run([cxx, "-std=c++20", "-pthread", str(probe), "-o", str(tmp / "probe")],
+                      capture_output=True).returncode != 0:
+        pytest.skip(f"{cxx} has no C++20 <barrier>, which the CUDA emulation needs")
+    exe = tmp / "emu_check"
+    cmd = [cxx, "-std=c++20", "-O1", "-pthread", "-DHELMPINN_CUDA_EMULATION",
+           f"-I{ROOT / 'cpp/include'}", f"-I{ROOT / 'cpp/src'}", *map(str, srcs), "-o", str(exe)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, "building the CUDA emulation failed:\n" + res.stderr[-4000:]
+    return exe
+
+
+@pytest.mark.parametrize("env", [
+    {},                                    # activation buffers in shared memory (an H100's 227 kB)
+    # too little shared memory: global scratch buffers; and an odd tile size
+    {"HELMPINN_EMU_SMEM": "20000", "HELMPINN_CUDA_TILE": "7"},
+], ids=["shared", "global-scratch-tile7"])
+def test_cuda_kernels_under_cpu_emulation(emu_check, env):
+    res = subprocess.run([str(emu_check), "--quick"], capture_output=True, text=True,
+                         env={**os.environ, **env}, timeout=600)
+    failed = [line for line in res.stdout.splitlines() if line.startswith("FAIL")]
+    assert res.returncode == 0 and not failed, res.stdout[-6000:] + res.stderr[-2000:]
+    assert res.stdout.count("\nok ") > 40
+
+
+# ------------------------------------------------------------------ on a GPU: agreement with the CPU
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_forward_matches_cpu(gpu, spec_tuple, rng, dtype):
+    d = spec_tuple[0]
+    theta = R.random_params(spec_tuple, rng, fourier_sigma=0.7).astype(dtype)
+    x = rng.uniform(-1, 1, (77, d)).astype(dtype)          # 3 chunks of 32, a partial tile
+    cpu, gpu_ws = _pair(spec_tuple, 32, dtype)
+    for der in (0, 1, 2):
+        ref = cpu.forward(theta, x, der)
+        out = gpu_ws.forward(dev(theta), dev(x), der)
+        ref = ref if der else (ref,)
+        out = out if der else (out,)
+        for a, b in zip(out, ref):
+            assert isinstance(a, DeviceArray) and a.shape == b.shape
+            assert R.rel_err(host(a), b) < TOL[dtype]
+    if dtype == "float64":                                   # and the independent reference
+        u, gu, lu = (host(a) for a in gpu_ws.forward(dev(theta), dev(x), 2))
+        ur, gur, lur = R.forward(theta, spec_tuple, x, 2)
+        assert R.rel_err(u, ur) < 1e-12 and R.rel_err(gu, gur) < 1e-11 and R.rel_err(lu, lur) < 1e-11
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_value_and_grad_matches_cpu(gpu, spec_tuple, rng, make_inputs, case, dtype):
+    theta = R.random_params(spec_tuple, rng)
+    terms = make_inputs(spec_tuple[0], **CASES[case])
+    v, _, _ = _compare_value_and_grad(spec_tuple, theta, terms, dtype)
+    if dtype == "float64":
+        assert v == pytest.approx(R.loss(theta, spec_tuple, **terms), rel=1e-11)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_frozen_fourier_on_gpu(gpu, spec_tuple, rng, make_inputs, dtype):
+    d, m = spec_tuple[:2]
+    theta = R.random_params(spec_tuple, rng)
+    terms = make_inputs(d, **CASES["all_array_weighted"])
+    _, g, _ = _compare_value_and_grad(spec_tuple, theta, terms, dtype, train_fourier=False)
+    assert np.all(g[: d * m] == 0.0)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("shape", [(2, 32, 128, 4), (3, 32, 64, 4), (1, 16, 64, 3), (2, 5, 13, 1)],
+                         ids=["cfg-b", "cfg-c", "cfg-a", "odd-widths"])
+def test_realistic_shapes(gpu, rng, make_inputs, shape, dtype):
+    theta = R.random_params(shape, rng, fourier_sigma=0.5)
+    terms = make_inputs(shape[0], n_pde=300, n_data=70, n_bc=90, kappa="array", alpha="array")
+    _compare_value_and_grad(shape, theta, terms, dtype, batch=256)
+
+
+def test_wide_layers_use_global_scratch(gpu, rng, make_inputs):
+    """2m = 600 float64 features do not fit in shared memory: the global-scratch kernels."""
+    shape = (2, 300, 48, 2)
+    theta = R.random_params(shape, rng, fourier_sigma=0.3)
+    terms = make_inputs(2, n_pde=70, n_data=20, n_bc=30, kappa="array", alpha="array")
+    _compare_value_and_grad(shape, theta, terms, "float64", batch=64)
+
+
+@pytest.mark.parametrize("env", [{"HELMPINN_CUDA_TILE": "5"}, {"HELMPINN_CUDA_SCRATCH": "global"},
+                                 {"HELMPINN_CUDA_SCRATCH": "global", "HELMPINN_CUDA_TILE": "3"}],
+                         ids=["tile5", "global-scratch", "global-scratch-tile3"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_tuning_knobs(gpu, rng, make_inputs, monkeypatch, env, dtype):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    shape = (3, 8, 40, 2)
+    theta = R.random_params(shape, rng)
+    terms = make_inputs(3, **CASES["all_array_weighted"])
+    _compare_value_and_grad(shape, theta, terms, dtype, batch=23)
+
+
+def test_workspaces_of_different_sizes_coexist(gpu, rng, make_inputs):
+    """Kernel attributes are shared by workspaces: a small one made later must not break a big one."""
+    big, small = (2, 32, 128, 2), (2, 3, 8, 2)
+    terms = make_inputs(2, n_pde=70, n_data=20, kappa="array")
+    theta_big = R.random_params(big, rng)
+    cpu, gbig = _pair(big, 64, "float32")
+    g_ref = np.empty(theta_big.size, dtype=np.float32)
+    v_ref = cpu.value_and_grad(theta_big.astype(np.float32), g_ref, **cast(terms, np.float32))
+    gsmall = helmpinn.Workspace(helmpinn.ModelSpec(*small), 8, dtype="float32", device="cuda")
+    g = dev(np.zeros(theta_big.size, np.float32))
+    v = gbig.value_and_grad(dev(theta_big, np.float32), g, **to_device(terms, np.float32))
+    assert v == pytest.approx(v_ref, rel=1e-4) and R.rel_err(host(g), g_ref) < 1e-4
+    assert gsmall.memory_bytes < gbig.memory_bytes
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_bitwise_reproducible(gpu, rng, make_inputs, dtype):
+    shape = (2, 16, 64, 3)
+    theta = dev(R.random_params(shape, rng), dtype)
+    terms = to_device(make_inputs(2, n_pde=900, n_data=300, n_bc=200, kappa="array",
+                                  alpha="array", weights=(0.5, 2.0, 0.8)), dtype)
+    ws = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 512, dtype=dtype, device="cuda")
+    runs = []
+    for _ in range(3):
+        g = dev(np.zeros(theta.size, dtype=dtype))
+        v = ws.value_and_grad(theta, g, **terms)
+        runs.append((v, host(g), [host(a) for a in ws.forward(theta, terms["x_pde"], 2)]))
+    for v, g, fw in runs[1:]:
+        assert v == runs[0][0]
+        np.testing.assert_array_equal(g, runs[0][1])
+        for a, b in zip(fw, runs[0][2]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_chunking_on_gpu(gpu, rng, make_inputs):
+    shape = SPECS[2]
+    theta = R.random_params(shape, rng)
+    terms = make_inputs(2, n_pde=300, n_data=300, n_bc=300, kappa="array", alpha="array")
+    vals = {}
+    for batch in (512, 64, 7):
+        v, g, ws = _compare_value_and_grad(shape, theta, terms, "float64", batch=batch)
+        vals[batch] = (v, g)
+    for batch in (64, 7):
+        assert vals[batch][0] == pytest.approx(vals[512][0], rel=1e-12)
+        assert R.rel_err(vals[batch][1], vals[512][1]) < 1e-12
+
+
+# ------------------------------------------------------------------ caches, grad buffer, outputs
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_caches_are_device_views(gpu, spec_tuple, rng, dtype):
+    d = spec_tuple[0]
+    theta = R.random_params(spec_tuple, rng).astype(dtype)
+    x = rng.uniform(-1, 1, (45, d)).astype(dtype)            # last chunk of 32 holds 13 points
+    cpu, g = _pair(spec_tuple, 32, dtype)
+    cpu.forward(theta, x, 2)
+    g.forward(dev(theta), dev(x), 2)
+    last = 45 - 32
+    names = ["x_input", "fourier_features", "fourier_streams", "du_dx", "d2u_dx2"]
+    for name in names:
+        a, b = getattr(g, name), getattr(cpu, name)
+        assert isinstance(a, DeviceArray) and a.shape == b.shape, name
+        cai = a.__cuda_array_interface__
+        assert cai["shape"] == b.shape and cai["typestr"] == np.dtype(dtype).str and cai["version"] == 3
+        ah = host(a)
+        if name == "fourier_streams":
+            assert R.rel_err(ah[:, :last], b[:, :last]) < TOL[dtype], name
+        else:
+            assert R.rel_err(ah[:last], b[:last]) < TOL[dtype], name
+    for name in ("z_streams", "h_streams"):
+        for a, b in zip(getattr(g, name), getattr(cpu, name)):
+            assert isinstance(a, DeviceArray) and a.shape == b.shape
+            assert R.rel_err(host(a)[:, :last], b[:, :last]) < TOL[dtype], name
+    # views stay valid and see the next call
+    z0 = g.z[0]
+    g.forward(dev(theta), dev(x[:3]), 0)
+    cpu.forward(theta, x[:3], 0)
+    assert R.rel_err(host(z0)[:3], cpu.z[0][:3]) < TOL[dtype]
+
+
+def test_grad_buffer_and_zero_grad(gpu, rng, make_inputs):
+    shape = SPECS[2]
+    theta = dev(R.random_params(shape, rng))
+    ws = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 32, dtype="float64", device="cuda")
+    buf = ws.grad
+    assert isinstance(buf, DeviceArray) and buf.shape == (ws.spec.num_params,)
+    np.testing.assert_array_equal(host(buf), 0.0)
+    terms = to_device(make_inputs(2, n_pde=20, kappa="array"), "float64")
+    ws.value_and_grad(theta, buf, **terms)                   # the workspace's own accumulator
+    assert np.any(host(buf) != 0.0)
+    assert [a.shape for a in ws.dW] == [tuple(s) for n, s, _ in ws.spec.layout() if n.startswith("W")]
+    ws.zero_grad()
+    np.testing.assert_array_equal(host(buf), 0.0)
+
+
+def test_outputs_written_in_place(gpu, rng):
+    shape = SPECS[3]
+    theta = R.random_params(shape, rng)
+    x = rng.uniform(-1, 1, (19, 3))
+    ws = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 8, dtype="float64", device="cuda")
+    u, gu, lu = dev(np.zeros((19, 2))), dev(np.zeros((19, 3, 2))), dev(np.zeros((19, 2)))
+    out = ws.forward(dev(theta), dev(x), 2, u=u, grad_u=gu, lap_u=lu)
+    assert out[0] is u and out[1] is gu and out[2] is lu
+    ref = R.forward(theta, shape, x, 2)
+    for a, b in zip((u, gu, lu), ref):
+        assert R.rel_err(host(a), b) < 1e-11
+
+
+def test_torch_zero_copy_and_streams(gpu, rng, make_inputs):
+    torch = _torch_cuda()
+    if torch is None:
+        pytest.skip("PyTorch with CUDA is not importable")
+    shape = SPECS[2]
+    theta = R.random_params(shape, rng)
+    terms = make_inputs(2, **CASES["all_array_weighted"])
+    cpu = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 16, dtype="float64")
+    g_ref = np.empty(theta.size)
+    v_ref = cpu.value_and_grad(theta, g_ref, **terms)
+    T = lambda a: torch.as_tensor(a, device="cuda")  # noqa: E731
+    tterms = {k: (T(v) if isinstance(v, np.ndarray) else v) for k, v in terms.items()}
+    ws = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 16, dtype="float64", device="cuda")
+    grad = torch.full((theta.size,), 5.0, dtype=torch.float64, device="cuda")
+    stream = torch.cuda.Stream()
+    for s in (None, 0, stream, stream.cuda_stream):
+        grad.fill_(5.0)
+        v = ws.value_and_grad(T(theta), grad, stream=s, **tterms)
+        torch.cuda.synchronize()
+        assert v == pytest.approx(v_ref, rel=1e-10)
+        assert R.rel_err(grad.cpu().numpy(), g_ref) < 1e-10
+    # forward into caller tensors; DLPack capsules work too
+    x = T(terms["x_pde"])
+    u = torch.empty((x.shape[0], 2), dtype=torch.float64, device="cuda")
+    ws.forward(T(theta), torch.utils.dlpack.to_dlpack(x), 0, u=u)
+    torch.cuda.synchronize()
+    assert R.rel_err(u.cpu().numpy(), cpu.forward(theta, terms["x_pde"], 0)) < 1e-11
+    # workspace caches are zero-copy for torch
+    z = ws.z[0]
+    assert torch.as_tensor(z, device="cuda").data_ptr() == z.ptr
+    # a tensor on the CPU is refused, naming the argument
+    with pytest.raises(ValueError, match="x: expected a CUDA device .* got host memory"):
+        ws.forward(T(theta), torch.as_tensor(terms["x_pde"]), 0)
+
+
+def test_cupy_zero_copy(gpu, rng):
+    cp = _cupy()
+    if cp is None:
+        pytest.skip("CuPy is not importable")
+    shape = SPECS[1]
+    theta = R.random_params(shape, rng)
+    x = rng.uniform(-1, 1, (21, 1))
+    ws = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 16, dtype="float64", device="cuda")
+    u = cp.zeros((21, 2))
+    ws.forward(cp.asarray(theta), cp.asarray(x), 0, u=u, stream=cp.cuda.get_current_stream())
+    assert R.rel_err(u.get(), R.forward(theta, shape, x, 0)[0]) < 1e-11
+    assert cp.asarray(ws.x_input).data.ptr == ws.x_input.ptr
+
+
+# ------------------------------------------------------------------ errors at the border on CUDA
+
+@pytest.fixture
+def cuda_setup(gpu, rng):
+    shape = (2, 3, 5, 2)
+    ws = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 16, dtype="float64", device="cuda")
+    theta = R.random_params(shape, rng)
+    x = rng.uniform(-1, 1, (6, 2))
+    return ws, theta, x
+
+
+def test_host_arrays_are_refused(cuda_setup):
+    ws, theta, x = cuda_setup
+    with pytest.raises(ValueError, match="x: expected a CUDA device float64 array .* got host memory"):
+        ws.forward(dev(theta), x, 0)
+    with pytest.raises(ValueError, match="params: expected a CUDA device .* got host memory"):
+        ws.value_and_grad(theta, dev(np.zeros(theta.size)), x_data=dev(x), y=dev(np.zeros((6, 2))))
+    with pytest.raises(ValueError, match="grad: expected a CUDA device .* got host memory"):
+        ws.value_and_grad(dev(theta), np.zeros(theta.size), x_data=dev(x), y=dev(np.zeros((6, 2))))
+    with pytest.raises(TypeError, match="x: expected a CUDA device float64 array .* got list"):
+        ws.forward(dev(theta), [[0.0, 0.0]], 0)
+
+
+def test_wrong_device_arrays_name_the_argument(cuda_setup):
+    ws, theta, x = cuda_setup
+    with pytest.raises(TypeError, match="x: expected a CUDA device float64 array .* got dtype float32"):
+        ws.forward(dev(theta), dev(x, np.float32), 0)
+    with pytest.raises(ValueError, match=r"x: expected a CUDA device float64 array of shape \(N, 2\), got shape \(6, 3\)"):
+        ws.forward(dev(theta), dev(np.zeros((6, 3))), 0)
+    with pytest.raises(ValueError, match="y: expected a CUDA device"):
+        ws.value_and_grad(dev(theta), dev(np.zeros(theta.size)), x_data=dev(x), y=dev(np.zeros((5, 2))))
+    g = dev(np.zeros(theta.size))
+    with pytest.raises(ValueError, match="grad: output must not share memory with params"):
+        ws.value_and_grad(g, g, x_data=dev(x), y=dev(np.zeros((6, 2))))
+    with pytest.raises(TypeError, match="stream: expected None, an int CUDA stream handle"):
+        ws.forward(dev(theta), dev(x), 0, stream="default")
+
+
+def test_check_finite_on_device(cuda_setup):
+    ws, theta, x = cuda_setup
+    bad = x.copy()
+    bad[3, 1] = np.nan
+    y = dev(np.zeros((6, 2)))
+    with pytest.raises(ValueError, match=r"x_data contains NaN or Inf \(at flat index 7\)"):
+        ws.value_and_grad(dev(theta), dev(np.zeros(theta.size)), x_data=dev(bad), y=y,
+                          check_finite=True)
+    with pytest.raises(ValueError, match=r"kappa contains NaN or Inf"):
+        ws.value_and_grad(dev(theta), dev(np.zeros(theta.size)), x_pde=dev(x), kappa=float("nan"),
+                          check_finite=True)
+    v = ws.value_and_grad(dev(theta), dev(np.zeros(theta.size)), x_data=dev(x), y=y, check_finite=True)
+    assert np.isfinite(v)
