@@ -22,8 +22,26 @@ from ._core import (
 )
 from ._cxx import get_build_flags, get_cmake_dir, get_include, get_library_dir
 from .params import init_params
+from . import geometry
+from .model import Model
+from .optim import Adam, lbfgs
+from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld, get_problem, list_problems
+from .trainer import Trainer, default_settings
 
 __all__ = [
+    "Adam",
+    "Dirichlet",
+    "Model",
+    "Neumann",
+    "Problem",
+    "Robin",
+    "Sommerfeld",
+    "Trainer",
+    "default_settings",
+    "geometry",
+    "get_problem",
+    "lbfgs",
+    "list_problems",
     "DeviceArray",
     "ModelSpec",
     "Workspace",

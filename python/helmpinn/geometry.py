@@ -1,0 +1,444 @@
+"""Domains and collocation sampling: interval, box (any d), ball, box with a ball removed, and
+explicit point clouds.
+
+Every domain answers two questions:
+
+- ``sample_interior(n, rng, method="uniform")`` -> ``x [n, d]`` (float64), and
+- ``sample_boundary(n, rng, method="uniform")`` -> ``BoundarySample(x [n, d], normals [n, d],
+  parts [n])``: points on the boundary, their outward unit normals, and a part label (a string)
+  per point, so that a Problem can attach a different boundary condition to each part.
+
+``method`` is ``"uniform"`` (independent uniform random points), ``"sobol"`` or ``"halton"``
+(scrambled quasi-random sequences from ``scipy.stats.qmc``, seeded from ``rng``). Boundary
+points are spread over the parts in proportion to their measure (length, area); the points of
+a part are drawn with the same method.
+
+Part names: a box's faces are ``"xmin", "xmax", "ymin", "ymax", "zmin", "zmax"`` (dimensions
+beyond the third are ``"x3min"``, ``"x3max"``, ...); a ball's boundary is ``"sphere"``; a box
+with a ball removed has the box's faces and ``"scatterer"`` (whose outward normal points into the
+removed ball).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "BoundarySample",
+    "Domain",
+    "Box",
+    "Interval",
+    "Ball",
+    "Disk",
+    "BoxMinusBall",
+    "PointCloud",
+    "sample_unit_cube",
+    "METHODS",
+]
+
+METHODS = ("uniform", "sobol", "halton")
+
+
+@dataclass(frozen=True)
+class BoundarySample:
+    """Boundary points ``x [n, d]``, outward unit normals ``normals [n, d]``, labels ``parts [n]``."""
+
+    x: NDArray[np.float64]
+    normals: NDArray[np.float64]
+    parts: NDArray[np.str_]
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def select(self, mask: NDArray[np.bool_]) -> "BoundarySample":
+        return BoundarySample(self.x[mask], self.normals[mask], self.parts[mask])
+
+    def __iter__(self):  # allows ``x, normals, parts = domain.sample_boundary(...)``
+        return iter((self.x, self.normals, self.parts))
+
+
+def _as_rng(rng: np.random.Generator | int | None) -> np.random.Generator:
+    if isinstance(rng, np.random.Generator):
+        return rng
+    return np.random.default_rng(rng)
+
+
+def sample_unit_cube(n: int, d: int, rng: np.random.Generator | int | None,
+                     method: str = "uniform") -> NDArray[np.float64]:
+    """``n`` points in ``[0, 1)^d`` drawn with ``method`` ("uniform", "sobol", "halton")."""
+    rng = _as_rng(rng)
+    n = int(n)
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if d < 1:
+        raise ValueError(f"dimension must be >= 1, got {d}")
+    if method == "uniform":
+        return rng.random((n, d))
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if n == 0:
+        return np.empty((0, d))
+    from scipy.stats import qmc
+
+    seed = int(rng.integers(2**63 - 1))
+    if method == "sobol":
+        # Sobol' points keep their balance properties for powers of two: draw 2^m >= n points
+        # (scipy warns otherwise) and keep the first n.
+        m = max(0, math.ceil(math.log2(n)))
+        pts = qmc.Sobol(d, scramble=True, seed=seed).random_base2(m)[:n]
+    else:
+        pts = qmc.Halton(d, scramble=True, seed=seed).random(n)
+    return np.ascontiguousarray(pts, dtype=np.float64)
+
+
+def _split_counts(n: int, weights: ArrayLike) -> NDArray[np.int64]:
+    """Split n into integer counts proportional to weights (largest remainder, deterministic)."""
+    w = np.asarray(weights, dtype=np.float64)
+    share = n * w / w.sum()
+    counts = np.floor(share).astype(np.int64)
+    rest = n - int(counts.sum())
+    if rest > 0:
+        order = np.argsort(-(share - counts), kind="stable")
+        counts[order[:rest]] += 1
+    return counts
+
+
+def _sphere_coords(d: int) -> int:
+    """How many [0,1) coordinates _unit_vectors needs for a direction in R^d."""
+    return d - 1 if d <= 3 else d
+
+
+def _unit_vectors(u: NDArray[np.float64], d: int) -> NDArray[np.float64]:
+    """Map points of [0,1)^_sphere_coords(d) to directions uniform on the unit sphere in R^d."""
+    if d == 2:
+        t = 2.0 * np.pi * u[:, 0]
+        return np.stack([np.cos(t), np.sin(t)], axis=1)
+    if d == 3:  # area-preserving map: z uniform in [-1, 1], azimuth uniform
+        z = 1.0 - 2.0 * u[:, 0]
+        t = 2.0 * np.pi * u[:, 1]
+        r = np.sqrt(np.maximum(0.0, 1.0 - z * z))
+        return np.stack([r * np.cos(t), r * np.sin(t), z], axis=1)
+    from scipy.special import ndtri  # Gaussian directions, normalised
+
+    g = ndtri(np.clip(u, 1e-12, 1.0 - 1e-12))
+    return g / np.linalg.norm(g, axis=1, keepdims=True)
+
+
+class Domain:
+    """Base class of every domain. Subclasses set ``dim`` and implement the samplers."""
+
+    dim: int
+    part_names: tuple[str, ...] = ()
+
+    def sample_interior(self, n: int, rng: np.random.Generator | int | None = None,
+                        method: str = "uniform") -> NDArray[np.float64]:
+        raise NotImplementedError
+
+    def sample_boundary(self, n: int, rng: np.random.Generator | int | None = None,
+                        method: str = "uniform") -> BoundarySample:
+        raise NotImplementedError
+
+    def contains(self, x: ArrayLike) -> NDArray[np.bool_]:
+        """True for points of the closed domain."""
+        raise NotImplementedError
+
+    @property
+    def bounds(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """(lo, hi) of the bounding box."""
+        raise NotImplementedError
+
+    @property
+    def volume(self) -> float:
+        raise NotImplementedError
+
+    def grid(self, n_per_dim: int) -> tuple[NDArray[np.float64], tuple[int, ...], NDArray[np.bool_]]:
+        """A regular grid over the bounding box: ``(x [N, d] of grid points inside the domain,
+        grid shape, mask over the full grid)``. The full grid is ``meshgrid(..., indexing="ij")``."""
+        lo, hi = self.bounds
+        axes = [np.linspace(lo[i], hi[i], n_per_dim) for i in range(self.dim)]
+        mesh = np.meshgrid(*axes, indexing="ij")
+        pts = np.stack([m.ravel() for m in mesh], axis=1)
+        mask = self.contains(pts)
+        return np.ascontiguousarray(pts[mask]), mesh[0].shape, mask
+
+
+class Box(Domain):
+    """The box ``[lo_0, hi_0] x ... x [lo_{d-1}, hi_{d-1}]`` in any dimension d >= 1."""
+
+    def __init__(self, lo: ArrayLike, hi: ArrayLike):
+        lo = np.atleast_1d(np.asarray(lo, dtype=np.float64))
+        hi = np.atleast_1d(np.asarray(hi, dtype=np.float64))
+        if lo.ndim != 1 or lo.shape != hi.shape or lo.size == 0:
+            raise ValueError(f"Box: lo and hi must be 1-D of the same length, got {lo.shape} and {hi.shape}")
+        if not np.all(hi > lo):
+            raise ValueError(f"Box: need hi > lo in every dimension, got lo={lo}, hi={hi}")
+        self.lo, self.hi = lo, hi
+        self.dim = lo.size
+        names = []
+        for i in range(self.dim):
+            axis = "xyz"[i] if i < 3 else f"x{i}"
+            names += [f"{axis}min", f"{axis}max"]
+        self.part_names = tuple(names)
+
+    def __repr__(self) -> str:
+        return f"Box(lo={self.lo.tolist()}, hi={self.hi.tolist()})"
+
+    @property
+    def bounds(self):
+        return self.lo.copy(), self.hi.copy()
+
+    @property
+    def volume(self) -> float:
+        return float(np.prod(self.hi - self.lo))
+
+    def contains(self, x):
+        x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
+        tol = 1e-12 * np.max(self.hi - self.lo)
+        return np.all((x >= self.lo - tol) & (x <= self.hi + tol), axis=1)
+
+    def sample_interior(self, n, rng=None, method="uniform"):
+        u = sample_unit_cube(n, self.dim, _as_rng(rng), method)
+        return self.lo + u * (self.hi - self.lo)
+
+    def face_areas(self) -> NDArray[np.float64]:
+        """Measure of each face, in part_names order (each end point of an interval counts 1)."""
+        ext = self.hi - self.lo
+        areas = []
+        for i in range(self.dim):
+            a = float(np.prod(np.delete(ext, i))) if self.dim > 1 else 1.0
+            areas += [a, a]
+        return np.asarray(areas)
+
+    def sample_boundary(self, n, rng=None, method="uniform"):
+        rng = _as_rng(rng)
+        counts = _split_counts(int(n), self.face_areas())
+        xs, ns, ps = [], [], []
+        for face, c in enumerate(counts):
+            axis, side = divmod(face, 2)
+            if c == 0:
+                continue
+            if self.dim > 1:
+                u = sample_unit_cube(c, self.dim - 1, rng, method)
+                u = np.insert(u, axis, 0.0, axis=1)
+            else:
+                u = np.zeros((c, 1))
+            x = self.lo + u * (self.hi - self.lo)
+            x[:, axis] = self.hi[axis] if side else self.lo[axis]
+            nrm = np.zeros((c, self.dim))
+            nrm[:, axis] = 1.0 if side else -1.0
+            xs.append(x)
+            ns.append(nrm)
+            ps.append(np.full(c, self.part_names[face]))
+        return _concat(xs, ns, ps, self.dim)
+
+
+class Interval(Box):
+    """The interval ``[a, b]``; its end points are the parts ``"xmin"`` (a) and ``"xmax"`` (b)."""
+
+    def __init__(self, a: float = 0.0, b: float = 1.0):
+        super().__init__([a], [b])
+
+    def __repr__(self) -> str:
+        return f"Interval({self.lo[0]}, {self.hi[0]})"
+
+
+class Ball(Domain):
+    """The closed ball ``|x - center| <= radius`` in any dimension (a disk in 2-D)."""
+
+    part_names = ("sphere",)
+
+    def __init__(self, center: ArrayLike, radius: float):
+        self.center = np.atleast_1d(np.asarray(center, dtype=np.float64))
+        if self.center.ndim != 1 or self.center.size == 0:
+            raise ValueError(f"Ball: center must be a 1-D point, got shape {self.center.shape}")
+        self.radius = float(radius)
+        if not self.radius > 0:
+            raise ValueError(f"Ball: radius must be > 0, got {radius}")
+        self.dim = self.center.size
+
+    def __repr__(self) -> str:
+        return f"Ball(center={self.center.tolist()}, radius={self.radius})"
+
+    @property
+    def bounds(self):
+        return self.center - self.radius, self.center + self.radius
+
+    @property
+    def volume(self) -> float:
+        d = self.dim
+        return math.pi ** (d / 2) / math.gamma(d / 2 + 1) * self.radius**d
+
+    @property
+    def surface(self) -> float:
+        d = self.dim
+        return 2 * math.pi ** (d / 2) / math.gamma(d / 2) * self.radius ** (d - 1)
+
+    def contains(self, x):
+        x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
+        return np.linalg.norm(x - self.center, axis=1) <= self.radius * (1 + 1e-12)
+
+    def sample_interior(self, n, rng=None, method="uniform"):
+        d = self.dim
+        if d == 1:
+            return self.center + self.radius * (2 * sample_unit_cube(n, 1, _as_rng(rng), method) - 1)
+        u = sample_unit_cube(n, 1 + _sphere_coords(d), _as_rng(rng), method)
+        direction = _unit_vectors(u[:, 1:], d)
+        r = self.radius * u[:, :1] ** (1.0 / d)  # uniform in volume
+        return self.center + r * direction
+
+    def sample_boundary(self, n, rng=None, method="uniform"):
+        n = int(n)
+        if self.dim == 1:
+            # Two end points: split evenly, as a Box does.
+            x = Box(self.center - self.radius, self.center + self.radius).sample_boundary(n, rng, method)
+            return BoundarySample(x.x, x.normals, np.full(n, "sphere"))
+        u = sample_unit_cube(n, _sphere_coords(self.dim), _as_rng(rng), method)
+        nrm = _unit_vectors(u, self.dim)
+        return BoundarySample(self.center + self.radius * nrm, nrm, np.full(n, "sphere"))
+
+
+def Disk(center: ArrayLike = (0.0, 0.0), radius: float = 1.0) -> Ball:
+    """A 2-D ball."""
+    ball = Ball(center, radius)
+    if ball.dim != 2:
+        raise ValueError(f"Disk: center must have 2 coordinates, got {ball.dim}")
+    return ball
+
+
+class BoxMinusBall(Domain):
+    """A box with a ball (a scatterer) removed; the ball must lie strictly inside the box.
+
+    Parts: the box's faces and ``"scatterer"``, whose outward normal (out of the domain) points
+    toward the ball's centre.
+    """
+
+    def __init__(self, box: Box, ball: Ball):
+        if box.dim != ball.dim or box.dim < 2:
+            raise ValueError(f"BoxMinusBall: box and ball need the same dimension >= 2, "
+                             f"got {box.dim} and {ball.dim}")
+        if np.any(ball.center - ball.radius <= box.lo) or np.any(ball.center + ball.radius >= box.hi):
+            raise ValueError("BoxMinusBall: the ball must lie strictly inside the box")
+        self.box, self.ball = box, ball
+        self.dim = box.dim
+        self.part_names = box.part_names + ("scatterer",)
+
+    def __repr__(self) -> str:
+        return f"BoxMinusBall({self.box!r}, {self.ball!r})"
+
+    @property
+    def bounds(self):
+        return self.box.bounds
+
+    @property
+    def volume(self) -> float:
+        return self.box.volume - self.ball.volume
+
+    def contains(self, x):
+        x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
+        r = np.linalg.norm(x - self.ball.center, axis=1)
+        return self.box.contains(x) & (r >= self.ball.radius * (1 - 1e-12))
+
+    def sample_interior(self, n, rng=None, method="uniform"):
+        rng = _as_rng(rng)
+        n = int(n)
+        frac = self.volume / self.box.volume
+        m = int(math.ceil(n / frac * 1.1)) + 16
+        while True:
+            # Rejection from the box; one draw of a quasi-random sequence keeps its structure.
+            x = self.box.sample_interior(m, rng, method)
+            r = np.linalg.norm(x - self.ball.center, axis=1)
+            x = x[r > self.ball.radius]
+            if len(x) >= n:
+                return np.ascontiguousarray(x[:n])
+            m *= 2
+
+    def sample_boundary(self, n, rng=None, method="uniform"):
+        rng = _as_rng(rng)
+        counts = _split_counts(int(n), [self.box.face_areas().sum(), self.ball.surface])
+        outer = self.box.sample_boundary(counts[0], rng, method)
+        inner = self.ball.sample_boundary(counts[1], rng, method)
+        return _concat([outer.x, inner.x], [outer.normals, -inner.normals],
+                       [outer.parts, np.full(counts[1], "scatterer")], self.dim)
+
+
+class PointCloud(Domain):
+    """A domain given by explicit point sets: interior points and boundary points with their
+    outward unit normals and (optionally) part labels (default ``"boundary"``).
+
+    ``sample_interior(n)`` / ``sample_boundary(n)`` return a random subset of n points (all of
+    them, in their given order, when n is None or at least the number held).
+    """
+
+    def __init__(self, interior: ArrayLike, boundary: ArrayLike | None = None,
+                 normals: ArrayLike | None = None, parts: ArrayLike | str | None = None):
+        self.interior = np.ascontiguousarray(np.asarray(interior, dtype=np.float64))
+        if self.interior.ndim != 2:
+            raise ValueError(f"PointCloud: interior must be [N, d], got shape {self.interior.shape}")
+        self.dim = self.interior.shape[1]
+        if boundary is None:
+            boundary = np.empty((0, self.dim))
+            normals = np.empty((0, self.dim))
+        b = np.ascontiguousarray(np.asarray(boundary, dtype=np.float64)).reshape(-1, self.dim)
+        if normals is None:
+            raise ValueError("PointCloud: boundary points need normals [N, d] (outward, unit)")
+        nrm = np.ascontiguousarray(np.asarray(normals, dtype=np.float64))
+        if nrm.shape != b.shape:
+            raise ValueError(f"PointCloud: normals must have the boundary's shape {b.shape}, got {nrm.shape}")
+        length = np.linalg.norm(nrm, axis=1)
+        if len(b) and not np.allclose(length, 1.0, atol=1e-6):
+            raise ValueError("PointCloud: normals must be unit vectors")
+        if parts is None:
+            parts = "boundary"
+        p = np.asarray(parts, dtype=str)
+        p = np.full(len(b), p.item()) if p.ndim == 0 else p
+        if p.shape != (len(b),):
+            raise ValueError(f"PointCloud: parts must be one label or one per boundary point, got shape {p.shape}")
+        self.boundary = BoundarySample(b, nrm, p)
+        self.part_names = tuple(dict.fromkeys(p.tolist()))
+
+    def __repr__(self) -> str:
+        return f"PointCloud({len(self.interior)} interior, {len(self.boundary)} boundary points)"
+
+    @property
+    def bounds(self):
+        allx = np.concatenate([self.interior, self.boundary.x])
+        return allx.min(axis=0), allx.max(axis=0)
+
+    @property
+    def volume(self) -> float:
+        lo, hi = self.bounds
+        return float(np.prod(hi - lo))
+
+    def contains(self, x):
+        x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
+        lo, hi = self.bounds
+        return np.all((x >= lo) & (x <= hi), axis=1)
+
+    def grid(self, n_per_dim):
+        raise NotImplementedError("PointCloud has no grid; evaluate on its own points")
+
+    def sample_interior(self, n=None, rng=None, method="uniform"):
+        if n is None or n >= len(self.interior):
+            return self.interior.copy()
+        idx = _as_rng(rng).choice(len(self.interior), size=int(n), replace=False)
+        return self.interior[np.sort(idx)]
+
+    def sample_boundary(self, n=None, rng=None, method="uniform"):
+        if n is None or n >= len(self.boundary):
+            b = self.boundary
+            return BoundarySample(b.x.copy(), b.normals.copy(), b.parts.copy())
+        idx = _as_rng(rng).choice(len(self.boundary), size=int(n), replace=False)
+        mask = np.zeros(len(self.boundary), dtype=bool)
+        mask[idx] = True
+        return self.boundary.select(mask)
+
+
+def _concat(xs, ns, ps, d) -> BoundarySample:
+    if not xs:
+        return BoundarySample(np.empty((0, d)), np.empty((0, d)), np.empty(0, dtype="<U1"))
+    return BoundarySample(np.ascontiguousarray(np.concatenate(xs)),
+                          np.ascontiguousarray(np.concatenate(ns)),
+                          np.concatenate(ps))

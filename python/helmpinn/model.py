@@ -1,0 +1,243 @@
+"""The model: a :class:`~helmpinn._core.ModelSpec`, ONE flat parameter vector and named views.
+
+``Model.save`` writes parameters, spec, dtype, optimiser state and metadata into one ``.npz``
+atomically (a temporary file in the same folder, then ``os.replace``); ``Model.load`` checks
+everything it reads and raises ``ValueError`` naming what is wrong.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, Mapping
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from . import _core
+
+__all__ = ["Model", "FORMAT_VERSION"]
+
+FORMAT_VERSION = 1
+_DTYPES = ("float32", "float64")
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = np.dtype(dtype).name
+    if name not in _DTYPES:
+        raise TypeError(f"dtype must be float32 or float64, got {name}")
+    return name
+
+
+class Model:
+    """A Fourier-feature tanh MLP ``x [N, d] -> u`` complex, held as one flat parameter vector.
+
+    ``params`` is the flat buffer (float32 or float64, C-contiguous); ``views`` are named
+    zero-copy views of it ("B", "W0", "b0", ...). ``optimizer_state`` (a dict of arrays and
+    numbers, e.g. Adam's ``m``, ``v``, ``step``) and ``metadata`` (JSON-able dict) travel with
+    the model through :meth:`save` / :meth:`load`.
+    """
+
+    def __init__(self, spec: _core.ModelSpec, params: ArrayLike, *,
+                 optimizer_state: Mapping[str, Any] | None = None,
+                 metadata: Mapping[str, Any] | None = None):
+        params = np.asarray(params)
+        _dtype_name(params.dtype)
+        if params.shape != (spec.num_params,):
+            raise ValueError(f"params must have shape ({spec.num_params},) for {_spec_str(spec)}, "
+                             f"got {params.shape}")
+        self.spec = spec
+        self.params = np.ascontiguousarray(params)
+        self.optimizer_state: dict[str, Any] = dict(optimizer_state or {})
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self._ws: _core.Workspace | None = None
+
+    @classmethod
+    def create(cls, in_dim: int, ff_dim: int = 32, hidden_dim: int = 64, num_hidden_layers: int = 2,
+               *, dtype: str = "float32", seed: int = 0, fourier_sigma: float = 1.0) -> "Model":
+        """A freshly initialised model (``helmpinn.init_params``; B ~ N(0, fourier_sigma²))."""
+        from helmpinn import init_params
+
+        spec = _core.ModelSpec(int(in_dim), int(ff_dim), int(hidden_dim), int(num_hidden_layers))
+        params = init_params(spec, dtype=_dtype_name(dtype), seed=seed, fourier_sigma=fourier_sigma)
+        return cls(spec, params)
+
+    # -- basic properties ---------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype:
+        return self.params.dtype
+
+    @property
+    def num_params(self) -> int:
+        return self.spec.num_params
+
+    @property
+    def in_dim(self) -> int:
+        return self.spec.in_dim
+
+    @property
+    def views(self) -> dict[str, NDArray]:
+        """Named zero-copy views of ``params``."""
+        return self.spec.views(self.params)
+
+    def __repr__(self) -> str:
+        return f"Model({_spec_str(self.spec)}, {self.num_params} params, {self.dtype.name})"
+
+    def copy(self) -> "Model":
+        state = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.optimizer_state.items()}
+        return Model(self.spec, self.params.copy(), optimizer_state=state, metadata=dict(self.metadata))
+
+    def astype(self, dtype: Any) -> "Model":
+        """A copy with parameters in ``dtype`` (optimiser state dropped if it does not match)."""
+        name = _dtype_name(dtype)
+        return Model(self.spec, self.params.astype(name), metadata=dict(self.metadata))
+
+    # -- evaluation ---------------------------------------------------------------------------
+    def workspace(self, batch_size: int = 4096) -> _core.Workspace:
+        """A Workspace of this model's spec and dtype (cached for predict)."""
+        ws = self._ws
+        if ws is None or ws.batch_size != batch_size or ws.dtype != self.dtype or ws.spec != self.spec:
+            ws = _core.Workspace(self.spec, batch_size, self.dtype.name)
+            self._ws = ws
+        return ws
+
+    def _points(self, x: ArrayLike) -> NDArray:
+        x = np.asarray(x, dtype=self.dtype)
+        if x.ndim == 1 and self.in_dim == 1:
+            x = x[:, None]
+        if x.ndim != 2 or x.shape[1] != self.in_dim:
+            raise ValueError(f"x must be [N, {self.in_dim}], got shape {x.shape}")
+        return np.ascontiguousarray(x)
+
+    def predict(self, x: ArrayLike, batch_size: int = 4096) -> NDArray[np.complex128]:
+        """u(x) as complex128 [N], for any N (the Workspace walks the points in chunks)."""
+        x = self._points(x)
+        u = self.workspace(batch_size).forward(self.params, x, 0)
+        return u[:, 0].astype(np.float64) + 1j * u[:, 1]
+
+    def predict_derivatives(self, x: ArrayLike, batch_size: int = 4096
+                            ) -> tuple[NDArray[np.complex128], NDArray[np.complex128], NDArray[np.complex128]]:
+        """(u [N], grad u [N, d], lap u [N]) as complex128."""
+        x = self._points(x)
+        u, g, lap = self.workspace(batch_size).forward(self.params, x, 2)
+        c = lambda a: a[..., 0].astype(np.float64) + 1j * a[..., 1]  # noqa: E731
+        return c(u), c(g), c(lap)
+
+    # -- persistence --------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, *, optimizer_state: Mapping[str, Any] | None = None,
+             metadata: Mapping[str, Any] | None = None) -> None:
+        """Write params, spec, dtype, optimiser state and metadata to ``path`` (.npz), atomically.
+
+        ``optimizer_state`` / ``metadata`` default to the model's own. Arrays of the optimiser
+        state are stored under ``opt/<name>``, scalars as numbers.
+        """
+        state = self.optimizer_state if optimizer_state is None else dict(optimizer_state)
+        meta = self.metadata if metadata is None else dict(metadata)
+        arrays: dict[str, np.ndarray] = {
+            "format_version": np.array(FORMAT_VERSION, dtype=np.int64),
+            "spec": np.array([self.spec.in_dim, self.spec.ff_dim, self.spec.hidden_dim,
+                              self.spec.num_hidden_layers], dtype=np.int64),
+            "dtype": np.array(self.dtype.name),
+            "params": self.params,
+            "metadata": np.array(json.dumps(meta, default=_json_default)),
+        }
+        for key, value in state.items():
+            arr = np.asarray(value)
+            if arr.dtype == object:
+                raise TypeError(f"optimizer_state[{key!r}] must be numeric, got {type(value).__name__}")
+            arrays[f"opt/{key}"] = arr
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, **arrays)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Model":
+        """Read a model written by :meth:`save`; raises ValueError naming anything invalid."""
+        path = os.fspath(path)
+        try:
+            npz = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise ValueError(f"{path}: not a readable helmpinn model file ({exc})") from exc
+        with npz:
+            files = set(npz.files)
+            for key in ("format_version", "spec", "dtype", "params"):
+                if key not in files:
+                    raise ValueError(f"{path}: missing {key!r}; not a helmpinn model file")
+            try:
+                version = int(npz["format_version"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: format_version is not an integer") from None
+            if version != FORMAT_VERSION:
+                raise ValueError(f"{path}: format_version {version} is not supported "
+                                 f"(this helmpinn reads {FORMAT_VERSION})")
+            spec_arr = npz["spec"]
+            if spec_arr.shape != (4,) or spec_arr.dtype.kind not in "iu":
+                raise ValueError(f"{path}: spec must be 4 integers (in_dim, ff_dim, hidden_dim, "
+                                 f"num_hidden_layers), got {spec_arr.dtype} {spec_arr.shape}")
+            try:
+                spec = _core.ModelSpec(*(int(v) for v in spec_arr))
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{path}: invalid spec {spec_arr.tolist()}: {exc}") from exc
+            dtype = npz["dtype"]
+            if dtype.shape != () or dtype.dtype.kind != "U" or str(dtype) not in _DTYPES:
+                raise ValueError(f"{path}: dtype must be 'float32' or 'float64', got {dtype!r}")
+            dtype = str(dtype)
+            params = npz["params"]
+            if params.dtype.name != dtype:
+                raise ValueError(f"{path}: params are {params.dtype.name} but dtype says {dtype}")
+            if params.shape != (spec.num_params,):
+                raise ValueError(f"{path}: params have shape {params.shape}, but spec "
+                                 f"{spec_arr.tolist()} needs ({spec.num_params},)")
+            if not np.all(np.isfinite(params)):
+                raise ValueError(f"{path}: params contain NaN or Inf")
+            state: dict[str, Any] = {}
+            for key in sorted(files):
+                if not key.startswith("opt/"):
+                    continue
+                arr = npz[key]
+                name = key[4:]
+                state[name] = arr.item() if arr.ndim == 0 else arr
+                if arr.ndim and arr.shape == params.shape and arr.dtype != params.dtype:
+                    raise ValueError(f"{path}: optimiser state {name!r} is {arr.dtype.name}, "
+                                     f"params are {dtype}")
+            for name in ("m", "v"):
+                if name in state and np.shape(state[name]) != params.shape:
+                    raise ValueError(f"{path}: optimiser state {name!r} has shape "
+                                     f"{np.shape(state[name])}, expected {params.shape}")
+            meta: dict[str, Any] = {}
+            if "metadata" in files:
+                try:
+                    meta = json.loads(str(npz["metadata"]))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}: metadata is not valid JSON ({exc})") from exc
+                if not isinstance(meta, dict):
+                    raise ValueError(f"{path}: metadata must be a JSON object")
+        return cls(spec, params, optimizer_state=state, metadata=meta)
+
+
+def _spec_str(spec: _core.ModelSpec) -> str:
+    return (f"in_dim={spec.in_dim}, ff_dim={spec.ff_dim}, hidden_dim={spec.hidden_dim}, "
+            f"num_hidden_layers={spec.num_hidden_layers}")
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, complex):
+        return [obj.real, obj.imag]
+    raise TypeError(f"metadata value of type {type(obj).__name__} is not JSON-serialisable")

@@ -1,0 +1,195 @@
+"""Optimisers over the flat parameter vector.
+
+- :class:`Adam`: the fused C++ step ``helmpinn._core.adam_step`` over the flat buffers (bias
+  correction inside), with a learning-rate :class:`Schedule`; state ``m``, ``v``, ``step``.
+  A step allocates nothing.
+- :func:`lbfgs`: L-BFGS-B from SciPy on the flat float64 vector, with the loss and its exact
+  gradient from a float64 Workspace; for a final polish.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+from numpy.typing import NDArray
+
+from . import _core
+
+__all__ = ["Schedule", "constant", "exponential", "cosine", "make_schedule", "SCHEDULES",
+           "Adam", "lbfgs", "LBFGSResult"]
+
+
+# -- learning-rate schedules -------------------------------------------------------------------
+class Schedule:
+    """A learning rate as a function of the step (counted from 1)."""
+
+    def __call__(self, step: int) -> float:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": type(self).__name__.lower(), **self.__dict__}
+
+
+class constant(Schedule):  # noqa: N801 (reads like a function)
+    """lr at every step."""
+
+    def __init__(self, lr: float):
+        self.lr = float(lr)
+
+    def __call__(self, step: int) -> float:
+        return self.lr
+
+
+class exponential(Schedule):  # noqa: N801
+    """``lr * rate ** (step / every)``: multiplied by ``rate`` every ``every`` steps (smoothly)."""
+
+    def __init__(self, lr: float, rate: float = 0.9, every: int = 1000):
+        if not 0 < rate <= 1 or every < 1:
+            raise ValueError(f"exponential: need 0 < rate <= 1 and every >= 1, got {rate}, {every}")
+        self.lr, self.rate, self.every = float(lr), float(rate), int(every)
+
+    def __call__(self, step: int) -> float:
+        return self.lr * self.rate ** (step / self.every)
+
+
+class cosine(Schedule):  # noqa: N801
+    """Linear warm-up over ``warmup`` steps, then cosine decay from ``lr`` to ``final_lr``
+    (default ``lr / 10``) at ``total`` steps (``final_lr`` after that)."""
+
+    def __init__(self, lr: float, total: int, final_lr: float | None = None, warmup: int = 0):
+        if total < 1:
+            raise ValueError(f"cosine: total must be >= 1, got {total}")
+        self.lr, self.total, self.warmup = float(lr), int(total), int(warmup)
+        self.final_lr = self.lr * 0.1 if final_lr is None else float(final_lr)
+
+    def __call__(self, step: int) -> float:
+        if step <= self.warmup:
+            return self.lr * step / max(self.warmup, 1)
+        span = max(self.total - self.warmup, 1)
+        t = min(max(step - self.warmup, 0) / span, 1.0)
+        return self.final_lr + 0.5 * (self.lr - self.final_lr) * (1.0 + math.cos(math.pi * t))
+
+
+SCHEDULES = ("constant", "exponential", "cosine")
+
+
+def make_schedule(kind: str, lr: float, total: int, **kw) -> Schedule:
+    """A schedule by name: "constant", "exponential" (decays to ~1% over ``total``) or "cosine"."""
+    if kind == "constant":
+        return constant(lr)
+    if kind == "exponential":
+        every = max(int(total) // 10, 1)
+        return exponential(lr, rate=kw.get("rate", 10 ** (-0.2)), every=kw.get("every", every))
+    if kind == "cosine":
+        return cosine(lr, total, final_lr=kw.get("final_lr"), warmup=kw.get("warmup", 0))
+    raise ValueError(f"unknown schedule {kind!r}; known: {', '.join(SCHEDULES)}")
+
+
+# -- Adam ----------------------------------------------------------------------------------------
+class Adam:
+    """Adam(W) over one flat parameter vector, stepped by the fused C++ kernel.
+
+    ``lr`` is a number or a :class:`Schedule`. ``state_dict()`` / ``load_state_dict()`` give the
+    optimiser state (``m``, ``v`` the moment buffers, ``step`` the steps taken) as stored in a
+    model file.
+    """
+
+    def __init__(self, params: NDArray, lr: float | Schedule = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0):
+        if params.ndim != 1 or not params.flags.c_contiguous:
+            raise ValueError("Adam: params must be a flat C-contiguous vector")
+        self.schedule = lr if isinstance(lr, Schedule) else constant(lr)
+        self.beta1, self.beta2 = float(betas[0]), float(betas[1])
+        self.eps, self.weight_decay = float(eps), float(weight_decay)
+        self.m = np.zeros_like(params)
+        self.v = np.zeros_like(params)
+        self.step_count = 0
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next step."""
+        return self.schedule(self.step_count + 1)
+
+    def step(self, params: NDArray, grad: NDArray) -> None:
+        """One Adam step in place on ``params`` (the gradient is not modified)."""
+        self.step_count += 1
+        _core.adam_step(params, grad, self.m, self.v, self.step_count, self.schedule(self.step_count),
+                        self.beta1, self.beta2, self.eps, self.weight_decay)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"m": self.m, "v": self.v, "step": self.step_count}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for name in ("m", "v"):
+            arr = np.asarray(state[name])
+            if arr.shape != self.m.shape or arr.dtype != self.m.dtype:
+                raise ValueError(f"Adam state {name!r}: expected {self.m.dtype} {self.m.shape}, "
+                                 f"got {arr.dtype} {arr.shape}")
+        self.m[...] = state["m"]
+        self.v[...] = state["v"]
+        self.step_count = int(state["step"])
+
+
+# -- L-BFGS --------------------------------------------------------------------------------------
+@dataclass
+class LBFGSResult:
+    loss_before: float
+    loss_after: float
+    iterations: int
+    evaluations: int
+    wall_s: float
+    message: str
+
+
+def lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Mapping[str, Any], maxiter: int, *,
+          weights: Mapping[str, float] | None = None, train_fourier: bool = True,
+          batch_size: int = 4096, callback: Callable[[int, float, NDArray], Any] | None = None
+          ) -> LBFGSResult:
+    """Polish ``params`` in place with SciPy's L-BFGS-B on the flat float64 vector.
+
+    ``batch``: keyword arrays of ``Workspace.value_and_grad`` (any float dtype; converted to
+    float64). The best finite point seen is kept, so a failed line search never makes the
+    parameters worse. ``callback(iteration, loss, theta)`` is called after every iteration with
+    the current float64 vector; it may return True to stop.
+    """
+    from scipy.optimize import minimize
+
+    ws = _core.Workspace(spec, batch_size, "float64")
+    b64 = {k: (np.ascontiguousarray(v, dtype=np.float64) if isinstance(v, np.ndarray) else v)
+           for k, v in batch.items()}
+    w = dict(weights or {})
+    kw = dict(w_pde=w.get("pde", 1.0), w_data=w.get("data", 1.0), w_bc=w.get("bc", 1.0),
+              train_fourier=train_fourier)
+    grad = np.empty(spec.num_params, dtype=np.float64)
+    best = {"loss": math.inf, "x": np.asarray(params, dtype=np.float64).copy()}
+    evals = [0]
+
+    def fun(theta: NDArray) -> tuple[float, NDArray]:
+        theta = np.ascontiguousarray(theta, dtype=np.float64)
+        loss = ws.value_and_grad(theta, grad, **b64, **kw)
+        evals[0] += 1
+        if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
+            return math.inf, np.zeros_like(grad)
+        if loss < best["loss"]:
+            best["loss"], best["x"] = loss, theta.copy()
+        return loss, grad.copy()
+
+    t0 = time.perf_counter()
+    loss0 = fun(best["x"].copy())[0]
+    it = [0]
+
+    def cb(intermediate_result) -> None:
+        it[0] += 1
+        if callback is not None and callback(it[0], float(intermediate_result.fun), intermediate_result.x):
+            raise StopIteration
+
+    res = minimize(fun, best["x"].copy(), jac=True, method="L-BFGS-B", callback=cb,
+                   options={"maxiter": int(maxiter), "maxfun": int(maxiter) * 2 + 20,
+                            "maxcor": 50, "ftol": 0.0, "gtol": 0.0})
+    if math.isfinite(best["loss"]) and best["loss"] <= loss0:
+        params[...] = best["x"].astype(params.dtype)
+    return LBFGSResult(loss_before=float(loss0), loss_after=float(best["loss"]), iterations=int(res.nit),
+                       evaluations=evals[0], wall_s=time.perf_counter() - t0, message=str(res.message))
