@@ -22,6 +22,25 @@ public:
     virtual void zero_grad(void* stream) = 0;
 };
 
+/// Points `b` at a backend's cache arrays (anything with data() -> T*), with the layout that
+/// WorkspaceBuffers documents: z[0..L], h[0..L-1] and h[L] == z[L].
+template <typename T, typename Array>
+void point_buffers(WorkspaceBuffers<T>& b, const ModelSpec& spec, std::size_t batch,
+                   Array& x_input, Array& features, Array* z, Array* h, Array& du_dx,
+                   Array& d2u_dx2, Array& grad) {
+    const int L = spec.num_hidden_layers;
+    b.max_streams = spec.in_dim + 2;
+    b.batch_size = batch;
+    b.x_input = x_input.data();
+    b.features = features.data();
+    for (int l = 0; l <= L; ++l) b.z[l] = z[l].data();
+    for (int l = 0; l < L; ++l) b.h[l] = h[l].data();
+    b.h[L] = z[L].data();
+    b.du_dx = du_dx.data();
+    b.d2u_dx2 = d2u_dx2.data();
+    b.grad = grad.data();
+}
+
 template <typename T>
 std::unique_ptr<Backend<T>> make_cpu_backend(const ModelSpec& spec, std::size_t batch_size);
 

@@ -281,16 +281,7 @@ private:
         cache_.d2u = d2u_.data();
         cache_.B = static_cast<long long>(B_);
 
-        bufs_.max_streams = S_;
-        bufs_.batch_size = B_;
-        bufs_.x_input = x_input_.data();
-        bufs_.features = feat_.data();
-        for (int l = 0; l <= L_; ++l) bufs_.z[l] = z_[l].data();
-        for (int l = 0; l < L_; ++l) bufs_.h[l] = h_[l].data();
-        bufs_.h[L_] = z_[L_].data();
-        bufs_.du_dx = du_dx_.data();
-        bufs_.d2u_dx2 = d2u_.data();
-        bufs_.grad = grad_.data();
+        point_buffers(bufs_, sp_, B_, x_input_, feat_, z_, h_, du_dx_, d2u_, grad_);
     }
 
     void release() {
