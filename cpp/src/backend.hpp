@@ -22,6 +22,19 @@ public:
     virtual void zero_grad(void* stream) = 0;
 };
 
+/// The loss of a call from each term's sum of squared residuals, sums = {pde, data, bc}:
+/// unweighted means per term (0 for an absent term) and their weighted total.
+template <typename T>
+LossBreakdown loss_breakdown(const double sums[3], const LossInputs<T>& in) {
+    LossBreakdown out;
+    out.pde = in.n_pde ? sums[0] / double(in.n_pde) : 0.0;
+    out.data = in.n_data ? sums[1] / double(in.n_data) : 0.0;
+    out.bc = in.n_bc ? sums[2] / double(in.n_bc) : 0.0;
+    out.total = double(in.w_pde) * out.pde + double(in.w_data) * out.data +
+                double(in.w_bc) * out.bc;
+    return out;
+}
+
 /// Points `b` at a backend's cache arrays (anything with data() -> T*), with the layout that
 /// WorkspaceBuffers documents: z[0..L], h[0..L-1] and h[L] == z[L].
 template <typename T, typename Array>

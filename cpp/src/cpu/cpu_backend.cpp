@@ -138,16 +138,10 @@ public:
         });
         if (!in.train_fourier) zero(grad, std::size_t(d_) * m_);
 
-        LossBreakdown out;
-        double sums[3] = {0, 0, 0};
+        double sums[3] = {0, 0, 0};  // indexed by Term: pde, data, bc
         for (std::size_t k = 0; k < slots_; ++k)
             for (int term = 0; term < 3; ++term) sums[term] += slot_loss_[k * 3 + term];
-        out.pde = in.n_pde ? sums[kPde] / double(in.n_pde) : 0.0;
-        out.data = in.n_data ? sums[kData] / double(in.n_data) : 0.0;
-        out.bc = in.n_bc ? sums[kBc] / double(in.n_bc) : 0.0;
-        out.total = double(in.w_pde) * out.pde + double(in.w_data) * out.data +
-                    double(in.w_bc) * out.bc;
-        return out;
+        return loss_breakdown(sums, in);
     }
 
 private:

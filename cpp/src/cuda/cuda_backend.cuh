@@ -153,14 +153,7 @@ public:
               "value_and_grad: copying the loss to the host");
         check(cudaStreamSynchronize(s), "value_and_grad: kernels");
 
-        const double* sums = host_sums_.data();
-        LossBreakdown out;
-        out.pde = in.n_pde ? sums[kPde] / double(in.n_pde) : 0.0;
-        out.data = in.n_data ? sums[kData] / double(in.n_data) : 0.0;
-        out.bc = in.n_bc ? sums[kBc] / double(in.n_bc) : 0.0;
-        out.total = double(in.w_pde) * out.pde + double(in.w_data) * out.data +
-                    double(in.w_bc) * out.bc;
-        return out;
+        return loss_breakdown(host_sums_.data(), in);  // sums indexed by Term: pde, data, bc
     }
 
 private:
