@@ -58,17 +58,9 @@ install(EXPORT helmpinnTargets
   DESTINATION "${HELMPINN_INSTALL_CMAKEDIR}"
   COMPONENT helmpinn_dev)
 
-# What the config needs to know about this build (plain ON/OFF, never empty).
-if(HELMPINN_WITH_OPENMP)
-  set(HELMPINN_CONFIG_WITH_OPENMP ON)
-else()
-  set(HELMPINN_CONFIG_WITH_OPENMP OFF)
-endif()
-if(HELMPINN_WITH_CUDA)
-  set(HELMPINN_CONFIG_WITH_CUDA ON)
-else()
-  set(HELMPINN_CONFIG_WITH_CUDA OFF)
-endif()
+# What the config needs to know about this build (the top-level CMakeLists sets both ON or OFF).
+set(HELMPINN_CONFIG_WITH_OPENMP ${HELMPINN_WITH_OPENMP})
+set(HELMPINN_CONFIG_WITH_CUDA ${HELMPINN_WITH_CUDA})
 
 configure_package_config_file(
   "${CMAKE_CURRENT_LIST_DIR}/helmpinnConfig.cmake.in"
