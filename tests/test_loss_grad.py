@@ -4,6 +4,8 @@ differences, in 1, 2 and 3 dimensions, plus float32, thread-count and chunking a
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -186,6 +188,27 @@ def test_bitwise_identical_for_1_and_2_threads(spec_tuple, rng, make_inputs, cas
         np.testing.assert_array_equal(grad, base_grad)
         for a, b in zip(fwd, base_fwd):
             np.testing.assert_array_equal(a, b)
+
+
+def test_thread_count_changed_after_workspace_creation(rng, make_inputs, restore_threads):
+    """The CPU backend keeps per-thread scratch sized when the Workspace is built; raising the
+    thread count past it afterwards (or lowering it) must not change a bit of the result."""
+    if not helmpinn.has_openmp():
+        pytest.skip("built without OpenMP: one thread only")
+    spec_tuple = (2, 6, 16, 2)
+    theta = R.random_params(spec_tuple, rng)
+    terms = _big_terms(make_inputs, 2)
+    many = 3 * os.cpu_count() + 1
+    results = []
+    for threads_at_build, threads_at_call in ((1, 1), (1, many), (many, 2), (many, many)):
+        helmpinn.set_num_threads(threads_at_build)
+        ws = _ws(spec_tuple, batch=512)
+        helmpinn.set_num_threads(threads_at_call)
+        grad = np.empty(theta.size)
+        results.append((ws.value_and_grad(theta, grad, **terms), grad))
+    for val, grad in results[1:]:
+        assert val == results[0][0]
+        np.testing.assert_array_equal(grad, results[0][1])
 
 
 def test_chunking_agrees(spec_tuple, rng, make_inputs):

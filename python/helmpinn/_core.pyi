@@ -74,7 +74,8 @@ class Workspace:
     Allocated once; forward() and value_and_grad() take any number of points (walked in chunks
     of batch_size) and allocate nothing in C++. Cache attributes are NumPy views that share
     memory with the C++ buffers and stay valid as long as the Workspace lives; they hold the
-    last chunk processed (value stream unless named *_streams).
+    last chunk of the last forward() (value stream unless named *_streams); after
+    value_and_grad() their contents are unspecified.
     """
     def __init__(self, spec: ModelSpec, batch_size: int = 4096, dtype: DTypeName = "float32",
                  device: str = "cpu") -> None: ...

@@ -123,6 +123,8 @@ public:
 
     /// The loss of `in` and its gradient with respect to every parameter, written into
     /// grad [num_params] (overwritten, same layout as params). Allocates nothing.
+    /// Afterwards the caches' contents are unspecified: the CPU backend keeps each tile's
+    /// activations in per-thread scratch rows and leaves the caches as forward() left them.
     LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
                                  void* stream = nullptr);
 

@@ -20,16 +20,22 @@ namespace math {
 
 constexpr double two_pi = 6.283185307179586476925286766559;
 
-/// Fourier features of one frequency j at one point, all streams:
-///   s = sum_i x_i * omega_i (omega_i = 2 pi B_ij), S = sin s, C = cos s
-///   value [S ; C], partial i [omega_i C ; -omega_i S], Laplacian [-Omega S ; -Omega C].
-/// `omega` is strided by `os` (omega[i * os]); out_sin/out_cos are stream-strided by ss.
+/// Phase of Fourier frequency j at one point: s = sum_i x_i * omega_i (omega_i = 2 pi B_ij),
+/// with `omega` strided by `os` (omega[i * os]).
 template <typename T>
-HELMPINN_HD void fourier_forward(const T* x, const T* omega, std::ptrdiff_t os, T Omega, int d,
-                                 int ns, T* out_sin, T* out_cos, std::ptrdiff_t ss) {
+HELMPINN_HD T fourier_phase(const T* x, const T* omega, std::ptrdiff_t os, int d) {
     T s = T(0);
     for (int i = 0; i < d; ++i) s += x[i] * omega[i * os];
-    const T S = std::sin(s), C = std::cos(s);
+    return s;
+}
+
+/// Fourier features of one frequency j at one point, all streams, from S = sin s, C = cos s:
+///   value [S ; C], partial i [omega_i C ; -omega_i S], Laplacian [-Omega S ; -Omega C].
+/// out_sin/out_cos are stream-strided by ss. A backend computes S and C its own way (the CPU
+/// backend for a whole row of frequencies at once).
+template <typename T>
+HELMPINN_HD void fourier_streams(T S, T C, const T* omega, std::ptrdiff_t os, T Omega, int d,
+                                 int ns, T* out_sin, T* out_cos, std::ptrdiff_t ss) {
     out_sin[0] = S;
     out_cos[0] = C;
     if (ns > 1) {
@@ -45,17 +51,23 @@ HELMPINN_HD void fourier_forward(const T* x, const T* omega, std::ptrdiff_t os, 
     }
 }
 
-/// Adjoint of fourier_forward for one frequency j at one point. Given the adjoints of its
-/// outputs (stream-strided gs, gc for the sin and cos halves), adds to sbar the adjoint of s and
-/// to wbar[i] (i < d) the adjoint of omega_i (MATH.md, Fourier layer). Returns nothing else;
-/// B's gradient is then 2 pi (x_i sbar + wbar_i).
+/// fourier_phase, its sin and cos, and fourier_streams for one frequency at one point.
 template <typename T>
-HELMPINN_HD void fourier_backward_point(const T* x, const T* omega, std::ptrdiff_t os, T Omega,
+HELMPINN_HD void fourier_forward(const T* x, const T* omega, std::ptrdiff_t os, T Omega, int d,
+                                 int ns, T* out_sin, T* out_cos, std::ptrdiff_t ss) {
+    const T s = fourier_phase(x, omega, os, d);
+    fourier_streams(T(std::sin(s)), T(std::cos(s)), omega, os, Omega, d, ns, out_sin, out_cos,
+                    ss);
+}
+
+/// Adjoint of fourier_streams for one frequency j at one point, S = sin s and C = cos s as in
+/// the forward pass. Given the adjoints of its outputs (stream-strided gs, gc for the sin and cos
+/// halves), sets sbar to the adjoint of s and wbar[i] (i < d) to that of omega_i (MATH.md,
+/// Fourier layer). B's gradient is then 2 pi (x_i sbar + wbar_i).
+template <typename T>
+HELMPINN_HD void fourier_backward_point(T S, T C, const T* omega, std::ptrdiff_t os, T Omega,
                                         int d, int ns, const T* gs, const T* gc,
                                         std::ptrdiff_t ss, T& sbar, T* wbar) {
-    T s = T(0);
-    for (int i = 0; i < d; ++i) s += x[i] * omega[i * os];
-    const T S = std::sin(s), C = std::cos(s);
     T sb = gs[0] * C - gc[0] * S;
     for (int i = 0; i < d; ++i) wbar[i] = T(0);
     if (ns > 1) {

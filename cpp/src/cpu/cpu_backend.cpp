@@ -1,8 +1,9 @@
 // The CPU backend: fused, tiled forward streams and adjoint pass (MATH.md) on OpenMP threads.
 //
-// Points are walked in chunks of batch_size; a chunk in tiles of `tile` points. A tile goes
-// forward through every layer (its rows of the workspace caches stay hot in cache), seeds the
-// loss adjoints, and goes backward through every layer at once. Tile t of a chunk always adds
+// Points are walked in chunks of batch_size; a chunk in tiles of `tile` points. In
+// value_and_grad a tile goes forward through every layer into its thread's scratch rows (which
+// stay hot in cache from one tile to the next), seeds the loss adjoints, and goes backward
+// through every layer at once. forward() writes the tiles' rows of the workspace caches instead. Tile t of a chunk always adds
 // its gradient into slot t % num_slots, slots are processed in increasing t, and the slots are
 // summed in a fixed order at the end: the result is bitwise the same for any thread count.
 #include <algorithm>
@@ -79,6 +80,13 @@ public:
         slot_grad_.resize(slots_ * np_);
         slot_loss_.resize(slots_ * 3);
         slot_fresh_.resize(slots_);
+        // Per-thread tile rows for value_and_grad, for as many threads as the machine runs.
+        scratch_threads_ = std::max(cpu::max_threads(), 1);
+        scratch_stride_ = 0;
+        for (int l = 0; l <= L_; ++l)
+            scratch_stride_ += std::size_t(S_) * tile * (sp_.layer_out(l) + (l < L_ ? H_ : 0));
+        scratch_stride_ += std::size_t(tile) * d_ + std::size_t(S_) * tile * 2 * m_;
+        scratch_.resize(std::size_t(scratch_threads_) * scratch_stride_);
         zero(grad_.data(), np_);
 
         point_buffers(bufs_, sp_, B_, x_input_, feat_, z_, h_, du_dx_, d2u_, grad_);
@@ -89,7 +97,7 @@ public:
     std::size_t memory_bytes() const override {
         std::size_t b = x_input_.bytes() + feat_.bytes() + du_dx_.bytes() + d2u_.bytes() +
                         grad_.bytes() + wt_.bytes() + omega_.bytes() + Omega_.bytes() +
-                        adj_.bytes() + slot_grad_.bytes() + slot_loss_.bytes();
+                        adj_.bytes() + slot_grad_.bytes() + slot_loss_.bytes() + scratch_.bytes();
         for (int l = 0; l <= L_; ++l) b += z_[l].bytes();
         for (int l = 0; l < L_; ++l) b += h_[l].bytes();
         return b;
@@ -107,8 +115,9 @@ public:
                 const int ntiles = (nc + tile - 1) / tile;
                 cpu::parallel_for(ntiles, cpu::Schedule::dynamic, [&](int t) {
                     const int p0 = t * tile, np = std::min(tile, nc - p0);
-                    forward_tile<D(), NS()>(params, p0, np, x + c0 * d_);
-                    copy_outputs(NS(), p0, np, c0, u, grad_u, lap_u);
+                    const TileRows rows = cache_rows(p0);
+                    forward_tile<D(), NS()>(params, rows, np, x + (c0 + p0) * d_);
+                    copy_outputs(NS(), rows, np, c0 + p0, u, grad_u, lap_u);
                 });
             }
         });
@@ -129,12 +138,19 @@ public:
         if (in.n_bc) run_term(kBc, params, in, in.x_bc, in.n_bc, d_ + 1);
 
         // Fixed-order reduction of the slots, parallel over parameters.
-        const long np = long(np_);
-        cpu::parallel_for(np, cpu::Schedule::fixed, [&](long i) {
-            T s = T(0);
-            for (std::size_t k = 0; k < used; ++k)
-                if (!slot_fresh_[k]) s += slot_grad_[k * np_ + i];
-            grad[i] = s;
+        constexpr long block = 2048;  // parameters per task, summed as vectors
+        const long nblocks = (long(np_) + block - 1) / block;
+        cpu::parallel_for(nblocks, cpu::Schedule::fixed, [&](long b) {
+            const std::size_t i0 = std::size_t(b * block);
+            const int n = int(std::min<std::size_t>(block, np_ - i0));
+            T* out = grad + i0;
+            zero(out, std::size_t(n));
+            for (std::size_t k = 0; k < used; ++k) {
+                if (slot_fresh_[k]) continue;
+                const T* src = slot_grad_.data() + k * np_ + i0;
+#pragma omp simd
+                for (int i = 0; i < n; ++i) out[i] += src[i];
+            }
         });
         if (!in.train_fourier) zero(grad, std::size_t(d_) * m_);
 
@@ -146,6 +162,42 @@ public:
 
 private:
     static void zero(T* p, std::size_t n) { std::memset(p, 0, n * sizeof(T)); }
+
+    // Where a tile's activations live. Stream s of row r of layer l's z is
+    // z[l][(s * ss + r0 + r) * width]: the chunk caches (ss = batch, r0 = the tile's first
+    // point) or a thread's scratch (ss = tile, r0 = 0).
+    struct TileRows {
+        T* x;
+        T* feat;
+        T* z[16];
+        T* h[16];
+        std::size_t ss, r0;
+    };
+
+    TileRows cache_rows(int p0) {
+        TileRows r{x_input_.data(), feat_.data(), {}, {}, B_, std::size_t(p0)};
+        for (int l = 0; l <= L_; ++l) r.z[l] = z_[l].data();
+        for (int l = 0; l < L_; ++l) r.h[l] = h_[l].data();
+        return r;
+    }
+
+    TileRows scratch_rows(int thread) {
+        T* q = scratch_.data() + std::size_t(thread) * scratch_stride_;
+        const std::size_t st = std::size_t(S_) * tile;
+        TileRows r{q, nullptr, {}, {}, std::size_t(tile), 0};
+        q += std::size_t(tile) * d_;
+        r.feat = q;
+        q += st * 2 * m_;
+        for (int l = 0; l <= L_; ++l) {
+            r.z[l] = q;
+            q += st * sp_.layer_out(l);
+            if (l < L_) {
+                r.h[l] = q;
+                q += st * H_;
+            }
+        }
+        return r;
+    }
 
     // W^T of every layer and the Fourier frequencies 2 pi B, once per call.
     void prepare(const T* params) {
@@ -167,25 +219,37 @@ private:
         }
     }
 
-    // Forward streams of points p0 .. p0+np of the current chunk (x points at the chunk start).
+    // Forward streams of the np points x[0 .. np) into the tile rows R.
     template <int D, int NS>
-    void forward_tile(const T* params, int p0, int np, const T* x) {
-        const std::size_t B = B_;
+    void forward_tile(const T* params, const TileRows& R, int np, const T* x) {
+        const std::size_t B = R.ss, p0 = R.r0;
         const int m = m_, H = H_;
+        const std::ptrdiff_t ssF = std::ptrdiff_t(B * 2 * m);
         for (int p = 0; p < np; ++p) {
-            const std::size_t gp = std::size_t(p0 + p);
-            T* xi = x_input_.data() + gp * D;
-            for (int i = 0; i < D; ++i) xi[i] = x[gp * D + i];
-            T* f = feat_.data() + gp * 2 * m;
-            for (int j = 0; j < m; ++j)
-                math::fourier_forward(xi, omega_.data() + j, m, Omega_[j], D, NS, f + j, f + m + j,
-                                      std::ptrdiff_t(B * 2 * m));
+            const std::size_t gp = p0 + std::size_t(p);
+            T* xi = R.x + gp * D;
+            for (int i = 0; i < D; ++i) xi[i] = x[std::size_t(p) * D + i];
+            T* f = R.feat + gp * 2 * m;
+            // Frequencies in blocks of fj: phases, their sin and cos as vectors, then the streams.
+            constexpr int fj = 64;
+            for (int j0 = 0; j0 < m; j0 += fj) {
+                const int nj = std::min(fj, m - j0);
+                const T* om = omega_.data() + j0;
+                alignas(64) T ph[fj], S[fj], C[fj];
+#pragma omp simd
+                for (int j = 0; j < nj; ++j) ph[j] = math::fourier_phase(xi, om + j, m, D);
+                cpu::sincos_array(ph, S, C, nj);
+#pragma omp simd
+                for (int j = 0; j < nj; ++j)
+                    math::fourier_streams(S[j], C[j], om + j, m, Omega_[j0 + j], D, NS,
+                                          f + j0 + j, f + m + j0 + j, ssF);
+            }
         }
-        const T* A = feat_.data();
+        const T* A = R.feat;
         for (int l = 0; l <= L_; ++l) {
             const int in = sp_.layer_in(l), out = sp_.layer_out(l);
             const std::size_t ssA = B * in, ssZ = B * out;
-            T* Z = z_[l].data();
+            T* Z = R.z[l];
             if (l < L_) {
                 for (int s = 0; s < NS; ++s)
                     gemm<T>(np, out, in, A + s * ssA + std::size_t(p0) * in, in, 1,
@@ -209,33 +273,39 @@ private:
                     }
             }
             const T* bias = params + sp_.offset_b(l);
-            for (int p = 0; p < np; ++p) {
-                T* zr = Z + std::size_t(p0 + p) * out;
-                for (int j = 0; j < out; ++j) zr[j] += bias[j];
-            }
-            if (l == L_) break;
-            T* Hh = h_[l].data();
-            const std::size_t r0 = std::size_t(p0) * H;
-            cpu::tanh_array<T>(Z + r0, Hh + r0, np * H);  // value stream, vectorised
-            if (NS > 1) {
+            if (l == L_) {
                 for (int p = 0; p < np; ++p) {
-                    const std::size_t r = std::size_t(p0 + p) * H;
+                    T* zr = Z + std::size_t(p0 + p) * out;
+                    for (int j = 0; j < out; ++j) zr[j] += bias[j];
+                }
+                break;
+            }
+            // Bias, tanh and the tanh streams in one pass over each point's row.
+            T* Hh = R.h[l];
+            for (int p = 0; p < np; ++p) {
+                const std::size_t r = (p0 + std::size_t(p)) * H;
+                T* zr = Z + r;
+                T* hr = Hh + r;
 #pragma omp simd
-                    for (int j = 0; j < H; ++j)
-                        math::tanh_streams(Z + r + j, Hh[r + j], Hh + r + j,
-                                           std::ptrdiff_t(ssZ), D, NS);
+                for (int j = 0; j < H; ++j) {
+                    const T zv = zr[j] + bias[j];
+                    zr[j] = zv;
+                    math::tanh_streams(zr + j, cpu::tanh_fast(zv), hr + j, std::ptrdiff_t(ssZ), D,
+                                       NS);
                 }
             }
             A = Hh;
         }
     }
 
-    void copy_outputs(int ns, int p0, int np, std::size_t c0, T* u, T* grad_u, T* lap_u) {
-        const std::size_t B = B_;
+    // Outputs of the tile in the cache rows R, whose first point is point g0 of the call.
+    void copy_outputs(int ns, const TileRows& R, int np, std::size_t g0, T* u, T* grad_u,
+                      T* lap_u) {
+        const std::size_t B = R.ss;
         const int d = d_;
-        const T* U = z_[L_].data();
+        const T* U = R.z[L_];
         for (int p = 0; p < np; ++p) {
-            const std::size_t lp = std::size_t(p0 + p), gp = c0 + lp;
+            const std::size_t lp = R.r0 + std::size_t(p), gp = g0 + std::size_t(p);
             for (int c = 0; c < 2; ++c) {
                 if (u) u[gp * 2 + c] = U[lp * 2 + c];
                 if (ns > 1)
@@ -262,33 +332,39 @@ private:
                 const int nc = int(std::min(B_, n - c0));
                 const int ntiles = (nc + tile - 1) / tile;
                 const int nsl = int(std::min<std::size_t>(slots_, std::size_t(ntiles)));
-                cpu::parallel_for(nsl, cpu::Schedule::dynamic, [&](int k) {
-                    for (int t = k; t < ntiles; t += int(slots_)) {
-                        const int p0 = t * tile, np = std::min(tile, nc - p0);
-                        forward_tile<D(), NS()>(params, p0, np, x + c0 * d_);
-                        T* g0 = adj_.data() + std::size_t(k) * 2 * adj_stride_;
-                        slot_loss_[std::size_t(k) * 3 + term] +=
-                            seed(term, in, NS(), p0, np, c0, c, g0);
-                        // The first tile of a slot in this call writes its gradient, later ones add.
-                        const bool first = slot_fresh_[k] != 0;
-                        slot_fresh_[k] = 0;
-                        backward_tile<D(), NS()>(params, p0, np, k, first, in.train_fourier);
-                    }
-                });
+                cpu::parallel_for(
+                    nsl, cpu::Schedule::dynamic,
+                    [&](int k) {
+                        const TileRows rows = scratch_rows(cpu::thread_index());
+                        for (int t = k; t < ntiles; t += int(slots_)) {
+                            const int p0 = t * tile, np = std::min(tile, nc - p0);
+                            const std::size_t g0 = c0 + std::size_t(p0);  // first point
+                            forward_tile<D(), NS()>(params, rows, np, x + g0 * d_);
+                            T* adj = adj_.data() + std::size_t(k) * 2 * adj_stride_;
+                            slot_loss_[std::size_t(k) * 3 + term] +=
+                                seed(term, in, NS(), rows, np, g0, c, adj);
+                            // A slot's first tile in this call writes its gradient, later ones add.
+                            const bool first = slot_fresh_[k] != 0;
+                            slot_fresh_[k] = 0;
+                            backward_tile<D(), NS()>(params, rows, np, k, first,
+                                                     in.train_fourier);
+                        }
+                    },
+                    true, scratch_threads_);
             }
         });
     }
 
-    // Loss adjoints at the output, tile-local layout [ns, tile, 2]; returns the tile's sum |r|^2.
-    double seed(Term term, const LossInputs<T>& in, int ns, int p0, int np, std::size_t c0, T c,
-                T* g) const {
-        const std::size_t B = B_;
+    // Loss adjoints at the output, tile-local layout [ns, tile, 2], of the tile in rows R whose
+    // first point is point g0 of the term; returns the tile's sum |r|^2.
+    double seed(Term term, const LossInputs<T>& in, int ns, const TileRows& R, int np,
+                std::size_t g0, T c, T* g) const {
         const int d = d_;
-        const T* U = z_[L_].data();
-        const std::ptrdiff_t ssU = std::ptrdiff_t(B * 2), ssG = 2 * tile;
+        const T* U = R.z[L_];
+        const std::ptrdiff_t ssU = std::ptrdiff_t(R.ss * 2), ssG = 2 * tile;
         double acc = 0.0;
         for (int p = 0; p < np; ++p) {
-            const std::size_t lp = std::size_t(p0 + p), gp = c0 + lp;
+            const std::size_t lp = R.r0 + std::size_t(p), gp = g0 + std::size_t(p);
             const T* u = U + lp * 2;
             T* gu = g + std::size_t(p) * 2;
             T tmp[2 * 5] = {};  // u streams gathered to a small local stride for the seed functions
@@ -326,8 +402,9 @@ private:
 
     // Adjoint pass of one tile; adds its gradient into slot k.
     template <int D, int NS>
-    void backward_tile(const T* params, int p0, int np, int k, bool first, bool train_fourier) {
-        const std::size_t B = B_;
+    void backward_tile(const T* params, const TileRows& R, int np, int k, bool first,
+                       bool train_fourier) {
+        const std::size_t B = R.ss, p0 = R.r0;
         const int m = m_;
         T* gcur = adj_.data() + std::size_t(k) * 2 * adj_stride_;
         T* gnext = gcur + adj_stride_;
@@ -335,28 +412,31 @@ private:
         for (int l = L_; l >= 0; --l) {
             const int in = sp_.layer_in(l), out = sp_.layer_out(l);
             const std::ptrdiff_t ssG = std::ptrdiff_t(tile) * out;
-            if (l < L_) {
-                const T* Z = z_[l].data();
-                const T* Hh = h_[l].data();
-                const std::ptrdiff_t ssZ = std::ptrdiff_t(B * out);
-                for (int p = 0; p < np; ++p) {
-                    const std::size_t r = std::size_t(p0 + p) * out;
-                    T* g = gcur + std::size_t(p) * out;
+            // Adjoints through tanh (hidden layers) and the bias gradient, row by row.
+            T* db = sg + sp_.offset_b(l);
+            if (first) zero(db, std::size_t(out));
+            const T* Z = R.z[l];
+            const T* Hh = l < L_ ? R.h[l] : nullptr;
+            const std::ptrdiff_t ssZ = std::ptrdiff_t(B * out);
+            for (int p = 0; p < np; ++p) {
+                const std::size_t r = std::size_t(p0 + p) * out;
+                T* g = gcur + std::size_t(p) * out;
+                if (Hh) {
 #pragma omp simd
-                    for (int j = 0; j < out; ++j)
+                    for (int j = 0; j < out; ++j) {
                         math::tanh_backward(Z + r + j, ssZ, Hh[r + j], g + j, ssG, D, NS);
+                        db[j] += g[j];
+                    }
+                } else {
+                    for (int j = 0; j < out; ++j) db[j] += g[j];
                 }
             }
-            const T* A = l == 0 ? feat_.data() : h_[l - 1].data();
+            const T* A = l == 0 ? R.feat : R.h[l - 1];
             const std::size_t ssA = B * in;
             T* dW = sg + sp_.offset_W(l);
             for (int s = 0; s < NS; ++s)  // dW += G_s^T A_s
                 gemm<T>(out, in, np, gcur + s * ssG, 1, out, A + s * ssA + std::size_t(p0) * in,
                         in, dW, in, !(first && s == 0));
-            T* db = sg + sp_.offset_b(l);
-            if (first) zero(db, std::size_t(out));
-            for (int p = 0; p < np; ++p)
-                for (int j = 0; j < out; ++j) db[j] += gcur[std::size_t(p) * out + j];
             if (l == 0 && !train_fourier) return;
             const T* W = params + sp_.offset_W(l);
             for (int s = 0; s < NS; ++s)  // A-adjoint_s = G_s W
@@ -369,12 +449,14 @@ private:
         if (first) zero(dB, std::size_t(D) * m);
         const std::ptrdiff_t ssF = std::ptrdiff_t(tile) * 2 * m;
         for (int p = 0; p < np; ++p) {
-            const T* xi = x_input_.data() + std::size_t(p0 + p) * D;
+            const T* xi = R.x + (p0 + p) * D;
+            const T* f = R.feat + (p0 + p) * 2 * m;  // value stream: sin, cos
             const T* g = gcur + std::size_t(p) * 2 * m;
+#pragma omp simd
             for (int j = 0; j < m; ++j) {
-                T sbar, wbar[3];
-                math::fourier_backward_point(xi, omega_.data() + j, m, Omega_[j], D, NS, g + j,
-                                             g + m + j, ssF, sbar, wbar);
+                T sbar, wbar[D];
+                math::fourier_backward_point(f[j], f[m + j], omega_.data() + j, m, Omega_[j], D,
+                                             NS, g + j, g + m + j, ssF, sbar, wbar);
                 for (int i = 0; i < D; ++i)
                     dB[std::size_t(i) * m + j] += T(math::two_pi) * (xi[i] * sbar + wbar[i]);
             }
@@ -391,6 +473,9 @@ private:
     AlignedArray<char> slot_fresh_;
     std::size_t wt_off_[16] = {};
     std::size_t slots_ = 1, adj_stride_ = 0;
+    AlignedArray<T> scratch_;  // scratch_threads_ blocks of TileRows for value_and_grad
+    std::size_t scratch_stride_ = 0;
+    int scratch_threads_ = 1;
     WorkspaceBuffers<T> bufs_;
 };
 

@@ -31,6 +31,26 @@ HELMPINN_NOINLINE void run_body(F& body, I i) {
     body(i);
 }
 
+/// The most threads a parallel_for may run here: OpenMP's current setting or the processor
+/// count, whichever is larger (1 without OpenMP). Per-thread buffers are sized by it.
+inline int max_threads() {
+#if defined(HELMPINN_WITH_OPENMP)
+    const int a = omp_get_max_threads(), b = omp_get_num_procs();
+    return a > b ? a : b;
+#else
+    return 1;
+#endif
+}
+
+/// The calling thread's index in the running parallel_for, in [0, its team size); 0 outside.
+inline int thread_index() {
+#if defined(HELMPINN_WITH_OPENMP)
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 inline bool use_threads(long n, bool worth_it) {
 #if defined(HELMPINN_WITH_OPENMP)
     return worth_it && n > 1 && omp_get_max_threads() > 1 && !omp_in_parallel();
@@ -41,15 +61,18 @@ inline bool use_threads(long n, bool worth_it) {
 #endif
 }
 
+/// max_team > 0 caps the team (bodies that index per-thread buffers by thread_index()).
 template <typename I, typename F>
-void parallel_for(I n, Schedule schedule, F&& body, bool worth_it = true) {
+void parallel_for(I n, Schedule schedule, F&& body, bool worth_it = true, int max_team = 0) {
 #if defined(HELMPINN_WITH_OPENMP)
     if (use_threads(long(n), worth_it)) {
+        int team = omp_get_max_threads();
+        if (max_team > 0 && team > max_team) team = max_team;
         if (schedule == Schedule::dynamic) {
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
             for (I i = 0; i < n; ++i) run_body(body, i);
         } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(team)
             for (I i = 0; i < n; ++i) run_body(body, i);
         }
         return;

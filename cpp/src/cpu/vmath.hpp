@@ -6,6 +6,12 @@
 // relative error below 2e-7 over the whole line. tanh_array<double> uses the same method with a
 // degree-13 polynomial, within a few ulp of std::tanh (tests/test_loss_grad.py and the C++ tests
 // check the double results against independent references to 1e-12).
+//
+// sincos_array computes the Fourier features' sin and cos the same way (the C library's sincosf
+// was a scalar call per feature, up to 8% of a float32 step): s = k pi/2 + r with a three-part
+// Cody-Waite split of pi/2 whose first two parts make k * part exact, |r| <= pi/4, and Taylor
+// polynomials of sin r and cos r, then the quadrant k mod 4 picks and signs them. Arguments beyond
+// the split's exact range (|s| > 6000 in float, 1e6 in double) take the C library's path.
 #pragma once
 
 #include <cmath>
@@ -86,10 +92,85 @@ inline void tanh_array(const T* __restrict z, T* __restrict h, int n) {
     for (int j = 0; j < n; ++j) h[j] = tanh_fast(z[j]);
 }
 
+// sin and cos of one argument |s| <= SinCos<T>::limit (see the file comment).
+template <typename T>
+struct SinCos;
+
 template <>
-inline void tanh_array<float>(const float* __restrict z, float* __restrict h, int n) {
+struct SinCos<float> {
+    static constexpr float limit = 6000.0f;  // |k| < 2^12: k * P1 and k * P2 are exact
+    static constexpr float two_over_pi = 0.636619772367581343f;
+    static constexpr float P1 = 1.57080078125f;              // 12 significant bits
+    static constexpr float P2 = -4.453584551811218e-06f;     // 12 significant bits
+    static constexpr float P3 = -8.705515752716053e-10f;
+    static float sin_poly(float r2) {  // (sin r - r) / r^3, Taylor to r^9
+        return -1.0f / 6.0f + r2 * (1.0f / 120.0f + r2 * (-1.0f / 5040.0f + r2 * (1.0f / 362880.0f)));
+    }
+    static float cos_poly(float r2) {  // (cos r - 1) / r^2, Taylor to r^10
+        return -0.5f + r2 * (1.0f / 24.0f + r2 * (-1.0f / 720.0f +
+                       r2 * (1.0f / 40320.0f + r2 * (-1.0f / 3628800.0f))));
+    }
+};
+
+template <>
+struct SinCos<double> {
+    static constexpr double limit = 1.0e6;  // |k| < 2^20: k * P1 and k * P2 are exact
+    static constexpr double two_over_pi = 0.63661977236758134308;
+    static constexpr double P1 = 1.5707963267341256;     // 33 significant bits
+    static constexpr double P2 = 6.077100506303966e-11;  // 33 significant bits
+    static constexpr double P3 = 2.0222662487959506e-21;
+    static double sin_poly(double r2) {  // (sin r - r) / r^3, Taylor to r^17
+        double p = 1.0 / 355687428096000.0;  // 1/17!
+        p = p * r2 - 1.0 / 1307674368000.0;
+        p = p * r2 + 1.0 / 6227020800.0;
+        p = p * r2 - 1.0 / 39916800.0;
+        p = p * r2 + 1.0 / 362880.0;
+        p = p * r2 - 1.0 / 5040.0;
+        p = p * r2 + 1.0 / 120.0;
+        return p * r2 - 1.0 / 6.0;
+    }
+    static double cos_poly(double r2) {  // (cos r - 1) / r^2, Taylor to r^16
+        double p = 1.0 / 20922789888000.0;  // 1/16!
+        p = p * r2 - 1.0 / 87178291200.0;
+        p = p * r2 + 1.0 / 479001600.0;
+        p = p * r2 - 1.0 / 3628800.0;
+        p = p * r2 + 1.0 / 40320.0;
+        p = p * r2 - 1.0 / 720.0;
+        p = p * r2 + 1.0 / 24.0;
+        return p * r2 - 0.5;
+    }
+};
+
+template <typename T>
+inline void sincos_fast(T s, T& sin_s, T& cos_s) {
+    using K = SinCos<T>;
+    const T y = s * K::two_over_pi;
+    const int k = static_cast<int>(y + (y < T(0) ? T(-0.5) : T(0.5)));  // nearest integer
+    const T kf = static_cast<T>(k);
+    const T r = ((s - kf * K::P1) - kf * K::P2) - kf * K::P3;
+    const T r2 = r * r;
+    const T sr = r + r * r2 * K::sin_poly(r2);
+    const T cr = T(1) + r2 * K::cos_poly(r2);
+    const T sn = (k & 1) ? cr : sr, cs = (k & 1) ? sr : cr;
+    sin_s = (k & 2) ? -sn : sn;
+    cos_s = ((k + 1) & 2) ? -cs : cs;
+}
+
+/// sin_s[j] = sin s[j], cos_s[j] = cos s[j] for j < n (the outputs may not alias s).
+template <typename T>
+inline void sincos_array(const T* __restrict s, T* __restrict sin_s, T* __restrict cos_s, int n) {
+    T big = T(0);
+#pragma omp simd reduction(max : big)
+    for (int j = 0; j < n; ++j) big = std::fabs(s[j]) > big ? std::fabs(s[j]) : big;
+    if (!(big <= SinCos<T>::limit)) {  // also NaN
+        for (int j = 0; j < n; ++j) {
+            sin_s[j] = std::sin(s[j]);
+            cos_s[j] = std::cos(s[j]);
+        }
+        return;
+    }
 #pragma omp simd
-    for (int j = 0; j < n; ++j) h[j] = tanh_fast(z[j]);
+    for (int j = 0; j < n; ++j) sincos_fast(s[j], sin_s[j], cos_s[j]);
 }
 
 }  // namespace cpu

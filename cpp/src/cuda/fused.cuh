@@ -593,7 +593,9 @@ __device__ __forceinline__ void train_tile(const NetArgs<T>& net, const CacheArg
             if (p < np) {
                 const T* xp = sm.xs + p * D;
                 T sbar, wbar[D];
-                math::fourier_backward_point(xp, net.omega + j, static_cast<std::ptrdiff_t>(m),
+                const T ph = math::fourier_phase(xp, net.omega + j, static_cast<std::ptrdiff_t>(m), D);
+                math::fourier_backward_point(T(std::sin(ph)), T(std::cos(ph)), net.omega + j,
+                                             static_cast<std::ptrdiff_t>(m),
                                              net.Omega[j], D, ns, G + p * ld + j,
                                              G + p * ld + m + j,
                                              static_cast<std::ptrdiff_t>(ss), sbar, wbar);
