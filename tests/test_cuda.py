@@ -7,7 +7,10 @@ Without a GPU (any machine):
   * The CUDA kernels and the backend's host logic run under a CPU emulation of CUDA
     (cpp/src/cuda/emulation): compiled here with the system C++ compiler and compared with the
     CPU backend (forward, every loss term, chunking, partial tiles, shared-memory and
-    global-scratch buffers, odd tiles, bitwise reproducibility, check_finite).
+    global-scratch buffers, odd tiles, bitwise reproducibility, check_finite), and the device
+    seed primitives with the host ones.
+  * The seed primitives on CUDA arrays refuse a call without out= and, where CUDA cannot be
+    used, say why naming the argument; `stream=` is refused with host arrays.
 
 With a GPU: every result of a device="cuda" Workspace (forward u / grad u / lap u and the
 caches, value_and_grad of each term and all together, d = 1, 2, 3, float32 and float64) is
@@ -15,7 +18,10 @@ compared with the CPU backend on the same random inputs (float64: relative error
 float32: < 1e-4), and with the float64 reference; two runs are bitwise identical; results are
 written zero-copy into caller-provided device arrays (helmpinn's DeviceArray, and PyTorch /
 CuPy when importable); host arrays and wrong device arrays are refused with errors naming the
-argument. GPU tests skip with the reason when there is no device, and FAIL instead when
+argument. The seed primitives (mse_backward, layer_backward, fourier_backward, adam_step) on
+helmpinn / PyTorch / CuPy device arrays agree with NumPy, are bitwise reproducible, run on a
+given stream, and refuse host arrays and bad arguments naming them.
+GPU tests skip with the reason when there is no device, and FAIL instead when
 HELMPINN_REQUIRE_GPU=1 (for runs on a GPU machine).
 """
 
@@ -191,7 +197,8 @@ def test_device_array_type():
 
 def _emulation_sources():
     srcs = [ROOT / "cpp/src/cuda/emulation/emu_check.cpp", ROOT / "cpp/src/common/workspace.cpp",
-            ROOT / "cpp/src/common/spec.cpp", ROOT / "cpp/src/cpu/cpu_backend.cpp"]
+            ROOT / "cpp/src/common/spec.cpp", ROOT / "cpp/src/cpu/cpu_backend.cpp",
+            ROOT / "cpp/src/cpu/primitives.cpp", ROOT / "cpp/src/common/primitives.cpp"]
     return srcs if all(s.exists() for s in srcs) else None
 
 
@@ -510,3 +517,167 @@ def test_check_finite_on_device(cuda_setup):
                           check_finite=True)
     v = ws.value_and_grad(dev(theta), dev(np.zeros(theta.size)), x_data=dev(x), y=y, check_finite=True)
     assert np.isfinite(v)
+
+
+# ------------------------------------------------------------------ seed primitives on device arrays
+
+class FakeCudaArray:
+    """Presents __cuda_array_interface__ over memory that is not a GPU's: enough for the errors
+    raised before any device work (out= missing, no CUDA, no device), on any machine."""
+
+    def __init__(self, shape, typestr="<f8", ptr=0x7F0000001000):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr,
+                                         "data": (ptr, False), "version": 3, "strides": None}
+
+
+def test_device_primitives_need_out_without_a_gpu():
+    a, w = FakeCudaArray((4, 3)), FakeCudaArray((3, 3))
+    with pytest.raises(ValueError, match="out: required when pred is a CUDA device array"):
+        helmpinn.mse_backward(a, a)
+    with pytest.raises(ValueError, match="out: required when dL_dh is a CUDA device array"):
+        helmpinn.layer_backward(a, a, a, w, True)
+    with pytest.raises(ValueError, match="out: required when dL_dphi is a CUDA device array"):
+        helmpinn.fourier_backward(FakeCudaArray((4, 6)), a, w)
+
+
+def test_device_primitives_without_cuda_or_device():
+    """A CUDA array where no GPU can be used: a RuntimeError naming the argument."""
+    a, o = FakeCudaArray((4, 3)), FakeCudaArray((4, 3), ptr=0x7F0000002000)
+    if not helmpinn.has_cuda():
+        why = "pred: is a CUDA device array, but helmpinn was built without CUDA support"
+    elif helmpinn.cuda_device_count() == 0:
+        why = "pred: is a CUDA device array, but no CUDA device is available"
+    else:                                       # a GPU: the fake pointer is not device memory
+        with pytest.raises(ValueError, match="pred: expected CUDA device memory on device"):
+            helmpinn.mse_backward(a, a, out=o)
+        return
+    with pytest.raises(RuntimeError, match=why):
+        helmpinn.mse_backward(a, a, out=o)
+    with pytest.raises(RuntimeError, match=why.replace("pred", "params")):
+        helmpinn.adam_step(a, a, a, a, 1, 1e-3)
+
+
+def test_primitive_stream_keyword_is_for_device_arrays_only(rng):
+    p, t = rng.normal(size=(4, 2)), rng.normal(size=(4, 2))
+    with pytest.raises(ValueError, match=r"stream: only for CUDA device arrays \(pred is a host array\)"):
+        helmpinn.mse_backward(p, t, stream=0)
+    with pytest.raises(ValueError, match="stream: only for CUDA device arrays"):
+        helmpinn.adam_step(p.ravel(), t.ravel(), np.zeros(8), np.zeros(8), 1, 1e-3, stream=0)
+    np.testing.assert_array_equal(helmpinn.mse_backward(p, t, stream=None), 2 / 4 * (p - t))
+
+
+PRIM_TOL = {"float64": 1e-12, "float32": 1e-5}
+
+
+def _device_lib(name):
+    """(to_device, zeros) for a device array library, or a skip when it is not importable."""
+    if name == "helmpinn":
+        return (lambda a: dev(a)), (lambda shape, dtype: dev(np.zeros(shape, dtype)))
+    if name == "torch":
+        torch = _torch_cuda()
+        if torch is None:
+            pytest.skip("PyTorch with CUDA is not importable")
+        return ((lambda a: torch.as_tensor(a, device="cuda")),
+                (lambda shape, dtype: torch.zeros(shape, dtype=getattr(torch, dtype), device="cuda")))
+    cp = _cupy()
+    if cp is None:
+        pytest.skip("CuPy is not importable")
+    return (lambda a: cp.asarray(a)), (lambda shape, dtype: cp.zeros(shape, dtype=dtype))
+
+
+def _primitive_runs(rng, dtype, D, Z, d=2, n=300, n_out=20, n_in=17, m=5):
+    """Each primitive on NumPy (the reference) and on device arrays (D: to device, Z: zeros):
+    a list of (name, host results, device results)."""
+    r = lambda *shape: rng.uniform(-1, 1, shape).astype(dtype)  # noqa: E731
+    runs = []
+    pred, target = r(n, 3), r(n, 3)
+    out = Z((n, 3), dtype)
+    assert helmpinn.mse_backward(D(pred), D(target), out=out) is out
+    runs.append(("mse_backward", [helmpinn.mse_backward(pred, target)], [out]))
+    G, h, A, W = r(n, n_out), 0.99 * r(n, n_out), r(n, n_in), r(n_out, n_in)
+    for tanh in (True, False):
+        outs = (Z((n_out, n_in), dtype), Z((n_out,), dtype), Z((n, n_in), dtype))
+        res = helmpinn.layer_backward(D(G), D(h), D(A), D(W), tanh, out=outs)
+        assert all(a is b for a, b in zip(res, outs))
+        runs.append((f"layer_backward tanh={tanh}", helmpinn.layer_backward(G, h, A, W, tanh), outs))
+    for dd in (1, 2, 3):
+        dphi, x, B = r(n, 2 * m), r(n, dd), r(dd, m)
+        out = Z((dd, m), dtype)
+        helmpinn.fourier_backward(D(dphi), D(x), D(B), out=out)
+        runs.append((f"fourier_backward d={dd}", [helmpinn.fourier_backward(dphi, x, B)], [out]))
+    p, g, mm, v = r(1000), r(1000), 0.1 * r(1000), 0.1 * np.abs(r(1000))
+    dp, dm, dv = D(p), D(mm), D(v)
+    for step in (1, 2, 3):
+        helmpinn.adam_step(p, g, mm, v, step, 1e-2, weight_decay=0.01)
+        helmpinn.adam_step(dp, D(g), dm, dv, step, 1e-2, weight_decay=0.01)
+    runs.append(("adam_step x3", [p, mm, v], [dp, dm, dv]))
+    return runs
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("lib", ["helmpinn", "torch", "cupy"])
+def test_device_primitives_match_numpy(gpu, rng, lib, dtype):
+    D, Z = _device_lib(lib)
+    for name, ref, got in _primitive_runs(rng, dtype, D, Z):
+        for a, b in zip(got, ref):
+            a = host(a)
+            assert a.dtype == b.dtype and a.shape == b.shape, name
+            assert R.rel_err(a, b) < PRIM_TOL[dtype], f"{name}: {R.rel_err(a, b):.3e}"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_device_primitives_bitwise_reproducible(gpu, dtype):
+    D, Z = _device_lib("helmpinn")
+    first, second = (_primitive_runs(np.random.default_rng(5), dtype, D, Z) for _ in range(2))
+    for (name, _, a), (_, _, b) in zip(first, second):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(host(x), host(y), err_msg=name)
+
+
+def test_device_primitives_on_a_stream(gpu, rng):
+    torch = _torch_cuda()
+    if torch is None:
+        pytest.skip("PyTorch with CUDA is not importable")
+    pred, target = rng.normal(size=(70, 2)), rng.normal(size=(70, 2))
+    stream = torch.cuda.Stream()
+    for s in (stream, stream.cuda_stream, 0):
+        out = torch.full((70, 2), 7.0, dtype=torch.float64, device="cuda")
+        helmpinn.mse_backward(torch.as_tensor(pred, device="cuda"),
+                              torch.as_tensor(target, device="cuda"), out=out, stream=s)
+        torch.cuda.synchronize()
+        assert R.rel_err(out.cpu().numpy(), helmpinn.mse_backward(pred, target)) < 1e-15
+
+
+def test_device_primitives_refuse_host_arrays(gpu, rng):
+    p, t = rng.normal(size=(6, 2)), rng.normal(size=(6, 2))
+    with pytest.raises(ValueError, match="target: expected a CUDA device float64 array .* got host "
+                                         "memory .*pred is a CUDA device array"):
+        helmpinn.mse_backward(dev(p), t, out=dev(np.zeros((6, 2))))
+    with pytest.raises(ValueError, match="out: expected a CUDA device .* got host memory"):
+        helmpinn.mse_backward(dev(p), dev(t), out=np.zeros((6, 2)))
+    with pytest.raises(ValueError, match="out: required when pred is a CUDA device array"):
+        helmpinn.mse_backward(dev(p), dev(t))
+    G, A, W = rng.normal(size=(6, 3)), rng.normal(size=(6, 4)), rng.normal(size=(3, 4))
+    outs = (dev(np.zeros((3, 4))), dev(np.zeros(3)), np.zeros((6, 4)))
+    with pytest.raises(ValueError, match=r"out\[2\] \(dh_prev\): expected a CUDA device .* got host memory"):
+        helmpinn.layer_backward(dev(G), dev(G), dev(A), dev(W), True, out=outs)
+    with pytest.raises(ValueError, match="m: expected a CUDA device .* got host memory"):
+        helmpinn.adam_step(dev(p.ravel()), dev(t.ravel()), np.zeros(12), dev(np.zeros(12)), 1, 1e-3)
+
+
+def test_device_primitives_check_arguments(gpu, rng):
+    p, t = dev(rng.normal(size=(6, 2))), dev(rng.normal(size=(6, 2)))
+    with pytest.raises(TypeError, match="target: expected a CUDA device float64 array .* got dtype float32"):
+        helmpinn.mse_backward(p, dev(np.zeros((6, 2)), np.float32), out=dev(np.zeros((6, 2))))
+    with pytest.raises(ValueError, match=r"out: expected a CUDA device float64 array of shape \(6, 2\)"):
+        helmpinn.mse_backward(p, t, out=dev(np.zeros((5, 2))))
+    with pytest.raises(ValueError, match="out: output must not share memory with pred"):
+        helmpinn.mse_backward(p, t, out=p)
+    with pytest.raises(ValueError, match="B: expected shape"):
+        helmpinn.fourier_backward(dev(np.zeros((6, 8))), dev(np.zeros((6, 4))),
+                                  dev(np.zeros((4, 4))), out=dev(np.zeros((4, 4))))
+    with pytest.raises(ValueError, match="step: expected an integer >= 1"):
+        helmpinn.adam_step(dev(np.zeros(4)), dev(np.zeros(4)), dev(np.zeros(4)), dev(np.zeros(4)),
+                           0, 1e-3)
+    with pytest.raises(TypeError, match="stream: expected None, an int CUDA stream handle"):
+        helmpinn.mse_backward(p, t, out=dev(np.zeros((6, 2))), stream="default")

@@ -1,11 +1,13 @@
-// Device arrays at the Python border, for Workspaces on device='cuda'.
+// Device arrays at the Python border, for Workspaces on device='cuda' and for the seed
+// primitives called on device arrays.
 //
 // An argument is taken zero-copy from any object that exposes __cuda_array_interface__ (CuPy,
 // PyTorch, Numba, helmpinn's own DeviceArray) or DLPack (__dlpack__ / __dlpack_device__, or a
 // "dltensor" capsule). Each is checked before any work, like the host arrays of arrays.hpp:
 // dtype (TypeError), shape, C-contiguity, writability of outputs, and that the pointer really
-// is CUDA device (or managed) memory on the Workspace's device (cudaPointerGetAttributes), all
-// with a message that names the argument (ValueError).
+// is CUDA device (or managed) memory on the call's device (cudaPointerGetAttributes): the
+// Workspace's, or that of a primitive's first array (cuda_array_device). All with a message
+// that names the argument (ValueError).
 //
 // Streams. The caller's `stream=` (None/0 = the legacy default stream, an int handle, or an
 // object with .cuda_stream (PyTorch), .ptr (CuPy), .handle (Numba) or __cuda_stream__) is the
@@ -14,7 +16,8 @@
 // stream (the protocol makes it order its own work before it).
 //
 // Built without CUDA (no HELMPINN_WITH_CUDA), the same names exist and raise "built without
-// CUDA support"; they are unreachable then, since no CUDA Workspace can be made.
+// CUDA support": a primitive called on a CUDA array gets that error from cuda_array_device;
+// the rest is unreachable then, since no CUDA Workspace can be made.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -117,6 +120,11 @@ inline std::uintptr_t stream_handle(py::handle s) {
 struct CallContext {
     int device = 0;
     std::uintptr_t stream = 0;
+    /// For messages: what fixes the call's device (a Workspace, or a seed primitive's first
+    /// array), and what to tell the caller who passed a NumPy array instead.
+    std::string owner = "the Workspace";
+    std::string host_hint = "this Workspace is on device='cuda': pass a CuPy/PyTorch/Numba "
+                            "device array (or use a CPU Workspace)";
     std::vector<std::uintptr_t> producers;
     std::vector<py::object> keep;
 
@@ -252,8 +260,8 @@ inline RawView from_capsule(py::handle cap, const char* name, CallContext& ctx) 
                                    : "DLPack device type " + std::to_string(dt)));
     if (dt == dlpack::kCUDA && t.device.device_id != ctx.device)
         throw py::value_error(std::string(name) + ": is on CUDA device " +
-                              std::to_string(t.device.device_id) +
-                              ", but the Workspace is on device " + std::to_string(ctx.device));
+                              std::to_string(t.device.device_id) + ", but " + ctx.owner +
+                              " is on device " + std::to_string(ctx.device));
     RawView v;
     v.ptr = reinterpret_cast<std::uintptr_t>(t.data) + static_cast<std::uintptr_t>(t.byte_offset);
     for (int i = 0; i < t.ndim; ++i) v.shape.push_back(static_cast<py::ssize_t>(t.shape[i]));
@@ -267,8 +275,7 @@ inline RawView parse(py::handle obj, const char* name, const std::string& want, 
     if (py::isinstance<py::array>(obj))
         throw py::value_error(std::string(name) + ": expected a CUDA device " + want +
                               " on device " + std::to_string(ctx.device) +
-                              ", got host memory (a numpy.ndarray); this Workspace is on device="
-                              "'cuda': pass a CuPy/PyTorch/Numba device array (or use a CPU Workspace)");
+                              ", got host memory (a numpy.ndarray); " + ctx.host_hint);
     std::string cai_error;
     if (py::hasattr(obj, "__cuda_array_interface__")) {
         try {
@@ -323,8 +330,8 @@ inline void check_pointer(std::uintptr_t ptr, const char* name, const CallContex
                                                                : "host memory"));
     if (attr.type == cudaMemoryTypeDevice && attr.device != ctx.device)
         throw py::value_error(std::string(name) + ": is on CUDA device " +
-                              std::to_string(attr.device) + ", but the Workspace is on device " +
-                              std::to_string(ctx.device));
+                              std::to_string(attr.device) + ", but " + ctx.owner +
+                              " is on device " + std::to_string(ctx.device));
 #else
     (void)ptr;
     (void)name;
@@ -376,6 +383,108 @@ Checked<T> check_device_array(py::handle obj, const char* name, const Shape& pat
     out.shape = std::move(v.shape);
     return out;
 }
+
+// ---- the device of a seed primitive's call ----------------------------------------------------
+
+/// True when `obj` presents itself as a CUDA array: __cuda_array_interface__, or DLPack (an
+/// object or a capsule) on a CUDA device. Asks the CUDA runtime nothing.
+inline bool is_cuda_array(py::handle obj) {
+    if (py::isinstance<py::array>(obj)) return false;
+    if (py::hasattr(obj, "__cuda_array_interface__")) return true;
+    int type = 0;
+    if (PyCapsule_CheckExact(obj.ptr())) {
+        auto* mt = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(obj.ptr(), "dltensor"));
+        if (!mt) {
+            PyErr_Clear();
+            return false;
+        }
+        type = mt->dl_tensor.device.device_type;
+    } else if (py::hasattr(obj, "__dlpack_device__")) {
+        type = obj.attr("__dlpack_device__")().cast<py::tuple>()[0].cast<int>();
+    }
+    return type == dlpack::kCUDA || type == dlpack::kCUDAManaged;
+}
+
+/// The CUDA device that holds the CUDA array `obj` (is_cuda_array): the one DLPack names, or
+/// the one cudaPointerGetAttributes finds for a __cuda_array_interface__ pointer; the current
+/// device for managed or empty arrays (the argument checks say what is wrong with a pointer
+/// that is not device memory). Raises RuntimeError when CUDA cannot be used here.
+inline int cuda_array_device(py::handle obj, const char* name) {
+#if defined(HELMPINN_WITH_CUDA)
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        count = 0;
+    }
+    if (count == 0)
+        throw std::runtime_error(std::string(name) +
+                                 ": is a CUDA device array, but no CUDA device is available");
+    int device = -1;
+    if (PyCapsule_CheckExact(obj.ptr())) {
+        auto* mt = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(obj.ptr(), "dltensor"));
+        if (!mt) PyErr_Clear();
+        else if (mt->dl_tensor.device.device_type == dlpack::kCUDA) device = mt->dl_tensor.device.device_id;
+    } else if (py::hasattr(obj, "__dlpack_device__")) {
+        py::tuple dev = obj.attr("__dlpack_device__")().cast<py::tuple>();
+        if (dev[0].cast<int>() == dlpack::kCUDA) device = dev[1].cast<int>();
+    } else {
+        py::dict cai = obj.attr("__cuda_array_interface__").cast<py::dict>();
+        const auto ptr = cai["data"].cast<py::tuple>()[0].cast<std::uintptr_t>();
+        cudaPointerAttributes attr{};
+        if (ptr != 0 && cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(ptr)) != cudaSuccess)
+            (void)cudaGetLastError();
+        else if (ptr != 0 && attr.type == cudaMemoryTypeDevice)
+            device = attr.device;
+    }
+    if (device < 0 && cudaGetDevice(&device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        device = 0;
+    }
+    if (device >= count)
+        throw std::runtime_error(std::string(name) + ": is on CUDA device " + std::to_string(device) +
+                                 ", which is not available (" + std::to_string(count) +
+                                 " CUDA device(s) visible)");
+    return device;
+#else
+    (void)obj;
+    throw std::runtime_error(std::string(name) +
+                             ": is a CUDA device array, but helmpinn was built without CUDA support");
+#endif
+}
+
+/// Makes `device` current for its lifetime and then restores the caller's (the seed primitives
+/// run on the current device).
+class CurrentDevice {
+public:
+    explicit CurrentDevice(int device) {
+#if defined(HELMPINN_WITH_CUDA)
+        cudaError_t e = cudaGetDevice(&prev_);
+        if (e == cudaSuccess && prev_ != device) {
+            e = cudaSetDevice(device);
+            changed_ = e == cudaSuccess;
+        }
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            throw std::runtime_error("cannot make CUDA device " + std::to_string(device) +
+                                     " current: " + cudaGetErrorString(e));
+        }
+#else
+        (void)device;
+        no_cuda();
+#endif
+    }
+    ~CurrentDevice() {
+#if defined(HELMPINN_WITH_CUDA)
+        if (changed_) (void)cudaSetDevice(prev_);
+#endif
+    }
+    CurrentDevice(const CurrentDevice&) = delete;
+    CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+private:
+    [[maybe_unused]] int prev_ = 0;
+    [[maybe_unused]] bool changed_ = false;
+};
 
 // ---- DeviceArray: device memory seen from Python ----------------------------------------------
 

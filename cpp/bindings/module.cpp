@@ -83,10 +83,12 @@ decltype(auto) dispatch(PyWorkspace& w, F&& fn) {
 }
 
 // Where a call's arrays live. Host: NumPy arrays (arrays.hpp), computed on the calling thread.
-// Device: __cuda_array_interface__ / DLPack arrays (device_arrays.hpp) on the workspace's GPU,
-// ordered on the caller's stream. forward_impl and value_and_grad_impl are written once over it.
+// Device: __cuda_array_interface__ / DLPack arrays (device_arrays.hpp) on the workspace's GPU
+// (or a seed primitive's), ordered on the caller's stream. forward_impl, value_and_grad_impl
+// and the seed primitives' impls are written once over it.
 template <typename T>
 struct HostSpace {
+    static constexpr Device device = Device::cpu;
     Checked<T> check(py::handle o, const char* name, const Shape& pattern, bool writable,
                      const char* doc = nullptr) {
         return check_array<T>(o, name, pattern, writable, doc);
@@ -101,6 +103,7 @@ struct HostSpace {
 
 template <typename T>
 struct DeviceSpace {
+    static constexpr Device device = Device::cuda;
     bindings::CallContext ctx;
     DeviceSpace(int device, py::handle stream) {
         ctx.device = device;
@@ -315,34 +318,38 @@ double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, Space& space, py::
     return out.total;
 }
 
-template <typename T>
-py::object mse_backward_impl(py::handle pred, py::handle target, py::object out) {
-    auto Pp = check_array<T>(pred, "pred", {-1, -1}, false, "(N, C)");
-    auto Tt = check_array<T>(target, "target", Pp.shape, false);
-    if (out.is_none()) out = py::array_t<T>(Pp.shape);
-    auto O = check_array<T>(out, "out", Pp.shape, true);
+// The seed primitives, written once over the array space as forward_impl is: the host (NumPy,
+// outputs allocated when not given) or a CUDA device (outputs required, see with_primitive_space).
+template <typename T, typename Space>
+py::object mse_backward_impl(Space& space, py::handle pred, py::handle target, py::object out) {
+    auto Pp = space.check(pred, "pred", {-1, -1}, false, "(N, C)");
+    auto Tt = space.check(target, "target", Pp.shape, false);
+    if (out.is_none()) out = space.allocate(Pp.shape);
+    auto O = space.check(out, "out", Pp.shape, true);
     check_no_overlap(O, "out", Pp, "pred");
     check_no_overlap(O, "out", Tt, "target");
+    space.ready();
     py::gil_scoped_release release;
-    mse_backward<T>(Pp.ptr, Tt.ptr, std::size_t(Pp.shape[0]), std::size_t(Pp.shape[1]), O.ptr);
+    mse_backward<T>(Pp.ptr, Tt.ptr, std::size_t(Pp.shape[0]), std::size_t(Pp.shape[1]), O.ptr,
+                    Space::device, space.stream());
     return out;
 }
 
-template <typename T>
-py::tuple layer_backward_impl(py::handle dL_dh, py::handle h, py::handle h_prev, py::handle W,
-                              bool apply_tanh_grad, py::object out) {
-    auto Wm = check_array<T>(W, "W", {-1, -1}, false, "(out, in)");
+template <typename T, typename Space>
+py::tuple layer_backward_impl(Space& space, py::handle dL_dh, py::handle h, py::handle h_prev,
+                              py::handle W, bool apply_tanh_grad, py::object out) {
+    auto Wm = space.check(W, "W", {-1, -1}, false, "(out, in)");
     const py::ssize_t o = Wm.shape[0], i = Wm.shape[1];
     const std::string s_out = "(N, " + std::to_string(o) + ")", s_in = "(N, " + std::to_string(i) + ")";
-    auto G = check_array<T>(dL_dh, "dL_dh", {-1, o}, false, s_out.c_str());
+    auto G = space.check(dL_dh, "dL_dh", {-1, o}, false, s_out.c_str());
     const py::ssize_t n = G.shape[0];
-    auto Hh = check_array<T>(h, "h", {n, o}, false);
-    auto A = check_array<T>(h_prev, "h_prev", {n, i}, false);
+    auto Hh = space.check(h, "h", {n, o}, false);
+    auto A = space.check(h_prev, "h_prev", {n, i}, false);
     py::object dW, db, dh;
     if (out.is_none()) {
-        dW = py::array_t<T>(Shape{o, i});
-        db = py::array_t<T>(Shape{o});
-        dh = py::array_t<T>(Shape{n, i});
+        dW = space.allocate(Shape{o, i});
+        db = space.allocate(Shape{o});
+        dh = space.allocate(Shape{n, i});
     } else {
         py::tuple t = py::reinterpret_borrow<py::object>(out).cast<py::tuple>();
         if (t.size() != 3) throw py::value_error("out: expected a tuple (dW, db, dh_prev)");
@@ -350,9 +357,9 @@ py::tuple layer_backward_impl(py::handle dL_dh, py::handle h, py::handle h_prev,
         db = t[1];
         dh = t[2];
     }
-    auto DW = check_array<T>(dW, "out[0] (dW)", {o, i}, true);
-    auto DB = check_array<T>(db, "out[1] (db)", {o}, true);
-    auto DH = check_array<T>(dh, "out[2] (dh_prev)", {n, i}, true);
+    auto DW = space.check(dW, "out[0] (dW)", {o, i}, true);
+    auto DB = space.check(db, "out[1] (db)", {o}, true);
+    auto DH = space.check(dh, "out[2] (dh_prev)", {n, i}, true);
     const Checked<T>* ins[] = {&G, &Hh, &A, &Wm};
     const char* in_names[] = {"dL_dh", "h", "h_prev", "W"};
     for (int k = 0; k < 4; ++k) {
@@ -363,40 +370,45 @@ py::tuple layer_backward_impl(py::handle dL_dh, py::handle h, py::handle h_prev,
     check_no_overlap(DW, "out[0] (dW)", DB, "out[1] (db)");
     check_no_overlap(DW, "out[0] (dW)", DH, "out[2] (dh_prev)");
     check_no_overlap(DB, "out[1] (db)", DH, "out[2] (dh_prev)");
+    space.ready();
     {
         py::gil_scoped_release release;
         layer_backward<T>(G.ptr, Hh.ptr, A.ptr, Wm.ptr, std::size_t(n), std::size_t(o),
-                          std::size_t(i), apply_tanh_grad, DW.ptr, DB.ptr, DH.ptr);
+                          std::size_t(i), apply_tanh_grad, DW.ptr, DB.ptr, DH.ptr, Space::device,
+                          space.stream());
     }
     return py::make_tuple(dW, db, dh);
 }
 
-template <typename T>
-py::object fourier_backward_impl(py::handle dL_dphi, py::handle x, py::handle B, py::object out) {
-    auto Bm = check_array<T>(B, "B", {-1, -1}, false, "(d, m)");
+template <typename T, typename Space>
+py::object fourier_backward_impl(Space& space, py::handle dL_dphi, py::handle x, py::handle B,
+                                 py::object out) {
+    auto Bm = space.check(B, "B", {-1, -1}, false, "(d, m)");
     const py::ssize_t d = Bm.shape[0], m = Bm.shape[1];
     if (d < 1 || d > 3) throw py::value_error("B: expected shape (d, m) with d in 1..3, got d = " + std::to_string(d));
-    auto X = check_array<T>(x, "x", {-1, d}, false);
+    auto X = space.check(x, "x", {-1, d}, false);
     const py::ssize_t n = X.shape[0];
-    auto G = check_array<T>(dL_dphi, "dL_dphi", {n, 2 * m}, false);
-    if (out.is_none()) out = py::array_t<T>(Shape{d, m});
-    auto O = check_array<T>(out, "out", {d, m}, true);
+    auto G = space.check(dL_dphi, "dL_dphi", {n, 2 * m}, false);
+    if (out.is_none()) out = space.allocate(Shape{d, m});
+    auto O = space.check(out, "out", {d, m}, true);
     check_no_overlap(O, "out", G, "dL_dphi");
     check_no_overlap(O, "out", X, "x");
     check_no_overlap(O, "out", Bm, "B");
+    space.ready();
     py::gil_scoped_release release;
-    fourier_backward<T>(G.ptr, X.ptr, Bm.ptr, std::size_t(n), std::size_t(d), std::size_t(m), O.ptr);
+    fourier_backward<T>(G.ptr, X.ptr, Bm.ptr, std::size_t(n), std::size_t(d), std::size_t(m), O.ptr,
+                        Space::device, space.stream());
     return out;
 }
 
-template <typename T>
-void adam_impl(py::handle params, py::handle grad, py::handle m, py::handle v, long step,
-               double lr, double b1, double b2, double eps, double wd) {
-    auto P = check_array<T>(params, "params", {-1}, true, "(P,)");
+template <typename T, typename Space>
+void adam_impl(Space& space, py::handle params, py::handle grad, py::handle m, py::handle v,
+               long step, double lr, double b1, double b2, double eps, double wd) {
+    auto P = space.check(params, "params", {-1}, true, "(P,)");
     const py::ssize_t n = P.shape[0];
-    auto G = check_array<T>(grad, "grad", {n}, false);
-    auto M = check_array<T>(m, "m", {n}, true);
-    auto V = check_array<T>(v, "v", {n}, true);
+    auto G = space.check(grad, "grad", {n}, false);
+    auto M = space.check(m, "m", {n}, true);
+    auto V = space.check(v, "v", {n}, true);
     if (step < 1) throw py::value_error("step: expected an integer >= 1, got " + std::to_string(step));
     if (!(lr >= 0)) throw py::value_error("lr: expected a number >= 0");
     check_no_overlap(P, "params", G, "grad");
@@ -405,8 +417,10 @@ void adam_impl(py::handle params, py::handle grad, py::handle m, py::handle v, l
     check_no_overlap(M, "m", V, "v");
     check_no_overlap(M, "m", G, "grad");
     check_no_overlap(V, "v", G, "grad");
+    space.ready();
     py::gil_scoped_release release;
-    adam_step<T>(P.ptr, G.ptr, M.ptr, V.ptr, std::size_t(n), step, lr, b1, b2, eps, wd);
+    adam_step<T>(P.ptr, G.ptr, M.ptr, V.ptr, std::size_t(n), step, lr, b1, b2, eps, wd,
+                 Space::device, space.stream());
 }
 
 // All array arguments of one call share the first one's dtype; a different one is named.
@@ -433,6 +447,53 @@ bool first_is_f32(py::handle a, const char* name) {
     if (dt.is(py::dtype::of<double>())) return false;
     throw py::type_error(std::string(name) + ": expected a float32 or float64 array, got dtype " +
                          std::string(py::str(dt)));
+}
+
+// Runs fn(space, T{}) for a seed primitive whose first array argument is `first`. A CUDA array
+// (__cuda_array_interface__ or DLPack) takes the call to its device, made current for the call:
+// every array argument must be a device array there (DeviceSpace checks them), `stream` orders
+// the call as in Workspace.value_and_grad, and outputs must be given (`out_given`): helmpinn
+// allocates no device memory per call. Anything else takes the host path, as it always has:
+// NumPy arrays of the first one's dtype (`others`), and no stream.
+template <typename F>
+decltype(auto) with_primitive_space(py::handle first, const char* first_name,
+                                    std::initializer_list<std::pair<py::handle, const char*>> others,
+                                    bool out_given, const py::object& stream, F&& fn) {
+    if (bindings::is_cuda_array(first)) {
+        if (!out_given)
+            throw py::value_error(std::string("out: required when ") + first_name +
+                                  " is a CUDA device array (helmpinn allocates no device memory "
+                                  "per call): pass preallocated device arrays");
+        const int device = bindings::cuda_array_device(first, first_name);
+        bindings::CallContext probe;
+        probe.device = device;
+        probe.stream = bindings::stream_handle(stream);
+        const std::string dt =
+            bindings::detail::parse(first, first_name, "float32 or float64 array", probe).dtype;
+        bindings::CurrentDevice current(device);
+        auto run = [&](auto tag) -> decltype(auto) {
+            DeviceSpace<decltype(tag)> space(device, stream);
+            space.ctx.owner = first_name;
+            space.ctx.host_hint = std::string(first_name) + " is a CUDA device array, so every "
+                                  "array of this call must be one, on the same device";
+            return fn(space, tag);
+        };
+        if (dt == "float32") return run(float{});
+        if (dt == "float64") return run(double{});
+        throw py::type_error(std::string(first_name) +
+                             ": expected a CUDA device float32 or float64 array, got dtype " + dt);
+    }
+    const bool f32 = first_is_f32(first, first_name);
+    require_same_dtype(first, first_name, others);
+    if (!stream.is_none())
+        throw py::value_error(std::string("stream: only for CUDA device arrays (") + first_name +
+                              " is a host array)");
+    if (f32) {
+        HostSpace<float> space;
+        return fn(space, float{});
+    }
+    HostSpace<double> space;
+    return fn(space, double{});
 }
 
 }  // namespace
@@ -619,40 +680,48 @@ PYBIND11_MODULE(_core, mod) {
         return std::pair{b.grad + s.offset_b(l), Shape{s.layer_out(l)}};
     }));
 
-    mod.def("mse_backward", [](py::handle pred, py::handle target, py::object out) {
-        const bool f32 = first_is_f32(pred, "pred");
-        require_same_dtype(pred, "pred", {{target, "target"}, {out, "out"}});
-        return f32 ? mse_backward_impl<float>(pred, target, out)
-                                          : mse_backward_impl<double>(pred, target, out);
-    }, py::arg("pred"), py::arg("target"), py::arg("out") = py::none(),
-       "dL/dpred = 2/N (pred - target).");
+    // The seed primitives: NumPy arrays on the host, or CUDA device arrays on their device
+    // (with_primitive_space).
+    mod.def("mse_backward", [](py::handle pred, py::handle target, py::object out, py::object stream) {
+        return with_primitive_space(pred, "pred", {{target, "target"}, {out, "out"}}, !out.is_none(),
+                                    stream, [&](auto& space, auto tag) {
+            return mse_backward_impl<decltype(tag)>(space, pred, target, out);
+        });
+    }, py::arg("pred"), py::arg("target"), py::arg("out") = py::none(), py::kw_only(),
+       py::arg("stream") = py::none(),
+       "dL/dpred = 2/N (pred - target). On CUDA device arrays: out= required, stream= orders it.");
     mod.def("layer_backward", [](py::handle dL_dh, py::handle h, py::handle h_prev, py::handle W,
-                                 bool apply_tanh_grad, py::object out) {
-        const bool f32 = first_is_f32(dL_dh, "dL_dh");
-        require_same_dtype(dL_dh, "dL_dh", {{h, "h"}, {h_prev, "h_prev"}, {W, "W"}});
-        return f32
-                   ? layer_backward_impl<float>(dL_dh, h, h_prev, W, apply_tanh_grad, out)
-                   : layer_backward_impl<double>(dL_dh, h, h_prev, W, apply_tanh_grad, out);
+                                 bool apply_tanh_grad, py::object out, py::object stream) {
+        return with_primitive_space(dL_dh, "dL_dh", {{h, "h"}, {h_prev, "h_prev"}, {W, "W"}},
+                                    !out.is_none(), stream, [&](auto& space, auto tag) {
+            return layer_backward_impl<decltype(tag)>(space, dL_dh, h, h_prev, W, apply_tanh_grad, out);
+        });
     }, py::arg("dL_dh"), py::arg("h"), py::arg("h_prev"), py::arg("W"), py::arg("apply_tanh_grad"),
-       py::arg("out") = py::none(), "Returns (dW, db, dh_prev) of one layer.");
-    mod.def("fourier_backward", [](py::handle dL_dphi, py::handle x, py::handle B, py::object out) {
-        const bool f32 = first_is_f32(dL_dphi, "dL_dphi");
-        require_same_dtype(dL_dphi, "dL_dphi", {{x, "x"}, {B, "B"}, {out, "out"}});
-        return f32 ? fourier_backward_impl<float>(dL_dphi, x, B, out)
-                                                : fourier_backward_impl<double>(dL_dphi, x, B, out);
-    }, py::arg("dL_dphi"), py::arg("x"), py::arg("B"), py::arg("out") = py::none(),
-       "dL/dB [d, m] from the adjoint of the Fourier features.");
+       py::arg("out") = py::none(), py::kw_only(), py::arg("stream") = py::none(),
+       "Returns (dW, db, dh_prev) of one layer. On CUDA device arrays: out= required, stream= "
+       "orders it.");
+    mod.def("fourier_backward", [](py::handle dL_dphi, py::handle x, py::handle B, py::object out,
+                                   py::object stream) {
+        return with_primitive_space(dL_dphi, "dL_dphi", {{x, "x"}, {B, "B"}, {out, "out"}},
+                                    !out.is_none(), stream, [&](auto& space, auto tag) {
+            return fourier_backward_impl<decltype(tag)>(space, dL_dphi, x, B, out);
+        });
+    }, py::arg("dL_dphi"), py::arg("x"), py::arg("B"), py::arg("out") = py::none(), py::kw_only(),
+       py::arg("stream") = py::none(),
+       "dL/dB [d, m] from the adjoint of the Fourier features. On CUDA device arrays: out= "
+       "required, stream= orders it.");
     mod.def("adam_step", [](py::handle params, py::handle grad, py::handle m, py::handle v, long step,
-                            double lr, double beta1, double beta2, double eps, double weight_decay) {
-        const bool f32 = first_is_f32(params, "params");
-        require_same_dtype(params, "params", {{grad, "grad"}, {m, "m"}, {v, "v"}});
-        if (f32)
-            adam_impl<float>(params, grad, m, v, step, lr, beta1, beta2, eps, weight_decay);
-        else
-            adam_impl<double>(params, grad, m, v, step, lr, beta1, beta2, eps, weight_decay);
+                            double lr, double beta1, double beta2, double eps, double weight_decay,
+                            py::object stream) {
+        with_primitive_space(params, "params", {{grad, "grad"}, {m, "m"}, {v, "v"}}, true, stream,
+                             [&](auto& space, auto tag) {
+            adam_impl<decltype(tag)>(space, params, grad, m, v, step, lr, beta1, beta2, eps,
+                                     weight_decay);
+        });
     }, py::arg("params"), py::arg("grad"), py::arg("m"), py::arg("v"), py::arg("step"), py::arg("lr"),
        py::arg("beta1") = 0.9, py::arg("beta2") = 0.999, py::arg("eps") = 1e-8,
-       py::arg("weight_decay") = 0.0, "One fused Adam(W) step over flat buffers, in place.");
+       py::arg("weight_decay") = 0.0, py::kw_only(), py::arg("stream") = py::none(),
+       "One fused Adam(W) step over flat buffers, in place (NumPy or CUDA device arrays).");
 
     bindings::register_device_array(mod);
 

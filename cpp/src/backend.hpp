@@ -62,4 +62,35 @@ template <typename T>
 std::unique_ptr<Backend<T>> make_cuda_backend(const ModelSpec& spec, std::size_t batch_size,
                                               int device_id);
 
+/// The seed primitives on host memory (primitives.hpp with Device::cpu; cpu/primitives.cpp).
+template <typename T>
+void cpu_mse_backward(const T* pred, const T* target, std::size_t n, std::size_t cols, T* out);
+template <typename T>
+void cpu_layer_backward(const T* dL_dh, const T* h, const T* h_prev, const T* W, std::size_t n,
+                        std::size_t out_dim, std::size_t in_dim, bool apply_tanh_grad, T* dW,
+                        T* db, T* dh_prev);
+template <typename T>
+void cpu_fourier_backward(const T* dL_dphi, const T* x, const T* B, std::size_t n, std::size_t d,
+                          std::size_t m, T* dB);
+template <typename T>
+void cpu_adam_step(T* params, const T* grad, T* m, T* v, std::size_t n, long step, double lr,
+                   double beta1, double beta2, double eps, double weight_decay);
+
+/// The seed primitives on device memory (primitives.hpp with Device::cuda; arguments as there,
+/// `stream` a cudaStream_t). Defined in cuda/primitives.cu when CUDA is enabled, else by
+/// cuda_stub.cpp (which throws).
+template <typename T>
+void cuda_mse_backward(const T* pred, const T* target, std::size_t n, std::size_t cols, T* out,
+                       void* stream);
+template <typename T>
+void cuda_layer_backward(const T* dL_dh, const T* h, const T* h_prev, const T* W, std::size_t n,
+                         std::size_t out_dim, std::size_t in_dim, bool apply_tanh_grad, T* dW,
+                         T* db, T* dh_prev, void* stream);
+template <typename T>
+void cuda_fourier_backward(const T* dL_dphi, const T* x, const T* B, std::size_t n, std::size_t d,
+                           std::size_t m, T* dB, void* stream);
+template <typename T>
+void cuda_adam_step(T* params, const T* grad, T* m, T* v, std::size_t n, long step, double lr,
+                    double beta1, double beta2, double eps, double weight_decay, void* stream);
+
 }  // namespace helmpinn

@@ -1,5 +1,7 @@
-// Linked when helmpinn is built without CUDA: the CUDA entry points exist and say so.
+// Linked when helmpinn is built without CUDA: the CUDA entry points (the device backend and
+// the device seed primitives) exist and say so.
 #include <stdexcept>
+#include <string>
 
 #include "backend.hpp"
 #include "helmpinn/runtime.hpp"
@@ -16,5 +18,44 @@ std::unique_ptr<Backend<T>> make_cuda_backend(const ModelSpec&, std::size_t, int
 
 template std::unique_ptr<Backend<float>> make_cuda_backend(const ModelSpec&, std::size_t, int);
 template std::unique_ptr<Backend<double>> make_cuda_backend(const ModelSpec&, std::size_t, int);
+
+namespace {
+[[noreturn]] void no_cuda(const char* function) {
+    throw std::runtime_error(std::string(function) +
+                             "(Device::cuda): helmpinn was built without CUDA support");
+}
+}  // namespace
+
+template <typename T>
+void cuda_mse_backward(const T*, const T*, std::size_t, std::size_t, T*, void*) {
+    no_cuda("mse_backward");
+}
+template <typename T>
+void cuda_layer_backward(const T*, const T*, const T*, const T*, std::size_t, std::size_t,
+                         std::size_t, bool, T*, T*, T*, void*) {
+    no_cuda("layer_backward");
+}
+template <typename T>
+void cuda_fourier_backward(const T*, const T*, const T*, std::size_t, std::size_t, std::size_t,
+                           T*, void*) {
+    no_cuda("fourier_backward");
+}
+template <typename T>
+void cuda_adam_step(T*, const T*, T*, T*, std::size_t, long, double, double, double, double,
+                    double, void*) {
+    no_cuda("adam_step");
+}
+
+#define HELMPINN_INSTANTIATE(T)                                                                  \
+    template void cuda_mse_backward<T>(const T*, const T*, std::size_t, std::size_t, T*, void*); \
+    template void cuda_layer_backward<T>(const T*, const T*, const T*, const T*, std::size_t,    \
+                                         std::size_t, std::size_t, bool, T*, T*, T*, void*);     \
+    template void cuda_fourier_backward<T>(const T*, const T*, const T*, std::size_t,            \
+                                           std::size_t, std::size_t, T*, void*);                 \
+    template void cuda_adam_step<T>(T*, const T*, T*, T*, std::size_t, long, double, double,     \
+                                    double, double, double, void*);
+HELMPINN_INSTANTIATE(float)
+HELMPINN_INSTANTIATE(double)
+#undef HELMPINN_INSTANTIATE
 
 }  // namespace helmpinn

@@ -225,6 +225,12 @@ void primitives() {
     expect_throw<std::invalid_argument>("fourier_backward(dB=null)", "dB", [&] {
         helmpinn::fourier_backward<double>(a.data(), a.data(), a.data(), 2, 1, 2, nullptr);
     });
+    // The Device::cpu form is the host form.
+    expect_throw<std::invalid_argument>("mse_backward(out=null, Device::cpu)", "out", [&] {
+        helmpinn::mse_backward<double>(a.data(), b.data(), 4, 2, nullptr, Device::cpu);
+    });
+    helmpinn::mse_backward(a.data(), c.data(), 4, 2, d.data(), Device::cpu);
+    CHECK(d[0] == 0.5 && d[7] == 0.5, "mse_backward(Device::cpu) gave " << d[0] << ", " << d[7]);
 }
 
 void cuda_stub() {
@@ -238,6 +244,23 @@ void cuda_stub() {
         expect_throw<std::runtime_error>("Workspace<double>(device=cuda)", "without CUDA", [] {
             Workspace<double> ws(ModelSpec{1, 2, 3, 1}, 8, Device::cuda, 0);
         });
+        // The seed primitives' Device::cuda forms, too.
+        std::vector<float> a(16, 1.0f);
+        float* p = a.data();
+        expect_throw<std::runtime_error>("mse_backward(Device::cuda)", "without CUDA", [&] {
+            helmpinn::mse_backward(p, p, 2, 2, p + 4, Device::cuda);
+        });
+        expect_throw<std::runtime_error>("layer_backward(Device::cuda)", "without CUDA", [&] {
+            helmpinn::layer_backward<float>(p, p, p, p, 2, 2, 2, true, p + 8, p + 12, nullptr,
+                                            Device::cuda, nullptr);
+        });
+        expect_throw<std::runtime_error>("fourier_backward(Device::cuda)", "without CUDA", [&] {
+            helmpinn::fourier_backward(p, p, p, 2, 1, 2, p + 8, Device::cuda);
+        });
+        expect_throw<std::runtime_error>("adam_step(Device::cuda)", "without CUDA", [&] {
+            helmpinn::adam_step(p, p + 4, p + 8, p + 12, 4, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0,
+                                Device::cuda);
+        });
         return;
     }
     // A CUDA build: a device that does not exist is a runtime_error naming the device, too.
@@ -249,6 +272,12 @@ void cuda_stub() {
                                          [] {
                                              Workspace<double> ws(ModelSpec{1, 2, 3, 1}, 8,
                                                                   Device::cuda);
+                                         });
+        std::vector<float> a(16, 1.0f);
+        expect_throw<std::runtime_error>("mse_backward(Device::cuda) without a GPU", "mse_backward",
+                                         [&] {
+                                             helmpinn::mse_backward(a.data(), a.data(), 2, 2,
+                                                                    a.data() + 4, Device::cuda);
                                          });
         std::printf("  note: no CUDA device here; the CUDA backend itself is not exercised\n");
     }

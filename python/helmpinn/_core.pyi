@@ -146,17 +146,25 @@ class Workspace:
                        stream: int | object | None = None) -> float:
         """Loss of the given terms; writes d(loss)/d(params) into grad (overwritten)."""
 
-def mse_backward(pred: NDArray[Float], target: NDArray[Float], out: NDArray[Float] | None = None
-                 ) -> NDArray[Float]: ...
-def layer_backward(dL_dh: NDArray[Float], h: NDArray[Float], h_prev: NDArray[Float],
-                   W: NDArray[Float], apply_tanh_grad: bool,
-                   out: tuple[NDArray[Float], NDArray[Float], NDArray[Float]] | None = None
-                   ) -> tuple[NDArray[Float], NDArray[Float], NDArray[Float]]: ...
-def fourier_backward(dL_dphi: NDArray[Float], x: NDArray[Float], B: NDArray[Float],
-                     out: NDArray[Float] | None = None) -> NDArray[Float]: ...
-def adam_step(params: NDArray[Float], grad: NDArray[Float], m: NDArray[Float], v: NDArray[Float],
-              step: int, lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-              weight_decay: float = 0.0) -> None:
+# The seed primitives. On NumPy arrays they run on the host, and out= is optional (allocated when
+# omitted). On CUDA device arrays (anything with __cuda_array_interface__ or DLPack: CuPy,
+# PyTorch, Numba, DeviceArray) they run on the GPU that holds the first array, made current for
+# the call, and are enqueued on `stream` (as in Workspace.value_and_grad; None = the legacy
+# default stream) without waiting: every array argument must then be a device array on that
+# GPU (a host array raises ValueError naming it), and out= is required (ValueError naming out:
+# helmpinn allocates no device memory per call). Shapes, dtypes and overlap are checked as for
+# host arrays; `stream` with host arrays raises ValueError. Device results are the same bits on
+# every run and agree with the host's to rounding. The result is `out` itself.
+def mse_backward(pred: Array, target: Array, out: Array | None = None, *,
+                 stream: int | object | None = None) -> Array: ...
+def layer_backward(dL_dh: Array, h: Array, h_prev: Array, W: Array, apply_tanh_grad: bool,
+                   out: tuple[Array, Array, Array] | None = None, *,
+                   stream: int | object | None = None) -> tuple[Array, Array, Array]: ...
+def fourier_backward(dL_dphi: Array, x: Array, B: Array, out: Array | None = None, *,
+                     stream: int | object | None = None) -> Array: ...
+def adam_step(params: Array, grad: Array, m: Array, v: Array, step: int, lr: float,
+              beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+              weight_decay: float = 0.0, *, stream: int | object | None = None) -> None:
     """One fused Adam(W) step over flat buffers, in place; step counts from 1."""
 
 def has_openmp() -> bool: ...

@@ -21,6 +21,7 @@
 // for an unavailable device); nothing aborts. All arrays are dense, row-major, caller-owned.
 #pragma once
 
+#include "helmpinn/device.hpp"
 #include "helmpinn/primitives.hpp"
 #include "helmpinn/runtime.hpp"
 #include "helmpinn/spec.hpp"

@@ -30,11 +30,10 @@
 #include <cstddef>
 #include <memory>
 
+#include "helmpinn/device.hpp"
 #include "helmpinn/spec.hpp"
 
 namespace helmpinn {
-
-enum class Device { cpu, cuda };
 
 /// The three loss terms. A term is active when its point count is > 0; every pointer of an
 /// active term marked "required" must be non-null. Shapes (row-major):

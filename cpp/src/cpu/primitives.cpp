@@ -1,13 +1,12 @@
 // The seed's backward primitives and the fused Adam step on host memory (OpenMP).
 // Every parallel loop owns disjoint outputs and sums in a fixed order: the same bits for any
 // thread count. No temporaries: dz = dL_dh * (1 - h^2) is recomputed where it is used.
-#include "helmpinn/primitives.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
+#include "../backend.hpp"
 #include "../common/stream_math.hpp"
 #include "parallel.hpp"
 
@@ -31,7 +30,7 @@ void for_blocks(long total, F&& fn) {
 }  // namespace
 
 template <typename T>
-void mse_backward(const T* pred, const T* target, std::size_t n, std::size_t cols, T* out) {
+void cpu_mse_backward(const T* pred, const T* target, std::size_t n, std::size_t cols, T* out) {
     require_ptr(pred, "pred");
     require_ptr(target, "target");
     require_ptr(out, "out");
@@ -44,7 +43,7 @@ void mse_backward(const T* pred, const T* target, std::size_t n, std::size_t col
 }
 
 template <typename T>
-void layer_backward(const T* dL_dh, const T* h, const T* h_prev, const T* W, std::size_t n,
+void cpu_layer_backward(const T* dL_dh, const T* h, const T* h_prev, const T* W, std::size_t n,
                     std::size_t out_dim, std::size_t in_dim, bool apply_tanh_grad, T* dW, T* db,
                     T* dh_prev) {
     require_ptr(dL_dh, "dL_dh");
@@ -88,7 +87,7 @@ void layer_backward(const T* dL_dh, const T* h, const T* h_prev, const T* W, std
 }
 
 template <typename T>
-void fourier_backward(const T* dL_dphi, const T* x, const T* B, std::size_t n, std::size_t d,
+void cpu_fourier_backward(const T* dL_dphi, const T* x, const T* B, std::size_t n, std::size_t d,
                       std::size_t m, T* dB) {
     require_ptr(dL_dphi, "dL_dphi");
     require_ptr(x, "x");
@@ -109,7 +108,7 @@ void fourier_backward(const T* dL_dphi, const T* x, const T* B, std::size_t n, s
 }
 
 template <typename T>
-void adam_step(T* params, const T* grad, T* m, T* v, std::size_t n, long step, double lr,
+void cpu_adam_step(T* params, const T* grad, T* m, T* v, std::size_t n, long step, double lr,
                double beta1, double beta2, double eps, double weight_decay) {
     require_ptr(params, "params");
     require_ptr(grad, "grad");
@@ -134,12 +133,12 @@ void adam_step(T* params, const T* grad, T* m, T* v, std::size_t n, long step, d
 }
 
 #define HELMPINN_INSTANTIATE(T)                                                                  \
-    template void mse_backward<T>(const T*, const T*, std::size_t, std::size_t, T*);            \
-    template void layer_backward<T>(const T*, const T*, const T*, const T*, std::size_t,         \
+    template void cpu_mse_backward<T>(const T*, const T*, std::size_t, std::size_t, T*);            \
+    template void cpu_layer_backward<T>(const T*, const T*, const T*, const T*, std::size_t,         \
                                     std::size_t, std::size_t, bool, T*, T*, T*);                 \
-    template void fourier_backward<T>(const T*, const T*, const T*, std::size_t, std::size_t,    \
+    template void cpu_fourier_backward<T>(const T*, const T*, const T*, std::size_t, std::size_t,    \
                                       std::size_t, T*);                                          \
-    template void adam_step<T>(T*, const T*, T*, T*, std::size_t, long, double, double, double, \
+    template void cpu_adam_step<T>(T*, const T*, T*, T*, std::size_t, long, double, double, double, \
                                double, double);
 HELMPINN_INSTANTIATE(float)
 HELMPINN_INSTANTIATE(double)

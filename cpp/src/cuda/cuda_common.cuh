@@ -1,12 +1,16 @@
 // Small host-side helpers of the CUDA backend: error checks that throw (never abort), a guard
 // that makes the workspace's device current for the duration of a call, and an owning device
-// buffer. Nothing here launches kernels.
+// buffer. Nothing here launches kernels; the two macros below are how kernels are launched and
+// reach their dynamic shared memory, so that the CPU emulation (HELMPINN_CUDA_EMULATION, for
+// tests: emulation/cuda_emulation.hpp) can replace them.
 #pragma once
 
 #if defined(HELMPINN_CUDA_EMULATION)
 #include "emulation/cuda_emulation.hpp"
 #else
 #include <cuda_runtime.h>
+#define HELMPINN_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#define HELMPINN_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
 #include <cstddef>

@@ -26,14 +26,7 @@
 
 #include <cstddef>
 
-#if defined(HELMPINN_CUDA_EMULATION)  // CPU emulation for tests: emulation/cuda_emulation.hpp
-#include "emulation/cuda_emulation.hpp"
-#else
-#include <cuda_runtime.h>
-#define HELMPINN_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
-#define HELMPINN_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
-#endif
-
+#include "cuda_common.cuh"  // the CUDA runtime (or its CPU emulation), HELMPINN_LAUNCH
 #include "../common/stream_math.hpp"
 
 namespace helmpinn {

@@ -1,18 +1,23 @@
 // The CUDA backend's kernels and host logic, run on the CPU under emulation and compared with
-// the CPU backend through the public Workspace API (Device::cuda vs Device::cpu).
+// the CPU backend through the public API: Workspace and the seed primitives, Device::cuda vs
+// Device::cpu.
 //
 // Build and run (tests/test_cuda.py does this; no GPU or CUDA toolkit needed):
 //     c++ -std=c++20 -O2 -pthread -DHELMPINN_CUDA_EMULATION -Icpp/include -Icpp/src \
 //         cpp/src/cuda/emulation/emu_check.cpp cpp/src/common/workspace.cpp \
-//         cpp/src/common/spec.cpp cpp/src/cpu/cpu_backend.cpp -o emu_check && ./emu_check
+//         cpp/src/common/spec.cpp cpp/src/cpu/cpu_backend.cpp cpp/src/cpu/primitives.cpp \
+//         cpp/src/common/primitives.cpp -o emu_check && ./emu_check
 //
 // Checks, for d = 1, 2, 3 and float32 / float64: forward() u, grad u, lap u and the caches;
 // value_and_grad() for each loss term and all together (constant and per-point kappa and
 // alpha, with and without f and g, frozen Fourier features); several chunks and a partial last
 // tile; widths that are not multiples of the vector and warp-unit sizes; bitwise equality of
 // two runs; shared-memory and global-scratch activation buffers (HELMPINN_EMU_SMEM); odd tiles
-// (HELMPINN_CUDA_TILE); check_finite. Prints one line per check; exit status 1 on a failure.
-// --quick runs float32 on one of the shapes only.
+// (HELMPINN_CUDA_TILE); check_finite. The seed primitives (mse_backward, layer_backward with
+// and without the tanh factor and dh_prev, fourier_backward for d = 1, 2, 3, adam_step) on
+// sizes that are not multiples of any block size, against the host primitives, and bitwise
+// equality of two runs. Prints one line per check; exit status 1 on a failure.
+// --quick runs the Workspace checks in float32 on one of the shapes only.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +28,8 @@
 #include <vector>
 
 #include "cuda/cuda_backend.cuh"
+#include "cuda/primitives.cu"  // the device seed primitives (cuda_mse_backward, ...), emulated
+#include "helmpinn/primitives.hpp"
 #include "helmpinn/workspace.hpp"
 
 namespace helmpinn {
@@ -253,6 +260,146 @@ void check_finite(const Problem<T>& pb) {
     report(msg == "no exception", "check_finite passes finite inputs");
 }
 
+// ---- the seed primitives: Device::cuda (emulated) against the host primitives ---------------
+
+template <typename T>
+double prim_tol() {
+    return sizeof(T) == 8 ? 1e-13 : 1e-5;
+}
+
+template <typename T>
+std::vector<T> random_vec(std::size_t n, std::mt19937_64& rng, double lo = -1.0, double hi = 1.0) {
+    std::uniform_real_distribution<double> U(lo, hi);
+    std::vector<T> v(n);
+    for (auto& e : v) e = T(U(rng));
+    return v;
+}
+
+// Runs fn(outs) twice on device outputs that start as NaN (so that an element not written shows
+// up), and reports its agreement with the host outputs and the bitwise equality of the two runs.
+template <typename T, typename F>
+void compare_device(const std::string& what, const std::vector<std::vector<T>>& host, F&& fn) {
+    std::vector<std::vector<T>> a, b;
+    for (const auto& h : host) a.emplace_back(h.size(), T(NAN));
+    b = a;
+    fn(a);
+    fn(b);
+    double e = 0;
+    bool same = true;
+    for (std::size_t k = 0; k < host.size(); ++k) {
+        e = std::max(e, rel_err(dbl(a[k].data(), a[k].size()), dbl(host[k].data(), host[k].size())));
+        same = same && std::memcmp(a[k].data(), b[k].data(), a[k].size() * sizeof(T)) == 0;
+    }
+    report(e < prim_tol<T>(), what, e);
+    report(same, what + " bitwise reproducible");
+}
+
+template <typename T>
+void check_primitives(const char* tname) {
+    std::mt19937_64 rng(99);
+    const std::string pre = std::string(tname) + " primitive ";
+    void* const stream = nullptr;
+
+    for (std::size_t n : {37, 300}) {  // 111 and 900 elements: partial blocks, several blocks
+        const std::size_t cols = 3;
+        const auto pred = random_vec<T>(n * cols, rng), target = random_vec<T>(n * cols, rng);
+        std::vector<T> out(n * cols);
+        mse_backward(pred.data(), target.data(), n, cols, out.data());
+        compare_device<T>(pre + "mse_backward n=" + std::to_string(n), {out}, [&](auto& o) {
+            mse_backward(pred.data(), target.data(), n, cols, o[0].data(), Device::cuda, stream);
+        });
+    }
+
+    struct LayerCase {
+        std::size_t n, out, in;
+    };
+    for (const LayerCase c : {LayerCase{37, 13, 6}, LayerCase{70, 20, 17}, LayerCase{0, 5, 3}}) {
+        const auto G = random_vec<T>(c.n * c.out, rng), H = random_vec<T>(c.n * c.out, rng, -0.99, 0.99),
+                   A = random_vec<T>(c.n * c.in, rng), W = random_vec<T>(c.out * c.in, rng);
+        for (bool tanh_grad : {true, false}) {
+            for (bool want_dh : {true, false}) {
+                std::vector<T> dW(c.out * c.in), db(c.out), dh(c.n * c.in);
+                // The host wants real pointers even for n = 0; the device takes null for empty.
+                T dummy = T(0);
+                auto ptr = [&](const std::vector<T>& v) { return v.empty() ? &dummy : v.data(); };
+                layer_backward(ptr(G), ptr(H), ptr(A), W.data(), c.n, c.out, c.in, tanh_grad,
+                               dW.data(), db.data(), dh.data());
+                std::vector<std::vector<T>> host = {dW, db};
+                if (want_dh) host.push_back(dh);
+                const std::string what = pre + "layer_backward n=" + std::to_string(c.n) + " out=" +
+                                         std::to_string(c.out) + " in=" + std::to_string(c.in) +
+                                         (tanh_grad ? " tanh" : " linear") +
+                                         (want_dh ? " dh_prev" : " dh_prev=null");
+                compare_device<T>(what, host, [&](auto& o) {
+                    layer_backward(G.data(), tanh_grad ? H.data() : nullptr, A.data(), W.data(),
+                                   c.n, c.out, c.in, tanh_grad, o[0].data(), o[1].data(),
+                                   want_dh ? o[2].data() : nullptr, Device::cuda, stream);
+                });
+            }
+        }
+    }
+
+    for (std::size_t d : {1, 2, 3}) {
+        for (std::size_t n : {37, 300}) {  // 300 points: more than one per reducing thread
+            const std::size_t m = 5;
+            const auto G = random_vec<T>(n * 2 * m, rng), X = random_vec<T>(n * d, rng),
+                       B = random_vec<T>(d * m, rng);
+            std::vector<T> dB(d * m);
+            fourier_backward(G.data(), X.data(), B.data(), n, d, m, dB.data());
+            compare_device<T>(pre + "fourier_backward d=" + std::to_string(d) + " n=" +
+                                  std::to_string(n), {dB}, [&](auto& o) {
+                fourier_backward(G.data(), X.data(), B.data(), n, d, m, o[0].data(), Device::cuda,
+                                 stream);
+            });
+        }
+    }
+
+    for (double wd : {0.0, 0.01}) {  // three steps from the same state
+        const std::size_t n = 1000;
+        const auto p0 = random_vec<T>(n, rng), g = random_vec<T>(n, rng);
+        const auto m0 = random_vec<T>(n, rng, -0.1, 0.1), v0 = random_vec<T>(n, rng, 0.0, 0.1);
+        std::vector<T> p = p0, m = m0, v = v0;
+        for (long step = 1; step <= 3; ++step)
+            adam_step(p.data(), g.data(), m.data(), v.data(), n, step, 1e-2, 0.9, 0.999, 1e-8, wd);
+        compare_device<T>(pre + "adam_step x3 weight_decay=" + std::to_string(wd), {p, m, v},
+                          [&](auto& o) {
+            o[0] = p0;
+            o[1] = m0;
+            o[2] = v0;
+            for (long step = 1; step <= 3; ++step)
+                adam_step(o[0].data(), g.data(), o[1].data(), o[2].data(), n, step, 1e-2, 0.9,
+                          0.999, 1e-8, wd, Device::cuda, stream);
+        });
+    }
+
+    // Errors before any work: a null pointer of a non-empty array, step < 1, d > 3.
+    std::vector<T> buf(64, T(1));
+    auto expect = [&](const std::string& what, const std::string& needle, auto&& fn) {
+        std::string msg;
+        try {
+            fn();
+        } catch (const std::invalid_argument& e) {
+            msg = e.what();
+        }
+        report(msg.find(needle) != std::string::npos, pre + what + " [" + msg + "]");
+    };
+    expect("mse_backward(target=null)", "target is null", [&] {
+        mse_backward<T>(buf.data(), nullptr, 4, 2, buf.data() + 8, Device::cuda);
+    });
+    expect("layer_backward(h=null, tanh)", "h is null", [&] {
+        layer_backward<T>(buf.data(), nullptr, buf.data(), buf.data(), 2, 2, 2, true,
+                          buf.data() + 8, buf.data() + 16, nullptr, Device::cuda);
+    });
+    expect("fourier_backward(d=4)", "d must be 1, 2 or 3", [&] {
+        fourier_backward<T>(buf.data(), buf.data(), buf.data(), 2, 4, 2, buf.data() + 32,
+                            Device::cuda);
+    });
+    expect("adam_step(step=0)", "step", [&] {
+        adam_step<T>(buf.data(), buf.data() + 8, buf.data() + 16, buf.data() + 24, 8, 0, 1e-3, 0.9,
+                     0.999, 1e-8, 0.0, Device::cuda);
+    });
+}
+
 template <typename T>
 void run_type(const char* tname, bool quick) {
     struct Case {
@@ -278,6 +425,7 @@ void run_type(const char* tname, bool quick) {
         check_grad(pb, c.batch, 7, 0, false, tag);
     }
     check_finite(Problem<T>({2, 3, 5, 2}, 12, 6, 6, 3u));
+    check_primitives<T>(tname);
 }
 
 }  // namespace
