@@ -227,8 +227,9 @@ def test_chunking_agrees(spec_tuple, rng, make_inputs):
     assert v_ref == pytest.approx(R.loss(theta, spec_tuple, **terms), rel=1e-12)
     for batch in (64, 7):
         val, grad = out[batch]
-        assert val == pytest.approx(v_ref, rel=1e-12)
-        assert R.rel_err(grad, g_ref) < 1e-12
+        # the CPU backend's value_and_grad does not chunk: batch_size changes no bit of it
+        assert val == v_ref
+        np.testing.assert_array_equal(grad, g_ref)
     # forward is point-wise: chunking changes nothing
     x = terms["x_pde"]
     f1 = _ws(spec_tuple, batch=512).forward(theta, x, 2)

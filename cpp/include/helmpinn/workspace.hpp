@@ -14,8 +14,8 @@
 // Threading: a Workspace is not safe to use from two threads at once; separate Workspaces
 // are independent. On the CPU each call runs on the OpenMP threads (helmpinn::set_num_threads).
 // Results are bitwise identical for any number of threads: gradient partials are kept per
-// tile slot and reduced in a fixed order. They depend on batch_size only through the order in
-// which chunks are summed.
+// tile slot and reduced in a fixed order. They may depend on batch_size through the order in
+// which chunks are summed (the CPU backend's value_and_grad does not chunk: there they do not).
 //
 // Ownership: every array is owned by the caller and only borrowed for the duration of a call;
 // a Workspace keeps no pointer to it afterwards (LossInputs is a plain bundle of such pointers).

@@ -1,11 +1,12 @@
 // The CPU backend: fused, tiled forward streams and adjoint pass (MATH.md) on OpenMP threads.
 //
-// Points are walked in chunks of batch_size; a chunk in tiles of `tile` points. In
-// value_and_grad a tile goes forward through every layer into its thread's scratch rows (which
-// stay hot in cache from one tile to the next), seeds the loss adjoints, and goes backward
-// through every layer at once. forward() writes the tiles' rows of the workspace caches instead. Tile t of a chunk always adds
-// its gradient into slot t % num_slots, slots are processed in increasing t, and the slots are
-// summed in a fixed order at the end: the result is bitwise the same for any thread count.
+// value_and_grad lines up the tiles (`tile` points each) of all loss terms in one sequence. A
+// tile goes forward through every layer into its thread's scratch rows (which stay hot in cache
+// from one tile to the next), seeds the loss adjoints, and goes backward through every layer at
+// once. Tile t always adds its gradient into slot t % num_slots, a slot takes its tiles in
+// increasing t, and the slots are summed in a fixed order at the end: the result is bitwise the
+// same for any thread count and any batch_size. forward() walks the points in chunks of
+// batch_size and writes each tile's rows of the workspace caches, which hold the last chunk.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -74,7 +75,7 @@ public:
         wt_.resize(wt);
         omega_.resize(std::size_t(d_) * m_);
         Omega_.resize(m_);
-        slots_ = std::min<std::size_t>(num_slots, (B_ + tile - 1) / tile);
+        slots_ = num_slots;
         adj_stride_ = std::size_t(S_) * tile * sp_.max_width();
         adj_.resize(slots_ * 2 * adj_stride_);
         slot_grad_.resize(slots_ * np_);
@@ -126,16 +127,33 @@ public:
     LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
                                  void*) override {
         prepare(params);
-        const std::size_t counts[3] = {in.n_pde, in.n_data, in.n_bc};
-        std::size_t used = 0;
-        for (std::size_t c : counts) used = std::max(used, (std::min(c, B_) + tile - 1) / tile);
-        used = std::min(used, slots_);
         std::fill(slot_fresh_.begin(), slot_fresh_.end(), char(1));  // zeroed on first use
         std::fill(slot_loss_.begin(), slot_loss_.end(), 0.0);
 
-        if (in.n_pde) run_term(kPde, params, in, in.x_pde, in.n_pde, d_ + 2);
-        if (in.n_data) run_term(kData, params, in, in.x_data, in.n_data, 1);
-        if (in.n_bc) run_term(kBc, params, in, in.x_bc, in.n_bc, d_ + 1);
+        // The tiles of all terms in one sequence (pde, data, bc); tile t goes to slot t % slots.
+        TermTiles terms[3];
+        int nterms = 0;
+        std::size_t total = 0;
+        const auto add = [&](Term term, const T* x, std::size_t n, int ns, T w) {
+            if (!n) return;
+            terms[nterms++] = TermTiles{term, x, n, ns, T(2) * w / T(n), total};
+            total += (n + tile - 1) / tile;
+        };
+        add(kPde, in.x_pde, in.n_pde, d_ + 2, in.w_pde);
+        add(kData, in.x_data, in.n_data, 1, in.w_data);
+        add(kBc, in.x_bc, in.n_bc, d_ + 1, in.w_bc);
+        const std::size_t used = std::min(slots_, total);
+        cpu::parallel_for(
+            long(used), cpu::Schedule::dynamic,
+            [&](long k) {
+                const TileRows rows = scratch_rows(cpu::thread_index());
+                for (std::size_t t = std::size_t(k); t < total; t += slots_) {
+                    int i = nterms - 1;
+                    while (terms[i].first_tile > t) --i;
+                    train_tile(params, in, terms[i], t - terms[i].first_tile, rows, int(k));
+                }
+            },
+            true, scratch_threads_);
 
         // Fixed-order reduction of the slots, parallel over parameters.
         constexpr long block = 2048;  // parameters per task, summed as vectors
@@ -323,35 +341,30 @@ private:
         }
     }
 
-    void run_term(Term term, const T* params, const LossInputs<T>& in, const T* x, std::size_t n,
-                  int ns) {
-        const T w = term == kPde ? in.w_pde : term == kData ? in.w_data : in.w_bc;
-        const T c = T(2) * w / T(n);
-        with_streams(d_, ns, [&](auto D, auto NS) {
-            for (std::size_t c0 = 0; c0 < n; c0 += B_) {
-                const int nc = int(std::min(B_, n - c0));
-                const int ntiles = (nc + tile - 1) / tile;
-                const int nsl = int(std::min<std::size_t>(slots_, std::size_t(ntiles)));
-                cpu::parallel_for(
-                    nsl, cpu::Schedule::dynamic,
-                    [&](int k) {
-                        const TileRows rows = scratch_rows(cpu::thread_index());
-                        for (int t = k; t < ntiles; t += int(slots_)) {
-                            const int p0 = t * tile, np = std::min(tile, nc - p0);
-                            const std::size_t g0 = c0 + std::size_t(p0);  // first point
-                            forward_tile<D(), NS()>(params, rows, np, x + g0 * d_);
-                            T* adj = adj_.data() + std::size_t(k) * 2 * adj_stride_;
-                            slot_loss_[std::size_t(k) * 3 + term] +=
-                                seed(term, in, NS(), rows, np, g0, c, adj);
-                            // A slot's first tile in this call writes its gradient, later ones add.
-                            const bool first = slot_fresh_[k] != 0;
-                            slot_fresh_[k] = 0;
-                            backward_tile<D(), NS()>(params, rows, np, k, first,
-                                                     in.train_fourier);
-                        }
-                    },
-                    true, scratch_threads_);
-            }
+    // One loss term's points, and where its tiles start in value_and_grad's tile sequence.
+    struct TermTiles {
+        Term term;
+        const T* x;
+        std::size_t n;
+        int ns;  // streams: d + 2 (pde), 1 (data), d + 1 (bc)
+        T c;     // 2 w / n, the seed's scale
+        std::size_t first_tile;
+    };
+
+    // Tile `lt` of a term: forward into the thread's scratch rows, loss seeds, backward into
+    // slot k (a slot's first tile in a call writes its gradient, later ones add).
+    void train_tile(const T* params, const LossInputs<T>& in, const TermTiles& term,
+                    std::size_t lt, const TileRows& rows, int k) {
+        const std::size_t g0 = lt * tile;  // the tile's first point
+        const int np = int(std::min<std::size_t>(tile, term.n - g0));
+        T* adj = adj_.data() + std::size_t(k) * 2 * adj_stride_;
+        const bool first = slot_fresh_[k] != 0;
+        slot_fresh_[k] = 0;
+        with_streams(d_, term.ns, [&](auto D, auto NS) {
+            forward_tile<D(), NS()>(params, rows, np, term.x + g0 * d_);
+            slot_loss_[std::size_t(k) * 3 + term.term] +=
+                seed(term.term, in, NS(), rows, np, g0, term.c, adj);
+            backward_tile<D(), NS()>(params, rows, np, k, first, in.train_fourier);
         });
     }
 
