@@ -1,4 +1,5 @@
-// Per-point, per-feature mathematics of MATH.md, shared by the CPU and CUDA backends.
+// Per-point, per-feature mathematics of MATH.md and the Adam update, shared by the CPU and
+// CUDA backends.
 //
 // Everything here is an inline function on scalars and strided pointers, callable from host
 // and device code. A "stream-strided" pointer p holds stream s of one element at p[s * ss]:
@@ -193,6 +194,27 @@ HELMPINN_HD T robin_seed(const T* u, std::ptrdiff_t ss, int d, const T* n, T a_r
     ubar[0] = c * (a_re * r_re + a_im * r_im);
     ubar[1] = c * (a_re * r_im - a_im * r_re);
     return r_re * r_re + r_im * r_im;
+}
+
+/// Adam(W) step constants (primitives.hpp, adam_step), computed in double as the backends do:
+/// a = lr / (1 - beta1^step), c2 = 1 / (1 - beta2^step), wd = lr * weight_decay.
+template <typename T>
+struct AdamScalars {
+    T b1, b2, a, c2, eps, wd;
+    AdamScalars(long step, double lr, double beta1, double beta2, double eps_, double weight_decay)
+        : b1(T(beta1)), b2(T(beta2)), a(T(lr / (1.0 - std::pow(beta1, double(step))))),
+          c2(T(1.0 / (1.0 - std::pow(beta2, double(step))))), eps(T(eps_)),
+          wd(T(lr * weight_decay)) {}
+};
+
+/// One Adam(W) update of one parameter p with gradient g and moments m, v (in place).
+template <typename T>
+HELMPINN_HD void adam_update(T& p, T g, T& m, T& v, T b1, T b2, T a, T c2, T eps, T wd) {
+    const T mk = b1 * m + (T(1) - b1) * g;
+    const T vk = b2 * v + (T(1) - b2) * g * g;
+    m = mk;
+    v = vk;
+    p -= a * mk / (std::sqrt(vk * c2) + eps) + wd * p;
 }
 
 }  // namespace math

@@ -115,20 +115,11 @@ void cpu_adam_step(T* params, const T* grad, T* m, T* v, std::size_t n, long ste
     require_ptr(m, "m");
     require_ptr(v, "v");
     if (step < 1) throw std::invalid_argument("adam_step: step must be >= 1");
-    const T b1 = T(beta1), b2 = T(beta2);
-    const T a = T(lr / (1.0 - std::pow(beta1, double(step))));
-    const T c2 = T(1.0 / (1.0 - std::pow(beta2, double(step))));
-    const T e = T(eps), wd = T(lr * weight_decay);
+    const math::AdamScalars<T> c(step, lr, beta1, beta2, eps, weight_decay);
     const long total = long(n);
     for_blocks(total, [&](long begin, long end) {
-        for (long k = begin; k < end; ++k) {
-            const T g = grad[k];
-            const T mk = b1 * m[k] + (T(1) - b1) * g;
-            const T vk = b2 * v[k] + (T(1) - b2) * g * g;
-            m[k] = mk;
-            v[k] = vk;
-            params[k] -= a * mk / (std::sqrt(vk * c2) + e) + wd * params[k];
-        }
+        for (long k = begin; k < end; ++k)
+            math::adam_update(params[k], grad[k], m[k], v[k], c.b1, c.b2, c.a, c.c2, c.eps, c.wd);
     });
 }
 

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "../backend.hpp"
-#include "../common/stream_math.hpp"  // math::two_pi
+#include "../common/stream_math.hpp"  // math::two_pi, adam_update
 #include "cuda_common.cuh"
 
 namespace helmpinn {
@@ -123,14 +123,8 @@ fourier_kernel(const T* dL_dphi, const T* x, const T* B, long long n, long long 
 template <typename T>
 __global__ void __launch_bounds__(kBlock)
 adam_kernel(T* params, const T* grad, T* m, T* v, long long n, T b1, T b2, T a, T c2, T e, T wd) {
-    for (long long k = first_index(); k < n; k += grid_stride()) {
-        const T g = grad[k];
-        const T mk = b1 * m[k] + (T(1) - b1) * g;
-        const T vk = b2 * v[k] + (T(1) - b2) * g * g;
-        m[k] = mk;
-        v[k] = vk;
-        params[k] -= a * mk / (std::sqrt(vk * c2) + e) + wd * params[k];
-    }
+    for (long long k = first_index(); k < n; k += grid_stride())
+        math::adam_update(params[k], grad[k], m[k], v[k], b1, b2, a, c2, e, wd);
 }
 
 // A pointer may be null only when its array is empty (an empty device array has no address).
@@ -215,14 +209,11 @@ void cuda_adam_step(T* params, const T* grad, T* m, T* v, std::size_t n, long st
     cuda::require(v, n, "v");
     if (step < 1) throw std::invalid_argument("adam_step: step must be >= 1");
     if (n == 0) return;
-    // The scalars exactly as the CPU step computes them.
-    const T a = T(lr / (1.0 - std::pow(beta1, double(step))));
-    const T c2 = T(1.0 / (1.0 - std::pow(beta2, double(step))));
+    const math::AdamScalars<T> c(step, lr, beta1, beta2, eps, weight_decay);  // as the CPU's
     auto* kernel = &cuda::adam_kernel<T>;
     HELMPINN_LAUNCH(kernel, cuda::grid_for(static_cast<long long>(n)), cuda::kBlock, 0,
-                    cuda::as_stream(stream))(params, grad, m, v, static_cast<long long>(n),
-                                             T(beta1), T(beta2), a, c2, T(eps),
-                                             T(lr * weight_decay));
+                    cuda::as_stream(stream))(params, grad, m, v, static_cast<long long>(n), c.b1,
+                                             c.b2, c.a, c.c2, c.eps, c.wd);
     cuda::check(cudaGetLastError(), "adam_step: kernel launch");
 }
 
