@@ -30,7 +30,7 @@ PYX = textwrap.dedent('''
     # cython: language_level=3, boundscheck=False, wraparound=False
     from libcpp.vector cimport vector
     from helmpinn.core cimport (ModelSpec, Workspace, LossInputs, LossBreakdown, adam_step,
-                                version)
+                                version, Device)
 
     def core_version():
         return version().decode()
@@ -95,7 +95,7 @@ PYX = textwrap.dedent('''
                 for step in range(1, steps + 1):
                     lb = self.ws.value_and_grad(&theta[0], grad.data(), self.inp)
                     adam_step[double](&theta[0], grad.data(), m.data(), v.data(), P, step, lr,
-                                      0.9, 0.999, 1e-8, 0.0)
+                                      0.9, 0.999, 1e-8, 0.0, Device.cpu, NULL)
             return lb.total
 ''')
 

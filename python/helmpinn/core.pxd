@@ -130,3 +130,14 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
                              size_t m, T* dB) except +
     void adam_step[T](T* params, const T* grad, T* m, T* v, size_t n, long step, double lr,
                       double beta1, double beta2, double eps, double weight_decay) except +
+    # the same with the memory's Device (Device.cuda: device pointers, `stream` a cudaStream_t)
+    void mse_backward[T](const T* pred, const T* target, size_t n, size_t cols, T* out,
+                         Device device, void* stream) except +
+    void layer_backward[T](const T* dL_dh, const T* h, const T* h_prev, const T* W, size_t n,
+                           size_t out_dim, size_t in_dim, bool apply_tanh_grad, T* dW, T* db,
+                           T* dh_prev, Device device, void* stream) except +
+    void fourier_backward[T](const T* dL_dphi, const T* x, const T* B, size_t n, size_t d,
+                             size_t m, T* dB, Device device, void* stream) except +
+    void adam_step[T](T* params, const T* grad, T* m, T* v, size_t n, long step, double lr,
+                      double beta1, double beta2, double eps, double weight_decay,
+                      Device device, void* stream) except +
