@@ -13,6 +13,10 @@
 #include <string>
 #include <vector>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 #include "check.hpp"
 
 namespace {
@@ -273,6 +277,24 @@ void check_gradients(int d) {
     const double l2 = wsd.value_and_grad(th.data(), g2.data(), all).total;
     helmpinn::set_num_threads(before);
     CHECK(l1 == l2 && g1 == g2, "d=" << d << " results differ between 1 and 2 threads");
+
+#if defined(_OPENMP)
+    // From inside the caller's own OpenMP team, one Workspace per thread and more threads than
+    // the machine has: each call runs on its own thread (with its own scratch) and gives the
+    // same bits.
+    const int nt = 3 * omp_get_num_procs() + 1;
+    std::vector<std::vector<double>> gt(nt, std::vector<double>(sp.num_params()));
+    std::vector<double> lt(nt);
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+    for (int t = 0; t < nt; ++t) {
+        Workspace<double> w(sp, batch);
+        lt[t] = w.value_and_grad(th.data(), gt[t].data(), all).total;
+    }
+    for (int t = 0; t < nt; ++t)
+        CHECK(lt[t] == l1 && gt[t] == g1,
+              "d=" << d << " value_and_grad inside the caller's OpenMP thread " << t
+                   << " differs from the plain call");
+#endif
 }
 
 }  // namespace

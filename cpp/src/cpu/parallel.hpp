@@ -42,14 +42,15 @@ inline int max_threads() {
 #endif
 }
 
-/// The calling thread's index in the running parallel_for, in [0, its team size); 0 outside.
-inline int thread_index() {
-#if defined(HELMPINN_WITH_OPENMP)
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
+namespace detail {
+// The index parallel_for gave the calling thread: omp_get_thread_num() in its team, 0 when the
+// loop runs inline (even inside a caller's own OpenMP team, whose thread numbers are not ours).
+inline thread_local int team_index = 0;
+}  // namespace detail
+
+/// The calling thread's index in the running parallel_for: in [0, its team size), 0 when the
+/// loop runs inline on the calling thread.
+inline int thread_index() { return detail::team_index; }
 
 inline bool use_threads(long n, bool worth_it) {
 #if defined(HELMPINN_WITH_OPENMP)
@@ -70,15 +71,25 @@ void parallel_for(I n, Schedule schedule, F&& body, bool worth_it = true, int ma
         if (max_team > 0 && team > max_team) team = max_team;
         if (schedule == Schedule::dynamic) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(team)
-            for (I i = 0; i < n; ++i) run_body(body, i);
+            for (I i = 0; i < n; ++i) {
+                detail::team_index = omp_get_thread_num();
+                run_body(body, i);
+            }
         } else {
 #pragma omp parallel for schedule(static) num_threads(team)
-            for (I i = 0; i < n; ++i) run_body(body, i);
+            for (I i = 0; i < n; ++i) {
+                detail::team_index = omp_get_thread_num();
+                run_body(body, i);
+            }
         }
+        detail::team_index = 0;  // the calling thread was thread 0 of the team
         return;
     }
 #endif
+    const int outer = detail::team_index;
+    detail::team_index = 0;
     for (I i = 0; i < n; ++i) run_body(body, i);
+    detail::team_index = outer;
 }
 
 }  // namespace cpu
