@@ -77,13 +77,13 @@ public:
         Omega_.resize(m_);
         slots_ = num_slots;
         adj_stride_ = std::size_t(S_) * tile * sp_.max_width();
-        adj_.resize(slots_ * 2 * adj_stride_);
         slot_grad_.resize(slots_ * np_);
         slot_loss_.resize(slots_ * 3);
         slot_fresh_.resize(slots_);
-        // Per-thread tile rows for value_and_grad, for as many threads as the machine runs.
+        // Per-thread tile rows and adjoint buffers for value_and_grad, for as many threads as
+        // the machine runs.
         scratch_threads_ = std::max(cpu::max_threads(), 1);
-        scratch_stride_ = 0;
+        scratch_stride_ = 2 * adj_stride_;
         for (int l = 0; l <= L_; ++l)
             scratch_stride_ += std::size_t(S_) * tile * (sp_.layer_out(l) + (l < L_ ? H_ : 0));
         scratch_stride_ += std::size_t(tile) * d_ + std::size_t(S_) * tile * 2 * m_;
@@ -98,7 +98,7 @@ public:
     std::size_t memory_bytes() const override {
         std::size_t b = x_input_.bytes() + feat_.bytes() + du_dx_.bytes() + d2u_.bytes() +
                         grad_.bytes() + wt_.bytes() + omega_.bytes() + Omega_.bytes() +
-                        adj_.bytes() + slot_grad_.bytes() + slot_loss_.bytes() + scratch_.bytes();
+                        slot_grad_.bytes() + slot_loss_.bytes() + scratch_.bytes();
         for (int l = 0; l <= L_; ++l) b += z_[l].bytes();
         for (int l = 0; l < L_; ++l) b += h_[l].bytes();
         return b;
@@ -183,17 +183,19 @@ private:
 
     // Where a tile's activations live. Stream s of row r of layer l's z is
     // z[l][(s * ss + r0 + r) * width]: the chunk caches (ss = batch, r0 = the tile's first
-    // point) or a thread's scratch (ss = tile, r0 = 0).
+    // point) or a thread's scratch (ss = tile, r0 = 0), which also holds the two adjoint
+    // buffers of the backward pass (adj, adj + adj_stride_; tile-local layout [ns, tile, width]).
     struct TileRows {
         T* x;
         T* feat;
         T* z[16];
         T* h[16];
         std::size_t ss, r0;
+        T* adj;
     };
 
     TileRows cache_rows(int p0) {
-        TileRows r{x_input_.data(), feat_.data(), {}, {}, B_, std::size_t(p0)};
+        TileRows r{x_input_.data(), feat_.data(), {}, {}, B_, std::size_t(p0), nullptr};
         for (int l = 0; l <= L_; ++l) r.z[l] = z_[l].data();
         for (int l = 0; l < L_; ++l) r.h[l] = h_[l].data();
         return r;
@@ -202,7 +204,7 @@ private:
     TileRows scratch_rows(int thread) {
         T* q = scratch_.data() + std::size_t(thread) * scratch_stride_;
         const std::size_t st = std::size_t(S_) * tile;
-        TileRows r{q, nullptr, {}, {}, std::size_t(tile), 0};
+        TileRows r{q, nullptr, {}, {}, std::size_t(tile), 0, nullptr};
         q += std::size_t(tile) * d_;
         r.feat = q;
         q += st * 2 * m_;
@@ -214,6 +216,7 @@ private:
                 q += st * H_;
             }
         }
+        r.adj = q;
         return r;
     }
 
@@ -357,13 +360,12 @@ private:
                     std::size_t lt, const TileRows& rows, int k) {
         const std::size_t g0 = lt * tile;  // the tile's first point
         const int np = int(std::min<std::size_t>(tile, term.n - g0));
-        T* adj = adj_.data() + std::size_t(k) * 2 * adj_stride_;
         const bool first = slot_fresh_[k] != 0;
         slot_fresh_[k] = 0;
         with_streams(d_, term.ns, [&](auto D, auto NS) {
             forward_tile<D(), NS()>(params, rows, np, term.x + g0 * d_);
             slot_loss_[std::size_t(k) * 3 + term.term] +=
-                seed(term.term, in, NS(), rows, np, g0, term.c, adj);
+                seed(term.term, in, NS(), rows, np, g0, term.c, rows.adj);
             backward_tile<D(), NS()>(params, rows, np, k, first, in.train_fourier);
         });
     }
@@ -413,13 +415,14 @@ private:
         return acc;
     }
 
-    // Adjoint pass of one tile; adds its gradient into slot k.
+    // Adjoint pass of the tile in the scratch rows R (seeded in R.adj); adds its gradient into
+    // slot k.
     template <int D, int NS>
     void backward_tile(const T* params, const TileRows& R, int np, int k, bool first,
                        bool train_fourier) {
         const std::size_t B = R.ss, p0 = R.r0;
         const int m = m_;
-        T* gcur = adj_.data() + std::size_t(k) * 2 * adj_stride_;
+        T* gcur = R.adj;
         T* gnext = gcur + adj_stride_;
         T* sg = slot_grad_.data() + std::size_t(k) * np_;
         for (int l = L_; l >= 0; --l) {
@@ -481,7 +484,7 @@ private:
     int d_, m_, H_, L_, S_;
     std::size_t np_;
     AlignedArray<T> x_input_, feat_, z_[16], h_[16], du_dx_, d2u_, grad_, wt_, omega_, Omega_,
-        adj_, slot_grad_;
+        slot_grad_;
     AlignedArray<double> slot_loss_;
     AlignedArray<char> slot_fresh_;
     std::size_t wt_off_[16] = {};
