@@ -9,11 +9,11 @@
 // on the OpenMP threads with the same bits for any thread count, and `stream` is ignored.
 // Device::cuda: device memory on the current CUDA device (cudaSetDevice), and the work is
 // enqueued on `stream` (a cudaStream_t; nullptr = the default stream): the call returns without
-// waiting, copies nothing to or from the host and allocates no device memory. There a pointer may be null when its array is empty. Device
-// results are the same bits on every run (sums in a fixed order, no atomics); they agree with
-// the host's to rounding, not bitwise. CUDA errors throw std::runtime_error naming the
-// function; Device::cuda in a build without CUDA throws std::runtime_error("... built without
-// CUDA support").
+// waiting, copies nothing to or from the host and allocates no device memory. There a pointer
+// may be null when its array is empty. Device results are the same bits on every run (sums in
+// a fixed order, no atomics); they agree with the host's to rounding, not bitwise. CUDA errors
+// throw std::runtime_error naming the function; Device::cuda in a build without CUDA throws
+// std::runtime_error("... built without CUDA support").
 #pragma once
 
 #include <cstddef>
