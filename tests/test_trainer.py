@@ -147,6 +147,26 @@ def test_lbfgs_polish_lowers_loss():
     assert loss == pytest.approx(res.loss_after, rel=1e-3)
 
 
+def test_lbfgs_runs_the_blas_on_one_thread():
+    """SciPy's L-BFGS-B calls the BLAS between value_and_grad calls; threaded BLAS workers
+    would spin on the cores helmpinn needs, so lbfgs limits them to one (and restores them)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+
+    np.ones(8) @ np.ones(8)  # NumPy's BLAS is loaded
+    before = blas_threads()
+    assert before, "no BLAS library found by threadpoolctl"
+    p = get_problem("plane1d", k=4.0)
+    m = small_model(1, dtype="float64", sigma=0.5)
+    batch = p.sample(64, 2, 0, "sobol").to_core(np.float64)
+    seen = []
+    lbfgs(m.params, m.spec, batch, 3, callback=lambda it, loss, th: seen.append(blas_threads()))
+    assert seen and all(t == [1] * len(before) for t in seen)
+    assert blas_threads() == before
+
+
 # -- trainer -------------------------------------------------------------------------------------
 def make_trainer(tmp_path=None, problem="plane1d", **kw):
     p = get_problem(problem, k=6.0) if problem == "plane1d" else get_problem(problem)
