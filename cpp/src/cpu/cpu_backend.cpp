@@ -54,7 +54,7 @@ template <typename T>
 class CpuBackend final : public Backend<T> {
 public:
     static constexpr int tile = 64;       // points per tile
-    static constexpr int num_slots = 32;  // fixed gradient slots (independent of threads)
+    static constexpr std::size_t num_slots = 32;  // fixed gradient slots (independent of threads)
 
     CpuBackend(const ModelSpec& spec, std::size_t batch)
         : sp_(spec), B_(batch), d_(spec.in_dim), m_(spec.ff_dim), H_(spec.hidden_dim),
@@ -75,11 +75,10 @@ public:
         wt_.resize(wt);
         omega_.resize(std::size_t(d_) * m_);
         Omega_.resize(m_);
-        slots_ = num_slots;
         adj_stride_ = std::size_t(S_) * tile * sp_.max_width();
-        slot_grad_.resize(slots_ * np_);
-        slot_loss_.resize(slots_ * 3);
-        slot_fresh_.resize(slots_);
+        slot_grad_.resize(num_slots * np_);
+        slot_loss_.resize(num_slots * 3);
+        slot_fresh_.resize(num_slots);
         // Per-thread tile rows and adjoint buffers for value_and_grad, for as many threads as
         // the machine runs.
         scratch_threads_ = std::max(cpu::max_threads(), 1);
@@ -142,12 +141,12 @@ public:
         add(kPde, in.x_pde, in.n_pde, d_ + 2, in.w_pde);
         add(kData, in.x_data, in.n_data, 1, in.w_data);
         add(kBc, in.x_bc, in.n_bc, d_ + 1, in.w_bc);
-        const std::size_t used = std::min(slots_, total);
+        const std::size_t used = std::min(num_slots, total);
         cpu::parallel_for(
             long(used), cpu::Schedule::dynamic,
             [&](long k) {
                 const TileRows rows = scratch_rows(cpu::thread_index());
-                for (std::size_t t = std::size_t(k); t < total; t += slots_) {
+                for (std::size_t t = std::size_t(k); t < total; t += num_slots) {
                     int i = nterms - 1;
                     while (terms[i].first_tile > t) --i;
                     train_tile(params, in, terms[i], t - terms[i].first_tile, rows, int(k));
@@ -173,7 +172,7 @@ public:
         if (!in.train_fourier) zero(grad, std::size_t(d_) * m_);
 
         double sums[3] = {0, 0, 0};  // indexed by Term: pde, data, bc
-        for (std::size_t k = 0; k < slots_; ++k)
+        for (std::size_t k = 0; k < num_slots; ++k)
             for (int term = 0; term < 3; ++term) sums[term] += slot_loss_[k * 3 + term];
         return loss_breakdown(sums, in);
     }
@@ -488,7 +487,7 @@ private:
     AlignedArray<double> slot_loss_;
     AlignedArray<char> slot_fresh_;
     std::size_t wt_off_[16] = {};
-    std::size_t slots_ = 1, adj_stride_ = 0;
+    std::size_t adj_stride_ = 0;
     AlignedArray<T> scratch_;  // scratch_threads_ blocks of TileRows for value_and_grad
     std::size_t scratch_stride_ = 0;
     int scratch_threads_ = 1;
