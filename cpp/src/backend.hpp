@@ -93,4 +93,14 @@ template <typename T>
 void cuda_adam_step(T* params, const T* grad, T* m, T* v, std::size_t n, long step, double lr,
                     double beta1, double beta2, double eps, double weight_decay, void* stream);
 
+// The explicit instantiations of the four, for cuda/primitives.cu and cuda_stub.cpp alike.
+#define HELMPINN_INSTANTIATE_CUDA_PRIMITIVES(T)                                                  \
+    template void cuda_mse_backward<T>(const T*, const T*, std::size_t, std::size_t, T*, void*); \
+    template void cuda_layer_backward<T>(const T*, const T*, const T*, const T*, std::size_t,    \
+                                         std::size_t, std::size_t, bool, T*, T*, T*, void*);     \
+    template void cuda_fourier_backward<T>(const T*, const T*, const T*, std::size_t,            \
+                                           std::size_t, std::size_t, T*, void*);                 \
+    template void cuda_adam_step<T>(T*, const T*, T*, T*, std::size_t, long, double, double,     \
+                                    double, double, double, void*);
+
 }  // namespace helmpinn

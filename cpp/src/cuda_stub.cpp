@@ -46,16 +46,7 @@ void cuda_adam_step(T*, const T*, T*, T*, std::size_t, long, double, double, dou
     no_cuda("adam_step");
 }
 
-#define HELMPINN_INSTANTIATE(T)                                                                  \
-    template void cuda_mse_backward<T>(const T*, const T*, std::size_t, std::size_t, T*, void*); \
-    template void cuda_layer_backward<T>(const T*, const T*, const T*, const T*, std::size_t,    \
-                                         std::size_t, std::size_t, bool, T*, T*, T*, void*);     \
-    template void cuda_fourier_backward<T>(const T*, const T*, const T*, std::size_t,            \
-                                           std::size_t, std::size_t, T*, void*);                 \
-    template void cuda_adam_step<T>(T*, const T*, T*, T*, std::size_t, long, double, double,     \
-                                    double, double, double, void*);
-HELMPINN_INSTANTIATE(float)
-HELMPINN_INSTANTIATE(double)
-#undef HELMPINN_INSTANTIATE
+HELMPINN_INSTANTIATE_CUDA_PRIMITIVES(float)
+HELMPINN_INSTANTIATE_CUDA_PRIMITIVES(double)
 
 }  // namespace helmpinn

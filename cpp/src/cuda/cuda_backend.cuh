@@ -104,18 +104,14 @@ public:
         const int ns = derivatives == 0 ? 1 : derivatives == 1 ? d_ + 1 : d_ + 2;
         OutArgs<T> outs{u, grad_u, lap_u, true};
         const NetArgs<T> net = net_args(params);
-        for (std::size_t c0 = 0; c0 < n; c0 += B_) {
-            const int nc = int(std::min(B_, n - c0));
-            const int grid = std::min(tiles(nc), blocks_);
-            dispatch(d_, gs_, [&](auto Dc, auto GSc) {
-                constexpr int D = decltype(Dc)::value;
-                constexpr bool GS = decltype(GSc)::value;
-                auto* kernel = &forward_kernel<T, D, GS>;
-                HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
-                    net, cache_, tile_, x, static_cast<long long>(c0), nc, ns, outs);
-            });
-            check(cudaGetLastError(), "forward: kernel launch");
-        }
+        launch_chunks(n, "forward: kernel launch",
+                      [&](auto Dc, auto GSc, int grid, std::size_t c0, int nc) {
+            constexpr int D = decltype(Dc)::value;
+            constexpr bool GS = decltype(GSc)::value;
+            auto* kernel = &forward_kernel<T, D, GS>;
+            HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
+                net, cache_, tile_, x, static_cast<long long>(c0), nc, ns, outs);
+        });
     }
 
     LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
@@ -160,6 +156,18 @@ private:
     static cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
     int tiles(int nc) const { return (nc + tile_.P - 1) / tile_.P; }
+
+    // The n points in chunks of batch_size: launch(D, GS, grid, c0, nc) launches one kernel over
+    // chunk [c0, c0 + nc) with the compile-time (d, global scratch) pair, then errors are checked.
+    template <typename Launch>
+    void launch_chunks(std::size_t n, const char* what, Launch&& launch) {
+        for (std::size_t c0 = 0; c0 < n; c0 += B_) {
+            const int nc = int(std::min(B_, n - c0));
+            const int grid = std::min(tiles(nc), blocks_);
+            dispatch(d_, gs_, [&](auto Dc, auto GSc) { launch(Dc, GSc, grid, c0, nc); });
+            check(cudaGetLastError(), what);
+        }
+    }
 
     // Tile size, buffer sizes, shared or global activation buffers, and the number of blocks
     // (= gradient slots) from the device's shared memory, SM count and occupancy.
@@ -348,19 +356,15 @@ private:
         }
         a.c = T(2) * w / T(n);
         const int tf = in.train_fourier ? 1 : 0;
-        for (std::size_t c0 = 0; c0 < n; c0 += B_) {
-            const int nc = int(std::min(B_, n - c0));
-            const int grid = std::min(tiles(nc), blocks_);
-            dispatch(d_, gs_, [&](auto Dc, auto GSc) {
-                constexpr int D = decltype(Dc)::value;
-                constexpr bool GS = decltype(GSc)::value;
-                auto* kernel = &train_kernel<T, D, GS>;
-                HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
-                    net, cache_, tile_, a, static_cast<long long>(c0), nc, tf, slot_grad_.data(),
-                    static_cast<long long>(np_), slot_loss_.data());
-            });
-            check(cudaGetLastError(), "value_and_grad: kernel launch");
-        }
+        launch_chunks(n, "value_and_grad: kernel launch",
+                      [&](auto Dc, auto GSc, int grid, std::size_t c0, int nc) {
+            constexpr int D = decltype(Dc)::value;
+            constexpr bool GS = decltype(GSc)::value;
+            auto* kernel = &train_kernel<T, D, GS>;
+            HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
+                net, cache_, tile_, a, static_cast<long long>(c0), nc, tf, slot_grad_.data(),
+                static_cast<long long>(np_), slot_loss_.data());
+        });
     }
 
     // check_finite on device arrays: one scan kernel, one small copy, then the scalars on the host.
@@ -434,4 +438,12 @@ private:
 };
 
 }  // namespace cuda
+
+/// backend.hpp's factory; instantiated for float and double in cuda_backend_f32.cu / _f64.cu.
+template <typename T>
+std::unique_ptr<Backend<T>> make_cuda_backend(const ModelSpec& spec, std::size_t batch_size,
+                                              int device_id) {
+    return std::make_unique<cuda::CudaBackend<T>>(spec, batch_size, device_id);
+}
+
 }  // namespace helmpinn

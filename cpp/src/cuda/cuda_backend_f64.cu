@@ -4,12 +4,6 @@
 
 namespace helmpinn {
 
-template <typename T>
-std::unique_ptr<Backend<T>> make_cuda_backend(const ModelSpec& spec, std::size_t batch_size,
-                                              int device_id) {
-    return std::make_unique<cuda::CudaBackend<T>>(spec, batch_size, device_id);
-}
-
 template std::unique_ptr<Backend<double>> make_cuda_backend<double>(const ModelSpec&, std::size_t, int);
 
 }  // namespace helmpinn

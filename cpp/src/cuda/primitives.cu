@@ -217,16 +217,7 @@ void cuda_adam_step(T* params, const T* grad, T* m, T* v, std::size_t n, long st
     cuda::check(cudaGetLastError(), "adam_step: kernel launch");
 }
 
-#define HELMPINN_INSTANTIATE(T)                                                                  \
-    template void cuda_mse_backward<T>(const T*, const T*, std::size_t, std::size_t, T*, void*); \
-    template void cuda_layer_backward<T>(const T*, const T*, const T*, const T*, std::size_t,    \
-                                         std::size_t, std::size_t, bool, T*, T*, T*, void*);     \
-    template void cuda_fourier_backward<T>(const T*, const T*, const T*, std::size_t,            \
-                                           std::size_t, std::size_t, T*, void*);                 \
-    template void cuda_adam_step<T>(T*, const T*, T*, T*, std::size_t, long, double, double,     \
-                                    double, double, double, void*);
-HELMPINN_INSTANTIATE(float)
-HELMPINN_INSTANTIATE(double)
-#undef HELMPINN_INSTANTIATE
+HELMPINN_INSTANTIATE_CUDA_PRIMITIVES(float)
+HELMPINN_INSTANTIATE_CUDA_PRIMITIVES(double)
 
 }  // namespace helmpinn
