@@ -196,20 +196,16 @@ def _pair(v, n: int, name: str) -> np.ndarray:
     return v
 
 
-def loss_terms(theta: np.ndarray, spec: Any, *, x_pde=None, kappa=None, f=None, x_data=None,
-               y=None, x_bc=None, n_bc=None, alpha_bc=None, g_bc=None, w_pde=1.0, w_data=1.0,
-               w_bc=1.0, **_ignored):
-    """(total, {"pde", "data", "bc"}) with arrays [K] for theta [K, P] or scalars for theta [P].
+def residual_parts(theta: np.ndarray, spec: Any, *, x_pde=None, kappa=None, f=None, x_data=None,
+                   y=None, x_bc=None, n_bc=None, alpha_bc=None, g_bc=None, **_ignored):
+    """Unscaled complex residuals per term as {"pde", "data", "bc"}: arrays [K, N, 2] (re, im)
+    for theta [K, P] (a term without points is absent).
 
-    L = w_pde/N_c sum |lap u + kappa u - f|^2 + w_data/N_d sum |u - y|^2
-        + w_bc/N_b sum |n . grad u + alpha u - g|^2 ; |.|^2 sums real and imaginary parts.
-    Keyword names follow Workspace.value_and_grad; extra keywords (train_fourier, ...) are ignored.
+    pde: lap u + kappa u - f ; data: u - y ; bc: n . grad u + alpha u - g (complex alpha u).
+    Keyword names follow Workspace.value_and_grad; extra keywords are ignored.
     """
-    th, single = _batched(theta)
-    k = th.shape[0]
-    zero = np.zeros(k, dtype=th.dtype)
-    parts = {"pde": zero, "data": zero, "bc": zero}
-
+    th, _ = _batched(theta)
+    parts = {}
     if x_pde is not None and len(x_pde):
         n = len(x_pde)
         u, _, hess = network(th, spec, x_pde, 2)
@@ -220,13 +216,11 @@ def loss_terms(theta: np.ndarray, spec: Any, *, x_pde=None, kappa=None, f=None, 
         r = lap + kap[None, :, None] * u
         if f is not None:
             r = r - np.asarray(f, dtype=np.float64)[None]
-        parts["pde"] = np.sum(r * r, axis=(1, 2)) / n
+        parts["pde"] = r
 
     if x_data is not None and len(x_data):
-        n = len(x_data)
         u = network(th, spec, x_data, 0)
-        e = u - np.asarray(y, dtype=np.float64)[None]
-        parts["data"] = np.sum(e * e, axis=(1, 2)) / n
+        parts["data"] = u - np.asarray(y, dtype=np.float64)[None]
 
     if x_bc is not None and len(x_bc):
         n = len(x_bc)
@@ -242,12 +236,59 @@ def loss_terms(theta: np.ndarray, spec: Any, *, x_pde=None, kappa=None, f=None, 
             g = np.asarray(g_bc, dtype=np.float64)
             rho_r = rho_r - g[None, :, 0]
             rho_i = rho_i - g[None, :, 1]
-        parts["bc"] = np.sum(rho_r * rho_r + rho_i * rho_i, axis=1) / n
+        parts["bc"] = np.stack([rho_r, rho_i], axis=-1)
+    return parts
 
+
+def loss_terms(theta: np.ndarray, spec: Any, *, w_pde=1.0, w_data=1.0, w_bc=1.0, **terms):
+    """(total, {"pde", "data", "bc"}) with arrays [K] for theta [K, P] or scalars for theta [P].
+
+    L = w_pde/N_c sum |lap u + kappa u - f|^2 + w_data/N_d sum |u - y|^2
+        + w_bc/N_b sum |n . grad u + alpha u - g|^2 ; |.|^2 sums real and imaginary parts.
+    Keyword names follow Workspace.value_and_grad; extra keywords (train_fourier, ...) are ignored.
+    """
+    th, single = _batched(theta)
+    zero = np.zeros(th.shape[0], dtype=th.dtype)
+    parts = {"pde": zero, "data": zero, "bc": zero}
+    for name, r in residual_parts(th, spec, **terms).items():
+        parts[name] = np.sum(r * r, axis=(1, 2)) / r.shape[1]
     total = w_pde * parts["pde"] + w_data * parts["data"] + w_bc * parts["bc"]
     if single:
         return total[0], {key: val[0] for key, val in parts.items()}
     return total, parts
+
+
+def residuals(theta: np.ndarray, spec: Any, *, w_pde=1.0, w_data=1.0, w_bc=1.0, counts=None,
+              **terms) -> np.ndarray:
+    """The residual vector of Workspace.residuals: [R] for theta [P], [K, R] for theta [K, P].
+
+    PDE points, then data points, then boundary points, each point as (re, im), each scaled by
+    sqrt(w / N) with N the term's count (counts={"pde": ..} or its number of points), so that
+    sum(r**2) is the loss.
+    """
+    th, single = _batched(theta)
+    weights = {"pde": w_pde, "data": w_data, "bc": w_bc}
+    counts = counts or {}
+    parts = residual_parts(th, spec, **terms)
+    rows = [np.sqrt(weights[k] / counts.get(k, parts[k].shape[1])) *
+            parts[k].reshape(th.shape[0], -1) for k in ("pde", "data", "bc") if k in parts]
+    r = np.concatenate(rows, axis=1) if rows else np.zeros((th.shape[0], 0))
+    return r[0] if single else r
+
+
+def fd_jacobian(fun, theta: np.ndarray, h_rel: float = 1e-4, chunk: int = 256) -> np.ndarray:
+    """Five-point central finite-difference Jacobian [R, P] of fun (theta [K, P] -> [K, R]) at
+    theta [P], with the steps of fd_grad."""
+    theta = np.asarray(theta, dtype=np.float64)
+    p = theta.size
+    h = fd_steps(theta, h_rel)
+    vals = []
+    for c in (1.0, -1.0, 2.0, -2.0):
+        t = np.repeat(theta[None, :], p, axis=0)
+        t[np.arange(p), np.arange(p)] += c * h
+        vals.append(np.concatenate([np.asarray(fun(t[i:i + chunk])) for i in range(0, p, chunk)]))
+    d = (8.0 * (vals[0] - vals[1]) - (vals[2] - vals[3])) / (12.0 * h[:, None])
+    return d.T
 
 
 def loss(theta: np.ndarray, spec: Any, **terms):

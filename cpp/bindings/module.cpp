@@ -200,25 +200,97 @@ py::object forward_impl(Workspace<T>& ws, Space& space, py::handle params, py::h
 
 bool given(const py::object& o) { return !o.is_none(); }
 
+// The batch keywords every loss-level operation takes (value_and_grad, residuals, jacobian, jvp,
+// vjp): parsed once from **kwargs, with an error naming any keyword that is not one of them.
+struct BatchArgs {
+    py::object x_pde, kappa, f, x_data, y, x_bc, n_bc, alpha_bc, g_bc, counts;
+    double w_pde = 1.0, w_data = 1.0, w_bc = 1.0;
+    bool train_fourier = true, check_finite = false;
+};
+
+BatchArgs parse_batch(const py::kwargs& kw, const char* op) {
+    BatchArgs b;
+    py::object* objects[] = {&b.x_pde, &b.kappa, &b.f,        &b.x_data, &b.y,
+                             &b.x_bc,  &b.n_bc,  &b.alpha_bc, &b.g_bc,   &b.counts};
+    const char* object_names[] = {"x_pde", "kappa", "f",        "x_data", "y",
+                                  "x_bc",  "n_bc",  "alpha_bc", "g_bc",   "counts"};
+    for (auto* o : objects) *o = py::none();
+    for (auto item : kw) {
+        const std::string key = py::str(item.first);
+        py::object value = py::reinterpret_borrow<py::object>(item.second);
+        bool found = false;
+        for (int k = 0; k < 10 && !found; ++k)
+            if (key == object_names[k]) *objects[k] = value, found = true;
+        if (found) continue;
+        double* weight = key == "w_pde" ? &b.w_pde : key == "w_data" ? &b.w_data
+                         : key == "w_bc" ? &b.w_bc : nullptr;
+        bool* flag = key == "train_fourier" ? &b.train_fourier
+                     : key == "check_finite" ? &b.check_finite : nullptr;
+        if (weight) {
+            try {
+                *weight = value.cast<double>();
+            } catch (const py::cast_error&) {
+                throw py::type_error(key + ": expected a float, got " +
+                                     std::string(py::str(py::type::of(value).attr("__name__"))));
+            }
+        } else if (flag) {
+            if (!py::isinstance<py::bool_>(value))
+                throw py::type_error(key + ": expected True or False");
+            *flag = value.cast<bool>();
+        } else {
+            throw py::type_error(std::string(op) + "() got an unexpected keyword argument '" +
+                                 key + "' (batch keywords: x_pde, kappa, f, x_data, y, x_bc, n_bc, "
+                                 "alpha_bc, g_bc, w_pde, w_data, w_bc, counts, train_fourier, "
+                                 "check_finite)");
+        }
+    }
+    return b;
+}
+
+// counts={"pde": n, "data": m, "bc": q}: each given count must be >= the local points of its
+// term (checked again in the core); a missing key keeps the local count.
+template <typename T>
+void parse_counts(const py::object& counts, LossInputs<T>& in) {
+    if (!given(counts)) return;
+    if (!py::isinstance<py::dict>(counts))
+        throw py::type_error("counts: expected a dict like {'pde': n, 'data': m, 'bc': q}");
+    for (auto item : counts.cast<py::dict>()) {
+        const std::string key = py::str(item.first);
+        std::size_t* slot = key == "pde" ? &in.count_pde : key == "data" ? &in.count_data
+                            : key == "bc" ? &in.count_bc : nullptr;
+        if (!slot)
+            throw py::value_error("counts: unknown term '" + key + "' (expected 'pde', 'data', 'bc')");
+        long long v;
+        try {
+            v = py::reinterpret_borrow<py::object>(item.second).cast<long long>();
+        } catch (const py::cast_error&) {
+            throw py::type_error("counts['" + key + "']: expected an integer");
+        }
+        const std::size_t local = key == "pde" ? in.n_pde : key == "data" ? in.n_data : in.n_bc;
+        if (v < 0 || std::size_t(v) < local)
+            throw py::value_error("counts['" + key + "']: expected an integer >= the " + key +
+                                  " points given here (" + std::to_string(local) + "), got " +
+                                  std::to_string(v));
+        *slot = std::size_t(v);
+    }
+}
+
+// The core's LossInputs from the batch keywords: every array checked (dtype, shape, contiguity,
+// device), and listed in `inputs` for the caller's overlap checks against its outputs.
 template <typename T, typename Space>
-double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, Space& space, py::handle params,
-                           py::handle grad, py::object x_pde, py::object kappa, py::object f,
-                           py::object x_data, py::object y, py::object x_bc, py::object n_bc,
-                           py::object alpha_bc, py::object g_bc, double w_pde, double w_data,
-                           double w_bc, bool train_fourier, bool check_finite) {
+LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
+                           std::vector<std::pair<Checked<T>, const char*>>& inputs) {
     const ModelSpec& sp = ws.spec();
-    const py::ssize_t d = sp.in_dim, npar = py::ssize_t(sp.num_params());
+    const py::ssize_t d = sp.in_dim;
     const std::string dshape = "(N, " + std::to_string(d) + ")";
-    auto P = space.check(params, "params", {npar}, false);
-    auto G = space.check(grad, "grad", {npar}, true);
-    check_no_overlap(G, "grad", P, "params");
-    std::vector<std::pair<Checked<T>, const char*>> inputs;
+    const py::object &x_pde = b.x_pde, &kappa = b.kappa, &f = b.f, &x_data = b.x_data, &y = b.y,
+                     &x_bc = b.x_bc, &n_bc = b.n_bc, &alpha_bc = b.alpha_bc, &g_bc = b.g_bc;
     LossInputs<T> in;
-    in.w_pde = T(w_pde);
-    in.w_data = T(w_data);
-    in.w_bc = T(w_bc);
-    in.train_fourier = train_fourier;
-    in.check_finite = check_finite;
+    in.w_pde = T(b.w_pde);
+    in.w_data = T(b.w_data);
+    in.w_bc = T(b.w_bc);
+    in.train_fourier = b.train_fourier;
+    in.check_finite = b.check_finite;
 
     // PDE term
     if (given(x_pde)) {
@@ -306,16 +378,99 @@ double value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, Space& space, py::
         if (given(alpha_bc)) throw py::value_error("alpha_bc: given without x_bc");
         if (given(g_bc)) throw py::value_error("g_bc: given without x_bc");
     }
+    parse_counts(b.counts, in);
+    return in;
+}
+
+template <typename T, typename Space>
+py::object value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, Space& space, py::handle params,
+                               py::handle grad, py::object grad_kappa, bool breakdown,
+                               const BatchArgs& b) {
+    const py::ssize_t npar = py::ssize_t(ws.spec().num_params());
+    auto P = space.check(params, "params", {npar}, false);
+    auto G = space.check(grad, "grad", {npar}, true);
+    check_no_overlap(G, "grad", P, "params");
+    std::vector<std::pair<Checked<T>, const char*>> inputs;
+    LossInputs<T> in = build_inputs(ws, space, b, inputs);
+    LossOutputs<T> out;
+    Checked<T> GK;
+    if (given(grad_kappa)) {
+        if (!in.n_pde) throw py::value_error("grad_kappa: given without x_pde");
+        GK = space.check(grad_kappa, "grad_kappa", {py::ssize_t(in.n_pde)}, true,
+                         "(N_pde,) with N_pde = len(x_pde)");
+        check_no_overlap(GK, "grad_kappa", G, "grad");
+        check_no_overlap(GK, "grad_kappa", P, "params");
+        for (auto& [arr, name] : inputs) check_no_overlap(GK, "grad_kappa", arr, name);
+        out.grad_kappa = GK.ptr;
+    }
     for (auto& [arr, name] : inputs) check_no_overlap(G, "grad", arr, name);
 
     space.ready();
-    LossBreakdown out;
     {
         py::gil_scoped_release release;
-        out = ws.value_and_grad(P.ptr, G.ptr, in, space.stream());
+        ws.value_and_grad(P.ptr, G.ptr, in, out, space.stream());
     }
-    pw.last = out;
-    return out.total;
+    pw.last = out.loss;
+    if (breakdown) return py::cast(out.loss);
+    return py::float_(out.loss.total);
+}
+
+// The residual level. `op`: residuals (v null), jvp (v = the tangent [P]), vjp (v = the row
+// weights [R]) or jacobian (rows = None or (start, stop)); the output is allocated in the
+// workspace's memory space when not given.
+enum class ResidualOp { residuals, jacobian, jvp, vjp };
+
+template <typename T, typename Space>
+py::object residual_impl(ResidualOp op, Workspace<T>& ws, Space& space, py::handle params,
+                         py::handle v, py::object out, py::object rows, const BatchArgs& b) {
+    const py::ssize_t npar = py::ssize_t(ws.spec().num_params());
+    auto P = space.check(params, "params", {npar}, false);
+    std::vector<std::pair<Checked<T>, const char*>> inputs;
+    LossInputs<T> in = build_inputs(ws, space, b, inputs);
+    const py::ssize_t R = py::ssize_t(ws.num_residuals(in));
+    Checked<T> V;
+    if (op == ResidualOp::jvp)
+        V = space.check(v, "v", {npar}, false,
+                        ("(" + std::to_string(npar) + ",), the number of parameters").c_str());
+    if (op == ResidualOp::vjp)
+        V = space.check(v, "w", {R}, false,
+                        ("(" + std::to_string(R) + ",), R = 2 (N_pde + N_data + N_bc)").c_str());
+    py::ssize_t r0 = 0, r1 = R;
+    if (op == ResidualOp::jacobian && given(rows)) {
+        try {
+            auto t = rows.cast<std::pair<py::ssize_t, py::ssize_t>>();
+            r0 = t.first;
+            r1 = t.second;
+        } catch (const py::cast_error&) {
+            throw py::type_error("rows: expected None or a pair (start, stop) of integers");
+        }
+        if (r0 < 0 || r0 > r1 || r1 > R)
+            throw py::value_error("rows: expected 0 <= start <= stop <= R = " + std::to_string(R) +
+                                  ", got (" + std::to_string(r0) + ", " + std::to_string(r1) + ")");
+    } else if (given(rows)) {
+        throw py::value_error("rows: only for jacobian");
+    }
+    const Shape shape = op == ResidualOp::jacobian ? Shape{r1 - r0, npar}
+                        : op == ResidualOp::vjp    ? Shape{npar}
+                                                   : Shape{R};
+    if (out.is_none()) out = space.allocate(shape);
+    auto O = space.check(out, "out", shape, true);
+    check_no_overlap(O, "out", P, "params");
+    if (V.ptr) check_no_overlap(O, "out", V, op == ResidualOp::vjp ? "w" : "v");
+    for (auto& [arr, arr_name] : inputs) check_no_overlap(O, "out", arr, arr_name);
+    space.ready();
+    {
+        py::gil_scoped_release release;
+        switch (op) {
+            case ResidualOp::residuals: ws.residuals(P.ptr, in, O.ptr, space.stream()); break;
+            case ResidualOp::jacobian:
+                ws.jacobian(P.ptr, in, std::size_t(r0), std::size_t(r1), O.ptr, space.stream());
+                break;
+            case ResidualOp::jvp: ws.jvp(P.ptr, V.ptr, in, O.ptr, space.stream()); break;
+            case ResidualOp::vjp: ws.vjp(P.ptr, V.ptr, in, O.ptr, space.stream()); break;
+        }
+    }
+    return out;
 }
 
 // The seed primitives, written once over the array space as forward_impl is: the host (NumPy,
@@ -561,6 +716,29 @@ PYBIND11_MODULE(_core, mod) {
                 return s;
             }));
 
+    py::class_<LossBreakdown>(mod, "LossBreakdown",
+                              "The loss of one call: total = w_pde*pde + w_data*data + w_bc*bc, "
+                              "each term its unweighted mean over its count (0 when absent).")
+        .def_readonly("total", &LossBreakdown::total)
+        .def_readonly("pde", &LossBreakdown::pde)
+        .def_readonly("data", &LossBreakdown::data)
+        .def_readonly("bc", &LossBreakdown::bc)
+        .def("__float__", [](const LossBreakdown& l) { return l.total; })
+        .def("as_dict", [](const LossBreakdown& l) {
+            py::dict d;
+            d["total"] = l.total;
+            d["pde"] = l.pde;
+            d["data"] = l.data;
+            d["bc"] = l.bc;
+            return d;
+        })
+        .def("__repr__", [](const LossBreakdown& l) {
+            return "LossBreakdown(total=" + std::string(py::repr(py::float_(l.total))) +
+                   ", pde=" + std::string(py::repr(py::float_(l.pde))) +
+                   ", data=" + std::string(py::repr(py::float_(l.data))) +
+                   ", bc=" + std::string(py::repr(py::float_(l.bc))) + ")";
+        });
+
     py::class_<PyWorkspace> workspace(mod, "Workspace", "Every buffer one step needs, allocated once.");
     workspace
         .def(py::init<const ModelSpec&, py::ssize_t, py::handle, const std::string&>(), py::arg("spec"),
@@ -577,12 +755,7 @@ PYBIND11_MODULE(_core, mod) {
             return dispatch(w, [](auto& ws, auto) { return ws.memory_bytes(); });
         })
         .def_property_readonly("last_loss", [](const PyWorkspace& w) {
-            py::dict d;
-            d["total"] = w.last.total;
-            d["pde"] = w.last.pde;
-            d["data"] = w.last.data;
-            d["bc"] = w.last.bc;
-            return d;
+            return py::cast(w.last).attr("as_dict")();
         })
         .def("zero_grad", [](PyWorkspace& w, py::object stream) {
             dispatch(w, [&](auto& ws, auto) {
@@ -605,25 +778,74 @@ PYBIND11_MODULE(_core, mod) {
              py::arg("stream") = py::none(),
              "u [N,2]; with derivatives=1 also grad_u [N,d,2]; with 2 also lap_u [N,2].")
         .def("value_and_grad",
-             [](PyWorkspace& w, py::handle params, py::handle grad, py::object x_pde, py::object kappa,
-                py::object f, py::object x_data, py::object y, py::object x_bc, py::object n_bc,
-                py::object alpha_bc, py::object g_bc, double w_pde, double w_data, double w_bc,
-                bool train_fourier, bool check_finite, py::object stream) {
+             [](PyWorkspace& w, py::handle params, py::handle grad, py::object grad_kappa,
+                bool breakdown, py::object stream, py::kwargs kw) {
+                 const BatchArgs b = parse_batch(kw, "value_and_grad");
                  return dispatch(w, [&](auto& ws, auto) {
                      return with_space(ws, stream, [&](auto& space) {
-                         return value_and_grad_impl(w, ws, space, params, grad, x_pde, kappa, f,
-                                                    x_data, y, x_bc, n_bc, alpha_bc, g_bc, w_pde,
-                                                    w_data, w_bc, train_fourier, check_finite);
+                         return value_and_grad_impl(w, ws, space, params, grad, grad_kappa,
+                                                    breakdown, b);
                      });
                  });
              },
-             py::arg("params"), py::arg("grad"), py::kw_only(), py::arg("x_pde") = py::none(),
-             py::arg("kappa") = py::none(), py::arg("f") = py::none(), py::arg("x_data") = py::none(),
-             py::arg("y") = py::none(), py::arg("x_bc") = py::none(), py::arg("n_bc") = py::none(),
-             py::arg("alpha_bc") = py::none(), py::arg("g_bc") = py::none(), py::arg("w_pde") = 1.0,
-             py::arg("w_data") = 1.0, py::arg("w_bc") = 1.0, py::arg("train_fourier") = true,
-             py::arg("check_finite") = false, py::arg("stream") = py::none(),
-             "Loss of the given terms; writes its gradient into grad (overwritten).")
+             py::arg("params"), py::arg("grad"), py::kw_only(), py::arg("grad_kappa") = py::none(),
+             py::arg("breakdown") = false, py::arg("stream") = py::none(),
+             "Loss of the given terms; writes its gradient into grad (overwritten). Batch keywords: "
+             "x_pde, kappa, f, x_data, y, x_bc, n_bc, alpha_bc, g_bc, w_pde, w_data, w_bc, counts, "
+             "train_fourier, check_finite.")
+        .def("residuals",
+             [](PyWorkspace& w, py::handle params, py::object out, py::object stream, py::kwargs kw) {
+                 const BatchArgs b = parse_batch(kw, "residuals");
+                 return dispatch(w, [&](auto& ws, auto) {
+                     return with_space(ws, stream, [&](auto& space) {
+                         return residual_impl(ResidualOp::residuals, ws, space, params, py::none(),
+                                              out, py::none(), b);
+                     });
+                 });
+             },
+             py::arg("params"), py::kw_only(), py::arg("out") = py::none(),
+             py::arg("stream") = py::none(),
+             "Scaled residuals r [R] (loss == sum(r**2)); batch keywords as value_and_grad.")
+        .def("jacobian",
+             [](PyWorkspace& w, py::handle params, py::object out, py::object rows,
+                py::object stream, py::kwargs kw) {
+                 const BatchArgs b = parse_batch(kw, "jacobian");
+                 return dispatch(w, [&](auto& ws, auto) {
+                     return with_space(ws, stream, [&](auto& space) {
+                         return residual_impl(ResidualOp::jacobian, ws, space, params, py::none(),
+                                              out, rows, b);
+                     });
+                 });
+             },
+             py::arg("params"), py::kw_only(), py::arg("out") = py::none(),
+             py::arg("rows") = py::none(), py::arg("stream") = py::none(),
+             "J = dr/dparams [R, P], or rows=(start, stop) of it; batch keywords as value_and_grad.")
+        .def("jvp",
+             [](PyWorkspace& w, py::handle params, py::handle v, py::object out, py::object stream,
+                py::kwargs kw) {
+                 const BatchArgs b = parse_batch(kw, "jvp");
+                 return dispatch(w, [&](auto& ws, auto) {
+                     return with_space(ws, stream, [&](auto& space) {
+                         return residual_impl(ResidualOp::jvp, ws, space, params, v, out,
+                                              py::none(), b);
+                     });
+                 });
+             },
+             py::arg("params"), py::arg("v"), py::kw_only(), py::arg("out") = py::none(),
+             py::arg("stream") = py::none(), "J v [R]; batch keywords as value_and_grad.")
+        .def("vjp",
+             [](PyWorkspace& w, py::handle params, py::handle wv, py::object out, py::object stream,
+                py::kwargs kw) {
+                 const BatchArgs b = parse_batch(kw, "vjp");
+                 return dispatch(w, [&](auto& ws, auto) {
+                     return with_space(ws, stream, [&](auto& space) {
+                         return residual_impl(ResidualOp::vjp, ws, space, params, wv, out,
+                                              py::none(), b);
+                     });
+                 });
+             },
+             py::arg("params"), py::arg("w"), py::kw_only(), py::arg("out") = py::none(),
+             py::arg("stream") = py::none(), "J^T w [P]; batch keywords as value_and_grad.")
         .def("__repr__", [](const PyWorkspace& w) {
             return "Workspace(" + std::string(py::repr(py::cast(w.spec))) + ", dtype=" +
                    (w.is_f32() ? "float32" : "float64") + ", device='" + w.device_name + "')";

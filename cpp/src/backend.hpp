@@ -5,9 +5,13 @@
 #include <cstddef>
 #include <memory>
 
+#include "common/loss_terms.hpp"
 #include "helmpinn/workspace.hpp"
 
 namespace helmpinn {
+
+/// The per-row operations of the residual level, one backend entry point for the three.
+enum class RowOp { residuals, jacobian, jvp };
 
 template <typename T>
 class Backend {
@@ -17,21 +21,34 @@ public:
     virtual std::size_t memory_bytes() const = 0;
     virtual void forward(const T* params, const T* x, std::size_t n, int derivatives, T* u,
                          T* grad_u, T* lap_u, void* stream) = 0;
-    virtual LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
-                                         void* stream) = 0;
+    /// The loss into out.loss, its gradient into grad, out's per-point outputs where asked.
+    virtual void value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
+                                LossOutputs<T>& out, void* stream) = 0;
+    /// J^T w into out [num_params].
+    virtual void vjp(const T* params, const T* w, const LossInputs<T>& in, T* out,
+                     void* stream) = 0;
+    /// Rows [r0, r1) of: residuals (out [r1 - r0]), jacobian (out [r1 - r0, P]), or jvp with
+    /// v [P] (out [r1 - r0]).
+    virtual void rows(RowOp op, const T* params, const LossInputs<T>& in, std::size_t r0,
+                      std::size_t r1, const T* v, T* out, void* stream) = 0;
     virtual void zero_grad(void* stream) = 0;
 };
 
-/// The loss of a call from each term's sum of squared residuals, sums = {pde, data, bc}:
-/// unweighted means per term (0 for an absent term) and their weighted total.
+/// The loss of a call from each term's sum of squared residuals, sums indexed by terms::Term:
+/// means per term over its count (0 for an absent term) and their weighted total.
 template <typename T>
-LossBreakdown loss_breakdown(const double sums[3], const LossInputs<T>& in) {
+LossBreakdown loss_breakdown(const double sums[terms::kNumTerms], const LossInputs<T>& in) {
+    double mean[terms::kNumTerms], total = 0.0;
+    for (int t = 0; t < terms::kNumTerms; ++t) {
+        const terms::TermPoints<T> tp = terms::term_points(in, t);
+        mean[t] = tp.n ? sums[t] / double(tp.count) : 0.0;
+        total += double(tp.w) * mean[t];
+    }
     LossBreakdown out;
-    out.pde = in.n_pde ? sums[0] / double(in.n_pde) : 0.0;
-    out.data = in.n_data ? sums[1] / double(in.n_data) : 0.0;
-    out.bc = in.n_bc ? sums[2] / double(in.n_bc) : 0.0;
-    out.total = double(in.w_pde) * out.pde + double(in.w_data) * out.data +
-                double(in.w_bc) * out.bc;
+    out.pde = mean[terms::kPde];
+    out.data = mean[terms::kData];
+    out.bc = mean[terms::kBc];
+    out.total = total;
     return out;
 }
 

@@ -6,6 +6,7 @@ re-exports it and adds initialisation, problems, training and a CLI on top.
 """
 from ._core import (
     DeviceArray,
+    LossBreakdown,
     ModelSpec,
     Workspace,
     __version__,
@@ -43,6 +44,7 @@ __all__ = [
     "lbfgs",
     "list_problems",
     "DeviceArray",
+    "LossBreakdown",
     "ModelSpec",
     "Workspace",
     "__version__",

@@ -131,20 +131,61 @@ class Workspace:
                 u: NDArray[Float] | None = None, grad_u: NDArray[Float] | None = None,
                 lap_u: NDArray[Float] | None = None, stream: int | object | None = None
                 ) -> tuple[NDArray[Float], NDArray[Float], NDArray[Float]]: ...
+    # Every loss-level operation (value_and_grad, residuals, jacobian, jvp, vjp) takes the same
+    # batch keywords (BatchKw):
+    #   x_pde [N_pde, d], kappa (float or [N_pde]), f [N_pde, 2]        PDE term
+    #   x_data [N_data, d], y [N_data, 2]                               data term
+    #   x_bc [N_bc, d], n_bc [N_bc, d], alpha_bc (complex or [N_bc, 2]), g_bc [N_bc, 2]   Robin
+    #   w_pde, w_data, w_bc: float = 1.0          term weights (>= 0 on the residual level)
+    #   counts: {"pde": n, "data": m, "bc": q}   global counts: each mean divides by these
+    #                                             instead of the local points (data parallel)
+    #   train_fourier: bool = True                False: B frozen, its gradient/columns are 0
+    #   check_finite: bool = False                scan inputs, ValueError naming a NaN/Inf array
+    # An unknown keyword raises TypeError naming it.
+    @overload
     def value_and_grad(self, params: NDArray[Float], grad: NDArray[Float], *,
-                       x_pde: NDArray[Float] | None = None,
-                       kappa: float | NDArray[Float] | None = None,
-                       f: NDArray[Float] | None = None,
-                       x_data: NDArray[Float] | None = None,
-                       y: NDArray[Float] | None = None,
-                       x_bc: NDArray[Float] | None = None,
-                       n_bc: NDArray[Float] | None = None,
-                       alpha_bc: complex | NDArray[Float] | None = None,
-                       g_bc: NDArray[Float] | None = None,
-                       w_pde: float = 1.0, w_data: float = 1.0, w_bc: float = 1.0,
-                       train_fourier: bool = True, check_finite: bool = False,
-                       stream: int | object | None = None) -> float:
-        """Loss of the given terms; writes d(loss)/d(params) into grad (overwritten)."""
+                       grad_kappa: NDArray[Float] | None = None, breakdown: Literal[False] = False,
+                       stream: int | object | None = None, **batch: object) -> float: ...
+    @overload
+    def value_and_grad(self, params: NDArray[Float], grad: NDArray[Float], *,
+                       grad_kappa: NDArray[Float] | None = None, breakdown: Literal[True],
+                       stream: int | object | None = None, **batch: object) -> LossBreakdown:
+        """Loss of the given terms; writes d(loss)/d(params) into grad (overwritten). With
+        grad_kappa [N_pde] also d(loss)/d(kappa_i) at every PDE point (inverse problems);
+        with breakdown=True the loss per term comes back with it."""
+    # The residual level. r has R = 2 (N_pde + N_data + N_bc) rows: PDE points, then data, then
+    # boundary points, each point as (re, im), each scaled by sqrt(w_term / count_term): the
+    # loss is exactly r @ r and its gradient 2 J^T r. Outputs are allocated when out is None.
+    def residuals(self, params: NDArray[Float], *, out: NDArray[Float] | None = None,
+                  stream: int | object | None = None, **batch: object) -> NDArray[Float]:
+        """r [R]."""
+    def jacobian(self, params: NDArray[Float], *, out: NDArray[Float] | None = None,
+                 rows: tuple[int, int] | None = None, stream: int | object | None = None,
+                 **batch: object) -> NDArray[Float]:
+        """J = dr/dparams [R, P] (row-major, parameter layout), or rows=(start, stop) of it
+        [stop - start, P]: any R in bounded memory, a range at a time."""
+    def jvp(self, params: NDArray[Float], v: NDArray[Float], *,
+            out: NDArray[Float] | None = None, stream: int | object | None = None,
+            **batch: object) -> NDArray[Float]:
+        """J v [R] for v [P]."""
+    def vjp(self, params: NDArray[Float], w: NDArray[Float], *,
+            out: NDArray[Float] | None = None, stream: int | object | None = None,
+            **batch: object) -> NDArray[Float]:
+        """J^T w [P] for w [R]."""
+
+class LossBreakdown:
+    """The loss of one value_and_grad call: total = w_pde*pde + w_data*data + w_bc*bc, each
+    term its unweighted mean over its count (0 when absent). float(b) is b.total."""
+    @property
+    def total(self) -> float: ...
+    @property
+    def pde(self) -> float: ...
+    @property
+    def data(self) -> float: ...
+    @property
+    def bc(self) -> float: ...
+    def __float__(self) -> float: ...
+    def as_dict(self) -> dict[str, float]: ...
 
 # The seed primitives. On NumPy arrays they run on the host, and out= is optional (allocated when
 # omitted). On CUDA device arrays (anything with __cuda_array_interface__ or DLPack: CuPy,

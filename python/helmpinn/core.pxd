@@ -80,6 +80,9 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
         T w_pde
         T w_data
         T w_bc
+        size_t count_pde
+        size_t count_data
+        size_t count_bc
         bool train_fourier
         bool check_finite
 
@@ -88,6 +91,12 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
         double pde
         double data
         double bc
+
+    cdef cppclass LossOutputs[T]:
+        LossOutputs()
+        LossBreakdown loss
+        T* residuals
+        T* grad_kappa
 
     cdef cppclass WorkspaceBuffers[T]:
         int max_streams
@@ -118,6 +127,15 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
         LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs[T]& inputs) except +
         LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs[T]& inputs,
                                      void* stream) except +
+        void value_and_grad(const T* params, T* grad, const LossInputs[T]& inputs,
+                            LossOutputs[T]& outputs) except +
+        # The residual level (R = num_residuals(inputs) rows; see workspace.hpp)
+        size_t num_residuals(const LossInputs[T]& inputs)
+        void residuals(const T* params, const LossInputs[T]& inputs, T* r) except +
+        void jacobian(const T* params, const LossInputs[T]& inputs, size_t row_begin,
+                      size_t row_end, T* J) except +
+        void jvp(const T* params, const T* v, const LossInputs[T]& inputs, T* Jv) except +
+        void vjp(const T* params, const T* w, const LossInputs[T]& inputs, T* JTw) except +
         void zero_grad() except +
         void zero_grad(void* stream) except +
 

@@ -58,6 +58,10 @@ struct LossInputs {
     const T* g_bc = nullptr;                           // null = 0
 
     T w_pde = T(1), w_data = T(1), w_bc = T(1);
+    /// Global point counts: a term's mean divides by its count instead of its number of points
+    /// here (0 = that number). The shards of a data-parallel run, each given the totals, add up
+    /// to the loss and gradient of all points exactly. A count must be 0 or >= the term's n.
+    std::size_t count_pde = 0, count_data = 0, count_bc = 0;
     bool train_fourier = true;   ///< false: B is frozen, its gradient is written as 0
     bool check_finite = false;   ///< true: scan inputs and throw naming any NaN/Inf array
 };
@@ -66,6 +70,14 @@ struct LossInputs {
 /// term is its unweighted mean (0 for an absent term).
 struct LossBreakdown {
     double total = 0, pde = 0, data = 0, bc = 0;
+};
+
+/// Optional per-point outputs of value_and_grad (null = not wanted), in the workspace's memory.
+template <typename T>
+struct LossOutputs {
+    LossBreakdown loss;          ///< written: the loss of the call
+    T* residuals = nullptr;      ///< [R] the scaled residuals, as Workspace::residuals writes them
+    T* grad_kappa = nullptr;     ///< [n_pde] dL/dkappa_i at every PDE point (for inverse problems)
 };
 
 /// Views of a workspace's caches, all in the workspace's memory space (host or device).
@@ -127,10 +139,38 @@ public:
     LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
                                  void* stream = nullptr);
 
+    /// value_and_grad with the loss in out.loss and, where out asks for them, the scaled
+    /// residuals and dL/dkappa_i = (2 w_pde / N_pde) Re(conj(r_i) u_i) at every PDE point.
+    void value_and_grad(const T* params, T* grad, const LossInputs<T>& in, LossOutputs<T>& out,
+                        void* stream = nullptr);
+
+    // ---- The residual level (MATH.md, Residual level) --------------------------------------
+    // The residual vector r of `in` has R = num_residuals(in) = 2 (n_pde + n_data + n_bc) rows:
+    // PDE points, then data points, then boundary points, each point as (re, im), each row
+    // scaled by sqrt(w_t / N_t) (N_t = the term's count), so that the loss is exactly sum r^2
+    // and its gradient 2 J^T r. Weights must be >= 0. None of these allocates; rows are
+    // independent, so results do not depend on the thread count. Columns of B are 0 when
+    // in.train_fourier is false.
+
+    /// R for these inputs.
+    std::size_t num_residuals(const LossInputs<T>& in) const;
+    /// r [R].
+    void residuals(const T* params, const LossInputs<T>& in, T* r, void* stream = nullptr);
+    /// Rows [row_begin, row_end) of J = dr/dtheta into J [row_end - row_begin, num_params],
+    /// row-major in the parameter layout. Any R fits in bounded memory, a range at a time.
+    void jacobian(const T* params, const LossInputs<T>& in, std::size_t row_begin,
+                  std::size_t row_end, T* J, void* stream = nullptr);
+    /// J v [R] for v [num_params].
+    void jvp(const T* params, const T* v, const LossInputs<T>& in, T* Jv, void* stream = nullptr);
+    /// J^T w [num_params] for w [R].
+    void vjp(const T* params, const T* w, const LossInputs<T>& in, T* JTw,
+             void* stream = nullptr);
+
     /// Sets the gradient accumulator buffers().grad to zero.
     void zero_grad(void* stream = nullptr);
 
 private:
+    void check_inputs(const char* op, const T* params, const LossInputs<T>& in, bool residual);
     ModelSpec spec_;
     std::size_t batch_size_;
     Device device_;

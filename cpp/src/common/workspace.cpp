@@ -25,6 +25,12 @@ void require_finite(const T* p, std::size_t n, const char* name) {
                                         std::to_string(k) + ")");
 }
 
+const char* term_name(int t) {
+    const char* name = "";
+    terms::with_term(t, [&](auto e) { name = decltype(e)::name; });
+    return name;
+}
+
 }  // namespace
 
 template <typename T>
@@ -69,39 +75,108 @@ void Workspace<T>::forward(const T* params, const T* x, std::size_t n, int deriv
     impl_->forward(params, x, n, derivatives, u, grad_u, lap_u, stream);
 }
 
+// The checks every loss-level operation shares, before any work (outputs untouched): each
+// term's required arrays, its count, and (check_finite) every array's values, in the table's
+// order. `residual`: the residual level, whose rows are scaled by sqrt(w), needs w >= 0.
+template <typename T>
+void Workspace<T>::check_inputs(const char* op, const T* params, const LossInputs<T>& in,
+                                bool residual) {
+    using namespace terms;
+    if (!params) throw std::invalid_argument(std::string(op) + ": params is null");
+    const std::size_t d = std::size_t(spec_.in_dim);
+    for (int t = 0; t < kNumTerms; ++t) {
+        const TermPoints<T> tp = term_points(in, t);
+        TermArray<T> arrays[6];
+        const int na = term_arrays(in, t, d, arrays);
+        if (tp.n)
+            for (int k = 0; k < na; ++k)
+                if (arrays[k].required && !arrays[k].p)
+                    throw std::invalid_argument(std::string(op) + ": " + arrays[k].name +
+                                                " is required but null (" +
+                                                std::to_string(tp.n) + " " +
+                                                term_name(t) + " points)");
+        if (tp.count < tp.n)
+            throw std::invalid_argument(std::string(op) + ": the " + term_name(t) +
+                                        " count (" + std::to_string(tp.count) +
+                                        ") is below its number of points (" +
+                                        std::to_string(tp.n) + ")");
+        if (residual && !(tp.w >= T(0)))
+            throw std::invalid_argument(std::string(op) + ": w_" + term_name(t) +
+                                        " must be >= 0 (residual rows are scaled by sqrt(w))");
+    }
+    if (!in.check_finite || device_ != Device::cpu) return;
+    require_finite(params, spec_.num_params(), "params");
+    for (int t = 0; t < kNumTerms; ++t) {
+        TermArray<T> arrays[6];
+        const int na = term_arrays(in, t, d, arrays);
+        for (int k = 0; k < na; ++k) require_finite(arrays[k].p, arrays[k].size, arrays[k].name);
+    }
+    require_finite(&in.kappa_const, 1, "kappa");
+    require_finite(in.alpha_const, 2, "alpha_bc");
+    require_finite(&in.w_pde, 1, "w_pde");
+    require_finite(&in.w_data, 1, "w_data");
+    require_finite(&in.w_bc, 1, "w_bc");
+}
+
 template <typename T>
 LossBreakdown Workspace<T>::value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
                                            void* stream) {
-    require(params != nullptr, "value_and_grad: params is null");
+    LossOutputs<T> out;
+    value_and_grad(params, grad, in, out, stream);
+    return out.loss;
+}
+
+template <typename T>
+void Workspace<T>::value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
+                                  LossOutputs<T>& out, void* stream) {
     require(grad != nullptr, "value_and_grad: grad is null");
-    if (in.n_pde) require(in.x_pde != nullptr, "value_and_grad: x_pde is null but n_pde > 0");
-    if (in.n_data) {
-        require(in.x_data != nullptr, "value_and_grad: x_data is null but n_data > 0");
-        require(in.y != nullptr, "value_and_grad: y is required with x_data");
-    }
-    if (in.n_bc) {
-        require(in.x_bc != nullptr, "value_and_grad: x_bc is null but n_bc > 0");
-        require(in.normal_bc != nullptr, "value_and_grad: n_bc (normals) is required with x_bc");
-    }
-    if (in.check_finite && device_ == Device::cpu) {
-        const std::size_t d = spec_.in_dim;
-        require_finite(params, spec_.num_params(), "params");
-        require_finite(in.x_pde, in.n_pde * d, "x_pde");
-        require_finite(in.kappa, in.n_pde, "kappa");
-        require_finite(in.f, in.n_pde * 2, "f");
-        require_finite(in.x_data, in.n_data * d, "x_data");
-        require_finite(in.y, in.n_data * 2, "y");
-        require_finite(in.x_bc, in.n_bc * d, "x_bc");
-        require_finite(in.normal_bc, in.n_bc * d, "n_bc");
-        require_finite(in.alpha_bc, in.n_bc * 2, "alpha_bc");
-        require_finite(in.g_bc, in.n_bc * 2, "g_bc");
-        require_finite(&in.kappa_const, 1, "kappa");
-        require_finite(in.alpha_const, 2, "alpha_bc");
-        require_finite(&in.w_pde, 1, "w_pde");
-        require_finite(&in.w_data, 1, "w_data");
-        require_finite(&in.w_bc, 1, "w_bc");
-    }
-    return impl_->value_and_grad(params, grad, in, stream);
+    check_inputs("value_and_grad", params, in, out.residuals != nullptr);
+    impl_->value_and_grad(params, grad, in, out, stream);
+}
+
+template <typename T>
+std::size_t Workspace<T>::num_residuals(const LossInputs<T>& in) const {
+    return terms::num_residuals(in);
+}
+
+template <typename T>
+void Workspace<T>::residuals(const T* params, const LossInputs<T>& in, T* r, void* stream) {
+    check_inputs("residuals", params, in, true);
+    const std::size_t R = num_residuals(in);
+    require(R == 0 || r != nullptr, "residuals: r is null");
+    impl_->rows(RowOp::residuals, params, in, 0, R, nullptr, r, stream);
+}
+
+template <typename T>
+void Workspace<T>::jacobian(const T* params, const LossInputs<T>& in, std::size_t row_begin,
+                            std::size_t row_end, T* J, void* stream) {
+    check_inputs("jacobian", params, in, true);
+    const std::size_t R = num_residuals(in);
+    if (row_begin > row_end || row_end > R)
+        throw std::invalid_argument("jacobian: rows must satisfy 0 <= begin <= end <= R = " +
+                                    std::to_string(R) + ", got [" + std::to_string(row_begin) +
+                                    ", " + std::to_string(row_end) + ")");
+    require(row_begin == row_end || J != nullptr, "jacobian: J is null");
+    impl_->rows(RowOp::jacobian, params, in, row_begin, row_end, nullptr, J, stream);
+}
+
+template <typename T>
+void Workspace<T>::jvp(const T* params, const T* v, const LossInputs<T>& in, T* Jv,
+                       void* stream) {
+    check_inputs("jvp", params, in, true);
+    require(v != nullptr, "jvp: v is null");
+    const std::size_t R = num_residuals(in);
+    require(R == 0 || Jv != nullptr, "jvp: out is null");
+    impl_->rows(RowOp::jvp, params, in, 0, R, v, Jv, stream);
+}
+
+template <typename T>
+void Workspace<T>::vjp(const T* params, const T* w, const LossInputs<T>& in, T* JTw,
+                       void* stream) {
+    check_inputs("vjp", params, in, true);
+    require(w != nullptr || num_residuals(in) == 0, "vjp: w is null");
+    require(JTw != nullptr, "vjp: out is null");
+    impl_->vjp(params, w, in, JTw, stream);
 }
 
 template <typename T>

@@ -27,7 +27,7 @@ namespace {
 using cpu::AlignedArray;
 using cpu::gemm;
 
-enum Term { kPde = 0, kData = 1, kBc = 2 };
+using terms::kNumTerms;
 
 template <int V>
 using Int = std::integral_constant<int, V>;
@@ -73,11 +73,12 @@ public:
             wt += std::size_t(sp_.layer_in(l)) * sp_.layer_out(l);
         }
         wt_.resize(wt);
+        vt_.resize(wt);
         omega_.resize(std::size_t(d_) * m_);
         Omega_.resize(m_);
         adj_stride_ = std::size_t(S_) * tile * sp_.max_width();
         slot_grad_.resize(num_slots * np_);
-        slot_loss_.resize(num_slots * 3);
+        slot_loss_.resize(num_slots * kNumTerms);
         slot_fresh_.resize(num_slots);
         // Per-thread tile rows and adjoint buffers for value_and_grad, for as many threads as
         // the machine runs.
@@ -87,6 +88,12 @@ public:
             scratch_stride_ += std::size_t(S_) * tile * (sp_.layer_out(l) + (l < L_ ? H_ : 0));
         scratch_stride_ += std::size_t(tile) * d_ + std::size_t(S_) * tile * 2 * m_;
         scratch_.resize(std::size_t(scratch_threads_) * scratch_stride_);
+        // Per-thread rows of the residual level: two adjoint buffers of both components' rows
+        // [S, 2 tile, width], the tangent products [S, tile, width], and J v per row [2 tile].
+        row_adj_ = std::size_t(S_) * 2 * tile * sp_.max_width();
+        row_stride_ = 2 * row_adj_ + std::size_t(S_) * tile * sp_.max_width() + 2 * tile;
+        row_stride_ = (row_stride_ + 15) / 16 * 16;
+        row_scratch_.resize(std::size_t(scratch_threads_) * row_stride_);
         zero(grad_.data(), np_);
 
         point_buffers(bufs_, sp_, B_, x_input_, feat_, z_, h_, du_dx_, d2u_, grad_);
@@ -97,7 +104,8 @@ public:
     std::size_t memory_bytes() const override {
         std::size_t b = x_input_.bytes() + feat_.bytes() + du_dx_.bytes() + d2u_.bytes() +
                         grad_.bytes() + wt_.bytes() + omega_.bytes() + Omega_.bytes() +
-                        slot_grad_.bytes() + slot_loss_.bytes() + scratch_.bytes();
+                        slot_grad_.bytes() + slot_loss_.bytes() + scratch_.bytes() +
+                        vt_.bytes() + row_scratch_.bytes();
         for (int l = 0; l <= L_; ++l) b += z_[l].bytes();
         for (int l = 0; l < L_; ++l) b += h_[l].bytes();
         return b;
@@ -123,58 +131,32 @@ public:
         });
     }
 
-    LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
-                                 void*) override {
-        prepare(params);
-        std::fill(slot_fresh_.begin(), slot_fresh_.end(), char(1));  // zeroed on first use
-        std::fill(slot_loss_.begin(), slot_loss_.end(), 0.0);
+    void value_and_grad(const T* params, T* grad, const LossInputs<T>& in, LossOutputs<T>& out,
+                        void*) override {
+        out.loss = reduce(params, grad, in, &out, nullptr);
+    }
 
-        // The tiles of all terms in one sequence (pde, data, bc); tile t goes to slot t % slots.
-        TermTiles terms[3];
+    void vjp(const T* params, const T* w, const LossInputs<T>& in, T* out, void*) override {
+        reduce(params, out, in, nullptr, w);
+    }
+
+    void rows(RowOp op, const T* params, const LossInputs<T>& in, std::size_t r0, std::size_t r1,
+              const T* v, T* out, void*) override {
+        if (r0 >= r1) return;
+        prepare(params);
+        if (op == RowOp::jvp) prepare_tangent(v);
+        TermTiles tt[kNumTerms];
         int nterms = 0;
-        std::size_t total = 0;
-        const auto add = [&](Term term, const T* x, std::size_t n, int ns, T w) {
-            if (!n) return;
-            terms[nterms++] = TermTiles{term, x, n, ns, T(2) * w / T(n), total};
-            total += (n + tile - 1) / tile;
-        };
-        add(kPde, in.x_pde, in.n_pde, d_ + 2, in.w_pde);
-        add(kData, in.x_data, in.n_data, 1, in.w_data);
-        add(kBc, in.x_bc, in.n_bc, d_ + 1, in.w_bc);
-        const std::size_t used = std::min(num_slots, total);
+        const std::size_t total = line_up(in, tt, nterms);
         cpu::parallel_for(
-            long(used), cpu::Schedule::dynamic,
-            [&](long k) {
-                const TileRows rows = scratch_rows(cpu::thread_index());
-                for (std::size_t t = std::size_t(k); t < total; t += num_slots) {
-                    int i = nterms - 1;
-                    while (terms[i].first_tile > t) --i;
-                    train_tile(params, in, terms[i], t - terms[i].first_tile, rows, int(k));
-                }
+            long(total), cpu::Schedule::dynamic,
+            [&](long t) {
+                int i = nterms - 1;
+                while (tt[i].first_tile > std::size_t(t)) --i;
+                row_tile(op, params, in, tt[i], std::size_t(t) - tt[i].first_tile, r0, r1, v, out,
+                         cpu::thread_index());
             },
             true, scratch_threads_);
-
-        // Fixed-order reduction of the slots, parallel over parameters.
-        constexpr long block = 2048;  // parameters per task, summed as vectors
-        const long nblocks = (long(np_) + block - 1) / block;
-        cpu::parallel_for(nblocks, cpu::Schedule::fixed, [&](long b) {
-            const std::size_t i0 = std::size_t(b * block);
-            const int n = int(std::min<std::size_t>(block, np_ - i0));
-            T* out = grad + i0;
-            zero(out, std::size_t(n));
-            for (std::size_t k = 0; k < used; ++k) {
-                if (slot_fresh_[k]) continue;
-                const T* src = slot_grad_.data() + k * np_ + i0;
-#pragma omp simd
-                for (int i = 0; i < n; ++i) out[i] += src[i];
-            }
-        });
-        if (!in.train_fourier) zero(grad, std::size_t(d_) * m_);
-
-        double sums[3] = {0, 0, 0};  // indexed by Term: pde, data, bc
-        for (std::size_t k = 0; k < num_slots; ++k)
-            for (int term = 0; term < 3; ++term) sums[term] += slot_loss_[k * 3 + term];
-        return loss_breakdown(sums, in);
     }
 
 private:
@@ -343,75 +325,342 @@ private:
         }
     }
 
-    // One loss term's points, and where its tiles start in value_and_grad's tile sequence.
+    // One loss term's points, where its tiles start in the call's tile sequence and where its
+    // rows start in the residual vector.
     struct TermTiles {
-        Term term;
+        int t;   // terms::Term
         const T* x;
         std::size_t n;
         int ns;  // streams: d + 2 (pde), 1 (data), d + 1 (bc)
-        T c;     // 2 w / n, the seed's scale
-        std::size_t first_tile;
+        terms::TermScale<T> scale;
+        std::size_t first_tile, row0;
     };
 
-    // Tile `lt` of a term: forward into the thread's scratch rows, loss seeds, backward into
-    // slot k (a slot's first tile in a call writes its gradient, later ones add).
-    void train_tile(const T* params, const LossInputs<T>& in, const TermTiles& term,
-                    std::size_t lt, const TileRows& rows, int k) {
+    // Lines up the tiles of every term present, in table order; returns the number of tiles.
+    std::size_t line_up(const LossInputs<T>& in, TermTiles* tt, int& nterms) const {
+        std::size_t total = 0, rows = 0;
+        nterms = 0;
+        for (int t = 0; t < kNumTerms; ++t) {
+            const terms::TermPoints<T> tp = terms::term_points(in, t);
+            if (!tp.n) continue;
+            tt[nterms++] = TermTiles{t,           tp.x, tp.n, terms::term_streams(t, d_),
+                                     terms::term_scale(tp), total, rows};
+            total += (tp.n + tile - 1) / tile;
+            rows += 2 * tp.n;
+        }
+        return total;
+    }
+
+    // value_and_grad (w == null: seeds from the residuals, loss returned, out's per-point outputs
+    // written) or vjp (seeds from the row weights w): the gradient into grad.
+    LossBreakdown reduce(const T* params, T* grad, const LossInputs<T>& in, LossOutputs<T>* out,
+                         const T* w) {
+        prepare(params);
+        std::fill(slot_fresh_.begin(), slot_fresh_.end(), char(1));  // zeroed on first use
+        std::fill(slot_loss_.begin(), slot_loss_.end(), 0.0);
+
+        // The tiles of all terms in one sequence; tile t goes to slot t % slots.
+        TermTiles tt[kNumTerms];
+        int nterms = 0;
+        const std::size_t total = line_up(in, tt, nterms);
+        const std::size_t used = std::min(num_slots, total);
+        const SeedArgs sa{out, w};
+        cpu::parallel_for(
+            long(used), cpu::Schedule::dynamic,
+            [&](long k) {
+                const TileRows rows = scratch_rows(cpu::thread_index());
+                for (std::size_t t = std::size_t(k); t < total; t += num_slots) {
+                    int i = nterms - 1;
+                    while (tt[i].first_tile > t) --i;
+                    train_tile(params, in, sa, tt[i], t - tt[i].first_tile, rows, int(k));
+                }
+            },
+            true, scratch_threads_);
+
+        // Fixed-order reduction of the slots, parallel over parameters.
+        constexpr long block = 2048;  // parameters per task, summed as vectors
+        const long nblocks = (long(np_) + block - 1) / block;
+        cpu::parallel_for(nblocks, cpu::Schedule::fixed, [&](long b) {
+            const std::size_t i0 = std::size_t(b * block);
+            const int n = int(std::min<std::size_t>(block, np_ - i0));
+            T* o = grad + i0;
+            zero(o, std::size_t(n));
+            for (std::size_t k = 0; k < used; ++k) {
+                if (slot_fresh_[k]) continue;
+                const T* src = slot_grad_.data() + k * np_ + i0;
+#pragma omp simd
+                for (int i = 0; i < n; ++i) o[i] += src[i];
+            }
+        });
+        if (!in.train_fourier) zero(grad, std::size_t(d_) * m_);
+
+        double sums[kNumTerms] = {};
+        for (std::size_t k = 0; k < num_slots; ++k)
+            for (int t = 0; t < kNumTerms; ++t) sums[t] += slot_loss_[k * kNumTerms + t];
+        return loss_breakdown(sums, in);
+    }
+
+    // What seeds a reduce pass: the loss (w == null; out may ask for per-point outputs) or vjp's
+    // row weights w.
+    struct SeedArgs {
+        LossOutputs<T>* out;
+        const T* w;
+    };
+
+    // Tile `lt` of a term: forward into the thread's scratch rows, seeds, backward into slot k
+    // (a slot's first tile in a call writes its gradient, later ones add).
+    void train_tile(const T* params, const LossInputs<T>& in, const SeedArgs& sa,
+                    const TermTiles& term, std::size_t lt, const TileRows& rows, int k) {
         const std::size_t g0 = lt * tile;  // the tile's first point
         const int np = int(std::min<std::size_t>(tile, term.n - g0));
         const bool first = slot_fresh_[k] != 0;
         slot_fresh_[k] = 0;
         with_streams(d_, term.ns, [&](auto D, auto NS) {
             forward_tile<D(), NS()>(params, rows, np, term.x + g0 * d_);
-            slot_loss_[std::size_t(k) * 3 + term.term] +=
-                seed(term.term, in, NS(), rows, np, g0, term.c, rows.adj);
+            slot_loss_[std::size_t(k) * kNumTerms + term.t] +=
+                seed(term, in, sa, NS(), rows, np, g0, rows.adj);
             backward_tile<D(), NS()>(params, rows, np, k, first, in.train_fourier);
         });
     }
 
-    // Loss adjoints at the output, tile-local layout [ns, tile, 2], of the tile in rows R whose
-    // first point is point g0 of the term; returns the tile's sum |r|^2.
-    double seed(Term term, const LossInputs<T>& in, int ns, const TileRows& R, int np,
-                std::size_t g0, T c, T* g) const {
-        const int d = d_;
-        const T* U = R.z[L_];
-        const std::ptrdiff_t ssU = std::ptrdiff_t(R.ss * 2), ssG = 2 * tile;
-        double acc = 0.0;
-        for (int p = 0; p < np; ++p) {
-            const std::size_t lp = R.r0 + std::size_t(p), gp = g0 + std::size_t(p);
-            const T* u = U + lp * 2;
-            T* gu = g + std::size_t(p) * 2;
-            T tmp[2 * 5] = {};  // u streams gathered to a small local stride for the seed functions
-            if (term == kPde) {
-                for (int s = 0; s < ns; ++s) {
-                    tmp[2 * s] = u[s * ssU];
-                    tmp[2 * s + 1] = u[s * ssU + 1];
-                }
-                const T kap = in.kappa ? in.kappa[gp] : in.kappa_const;
-                const T fr = in.f ? in.f[gp * 2] : T(0), fi = in.f ? in.f[gp * 2 + 1] : T(0);
-                acc += double(math::pde_seed(tmp, 2, d, kap, fr, fi, c, tmp));
-            } else if (term == kData) {
-                tmp[0] = u[0];
-                tmp[1] = u[1];
-                acc += double(math::data_seed(tmp, in.y[gp * 2], in.y[gp * 2 + 1], c, tmp));
-            } else {
-                for (int s = 0; s < ns; ++s) {
-                    tmp[2 * s] = u[s * ssU];
-                    tmp[2 * s + 1] = u[s * ssU + 1];
-                }
-                const T ar = in.alpha_bc ? in.alpha_bc[gp * 2] : in.alpha_const[0];
-                const T ai = in.alpha_bc ? in.alpha_bc[gp * 2 + 1] : in.alpha_const[1];
-                const T gr = in.g_bc ? in.g_bc[gp * 2] : T(0);
-                const T gi = in.g_bc ? in.g_bc[gp * 2 + 1] : T(0);
-                acc += double(math::robin_seed(tmp, 2, d, in.normal_bc + gp * d, ar, ai, gr, gi,
-                                               c, tmp));
-            }
-            for (int s = 0; s < ns; ++s) {
-                gu[s * ssG] = tmp[2 * s];
-                gu[s * ssG + 1] = tmp[2 * s + 1];
-            }
+    // Gathers the ns output streams of point lp of the rows R into u (stride 2: u[2s + c]).
+    static void gather_u(const TileRows& R, int L, std::size_t lp, int ns, T* u) {
+        const T* U = R.z[L] + lp * 2;
+        const std::size_t ssU = R.ss * 2;
+        for (int s = 0; s < ns; ++s) {
+            u[2 * s] = U[s * ssU];
+            u[2 * s + 1] = U[s * ssU + 1];
         }
+    }
+
+    // Loss (or vjp) adjoints at the output, tile-local layout [ns, tile, 2], of the tile in rows R
+    // whose first point is point g0 of the term; returns the tile's sum |r|^2 (0 for vjp).
+    double seed(const TermTiles& term, const LossInputs<T>& in, const SeedArgs& sa, int ns,
+                const TileRows& R, int np, std::size_t g0, T* g) const {
+        const int d = d_;
+        const std::ptrdiff_t ssG = 2 * tile;
+        double acc = 0.0;
+        terms::with_term(term.t, [&](auto entry) {
+            using E = decltype(entry);
+            for (int p = 0; p < np; ++p) {
+                const std::size_t gp = g0 + std::size_t(p), row = term.row0 + 2 * gp;
+                T u[2 * 5] = {}, ub[2 * 5] = {}, r[2], w[2];
+                if (sa.w) {  // vjp
+                    w[0] = term.scale.s * sa.w[row];
+                    w[1] = term.scale.s * sa.w[row + 1];
+                } else {
+                    gather_u(R, L_, R.r0 + std::size_t(p), ns, u);
+                    E::residual(in, gp, u, 2, d, r);
+                    acc += double(r[0] * r[0] + r[1] * r[1]);
+                    w[0] = term.scale.c * r[0];
+                    w[1] = term.scale.c * r[1];
+                    if (sa.out && sa.out->residuals) {
+                        sa.out->residuals[row] = term.scale.s * r[0];
+                        sa.out->residuals[row + 1] = term.scale.s * r[1];
+                    }
+                    if (E::id == terms::kPde && sa.out && sa.out->grad_kappa)
+                        sa.out->grad_kappa[gp] = w[0] * u[0] + w[1] * u[1];  // dr/dkappa = u
+                }
+                E::adjoint(in, gp, w, ub, 2, d);
+                T* gu = g + std::size_t(p) * 2;
+                for (int s = 0; s < ns; ++s) {
+                    gu[s * ssG] = ub[2 * s];
+                    gu[s * ssG + 1] = ub[2 * s + 1];
+                }
+            }
+        });
         return acc;
+    }
+
+    // ---- The residual level: one tile of residual rows -------------------------------------
+    //
+    // Rows of a tile: point p's components c = 0, 1 are adjoint rows q = c * np + p, so one
+    // matrix product per layer carries both. For the Jacobian, each row's gradient is written
+    // out (dW_row = sum_s G_s[q] A_s[p]^T, db_row = G_0[q], dB_row as in the Fourier backward);
+    // for J v, each row's gradient is dotted with v on the fly: sum_s G_s[q] . (V_W A_s[p]) +
+    // G_0[q] . v_b + dB_row . v_B, the products V_W A_s made by one GEMM per layer and stream.
+    void row_tile(RowOp op, const T* params, const LossInputs<T>& in, const TermTiles& term,
+                  std::size_t lt, std::size_t r0, std::size_t r1, const T* v, T* out,
+                  int thread) {
+        const std::size_t g0 = lt * tile;
+        const int np = int(std::min<std::size_t>(tile, term.n - g0));
+        const std::size_t first_row = term.row0 + 2 * g0, end_row = first_row + 2 * np;
+        if (end_row <= r0 || first_row >= r1) return;
+        const TileRows R = scratch_rows(thread);
+        with_streams(d_, term.ns, [&](auto D, auto NS) {
+            forward_tile<D(), NS()>(params, R, np, term.x + g0 * d_);
+            if (op == RowOp::residuals) {
+                terms::with_term(term.t, [&](auto entry) {
+                    for (int p = 0; p < np; ++p) {
+                        T u[2 * 5] = {}, r[2];
+                        gather_u(R, L_, std::size_t(p), NS(), u);
+                        decltype(entry)::residual(in, g0 + p, u, 2, d_, r);
+                        for (int c = 0; c < 2; ++c) {
+                            const std::size_t row = first_row + 2 * std::size_t(p) + c;
+                            if (row >= r0 && row < r1) out[row - r0] = term.scale.s * r[c];
+                        }
+                    }
+                });
+                return;
+            }
+            row_backward<D(), NS()>(op, params, in, term, R, np, g0, r0, r1, v, out, thread);
+        });
+    }
+
+    template <int D, int NS>
+    void row_backward(RowOp op, const T* params, const LossInputs<T>& in, const TermTiles& term,
+                      const TileRows& R, int np, std::size_t g0, std::size_t r0, std::size_t r1,
+                      const T* v, T* out, int thread) {
+        const int m = m_, nq = 2 * np;
+        const std::size_t first_row = term.row0 + 2 * g0;
+        T* gcur = row_scratch_.data() + std::size_t(thread) * row_stride_;
+        T* gnext = gcur + row_adj_;
+        T* tan = gnext + row_adj_;                       // [NS, tile, width]: V_W A_s
+        T* acc = tan + std::size_t(S_) * tile * sp_.max_width();  // [2 tile]: J v of each row
+        const bool jac = op == RowOp::jacobian;
+        // Row q = c * np + p of the tile, its output row, and whether the caller wants it.
+        const auto row_of = [&](int q) { return first_row + 2 * std::size_t(q % np) + q / np; };
+        const auto wanted = [&](int q) {
+            const std::size_t row = row_of(q);
+            return row >= r0 && row < r1;
+        };
+        const std::size_t P = np_;
+
+        // Seeds: the adjoint of u's streams for w = s e_c, for both components c.
+        {
+            const std::ptrdiff_t ssG = std::ptrdiff_t(2) * tile * 2;
+            terms::with_term(term.t, [&](auto entry) {
+                for (int q = 0; q < nq; ++q) {
+                    const int p = q % np, c = q / np;
+                    T w[2] = {T(0), T(0)}, ub[2 * 5] = {};
+                    w[c] = term.scale.s;
+                    decltype(entry)::adjoint(in, g0 + p, w, ub, 2, d_);
+                    T* gu = gcur + std::size_t(q) * 2;
+                    for (int s = 0; s < NS; ++s) {
+                        gu[s * ssG] = ub[2 * s];
+                        gu[s * ssG + 1] = ub[2 * s + 1];
+                    }
+                }
+            });
+        }
+        if (!jac)
+            for (int q = 0; q < nq; ++q) acc[q] = T(0);
+
+        for (int l = L_; l >= 0; --l) {
+            const int in_w = sp_.layer_in(l), out_w = sp_.layer_out(l);
+            const std::ptrdiff_t ssG = std::ptrdiff_t(2) * tile * out_w;  // gcur's stream stride
+            const T* Z = R.z[l];
+            const std::ptrdiff_t ssZ = std::ptrdiff_t(tile) * out_w;
+            if (l < L_) {
+                const T* Hh = R.h[l];
+                for (int q = 0; q < nq; ++q) {
+                    const std::size_t r = std::size_t(q % np) * out_w;
+                    T* g = gcur + std::size_t(q) * out_w;
+#pragma omp simd
+                    for (int j = 0; j < out_w; ++j)
+                        math::tanh_backward(Z + r + j, ssZ, Hh[r + j], g + j, ssG, D, NS);
+                }
+            }
+            // gcur: the adjoints of z_l for every row. Its input activations A_s:
+            const T* A = l == 0 ? R.feat : R.h[l - 1];
+            const std::size_t ssA = std::size_t(tile) * in_w;
+            if (jac) {
+                for (int q = 0; q < nq; ++q) {
+                    if (!wanted(q)) continue;
+                    const int p = q % np;
+                    T* Jr = out + (row_of(q) - r0) * P;
+                    const T* g = gcur + std::size_t(q) * out_w;
+                    T* db = Jr + sp_.offset_b(l);
+                    for (int o = 0; o < out_w; ++o) db[o] = g[o];
+                    T* dW = Jr + sp_.offset_W(l);
+                    for (int o = 0; o < out_w; ++o) {
+                        T* row = dW + std::size_t(o) * in_w;
+                        const T g0v = g[o];
+                        const T* a0 = A + std::size_t(p) * in_w;
+#pragma omp simd
+                        for (int i = 0; i < in_w; ++i) row[i] = g0v * a0[i];
+                        for (int s = 1; s < NS; ++s) {
+                            const T gs = g[s * ssG + o];
+                            const T* as = A + s * ssA + std::size_t(p) * in_w;
+#pragma omp simd
+                            for (int i = 0; i < in_w; ++i) row[i] += gs * as[i];
+                        }
+                    }
+                }
+            } else {
+                // tan_s = A_s V_W^T for the np points, then each row's dot products.
+                const std::size_t ssT = std::size_t(tile) * out_w;
+                for (int s = 0; s < NS; ++s)
+                    gemm<T>(np, out_w, in_w, A + s * ssA, in_w, 1, vt_.data() + wt_off_[l], out_w,
+                            tan + s * ssT, out_w, false);
+                const T* vb = v + sp_.offset_b(l);
+                for (int q = 0; q < nq; ++q) {
+                    const int p = q % np;
+                    const T* g = gcur + std::size_t(q) * out_w;
+                    T a = T(0);
+                    for (int s = 0; s < NS; ++s) {
+                        const T* gs = g + s * ssG;
+                        const T* ts = tan + s * ssT + std::size_t(p) * out_w;
+#pragma omp simd reduction(+ : a)
+                        for (int o = 0; o < out_w; ++o) a += gs[o] * ts[o];
+                    }
+#pragma omp simd reduction(+ : a)
+                    for (int o = 0; o < out_w; ++o) a += g[o] * vb[o];
+                    acc[q] += a;
+                }
+            }
+            if (l == 0 && !in.train_fourier) break;
+            const T* W = params + sp_.offset_W(l);
+            const std::ptrdiff_t ssN = std::ptrdiff_t(2) * tile * in_w;
+            for (int s = 0; s < NS; ++s)  // A-adjoint_s = G_s W, both components at once
+                gemm<T>(nq, in_w, out_w, gcur + s * ssG, out_w, 1, W, in_w, gnext + s * ssN, in_w,
+                        false);
+            std::swap(gcur, gnext);
+        }
+        if (in.train_fourier) {
+            // Fourier layer: gcur holds the feature adjoints [NS, 2 tile, 2m] of every row.
+            const std::ptrdiff_t ssF = std::ptrdiff_t(2) * tile * 2 * m;
+            const T* vB = v ? v + sp_.offset_B() : nullptr;
+            for (int q = 0; q < nq; ++q) {
+                if (jac && !wanted(q)) continue;
+                const int p = q % np;
+                const T* xi = R.x + std::size_t(p) * D;
+                const T* f = R.feat + std::size_t(p) * 2 * m;
+                const T* g = gcur + std::size_t(q) * 2 * m;
+                T* dB = jac ? out + (row_of(q) - r0) * P + sp_.offset_B() : nullptr;
+                T a = T(0);
+                for (int j = 0; j < m; ++j) {
+                    T sbar, wbar[D];
+                    math::fourier_backward_point(f[j], f[m + j], omega_.data() + j, m, Omega_[j],
+                                                 D, NS, g + j, g + m + j, ssF, sbar, wbar);
+                    for (int i = 0; i < D; ++i) {
+                        const T val = T(math::two_pi) * (xi[i] * sbar + wbar[i]);
+                        if (jac)
+                            dB[std::size_t(i) * m + j] = val;
+                        else
+                            a += val * vB[std::size_t(i) * m + j];
+                    }
+                }
+                if (!jac) acc[q] += a;
+            }
+        } else if (jac) {
+            for (int q = 0; q < nq; ++q)
+                if (wanted(q)) zero(out + (row_of(q) - r0) * P + sp_.offset_B(), std::size_t(D) * m);
+        }
+        if (!jac)
+            for (int q = 0; q < nq; ++q)
+                if (wanted(q)) out[row_of(q) - r0] = acc[q];
+    }
+
+    // V's weight matrices transposed (as prepare() does for W), for jvp's products V_W A_s.
+    void prepare_tangent(const T* v) {
+        for (int l = 0; l <= L_; ++l) {
+            const int in = sp_.layer_in(l), out = sp_.layer_out(l);
+            const T* W = v + sp_.offset_W(l);
+            T* WT = vt_.data() + wt_off_[l];
+            for (int o = 0; o < out; ++o)
+                for (int i = 0; i < in; ++i) WT[std::size_t(i) * out + o] = W[std::size_t(o) * in + i];
+        }
     }
 
     // Adjoint pass of the tile in the scratch rows R (seeded in R.adj); adds its gradient into
@@ -489,6 +738,9 @@ private:
     std::size_t wt_off_[16] = {};
     std::size_t adj_stride_ = 0;
     AlignedArray<T> scratch_;  // scratch_threads_ blocks of TileRows for value_and_grad
+    AlignedArray<T> vt_;       // jvp: V's weight matrices transposed, laid out as wt_
+    AlignedArray<T> row_scratch_;  // scratch_threads_ blocks of the residual level's rows
+    std::size_t row_adj_ = 0, row_stride_ = 0;
     std::size_t scratch_stride_ = 0;
     int scratch_threads_ = 1;
     WorkspaceBuffers<T> bufs_;

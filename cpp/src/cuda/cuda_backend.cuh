@@ -114,8 +114,29 @@ public:
         });
     }
 
+    void vjp(const T*, const T*, const LossInputs<T>&, T*, void*) override {
+        throw std::runtime_error("vjp: not yet implemented on CUDA workspaces");
+    }
+
+    void rows(RowOp op, const T*, const LossInputs<T>&, std::size_t, std::size_t, const T*, T*,
+              void*) override {
+        throw std::runtime_error(std::string(op == RowOp::residuals  ? "residuals"
+                                             : op == RowOp::jacobian ? "jacobian"
+                                                                     : "jvp") +
+                                 ": not yet implemented on CUDA workspaces");
+    }
+
+    void value_and_grad(const T* params, T* grad, const LossInputs<T>& in, LossOutputs<T>& out,
+                        void* stream) override {
+        if (out.residuals || out.grad_kappa)
+            throw std::runtime_error(
+                "value_and_grad: residuals and grad_kappa outputs are not yet implemented on "
+                "CUDA workspaces");
+        out.loss = value_and_grad(params, grad, in, stream);
+    }
+
     LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
-                                 void* stream) override {
+                                 void* stream) {
         DeviceGuard guard(dev_);
         const cudaStream_t s = as_stream(stream);
         if (in.check_finite) check_finite(params, in, s);
@@ -354,7 +375,7 @@ private:
             a.g = in.g_bc;
             a.ns = d_ + 1;
         }
-        a.c = T(2) * w / T(n);
+        a.c = terms::term_scale(terms::term_points(in, term)).c;
         const int tf = in.train_fourier ? 1 : 0;
         launch_chunks(n, "value_and_grad: kernel launch",
                       [&](auto Dc, auto GSc, int grid, std::size_t c0, int nc) {
