@@ -1,4 +1,5 @@
-// Zero heap allocations per step: once a Workspace exists, forward(), value_and_grad(),
+// Zero heap allocations per step: once a Workspace exists, forward(), value_and_grad(), the
+// residual level (residuals, jacobian, jvp, vjp),
 // zero_grad() and adam_step() must not allocate, whatever the number of points (several chunks)
 // and whichever terms are given, on 2 OpenMP threads.
 //
@@ -239,6 +240,34 @@ void run(const char* tname, int d) {
             ws.value_and_grad(theta.data(), grad.data(), one);
         });
     }
+
+    // The residual level: residuals, Jacobian rows (a range crossing terms), J v, J^T w, and
+    // value_and_grad with per-point outputs and global counts.
+    LossInputs<T> counted = all;
+    counted.count_pde = all.n_pde + 7;
+    counted.count_bc = all.n_bc + 3;
+    const std::size_t R = ws.num_residuals(all);
+    std::vector<T> r(R), wv(R, T(0.5)), jv(R), jtw(P), gk(all.n_pde), tan(P, T(0.25));
+    const std::size_t r0 = 2 * all.n_pde - 5, r1 = r0 + 40;
+    std::vector<T> J((r1 - r0) * P);
+    count_calls((pre + "residuals(all terms)").c_str(), [&] {
+        ws.residuals(theta.data(), all, r.data());
+    });
+    count_calls((pre + "jacobian(40 rows across pde/data)").c_str(), [&] {
+        ws.jacobian(theta.data(), all, r0, r1, J.data());
+    });
+    count_calls((pre + "jvp(all terms)").c_str(), [&] {
+        ws.jvp(theta.data(), tan.data(), all, jv.data());
+    });
+    count_calls((pre + "vjp(all terms, counts)").c_str(), [&] {
+        ws.vjp(theta.data(), wv.data(), counted, jtw.data());
+    });
+    helmpinn::LossOutputs<T> outs;
+    outs.residuals = r.data();
+    outs.grad_kappa = gk.data();
+    count_calls((pre + "value_and_grad(residuals, grad_kappa, counts)").c_str(), [&] {
+        ws.value_and_grad(theta.data(), grad.data(), counted, outs);
+    });
 
     count_calls((pre + "zero_grad()").c_str(), [&] { ws.zero_grad(); });
 
