@@ -1,7 +1,7 @@
 // Zero heap allocations per step: once a Workspace exists, forward(), value_and_grad(), the
-// residual level (residuals, jacobian, jvp, vjp),
-// zero_grad() and adam_step() must not allocate, whatever the number of points (several chunks)
-// and whichever terms are given, on 2 OpenMP threads.
+// residual level (residuals, jacobian, jvp, vjp), zero_grad() and adam_step() must not
+// allocate, whatever the number of points (several chunks) and whichever terms are given, on
+// 2 OpenMP threads.
 //
 // Every allocation of the process is counted, not only helmpinn's own: the global operator
 // new/delete (all C++17 variants) are replaced, and on glibc so are malloc, calloc, realloc,
