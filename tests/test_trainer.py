@@ -185,6 +185,10 @@ def test_train_fourier_false_reaches_the_core():
     assert np.all(tr.grad[B] == 0), "the core gave no gradient for B"
     assert tr.model.params[B].tobytes() == before[B].tobytes()
     assert not np.array_equal(tr.model.params[B.stop:], before[B.stop:])
+    before = tr.model.params.copy()
+    tr.polish(5)  # the Trainer's L-BFGS
+    assert tr.model.params[B].tobytes() == before[B].tobytes()
+    assert not np.array_equal(tr.model.params, before)
     trained = make_trainer(problem="dirichlet2d")
     trained.fit(1)
     assert np.any(trained.grad[B] != 0), "with train_fourier=True, B has a gradient"
