@@ -53,8 +53,10 @@ def test_bad_options(tmp_path, capsys):
     assert main(["train", "--problem", "plane1d", "--n", "3", "--out", str(tmp_path)]) == 2
     assert "takes no option --n" in capsys.readouterr().err
     assert main(["train", "--problem", "nope", "--out", str(tmp_path)]) == 2
+    assert main(["train", "--out", str(tmp_path)]) == 2
+    assert "--problem is required" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["train"])
+        main(["train", "--problem", "plane1d", "--steps", "many"])
 
 
 def test_python_dash_m(tmp_path):

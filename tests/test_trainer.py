@@ -132,6 +132,91 @@ def test_adam_matches_reference_and_schedules():
         make_schedule("step", 1.0, 10)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_adam_weight_decay_matches_numpy(dtype):
+    """Decoupled (AdamW) decay: p -= lr * m_hat / (sqrt(v_hat) + eps) + lr * wd * p, with the
+    p of before the step; checked against NumPy in float64 (flipping the decay's sign fails)."""
+    rng = np.random.default_rng(4)
+    p = rng.standard_normal(64).astype(dtype)
+    p_ref = p.astype(np.float64)
+    m_ref = np.zeros(64)
+    v_ref = np.zeros(64)
+    lr, wd, b1, b2, eps = 3e-2, 0.5, 0.8, 0.95, 1e-6
+    opt = Adam(p, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    for t in range(1, 6):
+        g = rng.standard_normal(64).astype(dtype)
+        opt.step(p, g)
+        g = g.astype(np.float64)
+        m_ref = b1 * m_ref + (1 - b1) * g
+        v_ref = b2 * v_ref + (1 - b2) * g * g
+        p_ref = p_ref - lr * (m_ref / (1 - b1**t)) / (np.sqrt(v_ref / (1 - b2**t)) + eps) - lr * wd * p_ref
+    tol = 1e-13 if dtype == "float64" else 2e-6
+    np.testing.assert_allclose(p, p_ref, rtol=tol, atol=tol)
+    # the decay is visible: without it the parameters differ by far more than the tolerance
+    q = rng.standard_normal(64)
+    q_nodecay, q_decay = q.copy(), q.copy()
+    g = rng.standard_normal(64)
+    Adam(q_nodecay, lr=lr).step(q_nodecay, g)
+    Adam(q_decay, lr=lr, weight_decay=wd).step(q_decay, g)
+    np.testing.assert_allclose(q_decay - q_nodecay, -lr * wd * q, rtol=1e-12)
+
+
+def test_relative_l2_known_values():
+    u_exact = np.array([3.0 + 4.0j, 0.0, 0.0])  # |u_exact| = 5
+    u = np.array([3.0 + 1.0j, 4.0, 0.0])        # |u - u_exact| = sqrt(9 + 16) = 5
+    assert relative_l2(u, u_exact) == pytest.approx(1.0, rel=1e-15)
+    assert relative_l2(u_exact + 0.3, u_exact) == pytest.approx(math.sqrt(3 * 0.09) / 5, rel=1e-14)
+    assert relative_l2(np.array([6.0, 8.0]), np.zeros(2)) == pytest.approx(10.0), "absolute when exact is 0"
+    assert relative_l2(u_exact, u_exact) == 0.0
+
+
+def _fourier_slice(spec):
+    n = spec.in_dim * spec.ff_dim  # B comes first in the flat vector
+    v = spec.views(np.arange(spec.num_params, dtype=np.float64))["B"]
+    assert v.ravel().tolist() == list(range(n))
+    return slice(0, n)
+
+
+def test_train_fourier_false_reaches_the_core():
+    tr = make_trainer(train_fourier=False, problem="dirichlet2d")
+    B = _fourier_slice(tr.model.spec)
+    before = tr.model.params.copy()
+    tr.fit(5)
+    assert np.all(tr.grad[B] == 0), "the core gave no gradient for B"
+    assert tr.model.params[B].tobytes() == before[B].tobytes()
+    assert not np.array_equal(tr.model.params[B.stop:], before[B.stop:])
+    before = tr.model.params.copy()
+    tr.polish(5)  # the Trainer's L-BFGS
+    assert tr.model.params[B].tobytes() == before[B].tobytes()
+    assert not np.array_equal(tr.model.params, before)
+    trained = make_trainer(problem="dirichlet2d")
+    trained.fit(1)
+    assert np.any(trained.grad[B] != 0), "with train_fourier=True, B has a gradient"
+
+    p = get_problem("plane1d", k=4.0)
+    m = small_model(1, dtype="float64", sigma=0.5)
+    before = m.params.copy()
+    batch = p.sample(64, 2, 0, "sobol").to_core(np.float64)
+    res = lbfgs(m.params, m.spec, batch, 10, weights=auto_weights(p), train_fourier=False)
+    assert res.loss_after < res.loss_before
+    assert m.params[_fourier_slice(m.spec)].tobytes() == before[_fourier_slice(m.spec)].tobytes()
+    assert not np.array_equal(m.params, before)
+
+
+def test_value_and_grad_into_the_workspace_grad():
+    p = get_problem("dirichlet2d")
+    m = small_model(2, dtype="float64")
+    batch = p.sample(96, 24, 0, "sobol").to_core(np.float64)
+    ws = helmpinn.Workspace(m.spec, 40, "float64")  # several chunks
+    separate = np.full(m.num_params, 7.0)
+    loss_sep = ws.value_and_grad(m.params, separate, **batch)
+    ws.grad[...] = 3.0  # stale contents must be overwritten, not added to
+    loss_own = ws.value_and_grad(m.params, ws.grad, **batch)
+    assert loss_own == loss_sep
+    np.testing.assert_allclose(ws.grad, separate, rtol=1e-12, atol=1e-14)
+    assert np.count_nonzero(separate) > 0.9 * m.num_params
+
+
 def test_lbfgs_polish_lowers_loss():
     p = get_problem("plane1d", k=4.0)
     m = small_model(1, dtype="float32", sigma=0.5)
@@ -150,7 +235,7 @@ def test_lbfgs_polish_lowers_loss():
 def test_lbfgs_runs_the_blas_on_one_thread():
     """SciPy's L-BFGS-B calls the BLAS between value_and_grad calls; threaded BLAS workers
     would spin on the cores helmpinn needs, so lbfgs limits them to one (and restores them)."""
-    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import threadpoolctl  # a dependency of the package: missing, this must fail, not skip
 
     def blas_threads():
         return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
@@ -207,6 +292,35 @@ def test_early_stop_on_target_error():
     tr = make_trainer(target_error=10.0)
     tr.fit(100)
     assert tr.step == 20 and "target error" in tr.stop_reason and not tr.diverged
+
+
+def test_target_error_met_at_a_later_evaluation():
+    free = make_trainer()
+    free.fit(200)
+    errors, steps = free.history.eval_error, free.history.eval_step
+    # the first evaluation that beats every earlier one (the run is deterministic)
+    i = next(i for i in range(1, len(errors)) if errors[i] < min(errors[:i]))
+    target = 0.5 * (errors[i] + min(errors[:i]))
+    tr = make_trainer(target_error=target)
+    tr.fit(200)
+    assert tr.step == steps[i] > steps[0] and not tr.diverged
+    assert tr.stop_reason == f"target error {target:g} reached at step {steps[i]}"
+    assert tr.history.eval_error == errors[:i + 1]
+
+
+def test_nonfinite_parameters_at_a_checkpoint_restore_it(tmp_path):
+    def inject(trainer, step):
+        if step == 20:  # a checkpoint step: caught by the save, before any loss sees it
+            trainer.model.params[7] = np.nan
+
+    tr = make_trainer(tmp_path, checkpoint_every=10, callbacks=[inject])
+    h = tr.fit(100)
+    assert tr.diverged and tr.stop_reason == "non-finite parameters at step 20; restored the last good state (step 10)"
+    assert tr.step == 10 and h.step[-1] == 20 and tr.optimizer.step_count == 10
+    ckpt = Model.load(tmp_path / "ckpt.npz")
+    assert ckpt.optimizer_state["step"] == 10
+    assert ckpt.params.tobytes() == tr.model.params.tobytes()
+    assert ckpt.optimizer_state["m"].tobytes() == tr.optimizer.m.tobytes()
 
 
 def test_nan_mid_run_keeps_last_good_checkpoint(tmp_path):

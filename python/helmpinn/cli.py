@@ -4,6 +4,14 @@
 problem (:func:`helmpinn.trainer.default_settings`; every one can be overridden) and writes
 ``OUT/model.npz``, ``OUT/metrics.json`` and PNG figures (``solution.png``, ``error.png``,
 ``history.png``).
+
+Every option is checked, and the output folder is created and tried for writing, before
+anything is trained or removed; misuse exits with status 2 and one line on stderr. A new run
+removes the files a previous run left in OUT under those five names (and temporary files of an
+interrupted save, ``.tmp-*.npz``), never any other file. Ctrl-C stops after the current step,
+saves the checkpoint and the report and exits with status 130; ``helmpinn train --resume OUT``
+continues that run with its saved settings. A run that diverges (non-finite loss or
+parameters) keeps the last good checkpoint, writes no model without one, and exits with status 1.
 """
 from __future__ import annotations
 
@@ -13,10 +21,22 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from typing import Any, Sequence
 
 __all__ = ["main", "build_parser"]
+
+#: The files ``helmpinn train`` writes into its output folder (a new run removes old ones).
+OUTPUTS = ("model.npz", "metrics.json", "solution.png", "error.png", "history.png")
+_FIGURES = ("solution.png", "error.png", "history.png")
+#: Options that may be given with ``--resume`` (every other setting comes from the checkpoint).
+_RESUME_OPTIONS = ("steps", "checkpoint_every", "threads", "quiet", "no_plots")
+_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+
+
+class _UsageError(Exception):
+    """Misuse of the command line: reported as one line, exit status 2."""
 
 
 def _problem_option_names() -> dict[str, type]:
@@ -41,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a model on a built-in problem and write a report",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    t.add_argument("--problem", required=True, help="built-in problem (see `helmpinn problems`)")
+    t.add_argument("--problem", help="built-in problem (see `helmpinn problems`); required unless --resume")
+    t.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue the run saved in DIR (its model.npz) with its settings; only "
+                        + ", ".join("--" + o.replace("_", "-") for o in _RESUME_OPTIONS)
+                        + " may be given with it (--steps: the new total)")
     g = t.add_argument_group("problem options (each problem takes some of them)")
     for name, typ in _problem_option_names().items():
         g.add_argument(f"--{name}", type=float if typ in (int, float) else str, default=None,
@@ -67,10 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--lbfgs", type=int, default=None, help="L-BFGS polish iterations after Adam")
     o.add_argument("--target", type=float, default=None, help="stop once the relative L2 error is below this")
     o.add_argument("--eval-every", type=int, help="steps between error evaluations")
-    o.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only at the end)")
-    o.add_argument("--seed", type=int, default=0, help="random seed (initialisation and sampling)")
+    o.add_argument("--checkpoint-every", type=int, default=None,
+                   help="steps between checkpoints (default 0: only at the end and on Ctrl-C)")
+    o.add_argument("--seed", type=int, default=None, help="random seed (initialisation and sampling; default 0)")
     o.add_argument("--threads", type=int, default=None, help="CPU threads (default: OpenMP's)")
-    o.add_argument("--out", default="helmpinn-out", help="output folder")
+    o.add_argument("--out", default=None, help="output folder (default helmpinn-out); files of a previous "
+                   "run there are replaced")
     o.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     o.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
@@ -86,33 +112,68 @@ def _cmd_problems() -> int:
     return 0
 
 
-def _cmd_train(args: argparse.Namespace) -> int:
+# Range checks of the numeric options: (option, smallest allowed, whether it may equal that
+# bound). None values are not given and come from the problem's defaults.
+_INT_LIMITS = {"steps": 1, "points": 1, "bc_points": 0, "hidden": 1, "layers": 1, "fourier": 1,
+               "threads": 1, "eval_every": 0, "resample": 0, "checkpoint_every": 0, "lbfgs": 0, "seed": 0}
+_POSITIVE = ("lr", "sigma", "target")
+_NON_NEGATIVE = ("w_pde", "w_data", "w_bc")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    for name, least in _INT_LIMITS.items():
+        value = getattr(args, name)
+        if value is not None and value < least:
+            raise _UsageError(f"{_flag(name)} must be at least {least}, got {value}")
+    for name in _POSITIVE + _NON_NEGATIVE:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if not math.isfinite(value) or value < 0 or (value == 0 and name in _POSITIVE):
+            need = "a positive" if name in _POSITIVE else "a non-negative"
+            raise _UsageError(f"{_flag(name)} must be {need} finite number, got {value:g}")
+
+
+def _given(args: argparse.Namespace) -> list[str]:
+    """The options given on the command line (every train option defaults to None or False)."""
+    return [k for k, v in vars(args).items() if k not in ("command", "resume") and v is not None and v is not False]
+
+
+def _new_run(args: argparse.Namespace):
+    """Settings, problem and a fresh model from the command line."""
     from . import _core
     from .model import Model
     from .problems import get_problem, problem_options
-    from .trainer import Trainer, default_settings
+    from .trainer import default_settings
 
-    t_start = time.perf_counter()
+    if args.problem is None:
+        raise _UsageError("--problem is required (or --resume DIR to continue a run)")
     try:
         accepted = problem_options(args.problem)
     except ValueError as exc:
-        print(f"helmpinn: {exc}", file=sys.stderr)
-        return 2
+        raise _UsageError(str(exc)) from None
     opts: dict[str, Any] = {}
     for name in _problem_option_names():
         value = getattr(args, name, None)
         if value is None:
             continue
         if name not in accepted:
-            print(f"helmpinn: problem {args.problem!r} takes no option --{name} "
-                  f"(it takes {', '.join('--' + k for k in accepted) or 'none'})", file=sys.stderr)
-            return 2
+            raise _UsageError(f"problem {args.problem!r} takes no option --{name} "
+                              f"(it takes {', '.join('--' + k for k in accepted) or 'none'})")
         default = accepted[name]
         opts[name] = int(value) if isinstance(default, int) and float(value).is_integer() else value
-    problem = get_problem(args.problem, **opts)
+    try:
+        problem = get_problem(args.problem, **opts)
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(f"problem {args.problem!r}: {exc}") from None
 
     s = default_settings(problem)
     pick = lambda key, value: s[key] if value is None else value  # noqa: E731
+    seed = 0 if args.seed is None else args.seed
     settings = {
         "problem": problem.name, "problem_options": problem.options,
         "hidden": pick("hidden", args.hidden), "layers": pick("layers", args.layers),
@@ -124,50 +185,187 @@ def _cmd_train(args: argparse.Namespace) -> int:
         "eval_every": pick("eval_every", args.eval_every), "lbfgs": pick("lbfgs", args.lbfgs),
         "weights": {term: s["weights"][term] if given is None else given
                     for term, given in (("pde", args.w_pde), ("data", args.w_data), ("bc", args.w_bc))},
-        "train_fourier": not args.freeze_fourier, "target": args.target, "seed": args.seed,
-        "checkpoint_every": args.checkpoint_every,
+        "train_fourier": not args.freeze_fourier, "target": args.target, "seed": seed,
+        "checkpoint_every": args.checkpoint_every or 0,
     }
-    if args.threads is not None:
-        _core.set_num_threads(args.threads)
-    settings["threads"] = _core.get_num_threads()
-
-    out = args.out
-    os.makedirs(out, exist_ok=True)
-    model_path = os.path.join(out, "model.npz")
+    try:
+        _core.ModelSpec(problem.dim, settings["fourier"], settings["hidden"], settings["layers"])
+    except ValueError as exc:
+        raise _UsageError(f"invalid model (--fourier {settings['fourier']}, --hidden {settings['hidden']}, "
+                          f"--layers {settings['layers']}): {exc}") from None
     model = Model.create(problem.dim, settings["fourier"], settings["hidden"], settings["layers"],
-                         dtype=settings["dtype"], seed=args.seed, fourier_sigma=settings["sigma"])
-    model.metadata = {"problem": problem.name, "problem_options": problem.options}
-    trainer = Trainer(problem, model, lr=settings["lr"], schedule=settings["schedule"], betas=settings["betas"],
-                      n_pde=settings["points"], n_bc=settings["bc_points"], sampling=settings["sampling"],
-                      resample_every=settings["resample"], weights=settings["weights"],
-                      train_fourier=settings["train_fourier"], eval_every=settings["eval_every"],
-                      target_error=args.target, checkpoint_every=args.checkpoint_every,
-                      checkpoint_path=model_path, progress=not args.quiet, seed=args.seed)
+                         dtype=settings["dtype"], seed=seed, fourier_sigma=settings["sigma"])
+    return settings, problem, model
+
+
+def _resumed_run(args: argparse.Namespace, given: list[str]):
+    """Settings, problem and the checkpointed model of the run in ``args.resume``."""
+    from .model import Model
+    from .problems import get_problem
+
+    extra = [k for k in given if k not in _RESUME_OPTIONS]
+    if extra:
+        raise _UsageError(f"--resume continues a run with its saved settings; {', '.join(map(_flag, extra))} "
+                          f"cannot be given with it (allowed: {', '.join(map(_flag, _RESUME_OPTIONS))})")
+    folder = args.resume
+    path = os.path.join(folder, "model.npz")
+    if not os.path.isdir(folder):
+        raise _UsageError(f"--resume {folder!r}: no such folder")
+    if not os.path.exists(path):
+        raise _UsageError(f"--resume {folder!r}: no model.npz there (no checkpoint of a run to continue)")
+    try:
+        model = Model.load(path)
+    except ValueError as exc:
+        raise _UsageError(f"--resume: {exc}") from None
+    settings = model.metadata.get("settings")
+    if not isinstance(settings, dict) or "problem" not in settings:
+        raise _UsageError(f"--resume: {path} holds no run settings (it was not written by helmpinn train)")
+    settings = dict(settings)
+    settings["betas"] = tuple(settings["betas"])
+    done = int(model.optimizer_state.get("step", 0))
+    if args.steps is not None:
+        settings["steps"] = args.steps
+    if args.checkpoint_every is not None:
+        settings["checkpoint_every"] = args.checkpoint_every
+    if settings["steps"] <= done:
+        raise _UsageError(f"--resume: the run in {folder!r} is already at step {done} of {settings['steps']}; "
+                          f"give --steps N with N > {done} to train it further")
+    try:
+        problem = get_problem(settings["problem"], **settings["problem_options"])
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(f"--resume: {path}: problem {settings['problem']!r}: {exc}") from None
+    return settings, problem, model, done
+
+
+def _prepare_out(out: str) -> None:
+    """Create the output folder and make sure files can be written there, before training."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise _UsageError(f"--out {out!r} is a file, not a folder")
+    try:
+        os.makedirs(out, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".helmpinn-probe-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise _UsageError(f"--out {out!r}: cannot write there ({exc.strerror or exc})") from None
+
+
+def _clear_outputs(out: str, names: Sequence[str]) -> list[str]:
+    """Remove helmpinn's own files ``names`` and stale temporary saves from ``out``; nothing else."""
+    from .model import TEMP_PREFIX
+
+    stale = [n for n in os.listdir(out) if n.startswith(TEMP_PREFIX) and n.endswith(".npz")]
+    removed = []
+    for name in [*names, *stale]:
+        path = os.path.join(out, name)
+        if os.path.isfile(path) or os.path.islink(path):
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                raise _UsageError(f"--out {out!r}: cannot replace {name} ({exc.strerror or exc})") from None
+            removed.append(name)
+    return removed
+
+
+def _previous_history(out: str, done: int):
+    """The history (and training time) in ``out/metrics.json`` up to step ``done``, when that report
+    belongs to the checkpoint being resumed; else an empty history."""
+    from .trainer import History
+
+    try:
+        with open(os.path.join(out, "metrics.json")) as fh:
+            old = json.load(fh)
+        if old.get("final_step") != done:
+            return History(), 0.0
+        h = old["history"]
+        keep = [i for i, st in enumerate(h["step"]) if st <= done]
+        keep_eval = [i for i, st in enumerate(h["eval_step"]) if st <= done]
+        fields = {k: [h[k][i] for i in (keep_eval if k.startswith("eval_") else keep)] for k in History().as_dict()}
+        return History(**fields), float(old.get("train_time_s") or 0.0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return History(), 0.0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from . import _core
+    from .trainer import Trainer
+
+    t_start = time.perf_counter()
+    try:
+        _check_options(args)
+        if args.resume is not None:
+            if args.out is not None and os.path.abspath(args.out) != os.path.abspath(args.resume):
+                raise _UsageError("--resume DIR writes into DIR; --out cannot name another folder")
+            settings, problem, model, done = _resumed_run(args, _given(args))
+            out = args.resume
+        else:
+            settings, problem, model = _new_run(args)
+            done = 0
+            out = "helmpinn-out" if args.out is None else args.out
+        _prepare_out(out)
+        if args.threads is not None:
+            _core.set_num_threads(args.threads)
+        settings["threads"] = _core.get_num_threads()
+        model.metadata = {**model.metadata, "problem": problem.name, "problem_options": problem.options,
+                          "settings": settings}
+        model_path = os.path.join(out, "model.npz")
+        try:
+            trainer = Trainer(problem, model, lr=settings["lr"], schedule=settings["schedule"],
+                              betas=settings["betas"], n_pde=settings["points"], n_bc=settings["bc_points"],
+                              sampling=settings["sampling"], resample_every=settings["resample"],
+                              weights=settings["weights"], train_fourier=settings["train_fourier"],
+                              eval_every=settings["eval_every"], target_error=settings["target"],
+                              checkpoint_every=settings["checkpoint_every"], checkpoint_path=model_path,
+                              progress=not args.quiet, seed=settings["seed"], stop_on_interrupt=True)
+        except ValueError as exc:
+            raise _UsageError(str(exc)) from None
+        if done:
+            trainer.history, trainer.train_time = _previous_history(out, done)
+        # Only now, with every check passed, is anything of a previous run removed.
+        removed = _clear_outputs(out, _FIGURES + ("metrics.json",) if done else OUTPUTS)
+    except _UsageError as exc:
+        print(f"helmpinn: {exc}", file=sys.stderr)
+        return 2
     if not args.quiet:
+        if removed and not done:
+            print(f"helmpinn: replacing the previous run's {', '.join(removed)} in {out}", file=sys.stderr)
+        what = f"resuming at step {done} of" if done else "training for"
         print(f"helmpinn: {problem!r}\nhelmpinn: {model!r}, {settings['threads']} threads, "
-              f"{settings['steps']} steps, {trainer.n_pde} + {trainer.n_bc} points", file=sys.stderr)
-    history = trainer.fit(settings["steps"])
+              f"{what} {settings['steps']} steps, {trainer.n_pde} + {trainer.n_bc} points", file=sys.stderr)
+
+    try:
+        history = trainer.fit(settings["steps"] - done)
+    except ValueError as exc:  # non-finite training data, named by the core
+        print(f"helmpinn: {exc}", file=sys.stderr)
+        return 1
+    interrupted = trainer.stop_requested is not None
     adam_time = trainer.train_time
     adam_steps = len(history.step)
     polish = None
-    reached = args.target is not None and trainer.last_error is not None and trainer.last_error < args.target
-    if settings["lbfgs"] and not trainer.diverged and not reached:
+    target = settings["target"]
+    reached = target is not None and trainer.last_error is not None and trainer.last_error < target
+    if settings["lbfgs"] and not trainer.diverged and not reached and not interrupted:
         polish = trainer.polish(settings["lbfgs"])
         trainer.save_checkpoint()
     error = trainer.evaluate()
     wall = time.perf_counter() - t_start  # set-up, training and polish; not the figures
+    have_model = os.path.exists(model_path)  # a diverged run keeps only a good checkpoint
 
     metrics = {
         "settings": settings,
         "num_params": model.num_params,
         "steps": adam_steps,
         "final_step": trainer.step,
+        "resumed_from_step": done or None,
         "stop_reason": trainer.stop_reason,
+        "diverged": trainer.diverged,
+        "interrupted": interrupted,
         "train_time_s": trainer.train_time,
         "adam_time_s": adam_time,
         "steps_per_s": adam_steps / adam_time if adam_time > 0 else None,
         "wall_time_s": wall,
-        "final": {"relative_l2": error, "loss": history.loss[-1] if history.loss else None,
+        "final": {"relative_l2": error if have_model else None,
+                  "loss": history.loss[-1] if history.loss else None,
                   "pde": history.pde[-1] if history.pde else None,
                   "data": history.data[-1] if history.data else None,
                   "bc": history.bc[-1] if history.bc else None},
@@ -176,10 +374,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         "history": history.as_dict(),
         "version": getattr(_core, "__version__", None),
     }
-    with open(os.path.join(out, "metrics.json"), "w") as fh:
+    metrics_path = os.path.join(out, "metrics.json")
+    with open(metrics_path, "w") as fh:
         json.dump(_finite(metrics), fh, indent=1)
     figures = []
-    if not args.no_plots:
+    if not args.no_plots and have_model:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -189,17 +388,22 @@ def _cmd_train(args: argparse.Namespace) -> int:
             from .plots import plot_all
 
             figures = plot_all(problem, model, history.as_dict(), out)
-    if not os.path.exists(model_path):
-        model.save(model_path)
+    if trainer.diverged:
+        kept = (f"kept the last good checkpoint {model_path} (step {trainer.step})" if have_model else
+                "no model was written (no checkpoint before the divergence; --checkpoint-every N keeps one)")
+        print(f"helmpinn: training diverged: {trainer.stop_reason}; {kept}; wrote {metrics_path}. "
+              f"A smaller --lr (this run: {settings['lr']:g}) may help", file=sys.stderr)
+        return 1
+    if interrupted:
+        print(f"helmpinn: interrupted at step {trainer.step} of {settings['steps']}; wrote {model_path}, "
+              f"{metrics_path}; continue with: helmpinn train --resume {out}", file=sys.stderr)
+        return _INTERRUPTED
     if not args.quiet:
         err_s = "n/a" if error is None else f"{error:.3e}"
         print(f"helmpinn: relative L2 error {err_s} after {trainer.step} steps, "
               f"{trainer.train_time:.1f} s ({metrics['steps_per_s'] or 0:.0f} steps/s); "
-              f"wrote {model_path}, {os.path.join(out, 'metrics.json')}"
+              f"wrote {model_path}, {metrics_path}"
               + "".join(f", {f}" for f in figures), file=sys.stderr)
-    if trainer.diverged:
-        print(f"helmpinn: {trainer.stop_reason}", file=sys.stderr)
-        return 1
     return 0
 
 
@@ -227,7 +431,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "problems":
         return _cmd_problems()
-    return _cmd_train(args)
+    try:
+        return _cmd_train(args)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
+        print("\nhelmpinn: aborted (the last checkpoint, if any, is in the output folder)", file=sys.stderr)
+        return _INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -1,14 +1,18 @@
 """The model: a :class:`~helmpinn._core.ModelSpec`, ONE flat parameter vector and named views.
 
 ``Model.save`` writes parameters, spec, dtype, optimiser state and metadata into one ``.npz``
-atomically (a temporary file in the same folder, then ``os.replace``); ``Model.load`` checks
-everything it reads and raises ``ValueError`` naming what is wrong.
+atomically (a temporary file ``.tmp-<name>-<random>.npz`` in the same folder, then
+``os.replace``; the file gets the permissions of any new file, 0666 less the umask);
+``Model.load`` checks everything it reads and raises ``ValueError`` naming the file and what is
+wrong, also for a truncated or corrupted file.
 """
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
+import zipfile
+import zlib
 from typing import Any, Mapping
 
 import numpy as np
@@ -16,10 +20,13 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import _core
 
-__all__ = ["Model", "FORMAT_VERSION"]
+__all__ = ["Model", "FORMAT_VERSION", "TEMP_PREFIX"]
 
 FORMAT_VERSION = 1
 _DTYPES = ("float32", "float64")
+#: Name prefix of the temporary file :meth:`Model.save` writes before renaming it into place.
+#: A process killed during a save leaves one behind; ``helmpinn train`` removes them.
+TEMP_PREFIX = ".tmp-"
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -149,7 +156,7 @@ class Model:
         path = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
+        fd, tmp = _create_temp(folder, os.path.basename(path))
         try:
             with os.fdopen(fd, "wb") as fh:
                 np.savez(fh, **arrays)
@@ -167,65 +174,95 @@ class Model:
     def load(cls, path: str | os.PathLike) -> "Model":
         """Read a model written by :meth:`save`; raises ValueError naming anything invalid."""
         path = os.fspath(path)
+        arrays = _read_npz(path)
+        files = set(arrays)
+        for key in ("format_version", "spec", "dtype", "params"):
+            if key not in files:
+                raise ValueError(f"{path}: missing {key!r}; not a helmpinn model file")
         try:
-            npz = np.load(path, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as exc:
-            raise ValueError(f"{path}: not a readable helmpinn model file ({exc})") from exc
-        with npz:
-            files = set(npz.files)
-            for key in ("format_version", "spec", "dtype", "params"):
-                if key not in files:
-                    raise ValueError(f"{path}: missing {key!r}; not a helmpinn model file")
+            version = int(arrays["format_version"])
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: format_version is not an integer") from None
+        if version != FORMAT_VERSION:
+            raise ValueError(f"{path}: format_version {version} is not supported "
+                             f"(this helmpinn reads {FORMAT_VERSION})")
+        spec_arr = arrays["spec"]
+        if spec_arr.shape != (4,) or spec_arr.dtype.kind not in "iu":
+            raise ValueError(f"{path}: spec must be 4 integers (in_dim, ff_dim, hidden_dim, "
+                             f"num_hidden_layers), got {spec_arr.dtype} {spec_arr.shape}")
+        try:
+            spec = _core.ModelSpec(*(int(v) for v in spec_arr))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{path}: invalid spec {spec_arr.tolist()}: {exc}") from exc
+        dtype = arrays["dtype"]
+        if dtype.shape != () or dtype.dtype.kind != "U" or str(dtype) not in _DTYPES:
+            raise ValueError(f"{path}: dtype must be 'float32' or 'float64', got {dtype!r}")
+        dtype = str(dtype)
+        params = arrays["params"]
+        if params.dtype.name != dtype:
+            raise ValueError(f"{path}: params are {params.dtype.name} but dtype says {dtype}")
+        if params.shape != (spec.num_params,):
+            raise ValueError(f"{path}: params have shape {params.shape}, but spec "
+                             f"{spec_arr.tolist()} needs ({spec.num_params},)")
+        if not np.all(np.isfinite(params)):
+            raise ValueError(f"{path}: params contain NaN or Inf")
+        state: dict[str, Any] = {}
+        for key in sorted(files):
+            if not key.startswith("opt/"):
+                continue
+            arr = arrays[key]
+            name = key[4:]
+            state[name] = arr.item() if arr.ndim == 0 else arr
+            if arr.ndim and arr.shape == params.shape and arr.dtype != params.dtype:
+                raise ValueError(f"{path}: optimiser state {name!r} is {arr.dtype.name}, "
+                                 f"params are {dtype}")
+        for name in ("m", "v"):
+            if name in state and np.shape(state[name]) != params.shape:
+                raise ValueError(f"{path}: optimiser state {name!r} has shape "
+                                 f"{np.shape(state[name])}, expected {params.shape}")
+        meta: dict[str, Any] = {}
+        if "metadata" in files:
             try:
-                version = int(npz["format_version"])
-            except (TypeError, ValueError):
-                raise ValueError(f"{path}: format_version is not an integer") from None
-            if version != FORMAT_VERSION:
-                raise ValueError(f"{path}: format_version {version} is not supported "
-                                 f"(this helmpinn reads {FORMAT_VERSION})")
-            spec_arr = npz["spec"]
-            if spec_arr.shape != (4,) or spec_arr.dtype.kind not in "iu":
-                raise ValueError(f"{path}: spec must be 4 integers (in_dim, ff_dim, hidden_dim, "
-                                 f"num_hidden_layers), got {spec_arr.dtype} {spec_arr.shape}")
-            try:
-                spec = _core.ModelSpec(*(int(v) for v in spec_arr))
-            except (ValueError, TypeError) as exc:
-                raise ValueError(f"{path}: invalid spec {spec_arr.tolist()}: {exc}") from exc
-            dtype = npz["dtype"]
-            if dtype.shape != () or dtype.dtype.kind != "U" or str(dtype) not in _DTYPES:
-                raise ValueError(f"{path}: dtype must be 'float32' or 'float64', got {dtype!r}")
-            dtype = str(dtype)
-            params = npz["params"]
-            if params.dtype.name != dtype:
-                raise ValueError(f"{path}: params are {params.dtype.name} but dtype says {dtype}")
-            if params.shape != (spec.num_params,):
-                raise ValueError(f"{path}: params have shape {params.shape}, but spec "
-                                 f"{spec_arr.tolist()} needs ({spec.num_params},)")
-            if not np.all(np.isfinite(params)):
-                raise ValueError(f"{path}: params contain NaN or Inf")
-            state: dict[str, Any] = {}
-            for key in sorted(files):
-                if not key.startswith("opt/"):
-                    continue
-                arr = npz[key]
-                name = key[4:]
-                state[name] = arr.item() if arr.ndim == 0 else arr
-                if arr.ndim and arr.shape == params.shape and arr.dtype != params.dtype:
-                    raise ValueError(f"{path}: optimiser state {name!r} is {arr.dtype.name}, "
-                                     f"params are {dtype}")
-            for name in ("m", "v"):
-                if name in state and np.shape(state[name]) != params.shape:
-                    raise ValueError(f"{path}: optimiser state {name!r} has shape "
-                                     f"{np.shape(state[name])}, expected {params.shape}")
-            meta: dict[str, Any] = {}
-            if "metadata" in files:
-                try:
-                    meta = json.loads(str(npz["metadata"]))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}: metadata is not valid JSON ({exc})") from exc
-                if not isinstance(meta, dict):
-                    raise ValueError(f"{path}: metadata must be a JSON object")
+                meta = json.loads(str(arrays["metadata"]))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: metadata is not valid JSON ({exc})") from exc
+            if not isinstance(meta, dict):
+                raise ValueError(f"{path}: metadata must be a JSON object")
         return cls(spec, params, optimizer_state=state, metadata=meta)
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    """Every array of the .npz at ``path``, read eagerly, so that a truncated or corrupted file
+    (a bad zip directory, a CRC mismatch, a short member, a mangled header) fails here with the
+    path named."""
+    try:
+        # Our own file object: np.load leaks the one it opens when the zip directory is bad.
+        with open(path, "rb") as fh:
+            npz = np.load(fh, allow_pickle=False)
+            if not isinstance(npz, np.lib.npyio.NpzFile):
+                raise ValueError("a single .npy array, not an .npz archive")
+            with npz:
+                return {key: npz[key] for key in npz.files}
+    except FileNotFoundError as exc:
+        raise ValueError(f"{path}: no such file") from exc
+    except (OSError, EOFError, ValueError, NotImplementedError, zipfile.BadZipFile, zlib.error) as exc:
+        raise ValueError(f"{path}: not a readable helmpinn model file; it may be truncated or "
+                         f"corrupted ({type(exc).__name__}: {exc})") from exc
+
+
+def _create_temp(folder: str, name: str) -> tuple[int, str]:
+    """Opens a new, empty file ``folder/.tmp-<name>-<random>.npz`` for writing.
+
+    ``os.open`` with mode 0o666 lets the umask set the permissions, as for any new file
+    (``tempfile.mkstemp`` would make it 0600, and ``os.replace`` keeps that).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = os.path.join(folder, f"{TEMP_PREFIX}{name}-{secrets.token_hex(6)}.npz")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:  # pragma: no cover - 48 random bits collided
+            continue
 
 
 def _spec_str(spec: _core.ModelSpec) -> str:

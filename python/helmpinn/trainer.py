@@ -6,9 +6,12 @@ wavenumber and dimension (the CLI's defaults).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -115,11 +118,21 @@ class Trainer:
     L2 error is below it), ``checkpoint_every`` / ``checkpoint_path`` (save the model and the
     optimiser state every K steps and at the end), ``callbacks`` (``f(trainer, step)`` after
     every step: may change ``trainer.model.params``, e.g. to inject a fault, or set
-    ``trainer.stop_reason`` to stop), ``progress`` (tqdm bar), ``seed``.
+    ``trainer.stop_reason`` to stop), ``progress`` (tqdm bar), ``seed``, ``stop_on_interrupt``
+    (Ctrl-C, i.e. SIGINT, during :meth:`fit` stops after the current step, as
+    :meth:`request_stop` does, instead of raising KeyboardInterrupt; a second Ctrl-C raises it;
+    only from the main thread).
 
-    A non-finite loss (or non-finite parameters at a checkpoint) stops training cleanly: the
-    model and optimiser go back to the last good state (the last checkpoint, or the start of
-    fit), the checkpoint file is left untouched and ``stop_reason`` says what happened.
+    A non-finite loss (or non-finite parameters at a checkpoint or after the last step) stops
+    training cleanly: the model and optimiser go back to the last good state (the last
+    checkpoint, or the start of fit), the checkpoint file is left untouched, ``diverged`` is
+    True and ``stop_reason`` says what happened. The first step of every fit and the first
+    step on freshly drawn points check the inputs (``check_finite``), so NaN or Inf coming from
+    the problem raises ValueError naming the array.
+
+    A checkpoint also records the state of the point sampler; a Trainer given a model loaded from
+    a checkpoint continues it: step count, optimiser state, learning-rate schedule (spanning the
+    steps already taken plus those of :meth:`fit`) and the same training points.
     """
 
     def __init__(self, problem: Problem, model: Model, *, lr: float | Schedule | None = None,
@@ -131,9 +144,13 @@ class Trainer:
                  n_test: int | None = None, target_error: float | None = None,
                  checkpoint_every: int = 0, checkpoint_path: str | os.PathLike | None = None,
                  callbacks: Sequence[Callable[["Trainer", int], Any]] = (), progress: bool = True,
-                 seed: int = 0, log_every: int = 25):
+                 seed: int = 0, log_every: int = 25, stop_on_interrupt: bool = False):
         if model.in_dim != problem.dim:
             raise ValueError(f"model takes {model.in_dim}-D points but the problem is {problem.dim}-D")
+        for name, value, least in (("n_pde", n_pde, 1), ("n_bc", n_bc, 0), ("resample_every", resample_every, 0),
+                                   ("eval_every", eval_every, 0), ("checkpoint_every", checkpoint_every, 0)):
+            if value is not None and int(value) < least:
+                raise ValueError(f"{name} must be >= {least}, got {value}")
         if checkpoint_every and checkpoint_path is None:
             raise ValueError("checkpoint_every needs a checkpoint_path")
         defaults = default_settings(problem)
@@ -159,7 +176,11 @@ class Trainer:
         self.callbacks = list(callbacks)
         self.progress = progress
         self.log_every = max(int(log_every), 1)
+        self.stop_on_interrupt = bool(stop_on_interrupt)
         self.rng = np.random.default_rng(seed)
+        self._draw_state: dict[str, Any] | None = None  # the sampler's state before the last draw
+        self._check_inputs = True  # check_finite on the next step (new points, or a new fit)
+        self.stop_requested: str | None = None
 
         # One workspace and one gradient buffer for the whole run.
         self.workspace = _core.Workspace(model.spec, batch_size, model.dtype.name)
@@ -186,8 +207,15 @@ class Trainer:
     # -- pieces -------------------------------------------------------------------------------
     def resample(self) -> None:
         """Draw fresh collocation points."""
+        self._draw_state = self.rng.bit_generator.state
         self.training_set = self.problem.sample(self.n_pde, self.n_bc, self.rng, self.sampling)
         self._batch = self.training_set.to_core(self.model.dtype)
+        self._check_inputs = True
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Stop :meth:`fit` after the current step (safe from a signal handler or callback);
+        the run then ends as any other: evaluation, checkpoint, ``stop_reason``."""
+        self.stop_requested = reason
 
     def evaluate(self) -> float | None:
         """Relative L2 error on the test grid (None without an exact solution)."""
@@ -219,7 +247,8 @@ class Trainer:
         if not np.all(np.isfinite(self.model.params)):
             return False
         meta = {**self.model.metadata, "step": self.step, "problem": self.problem.name,
-                "problem_options": self.problem.options, "last_error": self.last_error}
+                "problem_options": self.problem.options, "last_error": self.last_error,
+                "sampler": self._draw_state}
         self.model.save(path, optimizer_state=self.optimizer.state_dict() if self.optimizer else {},
                         metadata=meta)
         self._snapshot()
@@ -239,20 +268,55 @@ class Trainer:
             opt.load_state_dict(state)
         return opt
 
+    def _resume_sampler(self) -> None:
+        """Put the sampler back where a checkpoint's run drew its current points (so a resumed
+        run trains on the same points); without a usable record, fresh points are drawn."""
+        state = self.model.metadata.get("sampler")
+        if not isinstance(state, dict) or state.get("bit_generator") != type(self.rng.bit_generator).__name__:
+            return
+        try:
+            self.rng.bit_generator.state = state
+        except (TypeError, ValueError, KeyError):
+            return
+        self._batch = {}
+
     # -- the loop ---------------------------------------------------------------------------------
     def fit(self, steps: int) -> History:
         """Run ``steps`` Adam steps (fewer on early stop); returns the history."""
         steps = int(steps)
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps}")
+        if not np.all(np.isfinite(self.model.params)):
+            raise ValueError("the model's parameters contain NaN or Inf; cannot train from them")
         if self.optimizer is None:
             self.optimizer = self._make_optimizer(steps)
-            self.step = self.step or self.optimizer.step_count  # a resumed checkpoint goes on counting
-        opt, ws, params, grad = self.optimizer, self.workspace, self.model.params, self.grad
+            if self.optimizer.step_count:  # a model loaded from a checkpoint goes on counting
+                self.step = self.step or self.optimizer.step_count
+                self._resume_sampler()
         h = self.history
         self.stop_reason = None
         self.diverged = False
+        self.stop_requested = None
         if not self._batch:
             self.resample()
+        self._check_inputs = True
         self._snapshot()
+        with self._interrupt_handler():  # also around the final checkpoint: Ctrl-C must not cut it
+            self._loop(steps)
+            if self.u_test is not None and (not h.eval_step or h.eval_step[-1] != self.step):
+                err = self.evaluate()
+                h.eval_step.append(self.step)
+                h.eval_error.append(err)
+                h.eval_time.append(self.train_time)
+            if self.checkpoint_path is not None and not self.diverged:
+                self.save_checkpoint()
+        if self.stop_reason and self.progress:
+            print(f"helmpinn: {self.stop_reason}", file=sys.stderr)
+        return h
+
+    def _loop(self, steps: int) -> None:
+        opt, ws, params, grad = self.optimizer, self.workspace, self.model.params, self.grad
+        h = self.history
         pbar = _progress_bar(steps, self.progress)
         t0 = time.perf_counter()
         pending = 0
@@ -262,7 +326,7 @@ class Trainer:
                 if self.resample_every and self.step and self.step % self.resample_every == 0:
                     self.resample()
                 lr = opt.lr
-                loss = ws.value_and_grad(params, grad, **self._batch, **self._loss_kw)
+                loss = self._value_and_grad(step)
                 if not math.isfinite(loss):
                     good = self._restore()
                     self.diverged = True
@@ -294,6 +358,8 @@ class Trainer:
                         self.diverged = True
                         self.stop_reason = (f"non-finite parameters at step {step}; "
                                             f"restored the last good state (step {good})")
+                if self.stop_requested and not self.stop_reason:
+                    self.stop_reason = f"{self.stop_requested} at step {step}"
                 pending += 1
                 if pending >= self.log_every or self.stop_reason:
                     pbar.update(pending)
@@ -305,17 +371,53 @@ class Trainer:
             self.train_time += time.perf_counter() - t0
             pbar.update(pending)
             pbar.close()
+        # The last update is met by no loss evaluation: check it here (an lr that overflows the
+        # dtype turns the parameters into Inf/NaN in one step).
+        if not self.diverged and not np.all(np.isfinite(params)):
+            bad, good = self.step, self._restore()
+            self.diverged = True
+            self.stop_reason = (f"non-finite parameters after step {bad}; "
+                                f"restored the last good state (step {good})")
         self.model.optimizer_state = opt.state_dict()
-        if self.u_test is not None and (not h.eval_step or h.eval_step[-1] != self.step):
-            err = self.evaluate()
-            h.eval_step.append(self.step)
-            h.eval_error.append(err)
-            h.eval_time.append(self.train_time)
-        if self.checkpoint_path is not None and not self.diverged:
-            self.save_checkpoint()
-        if self.stop_reason and self.progress:
-            print(f"helmpinn: {self.stop_reason}", file=sys.stderr)
-        return h
+
+    def _value_and_grad(self, step: int) -> float:
+        """The loss and gradient on the current points; the first step on new points (or of a
+        fit) asks the core to check every input for NaN/Inf, so bad data is named, not trained on."""
+        if not self._check_inputs:
+            return self.workspace.value_and_grad(self.model.params, self.grad, **self._batch, **self._loss_kw)
+        try:
+            loss = self.workspace.value_and_grad(self.model.params, self.grad, **self._batch,
+                                                 **self._loss_kw, check_finite=True)
+        except (ValueError, FloatingPointError) as exc:
+            raise ValueError(f"step {step}: the training data drawn from problem {self.problem.name!r} "
+                             f"are not finite: {exc}") from exc
+        self._check_inputs = False
+        return loss
+
+    @contextlib.contextmanager
+    def _interrupt_handler(self):
+        """With ``stop_on_interrupt`` (and in the main thread), the first SIGINT requests a stop
+        after the current step; the second raises KeyboardInterrupt as usual."""
+        if not self.stop_on_interrupt or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        seen = [0]
+
+        def on_sigint(signum, frame):
+            seen[0] += 1
+            if seen[0] > 1:
+                signal.signal(signal.SIGINT, previous)
+                raise KeyboardInterrupt
+            self.request_stop("interrupted")
+            print("\nhelmpinn: interrupted; stopping after the current step (Ctrl-C again to abort)",
+                  file=sys.stderr, flush=True)
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def _status(self, loss: float, terms: Mapping[str, float]) -> str:
         s = f"loss={loss:.3e} pde={terms['pde']:.2e} data={terms['data']:.2e} bc={terms['bc']:.2e}"
