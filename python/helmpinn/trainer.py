@@ -117,6 +117,13 @@ class Trainer:
     every step: may change ``trainer.model.params``, e.g. to inject a fault, or set
     ``trainer.stop_reason`` to stop), ``progress`` (tqdm bar), ``seed``.
 
+    ``comm`` (an mpi4py communicator) trains data-parallel over its ranks: each rank draws its
+    own share of the ``n_pde`` / ``n_bc`` points (:func:`helmpinn.distributed.sample_shard`),
+    the loss and gradient are those of the union (:func:`helmpinn.distributed.value_and_grad`),
+    every rank takes the same step, and every ``check_every`` steps the parameters are checked
+    to be the same on all ranks. Only rank 0 shows progress and writes checkpoints. Every rank
+    must make the same calls (fit, evaluate, save_checkpoint) in the same order.
+
     A non-finite loss (or non-finite parameters at a checkpoint) stops training cleanly: the
     model and optimiser go back to the last good state (the last checkpoint, or the start of
     fit), the checkpoint file is left untouched and ``stop_reason`` says what happened.
@@ -131,7 +138,7 @@ class Trainer:
                  n_test: int | None = None, target_error: float | None = None,
                  checkpoint_every: int = 0, checkpoint_path: str | os.PathLike | None = None,
                  callbacks: Sequence[Callable[["Trainer", int], Any]] = (), progress: bool = True,
-                 seed: int = 0, log_every: int = 25):
+                 seed: int = 0, log_every: int = 25, comm: Any = None, check_every: int = 100):
         if model.in_dim != problem.dim:
             raise ValueError(f"model takes {model.in_dim}-D points but the problem is {problem.dim}-D")
         if checkpoint_every and checkpoint_path is None:
@@ -160,6 +167,13 @@ class Trainer:
         self.progress = progress
         self.log_every = max(int(log_every), 1)
         self.rng = np.random.default_rng(seed)
+        self.comm, self.rank, self.check_every = comm, 0, max(int(check_every), 1)
+        if comm is not None:
+            from . import distributed
+
+            self.rank, self._ranks = comm.Get_rank(), comm.Get_size()
+            self.rng, self._shared_rng = distributed.rank_generators(seed, self.rank)
+            self.progress = progress and self.rank == 0
 
         # One workspace and one gradient buffer for the whole run.
         self.workspace = _core.Workspace(model.spec, batch_size, model.dtype.name)
@@ -186,14 +200,25 @@ class Trainer:
     # -- pieces -------------------------------------------------------------------------------
     def resample(self) -> None:
         """Draw fresh collocation points."""
-        self.training_set = self.problem.sample(self.n_pde, self.n_bc, self.rng, self.sampling)
+        if self.comm is None:
+            self.training_set = self.problem.sample(self.n_pde, self.n_bc, self.rng, self.sampling)
+        else:
+            from . import distributed
+
+            self.training_set = distributed.sample_shard(
+                self.problem, self.n_pde, self.n_bc, self.rng, self._shared_rng, self.sampling,
+                self.rank, self._ranks)
         self._batch = self.training_set.to_core(self.model.dtype)
+        if self.comm is not None:
+            self._counts = distributed.global_counts(self.comm, self._batch)
 
     def evaluate(self) -> float | None:
         """Relative L2 error on the test grid (None without an exact solution)."""
         if self.u_test is None:
             return None
-        err = relative_l2(self.model.predict(self.x_test), self.u_test)
+        err = relative_l2(self.model.predict(self.x_test), self.u_test) if self.rank == 0 else None
+        if self.comm is not None:  # rank 0's, so that every rank takes the same decisions
+            err = self.comm.bcast(err, root=0)
         self.last_error = err
         return err
 
@@ -220,8 +245,19 @@ class Trainer:
             return False
         meta = {**self.model.metadata, "step": self.step, "problem": self.problem.name,
                 "problem_options": self.problem.options, "last_error": self.last_error}
-        self.model.save(path, optimizer_state=self.optimizer.state_dict() if self.optimizer else {},
-                        metadata=meta)
+        failed = None
+        if self.rank == 0:
+            try:
+                self.model.save(path, optimizer_state=self.optimizer.state_dict() if self.optimizer else {},
+                                metadata=meta)
+            except Exception as exc:
+                if self.comm is None:
+                    raise
+                failed = exc
+        if self.comm is not None and self.comm.bcast(failed is not None, root=0):
+            if failed is not None:
+                raise failed
+            raise RuntimeError(f"rank 0 could not write the checkpoint {os.fspath(path)!r}")
         self._snapshot()
         return True
 
@@ -247,6 +283,8 @@ class Trainer:
             self.optimizer = self._make_optimizer(steps)
             self.step = self.step or self.optimizer.step_count  # a resumed checkpoint goes on counting
         opt, ws, params, grad = self.optimizer, self.workspace, self.model.params, self.grad
+        if self.comm is not None:
+            from . import distributed
         h = self.history
         self.stop_reason = None
         self.diverged = False
@@ -262,14 +300,19 @@ class Trainer:
                 if self.resample_every and self.step and self.step % self.resample_every == 0:
                     self.resample()
                 lr = opt.lr
-                loss = ws.value_and_grad(params, grad, **self._batch, **self._loss_kw)
+                if self.comm is None:
+                    loss = ws.value_and_grad(params, grad, **self._batch, **self._loss_kw)
+                    terms = ws.last_loss
+                else:
+                    terms = distributed.value_and_grad(ws, self.comm, params, grad, counts=self._counts,
+                                                       breakdown=True, **self._batch, **self._loss_kw)
+                    loss = terms["total"]
                 if not math.isfinite(loss):
                     good = self._restore()
                     self.diverged = True
                     self.stop_reason = (f"non-finite loss ({loss}) at step {step}; "
                                         f"restored the last good state (step {good})")
                     break
-                terms = ws.last_loss
                 h.step.append(step)
                 h.loss.append(loss)
                 h.pde.append(terms["pde"])
@@ -280,6 +323,8 @@ class Trainer:
                 self.step = step
                 for cb in self.callbacks:
                     cb(self, step)
+                if self.comm is not None and step % self.check_every == 0:
+                    distributed.check_replicas(self.comm, params, step)
 
                 if self.eval_every and step % self.eval_every == 0 and self.u_test is not None:
                     err = self.evaluate()
@@ -330,6 +375,9 @@ class Trainer:
         step), and the polish stops early once it is below ``target_error``. Returns a summary
         with the loss and error before and after.
         """
+        if self.comm is not None and self.comm.Get_size() > 1:
+            raise NotImplementedError("polish: L-BFGS runs on one process; with several ranks "
+                                      "each would fit only its own points")
         if not self._batch:
             self.resample()
         err_before = self.evaluate()
