@@ -93,6 +93,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .trainer import Trainer, default_settings
 
     t_start = time.perf_counter()
+    try:  # under mpiexec / srun: data-parallel over the ranks (helmpinn.distributed)
+        from .distributed import launch_comm, threads_per_rank
+
+        comm = launch_comm()
+    except RuntimeError as exc:
+        print(f"helmpinn: {exc}", file=sys.stderr)
+        return 2
+    rank, ranks = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
     try:
         accepted = problem_options(args.problem)
     except ValueError as exc:
@@ -129,10 +137,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
     }
     if args.threads is not None:
         _core.set_num_threads(args.threads)
+    elif comm is not None:  # ranks x threads must not oversubscribe a node's cores
+        _core.set_num_threads(threads_per_rank(comm))
     settings["threads"] = _core.get_num_threads()
+    settings["ranks"] = ranks
+    if ranks > 1 and settings["lbfgs"]:
+        print("helmpinn: --lbfgs runs on one process; set --lbfgs 0 with several MPI ranks",
+              file=sys.stderr)
+        return 2
+    quiet = args.quiet or rank != 0  # rank 0 alone prints and writes files
 
     out = args.out
-    os.makedirs(out, exist_ok=True)
+    if rank == 0:
+        os.makedirs(out, exist_ok=True)
     model_path = os.path.join(out, "model.npz")
     model = Model.create(problem.dim, settings["fourier"], settings["hidden"], settings["layers"],
                          dtype=settings["dtype"], seed=args.seed, fourier_sigma=settings["sigma"])
@@ -142,10 +159,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
                       resample_every=settings["resample"], weights=settings["weights"],
                       train_fourier=settings["train_fourier"], eval_every=settings["eval_every"],
                       target_error=args.target, checkpoint_every=args.checkpoint_every,
-                      checkpoint_path=model_path, progress=not args.quiet, seed=args.seed)
-    if not args.quiet:
+                      checkpoint_path=model_path, progress=not quiet, seed=args.seed, comm=comm)
+    if not quiet:
         print(f"helmpinn: {problem!r}\nhelmpinn: {model!r}, {settings['threads']} threads, "
-              f"{settings['steps']} steps, {trainer.n_pde} + {trainer.n_bc} points", file=sys.stderr)
+              f"{settings['steps']} steps, {trainer.n_pde} + {trainer.n_bc} points"
+              + (f", {ranks} MPI ranks" if ranks > 1 else ""), file=sys.stderr)
     history = trainer.fit(settings["steps"])
     adam_time = trainer.train_time
     adam_steps = len(history.step)
@@ -176,6 +194,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         "history": history.as_dict(),
         "version": getattr(_core, "__version__", None),
     }
+    if rank != 0:
+        return 1 if trainer.diverged else 0
     with open(os.path.join(out, "metrics.json"), "w") as fh:
         json.dump(_finite(metrics), fh, indent=1)
     figures = []
@@ -191,7 +211,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             figures = plot_all(problem, model, history.as_dict(), out)
     if not os.path.exists(model_path):
         model.save(model_path)
-    if not args.quiet:
+    if not quiet:
         err_s = "n/a" if error is None else f"{error:.3e}"
         print(f"helmpinn: relative L2 error {err_s} after {trainer.step} steps, "
               f"{trainer.train_time:.1f} s ({metrics['steps_per_s'] or 0:.0f} steps/s); "
