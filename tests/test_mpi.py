@@ -287,6 +287,13 @@ def _worker_adam(comm, out: str) -> None:
         with open(os.path.join(out, "drift.json"), "w") as fh:
             json.dump(msgs, fh)
 
+    # A rank without any point (1 point over 2 ranks) takes part in every step of every fit.
+    trainer = hp.Trainer(problem, hp.Model.create(2, 4, 8, 1, dtype="float64"), comm=comm,
+                         n_pde=1, n_bc=0, eval_every=0, resample_every=0, progress=False)
+    trainer.fit(2)
+    trainer.fit(2)
+    assert trainer.training_set.sizes["pde"] == 1 - rank and trainer.step == 4
+
 
 def _worker_cli(comm, out: str) -> None:
     from helmpinn.cli import main

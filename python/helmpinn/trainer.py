@@ -288,7 +288,7 @@ class Trainer:
         h = self.history
         self.stop_reason = None
         self.diverged = False
-        if not self._batch:
+        if self.training_set is None:  # not `not self._batch`: a rank may hold no points
             self.resample()
         self._snapshot()
         pbar = _progress_bar(steps, self.progress)
