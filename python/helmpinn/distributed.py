@@ -70,19 +70,11 @@ def global_counts(comm, batch: Mapping[str, Any]) -> dict[str, int]:
 def _local_value_and_grad(ws, theta, grad, batch: dict[str, Any], n_local: Mapping[str, int],
                           n_global: Mapping[str, int]) -> tuple[float, list[float]]:
     """This rank's share of the full-batch loss, gradient (into ``grad``) and unweighted term
-    means: over the ranks they add up to the values on the union of the shards.
-
-    Each term's mean over the global count: until ``Workspace.value_and_grad`` takes
-    ``counts=`` (issue #11), the same numbers come from scaling the term's weight by
-    n_local / n_global (the local mean times n_local / n_global is the local sum / n_global).
-    """
-    kw = dict(batch)
-    for t in TERMS:
-        if n_local[t]:
-            kw[f"w_{t}"] = float(kw.get(f"w_{t}", 1.0)) * n_local[t] / n_global[t]
-    loss = ws.value_and_grad(theta, grad, **kw)
-    means = ws.last_loss
-    return float(loss), [means[t] * n_local[t] / n_global[t] if n_local[t] else 0.0 for t in TERMS]
+    means: each term's mean divides by its global count (``counts=``), so over the ranks they
+    add up to the values on the union of the shards."""
+    counts = {t: n_global[t] for t in TERMS if n_local[t]}
+    b = ws.value_and_grad(theta, grad, counts=counts, breakdown=True, **batch)
+    return b.total, [b.pde, b.data, b.bc]
 
 
 def value_and_grad(ws, comm, theta, grad, *, counts: Mapping[str, int] | None = None,
