@@ -23,7 +23,7 @@ from ._core import (
 )
 from ._cxx import get_build_flags, get_cmake_dir, get_include, get_library_dir
 from .params import init_params
-from . import geometry
+from . import distributed, geometry
 from .model import Model
 from .optim import Adam, lbfgs
 from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld, get_problem, list_problems
@@ -39,6 +39,7 @@ __all__ = [
     "Sommerfeld",
     "Trainer",
     "default_settings",
+    "distributed",
     "geometry",
     "get_problem",
     "lbfgs",

@@ -291,6 +291,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .trainer import Trainer
 
     t_start = time.perf_counter()
+    try:  # under mpiexec / srun: data-parallel over the ranks (helmpinn.distributed)
+        from .distributed import launch_comm, threads_per_rank
+
+        comm = launch_comm()
+    except RuntimeError as exc:
+        print(f"helmpinn: {exc}", file=sys.stderr)
+        return 2
+    rank, ranks = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
+    quiet = args.quiet or rank != 0  # rank 0 alone prints and writes files
+    failed = False
     try:
         _check_options(args)
         if args.resume is not None:
@@ -302,10 +312,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
             settings, problem, model = _new_run(args)
             done = 0
             out = "helmpinn-out" if args.out is None else args.out
-        _prepare_out(out)
+        if ranks > 1 and settings["lbfgs"]:
+            raise _UsageError("--lbfgs runs on one process; set --lbfgs 0 with several MPI ranks")
+        if rank == 0:
+            _prepare_out(out)
         if args.threads is not None:
             _core.set_num_threads(args.threads)
+        elif comm is not None:  # ranks x threads must not oversubscribe a node's cores
+            _core.set_num_threads(threads_per_rank(comm))
         settings["threads"] = _core.get_num_threads()
+        settings["ranks"] = ranks
         model.metadata = {**model.metadata, "problem": problem.name, "problem_options": problem.options,
                           "settings": settings}
         model_path = os.path.join(out, "model.npz")
@@ -316,22 +332,29 @@ def _cmd_train(args: argparse.Namespace) -> int:
                               weights=settings["weights"], train_fourier=settings["train_fourier"],
                               eval_every=settings["eval_every"], target_error=settings["target"],
                               checkpoint_every=settings["checkpoint_every"], checkpoint_path=model_path,
-                              progress=not args.quiet, seed=settings["seed"], stop_on_interrupt=True)
+                              progress=not quiet, seed=settings["seed"],
+                              stop_on_interrupt=ranks == 1, comm=comm)
         except ValueError as exc:
             raise _UsageError(str(exc)) from None
         if done:
             trainer.history, trainer.train_time = _previous_history(out, done)
         # Only now, with every check passed, is anything of a previous run removed.
-        removed = _clear_outputs(out, _FIGURES + ("metrics.json",) if done else OUTPUTS)
+        removed = _clear_outputs(out, _FIGURES + ("metrics.json",) if done else OUTPUTS) if rank == 0 else []
     except _UsageError as exc:
-        print(f"helmpinn: {exc}", file=sys.stderr)
+        if not quiet or rank == 0:
+            print(f"helmpinn: {exc}", file=sys.stderr)
+        failed = True
+    if comm is not None:  # a check that failed on one rank stops every rank
+        failed = comm.allreduce(int(failed)) > 0
+    if failed:
         return 2
-    if not args.quiet:
+    if not quiet:
         if removed and not done:
             print(f"helmpinn: replacing the previous run's {', '.join(removed)} in {out}", file=sys.stderr)
         what = f"resuming at step {done} of" if done else "training for"
         print(f"helmpinn: {problem!r}\nhelmpinn: {model!r}, {settings['threads']} threads, "
-              f"{what} {settings['steps']} steps, {trainer.n_pde} + {trainer.n_bc} points", file=sys.stderr)
+              f"{what} {settings['steps']} steps, {trainer.n_pde} + {trainer.n_bc} points"
+              + (f", {ranks} MPI ranks" if ranks > 1 else ""), file=sys.stderr)
 
     try:
         history = trainer.fit(settings["steps"] - done)
@@ -374,6 +397,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         "history": history.as_dict(),
         "version": getattr(_core, "__version__", None),
     }
+    if rank != 0:  # rank 0 alone writes the report and the figures
+        return 1 if trainer.diverged else 0
     metrics_path = os.path.join(out, "metrics.json")
     with open(metrics_path, "w") as fh:
         json.dump(_finite(metrics), fh, indent=1)
@@ -398,7 +423,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"helmpinn: interrupted at step {trainer.step} of {settings['steps']}; wrote {model_path}, "
               f"{metrics_path}; continue with: helmpinn train --resume {out}", file=sys.stderr)
         return _INTERRUPTED
-    if not args.quiet:
+    if not quiet:
         err_s = "n/a" if error is None else f"{error:.3e}"
         print(f"helmpinn: relative L2 error {err_s} after {trainer.step} steps, "
               f"{trainer.train_time:.1f} s ({metrics['steps_per_s'] or 0:.0f} steps/s); "

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import _core
+from . import _core, distributed
 from .model import Model
 from .optim import Adam, Schedule, lbfgs, make_schedule
 from .problems import Problem, TrainingSet
@@ -123,6 +123,13 @@ class Trainer:
     :meth:`request_stop` does, instead of raising KeyboardInterrupt; a second Ctrl-C raises it;
     only from the main thread).
 
+    ``comm`` (an mpi4py communicator) trains data-parallel over its ranks: each rank draws its
+    own share of the ``n_pde`` / ``n_bc`` points (:func:`helmpinn.distributed.sample_shard`),
+    the loss and gradient are those of the union (:func:`helmpinn.distributed.value_and_grad`),
+    every rank takes the same step, and every ``check_every`` steps the parameters are checked
+    to be the same on all ranks. Only rank 0 shows progress and writes checkpoints. Every rank
+    must make the same calls (fit, evaluate, save_checkpoint) in the same order.
+
     A non-finite loss (or non-finite parameters at a checkpoint or after the last step) stops
     training cleanly: the model and optimiser go back to the last good state (the last
     checkpoint, or the start of fit), the checkpoint file is left untouched, ``diverged`` is
@@ -144,7 +151,8 @@ class Trainer:
                  n_test: int | None = None, target_error: float | None = None,
                  checkpoint_every: int = 0, checkpoint_path: str | os.PathLike | None = None,
                  callbacks: Sequence[Callable[["Trainer", int], Any]] = (), progress: bool = True,
-                 seed: int = 0, log_every: int = 25, stop_on_interrupt: bool = False):
+                 seed: int = 0, log_every: int = 25, stop_on_interrupt: bool = False,
+                 comm: Any = None, check_every: int = 100):
         if model.in_dim != problem.dim:
             raise ValueError(f"model takes {model.in_dim}-D points but the problem is {problem.dim}-D")
         for name, value, least in (("n_pde", n_pde, 1), ("n_bc", n_bc, 0), ("resample_every", resample_every, 0),
@@ -181,6 +189,12 @@ class Trainer:
         self._draw_state: dict[str, Any] | None = None  # the sampler's state before the last draw
         self._check_inputs = True  # check_finite on the next step (new points, or a new fit)
         self.stop_requested: str | None = None
+        self.comm, self.rank, self.check_every = comm, 0, max(int(check_every), 1)
+        self._counts: dict[str, int] | None = None
+        if comm is not None:
+            self.rank, self._ranks = comm.Get_rank(), comm.Get_size()
+            self.rng, self._shared_rng = distributed.rank_generators(seed, self.rank)
+            self.progress = progress and self.rank == 0
 
         # One workspace and one gradient buffer for the whole run.
         self.workspace = _core.Workspace(model.spec, batch_size, model.dtype.name)
@@ -208,8 +222,15 @@ class Trainer:
     def resample(self) -> None:
         """Draw fresh collocation points."""
         self._draw_state = self.rng.bit_generator.state
-        self.training_set = self.problem.sample(self.n_pde, self.n_bc, self.rng, self.sampling)
+        if self.comm is None:
+            self.training_set = self.problem.sample(self.n_pde, self.n_bc, self.rng, self.sampling)
+        else:
+            self.training_set = distributed.sample_shard(
+                self.problem, self.n_pde, self.n_bc, self.rng, self._shared_rng, self.sampling,
+                self.rank, self._ranks)
         self._batch = self.training_set.to_core(self.model.dtype)
+        if self.comm is not None:
+            self._counts = distributed.global_counts(self.comm, self._batch)
         self._check_inputs = True
 
     def request_stop(self, reason: str = "stop requested") -> None:
@@ -221,7 +242,9 @@ class Trainer:
         """Relative L2 error on the test grid (None without an exact solution)."""
         if self.u_test is None:
             return None
-        err = relative_l2(self.model.predict(self.x_test), self.u_test)
+        err = relative_l2(self.model.predict(self.x_test), self.u_test) if self.rank == 0 else None
+        if self.comm is not None:  # rank 0's, so that every rank takes the same decisions
+            err = self.comm.bcast(err, root=0)
         self.last_error = err
         return err
 
@@ -249,8 +272,19 @@ class Trainer:
         meta = {**self.model.metadata, "step": self.step, "problem": self.problem.name,
                 "problem_options": self.problem.options, "last_error": self.last_error,
                 "sampler": self._draw_state}
-        self.model.save(path, optimizer_state=self.optimizer.state_dict() if self.optimizer else {},
-                        metadata=meta)
+        failed = None
+        if self.rank == 0:
+            try:
+                self.model.save(path, optimizer_state=self.optimizer.state_dict() if self.optimizer else {},
+                                metadata=meta)
+            except Exception as exc:
+                if self.comm is None:
+                    raise
+                failed = exc
+        if self.comm is not None and self.comm.bcast(failed is not None, root=0):
+            if failed is not None:
+                raise failed
+            raise RuntimeError(f"rank 0 could not write the checkpoint {os.fspath(path)!r}")
         self._snapshot()
         return True
 
@@ -297,7 +331,7 @@ class Trainer:
         self.stop_reason = None
         self.diverged = False
         self.stop_requested = None
-        if not self._batch:
+        if self.training_set is None:  # not `not self._batch`: a rank may hold no points
             self.resample()
         self._check_inputs = True
         self._snapshot()
@@ -326,14 +360,13 @@ class Trainer:
                 if self.resample_every and self.step and self.step % self.resample_every == 0:
                     self.resample()
                 lr = opt.lr
-                loss = self._value_and_grad(step)
+                loss, terms = self._value_and_grad(step)
                 if not math.isfinite(loss):
                     good = self._restore()
                     self.diverged = True
                     self.stop_reason = (f"non-finite loss ({loss}) at step {step}; "
                                         f"restored the last good state (step {good})")
                     break
-                terms = ws.last_loss
                 h.step.append(step)
                 h.loss.append(loss)
                 h.pde.append(terms["pde"])
@@ -344,6 +377,8 @@ class Trainer:
                 self.step = step
                 for cb in self.callbacks:
                     cb(self, step)
+                if self.comm is not None and step % self.check_every == 0:
+                    distributed.check_replicas(self.comm, params, step)
 
                 if self.eval_every and step % self.eval_every == 0 and self.u_test is not None:
                     err = self.evaluate()
@@ -380,19 +415,27 @@ class Trainer:
                                 f"restored the last good state (step {good})")
         self.model.optimizer_state = opt.state_dict()
 
-    def _value_and_grad(self, step: int) -> float:
-        """The loss and gradient on the current points; the first step on new points (or of a
-        fit) asks the core to check every input for NaN/Inf, so bad data is named, not trained on."""
-        if not self._check_inputs:
-            return self.workspace.value_and_grad(self.model.params, self.grad, **self._batch, **self._loss_kw)
+    def _value_and_grad(self, step: int) -> tuple[float, dict[str, float]]:
+        """The loss, its terms and the gradient on the current points (of the union of every
+        rank's points with ``comm``); the first step on new points (or of a fit) asks the core to
+        check every input for NaN/Inf, so bad data is named, not trained on."""
+        kw = dict(self._loss_kw, check_finite=self._check_inputs)
         try:
-            loss = self.workspace.value_and_grad(self.model.params, self.grad, **self._batch,
-                                                 **self._loss_kw, check_finite=True)
+            if self.comm is None:
+                b = self.workspace.value_and_grad(self.model.params, self.grad, breakdown=True,
+                                                  **self._batch, **kw)
+                terms = {"total": b.total, "pde": b.pde, "data": b.data, "bc": b.bc}
+            else:
+                    terms = distributed.value_and_grad(self.workspace, self.comm, self.model.params,
+                                                   self.grad, counts=self._counts, breakdown=True,
+                                                   **self._batch, **kw)
         except (ValueError, FloatingPointError) as exc:
+            if not self._check_inputs:
+                raise
             raise ValueError(f"step {step}: the training data drawn from problem {self.problem.name!r} "
                              f"are not finite: {exc}") from exc
         self._check_inputs = False
-        return loss
+        return terms["total"], terms
 
     @contextlib.contextmanager
     def _interrupt_handler(self):
@@ -432,6 +475,9 @@ class Trainer:
         step), and the polish stops early once it is below ``target_error``. Returns a summary
         with the loss and error before and after.
         """
+        if self.comm is not None and self.comm.Get_size() > 1:
+            raise NotImplementedError("polish: L-BFGS runs on one process; with several ranks "
+                                      "each would fit only its own points")
         if not self._batch:
             self.resample()
         err_before = self.evaluate()
