@@ -196,24 +196,50 @@ def _pair(v, n: int, name: str) -> np.ndarray:
     return v
 
 
+def _coef(v, shape: tuple[int, ...], default: complex) -> np.ndarray:
+    """A general-operator coefficient (None, a complex scalar, or real pairs [..., 2]) as a
+    complex array broadcast to shape."""
+    if v is None:
+        return np.full(shape, default, dtype=np.complex128)
+    if np.ndim(v) == 0:
+        return np.full(shape, complex(v), dtype=np.complex128)
+    v = np.asarray(v, dtype=np.float64)
+    assert v.shape == shape + (2,), (v.shape, shape)
+    return v[..., 0] + 1j * v[..., 1]
+
+
 def residual_parts(theta: np.ndarray, spec: Any, *, x_pde=None, kappa=None, f=None, x_data=None,
-                   y=None, x_bc=None, n_bc=None, alpha_bc=None, g_bc=None, **_ignored):
+                   y=None, x_bc=None, n_bc=None, alpha_bc=None, g_bc=None, a_pde=None,
+                   b_pde=None, c_pde=None, **_ignored):
     """Unscaled complex residuals per term as {"pde", "data", "bc"}: arrays [K, N, 2] (re, im)
     for theta [K, P] (a term without points is absent).
 
-    pde: lap u + kappa u - f ; data: u - y ; bc: n . grad u + alpha u - g (complex alpha u).
+    pde: lap u + kappa u - f, or with any of a_pde, b_pde, c_pde the general operator
+    sum_i a_i u_ii + sum_i b_i u_i + c u - f (c = c_pde, else kappa) ; data: u - y ;
+    bc: n . grad u + alpha u - g (complex alpha u).
     Keyword names follow Workspace.value_and_grad; extra keywords are ignored.
     """
     th, _ = _batched(theta)
     parts = {}
     if x_pde is not None and len(x_pde):
         n = len(x_pde)
-        u, _, hess = network(th, spec, x_pde, 2)
-        lap = np.einsum("knii...->kn...", hess)                     # [K, N, 2]
+        u, du, hess = network(th, spec, x_pde, 2)
         kap = np.asarray(kappa if kappa is not None else 0.0, dtype=np.float64)
         kap = np.broadcast_to(kap, (n,)) if kap.ndim == 0 else kap
         assert kap.shape == (n,)
-        r = lap + kap[None, :, None] * u
+        if a_pde is None and b_pde is None and c_pde is None:
+            lap = np.einsum("knii...->kn...", hess)                 # [K, N, 2]
+            r = lap + kap[None, :, None] * u
+        else:
+            d = np.asarray(x_pde).shape[1]
+            a = _coef(a_pde, (n, d), 1.0)
+            b = _coef(b_pde, (n, d), 0.0)
+            c = kap.astype(np.complex128) if c_pde is None else _coef(c_pde, (n,), 0.0)
+            cplx = lambda z: z[..., 0] + 1j * z[..., 1]  # noqa: E731
+            uii = cplx(np.einsum("knii...->kni...", hess))         # [K, N, d]
+            rc = (np.sum(a[None] * uii, axis=2) + np.sum(b[None] * cplx(du), axis=2)
+                  + c[None] * cplx(u))
+            r = np.stack([rc.real, rc.imag], axis=-1)
         if f is not None:
             r = r - np.asarray(f, dtype=np.float64)[None]
         parts["pde"] = r

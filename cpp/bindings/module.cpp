@@ -203,7 +203,7 @@ bool given(const py::object& o) { return !o.is_none(); }
 // The batch keywords every loss-level operation takes (value_and_grad, residuals, jacobian, jvp,
 // vjp): parsed once from **kwargs, with an error naming any keyword that is not one of them.
 struct BatchArgs {
-    py::object x_pde, kappa, f, x_data, y, x_bc, n_bc, alpha_bc, g_bc, counts;
+    py::object x_pde, kappa, f, x_data, y, x_bc, n_bc, alpha_bc, g_bc, counts, a_pde, b_pde, c_pde;
     double w_pde = 1.0, w_data = 1.0, w_bc = 1.0;
     bool train_fourier = true, check_finite = false;
 };
@@ -211,15 +211,18 @@ struct BatchArgs {
 BatchArgs parse_batch(const py::kwargs& kw, const char* op) {
     BatchArgs b;
     py::object* objects[] = {&b.x_pde, &b.kappa, &b.f,        &b.x_data, &b.y,
-                             &b.x_bc,  &b.n_bc,  &b.alpha_bc, &b.g_bc,   &b.counts};
+                             &b.x_bc,  &b.n_bc,  &b.alpha_bc, &b.g_bc,   &b.counts,
+                             &b.a_pde, &b.b_pde, &b.c_pde};
     const char* object_names[] = {"x_pde", "kappa", "f",        "x_data", "y",
-                                  "x_bc",  "n_bc",  "alpha_bc", "g_bc",   "counts"};
+                                  "x_bc",  "n_bc",  "alpha_bc", "g_bc",   "counts",
+                                  "a_pde", "b_pde", "c_pde"};
+    constexpr int num_objects = 13;
     for (auto* o : objects) *o = py::none();
     for (auto item : kw) {
         const std::string key = py::str(item.first);
         py::object value = py::reinterpret_borrow<py::object>(item.second);
         bool found = false;
-        for (int k = 0; k < 10 && !found; ++k)
+        for (int k = 0; k < num_objects && !found; ++k)
             if (key == object_names[k]) *objects[k] = value, found = true;
         if (found) continue;
         double* weight = key == "w_pde" ? &b.w_pde : key == "w_data" ? &b.w_data
@@ -239,9 +242,9 @@ BatchArgs parse_batch(const py::kwargs& kw, const char* op) {
             *flag = value.cast<bool>();
         } else {
             throw py::type_error(std::string(op) + "() got an unexpected keyword argument '" +
-                                 key + "' (batch keywords: x_pde, kappa, f, x_data, y, x_bc, n_bc, "
-                                 "alpha_bc, g_bc, w_pde, w_data, w_bc, counts, train_fourier, "
-                                 "check_finite)");
+                                 key + "' (batch keywords: x_pde, kappa, f, a_pde, b_pde, c_pde, "
+                                 "x_data, y, x_bc, n_bc, alpha_bc, g_bc, w_pde, w_data, w_bc, "
+                                 "counts, train_fourier, check_finite)");
         }
     }
     return b;
@@ -299,15 +302,49 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
         in.x_pde = X.ptr;
         in.n_pde = std::size_t(n);
         inputs.push_back({X, "x_pde"});
-        if (!given(kappa))
-            throw py::value_error("kappa: required with x_pde (a float k^2, or an array of shape (N_pde,))");
-        if (space.is_array(kappa)) {
+        const bool op = given(b.a_pde) || given(b.b_pde) || given(b.c_pde);
+        in.pde_operator = op;
+        if (op) {
+            // The general operator (MATH.md, General operator): a_pde, b_pde [N_pde, d, 2] or a
+            // complex constant; c_pde [N_pde, 2] or a complex constant, or kappa in its place.
+            const std::string ndshape = "(N_pde, " + std::to_string(d) + ", 2) with N_pde = len(x_pde)";
+            auto coefficient = [&](const py::object& o, const char* name, const Shape& shape,
+                                   const std::string& doc, const T*& ptr, T* cst) {
+                if (!given(o)) return;
+                if (space.is_array(o)) {
+                    auto A = space.check(o, name, shape, false, doc.c_str());
+                    ptr = A.ptr;
+                    inputs.push_back({A, name});
+                    return;
+                }
+                std::complex<double> v;
+                try {
+                    v = o.cast<std::complex<double>>();
+                } catch (const py::cast_error&) {
+                    throw py::type_error(std::string(name) + ": expected a complex number or an array of shape " + doc);
+                }
+                cst[0] = T(v.real());
+                cst[1] = T(v.imag());
+            };
+            coefficient(b.a_pde, "a_pde", {n, d, 2}, ndshape, in.a_pde, in.a_const);
+            coefficient(b.b_pde, "b_pde", {n, d, 2}, ndshape, in.b_pde, in.b_const);
+            if (given(b.c_pde) && given(kappa))
+                throw py::value_error("c_pde: given together with kappa; give one of them (c_pde is the general operator's c, kappa a real c)");
+            if (!given(b.c_pde) && !given(kappa))
+                throw py::value_error("c_pde: required with a_pde or b_pde (or kappa in its place): a complex constant or an array of shape (N_pde, 2)");
+            coefficient(b.c_pde, "c_pde", {n, 2}, "(N_pde, 2) with N_pde = len(x_pde)", in.c_pde,
+                        in.c_const);
+        }
+        if (!given(kappa)) {
+            if (!op)  // (with the operator, c came from c_pde)
+                throw py::value_error("kappa: required with x_pde (a float k^2, or an array of shape (N_pde,))");
+        } else if (space.is_array(kappa)) {
             auto K = space.check(kappa, "kappa", {n}, false, "(N_pde,) with N_pde = len(x_pde)");
             in.kappa = K.ptr;
             inputs.push_back({K, "kappa"});
         } else {
             try {
-                in.kappa_const = T(kappa.cast<double>());
+                (op ? in.c_const[0] : in.kappa_const) = T(kappa.cast<double>());
             } catch (const py::cast_error&) {
                 throw py::type_error("kappa: expected a float or an array of shape (N_pde,)");
             }
@@ -319,6 +356,9 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
         }
     } else {
         if (given(kappa)) throw py::value_error("kappa: given without x_pde");
+        if (given(b.a_pde)) throw py::value_error("a_pde: given without x_pde");
+        if (given(b.b_pde)) throw py::value_error("b_pde: given without x_pde");
+        if (given(b.c_pde)) throw py::value_error("c_pde: given without x_pde");
         if (given(f)) throw py::value_error("f: given without x_pde");
     }
 

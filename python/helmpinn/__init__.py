@@ -27,6 +27,8 @@ from . import distributed, geometry
 from .model import Model
 from .optim import Adam, lbfgs
 from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld, get_problem, list_problems
+from .pml import PML
+from . import scattering  # registers scatter-hard, scatter-soft
 from .trainer import Trainer, default_settings
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "Dirichlet",
     "Model",
     "Neumann",
+    "PML",
     "Problem",
     "Robin",
     "Sommerfeld",

@@ -68,6 +68,13 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
         const T* kappa
         T kappa_const
         const T* f
+        bool pde_operator
+        const T* a_pde
+        T a_const[2]
+        const T* b_pde
+        T b_const[2]
+        const T* c_pde
+        T c_const[2]
         const T* x_data
         size_t n_data
         const T* y

@@ -12,7 +12,17 @@ A :class:`Problem` holds
   :func:`Neumann` (α = 0) and :func:`Sommerfeld` (``∂u/∂n − i k u = g``, α = −ik); ``None``
   leaves a part free on purpose;
 - ``data``: optional extra data points ``(x [N, d], y complex [N])`` (the data term);
-- ``exact``: an optional exact solution ``x -> complex [N]``, used for error reports.
+- ``exact``: an optional exact solution ``x -> complex [N]``, used for error reports;
+- ``pml``: an optional :class:`~helmpinn.pml.PML` around the domain's outer box (a
+  :class:`~helmpinn.geometry.Box`, :class:`~helmpinn.geometry.Interval` or
+  :class:`~helmpinn.geometry.BoxMinusBall`): the box's faces are then no boundary at all, the layer
+  is sampled with the domain, ``u = 0`` on its outer wall, and ``bcs`` names only the remaining
+  parts (a scatterer); errors, plots and predictions stay on the physical domain;
+- ``density``: an optional ``ρ(x) -> real [N] > 0`` (with ``density_grad(x) -> [N, d]``, or
+  central differences of ρ): the equation becomes ``∇·(ρ⁻¹∇u) + κu = f``.
+
+With a PML or a density the PDE points carry the core's general operator (``a_pde``, ``b_pde``;
+docs/MATH.md, General operator) instead of the Laplacian.
 
 Complex values are complex NumPy arrays in Python; :meth:`TrainingSet.to_core` converts them to
 the core's ``[N, 2]`` real pairs (re, im) in the model's dtype.
@@ -30,7 +40,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .geometry import Box, Domain, Interval, PointCloud
+from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
+from .pml import PML, operator_coefficients
 
 __all__ = [
     "Dirichlet",
@@ -135,7 +146,8 @@ class TrainingSet:
 
     PDE: ``x_pde``, ``kappa`` (float or [N]), ``f`` (complex [N] or None). Data (Dirichlet
     boundary points and extra data): ``x_data``, ``y`` (complex). Robin: ``x_bc``, ``n_bc``,
-    ``alpha`` (complex scalar or [N]), ``g`` (complex [N] or None).
+    ``alpha`` (complex scalar or [N]), ``g`` (complex [N] or None). ``a_pde``, ``b_pde``
+    (complex [N_pde, d] or None): the general operator's coefficients (PML, density).
     """
 
     x_pde: NDArray[np.float64]
@@ -148,6 +160,8 @@ class TrainingSet:
     alpha: complex | NDArray[np.complex128]
     g: NDArray[np.complex128] | None
     sizes: dict[str, int] = field(default_factory=dict)
+    a_pde: NDArray[np.complex128] | None = None
+    b_pde: NDArray[np.complex128] | None = None
 
     def to_core(self, dtype: Any = np.float32) -> dict[str, Any]:
         """Keyword arguments of ``Workspace.value_and_grad`` (arrays C-contiguous in ``dtype``);
@@ -160,6 +174,9 @@ class TrainingSet:
             out["kappa"] = float(self.kappa) if np.ndim(self.kappa) == 0 else c(self.kappa)
             if self.f is not None:
                 out["f"] = complex_to_pairs(self.f, dtype)
+            if self.a_pde is not None:  # the general operator, with kappa as its (real) c
+                out["a_pde"] = complex_to_pairs(self.a_pde, dtype)
+                out["b_pde"] = complex_to_pairs(self.b_pde, dtype)
         if len(self.x_data):
             out["x_data"] = c(self.x_data)
             out["y"] = complex_to_pairs(self.y, dtype)
@@ -187,11 +204,37 @@ class Problem:
                  data: tuple[ArrayLike, ArrayLike] | None = None, exact: ComplexFn | None = None,
                  *, name: str = "custom", description: str = "",
                  wavenumber: float | None = None, options: Mapping[str, Any] | None = None,
-                 exact_grad: Callable | None = None):
+                 exact_grad: Callable | None = None, pml: PML | None = None,
+                 density: Callable | None = None, density_grad: Callable | None = None):
         if not isinstance(domain, Domain):
             raise TypeError(f"domain must be a helmpinn.geometry.Domain, got {type(domain).__name__}")
         self.domain = domain
         self.dim = domain.dim
+        if pml is not None and not isinstance(pml, PML):
+            raise TypeError(f"pml must be a helmpinn.PML, got {type(pml).__name__}")
+        if density is not None and not callable(density):
+            raise TypeError("density must be a callable x [N, d] -> real [N] (> 0)")
+        if density_grad is not None and density is None:
+            raise ValueError("density_grad: given without density")
+        if density_grad is not None and not callable(density_grad):
+            raise TypeError("density_grad must be a callable x [N, d] -> real [N, d]")
+        self.pml = pml
+        self.density = density
+        self.density_grad = density_grad
+        self.sampling_domain = domain
+        self._absorbed: tuple[str, ...] = ()
+        if pml is not None:
+            if isinstance(domain, BoxMinusBall):
+                lo, hi = pml.outer_box(domain.box.lo, domain.box.hi)
+                self.sampling_domain = BoxMinusBall(Box(lo, hi), domain.ball)
+                self._absorbed = domain.box.part_names
+            elif isinstance(domain, Box):
+                lo, hi = pml.outer_box(domain.lo, domain.hi)
+                self.sampling_domain = Interval(lo[0], hi[0]) if domain.dim == 1 else Box(lo, hi)
+                self._absorbed = domain.part_names
+            else:
+                raise TypeError(f"pml: the domain must be a Box, Interval or BoxMinusBall (a PML "
+                                f"surrounds its outer box), got {type(domain).__name__}")
         if not callable(kappa):
             kappa = float(kappa)
         self.kappa = kappa
@@ -224,8 +267,33 @@ class Problem:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
         return f"Problem({self.name}({opts}), {self.domain!r}, k_max={self.wavenumber:.4g})"
 
+    @property
+    def part_names(self) -> tuple[str, ...]:
+        """The boundary parts that take conditions (with a PML: those the layer does not absorb)."""
+        return tuple(p for p in self.domain.part_names if p not in self._absorbed)
+
+    @property
+    def uses_operator(self) -> bool:
+        """True when the PDE points carry the general operator (a PML or a density)."""
+        return self.pml is not None or self.density is not None
+
+    def operator_at(self, x: NDArray) -> tuple[NDArray[np.complex128], NDArray[np.complex128]]:
+        """``(a [N, d], b [N, d])``: the general operator's coefficients at x (docs/MATH.md,
+        General operator; a = 1, b = 0 without a PML or density)."""
+        lo, hi = self.domain.bounds
+        return operator_coefficients(x, pml=self.pml, box=(lo, hi), k=max(self.wavenumber, 1e-12),
+                                     density=self.density, density_grad=self.density_grad)
+
+    def in_layer(self, x: NDArray) -> NDArray[np.bool_]:
+        """True for points of the PML (outside the physical box); all False without one."""
+        x = np.asarray(x, np.float64)
+        if self.pml is None:
+            return np.zeros(len(x), bool)
+        lo, hi = self.domain.bounds
+        return np.any((x < lo) | (x > hi), axis=1)
+
     def _resolve_bcs(self, bcs) -> dict[str, Dirichlet | Robin | None]:
-        parts = self.domain.part_names
+        parts = self.part_names
         out: dict[str, Dirichlet | Robin | None] = {}
         default = "__unset__"
         for key, bc in bcs.items():
@@ -236,6 +304,10 @@ class Problem:
                 default = bc
                 continue
             for name in (key,) if isinstance(key, str) else tuple(key):
+                if name in self._absorbed:
+                    raise ValueError(f"boundary part {name!r} lies inside the PML (the layer "
+                                     f"replaces it; u = 0 on the layer's outer wall); "
+                                     f"name only {parts}")
                 if name not in parts:
                     raise ValueError(f"unknown boundary part {name!r}; this domain has {parts}")
                 out[name] = bc
@@ -280,12 +352,29 @@ class Problem:
         points (split over the parts by measure; Dirichlet parts go to the data term, Robin parts
         to the bc term) plus the problem's data points."""
         rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
-        x_pde = self.domain.sample_interior(n_pde, rng, method)
+        x_pde = self.sampling_domain.sample_interior(n_pde, rng, method)
         kappa = self.kappa_at(x_pde)
         f = self.source_at(x_pde)
-        b = self.domain.sample_boundary(n_bc, rng, method)
+        if self._absorbed:
+            # The outer box's faces are now the PML's outer wall (u = 0, data term); a scatterer
+            # inside gets half the boundary points (by measure it would get a sliver of them).
+            sd = self.sampling_domain
+            if isinstance(sd, BoxMinusBall):
+                n_wall = int(n_bc) // 2
+                xd_wall = sd.box.sample_boundary(n_wall, rng, method).x
+                inner = sd.ball.sample_boundary(int(n_bc) - n_wall, rng, method)
+                b = BoundarySample(inner.x, -inner.normals, np.full(len(inner.x), "scatterer"))
+            else:
+                xd_wall = sd.sample_boundary(n_bc, rng, method).x
+                b = BoundarySample(np.empty((0, self.dim)), np.empty((0, self.dim)),
+                                   np.empty(0, dtype="<U9"))
+        else:
+            b = self.domain.sample_boundary(n_bc, rng, method)
 
         xd, yd = [], []
+        if self._absorbed and len(xd_wall):
+            xd.append(xd_wall)
+            yd.append(np.zeros(len(xd_wall), np.complex128))
         xr, nr, ar, gr = [], [], [], []
         const_alpha: list[complex] = []
         any_g = False
@@ -324,21 +413,31 @@ class Problem:
             x_bc=x_bc, n_bc=cat(nr, (0, d)), alpha=alpha if len(x_bc) else 0j,
             g=cat(gr, (0,)) if any_g else None,
         )
+        if self.uses_operator:
+            ts.a_pde, ts.b_pde = self.operator_at(x_pde)
         ts.sizes = {"pde": len(ts.x_pde), "data": len(ts.x_data), "bc": len(ts.x_bc)}
         return ts
 
     # -- checks of an exact solution ----------------------------------------------------------
     def pde_residual_fd(self, x: NDArray, h: float = 1e-3,
                         u: ComplexFn | None = None) -> NDArray[np.complex128]:
-        """``Δu + κu − f`` at x with Δ by 2nd-order central differences (u defaults to exact)."""
+        """``Δu + κu − f`` at x with Δ by 2nd-order central differences (u defaults to exact);
+        with a PML or density the general operator ``Σ a_i u_ii + Σ b_i u_i + κu − f``."""
         u = u or self.exact_at
         x = np.asarray(x, dtype=np.float64)
         u0 = u(x)
         lap = np.zeros(len(x), np.complex128)
+        a = b = None
+        if self.uses_operator:
+            a, b = self.operator_at(x)
         for i in range(self.dim):
             e = np.zeros(self.dim)
             e[i] = h
-            lap += (u(x + e) - 2 * u0 + u(x - e)) / h**2
+            up, um = u(x + e), u(x - e)
+            if a is None:
+                lap += (up - 2 * u0 + um) / h**2
+            else:
+                lap += a[:, i] * (up - 2 * u0 + um) / h**2 + b[:, i] * (up - um) / (2 * h)
         f = self.source_at(x)
         return lap + self.kappa_at(x) * u0 - (0 if f is None else f)
 

@@ -42,12 +42,22 @@ namespace helmpinn {
 ///   x_bc [n_bc, d], normal_bc [n_bc, d] (unit outward), alpha_bc [n_bc, 2] or alpha_const,
 ///   g_bc [n_bc, 2] or null (= 0)
 /// Loss: w_pde/N_c sum |lap u + kappa u - f|^2 + w_data/N_d sum |u - y|^2
+///       (with pde_operator: the general operator's residual in place of lap u + kappa u - f)
 ///       + w_bc/N_b sum |n.grad u + alpha u - g|^2   (complex alpha u, |.|^2 sums re and im)
 template <typename T>
 struct LossInputs {
     const T* x_pde = nullptr;  std::size_t n_pde = 0;  // required if n_pde > 0
     const T* kappa = nullptr;  T kappa_const = T(0);   // per point if non-null, else constant
     const T* f = nullptr;                              // complex source, null = 0
+    /// The general diagonal operator instead of the Laplacian at the PDE points (MATH.md,
+    /// General operator): r = sum_i a_i d^2u/dx_i^2 + sum_i b_i du/dx_i + c u - f, complex
+    /// coefficients. a_i = a_pde [n_pde, d, 2] or a_const; b_i = b_pde [n_pde, d, 2] or b_const;
+    /// c = c_pde [n_pde, 2], else kappa [n_pde] (real), else c_const (kappa_const is not read:
+    /// setting it with pde_operator throws). Ignored arrays must be null when pde_operator is false.
+    bool pde_operator = false;
+    const T* a_pde = nullptr;  T a_const[2] = {T(1), T(0)};
+    const T* b_pde = nullptr;  T b_const[2] = {T(0), T(0)};
+    const T* c_pde = nullptr;  T c_const[2] = {T(0), T(0)};
 
     const T* x_data = nullptr; std::size_t n_data = 0; // required if n_data > 0
     const T* y = nullptr;                              // required if n_data > 0
@@ -77,7 +87,8 @@ template <typename T>
 struct LossOutputs {
     LossBreakdown loss;          ///< written: the loss of the call
     T* residuals = nullptr;      ///< [R] the scaled residuals, as Workspace::residuals writes them
-    T* grad_kappa = nullptr;     ///< [n_pde] dL/dkappa_i at every PDE point (for inverse problems)
+    T* grad_kappa = nullptr;     ///< [n_pde] dL/dkappa_i at every PDE point (for inverse problems;
+                                 ///< with pde_operator: dL/d Re(c_i))
 };
 
 /// Views of a workspace's caches, all in the workspace's memory space (host or device).

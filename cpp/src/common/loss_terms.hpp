@@ -13,7 +13,8 @@
 //
 // with N_t the term's count (LossInputs::count_*, or its number of points). A new term is one
 // more struct here, one more case in the with_term switch, its fields in LossInputs, and its
-// arrays in term_arrays; backends iterate kNumTerms and need no edit.
+// arrays in term_arrays; backends iterate kNumTerms and need no edit. A term may have more than
+// one entry (the PDE term: the Laplacian, or the general operator); term_entry picks it.
 //
 // Functions are inline for host and device code (stream_math.hpp's HELMPINN_HD). u and ubar are
 // "stream-strided": stream s of the point at u[s * ss], its components re, im at +0 and +1.
@@ -30,6 +31,16 @@ namespace terms {
 
 enum Term : int { kPde = 0, kData = 1, kBc = 2 };
 constexpr int kNumTerms = 3;
+
+/// Table entries: one per term, and a second one for the PDE term (the general operator, chosen
+/// by LossInputs::pde_operator). An entry's `id` is the term it computes.
+enum Entry : int { kPdeLaplacian = 0, kDataMisfit = 1, kRobinBc = 2, kPdeOperator = 3 };
+
+/// The entry that computes term t of `in`.
+template <typename T>
+HELMPINN_HD int term_entry(const LossInputs<T>& in, int t) {
+    return t == kPde && in.pde_operator ? int(kPdeOperator) : t;
+}
 
 /// PDE residual r = lap u + kappa u - f (MATH.md, Loss); d + 2 streams.
 struct Pde {
@@ -58,6 +69,72 @@ struct Pde {
         for (int i = 1; i <= d; ++i) ubar[i * ss] = ubar[i * ss + 1] = T(0);
         ubar[(d + 1) * ss] = w[0];
         ubar[(d + 1) * ss + 1] = w[1];
+    }
+};
+
+/// General diagonal second-order operator (MATH.md, General operator), complex coefficients:
+///   r = sum_i a_i d^2u/dx_i^2 + sum_i b_i du/dx_i + c u - f;  2d + 1 streams (diagonal layout).
+/// a_i = a_pde[p, i] or a_const, b_i = b_pde[p, i] or b_const, c = c_pde[p], else (kappa[p], 0),
+/// else c_const.
+struct PdeOperator {
+    static constexpr Term id = kPde;
+    static constexpr const char* name = "pde";
+    HELMPINN_HD static int streams(int d) { return 2 * d + 1; }
+    template <typename T>
+    HELMPINN_HD static void coef(const T* arr, const T* cst, std::size_t k, T& re, T& im) {
+        re = arr ? arr[k * 2] : cst[0];
+        im = arr ? arr[k * 2 + 1] : cst[1];
+    }
+    template <typename T>
+    HELMPINN_HD static void c_coef(const LossInputs<T>& in, std::size_t p, T& re, T& im) {
+        if (in.c_pde) {
+            re = in.c_pde[p * 2], im = in.c_pde[p * 2 + 1];
+        } else if (in.kappa) {
+            re = in.kappa[p], im = T(0);
+        } else {
+            re = in.c_const[0], im = in.c_const[1];
+        }
+    }
+    template <typename T>
+    HELMPINN_HD static void residual(const LossInputs<T>& in, std::size_t p, const T* u,
+                                     std::ptrdiff_t ss, int d, T r[2]) {
+        T cr, ci;
+        c_coef(in, p, cr, ci);
+        T re = cr * u[0] - ci * u[1] - (in.f ? in.f[p * 2] : T(0));
+        T im = cr * u[1] + ci * u[0] - (in.f ? in.f[p * 2 + 1] : T(0));
+        for (int i = 0; i < d; ++i) {
+            const std::size_t k = p * std::size_t(d) + std::size_t(i);
+            T ar, ai, br, bi;
+            coef(in.a_pde, in.a_const, k, ar, ai);
+            coef(in.b_pde, in.b_const, k, br, bi);
+            const T* g = u + (1 + i) * ss;      // du/dx_i
+            const T* h = u + (1 + d + i) * ss;  // d^2u/dx_i^2
+            re += ar * h[0] - ai * h[1] + br * g[0] - bi * g[1];
+            im += ar * h[1] + ai * h[0] + br * g[1] + bi * g[0];
+        }
+        r[0] = re;
+        r[1] = im;
+    }
+    /// ubar = conj(c) w, ubar_i = conj(b_i) w, ubar_ii = conj(a_i) w.
+    template <typename T>
+    HELMPINN_HD static void adjoint(const LossInputs<T>& in, std::size_t p, const T w[2], T* ubar,
+                                    std::ptrdiff_t ss, int d) {
+        T cr, ci;
+        c_coef(in, p, cr, ci);
+        ubar[0] = cr * w[0] + ci * w[1];
+        ubar[1] = cr * w[1] - ci * w[0];
+        for (int i = 0; i < d; ++i) {
+            const std::size_t k = p * std::size_t(d) + std::size_t(i);
+            T ar, ai, br, bi;
+            coef(in.a_pde, in.a_const, k, ar, ai);
+            coef(in.b_pde, in.b_const, k, br, bi);
+            T* g = ubar + (1 + i) * ss;
+            T* h = ubar + (1 + d + i) * ss;
+            g[0] = br * w[0] + bi * w[1];
+            g[1] = br * w[1] - bi * w[0];
+            h[0] = ar * w[0] + ai * w[1];
+            h[1] = ar * w[1] - ai * w[0];
+        }
     }
 };
 
@@ -121,12 +198,13 @@ struct Robin {
     }
 };
 
-/// Calls f(Entry{}) for the table entry of term t (kPde, kData or kBc).
+/// Calls f(Entry{}) for table entry e (an Entry; a Term names its default entry).
 template <typename F>
-HELMPINN_HD void with_term(int t, F&& f) {
-    switch (t) {
-        case kPde: f(Pde{}); break;
-        case kData: f(Data{}); break;
+HELMPINN_HD void with_term(int e, F&& f) {
+    switch (e) {
+        case kPdeLaplacian: f(Pde{}); break;
+        case kDataMisfit: f(Data{}); break;
+        case kPdeOperator: f(PdeOperator{}); break;
         default: f(Robin{}); break;
     }
 }
@@ -155,7 +233,7 @@ HELMPINN_HD TermPoints<T> term_points(const LossInputs<T>& in, int t) {
     return tp;
 }
 
-/// Streams of term t's points in dimension d.
+/// Streams of entry t's points in dimension d.
 HELMPINN_HD int term_streams(int t, int d) {
     int s = 0;
     with_term(t, [&](auto e) { s = decltype(e)::streams(d); });
@@ -185,7 +263,10 @@ int term_arrays(const LossInputs<T>& in, int t, std::size_t d, TermArray<T>* out
         out[0] = {in.x_pde, in.n_pde * d, "x_pde", true};
         out[1] = {in.kappa, in.n_pde, "kappa", false};
         out[2] = {in.f, in.n_pde * 2, "f", false};
-        return 3;
+        out[3] = {in.a_pde, in.n_pde * d * 2, "a_pde", false};
+        out[4] = {in.b_pde, in.n_pde * d * 2, "b_pde", false};
+        out[5] = {in.c_pde, in.n_pde * 2, "c_pde", false};
+        return 6;
     }
     if (t == kData) {
         out[0] = {in.x_data, in.n_data * d, "x_data", true};

@@ -3,8 +3,12 @@
 //
 // Everything here is an inline function on scalars and strided pointers, callable from host
 // and device code. A "stream-strided" pointer p holds stream s of one element at p[s * ss]:
-// stream 0 is the value, 1..d the partial derivatives, d+1 the Laplacian.
-// `ns` is the number of streams present: 1 (value), d+1 (value, gradient), d+2 (all).
+// stream 0 is the value, 1..d the partial derivatives, then either the Laplacian (stream d+1;
+// the "Laplacian layout") or the d second partials d^2/dx_i^2 (streams d+1 .. 2d; the "diagonal
+// layout", MATH.md, General operator). `ns` is the number of streams present: 1 (value), d+1
+// (value, gradient), d+2 (Laplacian layout) or 2d+1 (diagonal layout). For d = 1 the two layouts
+// are the same three streams and lap_layout wins; the functions below branch on the layout at
+// compile time when ns and d are constants, so the Laplacian code is what it was.
 #pragma once
 
 #include <cmath>
@@ -20,6 +24,14 @@ namespace helmpinn {
 namespace math {
 
 constexpr double two_pi = 6.283185307179586476925286766559;
+
+/// Most streams a point carries: 2d + 1 for d = 3 (diagonal layout).
+constexpr int kMaxStreams = 7;
+
+/// Stream ns of dimension d holds the Laplacian (stream d+1).
+HELMPINN_HD constexpr bool lap_layout(int d, int ns) { return ns == d + 2; }
+/// Streams d+1 .. 2d hold the second partials d^2/dx_i^2 (d > 1; for d = 1 see lap_layout).
+HELMPINN_HD constexpr bool diag_layout(int d, int ns) { return d > 1 && ns == 2 * d + 1; }
 
 /// Phase of Fourier frequency j at one point: s = sum_i x_i * omega_i (omega_i = 2 pi B_ij),
 /// with `omega` strided by `os` (omega[i * os]).
@@ -46,9 +58,15 @@ HELMPINN_HD void fourier_streams(T S, T C, const T* omega, std::ptrdiff_t os, T 
             out_cos[(1 + i) * ss] = -w * S;
         }
     }
-    if (ns > d + 1) {
+    if (lap_layout(d, ns)) {
         out_sin[(d + 1) * ss] = -Omega * S;
         out_cos[(d + 1) * ss] = -Omega * C;
+    } else if (diag_layout(d, ns)) {  // d^2/dx_i^2 [S ; C] = -omega_i^2 [S ; C]
+        for (int i = 0; i < d; ++i) {
+            const T w2 = omega[i * os] * omega[i * os];
+            out_sin[(d + 1 + i) * ss] = -w2 * S;
+            out_cos[(d + 1 + i) * ss] = -w2 * C;
+        }
     }
 }
 
@@ -79,10 +97,17 @@ HELMPINN_HD void fourier_backward_point(T S, T C, const T* omega, std::ptrdiff_t
             wbar[i] += a * C - b * S;
         }
     }
-    if (ns > d + 1) {
+    if (lap_layout(d, ns)) {
         const T a = gs[(d + 1) * ss], b = gc[(d + 1) * ss];
         sb -= Omega * (a * C - b * S);
         for (int i = 0; i < d; ++i) wbar[i] -= T(2) * omega[i * os] * (a * S + b * C);
+    } else if (diag_layout(d, ns)) {
+        for (int i = 0; i < d; ++i) {
+            const T w = omega[i * os];
+            const T a = gs[(d + 1 + i) * ss], b = gc[(d + 1 + i) * ss];
+            sb -= w * w * (a * C - b * S);
+            wbar[i] -= T(2) * w * (a * S + b * C);
+        }
     }
     sbar = sb;
 }
@@ -102,7 +127,14 @@ HELMPINN_HD void tanh_streams(const T* z, T hv, T* h, std::ptrdiff_t ss, int d, 
             h[i * ss] = t * zi;
             q += zi * zi;
         }
-        if (ns > d + 1) h[(d + 1) * ss] = t * z[(d + 1) * ss] - T(2) * hv * t * q;
+        if (lap_layout(d, ns)) {
+            h[(d + 1) * ss] = t * z[(d + 1) * ss] - T(2) * hv * t * q;
+        } else if (diag_layout(d, ns)) {  // h_ii = t z_ii - 2 h t z_i^2
+            for (int i = 1; i <= d; ++i) {
+                const T zi = z[i * ss];
+                h[(d + i) * ss] = t * z[(d + i) * ss] - T(2) * hv * t * zi * zi;
+            }
+        }
     }
 }
 
@@ -132,7 +164,20 @@ HELMPINN_HD void tanh_backward(const T* z, std::ptrdiff_t zs, T hv, T* g, std::p
         q += zi * zi;
         dot += g[i * gs] * zi;
     }
-    if (ns > d + 1) {
+    if (diag_layout(d, ns)) {
+        // Diagonal layout (MATH.md, General operator), with u = 2h z_ii + 2(t - 2h^2) z_i^2:
+        //   zbar_ii = t hbar_ii,  zbar_i = t hbar_i - 4 h t z_i hbar_ii,
+        //   zbar = t [hbar - 2h sum_i hbar_i z_i - sum_i hbar_ii (2h z_ii + 2(t - 2h^2) z_i^2)]
+        T acc = g[0] - T(2) * hv * dot;
+        const T e = T(2) * (t - T(2) * hv * hv);
+        for (int i = 1; i <= d; ++i) {
+            const T zi = z[i * zs], gii = g[(d + i) * gs];
+            acc -= gii * (T(2) * hv * z[(d + i) * zs] + e * zi * zi);
+            g[i * gs] = t * g[i * gs] - T(4) * hv * t * zi * gii;
+            g[(d + i) * gs] = t * gii;
+        }
+        g[0] = t * acc;
+    } else if (lap_layout(d, ns)) {
         const T gl = g[(d + 1) * gs];
         const T zl = z[(d + 1) * zs];
         g[0] = t * (g[0] - T(2) * t * q * gl - T(2) * hv * (dot + gl * (zl - T(2) * hv * q)));

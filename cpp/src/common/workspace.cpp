@@ -104,6 +104,22 @@ void Workspace<T>::check_inputs(const char* op, const T* params, const LossInput
             throw std::invalid_argument(std::string(op) + ": w_" + term_name(t) +
                                         " must be >= 0 (residual rows are scaled by sqrt(w))");
     }
+    if (in.n_pde) {
+        if (!in.pde_operator && (in.a_pde || in.b_pde || in.c_pde))
+            throw std::invalid_argument(std::string(op) +
+                                        ": a_pde, b_pde or c_pde given but pde_operator is false");
+        if (in.pde_operator && in.kappa && in.c_pde)
+            throw std::invalid_argument(std::string(op) +
+                                        ": give c_pde or kappa with the general operator, not both");
+        if (in.pde_operator && in.kappa_const != T(0))
+            throw std::invalid_argument(
+                std::string(op) +
+                ": kappa_const is not read with pde_operator; set c_const (or c_pde, kappa)");
+        if (in.pde_operator && device_ != Device::cpu)
+            throw std::runtime_error(std::string(op) +
+                                     ": the general PDE operator (a_pde, b_pde, c_pde) is not yet "
+                                     "implemented on CUDA workspaces; use device='cpu'");
+    }
     if (!in.check_finite || device_ != Device::cpu) return;
     require_finite(params, spec_.num_params(), "params");
     for (int t = 0; t < kNumTerms; ++t) {
@@ -113,6 +129,9 @@ void Workspace<T>::check_inputs(const char* op, const T* params, const LossInput
     }
     require_finite(&in.kappa_const, 1, "kappa");
     require_finite(in.alpha_const, 2, "alpha_bc");
+    require_finite(in.a_const, 2, "a_pde");
+    require_finite(in.b_const, 2, "b_pde");
+    require_finite(in.c_const, 2, "c_pde");
     require_finite(&in.w_pde, 1, "w_pde");
     require_finite(&in.w_data, 1, "w_data");
     require_finite(&in.w_bc, 1, "w_bc");

@@ -32,7 +32,8 @@ using terms::kNumTerms;
 template <int V>
 using Int = std::integral_constant<int, V>;
 
-// Calls f(Int<d>, Int<ns>) for the compile-time pair (d, ns), ns in {1, d+1, d+2}: the
+// Calls f(Int<d>, Int<ns>) for the compile-time pair (d, ns), ns in {1, d+1, d+2, 2d+1} (2d+1:
+// the general operator's diagonal layout, a case of its own; for d = 1 it is d+2): the
 // per-element stream math then unrolls and the loops over features vectorise.
 template <typename F>
 void with_streams(int d, int ns, F&& f) {
@@ -43,9 +44,11 @@ void with_streams(int d, int ns, F&& f) {
         case 21: f(Int<2>{}, Int<1>{}); break;
         case 23: f(Int<2>{}, Int<3>{}); break;
         case 24: f(Int<2>{}, Int<4>{}); break;
+        case 25: f(Int<2>{}, Int<5>{}); break;
         case 31: f(Int<3>{}, Int<1>{}); break;
         case 34: f(Int<3>{}, Int<4>{}); break;
         case 35: f(Int<3>{}, Int<5>{}); break;
+        case 37: f(Int<3>{}, Int<7>{}); break;
         default: throw std::logic_error("helmpinn: unsupported stream count");
     }
 }
@@ -58,7 +61,8 @@ public:
 
     CpuBackend(const ModelSpec& spec, std::size_t batch)
         : sp_(spec), B_(batch), d_(spec.in_dim), m_(spec.ff_dim), H_(spec.hidden_dim),
-          L_(spec.num_hidden_layers), S_(spec.in_dim + 2), np_(spec.num_params()) {
+          L_(spec.num_hidden_layers), S_(spec.in_dim + 2),
+          Sx_(std::max(spec.in_dim + 2, 2 * spec.in_dim + 1)), np_(spec.num_params()) {
         const std::size_t Bs = B_ * S_;
         x_input_.resize(B_ * d_);
         feat_.resize(Bs * 2 * m_);
@@ -76,7 +80,7 @@ public:
         vt_.resize(wt);
         omega_.resize(std::size_t(d_) * m_);
         Omega_.resize(m_);
-        adj_stride_ = std::size_t(S_) * tile * sp_.max_width();
+        adj_stride_ = std::size_t(Sx_) * tile * sp_.max_width();
         slot_grad_.resize(num_slots * np_);
         slot_loss_.resize(num_slots * kNumTerms);
         slot_fresh_.resize(num_slots);
@@ -85,13 +89,13 @@ public:
         scratch_threads_ = std::max(cpu::max_threads(), 1);
         scratch_stride_ = 2 * adj_stride_;
         for (int l = 0; l <= L_; ++l)
-            scratch_stride_ += std::size_t(S_) * tile * (sp_.layer_out(l) + (l < L_ ? H_ : 0));
-        scratch_stride_ += std::size_t(tile) * d_ + std::size_t(S_) * tile * 2 * m_;
+            scratch_stride_ += std::size_t(Sx_) * tile * (sp_.layer_out(l) + (l < L_ ? H_ : 0));
+        scratch_stride_ += std::size_t(tile) * d_ + std::size_t(Sx_) * tile * 2 * m_;
         scratch_.resize(std::size_t(scratch_threads_) * scratch_stride_);
         // Per-thread rows of the residual level: two adjoint buffers of both components' rows
         // [S, 2 tile, width], the tangent products [S, tile, width], and J v per row [2 tile].
-        row_adj_ = std::size_t(S_) * 2 * tile * sp_.max_width();
-        row_stride_ = 2 * row_adj_ + std::size_t(S_) * tile * sp_.max_width() + 2 * tile;
+        row_adj_ = std::size_t(Sx_) * 2 * tile * sp_.max_width();
+        row_stride_ = 2 * row_adj_ + std::size_t(Sx_) * tile * sp_.max_width() + 2 * tile;
         row_stride_ = (row_stride_ + 15) / 16 * 16;
         row_scratch_.resize(std::size_t(scratch_threads_) * row_stride_);
         zero(grad_.data(), np_);
@@ -184,7 +188,7 @@ private:
 
     TileRows scratch_rows(int thread) {
         T* q = scratch_.data() + std::size_t(thread) * scratch_stride_;
-        const std::size_t st = std::size_t(S_) * tile;
+        const std::size_t st = std::size_t(Sx_) * tile;
         TileRows r{q, nullptr, {}, {}, std::size_t(tile), 0, nullptr};
         q += std::size_t(tile) * d_;
         r.feat = q;
@@ -329,9 +333,10 @@ private:
     // rows start in the residual vector.
     struct TermTiles {
         int t;   // terms::Term
+        int e;   // terms::Entry: the table entry computing it
         const T* x;
         std::size_t n;
-        int ns;  // streams: d + 2 (pde), 1 (data), d + 1 (bc)
+        int ns;  // streams: d + 2 (pde), 2d + 1 (pde operator), 1 (data), d + 1 (bc)
         terms::TermScale<T> scale;
         std::size_t first_tile, row0;
     };
@@ -343,7 +348,8 @@ private:
         for (int t = 0; t < kNumTerms; ++t) {
             const terms::TermPoints<T> tp = terms::term_points(in, t);
             if (!tp.n) continue;
-            tt[nterms++] = TermTiles{t,           tp.x, tp.n, terms::term_streams(t, d_),
+            const int e = terms::term_entry(in, t);
+            tt[nterms++] = TermTiles{t,    e,    tp.x, tp.n, terms::term_streams(e, d_),
                                      terms::term_scale(tp), total, rows};
             total += (tp.n + tile - 1) / tile;
             rows += 2 * tp.n;
@@ -440,11 +446,11 @@ private:
         const int d = d_;
         const std::ptrdiff_t ssG = 2 * tile;
         double acc = 0.0;
-        terms::with_term(term.t, [&](auto entry) {
+        terms::with_term(term.e, [&](auto entry) {
             using E = decltype(entry);
             for (int p = 0; p < np; ++p) {
                 const std::size_t gp = g0 + std::size_t(p), row = term.row0 + 2 * gp;
-                T u[2 * 5] = {}, ub[2 * 5] = {}, r[2], w[2];
+                T u[2 * math::kMaxStreams] = {}, ub[2 * math::kMaxStreams] = {}, r[2], w[2];
                 if (sa.w) {  // vjp
                     w[0] = term.scale.s * sa.w[row];
                     w[1] = term.scale.s * sa.w[row + 1];
@@ -490,9 +496,9 @@ private:
         with_streams(d_, term.ns, [&](auto D, auto NS) {
             forward_tile<D(), NS()>(params, R, np, term.x + g0 * d_);
             if (op == RowOp::residuals) {
-                terms::with_term(term.t, [&](auto entry) {
+                terms::with_term(term.e, [&](auto entry) {
                     for (int p = 0; p < np; ++p) {
-                        T u[2 * 5] = {}, r[2];
+                        T u[2 * math::kMaxStreams] = {}, r[2];
                         gather_u(R, L_, std::size_t(p), NS(), u);
                         decltype(entry)::residual(in, g0 + p, u, 2, d_, r);
                         for (int c = 0; c < 2; ++c) {
@@ -516,7 +522,7 @@ private:
         T* gcur = row_scratch_.data() + std::size_t(thread) * row_stride_;
         T* gnext = gcur + row_adj_;
         T* tan = gnext + row_adj_;                       // [NS, tile, width]: V_W A_s
-        T* acc = tan + std::size_t(S_) * tile * sp_.max_width();  // [2 tile]: J v of each row
+        T* acc = tan + std::size_t(Sx_) * tile * sp_.max_width();  // [2 tile]: J v of each row
         const bool jac = op == RowOp::jacobian;
         // Row q = c * np + p of the tile, its output row, and whether the caller wants it.
         const auto row_of = [&](int q) { return first_row + 2 * std::size_t(q % np) + q / np; };
@@ -529,10 +535,10 @@ private:
         // Seeds: the adjoint of u's streams for w = s e_c, for both components c.
         {
             const std::ptrdiff_t ssG = std::ptrdiff_t(2) * tile * 2;
-            terms::with_term(term.t, [&](auto entry) {
+            terms::with_term(term.e, [&](auto entry) {
                 for (int q = 0; q < nq; ++q) {
                     const int p = q % np, c = q / np;
-                    T w[2] = {T(0), T(0)}, ub[2 * 5] = {};
+                    T w[2] = {T(0), T(0)}, ub[2 * math::kMaxStreams] = {};
                     w[c] = term.scale.s;
                     decltype(entry)::adjoint(in, g0 + p, w, ub, 2, d_);
                     T* gu = gcur + std::size_t(q) * 2;
@@ -730,6 +736,7 @@ private:
     ModelSpec sp_;
     std::size_t B_;
     int d_, m_, H_, L_, S_;
+    int Sx_;  // streams of the per-thread scratch rows: also the general operator's 2d + 1
     std::size_t np_;
     AlignedArray<T> x_input_, feat_, z_[16], h_[16], du_dx_, d2u_, grad_, wt_, omega_, Omega_,
         slot_grad_;

@@ -1,0 +1,150 @@
+"""Perfectly matched layers and variable density: the coefficients of the core's general operator.
+
+A :class:`PML` of width ``w`` around a domain's outer box ``[lo, hi]`` stretches each coordinate
+in the layer, ``∂_j → (1/s_j) ∂_j`` with ``s_j(x_j) = 1 + i σ_j(x_j)/k`` and the polynomial
+profile ``σ_j = σ₀ (δ_j/w)^p`` (``δ_j`` the distance outside ``[lo_j, hi_j]``, 0 inside). The
+Helmholtz operator becomes the core's diagonal operator (docs/MATH.md, General operator)
+
+    Σ_j a_j ∂²u/∂x_j² + Σ_j b_j ∂u/∂x_j + κ u,   a_j = 1/s_j²,   b_j = −s_j′/s_j³,
+
+and with a density ρ (``∇·(ρ⁻¹∇u) + κu``) ``a_j = 1/(ρ s_j²)``,
+``b_j = ∂_j(ρ⁻¹)/s_j² − s_j′/(ρ s_j³)``. :func:`operator_coefficients` evaluates them.
+
+Default strength: an outgoing plane wave entering the layer at normal incidence decays as
+``exp(−∫σ)``; after the round trip to the wall (where u = 0) and back its amplitude is
+``R = exp(−2 σ₀ w/(p+1))``, independent of k (the 1/k in s_j makes the decay per unit length
+the same at every frequency). The default σ₀ makes that round trip ``R = 1e-4`` (``σ₀ = (p+1)
+ln(10⁴)/(2w)``, 13.8/w for p = 2): at 60° incidence the round trip is still ``R^{cos 60°} = 1e-2``
+of an amplitude that itself is far below the field in most problems. Much larger σ₀ makes the
+field in the layer decay over a fraction of a wavelength, which a PINN resolves badly.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = ["PML", "operator_coefficients", "DEFAULT_REFLECTION"]
+
+#: The round-trip reflection at normal incidence that the default strength aims at.
+DEFAULT_REFLECTION = 1e-4
+
+
+class PML:
+    """A perfectly matched layer of thickness ``width`` around a domain's outer box.
+
+    ``strength``: σ₀, the profile's value at the wall (default: a round-trip reflection of
+    :data:`DEFAULT_REFLECTION` at normal incidence, see the module docstring); ``power``: the
+    profile's exponent p (σ = σ₀ (δ/w)^p; p >= 1, default 2, so that σ and σ′ vanish at the
+    interface with the physical domain).
+    """
+
+    def __init__(self, width: float, strength: float | None = None, power: float = 2):
+        try:
+            width = float(width)
+        except (TypeError, ValueError):
+            raise TypeError(f"PML: width must be a positive number, got {width!r}") from None
+        if not (math.isfinite(width) and width > 0):
+            raise ValueError(f"PML: width must be a positive finite number, got {width}")
+        if strength is not None:
+            strength = float(strength)
+            if not (math.isfinite(strength) and strength > 0):
+                raise ValueError(f"PML: strength must be a positive finite number or None, got {strength}")
+        power = float(power)
+        if not (math.isfinite(power) and power >= 1):
+            raise ValueError(f"PML: power must be a finite number >= 1, got {power}")
+        self.width = width
+        self.power = power
+        self._strength = strength
+
+    @property
+    def strength(self) -> float:
+        """σ₀: the given strength, or the default from the width and power."""
+        if self._strength is not None:
+            return self._strength
+        return (self.power + 1) * math.log(1.0 / DEFAULT_REFLECTION) / (2.0 * self.width)
+
+    def reflection(self) -> float:
+        """The round-trip amplitude ``exp(−2 σ₀ w/(p+1))`` of a wave at normal incidence."""
+        return math.exp(-2.0 * self.strength * self.width / (self.power + 1))
+
+    def __repr__(self) -> str:
+        s = "None" if self._strength is None else repr(self._strength)
+        return f"PML(width={self.width!r}, strength={s}, power={self.power!r})"
+
+    def outer_box(self, lo: ArrayLike, hi: ArrayLike) -> tuple[NDArray, NDArray]:
+        """The layer's outer wall around the box [lo, hi]."""
+        lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        return lo - self.width, hi + self.width
+
+    def stretch(self, x: ArrayLike, lo: ArrayLike, hi: ArrayLike, k: float
+                ) -> tuple[NDArray[np.complex128], NDArray[np.complex128]]:
+        """``(s [N, d], s′ [N, d])``: the stretching ``s_j = 1 + i σ_j(x_j)/k`` and its derivative
+        ``ds_j/dx_j`` at x, for the physical box [lo, hi] and wavenumber k."""
+        x = np.asarray(x, np.float64)
+        lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        if not (k > 0):
+            raise ValueError(f"PML: the wavenumber must be > 0, got {k}")
+        below, above = lo - x, x - hi
+        delta = np.maximum(np.maximum(below, above), 0.0) / self.width  # [N, d], 0 inside
+        side = np.where(above > 0, 1.0, np.where(below > 0, -1.0, 0.0))
+        p, s0 = self.power, self.strength
+        sigma = s0 * delta**p
+        dsigma = side * s0 * p * delta ** (p - 1) / self.width if p > 1 else side * s0 / self.width
+        dsigma = np.where(delta > 0, dsigma, 0.0)
+        return 1.0 + 1j * sigma / k, 1j * dsigma / k
+
+
+def operator_coefficients(x: ArrayLike, *, pml: PML | None = None, box=None, k: float = 1.0,
+                          density: Callable | None = None, density_grad: Callable | None = None
+                          ) -> tuple[NDArray[np.complex128], NDArray[np.complex128]]:
+    """``(a [N, d], b [N, d])`` of the core's general operator at x for a PML around ``box =
+    (lo, hi)`` (wavenumber k) and/or a density ``ρ(x) -> [N]`` (> 0) with gradient
+    ``density_grad(x) -> [N, d]`` (central differences of ρ when not given)."""
+    x = np.asarray(x, np.float64)
+    n, d = x.shape
+    if pml is not None:
+        s, ds = pml.stretch(x, box[0], box[1], k)
+    else:
+        s, ds = np.ones((n, d), np.complex128), np.zeros((n, d), np.complex128)
+    if density is None:
+        return 1.0 / s**2, -ds / s**3
+    rho = density_values(density, x)
+    grad = density_gradient(density, density_grad, x)
+    inv = 1.0 / rho[:, None]
+    # a_j = 1/(rho s_j^2); b_j = d_j(1/rho)/s_j^2 - s_j'/(rho s_j^3), d_j(1/rho) = -rho_j/rho^2.
+    return inv / s**2, -grad * inv**2 / s**2 - inv * ds / s**3
+
+
+def density_values(density: Callable, x: NDArray) -> NDArray[np.float64]:
+    """ρ at x as a real [N] array; raises ValueError for a wrong shape or a value <= 0."""
+    rho = np.asarray(density(x), dtype=np.float64)
+    if rho.ndim == 0:
+        rho = np.full(len(x), float(rho))
+    if rho.shape != (len(x),):
+        raise ValueError(f"density callable returned shape {rho.shape}, expected ({len(x)},)")
+    if not np.all(np.isfinite(rho) & (rho > 0)):
+        raise ValueError("density must be finite and > 0 at every point (including the PML)")
+    return rho
+
+
+def density_gradient(density: Callable, density_grad: Callable | None, x: NDArray
+                     ) -> NDArray[np.float64]:
+    """∇ρ at x [N, d]: ``density_grad(x)``, else fourth-order central differences of ρ."""
+    n, d = x.shape
+    if density_grad is not None:
+        g = np.asarray(density_grad(x), dtype=np.float64)
+        if g.shape != (n, d):
+            raise ValueError(f"density_grad callable returned shape {g.shape}, expected ({n}, {d})")
+        return g
+    scale = max(1.0, float(np.max(np.abs(x))) if n else 1.0)
+    h = 1e-3 * scale
+    g = np.empty((n, d))
+    for j in range(d):
+        e = np.zeros(d)
+        e[j] = h
+        f = lambda c: density_values(density, x + c * e)  # noqa: E731
+        g[:, j] = (8.0 * (f(1) - f(-1)) - (f(2) - f(-2))) / (12.0 * h)
+    return g

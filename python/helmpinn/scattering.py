@@ -1,0 +1,87 @@
+"""Built-in open-domain problems: a plane wave scattered by a circular cylinder, with a PML.
+
+The unknown is the scattered field ``u`` of the incident plane wave
+``u_inc = exp(i k (x cos θ + y sin θ))`` on a cylinder of radius ``R`` at the origin, in the box
+``[−π, π]²`` surrounded by a :class:`~helmpinn.pml.PML`. Its exact solution is the Hankel series
+(outgoing waves ``H_n = H_n^{(1)}``, time convention ``e^{−iωt}``, as the Sommerfeld condition
+``∂u/∂n − iku = 0``)
+
+    u(r, φ) = −Σ_n i^n c_n H_n(kr) e^{in(φ − θ)},   c_n = J_n(kR)/H_n(kR) (sound-soft),
+                                                    c_n = J_n′(kR)/H_n′(kR) (sound-hard),
+
+from ``u_inc = Σ_n i^n J_n(kr) e^{in(φ−θ)}``: sound-soft is ``u = −u_inc`` on the cylinder
+(Dirichlet), sound-hard ``∂u/∂n = −∂u_inc/∂n`` (Neumann, n pointing into the cylinder).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .geometry import Box, BoxMinusBall, Disk
+from .pml import PML
+from .problems import Dirichlet, Neumann, Problem, register_problem
+
+__all__ = ["cylinder_scattered_field"]
+
+_HALF = math.pi  # the physical box is [-pi, pi]^2 (DeepXDE's sound-hard benchmark box)
+
+
+def cylinder_scattered_field(x, k: float, radius: float, theta: float, hard: bool):
+    """The exact scattered field (complex [N]) at points x [N, 2] outside the cylinder."""
+    from scipy import special
+
+    x = np.asarray(x, np.float64)
+    r = np.hypot(x[:, 0], x[:, 1])
+    phi = np.arctan2(x[:, 1], x[:, 0])
+    kR = k * radius
+    # Terms beyond |n| ~ kR + 20 are below double precision for r >= R.
+    m = int(math.ceil(kR)) + 20
+    u = np.zeros(len(x), np.complex128)
+    for n in range(-m, m + 1):
+        if hard:
+            c = special.jvp(n, kR) / special.h1vp(n, kR)
+        else:
+            c = special.jv(n, kR) / special.hankel1(n, kR)
+        u -= (1j**n) * c * special.hankel1(n, k * r) * np.exp(1j * n * (phi - theta))
+    return u
+
+
+def _scatter(hard: bool, k: float, radius: float, theta: float, pml_width: float) -> Problem:
+    k, radius, theta, pml_width = float(k), float(radius), float(theta), float(pml_width)
+    if not (k > 0):
+        raise ValueError(f"k must be > 0, got {k}")
+    if not (0 < radius < _HALF):
+        raise ValueError(f"radius must be in (0, pi), got {radius}")
+    dvec = np.array([math.cos(theta), math.sin(theta)])
+
+    def incident(x):
+        return np.exp(1j * k * (np.asarray(x) @ dvec))
+
+    def exact(x):
+        return cylinder_scattered_field(x, k, radius, theta, hard)
+
+    if hard:
+        # d(u + u_inc)/dn = 0: du/dn = -grad(u_inc) . n = -i k (d . n) u_inc
+        bc = Neumann(lambda x, nrm: -1j * k * (nrm @ dvec) * incident(x))
+    else:
+        bc = Dirichlet(lambda x: -incident(x))
+    domain = BoxMinusBall(Box([-_HALF, -_HALF], [_HALF, _HALF]), Disk((0.0, 0.0), radius))
+    return Problem(domain, kappa=k * k, source=None, bcs={"scatterer": bc}, exact=exact,
+                   wavenumber=k, pml=PML(pml_width))
+
+
+@register_problem("scatter-hard",
+                  "plane wave on a sound-hard cylinder in [-pi,pi]^2 with a PML, Hankel-series "
+                  "solution (options k, radius, theta, pml_width)")
+def scatter_hard(k: float = 2.0, radius: float = math.pi / 4, theta: float = 0.0,
+                 pml_width: float = 1.0) -> Problem:
+    return _scatter(True, k, radius, theta, pml_width)
+
+
+@register_problem("scatter-soft",
+                  "plane wave on a sound-soft cylinder in [-pi,pi]^2 with a PML, Hankel-series "
+                  "solution (options k, radius, theta, pml_width)")
+def scatter_soft(k: float = 2.0, radius: float = math.pi / 4, theta: float = 0.0,
+                 pml_width: float = 1.0) -> Problem:
+    return _scatter(False, k, radius, theta, pml_width)

@@ -1,0 +1,184 @@
+"""Perfectly matched layers and variable density (python/helmpinn/pml.py, Problem(pml=, density=)):
+the coefficients against a direct NumPy evaluation, the layer's sampling, the 1-D outgoing wave
+through the PML's equation, and the cylinder-scattering problems' exact solutions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import helmpinn as hp
+from helmpinn.geometry import Ball, Box, BoxMinusBall, Disk, Interval
+
+
+def _direct_coefficients(x, lo, hi, w, s0, p, k, rho=None, grad_rho=None):
+    """a, b of the stretched operator, written out point by point."""
+    n, d = x.shape
+    a = np.empty((n, d), complex)
+    b = np.empty((n, d), complex)
+    for q in range(n):
+        r = 1.0 if rho is None else rho[q]
+        for j in range(d):
+            if x[q, j] > hi[j]:
+                t, sgn = (x[q, j] - hi[j]) / w, 1.0
+            elif x[q, j] < lo[j]:
+                t, sgn = (lo[j] - x[q, j]) / w, -1.0
+            else:
+                t, sgn = 0.0, 0.0
+            s = 1 + 1j * s0 * t**p / k
+            ds = 1j * sgn * s0 * p * t ** (p - 1) / w / k if t > 0 else 0.0
+            gr = 0.0 if grad_rho is None else grad_rho[q, j]
+            a[q, j] = 1 / (r * s * s)
+            b[q, j] = -gr / (r * r * s * s) - ds / (r * s**3)
+    return a, b
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+@pytest.mark.parametrize("power", [1, 2, 3.5])
+def test_pml_coefficients_match_a_direct_evaluation(d, power):
+    rng = np.random.default_rng(d)
+    lo, hi = -np.ones(d), np.linspace(1.0, 2.0, d)
+    pml = hp.PML(0.7, strength=None if power == 2 else 9.0, power=power)
+    dom = Interval(lo[0], hi[0]) if d == 1 else Box(lo, hi)
+    k = 3.0
+    prob = hp.Problem(dom, kappa=k * k, bcs={}, pml=pml)
+    x = rng.uniform(lo - 0.7, hi + 0.7, (200, d))
+    a, b = prob.operator_at(x)
+    a_ref, b_ref = _direct_coefficients(x, lo, hi, 0.7, pml.strength, power, k)
+    np.testing.assert_allclose(a, a_ref, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(b, b_ref, rtol=1e-13, atol=1e-15)
+    inside = ~prob.in_layer(x)
+    assert inside.any() and (~inside).any()
+    assert np.all(a[inside] == 1) and np.all(b[inside] == 0)
+
+
+def test_default_strength_gives_the_stated_reflection():
+    for width, power in [(0.5, 2), (1.0, 2), (2.0, 3)]:
+        pml = hp.PML(width, power=power)
+        assert math.isclose(pml.strength, (power + 1) * math.log(1e4) / (2 * width))
+        assert math.isclose(pml.reflection(), 1e-4, rel_tol=1e-12)
+    assert hp.PML(1.0, strength=5.0).strength == 5.0
+
+
+def test_density_coefficients_and_finite_difference_gradient():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1.5, 1.5, (50, 2))
+    rho = lambda x: 2.0 + np.sin(x[:, 0]) * np.cos(2 * x[:, 1])  # noqa: E731
+    grad = lambda x: np.stack([np.cos(x[:, 0]) * np.cos(2 * x[:, 1]),  # noqa: E731
+                               -2 * np.sin(x[:, 0]) * np.sin(2 * x[:, 1])], axis=1)
+    pml = hp.PML(0.5)
+    box = Box([-1, -1], [1, 1])
+    with_grad = hp.Problem(box, kappa=4.0, bcs={}, pml=pml, density=rho, density_grad=grad)
+    fd_grad = hp.Problem(box, kappa=4.0, bcs={}, pml=pml, density=rho)
+    a, b = with_grad.operator_at(x)
+    a_ref, b_ref = _direct_coefficients(x, [-1, -1], [1, 1], 0.5, pml.strength, 2, 2.0,
+                                        rho(x), grad(x))
+    np.testing.assert_allclose(a, a_ref, rtol=1e-13)
+    np.testing.assert_allclose(b, b_ref, rtol=1e-12, atol=1e-15)
+    a2, b2 = fd_grad.operator_at(x)
+    np.testing.assert_allclose(a2, a, rtol=1e-13)
+    np.testing.assert_allclose(b2, b, rtol=1e-8, atol=1e-10)
+    # density alone: div(rho^-1 grad u) written out
+    plain = hp.Problem(box, kappa=4.0, bcs={"*": hp.Dirichlet(0)}, density=rho, density_grad=grad)
+    a3, b3 = plain.operator_at(x)
+    np.testing.assert_allclose(a3, (1 / rho(x))[:, None] * np.ones((1, 2)), rtol=1e-14)
+    np.testing.assert_allclose(b3, -grad(x) / rho(x)[:, None] ** 2, rtol=1e-14)
+
+
+def test_layer_samples_lie_in_the_layer_and_the_wall_is_zero():
+    k = 2.0
+    dom = BoxMinusBall(Box([-1.0, -1.0], [1.0, 1.0]), Disk((0.2, 0.0), 0.3))
+    prob = hp.Problem(dom, kappa=k * k, bcs={"scatterer": hp.Neumann()}, pml=hp.PML(0.5))
+    assert prob.part_names == ("scatterer",)
+    ts = prob.sample(4000, 200, rng=1)
+    x = ts.x_pde
+    assert np.all(np.abs(x) <= 1.5 + 1e-12)                       # inside the outer wall
+    assert np.all(np.hypot(x[:, 0] - 0.2, x[:, 1]) > 0.3)          # outside the scatterer
+    layer = prob.in_layer(x)
+    expected = 1.0 - (4.0 - math.pi * 0.09) / (9.0 - math.pi * 0.09)
+    assert abs(layer.mean() - expected) < 0.03                     # by volume
+    a = ts.a_pde
+    assert np.all(a[~layer] == 1) and np.all(np.any(a[layer].imag != 0, axis=1))
+    # data: the outer wall, u = 0; bc: the scatterer only
+    assert np.allclose(np.max(np.abs(ts.x_data), axis=1), 1.5) and np.all(ts.y == 0)
+    assert np.allclose(np.hypot(ts.x_bc[:, 0] - 0.2, ts.x_bc[:, 1]), 0.3)
+    core = ts.to_core(np.float64)
+    assert core["a_pde"].shape == (4000, 2, 2) and core["b_pde"].shape == (4000, 2, 2)
+
+
+def test_pml_argument_errors():
+    box = Box([0, 0], [1, 1])
+    with pytest.raises(ValueError, match="width"):
+        hp.PML(0.0)
+    with pytest.raises(ValueError, match="power"):
+        hp.PML(1.0, power=0.5)
+    with pytest.raises(ValueError, match="strength"):
+        hp.PML(1.0, strength=-1.0)
+    with pytest.raises(TypeError, match="pml"):
+        hp.Problem(Ball([0, 0], 1.0), kappa=1.0, bcs={"*": None}, pml=hp.PML(0.5))
+    with pytest.raises(TypeError, match="pml"):
+        hp.Problem(box, kappa=1.0, bcs={}, pml=0.5)
+    with pytest.raises(ValueError, match="inside the PML"):
+        hp.Problem(box, kappa=1.0, bcs={"xmin": hp.Dirichlet(1.0)}, pml=hp.PML(0.5))
+    with pytest.raises(ValueError, match="density"):
+        hp.Problem(box, kappa=1.0, bcs={"*": None}, density=lambda x: -np.ones(len(x))).sample(10, 4, 0)
+
+
+def _solve_1d(a, b, kappa, x, u0):
+    """a u'' + b u' + kappa u = 0 on the grid x, u(x_0) = u0, u(x_end) = 0 (second-order FD)."""
+    from scipy.sparse import diags
+    from scipy.sparse.linalg import spsolve
+
+    h = x[1] - x[0]
+    n = len(x) - 2
+    ai, bi = a[1:-1], b[1:-1]
+    lower = ai / h**2 - bi / (2 * h)
+    upper = ai / h**2 + bi / (2 * h)
+    main = -2 * ai / h**2 + kappa
+    A = diags([lower[1:], main, upper[:-1]], [-1, 0, 1], format="csc")
+    rhs = np.zeros(n, complex)
+    rhs[0] = -lower[0] * u0
+    u = np.empty(len(x), complex)
+    u[0], u[-1] = u0, 0.0
+    u[1:-1] = spsolve(A, rhs)
+    return u
+
+
+@pytest.mark.parametrize("k", [5.0, 20.0])
+def test_1d_outgoing_wave_through_the_pml_equation(k):
+    """The PML's equation, solved on [0, 1 + w] with u(0) = 1 and u = 0 on the wall, gives the
+    outgoing exp(ikx) in the physical interval (to the default reflection); without the layer's
+    absorption the wall reflects everything."""
+    w = 0.5
+    x = np.linspace(0.0, 1.0 + w, 30001)
+    phys = x <= 1.0
+    errors = {}
+    for name, pml in [("default", hp.PML(w)), ("none", hp.PML(w, strength=1e-9))]:
+        prob = hp.Problem(Interval(0.0, 1.0), kappa=k * k, bcs={}, pml=pml)
+        a, b = prob.operator_at(x[:, None])
+        u = _solve_1d(a[:, 0], b[:, 0], k * k, x, 1.0)
+        errors[name] = np.max(np.abs(u[phys] - np.exp(1j * k * x[phys])))
+    assert errors["default"] < 3e-3, errors
+    assert errors["none"] > 0.5, errors
+
+
+@pytest.mark.parametrize("name", ["scatter-hard", "scatter-soft"])
+def test_scattering_exact_solutions(name):
+    prob = hp.get_problem(name, k=3.0, radius=0.6, theta=0.4)
+    rng = np.random.default_rng(0)
+    x = prob.domain.sample_interior(300, rng)
+    u = prob.exact_at(x)
+    res = prob.pde_residual_fd(x, h=1e-3)
+    assert np.max(np.abs(res)) < 1e-4 * 9.0 * np.max(np.abs(u))      # Δu + k²u = 0 (FD error)
+    bc = prob.bc_residuals_fd(256)["scatterer"]
+    assert np.max(np.abs(bc)) < 1e-7                                  # the cylinder's condition
+    # far from the cylinder the field is outgoing: du/dr - iku = O(r^-3/2)
+    r = 40.0
+    th = np.linspace(0, 2 * np.pi, 16, endpoint=False)
+    pts = r * np.stack([np.cos(th), np.sin(th)], axis=1)
+    h = 1e-4
+    radial = (prob.exact_at(pts * (1 + h / r)) - prob.exact_at(pts * (1 - h / r))) / (2 * h)
+    som = radial - 1j * 3.0 * prob.exact_at(pts)
+    assert np.max(np.abs(som)) < 0.05 * np.max(np.abs(prob.exact_at(pts)))
