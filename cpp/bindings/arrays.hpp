@@ -6,7 +6,10 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,6 +82,20 @@ Checked<T> check_array(py::handle obj, const char* name, const Shape& pattern, b
     out.ptr = static_cast<T*>(const_cast<void*>(arr.data()));
     out.shape = std::move(shape);
     return out;
+}
+
+/// A Python float as the workspace's T. A finite value beyond T's range (1e39 for float32)
+/// raises ValueError saying so, instead of becoming Inf (later reported as "NaN or Inf").
+template <typename T>
+T to_scalar(double v, const char* name) {
+    const T t = T(v);
+    if (std::isfinite(v) && !std::isfinite(t)) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s: %.9g overflows %s (largest finite value %.9g)", name,
+                      v, dtype_name<T>(), double(std::numeric_limits<T>::max()));
+        throw py::value_error(buf);
+    }
+    return t;
 }
 
 /// Raises ValueError if output `out` overlaps input `in`.

@@ -352,9 +352,9 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
     const py::object &x_pde = b.x_pde, &kappa = b.kappa, &f = b.f, &x_data = b.x_data, &y = b.y,
                      &x_bc = b.x_bc, &n_bc = b.n_bc, &alpha_bc = b.alpha_bc, &g_bc = b.g_bc;
     LossInputs<T> in;
-    in.w_pde = T(b.w_pde);
-    in.w_data = T(b.w_data);
-    in.w_bc = T(b.w_bc);
+    in.w_pde = bindings::to_scalar<T>(b.w_pde, "w_pde");
+    in.w_data = bindings::to_scalar<T>(b.w_data, "w_data");
+    in.w_bc = bindings::to_scalar<T>(b.w_bc, "w_bc");
     in.train_fourier = b.train_fourier;
     in.check_finite = b.check_finite;
 
@@ -372,11 +372,13 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
             in.kappa = K.ptr;
             inputs.push_back({K, "kappa"});
         } else {
+            double k;
             try {
-                in.kappa_const = T(kappa.cast<double>());
+                k = kappa.cast<double>();
             } catch (const py::cast_error&) {
                 throw py::type_error("kappa: expected a float or an array of shape (N_pde,)");
             }
+            in.kappa_const = bindings::to_scalar<T>(k, "kappa");
         }
         if (given(f)) {
             auto F = space.check(f, "f", {n, 2}, false, "(N_pde, 2) with N_pde = len(x_pde)");
@@ -430,8 +432,8 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
                 } catch (const py::cast_error&) {
                     throw py::type_error("alpha_bc: expected a complex number or an array of shape (N_bc, 2)");
                 }
-                in.alpha_const[0] = T(a.real());
-                in.alpha_const[1] = T(a.imag());
+                in.alpha_const[0] = bindings::to_scalar<T>(a.real(), "alpha_bc (real part)");
+                in.alpha_const[1] = bindings::to_scalar<T>(a.imag(), "alpha_bc (imaginary part)");
             }
         }
         if (given(g_bc)) {
