@@ -28,9 +28,9 @@ private:
 };
 
 [[noreturn]] inline void size_overflow(const char* what) {
-    throw OutOfMemory(std::string(what) + ": the size overflows (more than 2^" +
+    throw OutOfMemory(std::string(what) + ": the sizes asked for overflow (more than 2^" +
                       std::to_string(std::numeric_limits<std::size_t>::digits) +
-                      " bytes); reduce the model or batch size");
+                      " elements or bytes), more memory than any machine has");
 }
 
 /// r = a * b; true when the product does not fit in std::size_t (r is then unspecified).
