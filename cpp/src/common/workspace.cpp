@@ -35,7 +35,8 @@ const char* term_name(int t) {
 
 // Elements the CPU backend allocates for `spec` and `batch` points (cpu_backend.cpp's
 // constructor, summed with overflow checks): the per-point caches, the parameter-sized
-// buffers (gradient, transposed weights, 32 gradient slots) and each thread's tile scratch.
+// buffers (gradient, two transposed weight copies, 32 gradient slots) and each thread's tile
+// scratch (value_and_grad's rows and adjoints, the residual level's rows).
 // The backends size their buffers with plain arithmetic; every product they form is at most
 // one of the products checked here. A CUDA workspace holds the same caches and per-block
 // gradient slots (at most one block per point): batch * num_params is checked for it.
@@ -50,11 +51,13 @@ std::size_t workspace_elements(const ModelSpec& sp, std::size_t batch, Device de
     const std::size_t widths = checked_add(checked_mul(2 * L, H, what), 2 * m + 2, what);
     const std::size_t per_point = checked_add(checked_mul(S, widths, what), 3 * d + 2, what);
     std::size_t total = checked_mul(batch, per_point, what);
-    total = checked_add(total, checked_mul(np, 34, what), what);
+    total = checked_add(total, checked_mul(np, 35, what), what);
     total = checked_add(total, checked_mul(d + 1, m, what), what);
     if (device == Device::cpu) {
+        // 2 adjoint buffers and every layer's rows; the residual level's 5 rows of maxw
         const std::size_t per_thread = checked_add(
-            checked_mul(S * tile, checked_add(2 * maxw, widths, what), what), tile * d, what);
+            checked_mul(S * tile, checked_add(7 * maxw, widths, what), what),
+            tile * (d + 2) + 16, what);
         const std::size_t threads = std::size_t(cpu::max_threads() > 1 ? cpu::max_threads() : 1);
         total = checked_add(total, checked_mul(threads, per_thread, what), what);
     } else {
