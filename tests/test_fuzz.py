@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hypothesis import HealthCheck, given, settings  # the `test` extra installs it
+from hypothesis import HealthCheck, example, given, settings  # the `test` extra installs it
 from hypothesis import strategies as st
 
 import helmpinn as hp
@@ -293,12 +293,18 @@ def test_fuzz_adam_step(data, dt, n, step, hyper):
         assert np.isfinite(gp.a).all(), (hyper, gp.a)
 
 
+HUGE = st.sampled_from([2**31 - 2, 2**31, 2**30, 2**62, 2**64, -2**63, -1, 0])
+
+
 @FUZZ
-@given(dims=st.tuples(*[st.one_of(st.integers(-3, 40), st.sampled_from(
-    [2**31 - 2, 2**31, 2**30, 2**62, 2**64, -2**63]))] * 4),
-    batch=st.one_of(st.integers(-2, 64), st.sampled_from([2**31, 2**40, 2**62, 2**63, 2**64])),
-    dt=st.sampled_from(["float32", "float64", "float16", "int8", None, 3]),
-    device=st.sampled_from(["cpu", "cpu", "gpu", "cuda:99", "", "cuda:x"]))
+@given(dims=st.tuples(st.one_of(st.integers(1, 3), HUGE), st.one_of(st.integers(1, 40), HUGE),
+                      st.one_of(st.integers(1, 40), HUGE), st.one_of(st.integers(1, 3), HUGE)),
+       batch=st.one_of(st.integers(-2, 64), st.sampled_from([2**31, 2**40, 2**62, 2**63, 2**64])),
+       dt=st.sampled_from(["float32", "float64", "float32", "float16", None, 3]),
+       device=st.sampled_from(["cpu", "cpu", "cpu", "gpu", "cuda:99", "", "cuda:x"]))
+@example(dims=(2, 8, 16, 2), batch=2**62, dt="float32", device="cpu")  # issue 16, 1
+@example(dims=(1, 2**31 - 2, 2**31 - 100, 1), batch=1, dt="float64", device="cpu")  # 2
+@example(dims=(3, 32, 10**9, 3), batch=1, dt="float32", device="cpu")  # 4
 def test_fuzz_model_spec_and_workspace(dims, batch, dt, device):
     status, spec = call(hp.ModelSpec, *dims)
     if status != "ok":
@@ -308,7 +314,9 @@ def test_fuzz_model_spec_and_workspace(dims, batch, dt, device):
     if status == "ok" and ws.device == "cpu":
         assert ws.batch_size == batch and ws.memory_bytes > 0
         # the smallest sensible call must then work (or raise)
-        call(ws.forward, np.zeros(spec.num_params, ws.dtype), np.zeros((1, spec.in_dim), ws.dtype))
+        x = np.zeros((3, spec.in_dim), ws.dtype)
+        status, u = call(ws.forward, np.zeros(spec.num_params, ws.dtype), x, 2)
+        assert status == "ok" and u[0].shape == (3, 2)
 
 
 @FUZZ
