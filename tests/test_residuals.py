@@ -244,6 +244,8 @@ def test_errors_name_the_argument(rng, make_inputs):
     with pytest.raises(ValueError, match="grad_kappa: given without x_pde"):
         ws.value_and_grad(theta, np.zeros_like(theta), grad_kappa=np.zeros(3),
                           x_data=terms["x_data"], y=terms["y"])
+    with pytest.raises(ValueError, match="out: must not share memory with the workspace's own cache"):
+        ws.jvp(theta, np.ones_like(theta), out=ws.grad[:R_], **terms)
     before = theta.copy()
     with pytest.raises(ValueError, match="out.*params"):
         ws.residuals(theta, out=theta[:R_], **terms)

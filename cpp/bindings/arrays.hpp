@@ -6,9 +6,15 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "helmpinn/workspace.hpp"
 
 namespace helmpinn {
 namespace bindings {
@@ -78,6 +84,20 @@ Checked<T> check_array(py::handle obj, const char* name, const Shape& pattern, b
     return out;
 }
 
+/// A Python float as the workspace's T. A finite value beyond T's range (1e39 for float32)
+/// raises ValueError saying so, instead of becoming Inf (later reported as "NaN or Inf").
+template <typename T>
+T to_scalar(double v, const char* name) {
+    const T t = T(v);
+    if (std::isfinite(v) && !std::isfinite(t)) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s: %.9g overflows %s (largest finite value %.9g)", name,
+                      v, dtype_name<T>(), double(std::numeric_limits<T>::max()));
+        throw py::value_error(buf);
+    }
+    return t;
+}
+
 /// Raises ValueError if output `out` overlaps input `in`.
 template <typename T>
 void check_no_overlap(const Checked<T>& out, const char* out_name, const Checked<T>& in,
@@ -86,6 +106,47 @@ void check_no_overlap(const Checked<T>& out, const char* out_name, const Checked
     if (out.begin() < in.end() && in.begin() < out.end())
         throw py::value_error(std::string(out_name) + ": output must not share memory with " +
                               in_name);
+}
+
+/// The caches a workspace call writes (WorkspaceBuffers), as flat arrays named like the
+/// Workspace properties that show them; the gradient accumulator `grad` only when with_grad.
+template <typename T>
+std::vector<std::pair<Checked<T>, std::string>> workspace_caches(const Workspace<T>& ws,
+                                                                   bool with_grad) {
+    const ModelSpec& sp = ws.spec();
+    const auto& b = ws.buffers();
+    const py::ssize_t B = py::ssize_t(ws.batch_size()), S = b.max_streams, d = sp.in_dim;
+    std::vector<std::pair<Checked<T>, std::string>> out;
+    auto add = [&](T* p, py::ssize_t n, std::string name) {
+        Checked<T> c;
+        c.ptr = p;
+        c.shape = {n};
+        out.emplace_back(c, std::move(name));
+    };
+    add(b.x_input, B * d, "x_input");
+    add(b.features, S * B * 2 * sp.ff_dim, "fourier_streams");
+    for (int l = 0; l <= sp.num_hidden_layers; ++l)
+        add(b.z[l], S * B * sp.layer_out(l), "z_streams[" + std::to_string(l) + "]");
+    for (int l = 0; l < sp.num_hidden_layers; ++l)
+        add(b.h[l], S * B * sp.hidden_dim, "h_streams[" + std::to_string(l) + "]");
+    add(b.du_dx, B * d * 2, "du_dx");
+    add(b.d2u_dx2, B * 2, "d2u_dx2");
+    if (with_grad) add(b.grad, py::ssize_t(sp.num_params()), "grad");
+    return out;
+}
+
+/// Raises ValueError if array `arr` (argument `name`) shares memory with one of the workspace's
+/// caches (workspace_caches): a call would overwrite its own input or output while running.
+template <typename T>
+void check_no_cache_overlap(const Workspace<T>& ws, const Checked<T>& arr, const char* name,
+                            bool with_grad) {
+    if (!arr.ptr || arr.size() == 0) return;
+    for (const auto& [cache, cache_name] : workspace_caches(ws, with_grad))
+        if (cache.ptr && arr.begin() < cache.end() && cache.begin() < arr.end())
+            throw py::value_error(std::string(name) +
+                                  ": must not share memory with the workspace's own cache "
+                                  "Workspace." + cache_name + " (which the call overwrites); "
+                                  "pass a separate array or a copy");
 }
 
 }  // namespace bindings

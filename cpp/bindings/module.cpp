@@ -4,10 +4,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <complex>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "arrays.hpp"
 #include "device_arrays.hpp"
@@ -54,6 +57,7 @@ struct PyWorkspace {
     ModelSpec spec;
     std::string device_name;
     LossBreakdown last;
+    std::atomic<bool> busy{false};  // a call is running (InUse)
 
     PyWorkspace(const ModelSpec& s, py::ssize_t batch, py::handle dtype, const std::string& dev)
         : spec(s), device_name(dev) {
@@ -76,10 +80,69 @@ Workspace<float>& PyWorkspace::ws<float>() { return *f32; }
 template <>
 Workspace<double>& PyWorkspace::ws<double>() { return *f64; }
 
+}  // namespace
+
+// An object made by `Workspace.__new__(Workspace)` (or ModelSpec's) without __init__ has
+// memory but no C++ object in it. Loading such an object as an argument (self included) raises
+// TypeError instead of handing uninitialised memory to C++.
+namespace pybind11 {
+namespace detail {
+template <typename C>
+class initialised_caster : public type_caster_base<C> {
+public:
+    bool load(handle src, bool convert) {
+        if (!type_caster_base<C>::load(src, convert)) return false;
+        if (!src || src.is_none() || !isinstance<C>(src)) return true;
+        auto* inst = reinterpret_cast<instance*>(src.ptr());
+        if (!inst->get_value_and_holder(get_type_info(typeid(C))).holder_constructed()) {
+            const std::string name = str(type::handle_of<C>().attr("__name__"));
+            throw type_error(name + ": this object was made by " + name + ".__new__ without " +
+                             "__init__ and holds nothing; create it with " + name + "(...)");
+        }
+        return true;
+    }
+};
+template <>
+class type_caster<ModelSpec> : public initialised_caster<ModelSpec> {};
+template <>
+class type_caster<PyWorkspace> : public initialised_caster<PyWorkspace> {};
+}  // namespace detail
+}  // namespace pybind11
+
+namespace {
+
+// fn(workspace, T{}) without taking the workspace: for properties that only read what a
+// workspace never changes (its shape, its cache pointers).
 template <typename F>
-decltype(auto) dispatch(PyWorkspace& w, F&& fn) {
+decltype(auto) inspect(PyWorkspace& w, F&& fn) {
     if (w.is_f32()) return fn(w.ws<float>(), float{});
     return fn(w.ws<double>(), double{});
+}
+
+// Holds a workspace for one call. The GIL is released while the core runs, so two Python
+// threads could otherwise run calls on one workspace at once and each read the other's caches
+// and loss slots; the second raises instead (README, Threads).
+class InUse {
+public:
+    explicit InUse(PyWorkspace& w) : w_(w) {
+        if (w_.busy.exchange(true))
+            throw std::runtime_error(
+                "Workspace: already running a call in another thread; a Workspace serves one "
+                "call at a time: give each thread its own Workspace");
+    }
+    ~InUse() { w_.busy.store(false); }
+    InUse(const InUse&) = delete;
+    InUse& operator=(const InUse&) = delete;
+
+private:
+    PyWorkspace& w_;
+};
+
+// fn(workspace, T{}) for a call that computes: the workspace is held (InUse) until it returns.
+template <typename F>
+decltype(auto) dispatch(PyWorkspace& w, F&& fn) {
+    InUse hold(w);
+    return inspect(w, std::forward<F>(fn));
 }
 
 // Where a call's arrays live. Host: NumPy arrays (arrays.hpp), computed on the calling thread.
@@ -147,7 +210,7 @@ template <typename Fn>
 void def_cache(py::class_<PyWorkspace>& cls, const char* name, bool as_list, Fn views) {
     cls.def_property_readonly(name, [views, as_list](py::object self) {
         auto& w = self.cast<PyWorkspace&>();
-        return dispatch(w, [&](auto& ws, auto) -> py::object {
+        return inspect(w, [&](auto& ws, auto) -> py::object {
             const auto list = views(w.spec, ws.buffers(), py::ssize_t(ws.batch_size()));
             if (!as_list) return cache_view(ws, list[0].first, list[0].second, self);
             py::list out;
@@ -188,6 +251,9 @@ py::object forward_impl(Workspace<T>& ws, Space& space, py::handle params, py::h
     check_no_overlap(U, "u", G, "grad_u");
     check_no_overlap(U, "u", Lp, "lap_u");
     check_no_overlap(G, "grad_u", Lp, "lap_u");
+    for (auto [arr, name] : {std::pair{&P, "params"}, {&X, "x"}, {&U, "u"}, {&G, "grad_u"},
+                             {&Lp, "lap_u"}})
+        bindings::check_no_cache_overlap(ws, *arr, name, false);
     space.ready();
     {
         py::gil_scoped_release release;
@@ -289,9 +355,9 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
     const py::object &x_pde = b.x_pde, &kappa = b.kappa, &f = b.f, &x_data = b.x_data, &y = b.y,
                      &x_bc = b.x_bc, &n_bc = b.n_bc, &alpha_bc = b.alpha_bc, &g_bc = b.g_bc;
     LossInputs<T> in;
-    in.w_pde = T(b.w_pde);
-    in.w_data = T(b.w_data);
-    in.w_bc = T(b.w_bc);
+    in.w_pde = bindings::to_scalar<T>(b.w_pde, "w_pde");
+    in.w_data = bindings::to_scalar<T>(b.w_data, "w_data");
+    in.w_bc = bindings::to_scalar<T>(b.w_bc, "w_bc");
     in.train_fourier = b.train_fourier;
     in.check_finite = b.check_finite;
 
@@ -343,11 +409,13 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
             in.kappa = K.ptr;
             inputs.push_back({K, "kappa"});
         } else {
+            double k;
             try {
-                (op ? in.c_const[0] : in.kappa_const) = T(kappa.cast<double>());
+                k = kappa.cast<double>();
             } catch (const py::cast_error&) {
                 throw py::type_error("kappa: expected a float or an array of shape (N_pde,)");
             }
+            (op ? in.c_const[0] : in.kappa_const) = bindings::to_scalar<T>(k, "kappa");
         }
         if (given(f)) {
             auto F = space.check(f, "f", {n, 2}, false, "(N_pde, 2) with N_pde = len(x_pde)");
@@ -404,8 +472,8 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
                 } catch (const py::cast_error&) {
                     throw py::type_error("alpha_bc: expected a complex number or an array of shape (N_bc, 2)");
                 }
-                in.alpha_const[0] = T(a.real());
-                in.alpha_const[1] = T(a.imag());
+                in.alpha_const[0] = bindings::to_scalar<T>(a.real(), "alpha_bc (real part)");
+                in.alpha_const[1] = bindings::to_scalar<T>(a.imag(), "alpha_bc (imaginary part)");
             }
         }
         if (given(g_bc)) {
@@ -441,9 +509,11 @@ py::object value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, Space& space, 
         check_no_overlap(GK, "grad_kappa", G, "grad");
         check_no_overlap(GK, "grad_kappa", P, "params");
         for (auto& [arr, name] : inputs) check_no_overlap(GK, "grad_kappa", arr, name);
+        bindings::check_no_cache_overlap(ws, GK, "grad_kappa", true);
         out.grad_kappa = GK.ptr;
     }
     for (auto& [arr, name] : inputs) check_no_overlap(G, "grad", arr, name);
+    bindings::check_no_cache_overlap(ws, G, "grad", false);  // ws.grad itself is allowed
 
     space.ready();
     {
@@ -498,6 +568,7 @@ py::object residual_impl(ResidualOp op, Workspace<T>& ws, Space& space, py::hand
     check_no_overlap(O, "out", P, "params");
     if (V.ptr) check_no_overlap(O, "out", V, op == ResidualOp::vjp ? "w" : "v");
     for (auto& [arr, arr_name] : inputs) check_no_overlap(O, "out", arr, arr_name);
+    bindings::check_no_cache_overlap(ws, O, "out", true);
     space.ready();
     {
         py::gil_scoped_release release;
@@ -785,14 +856,14 @@ PYBIND11_MODULE(_core, mod) {
              py::arg("batch_size") = 4096, py::arg("dtype") = "float32", py::arg("device") = "cpu")
         .def_property_readonly("spec", [](const PyWorkspace& w) { return w.spec; })
         .def_property_readonly("batch_size", [](PyWorkspace& w) {
-            return dispatch(w, [](auto& ws, auto) { return ws.batch_size(); });
+            return inspect(w, [](auto& ws, auto) { return ws.batch_size(); });
         })
         .def_property_readonly("dtype", [](PyWorkspace& w) {
             return w.is_f32() ? py::dtype::of<float>() : py::dtype::of<double>();
         })
         .def_property_readonly("device", [](const PyWorkspace& w) { return w.device_name; })
         .def_property_readonly("memory_bytes", [](PyWorkspace& w) {
-            return dispatch(w, [](auto& ws, auto) { return ws.memory_bytes(); });
+            return inspect(w, [](auto& ws, auto) { return ws.memory_bytes(); });
         })
         .def_property_readonly("last_loss", [](const PyWorkspace& w) {
             return py::cast(w.last).attr("as_dict")();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -233,6 +234,67 @@ void primitives() {
     CHECK(d[0] == 0.5 && d[7] == 0.5, "mse_backward(Device::cpu) gave " << d[0] << ", " << d[7]);
 }
 
+// Sizes that overflow (issue 16): refused with a message, never wrapped into a small buffer.
+void hostile_sizes() {
+    std::printf("overflowing sizes and hyper-parameters\n");
+    const int big = std::numeric_limits<int>::max();
+    expect_throw<std::invalid_argument>("ModelSpec{1, 2^31-2, 2^31-100, 1}.validate()", "ff_dim",
+                                        [&] { ModelSpec{1, big - 1, big - 99, 1}.validate(); });
+    expect_throw<std::invalid_argument>("ModelSpec{1, 2^31-2, ...}.num_params()", "ff_dim",
+                                        [&] { (void)ModelSpec{1, big - 1, big - 99, 1}.num_params(); });
+    expect_throw<std::invalid_argument>("ModelSpec{1, 2^30-1, 2^31-100, 1}.validate()", "large",
+                                        [&] { ModelSpec{1, (1 << 30) - 1, big - 99, 1}.validate(); });
+    expect_throw<std::invalid_argument>("ModelSpec{3, 32, 10^9, 3}.validate()", "large",
+                                        [&] { ModelSpec{3, 32, 1000000000, 3}.validate(); });
+    // 15 layers of 2e9 x 2e9 weights: 6e19 parameters, beyond std::size_t
+    expect_throw<std::invalid_argument>("ModelSpec{3, 32, 2*10^9, 15}.num_params()", "large",
+                                        [&] { (void)ModelSpec{3, 32, 2000000000, 15}.num_params(); });
+    // batch_size * (bytes per point) overflows std::size_t: bad_alloc with a message.
+    expect_throw<std::bad_alloc>("Workspace<float>(batch_size=2^62)", "overflow", [] {
+        Workspace<float> ws(ModelSpec{2, 8, 16, 2}, std::size_t(1) << 62);
+    });
+    expect_throw<std::bad_alloc>("Workspace<double>(batch_size=SIZE_MAX)", "overflow", [] {
+        Workspace<double> ws(ModelSpec{2, 8, 16, 2}, std::numeric_limits<std::size_t>::max());
+    });
+    // Fits in std::size_t, but not in any machine: refused before allocating, with the bytes.
+    expect_throw<std::bad_alloc>("Workspace<float>(ModelSpec{3, 32, 10^8, 3})", "bytes", [] {
+        Workspace<float> ws(ModelSpec{3, 32, 100000000, 3}, 1);
+    });
+    expect_throw<std::bad_alloc>("Workspace<double>(batch_size=2^44)", "memory", [] {
+        Workspace<double> ws(ModelSpec{2, 8, 16, 2}, std::size_t(1) << 44);
+    });
+    expect_throw<std::bad_alloc>("mse_backward(n * cols overflows)", "mse_backward", [] {
+        double a = 0;
+        helmpinn::mse_backward<double>(&a, &a, std::size_t(1) << 40, std::size_t(1) << 40, &a);
+    });
+
+    // Adam hyper-parameters that would turn every parameter into NaN or Inf: refused before
+    // touching the buffers.
+    const double nan = std::numeric_limits<double>::quiet_NaN(),
+                 inf = std::numeric_limits<double>::infinity();
+    struct BadAdam {
+        double lr, b1, b2, eps, wd;
+        const char* name;
+    } bad[] = {{1e-3, 0.9, 0.999, 0.0, 0, "eps"},     {1e-3, 0.9, 0.999, -1e-8, 0, "eps"},
+               {1e-3, 0.9, 0.999, nan, 0, "eps"},     {1e-3, 1.0, 0.999, 1e-8, 0, "beta1"},
+               {1e-3, 0.9, 1.0, 1e-8, 0, "beta2"},    {1e-3, nan, 0.999, 1e-8, 0, "beta1"},
+               {1e-3, 0.9, nan, 1e-8, 0, "beta2"},    {1e-3, -0.1, 0.999, 1e-8, 0, "beta1"},
+               {inf, 0.9, 0.999, 1e-8, 0, "lr"},      {nan, 0.9, 0.999, 1e-8, 0, "lr"},
+               {-1e-3, 0.9, 0.999, 1e-8, 0, "lr"},    {1e-3, 0.9, 0.999, 1e-8, nan, "weight_decay"},
+               {1e-3, 0.9, 0.999, 1e-8, inf, "weight_decay"}};
+    for (const auto& b : bad) {
+        std::vector<double> p(4, 1.0), g(4, 0.0), m(4, 0.0), v(4, 0.0);
+        char label[160];
+        std::snprintf(label, sizeof label, "adam_step(lr=%g, b1=%g, b2=%g, eps=%g, wd=%g)", b.lr,
+                      b.b1, b.b2, b.eps, b.wd);
+        expect_throw<std::invalid_argument>(label, b.name, [&] {
+            helmpinn::adam_step(p.data(), g.data(), m.data(), v.data(), 4, 1, b.lr, b.b1, b.b2,
+                                b.eps, b.wd);
+        });
+        CHECK(p[0] == 1.0 && m[0] == 0.0 && v[0] == 0.0, label << ": touched the buffers");
+    }
+}
+
 void cuda_stub() {
     const int devices = helmpinn::cuda_device_count();
     std::printf("CUDA (has_cuda=%d, devices=%d)\n", int(helmpinn::has_cuda()), devices);
@@ -290,6 +352,7 @@ int main() {
     workspace_calls<float>("float");
     workspace_calls<double>("double");
     primitives();
+    hostile_sizes();
     cuda_stub();
     return helmpinn_test::report("test_errors");
 }

@@ -20,6 +20,7 @@ class ModelSpec:
 
     Parameters live in ONE flat buffer, in the order B [in_dim, ff_dim], W0 [hidden, 2*ff_dim],
     b0 [hidden], W1, b1, ..., W{L} [2, hidden], b{L} [2] (L = num_hidden_layers), row-major.
+    ValueError for ff_dim > 2**30 - 1 or more than 2**59 parameters (sizes are overflow-checked).
     """
     in_dim: int
     ff_dim: int
@@ -75,7 +76,15 @@ class Workspace:
     of batch_size) and allocate nothing in C++. Cache attributes are NumPy views that share
     memory with the C++ buffers and stay valid as long as the Workspace lives; they hold the
     last chunk of the last forward() (value stream unless named *_streams); after
-    value_and_grad() their contents are unspecified.
+    value_and_grad() their contents are unspecified. Arrays that share memory with these
+    caches are refused as arguments (ValueError), except ``grad=ws.grad`` in value_and_grad.
+
+    Threads: the GIL is released while a call computes. One Workspace runs one call at a
+    time; a call from another thread while one runs raises RuntimeError. Use one Workspace
+    per thread. A host Workspace larger than the machine's memory raises MemoryError (with the
+    bytes it needed) before allocating. NaN or Inf coordinates give NaN results, never finite
+    ones (check_finite=True raises instead). A Workspace made by ``Workspace.__new__`` without
+    ``__init__`` raises TypeError when used.
     """
     def __init__(self, spec: ModelSpec, batch_size: int = 4096, dtype: DTypeName = "float32",
                  device: str = "cpu") -> None: ...
@@ -210,7 +219,10 @@ def fourier_backward(dL_dphi: Array, x: Array, B: Array, out: Array | None = Non
 def adam_step(params: Array, grad: Array, m: Array, v: Array, step: int, lr: float,
               beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
               weight_decay: float = 0.0, *, stream: int | object | None = None) -> None:
-    """One fused Adam(W) step over flat buffers, in place; step counts from 1."""
+    """One fused Adam(W) step over flat buffers, in place; step counts from 1.
+
+    Raises ValueError (buffers untouched) for step < 1, eps <= 0, beta1 or beta2 outside
+    [0, 1), or an lr or weight_decay that is negative or not finite."""
 
 def has_openmp() -> bool: ...
 def has_cuda() -> bool: ...

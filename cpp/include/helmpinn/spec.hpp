@@ -34,23 +34,35 @@ struct ModelSpec {
     int hidden_dim = 64;        ///< width H of every hidden layer
     int num_hidden_layers = 3;  ///< number L of tanh layers (>= 1)
 
-    /// Throws std::invalid_argument naming the bad member if the shape is not usable.
+    /// Largest ff_dim: the feature width 2 * ff_dim must fit in an int.
+    static constexpr int max_ff_dim = 1073741823;
+    /// Largest number of parameters: a float64 buffer of them must fit in a signed 64-bit
+    /// byte count (num_params * 8 < 2^63), so every size derived from it does too.
+    static constexpr std::size_t max_num_params = std::size_t(1) << 59;
+
+    /// Throws std::invalid_argument naming the bad member if the shape is not usable,
+    /// including a shape whose parameter count exceeds max_num_params (its size arithmetic is
+    /// overflow-checked).
     void validate() const;
 
     /// Number of linear layers, L + 1 (hidden layers plus the linear output layer).
     int num_layers() const { return num_hidden_layers + 1; }
     /// Input and output width of linear layer l (0 <= l <= L).
-    int layer_in(int l) const { return l == 0 ? 2 * ff_dim : hidden_dim; }
+    int layer_in(int l) const { return l == 0 ? feature_width() : hidden_dim; }
     int layer_out(int l) const { return l == num_hidden_layers ? 2 : hidden_dim; }
 
-    /// Offsets (in elements) into the flat buffer.
+    /// Width of the Fourier features, 2 * ff_dim; throws std::invalid_argument when it
+    /// overflows an int (ff_dim > max_ff_dim).
+    int feature_width() const;
+
+    /// Offsets (in elements) into the flat buffer (overflow-checked: std::invalid_argument).
     std::size_t offset_B() const { return 0; }
     std::size_t offset_W(int l) const;
-    std::size_t offset_b(int l) const { return offset_W(l) + std::size_t(layer_out(l)) * layer_in(l); }
+    std::size_t offset_b(int l) const;
     std::size_t num_params() const { return offset_W(num_hidden_layers + 1); }
 
     /// Largest width any activation has (max of 2m and H).
-    int max_width() const { return 2 * ff_dim > hidden_dim ? 2 * ff_dim : hidden_dim; }
+    int max_width() const { return feature_width() > hidden_dim ? feature_width() : hidden_dim; }
 
     /// (name, shape, offset, size) of every tensor, in buffer order.
     std::vector<ParamInfo> layout() const;

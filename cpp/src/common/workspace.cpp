@@ -6,6 +6,8 @@
 #include <string>
 
 #include "backend.hpp"
+#include "checked.hpp"
+#include "cpu/parallel.hpp"
 
 namespace helmpinn {
 
@@ -31,6 +33,56 @@ const char* term_name(int t) {
     return name;
 }
 
+// Elements the CPU backend allocates for `spec` and `batch` points (cpu_backend.cpp's
+// constructor, summed with overflow checks): the per-point caches, the parameter-sized
+// buffers (gradient, two transposed weight copies, 32 gradient slots) and each thread's tile
+// scratch (value_and_grad's rows and adjoints, the residual level's rows).
+// The backends size their buffers with plain arithmetic; every product they form is at most
+// one of the products checked here. A CUDA workspace holds the same caches and per-block
+// gradient slots (at most one block per point): batch * num_params is checked for it.
+std::size_t workspace_elements(const ModelSpec& sp, std::size_t batch, Device device) {
+    using detail::checked_add;
+    using detail::checked_mul;
+    const char* what = "Workspace";
+    const std::size_t d = std::size_t(sp.in_dim), S = d + 2, m = std::size_t(sp.ff_dim),
+                      H = std::size_t(sp.hidden_dim), L = std::size_t(sp.num_hidden_layers),
+                      np = sp.num_params(), maxw = std::size_t(sp.max_width()), tile = 64;
+    // per point: features (2m), z_l and h_l of every layer (L H + 2 + L H), x, grad u, lap u
+    const std::size_t widths = checked_add(checked_mul(2 * L, H, what), 2 * m + 2, what);
+    const std::size_t per_point = checked_add(checked_mul(S, widths, what), 3 * d + 2, what);
+    std::size_t total = checked_mul(batch, per_point, what);
+    total = checked_add(total, checked_mul(np, 35, what), what);
+    total = checked_add(total, checked_mul(d + 1, m, what), what);
+    if (device == Device::cpu) {
+        // 2 adjoint buffers and every layer's rows; the residual level's 5 rows of maxw
+        const std::size_t per_thread = checked_add(
+            checked_mul(S * tile, checked_add(7 * maxw, widths, what), what),
+            tile * (d + 2) + 16, what);
+        const std::size_t threads = std::size_t(cpu::max_threads() > 1 ? cpu::max_threads() : 1);
+        total = checked_add(total, checked_mul(threads, per_thread, what), what);
+    } else {
+        total = checked_add(total, checked_mul(batch, np, what), what);
+    }
+    return total;
+}
+
+// Refuses a workspace whose buffers overflow std::size_t or, on the host, exceed the memory the
+// machine can give (detail::host_memory_limit): with Linux's overcommit a too-large buffer
+// would be granted and the process killed when the buffers are zeroed, instead of an error.
+template <typename T>
+void check_workspace_size(const ModelSpec& sp, std::size_t batch, Device device) {
+    const std::size_t elements = workspace_elements(sp, batch, device);
+    const std::size_t bytes = detail::checked_mul(elements, sizeof(T), "Workspace");
+    if (device != Device::cpu) return;  // device allocations fail cleanly (cudaMalloc)
+    const std::size_t limit = detail::host_memory_limit();
+    if (limit && bytes > limit)
+        throw detail::OutOfMemory(
+            "Workspace: needs " + detail::format_bytes(bytes) + " for hidden_dim=" +
+            std::to_string(sp.hidden_dim) + ", ff_dim=" + std::to_string(sp.ff_dim) +
+            ", batch_size=" + std::to_string(batch) + ", more than this machine's memory, " +
+            detail::format_bytes(limit) + "; reduce batch_size or the model");
+}
+
 }  // namespace
 
 template <typename T>
@@ -41,6 +93,7 @@ Workspace<T>::Workspace(const ModelSpec& spec, std::size_t batch_size, Device de
     require(batch_size >= 1, "Workspace: batch_size must be >= 1");
     require(spec.num_hidden_layers <= max_hidden_layers,
             "Workspace: num_hidden_layers must be <= 15");
+    check_workspace_size<T>(spec_, batch_size_, device);
     if (device == Device::cpu)
         impl_ = make_cpu_backend<T>(spec_, batch_size_);
     else

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <new>
 
+#include "../common/checked.hpp"
+
 namespace helmpinn {
 namespace cpu {
 
@@ -22,12 +24,18 @@ public:
     void resize(std::size_t n) {
         std::free(p_);
         p_ = nullptr;
-        n_ = n;
+        n_ = 0;
         if (n == 0) return;
-        const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-        p_ = static_cast<T*>(std::aligned_alloc(64, bytes));
-        if (!p_) throw std::bad_alloc();
-        std::memset(static_cast<void*>(p_), 0, bytes);
+        const std::size_t bytes =
+            detail::checked_add(detail::checked_mul(n, sizeof(T), "buffer"), 63, "buffer") / 64 * 64;
+        void* p = std::aligned_alloc(64, bytes);
+        if (!p)
+            throw detail::OutOfMemory("helmpinn: could not allocate " + detail::format_bytes(bytes));
+        // Touched only once the allocation succeeded; Workspace checked the total against the
+        // machine's memory before any allocation (overcommit grants more than exists).
+        std::memset(p, 0, bytes);
+        p_ = static_cast<T*>(p);
+        n_ = n;
     }
     T* data() { return p_; }
     const T* data() const { return p_; }

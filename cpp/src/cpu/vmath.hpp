@@ -3,7 +3,7 @@
 // tanh_array<float> is a branch-free tanh the compiler vectorises (the C library's tanhf is a
 // scalar call and cost a fifth of a float32 step). tanh|x| = -e / (e + 2) with e = expm1(-2|x|),
 // expm1 from a range reduction y = k ln2 + r, |r| <= ln2/2, and a degree-7 Taylor polynomial:
-// relative error below 2e-7 over the whole line. tanh_array<double> uses the same method with a
+// relative error below 2e-7 over the whole line; tanh(NaN) is NaN. tanh_array<double> uses the same method with a
 // degree-13 polynomial, within a few ulp of std::tanh (tests/test_loss_grad.py and the C++ tests
 // check the double results against independent references to 1e-12).
 //
@@ -48,7 +48,7 @@ inline float tanh_fast(float x) {
     const float two_k = bit_cast_float(bits);
     const float em = two_k * em_r + (two_k - 1.0f);   // expm1(y) = 2^k expm1(r) + 2^k - 1
     const float t = -em / (em + 2.0f);
-    return std::copysign(t, x);
+    return x == x ? std::copysign(t, x) : x;  // NaN stays NaN (the clamp above made it 9)
 }
 
 inline double bit_cast_double(std::int64_t bits) {
@@ -83,7 +83,7 @@ inline double tanh_fast(double x) {
     const double two_k = bit_cast_double((static_cast<std::int64_t>(kf) + 1023) << 52);
     const double em = two_k * em_r + (two_k - 1.0);
     const double t = -em / (em + 2.0);
-    return std::copysign(t, x);
+    return x == x ? std::copysign(t, x) : x;  // NaN stays NaN
 }
 
 template <typename T>
@@ -159,10 +159,10 @@ inline void sincos_fast(T s, T& sin_s, T& cos_s) {
 /// sin_s[j] = sin s[j], cos_s[j] = cos s[j] for j < n (the outputs may not alias s).
 template <typename T>
 inline void sincos_array(const T* __restrict s, T* __restrict sin_s, T* __restrict cos_s, int n) {
-    T big = T(0);
-#pragma omp simd reduction(max : big)
-    for (int j = 0; j < n; ++j) big = std::fabs(s[j]) > big ? std::fabs(s[j]) : big;
-    if (!(big <= SinCos<T>::limit)) {  // also NaN
+    int outside = 0;  // arguments beyond the fast path's range, NaN and +-Inf included
+#pragma omp simd reduction(+ : outside)
+    for (int j = 0; j < n; ++j) outside += !(std::fabs(s[j]) <= SinCos<T>::limit);
+    if (outside) {  // the C library: sin and cos of NaN or +-Inf are NaN
         for (int j = 0; j < n; ++j) {
             sin_s[j] = std::sin(s[j]);
             cos_s[j] = std::cos(s[j]);
