@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["Residuals", "CoreResiduals", "FunctionResiduals", "LevenbergMarquardt", "LMStep",
+__all__ = ["lm_defaults", "Residuals", "CoreResiduals", "FunctionResiduals", "LevenbergMarquardt", "LMStep",
            "LMSolve", "SOLVERS", "DAMPINGS", "NonFiniteLoss"]
 
 SOLVERS = ("auto", "primal", "dual", "cg")
@@ -57,6 +57,42 @@ DAMPINGS = ("marquardt", "identity")
 
 class NonFiniteLoss(FloatingPointError):
     """The loss (or the Jacobian) at the current parameters is not finite."""
+
+
+# -- defaults per problem ------------------------------------------------------------------------
+def lm_defaults(problem: Any) -> dict[str, Any]:
+    """Model and training settings for ``helmpinn train --optimizer lm`` on ``problem``.
+
+    From the problem's largest wavenumber k (``waves = k / 2π`` oscillations per unit length) and
+    dimension d: a small network (LM's cost grows as P² to P³, and a few thousand parameters
+    already reach 1e-6 on the built-in problems), float64, fixed Sobol points (no refresh: the
+    Gauss-Newton model is of one least-squares problem) with residuals R = 2 × points well above
+    P in 2-D and 3-D, no Adam warm start (LM from the initialisation converges in tens of
+    iterations), and a stopping rule: ``iterations`` at most, or the loss falling by less than
+    ``stall_factor`` over ``stall_window`` iterations, or the damping at its maximum.
+    """
+    from . import _core
+
+    k = max(float(problem.wavenumber), 1.0)
+    d = int(problem.dim)
+    waves = k / (2 * math.pi)
+    if d == 1:
+        ff, hidden = (16, 32) if waves <= 5 else (32, 64) if waves <= 20 else (32, 96)
+    else:
+        ff, hidden = (16, 32) if waves <= 2.5 else (24, 48) if waves <= 5 else (32, 64)
+    layers = 2
+    P = _core.ModelSpec(d, ff, hidden, layers).num_params
+    if d == 1:
+        n_pde, n_bc = max(400, 100 * int(math.ceil(0.95 * waves))), 2
+    else:
+        n_pde = max(3000 if d == 2 else 4000, 500 * int(math.ceil(1.1 * P / 500)))
+        n_bc = n_pde // 4 if d == 2 else n_pde // 3
+    return {"ff_dim": ff, "hidden": hidden, "layers": layers,
+            "sigma": k / (2 * math.pi * math.sqrt(d)), "dtype": "float64",
+            "iterations": 200, "n_pde": n_pde, "n_bc": n_bc, "sampling": "sobol",
+            "resample_every": 0, "eval_every": 5, "warm_start": 0,
+            "solver": "auto", "damping": "identity", "lam": 1e-3,
+            "stall_window": 10, "stall_factor": 0.99}
 
 
 # -- residual operators ------------------------------------------------------------------------
@@ -255,6 +291,7 @@ class LMStep:
     rho: float             # actual / predicted decrease of the last trial
     message: str = ""
     times: dict[str, float] = field(default_factory=dict)  # jacobian, jtj, solve, trial (s)
+    residuals: NDArray | None = None  # r (float64) at the parameters after the step
 
 
 def _one_blas_thread_or(n: int | None) -> contextlib.AbstractContextManager:
@@ -314,6 +351,7 @@ class LevenbergMarquardt:
         self.max_matrix_bytes = int(max_matrix_bytes)
         self.blas_threads = blas_threads
         self.requested_solver = solver
+        self.steps = 0               # calls of step()
         self.iterations = 0          # Jacobians computed
         self.evaluations = 0         # residual evaluations (trials)
         self._lam_relative = damping == "identity"
@@ -339,6 +377,14 @@ class LevenbergMarquardt:
         rows = self.chunk_bytes // (8 * max(self.res.num_params, 1))
         return max(2, rows - rows % 2)
 
+    def set_residuals(self, residuals: Residuals) -> None:
+        """Go on with other residuals (fresh points) of the same parameters."""
+        if residuals.num_params != self.res.num_params:
+            raise ValueError(f"residuals have {residuals.num_params} parameters, expected {self.res.num_params}")
+        self.res = residuals
+        self._dmax = None
+        self.reset_cache()
+
     def reset_cache(self) -> None:
         """Forget the linearisation (call after the residuals' points change)."""
         self._key: bytes | None = None
@@ -346,8 +392,8 @@ class LevenbergMarquardt:
         self._next: tuple[bytes, NDArray] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"lm_lambda": self.lam, "lm_nu": self.nu, "lm_iterations": self.iterations,
-                "lm_evaluations": self.evaluations}
+        return {"lm_lambda": self.lam, "lm_nu": self.nu, "lm_steps": self.steps,
+                "lm_iterations": self.iterations, "lm_evaluations": self.evaluations}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         lam = float(state["lm_lambda"])
@@ -355,6 +401,7 @@ class LevenbergMarquardt:
             raise ValueError(f"LM state: lm_lambda must be positive and finite, got {lam}")
         self.lam = min(max(lam, self.lam_min), self.lam_max)
         self.nu = float(state.get("lm_nu", 2.0))
+        self.steps = int(state.get("lm_steps", 0))
         self.iterations = int(state.get("lm_iterations", 0))
         self.evaluations = int(state.get("lm_evaluations", 0))
         self._lam_relative = False
@@ -467,10 +514,12 @@ class LevenbergMarquardt:
             return LMSolve(delta, float(delta @ (g + lam * D * delta)), how)
         if s["solver"] == "dual":
             J = s["J"]
-            Js = J / np.sqrt(D)                      # J D^{-1/2}
-            from scipy.linalg.blas import dsyrk
+            if "K" not in s:                         # J D⁻¹ Jᵀ does not depend on λ: once per J
+                from scipy.linalg.blas import dsyrk
 
-            K = dsyrk(1.0, Js.T, trans=1, lower=0)   # upper triangle of Js Jsᵀ (R×R)
+                Js = J / np.sqrt(D)                  # J D^{-1/2}
+                s["K"] = dsyrk(1.0, Js.T, trans=1, lower=0)   # its upper triangle (R×R)
+            K = s["K"].copy(order="F")
             K[np.diag_indices_from(K)] += lam
             u, how = _spd_solve(K, s["r"], lower=False)
             delta = (J.T @ u) / D
@@ -520,6 +569,7 @@ class LevenbergMarquardt:
             raise ValueError(f"theta must be a C-contiguous vector of {self.res.num_params} parameters, "
                              f"got shape {theta.shape}")
         times = {"jacobian": 0.0, "jtj": 0.0, "solve": 0.0, "trial": 0.0}
+        self.steps += 1
         with _one_blas_thread_or(self.blas_threads):
             s = self.linearize(theta, times)
             loss0 = s["loss"]
@@ -550,12 +600,14 @@ class LevenbergMarquardt:
                     self.nu = 2.0
                     self.reset_cache()
                     self._next = (theta.tobytes(), r1)   # the next linearisation's r
-                    return LMStep(loss0, loss1, True, self.lam, trials, rho, "", times)
+                    return LMStep(loss0, loss1, True, self.lam, trials, rho, "", times, r1)
                 if self.lam >= self.lam_max:
-                    return LMStep(loss0, loss0, False, self.lam, trials, rho, "damping at lam_max", times)
+                    return LMStep(loss0, loss0, False, self.lam, trials, rho, "damping at lam_max", times,
+                                  s["r"])
                 self.lam = min(self.lam * self.nu, self.lam_max)
                 self.nu = min(self.nu * 2.0, 2.0 ** 20)
-        return LMStep(loss0, loss0, False, self.lam, trials, rho, "no decrease in max_trials trials", times)
+        return LMStep(loss0, loss0, False, self.lam, trials, rho, "no decrease in max_trials trials", times,
+                      s["r"])
 
 
 def _spd_solve(M: NDArray, b: NDArray, lower: bool) -> tuple[NDArray, str]:
