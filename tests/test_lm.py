@@ -1,5 +1,6 @@
 """Levenberg-Marquardt (helmpinn.lm): the step against dense NumPy normal equations, the three
 solvers against each other, convergence on a tiny problem, rejected and non-finite steps."""
+import json
 import math
 
 import numpy as np
@@ -176,3 +177,90 @@ def test_state_round_trip():
     assert other.lam == lm.lam and other.iterations == lm.iterations
     with pytest.raises(ValueError, match="lm_lambda"):
         other.load_state_dict({"lm_lambda": -1.0})
+
+
+# -- Trainer.fit_lm and the CLI ------------------------------------------------------------------
+def tiny_trainer(tmp_path=None, **kw):
+    prob = hp.get_problem("plane1d", k=K)
+    model = hp.Model.create(1, 4, 8, 1, dtype="float64", seed=0, fourier_sigma=K / (2 * math.pi))
+    opts = dict(n_pde=60, n_bc=2, resample_every=0, eval_every=5, progress=False)
+    if tmp_path is not None:
+        opts["checkpoint_path"] = tmp_path / "m.npz"
+    opts.update(kw)
+    return hp.Trainer(prob, model, **opts)
+
+
+def test_fit_lm_converges_and_records_history():
+    tr = tiny_trainer(target_error=1e-3)
+    h = tr.fit_lm(40)
+    assert tr.last_error < 1e-3 and tr.stop_reason.startswith("target error")
+    n = len(h.step)
+    assert 0 < n < 40 and h.step == list(range(1, n + 1)) and len(h.lr) == n
+    # the per-term losses, from the residuals, add up to the weighted total
+    w = tr.weights
+    total = w["pde"] * np.array(h.pde) + w["data"] * np.array(h.data) + w["bc"] * np.array(h.bc)
+    np.testing.assert_allclose(total, h.loss, rtol=1e-12)
+    assert tr.model.optimizer_state["lm_steps"] == n
+
+
+def test_fit_lm_non_finite_restores_last_good(tmp_path):
+    tr = tiny_trainer(tmp_path, checkpoint_every=4)
+
+    def poison(trainer, step):
+        if step == 6:
+            trainer.model.params[3] = np.nan
+
+    tr.callbacks.append(poison)
+    tr.fit_lm(20)
+    assert tr.diverged and "non-finite loss" in tr.stop_reason and "step 7" in tr.stop_reason
+    assert "restored the last good state (step 4)" in tr.stop_reason
+    saved = hp.Model.load(tmp_path / "m.npz")
+    np.testing.assert_array_equal(tr.model.params, saved.params)
+    assert tr.step == 4 and np.all(np.isfinite(tr.model.params))
+
+
+def test_fit_lm_resumes_damping_from_checkpoint(tmp_path):
+    tr = tiny_trainer(tmp_path)
+    tr.fit_lm(6)
+    lam = tr.lm.lam
+    model = hp.Model.load(tmp_path / "m.npz")
+    assert model.optimizer_state["lm_lambda"] == lam and model.optimizer_state["lm_steps"] == 6
+    tr2 = hp.Trainer(tr.problem, model, n_pde=60, n_bc=2, resample_every=0, progress=False)
+    tr2.fit_lm(0)
+    assert tr2.lm.lam == lam and tr2.step == 6
+
+
+def test_fit_lm_resample_switches_points():
+    tr = tiny_trainer(resample_every=3)
+    tr.fit_lm(7)
+    assert tr.lm.steps == 7 and np.all(np.isfinite(tr.model.params))
+
+
+def test_cli_optimizer_lm(tmp_path):
+    from helmpinn.cli import main
+
+    out = tmp_path / "run"
+    rc = main(["train", "--problem", "plane1d", "--k", "5", "--optimizer", "lm", "--steps", "30",
+               "--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "60", "--quiet",
+               "--no-plots", "--out", str(out)])
+    assert rc == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["optimizer"] == "lm" and metrics["settings"]["dtype"] == "float64"
+    assert metrics["lm"]["solver"] == "primal" and metrics["lm"]["steps"] == metrics["steps"] <= 30
+    assert metrics["final"]["relative_l2"] < 1e-3
+    assert set(metrics["lm"]["times_s"]) == {"jacobian", "jtj", "solve", "trial"}
+    model = hp.Model.load(out / "model.npz")
+    assert model.dtype == np.float64 and model.optimizer_state["lm_steps"] == metrics["steps"]
+
+
+def test_cli_optimizer_lbfgs_with_warm_start(tmp_path):
+    from helmpinn.cli import main
+
+    out = tmp_path / "run"
+    rc = main(["train", "--problem", "plane1d", "--k", "5", "--optimizer", "lbfgs", "--steps", "20",
+               "--warm-start", "10", "--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "60",
+               "--quiet", "--no-plots", "--out", str(out)])
+    assert rc == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["warm_start"] == 10 and metrics["steps"] == 10
+    assert 1 <= metrics["lbfgs"]["iterations"] <= 20
