@@ -137,7 +137,7 @@ _BATCH_KEYS = ("x_pde", "kappa", "f", "x_data", "y", "x_bc", "n_bc", "alpha_bc",
 
 class CoreResiduals:
     """The loss of ``Workspace.value_and_grad`` as residuals, through the core's
-    ``residuals`` / ``jacobian`` / ``jvp`` / ``vjp``.
+    ``residuals`` / ``jacobian`` (row ranges) / ``jvp`` / ``vjp``.
 
     ``batch``: the keyword arrays of ``value_and_grad`` (``TrainingSet.to_core``), converted to
     the workspace's dtype; ``weights``: {"pde", "data", "bc"} (missing ones 1).
@@ -158,114 +158,18 @@ class CoreResiduals:
         self.num_params = int(workspace.spec.num_params)
         n = lambda key: len(self.batch[key]) if key in self.batch else 0  # noqa: E731
         self.num_residuals = 2 * (n("x_pde") + n("x_data") + n("x_bc"))
-        self._ops = _core_ops(self)
 
     def residuals(self, theta: NDArray) -> NDArray:
-        return self._ops.residuals(theta)
+        return self.workspace.residuals(theta, **self.kw)
 
     def jacobian(self, theta: NDArray, rows: tuple[int, int] | None = None) -> NDArray:
-        return self._ops.jacobian(theta, rows)
+        return self.workspace.jacobian(theta, rows=rows, **self.kw)
 
     def jvp(self, theta: NDArray, v: NDArray) -> NDArray:
-        return self._ops.jvp(theta, np.ascontiguousarray(v, dtype=self.dtype))
+        return self.workspace.jvp(theta, np.ascontiguousarray(v, dtype=self.dtype), **self.kw)
 
     def vjp(self, theta: NDArray, w: NDArray) -> NDArray:
-        return self._ops.vjp(theta, np.ascontiguousarray(w, dtype=self.dtype))
-
-
-def _core_ops(res: CoreResiduals):
-    """The residual operations: the core's when the Workspace has them, else a slow exact shim."""
-    if hasattr(res.workspace, "jacobian"):
-        return _NativeOps(res)
-    return _ShimOps(res)
-
-
-class _NativeOps:
-    def __init__(self, res: CoreResiduals):
-        self.ws, self.kw = res.workspace, res.kw
-
-    def residuals(self, theta):
-        return self.ws.residuals(theta, **self.kw)
-
-    def jacobian(self, theta, rows):
-        return self.ws.jacobian(theta, rows=rows, **self.kw)
-
-    def jvp(self, theta, v):
-        return self.ws.jvp(theta, v, **self.kw)
-
-    def vjp(self, theta, w):
-        return self.ws.vjp(theta, w, **self.kw)
-
-
-class _ShimOps:
-    """Residual rows pieced together from ``value_and_grad`` on one point at a time (three
-    calls a point: the losses of r, r − 1 and r − i give Re r and Im r and their gradients).
-    Exact but slow; only for cores without the residual-level API."""
-
-    def __init__(self, res: CoreResiduals):
-        self.ws, self.res = res.workspace, res
-        b, kw = res.batch, res.kw
-        self.P = res.num_params
-        self.terms = []
-        z = lambda n: np.zeros((n, 2), dtype=res.dtype)  # noqa: E731
-        if "x_pde" in b:
-            n = len(b["x_pde"])
-            self.terms.append(("pde", n, kw["w_pde"], "f", b.get("f", z(n)),
-                               lambda i: dict(x_pde=b["x_pde"][i:i + 1], kappa=_pick(b["kappa"], i))))
-        if "x_data" in b:
-            n = len(b["x_data"])
-            self.terms.append(("data", n, kw["w_data"], "y", b["y"], lambda i: dict(x_data=b["x_data"][i:i + 1])))
-        if "x_bc" in b:
-            n = len(b["x_bc"])
-            self.terms.append(("bc", n, kw["w_bc"], "g_bc", b.get("g_bc", z(n)),
-                               lambda i: dict(x_bc=b["x_bc"][i:i + 1], n_bc=b["n_bc"][i:i + 1],
-                                              alpha_bc=_pick(b["alpha_bc"], i))))
-        self.cache_key: bytes | None = None
-        self.r = self.J = None
-
-    def _compute(self, theta):
-        key = np.asarray(theta).tobytes()
-        if key == self.cache_key:
-            return self.r, self.J
-        dt = self.res.dtype
-        R, P = self.res.num_residuals, self.P
-        r, J = np.empty(R), np.empty((R, P))
-        g0, g1 = np.empty(P, dtype=dt), np.empty(P, dtype=dt)
-        tf = self.res.kw["train_fourier"]
-        row = 0
-        for name, n, w, tkey, target, point in self.terms:
-            s = math.sqrt(w / n)
-            wkw = {f"w_{name}": 1.0}
-            for i in range(n):
-                t = np.array(target[i:i + 1], dtype=dt)
-                L0 = self.ws.value_and_grad(theta, g0, **point(i), **{tkey: t}, **wkw, train_fourier=tf)
-                for comp in range(2):
-                    te = t.copy()
-                    te[0, comp] += 1.0
-                    L1 = self.ws.value_and_grad(theta, g1, **point(i), **{tkey: te}, **wkw, train_fourier=tf)
-                    r[row + comp] = (L0 - L1 + 1.0) / 2.0 * s
-                    J[row + comp] = (g0.astype(np.float64) - g1) / 2.0 * s
-                row += 2
-        self.cache_key, self.r, self.J = key, r.astype(dt), J.astype(dt)
-        return self.r, self.J
-
-    def residuals(self, theta):
-        return self._compute(theta)[0].copy()
-
-    def jacobian(self, theta, rows):
-        J = self._compute(theta)[1]
-        return (J if rows is None else J[rows[0]:rows[1]]).copy()
-
-    def jvp(self, theta, v):
-        return (self._compute(theta)[1] @ v).astype(self.res.dtype)
-
-    def vjp(self, theta, w):
-        return (self._compute(theta)[1].T @ w).astype(self.res.dtype)
-
-
-def _pick(v, i):
-    """A per-point array's point i (as a batch of one), or a scalar as it is."""
-    return v if np.ndim(v) == 0 else v[i:i + 1]
+        return self.workspace.vjp(theta, np.ascontiguousarray(w, dtype=self.dtype), **self.kw)
 
 
 # -- the optimiser -------------------------------------------------------------------------------
