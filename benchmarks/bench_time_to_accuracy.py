@@ -132,8 +132,8 @@ def run_one(problem, optimizer: str, args) -> dict:
         out["message"] = res.message
     else:
         trainer.fit_lm(args.lm_iterations or d["iterations"], solver=args.lm_solver, damping=d["damping"],
-                       lam=d["lam"], stall_window=d["stall_window"], stall_factor=d["stall_factor"],
-                       blas_threads=args.lm_blas_threads)
+                       update=d["update"], lam=d["lam"], stall_window=d["stall_window"],
+                       stall_factor=d["stall_factor"], blas_threads=args.lm_blas_threads or None)
         lm = trainer.lm
         out["steps"] = lm.steps
         out["lm"] = {"solver": lm.solver, "jacobians": lm.iterations, "evaluations": lm.evaluations,
@@ -197,8 +197,8 @@ def main(argv=None) -> int:
     p.add_argument("--lbfgs-iterations", type=int, default=100000)
     p.add_argument("--lm-iterations", type=int, default=None)
     p.add_argument("--lm-solver", default="auto", choices=("auto", "primal", "dual", "cg"))
-    p.add_argument("--lm-blas-threads", type=int, default=None,
-                   help="limit the BLAS inside LM steps (threadpoolctl); default: leave it")
+    p.add_argument("--lm-blas-threads", type=int, default=1,
+                   help="BLAS threads inside LM steps (threadpoolctl); 0 leaves the BLAS as it is")
     p.add_argument("--tiny", action="store_true", help="smoke run: tiny networks and few points")
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default="docs/images/time_to_accuracy.png")

@@ -101,8 +101,9 @@ def atan_problem():
     return FunctionResiduals(lambda x: np.arctan(x), lambda x: np.diag(1.0 / (1.0 + x**2)), 1, 1)
 
 
-def test_rejected_step_leaves_parameters_unchanged():
-    lm = LevenbergMarquardt(atan_problem(), lam=1e-12, max_trials=1, damping="marquardt")
+@pytest.mark.parametrize("update", ["fixed", "nielsen"])
+def test_rejected_step_leaves_parameters_unchanged(update):
+    lm = LevenbergMarquardt(atan_problem(), lam=1e-12, max_trials=1, damping="marquardt", update=update)
     theta = np.array([2.0])
     info = lm.step(theta)
     assert not info.accepted and info.trials == 1 and info.rho < 0
@@ -117,10 +118,11 @@ def test_rejected_step_leaves_parameters_unchanged():
     assert lm.iterations == iters
 
 
-def test_non_finite_trial_is_rejected():
+@pytest.mark.parametrize("update", ["fixed", "nielsen"])
+def test_non_finite_trial_is_rejected(update):
     # r(x) = sqrt(x) - 0.1: the Gauss-Newton step from x = 1 lands at x < 0 (NaN)
     res = FunctionResiduals(lambda x: np.sqrt(x) - 0.1, lambda x: np.diag(0.5 / np.sqrt(x)), 1, 1)
-    lm = LevenbergMarquardt(res, lam=1e-12, damping="identity")
+    lm = LevenbergMarquardt(res, lam=1e-3, damping="identity", update=update)
     theta = np.array([1.0])
     with np.errstate(invalid="ignore"):
         info = lm.step(theta)
@@ -150,6 +152,7 @@ def test_float32_model_accumulates_in_float64():
 @pytest.mark.parametrize("kwargs, match", [
     ({"solver": "qr"}, "solver must be one of"),
     ({"damping": "none"}, "damping must be one of"),
+    ({"update": "slow"}, "update must be one of"),
     ({"lam": 0.0}, "lam must be a positive"),
     ({"lam": math.nan}, "lam must be a positive"),
     ({"lam_min": 1.0, "lam_max": 0.5}, "lam_min <= lam_max"),

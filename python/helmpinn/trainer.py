@@ -510,8 +510,8 @@ class Trainer:
 
     # -- Levenberg-Marquardt ------------------------------------------------------------------------
     def fit_lm(self, iterations: int, *, solver: str = "auto", damping: str = "identity",
-               lam: float = 1e-3, max_trials: int = 10, stall_window: int = 10,
-               stall_factor: float = 0.99, blas_threads: int | None = None, **lm_options: Any) -> History:
+               update: str = "fixed", lam: float = 1e-3, max_trials: int = 10, stall_window: int = 10,
+               stall_factor: float = 0.99, blas_threads: int | None = 1, **lm_options: Any) -> History:
         """Run up to ``iterations`` Levenberg-Marquardt steps (:mod:`helmpinn.lm`) on the
         current points; returns the history.
 
@@ -535,8 +535,8 @@ class Trainer:
             self.resample()
         make_res = lambda: CoreResiduals(self.workspace, self._batch, self.weights,  # noqa: E731
                                          train_fourier=self.train_fourier)
-        lm = LevenbergMarquardt(make_res(), solver=solver, damping=damping, lam=lam, max_trials=max_trials,
-                                blas_threads=blas_threads, **lm_options)
+        lm = LevenbergMarquardt(make_res(), solver=solver, damping=damping, update=update, lam=lam,
+                                max_trials=max_trials, blas_threads=blas_threads, **lm_options)
         state = self.model.optimizer_state
         if state and "lm_lambda" in state:
             lm.load_state_dict(state)
