@@ -239,17 +239,18 @@ def test_fit_lm_resample_switches_points():
     assert tr.lm.steps == 7 and np.all(np.isfinite(tr.model.params))
 
 
-def test_cli_optimizer_lm(tmp_path):
+@pytest.mark.parametrize("solver", ["auto", "dual"])
+def test_cli_optimizer_lm(tmp_path, solver):
     from helmpinn.cli import main
 
     out = tmp_path / "run"
     rc = main(["train", "--problem", "plane1d", "--k", "5", "--optimizer", "lm", "--steps", "30",
                "--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "60", "--quiet",
-               "--no-plots", "--out", str(out)])
+               "--lm-solver", solver, "--no-plots", "--out", str(out)])
     assert rc == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["settings"]["optimizer"] == "lm" and metrics["settings"]["dtype"] == "float64"
-    assert metrics["lm"]["solver"] == "primal" and metrics["lm"]["steps"] == metrics["steps"] <= 30
+    assert metrics["lm"]["solver"] == {"auto": "primal", "dual": "dual"}[solver] and metrics["lm"]["steps"] == metrics["steps"] <= 30
     assert metrics["final"]["relative_l2"] < 1e-3
     assert set(metrics["lm"]["times_s"]) == {"jacobian", "jtj", "solve", "trial"}
     model = hp.Model.load(out / "model.npz")

@@ -402,7 +402,7 @@ class LevenbergMarquardt:
                 from scipy.linalg.blas import dsyrk
 
                 t1 = time.perf_counter()
-                Js = sys_["J"] / np.sqrt(sys_["D"])
+                Js = sys_["J"] if self.damping == "identity" else sys_["J"] / np.sqrt(sys_["D"])
                 sys_["K"] = dsyrk(1.0, Js.T, trans=1, lower=0)
                 times["jtj"] += time.perf_counter() - t1
             if self._lam_relative and sys_["diag"] is not None:
