@@ -268,3 +268,28 @@ def test_cli_optimizer_lbfgs_with_warm_start(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["settings"]["warm_start"] == 10 and metrics["steps"] == 10
     assert 1 <= metrics["lbfgs"]["iterations"] <= 20
+
+
+def test_cli_lm_resume(tmp_path):
+    from helmpinn.cli import main
+
+    out = tmp_path / "run"
+    args = ["train", "--problem", "plane1d", "--k", "5", "--optimizer", "lm", "--hidden", "8", "--layers", "1",
+            "--fourier", "4", "--points", "60", "--quiet", "--no-plots", "--out", str(out)]
+    assert main([*args, "--steps", "4"]) == 0
+    first = hp.Model.load(out / "model.npz")
+    assert first.optimizer_state["step"] == 4 and first.metadata["settings"]["optimizer"] == "lm"
+    assert main(["train", "--resume", str(out), "--steps", "7", "--quiet", "--no-plots"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] == 4 and metrics["final_step"] == 7 and metrics["lm"]["steps"] == 7
+    # the same as 7 steps in one go (same points, λ carried over)
+    assert main([*args, "--steps", "7", "--out", str(tmp_path / "one")]) == 0
+    np.testing.assert_allclose(hp.Model.load(out / "model.npz").params,
+                               hp.Model.load(tmp_path / "one" / "model.npz").params, rtol=0, atol=1e-10)
+
+
+def test_cli_lm_solver_needs_lm(tmp_path, capsys):
+    from helmpinn.cli import main
+
+    assert main(["train", "--problem", "plane1d", "--lm-solver", "cg", "--out", str(tmp_path)]) == 2
+    assert "--lm-solver goes with --optimizer lm" in capsys.readouterr().err
