@@ -293,3 +293,19 @@ def test_cli_lm_solver_needs_lm(tmp_path, capsys):
 
     assert main(["train", "--problem", "plane1d", "--lm-solver", "cg", "--out", str(tmp_path)]) == 2
     assert "--lm-solver goes with --optimizer lm" in capsys.readouterr().err
+
+
+def test_general_operator_problem_pml():
+    # scatter-hard's PML goes through the general operator (a_pde, b_pde): LM takes its residuals too
+    prob = hp.get_problem("scatter-hard")
+    model = hp.Model.create(2, 4, 8, 1, dtype="float64", seed=0, fourier_sigma=1.0)
+    tr = hp.Trainer(prob, model, n_pde=100, n_bc=40, resample_every=0, progress=False, eval_every=0)
+    tr.resample()
+    assert "a_pde" in tr._batch
+    res = CoreResiduals(tr.workspace, tr._batch, tr.weights)
+    r = res.residuals(model.params)
+    grad = np.empty_like(model.params)
+    loss = tr.workspace.value_and_grad(model.params, grad, **res.kw)
+    assert r @ r == pytest.approx(loss, rel=1e-12)
+    h = tr.fit_lm(3)
+    assert h.loss[-1] < h.loss[0]

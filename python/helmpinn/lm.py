@@ -139,7 +139,8 @@ class FunctionResiduals:
         return self.jacobian(theta).T @ np.asarray(w, dtype=self.dtype)
 
 
-_BATCH_KEYS = ("x_pde", "kappa", "f", "x_data", "y", "x_bc", "n_bc", "alpha_bc", "g_bc")
+_BATCH_KEYS = ("x_pde", "kappa", "f", "a_pde", "b_pde", "c_pde", "x_data", "y", "x_bc", "n_bc",
+               "alpha_bc", "g_bc")
 
 
 class CoreResiduals:
