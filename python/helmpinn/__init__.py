@@ -26,6 +26,7 @@ from .params import init_params
 from . import distributed, geometry
 from .model import Model
 from .optim import Adam, lbfgs
+from .lm import LevenbergMarquardt
 from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld, get_problem, list_problems
 from .pml import PML
 from . import scattering  # registers scatter-hard, scatter-soft
@@ -34,6 +35,7 @@ from .trainer import Trainer, default_settings
 __all__ = [
     "Adam",
     "Dirichlet",
+    "LevenbergMarquardt",
     "Model",
     "Neumann",
     "PML",

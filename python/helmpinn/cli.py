@@ -78,7 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--freeze-fourier", action="store_true", help="do not train B")
     m.add_argument("--dtype", choices=("float32", "float64"), help="floating point type")
     o = t.add_argument_group("training (default: chosen from the problem)")
-    o.add_argument("--steps", type=int, help="Adam steps")
+    o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm"), default=None,
+                   help="adam (default; fused Adam), lbfgs (SciPy L-BFGS-B, float64) or lm (Levenberg-Marquardt "
+                        "on the residuals, with its own defaults for model, points and precision: "
+                        "helmpinn.lm.lm_defaults)")
+    o.add_argument("--steps", type=int, help="Adam steps, or L-BFGS / LM iterations")
     o.add_argument("--lr", type=float, help="peak learning rate")
     o.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule")
     o.add_argument("--points", type=int, help="interior collocation points per draw")
@@ -89,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--w-data", type=float, help="weight of the data (Dirichlet) term")
     o.add_argument("--w-bc", type=float, help="weight of the Robin boundary term")
     o.add_argument("--lbfgs", type=int, default=None, help="L-BFGS polish iterations after Adam")
+    o.add_argument("--warm-start", type=int, default=None, help="Adam steps before L-BFGS or LM (default 0)")
+    o.add_argument("--lm-solver", choices=("auto", "primal", "dual", "cg"), default=None,
+                   help="LM's linear system: JᵀJ (primal), JJᵀ (dual) or matrix-free CG (default auto: by shape)")
     o.add_argument("--target", type=float, default=None, help="stop once the relative L2 error is below this")
     o.add_argument("--eval-every", type=int, help="steps between error evaluations")
     o.add_argument("--checkpoint-every", type=int, default=None,
@@ -115,7 +122,8 @@ def _cmd_problems() -> int:
 # Range checks of the numeric options: (option, smallest allowed, whether it may equal that
 # bound). None values are not given and come from the problem's defaults.
 _INT_LIMITS = {"steps": 1, "points": 1, "bc_points": 0, "hidden": 1, "layers": 1, "fourier": 1,
-               "threads": 1, "eval_every": 0, "resample": 0, "checkpoint_every": 0, "lbfgs": 0, "seed": 0}
+               "threads": 1, "eval_every": 0, "resample": 0, "checkpoint_every": 0, "lbfgs": 0, "seed": 0,
+               "warm_start": 0}
 _POSITIVE = ("lr", "sigma", "target")
 _NON_NEGATIVE = ("w_pde", "w_data", "w_bc")
 
@@ -172,6 +180,8 @@ def _new_run(args: argparse.Namespace):
         raise _UsageError(f"problem {args.problem!r}: {exc}") from None
 
     s = default_settings(problem)
+    optimizer = args.optimizer or "adam"
+    s.update(_second_order_defaults(problem, optimizer))
     pick = lambda key, value: s[key] if value is None else value  # noqa: E731
     seed = 0 if args.seed is None else args.seed
     settings = {
@@ -187,7 +197,12 @@ def _new_run(args: argparse.Namespace):
                     for term, given in (("pde", args.w_pde), ("data", args.w_data), ("bc", args.w_bc))},
         "train_fourier": not args.freeze_fourier, "target": args.target, "seed": seed,
         "checkpoint_every": args.checkpoint_every or 0,
+        "optimizer": optimizer, "warm_start": pick("warm_start", args.warm_start),
     }
+    if optimizer == "lm":
+        settings["lm"] = {**s["lm"], "solver": args.lm_solver or s["lm"]["solver"]}
+    elif args.lm_solver is not None:
+        raise _UsageError("--lm-solver goes with --optimizer lm")
     try:
         _core.ModelSpec(problem.dim, settings["fourier"], settings["hidden"], settings["layers"])
     except ValueError as exc:
@@ -227,7 +242,7 @@ def _resumed_run(args: argparse.Namespace, given: list[str]):
         settings["steps"] = args.steps
     if args.checkpoint_every is not None:
         settings["checkpoint_every"] = args.checkpoint_every
-    if settings["steps"] <= done:
+    if settings["steps"] + settings.get("warm_start", 0) <= done:
         raise _UsageError(f"--resume: the run in {folder!r} is already at step {done} of {settings['steps']}; "
                           f"give --steps N with N > {done} to train it further")
     try:
@@ -356,15 +371,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
               f"{what} {settings['steps']} steps, {trainer.n_pde} + {trainer.n_bc} points"
               + (f", {ranks} MPI ranks" if ranks > 1 else ""), file=sys.stderr)
 
+    polish = None
     try:
-        history = trainer.fit(settings["steps"] - done)
+        if settings.get("optimizer", "adam") == "adam":
+            history = trainer.fit(settings["steps"] - done)
+        else:
+            history, polish = _fit_second_order(trainer, settings, done)
     except ValueError as exc:  # non-finite training data, named by the core
         print(f"helmpinn: {exc}", file=sys.stderr)
         return 1
     interrupted = trainer.stop_requested is not None
     adam_time = trainer.train_time
     adam_steps = len(history.step)
-    polish = None
     target = settings["target"]
     reached = target is not None and trainer.last_error is not None and trainer.last_error < target
     if settings["lbfgs"] and not trainer.diverged and not reached and not interrupted:
@@ -394,6 +412,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                   "bc": history.bc[-1] if history.bc else None},
         "time_to_1e-2_s": _time_to(history, 1e-2),
         "lbfgs": polish,
+        "lm": _lm_summary(trainer),
         "history": history.as_dict(),
         "version": getattr(_core, "__version__", None),
     }
@@ -430,6 +449,46 @@ def _cmd_train(args: argparse.Namespace) -> int:
               f"wrote {model_path}, {metrics_path}"
               + "".join(f", {f}" for f in figures), file=sys.stderr)
     return 0
+
+
+def _second_order_defaults(problem, optimizer: str) -> dict[str, Any]:
+    """The settings that differ from Adam's for --optimizer lbfgs / lm."""
+    if optimizer == "lm":
+        from .lm import lm_defaults
+
+        d = lm_defaults(problem)
+        return {**{k: d[k] for k in ("ff_dim", "hidden", "layers", "sigma", "dtype", "n_pde", "n_bc",
+                                     "sampling", "resample_every", "eval_every", "warm_start")},
+                "steps": d["iterations"], "lbfgs": 0,
+                "lm": {k: d[k] for k in ("solver", "damping", "update", "lam", "stall_window", "stall_factor")}}
+    if optimizer == "lbfgs":
+        return {"dtype": "float64", "steps": 2000, "resample_every": 0, "eval_every": 50, "lbfgs": 0}
+    return {"warm_start": 0}
+
+
+def _fit_second_order(trainer, settings: dict[str, Any], done: int):
+    """--optimizer lbfgs / lm: the Adam warm start (what is left of it), then L-BFGS or LM on
+    fixed points. Returns the history and the L-BFGS summary (None for LM)."""
+    warm = int(settings.get("warm_start", 0))
+    if done < warm:
+        trainer.fit(warm - done)
+        if trainer.diverged or trainer.stop_reason:
+            return trainer.history, None
+    if settings["optimizer"] == "lbfgs":
+        return trainer.history, trainer.polish(settings["steps"])
+    lm = settings["lm"]
+    history = trainer.fit_lm(settings["steps"] + warm - max(done, warm), solver=lm["solver"],
+                             damping=lm["damping"], update=lm["update"], lam=lm["lam"],
+                             stall_window=lm["stall_window"], stall_factor=lm["stall_factor"])
+    return history, None
+
+
+def _lm_summary(trainer) -> dict[str, Any] | None:
+    lm = getattr(trainer, "lm", None)
+    if lm is None:
+        return None
+    return {"solver": lm.solver, "steps": lm.steps, "jacobians": lm.iterations, "evaluations": lm.evaluations,
+            "final_lambda": lm.lam, "times_s": dict(trainer.lm_times)}
 
 
 def _time_to(history, tol: float) -> float | None:

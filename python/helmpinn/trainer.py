@@ -508,6 +508,157 @@ class Trainer:
                 "loss_before": res.loss_before, "loss_after": res.loss_after,
                 "error_before": err_before, "error_after": err_after, "message": res.message}
 
+    # -- Levenberg-Marquardt ------------------------------------------------------------------------
+    def fit_lm(self, iterations: int, *, solver: str = "auto", damping: str = "identity",
+               update: str = "fixed", lam: float = 1e-3, max_trials: int = 10, stall_window: int = 10,
+               stall_factor: float = 0.99, blas_threads: int | None = 1, **lm_options: Any) -> History:
+        """Run up to ``iterations`` Levenberg-Marquardt steps (:mod:`helmpinn.lm`) on the
+        current points; returns the history.
+
+        A step is one linearisation and up to ``max_trials`` damped trials; the history gets one
+        entry per step (``lr`` holds the damping λ). Points are redrawn every ``resample_every``
+        steps (0 keeps them, LM's usual choice). Stops early on ``target_error``, when the loss
+        fell by less than a factor ``stall_factor`` over the last ``stall_window`` steps, when
+        no step lowers the loss even at the largest damping, or on :meth:`request_stop` (and
+        Ctrl-C with ``stop_on_interrupt``). Checkpoints (``checkpoint_every``, and at the end)
+        store λ with the model, and a model loaded from such a checkpoint continues from it, on
+        the same points. A non-finite loss stops cleanly as in :meth:`fit`. The time spent on
+        error evaluations is not counted in ``train_time``. One process only (no ``comm``).
+        """
+        from .lm import CoreResiduals, LevenbergMarquardt, NonFiniteLoss
+
+        iterations = int(iterations)
+        if iterations < 0:
+            raise ValueError(f"iterations must be >= 0, got {iterations}")
+        if int(stall_window) < 1 or not 0 < stall_factor <= 1:
+            raise ValueError(f"need stall_window >= 1 and 0 < stall_factor <= 1, got {stall_window}, {stall_factor}")
+        if self.comm is not None and self.comm.Get_size() > 1:
+            raise NotImplementedError("fit_lm: Levenberg-Marquardt runs on one process")
+        if not np.all(np.isfinite(self.model.params)):
+            raise ValueError("the model's parameters contain NaN or Inf; cannot train from them")
+        state = self.model.optimizer_state
+        resume = bool(state) and "lm_lambda" in state
+        if resume and not self.step:
+            self._resume_sampler()   # a loaded checkpoint's run goes on with its points
+        if self.training_set is None or not self._batch:
+            self.resample()
+        make_res = lambda: CoreResiduals(self.workspace, self._batch, self.weights,  # noqa: E731
+                                         train_fourier=self.train_fourier)
+        lm = LevenbergMarquardt(make_res(), solver=solver, damping=damping, update=update, lam=lam,
+                                max_trials=max_trials, blas_threads=blas_threads, **lm_options)
+        if resume:
+            lm.load_state_dict(state)
+            self.step = self.step or int(state.get("step", lm.steps))
+        previous, self.optimizer = self.optimizer, _LMState(lm, self)   # checkpoints save λ and the step
+        self.lm = lm
+        h = self.history
+        self.stop_reason = None
+        self.diverged = False
+        self.stop_requested = None
+        self._snapshot()
+        self.lm_times = {"jacobian": 0.0, "jtj": 0.0, "solve": 0.0, "trial": 0.0}
+        try:
+            with self._interrupt_handler():
+                self._lm_loop(lm, iterations, make_res, stall_window, stall_factor)
+                self.model.optimizer_state = self.optimizer.state_dict()
+                if self.u_test is not None and (not h.eval_step or h.eval_step[-1] != self.step):
+                    err = self.evaluate()
+                    h.eval_step.append(self.step)
+                    h.eval_error.append(err)
+                    h.eval_time.append(self.train_time)
+                if self.checkpoint_path is not None and not self.diverged:
+                    self.save_checkpoint()
+        finally:
+            self.optimizer = previous
+        if self.stop_reason and self.progress:
+            print(f"helmpinn: {self.stop_reason}", file=sys.stderr)
+        return h
+
+    def _lm_loop(self, lm: Any, iterations: int, make_res: Callable[[], Any], stall_window: int,
+                 stall_factor: float) -> None:
+        from .lm import NonFiniteLoss
+
+        params, h = self.model.params, self.history
+        pbar = _progress_bar(iterations, self.progress)
+        t0 = time.perf_counter()
+        t_eval = 0.0
+        try:
+            for _ in range(iterations):
+                step = self.step + 1
+                if self.resample_every and self.step and self.step % self.resample_every == 0:
+                    self.resample()
+                    lm.set_residuals(make_res())
+                try:
+                    info = lm.step(params)
+                except NonFiniteLoss as exc:
+                    good = self._restore()
+                    self.diverged = True
+                    self.stop_reason = f"{exc} at step {step}; restored the last good state (step {good})"
+                    break
+                for key, value in info.times.items():
+                    self.lm_times[key] += value
+                h.step.append(step)
+                h.loss.append(info.new_loss)
+                h.lr.append(info.lam)
+                # the unweighted term means from the residuals (PDE, data, bc rows, in order)
+                r2, row = info.residuals ** 2, 0
+                for term, key in (("pde", "x_pde"), ("data", "x_data"), ("bc", "x_bc")):
+                    n = 2 * len(self._batch[key]) if key in self._batch else 0
+                    w = self.weights[term]
+                    getattr(h, term).append(float(np.sum(r2[row:row + n])) / w if n and w > 0 else 0.0)
+                    row += n
+                self.step = step
+                for cb in self.callbacks:
+                    cb(self, step)
+                if info.message == "damping at lam_max":
+                    self.stop_reason = (f"no decrease at the largest damping (λ = {info.lam:.1e}) "
+                                        f"at step {step}: converged or stuck")
+                if not self.stop_reason and len(h.loss) > stall_window \
+                        and h.step[-stall_window - 1] >= step - stall_window \
+                        and h.loss[-1] > stall_factor * h.loss[-stall_window - 1]:
+                    self.stop_reason = (f"loss fell by less than a factor {stall_factor:g} over "
+                                        f"{stall_window} steps at step {step}")
+                if self.eval_every and step % self.eval_every == 0 and self.u_test is not None:
+                    t1 = time.perf_counter()
+                    err = self.evaluate()
+                    h.eval_step.append(step)
+                    h.eval_error.append(err)
+                    h.eval_time.append(self.train_time + t1 - t0 - t_eval)
+                    t_eval += time.perf_counter() - t1
+                    if self.target_error is not None and err < self.target_error:
+                        self.stop_reason = f"target error {self.target_error:g} reached at step {step}"
+                if self.checkpoint_every and step % self.checkpoint_every == 0:
+                    if not self.save_checkpoint():
+                        good = self._restore()
+                        self.diverged = True
+                        self.stop_reason = (f"non-finite parameters at step {step}; "
+                                            f"restored the last good state (step {good})")
+                if self.stop_requested and not self.stop_reason:
+                    self.stop_reason = f"{self.stop_requested} at step {step}"
+                pbar.update(1)
+                status = f"loss={info.new_loss:.3e} lam={info.lam:.1e}"
+                if self.last_error is not None:
+                    status += f" err={self.last_error:.2e}"
+                pbar.set_postfix_str(status, refresh=False)
+                if self.stop_reason:
+                    break
+        finally:
+            self.train_time += time.perf_counter() - t0 - t_eval
+            pbar.close()
+
+class _LMState:
+    """The optimiser state a checkpoint of :meth:`Trainer.fit_lm` stores: LM's (λ, counts) and
+    the trainer's step (``step``, as Adam's state has it, for ``--resume``)."""
+
+    def __init__(self, lm: Any, trainer: Trainer):
+        self.lm, self.trainer = lm, trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.lm.state_dict(), "step": self.trainer.step}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.lm.load_state_dict(state)
+
 
 def _progress_bar(total: int, enabled: bool):
     if not enabled:

@@ -1,0 +1,311 @@
+"""Levenberg-Marquardt (helmpinn.lm): the step against dense NumPy normal equations, the three
+solvers against each other, convergence on a tiny problem, rejected and non-finite steps."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import helmpinn as hp
+from helmpinn.lm import CoreResiduals, FunctionResiduals, LevenbergMarquardt, NonFiniteLoss
+from helmpinn.trainer import relative_l2
+
+K = 5.0
+WEIGHTS = {"pde": 1 / K**2, "data": 100.0, "bc": 100 / K**2}
+
+
+def tiny(n_pde=60, hidden=8, dtype="float64", seed=0):
+    """plane1d (k = 5) on a one-layer network: P = 94 parameters, R = 2 (n_pde + 2) residuals."""
+    prob = hp.get_problem("plane1d", k=K)
+    spec = hp.ModelSpec(1, 4, hidden, 1)
+    theta = hp.init_params(spec, dtype=dtype, seed=seed, fourier_sigma=K / (2 * math.pi))
+    ws = hp.Workspace(spec, 64, dtype=dtype)
+    batch = prob.sample(n_pde, 2, rng=seed, method="sobol").to_core(dtype)
+    return prob, spec, theta, CoreResiduals(ws, batch, WEIGHTS)
+
+
+def test_residuals_match_the_loss_and_gradient():
+    _, _, theta, res = tiny()
+    r = res.residuals(theta)
+    J = res.jacobian(theta)
+    assert r.shape == (res.num_residuals,) and J.shape == (res.num_residuals, res.num_params)
+    grad = np.empty_like(theta)
+    loss = res.workspace.value_and_grad(theta, grad, **res.kw)
+    assert r @ r == pytest.approx(loss, rel=1e-13)
+    np.testing.assert_allclose(2 * J.T @ r, grad, rtol=0, atol=1e-12 * np.abs(grad).max())
+    np.testing.assert_array_equal(res.jacobian(theta, rows=(10, 20)), J[10:20])
+    v = np.random.default_rng(1).standard_normal(res.num_params)
+    w = np.random.default_rng(2).standard_normal(res.num_residuals)
+    np.testing.assert_allclose(res.jvp(theta, v), J @ v, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(res.vjp(theta, w), J.T @ w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("damping", ["marquardt", "identity"])
+def test_step_equals_dense_normal_equations(damping):
+    _, _, theta, res = tiny()
+    assert res.num_residuals >= res.num_params
+    lm = LevenbergMarquardt(res, solver="primal", damping=damping, chunk_rows=7)  # chunks of odd size
+    lam = 1e-3
+    sol = lm.solve(theta, lam)
+    J, r = res.jacobian(theta), res.residuals(theta)
+    D = np.diag(J.T @ J) if damping == "marquardt" else np.ones(res.num_params)
+    expected = np.linalg.solve(J.T @ J + lam * np.diag(D), J.T @ r)
+    np.testing.assert_allclose(sol.delta, expected, rtol=0, atol=1e-9 * np.abs(expected).max())
+    assert sol.method == "cholesky"
+    # the predicted decrease is that of the linear model
+    assert sol.predicted == pytest.approx(r @ r - np.sum((r - J @ sol.delta) ** 2), rel=1e-8)
+
+
+@pytest.mark.parametrize("n_pde", [60, 20])   # R >= P and R < P
+@pytest.mark.parametrize("damping", ["marquardt", "identity"])
+def test_primal_dual_and_matrix_free_give_the_same_step(n_pde, damping):
+    _, _, theta, res = tiny(n_pde=n_pde)
+    lam = 1e-2
+    steps = {}
+    for solver in ("primal", "dual", "cg"):
+        lm = LevenbergMarquardt(res, solver=solver, damping=damping, cg_tol=1e-12, cg_maxiter=2000)
+        steps[solver] = lm.solve(theta, lam)
+    ref = steps["primal"].delta
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(steps["dual"].delta, ref, rtol=0, atol=1e-8 * scale)
+    np.testing.assert_allclose(steps["cg"].delta, ref, rtol=0, atol=1e-6 * scale)
+    assert steps["cg"].method == "cg" and steps["cg"].cg_iterations > 1
+    for s in steps.values():
+        assert s.predicted == pytest.approx(steps["primal"].predicted, rel=1e-6)
+
+
+def test_auto_solver_picks_by_shape():
+    _, _, _, res = tiny(n_pde=60)
+    assert LevenbergMarquardt(res).solver == "primal"
+    _, _, _, res = tiny(n_pde=20)
+    assert LevenbergMarquardt(res).solver == "dual"
+    assert LevenbergMarquardt(res, max_matrix_bytes=8 * 10 * 10).solver == "cg"
+
+
+@pytest.mark.parametrize("solver", ["primal", "dual", "cg"])
+def test_reaches_a_small_error_in_bounded_iterations(solver):
+    prob, spec, theta, res = tiny(n_pde=60 if solver != "dual" else 40)
+    model = hp.Model(spec, theta)
+    x = prob.test_points(200)
+    u = prob.exact_at(x)
+    err0 = relative_l2(model.predict(x), u)
+    lm = LevenbergMarquardt(res, solver=solver, damping="identity", cg_tol=1e-6, cg_maxiter=300)
+    for _ in range(25):
+        lm.step(model.params)
+    err = relative_l2(model.predict(x), u)
+    assert err0 > 0.5 and err < 1e-3, (err0, err)
+
+
+def atan_problem():
+    # r(x) = atan(x): from x = 2 the undamped Gauss-Newton step overshoots to |x| > 2.
+    return FunctionResiduals(lambda x: np.arctan(x), lambda x: np.diag(1.0 / (1.0 + x**2)), 1, 1)
+
+
+@pytest.mark.parametrize("update", ["fixed", "nielsen"])
+def test_rejected_step_leaves_parameters_unchanged(update):
+    lm = LevenbergMarquardt(atan_problem(), lam=1e-12, max_trials=1, damping="marquardt", update=update)
+    theta = np.array([2.0])
+    info = lm.step(theta)
+    assert not info.accepted and info.trials == 1 and info.rho < 0
+    assert theta[0] == 2.0 and info.new_loss == info.loss
+    assert lm.lam > 1e-12 * 1.5                      # damping went up
+    iters = lm.iterations
+    for _ in range(30):                              # the same Jacobian until a step is accepted
+        info = lm.step(theta)
+        if info.accepted:
+            break
+    assert info.accepted and abs(theta[0]) < 2.0
+    assert lm.iterations == iters
+
+
+@pytest.mark.parametrize("update", ["fixed", "nielsen"])
+def test_non_finite_trial_is_rejected(update):
+    # r(x) = sqrt(x) - 0.1: the Gauss-Newton step from x = 1 lands at x < 0 (NaN)
+    res = FunctionResiduals(lambda x: np.sqrt(x) - 0.1, lambda x: np.diag(0.5 / np.sqrt(x)), 1, 1)
+    lm = LevenbergMarquardt(res, lam=1e-3, damping="identity", update=update)
+    theta = np.array([1.0])
+    with np.errstate(invalid="ignore"):
+        info = lm.step(theta)
+    assert info.accepted and info.trials > 1 and 0 < theta[0] < 1
+
+
+def test_non_finite_loss_stops_and_keeps_parameters():
+    _, _, theta, res = tiny()
+    bad = theta.copy()
+    bad[5] = np.nan
+    lm = LevenbergMarquardt(res)
+    with pytest.raises(NonFiniteLoss, match="non-finite loss"):
+        lm.step(bad)
+    assert np.isnan(bad[5]) and np.array_equal(np.delete(bad, 5), np.delete(theta, 5))
+
+
+def test_float32_model_accumulates_in_float64():
+    _, _, theta, res = tiny(dtype="float32")
+    lm = LevenbergMarquardt(res, solver="primal")
+    sol = lm.solve(theta, 1e-3)
+    assert sol.delta.dtype == np.float64
+    before = res.residuals(theta).astype(np.float64)
+    info = lm.step(theta)
+    assert theta.dtype == np.float32 and info.accepted and info.new_loss < before @ before
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"solver": "qr"}, "solver must be one of"),
+    ({"damping": "none"}, "damping must be one of"),
+    ({"update": "slow"}, "update must be one of"),
+    ({"lam": 0.0}, "lam must be a positive"),
+    ({"lam": math.nan}, "lam must be a positive"),
+    ({"lam_min": 1.0, "lam_max": 0.5}, "lam_min <= lam_max"),
+    ({"max_trials": 0}, "max_trials"),
+    ({"chunk_rows": 0}, "chunk_rows"),
+    ({"cg_tol": 2.0}, "cg_tol"),
+])
+def test_bad_options(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LevenbergMarquardt(atan_problem(), **kwargs)
+
+
+def test_bad_theta():
+    lm = LevenbergMarquardt(atan_problem())
+    with pytest.raises(ValueError, match="theta must be"):
+        lm.step(np.zeros(3))
+
+
+def test_state_round_trip():
+    lm = LevenbergMarquardt(atan_problem(), damping="identity")
+    theta = np.array([2.0])
+    lm.step(theta)
+    other = LevenbergMarquardt(atan_problem(), damping="identity")
+    other.load_state_dict(lm.state_dict())
+    assert other.lam == lm.lam and other.iterations == lm.iterations
+    with pytest.raises(ValueError, match="lm_lambda"):
+        other.load_state_dict({"lm_lambda": -1.0})
+
+
+# -- Trainer.fit_lm and the CLI ------------------------------------------------------------------
+def tiny_trainer(tmp_path=None, **kw):
+    prob = hp.get_problem("plane1d", k=K)
+    model = hp.Model.create(1, 4, 8, 1, dtype="float64", seed=0, fourier_sigma=K / (2 * math.pi))
+    opts = dict(n_pde=60, n_bc=2, resample_every=0, eval_every=5, progress=False)
+    if tmp_path is not None:
+        opts["checkpoint_path"] = tmp_path / "m.npz"
+    opts.update(kw)
+    return hp.Trainer(prob, model, **opts)
+
+
+def test_fit_lm_converges_and_records_history():
+    tr = tiny_trainer(target_error=1e-3)
+    h = tr.fit_lm(40)
+    assert tr.last_error < 1e-3 and tr.stop_reason.startswith("target error")
+    n = len(h.step)
+    assert 0 < n < 40 and h.step == list(range(1, n + 1)) and len(h.lr) == n
+    # the per-term losses, from the residuals, add up to the weighted total
+    w = tr.weights
+    total = w["pde"] * np.array(h.pde) + w["data"] * np.array(h.data) + w["bc"] * np.array(h.bc)
+    np.testing.assert_allclose(total, h.loss, rtol=1e-12)
+    assert tr.model.optimizer_state["lm_steps"] == n
+
+
+def test_fit_lm_non_finite_restores_last_good(tmp_path):
+    tr = tiny_trainer(tmp_path, checkpoint_every=4)
+
+    def poison(trainer, step):
+        if step == 6:
+            trainer.model.params[3] = np.nan
+
+    tr.callbacks.append(poison)
+    tr.fit_lm(20)
+    assert tr.diverged and "non-finite loss" in tr.stop_reason and "step 7" in tr.stop_reason
+    assert "restored the last good state (step 4)" in tr.stop_reason
+    saved = hp.Model.load(tmp_path / "m.npz")
+    np.testing.assert_array_equal(tr.model.params, saved.params)
+    assert tr.step == 4 and np.all(np.isfinite(tr.model.params))
+
+
+def test_fit_lm_resumes_damping_from_checkpoint(tmp_path):
+    tr = tiny_trainer(tmp_path)
+    tr.fit_lm(6)
+    lam = tr.lm.lam
+    model = hp.Model.load(tmp_path / "m.npz")
+    assert model.optimizer_state["lm_lambda"] == lam and model.optimizer_state["lm_steps"] == 6
+    tr2 = hp.Trainer(tr.problem, model, n_pde=60, n_bc=2, resample_every=0, progress=False)
+    tr2.fit_lm(0)
+    assert tr2.lm.lam == lam and tr2.step == 6
+
+
+def test_fit_lm_resample_switches_points():
+    tr = tiny_trainer(resample_every=3)
+    tr.fit_lm(7)
+    assert tr.lm.steps == 7 and np.all(np.isfinite(tr.model.params))
+
+
+@pytest.mark.parametrize("solver", ["auto", "dual"])
+def test_cli_optimizer_lm(tmp_path, solver):
+    from helmpinn.cli import main
+
+    out = tmp_path / "run"
+    rc = main(["train", "--problem", "plane1d", "--k", "5", "--optimizer", "lm", "--steps", "30",
+               "--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "60", "--quiet",
+               "--lm-solver", solver, "--no-plots", "--out", str(out)])
+    assert rc == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["optimizer"] == "lm" and metrics["settings"]["dtype"] == "float64"
+    assert metrics["lm"]["solver"] == {"auto": "primal", "dual": "dual"}[solver] and metrics["lm"]["steps"] == metrics["steps"] <= 30
+    assert metrics["final"]["relative_l2"] < 1e-3
+    assert set(metrics["lm"]["times_s"]) == {"jacobian", "jtj", "solve", "trial"}
+    model = hp.Model.load(out / "model.npz")
+    assert model.dtype == np.float64 and model.optimizer_state["lm_steps"] == metrics["steps"]
+
+
+def test_cli_optimizer_lbfgs_with_warm_start(tmp_path):
+    from helmpinn.cli import main
+
+    out = tmp_path / "run"
+    rc = main(["train", "--problem", "plane1d", "--k", "5", "--optimizer", "lbfgs", "--steps", "20",
+               "--warm-start", "10", "--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "60",
+               "--quiet", "--no-plots", "--out", str(out)])
+    assert rc == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["warm_start"] == 10 and metrics["steps"] == 10
+    assert 1 <= metrics["lbfgs"]["iterations"] <= 20
+
+
+def test_cli_lm_resume(tmp_path):
+    from helmpinn.cli import main
+
+    out = tmp_path / "run"
+    args = ["train", "--problem", "plane1d", "--k", "5", "--optimizer", "lm", "--hidden", "8", "--layers", "1",
+            "--fourier", "4", "--points", "60", "--quiet", "--no-plots", "--out", str(out)]
+    assert main([*args, "--steps", "4"]) == 0
+    first = hp.Model.load(out / "model.npz")
+    assert first.optimizer_state["step"] == 4 and first.metadata["settings"]["optimizer"] == "lm"
+    assert main(["train", "--resume", str(out), "--steps", "7", "--quiet", "--no-plots"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] == 4 and metrics["final_step"] == 7 and metrics["lm"]["steps"] == 7
+    # the same as 7 steps in one go (same points, λ carried over)
+    assert main([*args, "--steps", "7", "--out", str(tmp_path / "one")]) == 0
+    np.testing.assert_allclose(hp.Model.load(out / "model.npz").params,
+                               hp.Model.load(tmp_path / "one" / "model.npz").params, rtol=0, atol=1e-10)
+
+
+def test_cli_lm_solver_needs_lm(tmp_path, capsys):
+    from helmpinn.cli import main
+
+    assert main(["train", "--problem", "plane1d", "--lm-solver", "cg", "--out", str(tmp_path)]) == 2
+    assert "--lm-solver goes with --optimizer lm" in capsys.readouterr().err
+
+
+def test_general_operator_problem_pml():
+    # scatter-hard's PML goes through the general operator (a_pde, b_pde): LM takes its residuals too
+    prob = hp.get_problem("scatter-hard")
+    model = hp.Model.create(2, 4, 8, 1, dtype="float64", seed=0, fourier_sigma=1.0)
+    tr = hp.Trainer(prob, model, n_pde=100, n_bc=40, resample_every=0, progress=False, eval_every=0)
+    tr.resample()
+    assert "a_pde" in tr._batch
+    res = CoreResiduals(tr.workspace, tr._batch, tr.weights)
+    r = res.residuals(model.params)
+    grad = np.empty_like(model.params)
+    loss = tr.workspace.value_and_grad(model.params, grad, **res.kw)
+    assert r @ r == pytest.approx(loss, rel=1e-12)
+    h = tr.fit_lm(3)
+    assert h.loss[-1] < h.loss[0]
