@@ -1,4 +1,4 @@
-"""Issue 5: the CUDA backend.
+"""The CUDA backend.
 
 Without a GPU (any machine):
   * has_cuda() / cuda_device_count() are consistent with the build; a CUDA Workspace raises a

@@ -1,4 +1,4 @@
-"""Issue 16: property-based fuzzing (hypothesis) of every binding of helmpinn._core.
+"""Property-based fuzzing (hypothesis) of every binding of helmpinn._core.
 
 Each argument starts as a valid one and is, at random, replaced by a hostile variant: another
 dtype, the other byte order, a non-contiguous or read-only view, a wrong shape, zero points,
@@ -302,7 +302,7 @@ HUGE = st.sampled_from([2**31 - 2, 2**31, 2**30, 2**62, 2**64, -2**63, -1, 0])
        batch=st.one_of(st.integers(-2, 64), st.sampled_from([2**31, 2**40, 2**62, 2**63, 2**64])),
        dt=st.sampled_from(["float32", "float64", "float32", "float16", None, 3]),
        device=st.sampled_from(["cpu", "cpu", "cpu", "gpu", "cuda:99", "", "cuda:x"]))
-@example(dims=(2, 8, 16, 2), batch=2**62, dt="float32", device="cpu")  # issue 16, 1
+@example(dims=(2, 8, 16, 2), batch=2**62, dt="float32", device="cpu")  # wrapped size arithmetic
 @example(dims=(1, 2**31 - 2, 2**31 - 100, 1), batch=1, dt="float64", device="cpu")  # 2
 @example(dims=(3, 32, 10**9, 3), batch=1, dt="float32", device="cpu")  # 4
 def test_fuzz_model_spec_and_workspace(dims, batch, dt, device):

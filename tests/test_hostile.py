@@ -1,4 +1,4 @@
-"""Issue 16: hostile and careless inputs to the compiled core. Each case was a crash, a silent
+"""Hostile and careless inputs to the compiled core. Each case was a crash, a silent
 wrong number or an OOM kill; each must now be a clear Python exception (or, for NaN inputs, a
 NaN result). Cases that crashed the interpreter run in a child process, so that a regression
 fails one test instead of killing the session."""

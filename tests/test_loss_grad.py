@@ -1,4 +1,4 @@
-"""Issue 3: Workspace.forward (u, grad u, Laplacian u) and Workspace.value_and_grad (the whole
+"""Workspace.forward (u, grad u, Laplacian u) and Workspace.value_and_grad (the whole
 Helmholtz PINN loss and its exact gradient) against the float64 reference and finite
 differences, in 1, 2 and 3 dimensions, plus float32, thread-count and chunking agreement."""
 

@@ -1,4 +1,4 @@
-"""Issue 2: the seed's backward primitives (mse_backward, layer_backward, fourier_backward) from
+"""The seed's backward primitives (mse_backward, layer_backward, fourier_backward) from
 Python: the seed's own two tests, float64 finite-difference checks for d = 1, 2, 3, out= writing
 in place, float32 against float64, and a full data-loss backward chained from the primitives on
 the Workspace caches, checked against finite differences and against Workspace.value_and_grad."""

@@ -1,5 +1,5 @@
 """Training that never loses work: damaged model files, file permissions, the output folder,
-Ctrl-C and --resume, diverging runs and CLI misuse (issue 16)."""
+Ctrl-C and --resume, diverging runs and CLI misuse."""
 import json
 import os
 import re

@@ -1,4 +1,4 @@
-"""Issue 16: the CPU's register-blocked matrix product (cpp/src/cpu/gemm.hpp) on layers at least
+"""The CPU's register-blocked matrix product (cpp/src/cpu/gemm.hpp) on layers at least
 as wide as its micro-kernel tile, against the independent float64 reference (tests/reference.py)
 and finite differences.
 

@@ -1,4 +1,4 @@
-"""Issue 2: ModelSpec and its flat layout, init_params, and the Workspace's zero-copy views
+"""ModelSpec and its flat layout, init_params, and the Workspace's zero-copy views
 (shared with the C++ buffers, valid across calls), zero_grad, and its stream caches."""
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
         size_t batch_size
         T* x_input
         T* features
-        T* z[16]
+        T* z[16]   # helmpinn::max_layers
         T* h[16]
         T* du_dx
         T* d2u_dx2

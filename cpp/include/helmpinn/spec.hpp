@@ -18,6 +18,11 @@
 
 namespace helmpinn {
 
+/// The most tanh layers a model may have (a Workspace refuses more), and so the most linear
+/// layers: every per-layer array of the library is sized by these two.
+constexpr int max_hidden_layers = 15;
+constexpr int max_layers = max_hidden_layers + 1;
+
 /// One named tensor of the flat parameter buffer.
 struct ParamInfo {
     std::string name;                 ///< "B", "W0", "b0", ..., "W{L}", "b{L}"

@@ -100,8 +100,8 @@ struct WorkspaceBuffers {
     std::size_t batch_size = 0;
     T* x_input = nullptr;             ///< [batch, d]         points of the last chunk
     T* features = nullptr;            ///< [streams, batch, 2m] Fourier features and derivatives
-    T* z[16] = {};                    ///< z[l]: [streams, batch, out_l], l = 0..L (z[L] = u streams)
-    T* h[16] = {};                    ///< h[l]: [streams, batch, H], l = 0..L-1; h[L] == z[L]
+    T* z[max_layers] = {};            ///< z[l]: [streams, batch, out_l], l = 0..L (z[L] = u streams)
+    T* h[max_layers] = {};            ///< h[l]: [streams, batch, H], l = 0..L-1; h[L] == z[L]
     T* du_dx = nullptr;               ///< [batch, d, 2]  grad u of the last forward() chunk
     T* d2u_dx2 = nullptr;             ///< [batch, 2]     Laplacian of u of the last forward() chunk
     T* grad = nullptr;                ///< [num_params]   gradient accumulator (seed-style dW, db, dB)
@@ -115,7 +115,7 @@ template <typename T>
 class Workspace {
 public:
     /// Maximum number of hidden layers a Workspace supports.
-    static constexpr int max_hidden_layers = 15;
+    static constexpr int max_hidden_layers = helmpinn::max_hidden_layers;
 
     /// Allocates every buffer for `spec` and chunks of `batch_size` points (>= 1). Throws
     /// std::invalid_argument for a bad spec or batch_size, std::bad_alloc when out of memory.

@@ -91,8 +91,10 @@ Workspace<T>::Workspace(const ModelSpec& spec, std::size_t batch_size, Device de
     : spec_(spec), batch_size_(batch_size), device_(device), device_id_(device_id) {
     spec_.validate();
     require(batch_size >= 1, "Workspace: batch_size must be >= 1");
-    require(spec.num_hidden_layers <= max_hidden_layers,
-            "Workspace: num_hidden_layers must be <= 15");
+    if (spec.num_hidden_layers > max_hidden_layers)
+        throw std::invalid_argument("Workspace: num_hidden_layers must be <= " +
+                                    std::to_string(max_hidden_layers) + ", got " +
+                                    std::to_string(spec.num_hidden_layers));
     check_workspace_size<T>(spec_, batch_size_, device);
     if (device == Device::cpu)
         impl_ = make_cpu_backend<T>(spec_, batch_size_);

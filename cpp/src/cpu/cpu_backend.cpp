@@ -173,8 +173,8 @@ private:
     struct TileRows {
         T* x;
         T* feat;
-        T* z[16];
-        T* h[16];
+        T* z[max_layers];
+        T* h[max_layers];
         std::size_t ss, r0;
         T* adj;
     };
@@ -738,11 +738,11 @@ private:
     int d_, m_, H_, L_, S_;
     int Sx_;  // streams of the per-thread scratch rows: also the general operator's 2d + 1
     std::size_t np_;
-    AlignedArray<T> x_input_, feat_, z_[16], h_[16], du_dx_, d2u_, grad_, wt_, omega_, Omega_,
+    AlignedArray<T> x_input_, feat_, z_[max_layers], h_[max_layers], du_dx_, d2u_, grad_, wt_, omega_, Omega_,
         slot_grad_;
     AlignedArray<double> slot_loss_;
     AlignedArray<char> slot_fresh_;
-    std::size_t wt_off_[16] = {};
+    std::size_t wt_off_[max_layers] = {};
     std::size_t adj_stride_ = 0;
     AlignedArray<T> scratch_;  // scratch_threads_ blocks of TileRows for value_and_grad
     AlignedArray<T> vt_;       // jvp: V's weight matrices transposed, laid out as wt_

@@ -41,7 +41,7 @@ constexpr int kThreads = 256;               // threads per block
 constexpr int kWarps = kThreads / 32;
 constexpr int kTO = 8;                      // output columns per warp unit (forward GEMMs)
 constexpr int kMaxTile = 64;                // most points a tile may hold
-constexpr int kMaxLayers = 16;
+constexpr int kMaxLayers = max_layers;  // spec.hpp
 constexpr int kLossBytes = kMaxTile * 8;    // per-point loss partials (double)
 constexpr int kPointBytes = kMaxTile * 3 * 8;  // tile points x [P, d]
 
