@@ -1064,4 +1064,14 @@ PYBIND11_MODULE(_core, mod) {
     mod.def("get_num_threads", &helmpinn::get_num_threads);
     mod.def("set_num_threads", &helmpinn::set_num_threads, py::arg("n"));
     mod.def("cpu_isa", &helmpinn::cpu_isa);
+    mod.def("cpu_kernel_sets", [] {
+        py::list out;
+        std::string sets = helmpinn::cpu_kernel_sets();
+        for (std::size_t a = 0, b; a <= sets.size(); a = b + 1) {
+            b = sets.find(',', a);
+            if (b == std::string::npos) b = sets.size();
+            out.append(sets.substr(a, b - a));
+        }
+        return out;
+    });
 }

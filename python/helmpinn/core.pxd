@@ -28,6 +28,7 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
     bool has_cuda()
     int cuda_device_count()
     const char* cpu_isa()
+    const char* cpu_kernel_sets()
 
     # ---- spec.hpp: the model's shape and the flat parameter layout -------------------------
     cdef cppclass ParamInfo:

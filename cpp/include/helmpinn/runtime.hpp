@@ -16,7 +16,14 @@ void set_num_threads(int n);
 bool has_cuda();
 /// Number of CUDA devices visible (0 without CUDA support or without a GPU).
 int cuda_device_count();
-/// Name of the vector instruction set the CPU kernels were compiled for ("avx512", "avx2", ...).
+/// The CPU kernel set in use. A dispatching build (the default with GCC on x86-64) compiles
+/// three and picks the best one the processor supports at first use: "avx512", "avx2" or
+/// "baseline"; the environment variable HELMPINN_CPU_ISA forces one of them (then "invalid"
+/// when it names none the processor supports, and creating a CPU Workspace throws
+/// std::invalid_argument saying why). A native build (HELMPINN_NATIVE) has one set, named after
+/// the instruction set it was compiled for ("avx512", "avx2", "avx", "sse2", ...).
 const char* cpu_isa();
+/// The kernel sets this build has, comma-separated: "baseline,avx2,avx512" or "native".
+const char* cpu_kernel_sets();
 
 }  // namespace helmpinn

@@ -13,6 +13,11 @@
 
 namespace helmpinn {
 
+namespace cpu {
+const char* isa_name();     // cpu/dispatch.cpp
+const char* kernel_sets();  // cpu/dispatch.cpp
+}
+
 const char* version() { return HELMPINN_VERSION; }
 
 bool has_openmp() {
@@ -38,20 +43,8 @@ void set_num_threads(int n) {
 #endif
 }
 
-const char* cpu_isa() {
-#if defined(__AVX512F__)
-    return "avx512";
-#elif defined(__AVX2__) && defined(__FMA__)
-    return "avx2";
-#elif defined(__AVX__)
-    return "avx";
-#elif defined(__SSE2__) || defined(_M_X64)
-    return "sse2";
-#elif defined(__ARM_NEON)
-    return "neon";
-#else
-    return "generic";
-#endif
-}
+const char* cpu_isa() { return cpu::isa_name(); }
+
+const char* cpu_kernel_sets() { return cpu::kernel_sets(); }
 
 }  // namespace helmpinn

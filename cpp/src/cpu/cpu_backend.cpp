@@ -7,19 +7,38 @@
 // increasing t, and the slots are summed in a fixed order at the end: the result is bitwise the
 // same for any thread count and any batch_size. forward() walks the points in chunks of
 // batch_size and writes each tile's rows of the workspace caches, which hold the last chunk.
+//
+// This file is one kernel set of a dispatching build (isa.hpp): every header shared with the
+// rest of the library comes first, then the target is raised for the kernels alone.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <stdexcept>
+#include <type_traits>
 
 #include "../backend.hpp"
 #include "../common/stream_math.hpp"
 #include "aligned.hpp"
-#include "gemm.hpp"
+#include "isa.hpp"
 #include "parallel.hpp"
+
+#if defined(HELMPINN_CPU_LEVEL) && HELMPINN_CPU_LEVEL > 0
+#pragma GCC push_options
+#if HELMPINN_CPU_LEVEL == 2
+#pragma GCC target("avx512f,avx512cd,avx512dq,avx512bw,avx512vl,avx2,fma,bmi,bmi2,lzcnt,popcnt,prefer-vector-width=512")
+#else
+#pragma GCC target("avx2,fma,bmi,bmi2,lzcnt,popcnt")
+#endif
+#endif
+
+#include "gemm.hpp"
 #include "vmath.hpp"
-#include <type_traits>
+
+#define HELMPINN_CAT2(a, b) a##b
+#define HELMPINN_CAT(a, b) HELMPINN_CAT2(a, b)
+#define HELMPINN_CPU_FACTORY HELMPINN_CAT(make_cpu_backend_, HELMPINN_CPU_KERNELS)
 
 namespace helmpinn {
 namespace {
@@ -756,11 +775,15 @@ private:
 }  // namespace
 
 template <typename T>
-std::unique_ptr<Backend<T>> make_cpu_backend(const ModelSpec& spec, std::size_t batch_size) {
+std::unique_ptr<Backend<T>> HELMPINN_CPU_FACTORY(const ModelSpec& spec, std::size_t batch_size) {
     return std::make_unique<CpuBackend<T>>(spec, batch_size);
 }
 
-template std::unique_ptr<Backend<float>> make_cpu_backend(const ModelSpec&, std::size_t);
-template std::unique_ptr<Backend<double>> make_cpu_backend(const ModelSpec&, std::size_t);
+template std::unique_ptr<Backend<float>> HELMPINN_CPU_FACTORY(const ModelSpec&, std::size_t);
+template std::unique_ptr<Backend<double>> HELMPINN_CPU_FACTORY(const ModelSpec&, std::size_t);
 
 }  // namespace helmpinn
+
+#if defined(HELMPINN_CPU_LEVEL) && HELMPINN_CPU_LEVEL > 0
+#pragma GCC pop_options
+#endif

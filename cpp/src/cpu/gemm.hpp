@@ -6,22 +6,19 @@
 // products of a layer: forward (A = activations, B = W^T), input adjoint (A = z-adjoint, B = W)
 // and weight gradient (A = z-adjoint transposed through its strides, B = activations).
 // The micro-kernel keeps an MR x NR block of C in registers; NR spans two vector registers of
-// the instruction set the file is compiled for, and the compiler vectorises the j loop.
+// the instruction set the file is compiled for (isa.hpp), and the compiler vectorises the j loop.
 #pragma once
 
 #include <cstddef>
 #include <cstring>
 
+#include "isa.hpp"
+
 namespace helmpinn {
 namespace cpu {
+inline namespace HELMPINN_CPU_KERNELS {
 
-#if defined(__AVX512F__)
-constexpr int vector_bytes = 64;
-#elif defined(__AVX__)
-constexpr int vector_bytes = 32;
-#else
-constexpr int vector_bytes = 16;
-#endif
+constexpr int vector_bytes = HELMPINN_CPU_VECTOR_BYTES;
 
 template <typename T>
 struct GemmShape {
@@ -157,5 +154,6 @@ inline void gemm(int M, int N, int K, const T* A, std::ptrdiff_t ars, std::ptrdi
     }
 }
 
+}  // namespace HELMPINN_CPU_KERNELS
 }  // namespace cpu
 }  // namespace helmpinn

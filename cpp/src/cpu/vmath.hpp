@@ -18,8 +18,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "isa.hpp"
+
 namespace helmpinn {
 namespace cpu {
+inline namespace HELMPINN_CPU_KERNELS {
 
 inline float bit_cast_float(std::int32_t bits) {
 #if defined(__GNUC__) || defined(__clang__)
@@ -173,5 +176,6 @@ inline void sincos_array(const T* __restrict s, T* __restrict sin_s, T* __restri
     for (int j = 0; j < n; ++j) sincos_fast(s[j], sin_s[j], cos_s[j]);
 }
 
+}  // namespace HELMPINN_CPU_KERNELS
 }  // namespace cpu
 }  // namespace helmpinn
