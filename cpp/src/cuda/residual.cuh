@@ -30,11 +30,12 @@ enum RowKind : int { kRowResiduals = 0, kRowJacobian = 1, kRowJvp = 2 };
 constexpr int kMaxRowTile = kMaxTile / 2;          // points of a rows tile (2 rows each)
 constexpr int kRowParts = 8;                       // partial sums per row (jvp)
 
-/// Shared memory every rows block uses whatever the mode: fused.cuh's fixed part (its loss area
-/// holds the rows' J v accumulators) and the jvp partial sums [2 kMaxRowTile, kRowParts].
+/// Shared memory every rows block uses whatever the mode: fused.cuh's fixed part, whose loss
+/// area holds the rows' J v accumulators [2 kMaxRowTile].
 template <typename T>
 inline int row_fixed_smem_bytes() {
-    return fixed_smem_bytes<T>() + 2 * kMaxRowTile * kRowParts * int(sizeof(T));
+    static_assert(2 * kMaxRowTile * sizeof(T) <= kLossBytes, "J v accumulators");
+    return fixed_smem_bytes<T>();
 }
 
 /// One loss term of a rows launch, the rows [r0, r1) wanted and where they go.
@@ -57,8 +58,7 @@ template <typename T>
 struct RowSmem {
     Smem<T> base;  // loss area (J v accumulators), points, weight slices, X, Y
     T* Z;          // third activation buffer
-    T* part;       // [2 P, kRowParts]
-    T* acc;        // [2 P]
+    T* acc;        // [2 P], in the loss area
 };
 
 template <typename T, bool GS>
@@ -68,11 +68,10 @@ __device__ __forceinline__ RowSmem<T> carve_rows(unsigned char* smem, const Tile
     s.acc = reinterpret_cast<T*>(smem);
     s.base.xs = reinterpret_cast<T*>(smem + kLossBytes);
     s.base.ws = reinterpret_cast<T*>(smem + kLossBytes + kPointBytes);
-    s.part = s.base.ws + kWarps * kTO * Cfg<T>::kcp;
     if (GS)
         s.base.X = t.scratch + static_cast<long long>(blockIdx.x) * 3 * t.buf;
     else
-        s.base.X = s.part + 2 * kMaxRowTile * kRowParts;
+        s.base.X = s.base.ws + kWarps * kTO * Cfg<T>::kcp;
     s.base.Y = s.base.X + t.buf;
     s.Z = s.base.Y + t.buf;
     return s;
@@ -184,7 +183,8 @@ __device__ __forceinline__ void row_tile(const NetArgs<T>& net, const CacheArgs<
                 ra.out[(row_of(q) - ra.r0) * NP + net.offW[l] + static_cast<long long>(o) * in_w + i] = a;
             }
         } else {
-            // Z = G V_W (all streams), then row q's sum_s Z_s[q] . A_s[p] + G_0[q] . v_b.
+            // Z = G V_W (all streams), then row q's sum_s Z_s[q] . A_s[p] + G_0[q] . v_b in
+            // kRowParts partial sums, kept in N (free until N = G W below).
             block_gemm<T, true>(G, Z, ld, R2, ra.v + net.offW[l], in_w, out_w, in_w, nullptr, 0,
                                 sm.base.ws);
             __syncthreads();
@@ -200,12 +200,12 @@ __device__ __forceinline__ void row_tile(const NetArgs<T>& net, const CacheArgs<
                     }
                     for (int o = g8; o < out_w; o += kRowParts) a = fma(G[q * ld + o], vb[o], a);
                 }
-                sm.part[k] = a;
+                N[k] = a;
             }
             __syncthreads();
             for (int q = tid; q < Q; q += kThreads) {
                 T a = T(0);
-                for (int g8 = 0; g8 < kRowParts; ++g8) a += sm.part[q * kRowParts + g8];
+                for (int g8 = 0; g8 < kRowParts; ++g8) a += N[q * kRowParts + g8];
                 sm.acc[q] += a;
             }
         }
