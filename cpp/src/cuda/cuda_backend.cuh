@@ -1,7 +1,9 @@
 // The CUDA backend: Backend<T> on one device. Every device buffer is allocated once, in the
-// constructor; forward() and value_and_grad() allocate nothing, launch on the caller's stream,
-// and the only device-to-host copy is value_and_grad's three loss sums (plus, when
-// check_finite is asked for, one small copy of the finiteness flags before any work).
+// constructor; forward(), value_and_grad() and the residual level (vjp, rows) allocate nothing,
+// launch on the caller's stream, and the only device-to-host copy is value_and_grad's loss sums
+// (plus, when check_finite is asked for, one small copy of the finiteness flags before any
+// work). Every loss term comes from the one loss-term table (common/loss_terms.hpp): the train
+// kernel's seed step calls its residual and adjoint, rows_kernel (residual.cuh) its adjoint.
 //
 // Instantiated for float in cuda_backend_f32.cu and for double in cuda_backend_f64.cu (two
 // translation units, so that a two-core build compiles them side by side).
@@ -120,26 +122,19 @@ public:
              void* stream) override {
         DeviceGuard guard(dev_);
         LossOutputs<T> none;
-        reduce(params, out, in, none, w, as_stream(stream), "vjp");
+        reduce(params, out, in, none, w, as_stream(stream));
     }
 
     void value_and_grad(const T* params, T* grad, const LossInputs<T>& in, LossOutputs<T>& out,
                         void* stream) override {
         DeviceGuard guard(dev_);
         const cudaStream_t s = as_stream(stream);
-        reduce(params, grad, in, out, nullptr, s, "value_and_grad");
+        reduce(params, grad, in, out, nullptr, s);
         check(cudaMemcpyAsync(host_sums_.data(), loss_sums_.data(),
                               terms::kNumTerms * sizeof(double), cudaMemcpyDeviceToHost, s),
               "value_and_grad: copying the loss to the host");
         check(cudaStreamSynchronize(s), "value_and_grad: kernels");
         out.loss = loss_breakdown(host_sums_.data(), in);  // sums indexed by terms::Term
-    }
-
-    LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
-                                 void* stream) {
-        LossOutputs<T> out;
-        value_and_grad(params, grad, in, out, stream);
-        return out.loss;
     }
 
     // Rows [r0, r1) of the residual vector, its Jacobian or J v: for every term whose rows meet
@@ -371,7 +366,7 @@ private:
     // (seeds from the row weights w): the gradient into grad, the loss sums into loss_sums_
     // (stream-ordered; nothing is copied to the host here).
     void reduce(const T* params, T* grad, const LossInputs<T>& in, LossOutputs<T>& out,
-                const T* w, cudaStream_t s, const char* op) {
+                const T* w, cudaStream_t s) {
         if (in.check_finite) check_finite(params, in, s);
         prep(params, s);
 
@@ -388,7 +383,8 @@ private:
               "value_and_grad: cudaMemsetAsync");
 
         const NetArgs<T> net = net_args(params);
-        const std::string what = std::string(op) + ": kernel launch";
+        // (C strings: messages built per call would allocate)
+        const char* what = w ? "vjp: kernel launch" : "value_and_grad: kernel launch";
         std::size_t row0 = 0;
         for (int t = 0; t < terms::kNumTerms; ++t) {
             const terms::TermPoints<T> tp = terms::term_points(in, t);
@@ -406,7 +402,7 @@ private:
             row0 += 2 * tp.n;
             if (!tp.n) continue;
             const int tf = in.train_fourier ? 1 : 0;
-            launch_chunks(tp.n, what.c_str(),
+            launch_chunks(tp.n, what,
                           [&](auto Dc, auto GSc, int grid, std::size_t c0, int nc) {
                 constexpr int D = decltype(Dc)::value;
                 constexpr bool GS = decltype(GSc)::value;
@@ -419,11 +415,12 @@ private:
 
         const long long zero_below = in.train_fourier ? 0 : static_cast<long long>(d_) * m_;
         const int rgrid = int((np_ + 255) / 256);
-        auto* reduce = &reduce_kernel<T>;
-        HELMPINN_LAUNCH(reduce, rgrid, 256, 0, s)(slot_grad_.data(), used,
+        auto* rk = &reduce_kernel<T>;
+        HELMPINN_LAUNCH(rk, rgrid, 256, 0, s)(slot_grad_.data(), used,
                                                static_cast<long long>(np_), grad, zero_below,
                                                slot_loss_.data(), loss_sums_.data());
-        check(cudaGetLastError(), (std::string(op) + ": reduce kernel launch").c_str());
+        check(cudaGetLastError(),
+              w ? "vjp: reduce kernel launch" : "value_and_grad: reduce kernel launch");
     }
 
     // The residual level's tiles and buffers (rows_kernel: three activation buffers of 2 P

@@ -13,7 +13,10 @@
 // alpha, with and without f and g, frozen Fourier features); several chunks and a partial last
 // tile; widths that are not multiples of the vector and warp-unit sizes; bitwise equality of
 // two runs; shared-memory and global-scratch activation buffers (HELMPINN_EMU_SMEM); odd tiles
-// (HELMPINN_CUDA_TILE); check_finite. The seed primitives (mse_backward, layer_backward with
+// (HELMPINN_CUDA_TILE); check_finite. The residual level (check_rows): residuals,
+// value_and_grad's residuals and grad_kappa, the Jacobian whole and by row ranges crossing
+// tiles, chunks and terms (bitwise the rows of the whole), jvp and vjp (bitwise twice, and equal
+// to J v and J^T w of the device's own J), frozen B and global counts. The seed primitives (mse_backward, layer_backward with
 // and without the tanh factor and dh_prev, fourier_backward for d = 1, 2, 3, adam_step) on
 // sizes that are not multiples of any block size, against the host primitives, and bitwise
 // equality of two runs. Prints one line per check; exit status 1 on a failure.
