@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "../backend.hpp"
 #include "cuda_common.cuh"
@@ -169,8 +170,8 @@ public:
             // The points whose rows meet [r0, r1).
             const std::size_t pa = (std::max(r0, first) - first) / 2;
             const std::size_t pb = (std::min(r1, first + rows_t) - first + 1) / 2;
-            ra.term = t;
-            ra.ns = terms::term_streams(t, d_);
+            ra.entry = terms::term_entry(in, t);
+            ra.ns = terms::term_streams(ra.entry, d_);
             ra.x = tp.x;
             ra.s = terms::term_scale(tp).s;
             ra.row0 = static_cast<long long>(first);
@@ -390,7 +391,8 @@ private:
             const terms::TermPoints<T> tp = terms::term_points(in, t);
             TermLaunch<T> tl;
             tl.term = t;
-            tl.ns = terms::term_streams(t, d_);
+            tl.entry = terms::term_entry(in, t);
+            tl.ns = terms::term_streams(tl.entry, d_);
             tl.x = tp.x;
             const terms::TermScale<T> sc = terms::term_scale(tp);
             tl.c = sc.c;
@@ -540,6 +542,14 @@ private:
         scalar(in.alpha_const[0], "alpha_bc");
         if (!std::isfinite(in.alpha_const[1]))
             throw std::invalid_argument("alpha_bc contains NaN or Inf (at flat index 1)");
+        const std::pair<const T*, const char*> pairs[] = {
+            {in.a_const, "a_pde"}, {in.b_const, "b_pde"}, {in.c_const, "c_pde"}};
+        for (const auto& [v, name] : pairs)
+            for (int k = 0; k < 2; ++k)
+                if (!std::isfinite(v[k]))
+                    throw std::invalid_argument(std::string(name) +
+                                                " contains NaN or Inf (at flat index " +
+                                                std::to_string(k) + ")");
         scalar(in.w_pde, "w_pde");
         scalar(in.w_data, "w_data");
         scalar(in.w_bc, "w_bc");

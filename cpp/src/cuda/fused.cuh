@@ -152,7 +152,8 @@ struct OutArgs {
 /// outputs asked for (device, null = not wanted).
 template <typename T>
 struct TermLaunch {
-    int term = terms::kPde;
+    int term = terms::kPde;   // terms::Term: the loss slot
+    int entry = terms::kPde;  // terms::Entry: the table entry computing it
     int ns = 1;
     const T* x = nullptr;
     T c = T(0);            // 2 w / N
@@ -461,9 +462,9 @@ __device__ __forceinline__ double seed_point(const LossInputs<T>& in, const Term
                                              long long gp, T* y, int ss) {
     double r2 = 0.0;
     const int ns = tl.ns;
-    terms::with_term(tl.term, [&](auto entry) {
+    terms::with_term(tl.entry, [&](auto entry) {
         using E = decltype(entry);
-        T u[2 * (D + 2)], ub[2 * (D + 2)], r[2], w[2];
+        T u[2 * math::kMaxStreams], ub[2 * math::kMaxStreams], r[2], w[2];
         const long long row = tl.row0 + 2 * gp;
         if (tl.w) {
             w[0] = tl.s * tl.w[row];
@@ -679,7 +680,7 @@ __global__ void reduce_kernel(const T* __restrict__ slot_grad, int used, long lo
 
 /// check_finite: first_bad[a] = smallest flat index of a NaN/Inf in array a (integer atomics;
 /// the minimum does not depend on scheduling). first_bad starts at all ones.
-constexpr int kMaxChecked = 10;
+constexpr int kMaxChecked = 13;  // params and every array of terms::term_arrays
 template <typename T>
 struct FiniteArgs {
     const T* p[kMaxChecked] = {};

@@ -42,7 +42,7 @@ inline int row_fixed_smem_bytes() {
 template <typename T>
 struct RowLaunch {
     int kind = kRowResiduals;
-    int term = terms::kPde;
+    int entry = terms::kPde;  // terms::Entry
     int ns = 1;
     int train_fourier = 1;
     const T* x = nullptr;
@@ -95,12 +95,12 @@ __device__ __forceinline__ void row_tile(const NetArgs<T>& net, const CacheArgs<
     if (ra.kind == kRowResiduals) {
         if (tid < np) {
             const T* y = sm.base.Y + tid * ld;
-            T u[2 * (D + 2)], r[2];
+            T u[2 * math::kMaxStreams], r[2];
             for (int s = 0; s < ns; ++s) {
                 u[2 * s] = y[s * ss];
                 u[2 * s + 1] = y[s * ss + 1];
             }
-            terms::with_term(ra.term, [&](auto entry) {
+            terms::with_term(ra.entry, [&](auto entry) {
                 decltype(entry)::residual(in, std::size_t(c0 + p0 + tid), u, 2, D, r);
             });
             for (int c = 0; c < 2; ++c) {
@@ -129,9 +129,9 @@ __device__ __forceinline__ void row_tile(const NetArgs<T>& net, const CacheArgs<
         const int p = q % P, c = q / P;
         T* g = G + q * ld;
         if (p < np) {
-            T w[2] = {T(0), T(0)}, ub[2 * (D + 2)];
+            T w[2] = {T(0), T(0)}, ub[2 * math::kMaxStreams];
             w[c] = ra.s;
-            terms::with_term(ra.term, [&](auto entry) {
+            terms::with_term(ra.entry, [&](auto entry) {
                 decltype(entry)::adjoint(in, std::size_t(c0 + p0 + p), w, ub, 2, D);
             });
             for (int s = 0; s < ns; ++s) {
