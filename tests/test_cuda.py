@@ -199,7 +199,8 @@ def test_device_array_type():
 def _emulation_sources():
     srcs = [ROOT / "cpp/src/cuda/emulation/emu_check.cpp", ROOT / "cpp/src/common/workspace.cpp",
             ROOT / "cpp/src/common/spec.cpp", ROOT / "cpp/src/cpu/cpu_backend.cpp",
-            ROOT / "cpp/src/cpu/primitives.cpp", ROOT / "cpp/src/common/primitives.cpp"]
+            ROOT / "cpp/src/cpu/primitives.cpp", ROOT / "cpp/src/common/primitives.cpp",
+            ROOT / "cpp/src/common/checked.cpp"]
     return srcs if all(s.exists() for s in srcs) else None
 
 

@@ -6,7 +6,7 @@
 //     c++ -std=c++20 -O2 -pthread -DHELMPINN_CUDA_EMULATION -Icpp/include -Icpp/src \
 //         cpp/src/cuda/emulation/emu_check.cpp cpp/src/common/workspace.cpp \
 //         cpp/src/common/spec.cpp cpp/src/cpu/cpu_backend.cpp cpp/src/cpu/primitives.cpp \
-//         cpp/src/common/primitives.cpp -o emu_check && ./emu_check
+//         cpp/src/common/primitives.cpp cpp/src/common/checked.cpp -o emu_check && ./emu_check
 //
 // Checks, for d = 1, 2, 3 and float32 / float64: forward() u, grad u, lap u and the caches;
 // value_and_grad() for each loss term and all together (constant and per-point kappa and
