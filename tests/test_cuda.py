@@ -8,7 +8,8 @@ Without a GPU (any machine):
     (cpp/src/cuda/emulation): compiled here with the system C++ compiler and compared with the
     CPU backend (forward, every loss term, chunking, partial tiles, shared-memory and
     global-scratch buffers, odd tiles, bitwise reproducibility, check_finite), and the device
-    seed primitives with the host ones.
+    seed primitives with the host ones; and the residual level (residuals, Jacobian rows, jvp,
+    vjp, grad_kappa, counts; tests/test_cuda_residuals.py repeats it on a GPU).
   * The seed primitives on CUDA arrays refuse a call without out= and, where CUDA cannot be
     used, say why naming the argument; `stream=` is refused with host arrays.
 
@@ -198,7 +199,8 @@ def test_device_array_type():
 def _emulation_sources():
     srcs = [ROOT / "cpp/src/cuda/emulation/emu_check.cpp", ROOT / "cpp/src/common/workspace.cpp",
             ROOT / "cpp/src/common/spec.cpp", ROOT / "cpp/src/cpu/cpu_backend.cpp",
-            ROOT / "cpp/src/cpu/primitives.cpp", ROOT / "cpp/src/common/primitives.cpp"]
+            ROOT / "cpp/src/cpu/primitives.cpp", ROOT / "cpp/src/common/primitives.cpp",
+            ROOT / "cpp/src/common/checked.cpp"]
     return srcs if all(s.exists() for s in srcs) else None
 
 

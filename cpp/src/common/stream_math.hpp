@@ -190,57 +190,6 @@ HELMPINN_HD void tanh_backward(const T* z, std::ptrdiff_t zs, T hv, T* g, std::p
     }
 }
 
-/// PDE residual r = lap u + kappa u - f at one point and the output adjoints it seeds:
-///   ubar_lap = c r, ubar = kappa c r, ubar_i = 0, with c = 2 w / N.
-/// u is stream-strided by ss with 2 components per stream (u[s*ss + 0/1] = re/im);
-/// returns |r|^2. ubar has the same layout.
-template <typename T>
-HELMPINN_HD T pde_seed(const T* u, std::ptrdiff_t ss, int d, T kappa, T f_re, T f_im, T c,
-                       T* ubar) {
-    const T* lap = u + (d + 1) * ss;
-    const T r_re = lap[0] + kappa * u[0] - f_re;
-    const T r_im = lap[1] + kappa * u[1] - f_im;
-    T* gl = ubar + (d + 1) * ss;
-    gl[0] = c * r_re;
-    gl[1] = c * r_im;
-    ubar[0] = kappa * c * r_re;
-    ubar[1] = kappa * c * r_im;
-    for (int i = 1; i <= d; ++i) {
-        ubar[i * ss] = T(0);
-        ubar[i * ss + 1] = T(0);
-    }
-    return r_re * r_re + r_im * r_im;
-}
-
-/// Data misfit u - y at one point: ubar = c (u - y); returns |u - y|^2.
-template <typename T>
-HELMPINN_HD T data_seed(const T* u, T y_re, T y_im, T c, T* ubar) {
-    const T e_re = u[0] - y_re, e_im = u[1] - y_im;
-    ubar[0] = c * e_re;
-    ubar[1] = c * e_im;
-    return e_re * e_re + e_im * e_im;
-}
-
-/// Robin residual rho = n . grad u + alpha u - g at one point (complex alpha) and its seeds:
-///   ubar_i = c rho n_i, ubar = c conj(alpha) rho. u, ubar stream-strided (d+1 streams).
-template <typename T>
-HELMPINN_HD T robin_seed(const T* u, std::ptrdiff_t ss, int d, const T* n, T a_re, T a_im,
-                         T g_re, T g_im, T c, T* ubar) {
-    T r_re = a_re * u[0] - a_im * u[1] - g_re;
-    T r_im = a_re * u[1] + a_im * u[0] - g_im;
-    for (int i = 0; i < d; ++i) {
-        r_re += n[i] * u[(1 + i) * ss];
-        r_im += n[i] * u[(1 + i) * ss + 1];
-    }
-    for (int i = 0; i < d; ++i) {
-        ubar[(1 + i) * ss] = c * r_re * n[i];
-        ubar[(1 + i) * ss + 1] = c * r_im * n[i];
-    }
-    ubar[0] = c * (a_re * r_re + a_im * r_im);
-    ubar[1] = c * (a_re * r_im - a_im * r_re);
-    return r_re * r_re + r_im * r_im;
-}
-
 /// Adam(W) step constants (primitives.hpp, adam_step), computed in double as the backends do:
 /// a = lr / (1 - beta1^step), c2 = 1 / (1 - beta2^step), wd = lr * weight_decay.
 template <typename T>

@@ -1,7 +1,9 @@
 // The CUDA backend: Backend<T> on one device. Every device buffer is allocated once, in the
-// constructor; forward() and value_and_grad() allocate nothing, launch on the caller's stream,
-// and the only device-to-host copy is value_and_grad's three loss sums (plus, when
-// check_finite is asked for, one small copy of the finiteness flags before any work).
+// constructor; forward(), value_and_grad() and the residual level (vjp, rows) allocate nothing,
+// launch on the caller's stream, and the only device-to-host copy is value_and_grad's loss sums
+// (plus, when check_finite is asked for, one small copy of the finiteness flags before any
+// work). Every loss term comes from the one loss-term table (common/loss_terms.hpp): the train
+// kernel's seed step calls its residual and adjoint, rows_kernel (residual.cuh) its adjoint.
 //
 // Instantiated for float in cuda_backend_f32.cu and for double in cuda_backend_f64.cu (two
 // translation units, so that a two-core build compiles them side by side).
@@ -14,10 +16,12 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "../backend.hpp"
 #include "cuda_common.cuh"
 #include "fused.cuh"
+#include "residual.cuh"
 
 namespace helmpinn {
 namespace cuda {
@@ -64,6 +68,7 @@ public:
         DeviceGuard guard(dev_);
         plan();
         allocate();
+        plan_rows();
     }
 
     ~CudaBackend() override {
@@ -84,7 +89,7 @@ public:
         std::size_t b = x_input_.bytes() + feat_.bytes() + du_dx_.bytes() + d2u_.bytes() +
                         grad_.bytes() + omega_.bytes() + Omega_.bytes() + slot_grad_.bytes() +
                         scratch_.bytes() + slot_loss_.bytes() + loss_sums_.bytes() +
-                        flags_.bytes();
+                        flags_.bytes() + row_scratch_.bytes();
         for (int l = 0; l <= L_; ++l) b += z_[l].bytes();
         for (int l = 0; l < L_; ++l) b += h_[l].bytes();
         return b;
@@ -114,63 +119,75 @@ public:
         });
     }
 
-    void vjp(const T*, const T*, const LossInputs<T>&, T*, void*) override {
-        throw std::runtime_error("vjp: not yet implemented on CUDA workspaces");
-    }
-
-    void rows(RowOp op, const T*, const LossInputs<T>&, std::size_t, std::size_t, const T*, T*,
-              void*) override {
-        throw std::runtime_error(std::string(op == RowOp::residuals  ? "residuals"
-                                             : op == RowOp::jacobian ? "jacobian"
-                                                                     : "jvp") +
-                                 ": not yet implemented on CUDA workspaces");
+    void vjp(const T* params, const T* w, const LossInputs<T>& in, T* out,
+             void* stream) override {
+        DeviceGuard guard(dev_);
+        LossOutputs<T> none;
+        reduce(params, out, in, none, w, as_stream(stream));
     }
 
     void value_and_grad(const T* params, T* grad, const LossInputs<T>& in, LossOutputs<T>& out,
                         void* stream) override {
-        if (out.residuals || out.grad_kappa)
-            throw std::runtime_error(
-                "value_and_grad: residuals and grad_kappa outputs are not yet implemented on "
-                "CUDA workspaces");
-        out.loss = value_and_grad(params, grad, in, stream);
-    }
-
-    LossBreakdown value_and_grad(const T* params, T* grad, const LossInputs<T>& in,
-                                 void* stream) {
         DeviceGuard guard(dev_);
         const cudaStream_t s = as_stream(stream);
-        if (in.check_finite) check_finite(params, in, s);
-        prep(params, s);
-
-        const std::size_t counts[3] = {in.n_pde, in.n_data, in.n_bc};
-        int used = 0;
-        for (std::size_t c : counts)
-            if (c) used = std::max(used, tiles(int(std::min(c, B_))));
-        used = std::min(used, blocks_);
-        if (used > 0)
-            check(cudaMemsetAsync(slot_grad_.data(), 0, std::size_t(used) * np_ * sizeof(T), s),
-                  "value_and_grad: cudaMemsetAsync");
-        check(cudaMemsetAsync(slot_loss_.data(), 0, slot_loss_.bytes(), s),
-              "value_and_grad: cudaMemsetAsync");
-
-        const NetArgs<T> net = net_args(params);
-        if (in.n_pde) run_term(kPde, net, in, s);
-        if (in.n_data) run_term(kData, net, in, s);
-        if (in.n_bc) run_term(kBc, net, in, s);
-
-        const long long zero_below = in.train_fourier ? 0 : static_cast<long long>(d_) * m_;
-        const int rgrid = int((np_ + 255) / 256);
-        auto* reduce = &reduce_kernel<T>;
-        HELMPINN_LAUNCH(reduce, rgrid, 256, 0, s)(slot_grad_.data(), used,
-                                               static_cast<long long>(np_), grad, zero_below,
-                                               slot_loss_.data(), loss_sums_.data());
-        check(cudaGetLastError(), "value_and_grad: reduce kernel launch");
-        check(cudaMemcpyAsync(host_sums_.data(), loss_sums_.data(), 3 * sizeof(double),
-                              cudaMemcpyDeviceToHost, s),
+        reduce(params, grad, in, out, nullptr, s);
+        check(cudaMemcpyAsync(host_sums_.data(), loss_sums_.data(),
+                              terms::kNumTerms * sizeof(double), cudaMemcpyDeviceToHost, s),
               "value_and_grad: copying the loss to the host");
         check(cudaStreamSynchronize(s), "value_and_grad: kernels");
+        out.loss = loss_breakdown(host_sums_.data(), in);  // sums indexed by terms::Term
+    }
 
-        return loss_breakdown(host_sums_.data(), in);  // sums indexed by Term: pde, data, bc
+    // Rows [r0, r1) of the residual vector, its Jacobian or J v: for every term whose rows meet
+    // the range, the chunks of the points that own those rows through rows_kernel.
+    void rows(RowOp op, const T* params, const LossInputs<T>& in, std::size_t r0, std::size_t r1,
+              const T* v, T* out, void* stream) override {
+        if (r0 >= r1) return;
+        DeviceGuard guard(dev_);
+        const cudaStream_t s = as_stream(stream);
+        const char* what = op == RowOp::residuals  ? "residuals: kernel launch"
+                           : op == RowOp::jacobian ? "jacobian: kernel launch"
+                                                   : "jvp: kernel launch";
+        if (in.check_finite) check_finite(params, in, s);
+        prep(params, s);
+        const NetArgs<T> net = net_args(params);
+        RowLaunch<T> ra;
+        ra.kind = op == RowOp::residuals ? kRowResiduals
+                  : op == RowOp::jacobian ? kRowJacobian
+                                          : kRowJvp;
+        ra.train_fourier = in.train_fourier ? 1 : 0;
+        ra.r0 = static_cast<long long>(r0);
+        ra.r1 = static_cast<long long>(r1);
+        ra.v = v;
+        ra.out = out;
+        ra.num_params = static_cast<long long>(np_);
+        std::size_t row0 = 0;
+        for (int t = 0; t < terms::kNumTerms; ++t) {
+            const terms::TermPoints<T> tp = terms::term_points(in, t);
+            const std::size_t rows_t = 2 * tp.n, first = row0;
+            row0 += rows_t;
+            if (!tp.n || first + rows_t <= r0 || first >= r1) continue;
+            // The points whose rows meet [r0, r1).
+            const std::size_t pa = (std::max(r0, first) - first) / 2;
+            const std::size_t pb = (std::min(r1, first + rows_t) - first + 1) / 2;
+            ra.entry = terms::term_entry(in, t);
+            ra.ns = terms::term_streams(ra.entry, d_);
+            ra.x = tp.x;
+            ra.s = terms::term_scale(tp).s;
+            ra.row0 = static_cast<long long>(first);
+            for (std::size_t c0 = pa; c0 < pb; c0 += B_) {
+                const int nc = int(std::min(B_, pb - c0));
+                const int grid = std::min((nc + rtile_.P - 1) / rtile_.P, rblocks_);
+                dispatch(d_, rgs_, [&](auto Dc, auto GSc) {
+                    constexpr int D = decltype(Dc)::value;
+                    constexpr bool GS = decltype(GSc)::value;
+                    auto* kernel = &rows_kernel<T, D, GS>;
+                    HELMPINN_LAUNCH(kernel, grid, kThreads, rsmem_bytes_, s)(
+                        net, cache_, rtile_, in, ra, static_cast<long long>(c0), nc);
+                });
+                check(cudaGetLastError(), what);
+            }
+        }
     }
 
 private:
@@ -321,6 +338,7 @@ private:
         loss_sums_.reset();
         flags_.reset();
         scratch_.reset();
+        row_scratch_.reset();
     }
 
     NetArgs<T> net_args(const T* params) const {
@@ -345,68 +363,160 @@ private:
         check(cudaGetLastError(), "prep kernel launch");
     }
 
-    void run_term(Term term, const NetArgs<T>& net, const LossInputs<T>& in, cudaStream_t s) {
-        TermArgs<T> a;
-        std::size_t n = 0;
-        T w = T(0);
-        a.term = term;
-        if (term == kPde) {
-            n = in.n_pde;
-            w = in.w_pde;
-            a.x = in.x_pde;
-            a.kappa = in.kappa;
-            a.kappa_const = in.kappa_const;
-            a.f = in.f;
-            a.ns = d_ + 2;
-        } else if (term == kData) {
-            n = in.n_data;
-            w = in.w_data;
-            a.x = in.x_data;
-            a.y = in.y;
-            a.ns = 1;
-        } else {
-            n = in.n_bc;
-            w = in.w_bc;
-            a.x = in.x_bc;
-            a.normal = in.normal_bc;
-            a.alpha = in.alpha_bc;
-            a.alpha_re = in.alpha_const[0];
-            a.alpha_im = in.alpha_const[1];
-            a.g = in.g_bc;
-            a.ns = d_ + 1;
+    // value_and_grad (w == null: seeds from the loss, out's per-point outputs written) or vjp
+    // (seeds from the row weights w): the gradient into grad, the loss sums into loss_sums_
+    // (stream-ordered; nothing is copied to the host here).
+    void reduce(const T* params, T* grad, const LossInputs<T>& in, LossOutputs<T>& out,
+                const T* w, cudaStream_t s) {
+        if (in.check_finite) check_finite(params, in, s);
+        prep(params, s);
+
+        int used = 0;
+        for (int t = 0; t < terms::kNumTerms; ++t) {
+            const std::size_t n = terms::term_points(in, t).n;
+            if (n) used = std::max(used, tiles(int(std::min(n, B_))));
         }
-        a.c = terms::term_scale(terms::term_points(in, term)).c;
-        const int tf = in.train_fourier ? 1 : 0;
-        launch_chunks(n, "value_and_grad: kernel launch",
-                      [&](auto Dc, auto GSc, int grid, std::size_t c0, int nc) {
+        used = std::min(used, blocks_);
+        if (used > 0)
+            check(cudaMemsetAsync(slot_grad_.data(), 0, std::size_t(used) * np_ * sizeof(T), s),
+                  "value_and_grad: cudaMemsetAsync");
+        check(cudaMemsetAsync(slot_loss_.data(), 0, slot_loss_.bytes(), s),
+              "value_and_grad: cudaMemsetAsync");
+
+        const NetArgs<T> net = net_args(params);
+        // (C strings: messages built per call would allocate)
+        const char* what = w ? "vjp: kernel launch" : "value_and_grad: kernel launch";
+        std::size_t row0 = 0;
+        for (int t = 0; t < terms::kNumTerms; ++t) {
+            const terms::TermPoints<T> tp = terms::term_points(in, t);
+            TermLaunch<T> tl;
+            tl.term = t;
+            tl.entry = terms::term_entry(in, t);
+            tl.ns = terms::term_streams(tl.entry, d_);
+            tl.x = tp.x;
+            const terms::TermScale<T> sc = terms::term_scale(tp);
+            tl.c = sc.c;
+            tl.s = sc.s;
+            tl.row0 = static_cast<long long>(row0);
+            tl.w = w;
+            tl.residuals = out.residuals;
+            tl.grad_kappa = t == terms::kPde ? out.grad_kappa : nullptr;
+            row0 += 2 * tp.n;
+            if (!tp.n) continue;
+            const int tf = in.train_fourier ? 1 : 0;
+            launch_chunks(tp.n, what,
+                          [&](auto Dc, auto GSc, int grid, std::size_t c0, int nc) {
+                constexpr int D = decltype(Dc)::value;
+                constexpr bool GS = decltype(GSc)::value;
+                auto* kernel = &train_kernel<T, D, GS>;
+                HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
+                    net, cache_, tile_, in, tl, static_cast<long long>(c0), nc, tf,
+                    slot_grad_.data(), static_cast<long long>(np_), slot_loss_.data());
+            });
+        }
+
+        const long long zero_below = in.train_fourier ? 0 : static_cast<long long>(d_) * m_;
+        const int rgrid = int((np_ + 255) / 256);
+        auto* rk = &reduce_kernel<T>;
+        HELMPINN_LAUNCH(rk, rgrid, 256, 0, s)(slot_grad_.data(), used,
+                                               static_cast<long long>(np_), grad, zero_below,
+                                               slot_loss_.data(), loss_sums_.data());
+        check(cudaGetLastError(),
+              w ? "vjp: reduce kernel launch" : "value_and_grad: reduce kernel launch");
+    }
+
+    // The residual level's tiles and buffers (rows_kernel: three activation buffers of 2 P
+    // rows per stream), planned after plan() and allocate(): in shared memory when the train
+    // kernel's are and three fit, else a global scratch slice per block. HELMPINN_CUDA_TILE = P
+    // gives rows tiles of max(1, P / 2) points.
+    void plan_rows() {
+        int optin = 0, sms = 0;
+        check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_),
+              "cudaDeviceGetAttribute");
+        check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_),
+              "cudaDeviceGetAttribute");
+        const int ld = tile_.ld;
+        const long long fixed = row_fixed_smem_bytes<T>();
+        auto buf_for = [&](int P) { return plan_buffer<T>(2 * P, S_, ld, d_, m_); };
+        auto smem_for = [&](int P) { return fixed + 3 * buf_for(P) * long(sizeof(T)); };
+        const bool env_tile = std::getenv("HELMPINN_CUDA_TILE") != nullptr &&
+                              std::atoi(std::getenv("HELMPINN_CUDA_TILE")) >= 1 &&
+                              std::atoi(std::getenv("HELMPINN_CUDA_TILE")) <= kMaxTile;
+        int P = 0;
+        bool gs = gs_;
+        if (env_tile) {
+            P = std::max(1, tile_.P / 2);
+            gs = gs || smem_for(P) > optin;
+        } else if (!gs) {
+            for (int cand : {16, 8, 4, 2, 1}) {
+                if (smem_for(cand) <= optin) {
+                    P = cand;
+                    break;
+                }
+            }
+            gs = P == 0;
+        }
+        if (P == 0) P = 8;
+        rtile_.P = P;
+        rtile_.ld = ld;
+        rtile_.buf = buf_for(P);
+        rgs_ = gs;
+        rsmem_bytes_ = int(gs ? fixed : smem_for(P));
+        if (rsmem_bytes_ > optin)
+            throw std::runtime_error("helmpinn CUDA: device " + std::to_string(dev_) + " has " +
+                                     std::to_string(optin) + " bytes of shared memory per block; " +
+                                     std::to_string(rsmem_bytes_) + " are needed");
+        int per_sm = 0;
+        dispatch(d_, rgs_, [&](auto Dc, auto GSc) {
             constexpr int D = decltype(Dc)::value;
             constexpr bool GS = decltype(GSc)::value;
-            auto* kernel = &train_kernel<T, D, GS>;
-            HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
-                net, cache_, tile_, a, static_cast<long long>(c0), nc, tf, slot_grad_.data(),
-                static_cast<long long>(np_), slot_loss_.data());
+            check(cudaFuncSetAttribute(rows_kernel<T, D, GS>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
+                  "cudaFuncSetAttribute(rows_kernel)");
+            check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rows_kernel<T, D, GS>,
+                                                                kThreads, rsmem_bytes_),
+                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
         });
+        if (per_sm < 1)
+            throw std::runtime_error("helmpinn CUDA: the residual-level kernel cannot run on "
+                                     "device " + std::to_string(dev_) + " with " +
+                                     std::to_string(rsmem_bytes_) + " bytes of shared memory");
+        long long blocks = static_cast<long long>(sms) * per_sm;
+        blocks = std::min<long long>(blocks, (static_cast<long long>(B_) + P - 1) / P);
+        if (rgs_) {
+            const long long scr = 3 * rtile_.buf * static_cast<long long>(sizeof(T));
+            blocks = std::min<long long>(blocks, std::max<long long>(1, (512LL << 20) / scr));
+        }
+        rblocks_ = int(std::max<long long>(1, blocks));
+        if (rgs_)
+            row_scratch_.allocate(std::size_t(rblocks_) * 3 * std::size_t(rtile_.buf),
+                                  "residual-level scratch");
+        rtile_.scratch = row_scratch_.data();
     }
 
     // check_finite on device arrays: one scan kernel, one small copy, then the scalars on the host.
     // Messages and order as the CPU backend's (Workspace::value_and_grad).
     void check_finite(const T* params, const LossInputs<T>& in, cudaStream_t s) {
-        const std::size_t d = d_;
-        const char* names[kMaxChecked] = {"params", "x_pde", "kappa", "f",        "x_data",
-                                          "y",      "x_bc",  "n_bc",  "alpha_bc", "g_bc"};
+        // params, then every term's arrays in the loss-term table's order.
+        const char* names[kMaxChecked] = {"params"};
         FiniteArgs<T> a;
-        const T* ptrs[kMaxChecked] = {params, in.x_pde, in.kappa, in.f, in.x_data,
-                                      in.y,   in.x_bc,  in.normal_bc, in.alpha_bc, in.g_bc};
-        const std::size_t sizes[kMaxChecked] = {np_,          in.n_pde * d,  in.n_pde,
-                                                in.n_pde * 2, in.n_data * d, in.n_data * 2,
-                                                in.n_bc * d,  in.n_bc * d,   in.n_bc * 2,
-                                                in.n_bc * 2};
-        unsigned long long most = 0;
-        for (int k = 0; k < kMaxChecked; ++k) {
-            a.p[k] = sizes[k] ? ptrs[k] : nullptr;
-            a.n[k] = sizes[k];
-            if (a.p[k]) most = std::max<unsigned long long>(most, sizes[k]);
+        a.p[0] = params;
+        a.n[0] = np_;
+        int na = 1;
+        for (int t = 0; t < terms::kNumTerms; ++t) {
+            terms::TermArray<T> arrays[6];
+            const int k = terms::term_arrays(in, t, std::size_t(d_), arrays);
+            for (int j = 0; j < k; ++j, ++na) {
+                if (na >= kMaxChecked)
+                    throw std::logic_error("check_finite: raise kMaxChecked (fused.cuh)");
+                names[na] = arrays[j].name;
+                a.p[na] = arrays[j].size ? arrays[j].p : nullptr;
+                a.n[na] = arrays[j].size;
+            }
         }
+        unsigned long long most = 0;
+        for (int k = 0; k < na; ++k)
+            if (a.p[k]) most = std::max<unsigned long long>(most, a.n[k]);
         check(cudaMemsetAsync(flags_.data(), 0xFF, flags_.bytes(), s), "check_finite: memset");
         if (most > 0) {
             const unsigned gx = unsigned(std::min<unsigned long long>((most + 255) / 256, 1024));
@@ -418,7 +528,7 @@ private:
                               cudaMemcpyDeviceToHost, s),
               "check_finite: copy");
         check(cudaStreamSynchronize(s), "check_finite");
-        for (int k = 0; k < kMaxChecked; ++k)
+        for (int k = 0; k < na; ++k)
             if (host_flags_.data()[k] != ~0ULL)
                 throw std::invalid_argument(std::string(names[k]) +
                                             " contains NaN or Inf (at flat index " +
@@ -432,6 +542,14 @@ private:
         scalar(in.alpha_const[0], "alpha_bc");
         if (!std::isfinite(in.alpha_const[1]))
             throw std::invalid_argument("alpha_bc contains NaN or Inf (at flat index 1)");
+        const std::pair<const T*, const char*> pairs[] = {
+            {in.a_const, "a_pde"}, {in.b_const, "b_pde"}, {in.c_const, "c_pde"}};
+        for (const auto& [v, name] : pairs)
+            for (int k = 0; k < 2; ++k)
+                if (!std::isfinite(v[k]))
+                    throw std::invalid_argument(std::string(name) +
+                                                " contains NaN or Inf (at flat index " +
+                                                std::to_string(k) + ")");
         scalar(in.w_pde, "w_pde");
         scalar(in.w_data, "w_data");
         scalar(in.w_bc, "w_bc");
@@ -444,13 +562,15 @@ private:
     int dev_;
 
     TileArgs<T> tile_;
-    bool gs_ = false;
+    TileArgs<T> rtile_;  // rows_kernel's tiles and buffers (plan_rows)
+    bool gs_ = false, rgs_ = false;
+    int rsmem_bytes_ = 0, rblocks_ = 1;
     int smem_bytes_ = 0;
     int blocks_ = 1;
     CacheArgs<T> cache_;
 
     DeviceArray<T> x_input_, feat_, z_[kMaxLayers], h_[kMaxLayers], du_dx_, d2u_, grad_, omega_,
-        Omega_, slot_grad_, scratch_;
+        Omega_, slot_grad_, scratch_, row_scratch_;
     DeviceArray<double> slot_loss_, loss_sums_;
     DeviceArray<unsigned long long> flags_;
     PinnedArray<double> host_sums_;

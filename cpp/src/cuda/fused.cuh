@@ -27,6 +27,7 @@
 #include <cstddef>
 
 #include "cuda_common.cuh"  // the CUDA runtime (or its CPU emulation), HELMPINN_LAUNCH
+#include "../common/loss_terms.hpp"
 #include "../common/stream_math.hpp"
 
 namespace helmpinn {
@@ -44,8 +45,6 @@ constexpr int kMaxTile = 64;                // most points a tile may hold
 constexpr int kMaxLayers = max_layers;  // spec.hpp
 constexpr int kLossBytes = kMaxTile * 8;    // per-point loss partials (double)
 constexpr int kPointBytes = kMaxTile * 3 * 8;  // tile points x [P, d]
-
-enum Term : int { kPde = 0, kData = 1, kBc = 2 };
 
 /// Compile-time sizes for one scalar type: `vec` elements make one 16-byte access.
 template <typename T>
@@ -147,20 +146,22 @@ struct OutArgs {
     bool write = false;
 };
 
-/// One loss term of value_and_grad (device pointers; null = absent / constant).
+/// One loss term of a value_and_grad or vjp launch (the term's arrays are in the kernel's
+/// LossInputs): its table entry, streams, points, scales and first residual row, where its seeds
+/// come from (w == null: the loss, c r; else vjp's row weights, s w_row), and the per-point
+/// outputs asked for (device, null = not wanted).
 template <typename T>
-struct TermArgs {
-    const T* x = nullptr;
-    const T* kappa = nullptr;
-    const T* f = nullptr;
-    const T* y = nullptr;
-    const T* normal = nullptr;
-    const T* alpha = nullptr;
-    const T* g = nullptr;
-    T kappa_const = T(0), alpha_re = T(0), alpha_im = T(0);
-    T c = T(0);  // 2 w / N
-    int term = kPde;
+struct TermLaunch {
+    int term = terms::kPde;   // terms::Term: the loss slot
+    int entry = terms::kPde;  // terms::Entry: the table entry computing it
     int ns = 1;
+    const T* x = nullptr;
+    T c = T(0);            // 2 w / N
+    T s = T(0);            // sqrt(w / N)
+    long long row0 = 0;    // the term's first row in the residual vector
+    const T* w = nullptr;  // vjp: row weights [R]
+    T* residuals = nullptr;
+    T* grad_kappa = nullptr;
 };
 
 // ------------------------------------------------------------------------------------------
@@ -451,52 +452,46 @@ __device__ __forceinline__ void forward_tile(const NetArgs<T>& net, const CacheA
     }
 }
 
-/// The loss seed of one point (stream s of the point's u at y[s * ss], components at +0, +1),
-/// written back in place as the output adjoints; returns |residual|^2. Uses the CPU's functions.
+/// The output adjoints of one point of a value_and_grad or vjp launch, from the loss-term
+/// table: w = c r (the loss; also writes the point's scaled residual rows and dL/dkappa where
+/// asked) or w = s w_row (vjp), then the term's adjoint of w. The point's u streams are at
+/// y[s * ss] (components at +0, +1) and are overwritten by their adjoints. Returns |r|^2 (0 for
+/// vjp), the same arithmetic as the CPU backend's seed().
 template <typename T, int D>
-__device__ __forceinline__ T seed_point(const TermArgs<T>& a, long long gp, T* y, int ss) {
-    if (a.term == kPde) {
-        constexpr int S = D + 2;
-        T t[2 * S];
-#pragma unroll
-        for (int s = 0; s < S; ++s) {
-            t[2 * s] = y[s * ss];
-            t[2 * s + 1] = y[s * ss + 1];
+__device__ __forceinline__ double seed_point(const LossInputs<T>& in, const TermLaunch<T>& tl,
+                                             long long gp, T* y, int ss) {
+    double r2 = 0.0;
+    const int ns = tl.ns;
+    terms::with_term(tl.entry, [&](auto entry) {
+        using E = decltype(entry);
+        T u[2 * math::kMaxStreams], ub[2 * math::kMaxStreams], r[2], w[2];
+        const long long row = tl.row0 + 2 * gp;
+        if (tl.w) {
+            w[0] = tl.s * tl.w[row];
+            w[1] = tl.s * tl.w[row + 1];
+        } else {
+            for (int s = 0; s < ns; ++s) {
+                u[2 * s] = y[s * ss];
+                u[2 * s + 1] = y[s * ss + 1];
+            }
+            E::residual(in, std::size_t(gp), u, 2, D, r);
+            r2 = double(r[0] * r[0] + r[1] * r[1]);
+            w[0] = tl.c * r[0];
+            w[1] = tl.c * r[1];
+            if (tl.residuals) {
+                tl.residuals[row] = tl.s * r[0];
+                tl.residuals[row + 1] = tl.s * r[1];
+            }
+            if (E::id == terms::kPde && tl.grad_kappa)
+                tl.grad_kappa[gp] = w[0] * u[0] + w[1] * u[1];  // dr/dkappa = u
         }
-        const T kap = a.kappa ? a.kappa[gp] : a.kappa_const;
-        const T fr = a.f ? a.f[gp * 2] : T(0), fi = a.f ? a.f[gp * 2 + 1] : T(0);
-        const T r = math::pde_seed(t, std::ptrdiff_t(2), D, kap, fr, fi, a.c, t);
-#pragma unroll
-        for (int s = 0; s < S; ++s) {
-            y[s * ss] = t[2 * s];
-            y[s * ss + 1] = t[2 * s + 1];
+        E::adjoint(in, std::size_t(gp), w, ub, 2, D);
+        for (int s = 0; s < ns; ++s) {
+            y[s * ss] = ub[2 * s];
+            y[s * ss + 1] = ub[2 * s + 1];
         }
-        return r;
-    }
-    if (a.term == kData) {
-        T t[2] = {y[0], y[1]};
-        const T r = math::data_seed(t, a.y[gp * 2], a.y[gp * 2 + 1], a.c, t);
-        y[0] = t[0];
-        y[1] = t[1];
-        return r;
-    }
-    constexpr int S = D + 1;
-    T t[2 * S];
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-        t[2 * s] = y[s * ss];
-        t[2 * s + 1] = y[s * ss + 1];
-    }
-    const T ar = a.alpha ? a.alpha[gp * 2] : a.alpha_re;
-    const T ai = a.alpha ? a.alpha[gp * 2 + 1] : a.alpha_im;
-    const T gr = a.g ? a.g[gp * 2] : T(0), gi = a.g ? a.g[gp * 2 + 1] : T(0);
-    const T r = math::robin_seed(t, std::ptrdiff_t(2), D, a.normal + gp * D, ar, ai, gr, gi, a.c, t);
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-        y[s * ss] = t[2 * s];
-        y[s * ss + 1] = t[2 * s + 1];
-    }
-    return r;
+    });
+    return r2;
 }
 
 /// Forward, seed and adjoint pass of one tile; adds its gradient into `slot` and its loss
@@ -504,9 +499,9 @@ __device__ __forceinline__ T seed_point(const TermArgs<T>& a, long long gp, T* y
 template <typename T, int D>
 __device__ __forceinline__ void train_tile(const NetArgs<T>& net, const CacheArgs<T>& cache,
                                            const TileArgs<T>& ta, const Smem<T>& sm,
-                                           const TermArgs<T>& term, long long c0, int p0, int np,
-                                           bool train_fourier, T* __restrict__ slot,
-                                           double* __restrict__ slot_loss) {
+                                           const LossInputs<T>& in, const TermLaunch<T>& term,
+                                           long long c0, int p0, int np, bool train_fourier,
+                                           T* __restrict__ slot, double* __restrict__ slot_loss) {
     const int tid = threadIdx.x;
     const int P = ta.P, ld = ta.ld, ss = P * ld, ns = term.ns;
     const int m = net.m, H = net.H, L = net.L, F = 2 * m;
@@ -520,7 +515,7 @@ __device__ __forceinline__ void train_tile(const NetArgs<T>& net, const CacheArg
         double r = 0.0;
         T* y = sm.Y + p * ld;
         if (p < np) {
-            r = double(seed_point<T, D>(term, c0 + p0 + p, y, ss));
+            r = seed_point<T, D>(in, term, c0 + p0 + p, y, ss);
         } else {
             for (int s = 0; s < ns; ++s) {
                 y[s * ss] = T(0);
@@ -644,22 +639,23 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-/// value_and_grad(): forward, seed and backward of the tiles of one chunk of one loss term.
+/// value_and_grad() and vjp(): forward, seed and backward of the tiles of one chunk of one loss
+/// term.
 /// Block b adds into gradient slot b (slot_grad + b * num_params) and loss slot b.
 template <typename T, int D, bool GS>
 __global__ void __launch_bounds__(kThreads, 2)
-    train_kernel(NetArgs<T> net, CacheArgs<T> cache, TileArgs<T> ta, TermArgs<T> term,
-                 long long c0, int nc, int train_fourier, T* __restrict__ slot_grad,
-                 long long num_params, double* __restrict__ slot_loss) {
+    train_kernel(NetArgs<T> net, CacheArgs<T> cache, TileArgs<T> ta, LossInputs<T> in,
+                 TermLaunch<T> term, long long c0, int nc, int train_fourier,
+                 T* __restrict__ slot_grad, long long num_params, double* __restrict__ slot_loss) {
     HELMPINN_DYNAMIC_SMEM(smem);
     const Smem<T> sm = carve<T, GS>(smem, ta);
     T* slot = slot_grad + static_cast<long long>(blockIdx.x) * num_params;
-    double* sl = slot_loss + static_cast<long long>(blockIdx.x) * 3;
+    double* sl = slot_loss + static_cast<long long>(blockIdx.x) * terms::kNumTerms;
     const int ntiles = (nc + ta.P - 1) / ta.P;
     for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
         const int p0 = t * ta.P;
         const int np = nc - p0 < ta.P ? nc - p0 : ta.P;
-        train_tile<T, D>(net, cache, ta, sm, term, c0, p0, np, train_fourier != 0, slot, sl);
+        train_tile<T, D>(net, cache, ta, sm, in, term, c0, p0, np, train_fourier != 0, slot, sl);
     }
 }
 
@@ -675,16 +671,16 @@ __global__ void reduce_kernel(const T* __restrict__ slot_grad, int used, long lo
         for (int k = 0; k < used; ++k) s += slot_grad[k * num_params + i];
         grad[i] = i < zero_below ? T(0) : s;
     }
-    if (blockIdx.x == 0 && threadIdx.x < 3) {
+    if (blockIdx.x == 0 && threadIdx.x < terms::kNumTerms) {
         double s = 0.0;
-        for (int k = 0; k < used; ++k) s += slot_loss[k * 3 + threadIdx.x];
+        for (int k = 0; k < used; ++k) s += slot_loss[k * terms::kNumTerms + threadIdx.x];
         sums[threadIdx.x] = s;
     }
 }
 
 /// check_finite: first_bad[a] = smallest flat index of a NaN/Inf in array a (integer atomics;
 /// the minimum does not depend on scheduling). first_bad starts at all ones.
-constexpr int kMaxChecked = 10;
+constexpr int kMaxChecked = 13;  // params and every array of terms::term_arrays
 template <typename T>
 struct FiniteArgs {
     const T* p[kMaxChecked] = {};

@@ -6,14 +6,17 @@
 //     c++ -std=c++20 -O2 -pthread -DHELMPINN_CUDA_EMULATION -Icpp/include -Icpp/src \
 //         cpp/src/cuda/emulation/emu_check.cpp cpp/src/common/workspace.cpp \
 //         cpp/src/common/spec.cpp cpp/src/cpu/cpu_backend.cpp cpp/src/cpu/primitives.cpp \
-//         cpp/src/common/primitives.cpp -o emu_check && ./emu_check
+//         cpp/src/common/primitives.cpp cpp/src/common/checked.cpp -o emu_check && ./emu_check
 //
 // Checks, for d = 1, 2, 3 and float32 / float64: forward() u, grad u, lap u and the caches;
 // value_and_grad() for each loss term and all together (constant and per-point kappa and
 // alpha, with and without f and g, frozen Fourier features); several chunks and a partial last
 // tile; widths that are not multiples of the vector and warp-unit sizes; bitwise equality of
 // two runs; shared-memory and global-scratch activation buffers (HELMPINN_EMU_SMEM); odd tiles
-// (HELMPINN_CUDA_TILE); check_finite. The seed primitives (mse_backward, layer_backward with
+// (HELMPINN_CUDA_TILE); check_finite. The residual level (check_rows): residuals,
+// value_and_grad's residuals and grad_kappa, the Jacobian whole and by row ranges crossing
+// tiles, chunks and terms (bitwise the rows of the whole), jvp and vjp (bitwise twice, and equal
+// to J v and J^T w of the device's own J), frozen B and global counts. The seed primitives (mse_backward, layer_backward with
 // and without the tanh factor and dh_prev, fourier_backward for d = 1, 2, 3, adam_step) on
 // sizes that are not multiples of any block size, against the host primitives, and bitwise
 // equality of two runs. Prints one line per check; exit status 1 on a failure.
@@ -289,6 +292,130 @@ void compare_device(const std::string& what, const std::vector<std::vector<T>>& 
     report(same, what + " bitwise reproducible");
 }
 
+// ---- the residual level: Device::cuda (emulated) against the CPU backend --------------------
+
+template <typename T>
+std::vector<T> nan_vec(std::size_t n) {
+    return std::vector<T>(n, T(NAN));  // an entry the device does not write stays NaN
+}
+
+template <typename T>
+bool same_bits(const T* a, const T* b, std::size_t n) {
+    return std::memcmp(a, b, n * sizeof(T)) == 0;
+}
+
+// residuals, value_and_grad's residuals and grad_kappa, jacobian (whole and by row ranges that
+// cross tiles, chunks and terms), jvp and vjp, each against the CPU backend on the same inputs;
+// `counts`: the global counts set above the local ones.
+template <typename T>
+void check_rows(const Problem<T>& pb, std::size_t batch, int terms_mask, int variant, bool tf,
+                bool counts, const std::string& tag0) {
+    Workspace<T> cpu(pb.spec, batch, Device::cpu), gpu(pb.spec, batch, Device::cuda);
+    const std::size_t P = pb.spec.num_params();
+    LossInputs<T> in = pb.inputs(terms_mask, variant, tf);
+    if (counts) {
+        in.count_pde = in.n_pde ? in.n_pde + 13 : 0;
+        in.count_data = in.n_data ? 2 * in.n_data : 0;
+        in.count_bc = in.n_bc ? in.n_bc + 1 : 0;
+    }
+    const std::size_t R = cpu.num_residuals(in);
+    const std::string tag = tag0 + " rows terms=" + std::to_string(terms_mask) +
+                            (variant == 0 ? " per-point" : " constants") + (tf ? "" : " frozen B") +
+                            (counts ? " counts" : "");
+    report(gpu.num_residuals(in) == R && R == 2 * (in.n_pde + in.n_data + in.n_bc),
+           tag + " num_residuals");
+
+    // residuals
+    std::vector<T> r1(R), r2 = nan_vec<T>(R);
+    cpu.residuals(pb.theta.data(), in, r1.data());
+    gpu.residuals(pb.theta.data(), in, r2.data());
+    report(rel_err(dbl(r2.data(), R), dbl(r1.data(), R)) < tol<T>(), tag + " residuals",
+           rel_err(dbl(r2.data(), R), dbl(r1.data(), R)));
+
+    // value_and_grad with the per-point outputs
+    {
+        std::vector<T> g1(P), g2 = nan_vec<T>(P), rr1(R), rr2 = nan_vec<T>(R);
+        std::vector<T> k1(in.n_pde), k2 = nan_vec<T>(in.n_pde);
+        LossOutputs<T> o1, o2;
+        o1.residuals = rr1.data();
+        o2.residuals = rr2.data();
+        if (in.n_pde) {
+            o1.grad_kappa = k1.data();
+            o2.grad_kappa = k2.data();
+        }
+        cpu.value_and_grad(pb.theta.data(), g1.data(), in, o1);
+        gpu.value_and_grad(pb.theta.data(), g2.data(), in, o2);
+        double e = rel_err(dbl(g2.data(), P), dbl(g1.data(), P));
+        e = std::max(e, std::fabs(o2.loss.total - o1.loss.total) / std::max(o1.loss.total, 1e-300));
+        report(e < tol<T>(), tag + " value_and_grad with outputs: grad, loss", e);
+        e = rel_err(dbl(rr2.data(), R), dbl(rr1.data(), R));
+        report(e < tol<T>(), tag + " value_and_grad residuals", e);
+        double rsq = 0;
+        for (T v : rr2) rsq += double(v) * double(v);
+        e = std::fabs(rsq - o2.loss.total) / std::max(o2.loss.total, 1e-300);
+        report(e < tol<T>(), tag + " sum r^2 == loss", e);
+        if (in.n_pde) {
+            e = rel_err(dbl(k2.data(), in.n_pde), dbl(k1.data(), in.n_pde));
+            report(e < tol<T>(), tag + " value_and_grad grad_kappa", e);
+        }
+    }
+
+    // the whole Jacobian, then row ranges: bitwise the same rows as the whole one
+    std::vector<T> J1(R * P), J2 = nan_vec<T>(R * P);
+    cpu.jacobian(pb.theta.data(), in, 0, R, J1.data());
+    gpu.jacobian(pb.theta.data(), in, 0, R, J2.data());
+    const double ej = rel_err(dbl(J2.data(), R * P), dbl(J1.data(), R * P));
+    report(ej < tol<T>(), tag + " jacobian (all " + std::to_string(R) + " rows)", ej);
+    bool frozen_ok = true;
+    if (!tf)
+        for (std::size_t r = 0; r < R; ++r)
+            for (int k = 0; k < pb.spec.in_dim * pb.spec.ff_dim; ++k)
+                frozen_ok &= J2[r * P + k] == T(0);
+    report(frozen_ok, tag + " jacobian: B columns 0 when B is frozen");
+    const std::size_t b1 = 2 * in.n_pde, b2 = b1 + 2 * in.n_data;
+    const std::pair<std::size_t, std::size_t> ranges[] = {
+        {0, 1}, {R - 1, R}, {1, R - 3}, {R / 3, std::min(R, R / 3 + 37)},
+        {b1 > 5 ? b1 - 5 : 0, std::min(R, b1 + 7)}, {b2 > 3 ? b2 - 3 : 0, std::min(R, b2 + 4)},
+        {R / 2, R / 2}};
+    for (const auto& [a, b] : ranges) {
+        std::vector<T> Jr = nan_vec<T>((b - a) * P + 1);
+        const T sentinel = T(-7.25);
+        Jr[(b - a) * P] = sentinel;  // nothing past the range is written
+        gpu.jacobian(pb.theta.data(), in, a, b, Jr.data());
+        const bool ok = same_bits(Jr.data(), J2.data() + a * P, (b - a) * P) &&
+                        Jr[(b - a) * P] == sentinel;
+        report(ok, tag + " jacobian rows [" + std::to_string(a) + ", " + std::to_string(b) +
+                       ") == those rows of the whole");
+    }
+
+    // jvp and vjp, twice each (bitwise reproducible)
+    std::mt19937_64 rng(7);
+    const std::vector<T> v = random_vec<T>(P, rng), w = random_vec<T>(R, rng);
+    std::vector<T> jv1(R), jv2 = nan_vec<T>(R), jv3 = nan_vec<T>(R);
+    cpu.jvp(pb.theta.data(), v.data(), in, jv1.data());
+    gpu.jvp(pb.theta.data(), v.data(), in, jv2.data());
+    gpu.jvp(pb.theta.data(), v.data(), in, jv3.data());
+    double e = rel_err(dbl(jv2.data(), R), dbl(jv1.data(), R));
+    report(e < tol<T>() && same_bits(jv2.data(), jv3.data(), R), tag + " jvp (and bitwise again)",
+           e);
+    std::vector<T> jw1(P), jw2 = nan_vec<T>(P), jw3 = nan_vec<T>(P);
+    cpu.vjp(pb.theta.data(), w.data(), in, jw1.data());
+    gpu.vjp(pb.theta.data(), w.data(), in, jw2.data());
+    gpu.vjp(pb.theta.data(), w.data(), in, jw3.data());
+    e = rel_err(dbl(jw2.data(), P), dbl(jw1.data(), P));
+    report(e < tol<T>() && same_bits(jw2.data(), jw3.data(), P), tag + " vjp (and bitwise again)",
+           e);
+    // J v and J^T w from the device's own Jacobian (in double)
+    std::vector<double> Jv(R, 0.0), JTw(P, 0.0);
+    for (std::size_t r = 0; r < R; ++r)
+        for (std::size_t k = 0; k < P; ++k) {
+            Jv[r] += double(J2[r * P + k]) * double(v[k]);
+            JTw[k] += double(J2[r * P + k]) * double(w[r]);
+        }
+    e = std::max(rel_err(dbl(jv2.data(), R), Jv), rel_err(dbl(jw2.data(), P), JTw));
+    report(e < 10 * tol<T>(), tag + " jvp, vjp == J v, J^T w of the device's J", e);
+}
+
 template <typename T>
 void check_primitives(const char* tname) {
     std::mt19937_64 rng(99);
@@ -418,6 +545,13 @@ void run_type(const char* tname, bool quick) {
         for (int terms : {1, 2, 4, 7}) check_grad(pb, c.batch, terms, 0, true, tag);
         check_grad(pb, c.batch, 7, 1, true, tag);
         check_grad(pb, c.batch, 7, 0, false, tag);
+        check_rows(pb, c.batch, 7, 0, true, false, tag);
+        check_rows(pb, c.batch, 7, 1, false, true, tag);
+        if (!quick) {
+            check_rows(pb, c.batch, 1, 0, true, false, tag);
+            check_rows(pb, c.batch, 2, 1, true, false, tag);
+            check_rows(pb, c.batch, 4, 0, true, true, tag);
+        }
     }
     check_finite(Problem<T>({2, 3, 5, 2}, 12, 6, 6, 3u));
     check_primitives<T>(tname);
