@@ -327,8 +327,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
             settings, problem, model = _new_run(args)
             done = 0
             out = "helmpinn-out" if args.out is None else args.out
-        if ranks > 1 and settings["lbfgs"]:
-            raise _UsageError("--lbfgs runs on one process; set --lbfgs 0 with several MPI ranks")
+        if ranks > 1 and (settings["lbfgs"] or settings.get("optimizer") == "lbfgs"):
+            raise _UsageError("L-BFGS runs on one process; with several MPI ranks use --optimizer "
+                              "adam (and --lbfgs 0) or lm")
+        if ranks > 1 and settings.get("optimizer") == "lm" and settings["lm"]["solver"] not in ("auto", "primal"):
+            raise _UsageError(f"--lm-solver {settings['lm']['solver']}: over several MPI ranks LM sums JᵀJ "
+                              "over the ranks, so only the primal solver (or auto) is available")
         if rank == 0:
             _prepare_out(out)
         if args.threads is not None:

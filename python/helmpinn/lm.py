@@ -148,11 +148,13 @@ class CoreResiduals:
     ``residuals`` / ``jacobian`` (row ranges) / ``jvp`` / ``vjp``.
 
     ``batch``: the keyword arrays of ``value_and_grad`` (``TrainingSet.to_core``), converted to
-    the workspace's dtype; ``weights``: {"pde", "data", "bc"} (missing ones 1).
+    the workspace's dtype; ``weights``: {"pde", "data", "bc"} (missing ones 1); ``counts``: the
+    global point counts of a data-parallel run (each rank's rows are then scaled so that the
+    ranks' sums of squares add up to the whole loss).
     """
 
     def __init__(self, workspace: Any, batch: Mapping[str, Any], weights: Mapping[str, float] | None = None,
-                 train_fourier: bool = True):
+                 train_fourier: bool = True, counts: Mapping[str, int] | None = None):
         self.workspace = workspace
         self.dtype = np.dtype(workspace.dtype)
         unknown = set(batch) - set(_BATCH_KEYS)
@@ -163,6 +165,8 @@ class CoreResiduals:
         w = dict(weights or {})
         self.kw = dict(self.batch, w_pde=float(w.get("pde", 1.0)), w_data=float(w.get("data", 1.0)),
                        w_bc=float(w.get("bc", 1.0)), train_fourier=bool(train_fourier))
+        if counts is not None:
+            self.kw["counts"] = {k: int(v) for k, v in counts.items()}
         self.num_params = int(workspace.spec.num_params)
         n = lambda key: len(self.batch[key]) if key in self.batch else 0  # noqa: E731
         self.num_residuals = 2 * (n("x_pde") + n("x_data") + n("x_bc"))
@@ -235,13 +239,18 @@ class LevenbergMarquardt:
 
     The Jacobian of a rejected step is kept, so the next :meth:`step` at the same parameters
     only solves again; call :meth:`reset_cache` when the residuals change (new points).
+
+    ``comm`` (an mpi4py communicator of several ranks, each with its own rows, scaled with the
+    global counts): JᵀJ and Jᵀr are summed over the ranks in place (one ``Allreduce`` each) and
+    every loss is summed, so every rank solves the same system and takes the same step as one
+    process on the union of the rows; only the primal system is available then.
     """
 
     def __init__(self, residuals: Residuals, *, solver: str = "auto", damping: str = "identity",
                  lam: float = 1e-3, lam_min: float = 1e-15, lam_max: float = 1e12, max_trials: int = 10,
                  chunk_rows: int | None = None, chunk_bytes: int = 32 << 20, cg_tol: float = 1e-8,
                  cg_maxiter: int = 500, max_matrix_bytes: int = 2 << 30, blas_threads: int | None = 1,
-                 update: str = "fixed"):
+                 update: str = "fixed", comm: Any = None):
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
         if damping not in DAMPINGS:
@@ -258,6 +267,10 @@ class LevenbergMarquardt:
             raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
         if not 0 < cg_tol < 1 or int(cg_maxiter) < 1:
             raise ValueError(f"need 0 < cg_tol < 1 and cg_maxiter >= 1, got {cg_tol}, {cg_maxiter}")
+        if comm is not None and comm.Get_size() > 1 and solver not in ("auto", "primal"):
+            raise ValueError(f"solver {solver!r}: over several MPI ranks only the primal system "
+                             "(JᵀJ and Jᵀr summed over the ranks) is available")
+        self.comm = comm if comm is not None and comm.Get_size() > 1 else None
         self.res = residuals
         self.damping = damping
         self.update = update
@@ -284,6 +297,8 @@ class LevenbergMarquardt:
         """The solver in use ("primal", "dual" or "cg")."""
         if self.requested_solver != "auto":
             return self.requested_solver
+        if self.comm is not None:
+            return "primal"
         P, R = self.res.num_params, self.res.num_residuals
         n = P if R >= P else R
         if 8 * n * n > self.max_matrix_bytes:
@@ -343,7 +358,7 @@ class LevenbergMarquardt:
             times["trial"] = times.get("trial", 0.0) + time.perf_counter() - t0
             self.evaluations += 1
         self._next = None
-        loss = float(r @ r)
+        loss = self._sum(float(r @ r))
         sys_: dict[str, Any] = {"r": r, "loss": loss, "solver": solver}
         if not math.isfinite(loss):
             self._key, self._sys = key, sys_
@@ -365,6 +380,13 @@ class LevenbergMarquardt:
                 g += Jc.T @ r[a:b]
                 tj += t2 - t1
                 tm += time.perf_counter() - t2
+            if self.comm is not None:   # JᵀJ and Jᵀr of the union of the ranks' rows
+                from .distributed import _mpi
+
+                t1 = time.perf_counter()
+                self.comm.Allreduce(_mpi().IN_PLACE, A.T, op=_mpi().SUM)  # A.T: C-ordered view
+                self.comm.Allreduce(_mpi().IN_PLACE, g, op=_mpi().SUM)
+                tm += time.perf_counter() - t1
             diag = np.diag(A).copy()
             sys_.update(A=A, g=g, diag=diag)
         elif solver == "dual":
@@ -412,6 +434,10 @@ class LevenbergMarquardt:
         self.iterations += 1
         self._key, self._sys = key, sys_
         return sys_
+
+    def _sum(self, x: float) -> float:
+        """x summed over the ranks (a data-parallel run), else x."""
+        return x if self.comm is None else float(self.comm.allreduce(x))
 
     def _scaling(self, diag: NDArray | None, P: int) -> NDArray:
         if self.damping == "identity" or diag is None:
@@ -510,7 +536,7 @@ class LevenbergMarquardt:
                 trial = (theta64 - sol.delta).astype(theta.dtype)
                 r1 = np.asarray(self.res.residuals(trial), dtype=np.float64)
                 self.evaluations += 1
-                loss1 = float(r1 @ r1)
+                loss1 = self._sum(float(r1 @ r1))
                 times["trial"] += time.perf_counter() - t1
                 pred = sol.predicted
                 rho = (loss0 - loss1) / pred if pred > 0 else -math.inf

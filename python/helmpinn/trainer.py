@@ -523,7 +523,9 @@ class Trainer:
         Ctrl-C with ``stop_on_interrupt``). Checkpoints (``checkpoint_every``, and at the end)
         store λ with the model, and a model loaded from such a checkpoint continues from it, on
         the same points. A non-finite loss stops cleanly as in :meth:`fit`. The time spent on
-        error evaluations is not counted in ``train_time``. One process only (no ``comm``).
+        error evaluations is not counted in ``train_time``. With ``comm`` every rank keeps its own
+        points and JᵀJ and Jᵀr are summed over the ranks (:class:`helmpinn.lm.LevenbergMarquardt`),
+        so every rank takes the step one process would take on the union of the points.
         """
         from .lm import CoreResiduals, LevenbergMarquardt, NonFiniteLoss
 
@@ -532,8 +534,6 @@ class Trainer:
             raise ValueError(f"iterations must be >= 0, got {iterations}")
         if int(stall_window) < 1 or not 0 < stall_factor <= 1:
             raise ValueError(f"need stall_window >= 1 and 0 < stall_factor <= 1, got {stall_window}, {stall_factor}")
-        if self.comm is not None and self.comm.Get_size() > 1:
-            raise NotImplementedError("fit_lm: Levenberg-Marquardt runs on one process")
         if not np.all(np.isfinite(self.model.params)):
             raise ValueError("the model's parameters contain NaN or Inf; cannot train from them")
         state = self.model.optimizer_state
@@ -543,9 +543,10 @@ class Trainer:
         if self.training_set is None or not self._batch:
             self.resample()
         make_res = lambda: CoreResiduals(self.workspace, self._batch, self.weights,  # noqa: E731
-                                         train_fourier=self.train_fourier)
+                                         train_fourier=self.train_fourier, counts=self._counts)
         lm = LevenbergMarquardt(make_res(), solver=solver, damping=damping, update=update, lam=lam,
-                                max_trials=max_trials, blas_threads=blas_threads, **lm_options)
+                                max_trials=max_trials, blas_threads=blas_threads, comm=self.comm,
+                                **lm_options)
         if resume:
             lm.load_state_dict(state)
             self.step = self.step or int(state.get("step", lm.steps))
@@ -601,12 +602,16 @@ class Trainer:
                 h.loss.append(info.new_loss)
                 h.lr.append(info.lam)
                 # the unweighted term means from the residuals (PDE, data, bc rows, in order)
-                r2, row = info.residuals ** 2, 0
-                for term, key in (("pde", "x_pde"), ("data", "x_data"), ("bc", "x_bc")):
+                r2, row, sums = info.residuals ** 2, 0, np.zeros(3)
+                for i, key in enumerate(("x_pde", "x_data", "x_bc")):
                     n = 2 * len(self._batch[key]) if key in self._batch else 0
-                    w = self.weights[term]
-                    getattr(h, term).append(float(np.sum(r2[row:row + n])) / w if n and w > 0 else 0.0)
+                    sums[i] = np.sum(r2[row:row + n])
                     row += n
+                if self.comm is not None:   # the ranks' rows together
+                    sums = self.comm.allreduce(sums)
+                for term, s in zip(("pde", "data", "bc"), sums):
+                    w = self.weights[term]
+                    getattr(h, term).append(float(s) / w if w > 0 else 0.0)
                 self.step = step
                 for cb in self.callbacks:
                     cb(self, step)
