@@ -197,11 +197,14 @@ def test_device_array_type():
 
 
 def _emulation_sources():
-    srcs = [ROOT / "cpp/src/cuda/emulation/emu_check.cpp", ROOT / "cpp/src/common/workspace.cpp",
-            ROOT / "cpp/src/common/spec.cpp", ROOT / "cpp/src/cpu/cpu_backend.cpp",
-            ROOT / "cpp/src/cpu/primitives.cpp", ROOT / "cpp/src/common/primitives.cpp",
-            ROOT / "cpp/src/common/checked.cpp"]
-    return srcs if all(s.exists() for s in srcs) else None
+    """The emulation driver and every host source of the core (common/ and cpu/, so that a new
+    core file is picked up, not silently missing); the CUDA backend comes in through the driver,
+    which includes its kernels."""
+    driver = ROOT / "cpp/src/cuda/emulation/emu_check.cpp"
+    if not driver.exists():
+        return None
+    return [driver, *sorted((ROOT / "cpp/src/common").glob("*.cpp")),
+            *sorted((ROOT / "cpp/src/cpu").glob("*.cpp"))]
 
 
 @pytest.fixture(scope="module")
