@@ -380,21 +380,7 @@ class Trainer:
                 if self.comm is not None and step % self.check_every == 0:
                     distributed.check_replicas(self.comm, params, step)
 
-                if self.eval_every and step % self.eval_every == 0 and self.u_test is not None:
-                    err = self.evaluate()
-                    h.eval_step.append(step)
-                    h.eval_error.append(err)
-                    h.eval_time.append(self.train_time + time.perf_counter() - t0)
-                    if self.target_error is not None and err < self.target_error:
-                        self.stop_reason = f"target error {self.target_error:g} reached at step {step}"
-                if self.checkpoint_every and step % self.checkpoint_every == 0:
-                    if not self.save_checkpoint():
-                        good = self._restore()
-                        self.diverged = True
-                        self.stop_reason = (f"non-finite parameters at step {step}; "
-                                            f"restored the last good state (step {good})")
-                if self.stop_requested and not self.stop_reason:
-                    self.stop_reason = f"{self.stop_requested} at step {step}"
+                self._after_step(step, self.train_time + time.perf_counter() - t0)
                 pending += 1
                 if pending >= self.log_every or self.stop_reason:
                     pbar.update(pending)
@@ -414,6 +400,32 @@ class Trainer:
             self.stop_reason = (f"non-finite parameters after step {bad}; "
                                 f"restored the last good state (step {good})")
         self.model.optimizer_state = opt.state_dict()
+
+    def _after_step(self, step: int, elapsed: float) -> float:
+        """What follows every optimiser step (Adam's and LM's alike): the error every
+        ``eval_every`` steps (recorded at training time ``elapsed``) and the target check, the
+        checkpoint every ``checkpoint_every`` steps (a non-finite one restores the last good
+        state), and a requested stop. Returns the seconds the evaluation took."""
+        took = 0.0
+        if self.eval_every and step % self.eval_every == 0 and self.u_test is not None:
+            t1 = time.perf_counter()
+            err = self.evaluate()
+            h = self.history
+            h.eval_step.append(step)
+            h.eval_error.append(err)
+            h.eval_time.append(elapsed)
+            took = time.perf_counter() - t1
+            if self.target_error is not None and err < self.target_error:
+                self.stop_reason = f"target error {self.target_error:g} reached at step {step}"
+        if self.checkpoint_every and step % self.checkpoint_every == 0:
+            if not self.save_checkpoint():
+                good = self._restore()
+                self.diverged = True
+                self.stop_reason = (f"non-finite parameters at step {step}; "
+                                    f"restored the last good state (step {good})")
+        if self.stop_requested and not self.stop_reason:
+            self.stop_reason = f"{self.stop_requested} at step {step}"
+        return took
 
     def _value_and_grad(self, step: int) -> tuple[float, dict[str, float]]:
         """The loss, its terms and the gradient on the current points (of the union of every
@@ -623,23 +635,7 @@ class Trainer:
                         and h.loss[-1] > stall_factor * h.loss[-stall_window - 1]:
                     self.stop_reason = (f"loss fell by less than a factor {stall_factor:g} over "
                                         f"{stall_window} steps at step {step}")
-                if self.eval_every and step % self.eval_every == 0 and self.u_test is not None:
-                    t1 = time.perf_counter()
-                    err = self.evaluate()
-                    h.eval_step.append(step)
-                    h.eval_error.append(err)
-                    h.eval_time.append(self.train_time + t1 - t0 - t_eval)
-                    t_eval += time.perf_counter() - t1
-                    if self.target_error is not None and err < self.target_error:
-                        self.stop_reason = f"target error {self.target_error:g} reached at step {step}"
-                if self.checkpoint_every and step % self.checkpoint_every == 0:
-                    if not self.save_checkpoint():
-                        good = self._restore()
-                        self.diverged = True
-                        self.stop_reason = (f"non-finite parameters at step {step}; "
-                                            f"restored the last good state (step {good})")
-                if self.stop_requested and not self.stop_reason:
-                    self.stop_reason = f"{self.stop_requested} at step {step}"
+                t_eval += self._after_step(step, self.train_time + time.perf_counter() - t0 - t_eval)
                 pbar.update(1)
                 status = f"loss={info.new_loss:.3e} lam={info.lam:.1e}"
                 if self.last_error is not None:

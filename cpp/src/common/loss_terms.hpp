@@ -32,6 +32,13 @@ namespace terms {
 enum Term : int { kPde = 0, kData = 1, kBc = 2 };
 constexpr int kNumTerms = 3;
 
+/// out = conj(a) w for complex a = (ar, ai) and w: the adjoint of a complex factor a.
+template <typename T>
+HELMPINN_HD void conj_mul(T ar, T ai, const T w[2], T* out) {
+    out[0] = ar * w[0] + ai * w[1];
+    out[1] = ar * w[1] - ai * w[0];
+}
+
 /// Table entries: one per term, and a second one for the PDE term (the general operator, chosen
 /// by LossInputs::pde_operator). An entry's `id` is the term it computes.
 enum Entry : int { kPdeLaplacian = 0, kDataMisfit = 1, kRobinBc = 2, kPdeOperator = 3 };
@@ -121,19 +128,14 @@ struct PdeOperator {
                                     std::ptrdiff_t ss, int d) {
         T cr, ci;
         c_coef(in, p, cr, ci);
-        ubar[0] = cr * w[0] + ci * w[1];
-        ubar[1] = cr * w[1] - ci * w[0];
+        conj_mul(cr, ci, w, ubar);
         for (int i = 0; i < d; ++i) {
             const std::size_t k = p * std::size_t(d) + std::size_t(i);
             T ar, ai, br, bi;
             coef(in.a_pde, in.a_const, k, ar, ai);
             coef(in.b_pde, in.b_const, k, br, bi);
-            T* g = ubar + (1 + i) * ss;
-            T* h = ubar + (1 + d + i) * ss;
-            g[0] = br * w[0] + bi * w[1];
-            g[1] = br * w[1] - bi * w[0];
-            h[0] = ar * w[0] + ai * w[1];
-            h[1] = ar * w[1] - ai * w[0];
+            conj_mul(br, bi, w, ubar + (1 + i) * ss);
+            conj_mul(ar, ai, w, ubar + (1 + d + i) * ss);
         }
     }
 };
@@ -193,8 +195,7 @@ struct Robin {
             ubar[(1 + i) * ss] = w[0] * n[i];
             ubar[(1 + i) * ss + 1] = w[1] * n[i];
         }
-        ubar[0] = ar * w[0] + ai * w[1];
-        ubar[1] = ar * w[1] - ai * w[0];
+        conj_mul(ar, ai, w, ubar);
     }
 };
 
