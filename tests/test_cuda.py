@@ -29,6 +29,7 @@ HELMPINN_REQUIRE_GPU=1 (for runs on a GPU machine).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -51,8 +52,16 @@ def _no_gpu_reason() -> str | None:
     if not helmpinn.has_cuda():
         return "helmpinn was built without CUDA support"
     if helmpinn.cuda_device_count() == 0:
-        return "no CUDA device visible (helmpinn.cuda_device_count() == 0)"
+        return f"no CUDA device visible: {helmpinn.cuda_device_error()}"
     return None
+
+
+def _missing(what: str):
+    """Skips for a missing optional GPU library; fails instead under HELMPINN_REQUIRE_GPU=1 (the
+    PyTorch and CuPy tests are the only tests of stream= and of DLPack on a GPU)."""
+    if REQUIRE_GPU:
+        pytest.fail(f"HELMPINN_REQUIRE_GPU=1 but {what}")
+    pytest.skip(what)
 
 
 @pytest.fixture
@@ -82,6 +91,20 @@ def _cupy():
         return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
     except Exception:  # noqa: BLE001 - any CUDA runtime failure means no usable CuPy
         return None
+
+
+def need_torch():
+    torch = _torch_cuda()
+    if torch is None:
+        _missing("PyTorch with CUDA is not importable")
+    return torch
+
+
+def need_cupy():
+    cp = _cupy()
+    if cp is None:
+        _missing("CuPy is not importable")
+    return cp
 
 
 def dev(a, dtype=None):
@@ -153,6 +176,16 @@ def test_has_cuda_and_device_count_are_consistent():
     assert isinstance(n, int) and n >= 0
     if not helmpinn.has_cuda():
         assert n == 0
+    # Zero devices come with the reason (the CUDA runtime's error, e.g. a driver older than the
+    # runtime or a tool refusing the device), never a bare "0 devices".
+    err = helmpinn.cuda_device_error()
+    if n > 0:
+        assert err is None
+    elif not helmpinn.has_cuda():
+        assert err == "helmpinn was built without CUDA support"
+    else:
+        assert isinstance(err, str) and (err.startswith("cudaGetDeviceCount: cudaError")
+                                         or err == "no CUDA device found"), err
     expect = os.environ.get("HELMPINN_EXPECT_CUDA")    # set by CI to what the build should be
     if expect is not None:
         assert helmpinn.has_cuda() == (expect == "1")
@@ -167,7 +200,10 @@ def test_cuda_workspace_without_device_raises(dtype):
         return
     n = helmpinn.cuda_device_count()
     if n == 0:
-        with pytest.raises(RuntimeError, match="CUDA device 0 is not available: no CUDA device found"):
+        err = helmpinn.cuda_device_error()
+        why = "" if err == "no CUDA device found" else ": " + err
+        with pytest.raises(RuntimeError, match="CUDA device 0 is not available: no CUDA device "
+                                               "found" + re.escape(why)):
             helmpinn.Workspace(spec, 16, dtype=dtype, device="cuda")
     with pytest.raises(RuntimeError, match=f"CUDA device {n + 3} is not available"):
         helmpinn.Workspace(spec, 16, dtype=dtype, device=f"cuda:{n + 3}")
@@ -230,17 +266,33 @@ def emu_check(tmp_path_factory):
     return exe
 
 
-@pytest.mark.parametrize("env", [
-    {},                                    # activation buffers in shared memory (an H100's 227 kB)
+@pytest.mark.parametrize("env,args", [
+    # activation buffers in shared memory (an H100's 227 kB): every shape, both dtypes
+    ({}, []),
     # too little shared memory: global scratch buffers; and an odd tile size
-    {"HELMPINN_EMU_SMEM": "20000", "HELMPINN_CUDA_TILE": "7"},
-], ids=["shared", "global-scratch-tile7"])
-def test_cuda_kernels_under_cpu_emulation(emu_check, env):
-    res = subprocess.run([str(emu_check), "--quick"], capture_output=True, text=True,
+    ({"HELMPINN_EMU_SMEM": "20000", "HELMPINN_CUDA_TILE": "7"}, ["--quick"]),
+    # kernels with static shared memory (the dynamic limit is the opt-in minus it) and 200
+    # registers per thread (one block per SM)
+    ({"HELMPINN_EMU_STATIC_SMEM": "1024", "HELMPINN_EMU_REGS": "200"}, ["--quick"]),
+], ids=["shared", "global-scratch-tile7", "static-smem-regs200"])
+def test_cuda_kernels_under_cpu_emulation(emu_check, env, args):
+    res = subprocess.run([str(emu_check), *args], capture_output=True, text=True,
                          env={**os.environ, **env}, timeout=600)
     failed = [line for line in res.stdout.splitlines() if line.startswith("FAIL")]
     assert res.returncode == 0 and not failed, res.stdout[-6000:] + res.stderr[-2000:]
-    assert res.stdout.count("\nok ") > 40
+    oks = [line for line in res.stdout.splitlines() if line.startswith("ok ")]
+    # Every shape of the mode ran, in both dtypes, and the host-side checks did.
+    shapes = {"float64": ["d=1 m=4 H=8 L=2", "d=2 m=5 H=13 L=2", "d=3 m=3 H=6 L=3"],
+              "float32": ["d=2 m=5 H=13 L=2", "d=2 m=12 H=40 L=1"]}
+    if not args:
+        shapes = {t: shapes["float64"] + ["d=2 m=12 H=40 L=1"] for t in ("float64", "float32")}
+    for t, tags in shapes.items():
+        for tag in tags:
+            assert any(line.startswith(f"ok   {t} {tag} value_and_grad all") for line in oks), (t, tag)
+    for host_check in ("plan: dynamic shared-memory limit", "plan: occupancy picks",
+                       "global scratch", "last-use event", "device count error shown"):
+        assert any(host_check in line for line in oks), host_check
+    assert len(oks) > (200 if not args else 150)
 
 
 # ------------------------------------------------------------------ on a GPU: agreement with the CPU
@@ -423,9 +475,7 @@ def test_outputs_written_in_place(gpu, rng):
 
 
 def test_torch_zero_copy_and_streams(gpu, rng, make_inputs):
-    torch = _torch_cuda()
-    if torch is None:
-        pytest.skip("PyTorch with CUDA is not importable")
+    torch = need_torch()
     shape = SPECS[2]
     theta = R.random_params(shape, rng)
     terms = make_inputs(2, **CASES["all_array_weighted"])
@@ -458,9 +508,7 @@ def test_torch_zero_copy_and_streams(gpu, rng, make_inputs):
 
 
 def test_cupy_zero_copy(gpu, rng):
-    cp = _cupy()
-    if cp is None:
-        pytest.skip("CuPy is not importable")
+    cp = need_cupy()
     shape = SPECS[1]
     theta = R.random_params(shape, rng)
     x = rng.uniform(-1, 1, (21, 1))
@@ -469,6 +517,98 @@ def test_cupy_zero_copy(gpu, rng):
     ws.forward(cp.asarray(theta), cp.asarray(x), 0, u=u, stream=cp.cuda.get_current_stream())
     assert R.rel_err(u.get(), R.forward(theta, shape, x, 0)[0]) < 1e-11
     assert cp.asarray(ws.x_input).data.ptr == ws.x_input.ptr
+
+
+class StreamRecordingTensor:
+    """A torch tensor seen through both protocols, recording the stream helmpinn hands to
+    __dlpack__ (PyTorch's __cuda_array_interface__ names no stream)."""
+
+    def __init__(self, t):
+        self.t = t
+        self.streams = []
+        self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+    def __dlpack__(self, stream=None):
+        self.streams.append(stream)
+        return self.t.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_dlpack_preferred_and_handed_our_stream(gpu, rng):
+    """An object with both protocols is taken by DLPack, handed the call's stream (1 for the
+    legacy default stream), so the producer orders its pending work before ours."""
+    torch = need_torch()
+    shape = SPECS[2]
+    theta = R.random_params(shape, rng)
+    x = rng.uniform(-1, 1, (21, 2))
+    ws = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 16, dtype="float64", device="cuda")
+    side = torch.cuda.Stream()
+    for s, want in ((side, side.cuda_stream), (None, 1)):
+        X = StreamRecordingTensor(torch.as_tensor(x, device="cuda"))
+        u = ws.forward(torch.as_tensor(theta, device="cuda"), X, 0, stream=s)
+        torch.cuda.synchronize()
+        assert X.streams == [want]
+        assert R.rel_err(host(u), R.forward(theta, shape, x, 0)[0]) < 1e-11
+
+
+def test_inputs_written_on_torch_stream_are_waited_for(gpu, rng):
+    """x is written on a torch side stream held back by a long sleep; the call on another stream
+    must still read the written values (DLPack orders the producer's work before ours)."""
+    torch = need_torch()
+    shape = SPECS[1]
+    theta = R.random_params(shape, rng)
+    x = rng.uniform(-1, 1, (33, 1))
+    ws = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 64, dtype="float64", device="cuda")
+    producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    X = torch.zeros((33, 1), dtype=torch.float64, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(producer):
+        torch.cuda._sleep(200_000_000)                          # ~0.1 s of GPU time first
+        X.copy_(torch.as_tensor(x, device="cuda"))
+        u = ws.forward(torch.as_tensor(theta, device="cuda"), X, 0, stream=consumer)
+    torch.cuda.synchronize()
+    assert R.rel_err(host(u), R.forward(theta, shape, x, 0)[0]) < 1e-11
+
+
+def test_calls_on_two_streams_are_ordered(gpu, rng):
+    """The workspace's caches are shared: a call on stream B after one on stream A (held back
+    by a sleep) waits for it (the last-use event), so the caches hold B's points at the end."""
+    torch = need_torch()
+    shape = SPECS[2]
+    theta = torch.as_tensor(R.random_params(shape, rng), device="cuda")
+    xa, xb = rng.uniform(-1, 1, (10, 2)), rng.uniform(-1, 1, (10, 2))
+    ws = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 16, dtype="float64", device="cuda")
+    a, b = torch.cuda.Stream(), torch.cuda.Stream()
+    Xa, Xb = torch.as_tensor(xa, device="cuda"), torch.as_tensor(xb, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(a):
+        torch.cuda._sleep(200_000_000)
+    ws.forward(theta, Xa, 0, stream=a)
+    ws.forward(theta, Xb, 0, stream=b)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(host(ws.x_input)[:10], xb)
+
+
+def test_second_gpu_waits_on_its_own_device(gpu, rng):
+    """A workspace on cuda:1 called while cuda:0 is current, with an input produced on a
+    cuda:1 stream: the wait happens with cuda:1 current (else the event record fails)."""
+    if helmpinn.cuda_device_count() < 2:
+        pytest.skip("needs two GPUs")
+    cp = need_cupy()
+    shape = SPECS[1]
+    theta = R.random_params(shape, rng)
+    x = rng.uniform(-1, 1, (9, 1))
+    ws = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 16, dtype="float64", device="cuda:1")
+    with cp.cuda.Device(1):
+        s1 = cp.cuda.Stream(non_blocking=True)
+        with s1:
+            th1, x1, u1 = cp.asarray(theta), cp.asarray(x), cp.zeros((9, 2))
+    with cp.cuda.Device(0):
+        ws.forward(th1, x1, 0, u=u1, stream=s1)
+    s1.synchronize()
+    assert R.rel_err(u1.get(), R.forward(theta, shape, x, 0)[0]) < 1e-11
 
 
 # ------------------------------------------------------------------ errors at the border on CUDA
@@ -551,7 +691,9 @@ def test_device_primitives_without_cuda_or_device():
     if not helmpinn.has_cuda():
         why = "pred: is a CUDA device array, but helmpinn was built without CUDA support"
     elif helmpinn.cuda_device_count() == 0:
-        why = "pred: is a CUDA device array, but no CUDA device is available"
+        err = helmpinn.cuda_device_error()
+        why = "pred: is a CUDA device array, but no CUDA device is available" + (
+            "" if err == "no CUDA device found" else re.escape(": " + err))
     else:                                       # a GPU: the fake pointer is not device memory
         with pytest.raises(ValueError, match="pred: expected CUDA device memory on device"):
             helmpinn.mse_backward(a, a, out=o)
@@ -579,14 +721,10 @@ def _device_lib(name):
     if name == "helmpinn":
         return (lambda a: dev(a)), (lambda shape, dtype: dev(np.zeros(shape, dtype)))
     if name == "torch":
-        torch = _torch_cuda()
-        if torch is None:
-            pytest.skip("PyTorch with CUDA is not importable")
+        torch = need_torch()
         return ((lambda a: torch.as_tensor(a, device="cuda")),
                 (lambda shape, dtype: torch.zeros(shape, dtype=getattr(torch, dtype), device="cuda")))
-    cp = _cupy()
-    if cp is None:
-        pytest.skip("CuPy is not importable")
+    cp = need_cupy()
     return (lambda a: cp.asarray(a)), (lambda shape, dtype: cp.zeros(shape, dtype=dtype))
 
 
@@ -640,9 +778,7 @@ def test_device_primitives_bitwise_reproducible(gpu, dtype):
 
 
 def test_device_primitives_on_a_stream(gpu, rng):
-    torch = _torch_cuda()
-    if torch is None:
-        pytest.skip("PyTorch with CUDA is not importable")
+    torch = need_torch()
     pred, target = rng.normal(size=(70, 2)), rng.normal(size=(70, 2))
     stream = torch.cuda.Stream()
     for s in (stream, stream.cuda_stream, 0):

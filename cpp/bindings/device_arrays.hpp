@@ -11,9 +11,12 @@
 //
 // Streams. The caller's `stream=` (None/0 = the legacy default stream, an int handle, or an
 // object with .cuda_stream (PyTorch), .ptr (CuPy), .handle (Numba) or __cuda_stream__) is the
-// stream the work is enqueued on. A __cuda_array_interface__ that names a producer stream gets
-// an event recorded on that stream and waited on by ours; a DLPack producer is handed our
-// stream (the protocol makes it order its own work before it).
+// stream the work is enqueued on. DLPack is preferred when an object offers both: the producer
+// is handed our stream (the protocol makes it order its own work before it); PyTorch's
+// __cuda_array_interface__ names no stream, so work pending on torch's current stream would not
+// be waited for. A __cuda_array_interface__ (helmpinn's DeviceArray, Numba; CuPy's when DLPack
+// fails) that names a producer stream gets an event recorded on that stream and waited on by
+// ours, with the call's device current.
 //
 // Built without CUDA (no HELMPINN_WITH_CUDA), the same names exist and raise "built without
 // CUDA support": a primitive called on a CUDA array gets that error from cuda_array_device;
@@ -134,16 +137,25 @@ struct CallContext {
     /// created once per device and reused).
     void wait_for_producers() {
 #if defined(HELMPINN_WITH_CUDA)
+        if (producers.empty()) return;
+        // The event, the producer's stream and ours belong to ctx.device: make it current for
+        // the record and the wait whatever the caller's current device (the Workspace's own
+        // guard is made later, inside the backend).
+        int prev = 0;
+        cudaError_t e = cudaGetDevice(&prev);
+        if (e == cudaSuccess && prev != device) e = cudaSetDevice(device);
         for (std::uintptr_t p : producers) {
+            if (e != cudaSuccess) break;
             if (p == stream || (p == 1 && stream == 0) || (p == 0 && stream == 1)) continue;
             cudaEvent_t ev = event_for(device);
-            cudaError_t e = cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(p));
+            e = cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(p));
             if (e == cudaSuccess) e = cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream), ev, 0);
-            if (e != cudaSuccess) {
-                (void)cudaGetLastError();
-                throw py::value_error(std::string("stream: cannot order the call after the inputs' "
-                                                  "producer stream: ") + cudaGetErrorString(e));
-            }
+        }
+        if (prev != device) (void)cudaSetDevice(prev);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            throw py::value_error(std::string("stream: cannot order the call after the inputs' "
+                                              "producer stream: ") + cudaGetErrorString(e));
         }
 #endif
     }
@@ -276,17 +288,11 @@ inline RawView parse(py::handle obj, const char* name, const std::string& want, 
         throw py::value_error(std::string(name) + ": expected a CUDA device " + want +
                               " on device " + std::to_string(ctx.device) +
                               ", got host memory (a numpy.ndarray); " + ctx.host_hint);
-    std::string cai_error;
-    if (py::hasattr(obj, "__cuda_array_interface__")) {
-        try {
-            py::object cai = obj.attr("__cuda_array_interface__");
-            return from_cai(cai, name, ctx);
-        } catch (py::error_already_set& e) {  // e.g. a torch tensor that requires grad
-            cai_error = e.what();
-            if (!py::hasattr(obj, "__dlpack__")) throw;
-        }
-    }
     if (PyCapsule_CheckExact(obj.ptr())) return from_capsule(obj, name, ctx);
+    // DLPack first: the producer is handed our stream and orders its pending work before it.
+    // PyTorch's __cuda_array_interface__ names no stream (its work on torch's current stream
+    // would not be waited for); CuPy's names one, and both offer DLPack.
+    std::string dl_error, cai_error;
     if (py::hasattr(obj, "__dlpack__")) {
         if (py::hasattr(obj, "__dlpack_device__")) {
             py::tuple dev = obj.attr("__dlpack_device__")().cast<py::tuple>();
@@ -298,18 +304,36 @@ inline RawView parse(py::handle obj, const char* name, const std::string& want, 
         }
         // The consumer's stream: 1 stands for the legacy default stream in the protocol.
         const std::uintptr_t s = ctx.stream == 0 ? 1 : ctx.stream;
-        py::object cap;
         try {
-            cap = obj.attr("__dlpack__")(py::arg("stream") = s);
-        } catch (py::error_already_set& e) {
-            if (!e.matches(PyExc_TypeError)) throw;
-            cap = obj.attr("__dlpack__")();
+            py::object cap;
+            try {
+                cap = obj.attr("__dlpack__")(py::arg("stream") = s);
+            } catch (py::error_already_set& e) {
+                if (!e.matches(PyExc_TypeError)) throw;  // a producer without stream=
+                cap = obj.attr("__dlpack__")();
+            }
+            return from_capsule(cap, name, ctx);
+        } catch (py::error_already_set& e) {  // e.g. a torch tensor that requires grad
+            dl_error = e.what();
+            if (!py::hasattr(obj, "__cuda_array_interface__")) throw;
         }
-        return from_capsule(cap, name, ctx);
     }
+    if (py::hasattr(obj, "__cuda_array_interface__")) {
+        try {
+            py::object cai = obj.attr("__cuda_array_interface__");
+            return from_cai(cai, name, ctx);
+        } catch (py::error_already_set& e) {
+            cai_error = e.what();
+            if (dl_error.empty()) throw;
+        }
+    }
+    if (!dl_error.empty())
+        throw py::type_error(std::string(name) + ": expected a CUDA device " + want +
+                             ", got " + type_name(obj) + " that exports neither by DLPack (" +
+                             dl_error + ") nor by __cuda_array_interface__ (" + cai_error + ")");
     throw py::type_error(std::string(name) + ": expected a CUDA device " + want +
                          " (an object with __cuda_array_interface__ or __dlpack__), got " +
-                         type_name(obj) + (cai_error.empty() ? "" : " (" + cai_error + ")"));
+                         type_name(obj));
 }
 
 /// Checks that [ptr, ptr + bytes) is device (or managed) memory on ctx.device.
@@ -412,13 +436,18 @@ inline bool is_cuda_array(py::handle obj) {
 inline int cuda_array_device(py::handle obj, const char* name) {
 #if defined(HELMPINN_WITH_CUDA)
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    const cudaError_t ce = cudaGetDeviceCount(&count);
+    if (ce != cudaSuccess) {
         (void)cudaGetLastError();
         count = 0;
     }
     if (count == 0)
         throw std::runtime_error(std::string(name) +
-                                 ": is a CUDA device array, but no CUDA device is available");
+                                 ": is a CUDA device array, but no CUDA device is available" +
+                                 (ce != cudaSuccess ? std::string(": cudaGetDeviceCount: ") +
+                                                          cudaGetErrorName(ce) + " (" +
+                                                          cudaGetErrorString(ce) + ")"
+                                                    : std::string()));
     int device = -1;
     if (PyCapsule_CheckExact(obj.ptr())) {
         auto* mt = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(obj.ptr(), "dltensor"));

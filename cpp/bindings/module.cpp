@@ -188,6 +188,9 @@ struct DeviceSpace {
 template <typename T, typename F>
 decltype(auto) with_space(Workspace<T>& ws, const py::object& stream, F&& fn) {
     if (ws.device() == Device::cuda) {
+        // The workspace's device is current for the whole call: the argument checks, the waits
+        // on the inputs' producer streams (ready()) and the work all happen on it.
+        bindings::CurrentDevice current(ws.device_id());
         DeviceSpace<T> space(ws.device_id(), stream);
         return fn(space);
     }
@@ -1061,6 +1064,10 @@ PYBIND11_MODULE(_core, mod) {
     mod.def("has_openmp", &helmpinn::has_openmp);
     mod.def("has_cuda", &helmpinn::has_cuda);
     mod.def("cuda_device_count", &helmpinn::cuda_device_count);
+    mod.def("cuda_device_error", []() -> py::object {
+        const std::string e = helmpinn::cuda_device_error();
+        return e.empty() ? py::object(py::none()) : py::object(py::str(e));
+    }, "Why cuda_device_count() is 0 (the CUDA runtime's error), or None when there are devices.");
     mod.def("get_num_threads", &helmpinn::get_num_threads);
     mod.def("set_num_threads", &helmpinn::set_num_threads, py::arg("n"));
     mod.def("cpu_isa", &helmpinn::cpu_isa);

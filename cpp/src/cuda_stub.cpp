@@ -10,6 +10,7 @@ namespace helmpinn {
 
 bool has_cuda() { return false; }
 int cuda_device_count() { return 0; }
+std::string cuda_device_error() { return "helmpinn was built without CUDA support"; }
 
 template <typename T>
 std::unique_ptr<Backend<T>> make_cuda_backend(const ModelSpec&, std::size_t, int) {

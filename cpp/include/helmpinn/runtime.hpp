@@ -1,6 +1,8 @@
 // helmpinn/runtime.hpp: what this build of helmpinn can do, and its thread count.
 #pragma once
 
+#include <string>
+
 namespace helmpinn {
 
 /// Version string of the library ("MAJOR.MINOR.PATCH").
@@ -16,6 +18,9 @@ void set_num_threads(int n);
 bool has_cuda();
 /// Number of CUDA devices visible (0 without CUDA support or without a GPU).
 int cuda_device_count();
+/// Why cuda_device_count() is 0: the failing cudaGetDeviceCount's error (name and text), "no
+/// CUDA device found", or "helmpinn was built without CUDA support"; empty when there are devices.
+std::string cuda_device_error();
 /// The CPU kernel set in use. A dispatching build (the default with GCC on x86-64) compiles
 /// three and picks the best one the processor supports at first use: "avx512", "avx2" or
 /// "baseline"; the environment variable HELMPINN_CPU_ISA forces one of them (then "invalid"

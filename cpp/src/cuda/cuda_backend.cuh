@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
@@ -53,7 +54,8 @@ public:
         std::string why;
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
-            why = std::string("no CUDA device found (") + cudaGetErrorString(e) + ")";
+            why = std::string("no CUDA device found: cudaGetDeviceCount: ") + cudaGetErrorName(e) +
+                  " (" + cudaGetErrorString(e) + ")";
             count = 0;
         } else if (count == 0) {
             why = "no CUDA device found";
@@ -69,6 +71,7 @@ public:
         plan();
         allocate();
         plan_rows();
+        check(cudaEventCreateWithFlags(&last_use_, cudaEventDisableTiming), "cudaEventCreate");
     }
 
     ~CudaBackend() override {
@@ -82,6 +85,22 @@ public:
             release();
         }
     }
+
+    /// What plan() chose (for tests, and printed when HELMPINN_CUDA_VERBOSE=1).
+    struct LaunchPlan {
+        int tile = 0;            // points per tile
+        bool global_scratch = false;
+        int smem_bytes = 0;      // dynamic shared memory per block
+        int smem_limit = 0;      // the kernels' dynamic limit: opt-in minus static shared memory
+        int static_smem = 0;     // the kernels' static shared memory (largest of the two)
+        int blocks_per_sm = 0;   // occupancy of train_kernel with this tile
+        int blocks = 0;          // blocks per launch = gradient slots
+        int regs = 0;            // registers per thread of train_kernel
+    };
+    const LaunchPlan& launch_plan() const { return plan_; }
+    /// The global scratch buffer (GS mode; null otherwise), for tests.
+    const T* scratch() const { return scratch_.data(); }
+    std::size_t scratch_size() const { return scratch_.size(); }
 
     const WorkspaceBuffers<T>& buffers() const override { return bufs_; }
 
@@ -97,14 +116,17 @@ public:
 
     void zero_grad(void* stream) override {
         DeviceGuard guard(dev_);
-        check(cudaMemsetAsync(grad_.data(), 0, np_ * sizeof(T), as_stream(stream)),
-              "zero_grad: cudaMemsetAsync");
+        const cudaStream_t s = as_stream(stream);
+        after_last_use(s);
+        check(cudaMemsetAsync(grad_.data(), 0, np_ * sizeof(T), s), "zero_grad: cudaMemsetAsync");
+        mark_use(s);
     }
 
     void forward(const T* params, const T* x, std::size_t n, int derivatives, T* u, T* grad_u,
                  T* lap_u, void* stream) override {
         DeviceGuard guard(dev_);
         const cudaStream_t s = as_stream(stream);
+        after_last_use(s);
         prep(params, s);
         const int ns = derivatives == 0 ? 1 : derivatives == 1 ? d_ + 1 : d_ + 2;
         OutArgs<T> outs{u, grad_u, lap_u, true};
@@ -117,23 +139,29 @@ public:
             HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
                 net, cache_, tile_, x, static_cast<long long>(c0), nc, ns, outs);
         });
+        mark_use(s);
     }
 
     void vjp(const T* params, const T* w, const LossInputs<T>& in, T* out,
              void* stream) override {
         DeviceGuard guard(dev_);
+        const cudaStream_t s = as_stream(stream);
+        after_last_use(s);
         LossOutputs<T> none;
-        reduce(params, out, in, none, w, as_stream(stream));
+        reduce(params, out, in, none, w, s);
+        mark_use(s);
     }
 
     void value_and_grad(const T* params, T* grad, const LossInputs<T>& in, LossOutputs<T>& out,
                         void* stream) override {
         DeviceGuard guard(dev_);
         const cudaStream_t s = as_stream(stream);
+        after_last_use(s);
         reduce(params, grad, in, out, nullptr, s);
         check(cudaMemcpyAsync(host_sums_.data(), loss_sums_.data(),
                               terms::kNumTerms * sizeof(double), cudaMemcpyDeviceToHost, s),
               "value_and_grad: copying the loss to the host");
+        mark_use(s);
         check(cudaStreamSynchronize(s), "value_and_grad: kernels");
         out.loss = loss_breakdown(host_sums_.data(), in);  // sums indexed by terms::Term
     }
@@ -148,6 +176,7 @@ public:
         const char* what = op == RowOp::residuals  ? "residuals: kernel launch"
                            : op == RowOp::jacobian ? "jacobian: kernel launch"
                                                    : "jvp: kernel launch";
+        after_last_use(s);
         if (in.check_finite) check_finite(params, in, s);
         prep(params, s);
         const NetArgs<T> net = net_args(params);
@@ -188,10 +217,25 @@ public:
                 check(cudaGetLastError(), what);
             }
         }
+        mark_use(s);
     }
 
 private:
     static cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+    // The workspace's buffers (caches, slots, scratch) are shared by every call: a call on
+    // another stream than the previous one first waits for the previous one's work (the
+    // last-use event, recorded at the end of every call). A call on the same stream is
+    // ordered by the stream itself.
+    void after_last_use(cudaStream_t s) {
+        if (used_ && s != last_stream_)
+            check(cudaStreamWaitEvent(s, last_use_, 0), "waiting for the workspace's previous call");
+    }
+    void mark_use(cudaStream_t s) {
+        check(cudaEventRecord(last_use_, s), "cudaEventRecord(last use)");
+        last_stream_ = s;
+        used_ = true;
+    }
 
     int tiles(int nc) const { return (nc + tile_.P - 1) / tile_.P; }
 
@@ -207,8 +251,52 @@ private:
         }
     }
 
+    // The attributes of forward_kernel and train_kernel for (d, mode) that the plan needs: the
+    // larger static shared memory, the smaller thread limit, train_kernel's registers.
+    struct KernelAttrs {
+        int static_smem = 0, max_threads = 0, regs = 0;
+    };
+    KernelAttrs kernel_attrs(bool gs) const {
+        KernelAttrs k;
+        dispatch(d_, gs, [&](auto Dc, auto GSc) {
+            constexpr int D = decltype(Dc)::value;
+            constexpr bool GS = decltype(GSc)::value;
+            cudaFuncAttributes f{}, t{};
+            check(cudaFuncGetAttributes(&f, forward_kernel<T, D, GS>), "cudaFuncGetAttributes(forward_kernel)");
+            check(cudaFuncGetAttributes(&t, train_kernel<T, D, GS>), "cudaFuncGetAttributes(train_kernel)");
+            k.static_smem = int(std::max(f.sharedSizeBytes, t.sharedSizeBytes));
+            k.max_threads = std::min(f.maxThreadsPerBlock, t.maxThreadsPerBlock);
+            k.regs = t.numRegs;
+        });
+        return k;
+    }
+
+    // Raises the dynamic shared-memory limit of forward_kernel and train_kernel for (d, mode) to
+    // `limit` (the opt-in limit minus their static shared memory), and returns train_kernel's
+    // occupancy with `smem` bytes. The attribute belongs to the kernel, shared by every workspace
+    // of this (T, d, mode) on the device: it is always raised to the device's limit, never to
+    // one workspace's need (a smaller workspace made later would break a larger one).
+    int raise_and_occupancy(bool gs, int limit, int smem) const {
+        int per_sm = 0;
+        dispatch(d_, gs, [&](auto Dc, auto GSc) {
+            constexpr int D = decltype(Dc)::value;
+            constexpr bool GS = decltype(GSc)::value;
+            check(cudaFuncSetAttribute(forward_kernel<T, D, GS>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
+                  "cudaFuncSetAttribute(forward_kernel)");
+            check(cudaFuncSetAttribute(train_kernel<T, D, GS>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
+                  "cudaFuncSetAttribute(train_kernel)");
+            check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, train_kernel<T, D, GS>,
+                                                                kThreads, smem),
+                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+        });
+        return per_sm;
+    }
+
     // Tile size, buffer sizes, shared or global activation buffers, and the number of blocks
-    // (= gradient slots) from the device's shared memory, SM count and occupancy.
+    // (= gradient slots) from the device's shared memory, the kernels' static shared memory,
+    // registers and thread limit, the SM count and the occupancy of each candidate tile.
     void plan() {
         int optin = 0, sms = 0;
         check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_),
@@ -220,25 +308,41 @@ private:
         auto smem_for = [&](int P) {
             return fixed + 2 * plan_buffer<T>(P, S_, ld, d_, m_) * long(sizeof(T));
         };
+        // Useful rows per tile: the PDE term's d + 2 streams of P points fill whole 32-row warp
+        // tiles only for some P (4 points of d = 2: 16 rows of 32).
+        auto fill = [&](int P) {
+            const double rows = double(S_) * P;
+            return rows / double(round_up(static_cast<long long>(S_) * P, 32));
+        };
+        const KernelAttrs shared_k = kernel_attrs(false), global_k = kernel_attrs(true);
+        const int shared_limit = optin - shared_k.static_smem;
+        const int global_limit = optin - global_k.static_smem;
         // Tuning knobs (read once, here): HELMPINN_CUDA_TILE = points per tile (1..64);
         // HELMPINN_CUDA_SCRATCH=global puts the activation buffers in global memory.
-        int P = 0;
+        int P = 0, per_sm = 0;
         const char* scratch_env = std::getenv("HELMPINN_CUDA_SCRATCH");
         bool gs = scratch_env && std::string(scratch_env) == "global";
         if (const char* env = std::getenv("HELMPINN_CUDA_TILE")) {
             const int want = std::atoi(env);
             if (want >= 1 && want <= kMaxTile) {
                 P = want;
-                gs = gs || smem_for(P) > optin;
+                gs = gs || smem_for(P) > shared_limit;
             }
         }
         if (P == 0 && !gs) {
-            // The largest tile whose buffers fit in shared memory. Below 4 points a tile
-            // fills too little of its 32-row warp tiles: global scratch with 16 is better.
+            // Among the tiles whose buffers fit in shared memory, the one that keeps the most
+            // useful rows resident per SM (occupancy x P x warp-tile fill); on a tie the larger
+            // tile, which stages every weight fewer times. Below 4 points a tile fills too
+            // little of its warp tiles: global scratch with 16 is better.
+            double best = 0.0;
             for (int cand : {32, 16, 8, 4}) {
-                if (smem_for(cand) <= optin) {
+                if (smem_for(cand) > shared_limit) continue;
+                const int occ = raise_and_occupancy(false, shared_limit, int(smem_for(cand)));
+                const double score = double(occ) * cand * fill(cand);
+                if (occ > 0 && score > best * (1.0 + 1e-9)) {
+                    best = score;
                     P = cand;
-                    break;
+                    per_sm = occ;
                 }
             }
             gs = P == 0;
@@ -249,28 +353,20 @@ private:
         tile_.buf = plan_buffer<T>(P, S_, ld, d_, m_);
         gs_ = gs;
         smem_bytes_ = int(gs ? fixed : smem_for(P));
+        const KernelAttrs& k = gs ? global_k : shared_k;
+        const int limit = gs ? global_limit : shared_limit;
 
-        if (smem_bytes_ > optin)
+        if (k.max_threads < kThreads)
+            throw std::runtime_error("helmpinn CUDA: the fused kernels were compiled for at most " +
+                                     std::to_string(k.max_threads) + " threads per block on device " +
+                                     std::to_string(dev_) + " (" + std::to_string(k.regs) +
+                                     " registers per thread); they need " + std::to_string(kThreads));
+        if (smem_bytes_ > limit)
             throw std::runtime_error("helmpinn CUDA: device " + std::to_string(dev_) + " has " +
-                                     std::to_string(optin) + " bytes of shared memory per block; " +
+                                     std::to_string(optin) + " bytes of shared memory per block (" +
+                                     std::to_string(k.static_smem) + " of them static); " +
                                      std::to_string(smem_bytes_) + " are needed");
-        int per_sm = 0;
-        dispatch(d_, gs_, [&](auto Dc, auto GSc) {
-            constexpr int D = decltype(Dc)::value;
-            constexpr bool GS = decltype(GSc)::value;
-            // The attribute belongs to the kernel, shared by every workspace of this (T, d,
-            // buffers) on the device: raise it to the device's limit, never to this
-            // workspace's need (a smaller workspace made later would break a larger one).
-            check(cudaFuncSetAttribute(forward_kernel<T, D, GS>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
-                  "cudaFuncSetAttribute(forward_kernel)");
-            check(cudaFuncSetAttribute(train_kernel<T, D, GS>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
-                  "cudaFuncSetAttribute(train_kernel)");
-            check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, train_kernel<T, D, GS>,
-                                                                kThreads, smem_bytes_),
-                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-        });
+        per_sm = raise_and_occupancy(gs_, limit, smem_bytes_);
         if (per_sm < 1)
             throw std::runtime_error("helmpinn CUDA: the fused kernel cannot run on device " +
                                      std::to_string(dev_) + " with " +
@@ -287,6 +383,16 @@ private:
             blocks = std::min<long long>(blocks, std::max<long long>(1, cap / scr));
         }
         blocks_ = int(std::max<long long>(1, blocks));
+
+        plan_ = LaunchPlan{P, gs_, smem_bytes_, limit, k.static_smem, per_sm, blocks_, k.regs};
+        if (const char* v = std::getenv("HELMPINN_CUDA_VERBOSE"); v && std::string(v) == "1")
+            std::fprintf(stderr,
+                         "helmpinn CUDA plan: %s d=%d m=%d H=%d L=%d batch=%zu: tile %d, %s, "
+                         "%d B dynamic shared memory (limit %d, static %d), %d regs, %d blocks/SM, "
+                         "%d blocks\n",
+                         sizeof(T) == 4 ? "float32" : "float64", d_, m_, H_, L_, B_, P,
+                         gs_ ? "global scratch" : "shared buffers", smem_bytes_, limit,
+                         k.static_smem, k.regs, per_sm, blocks_);
     }
 
     void allocate() {
@@ -304,7 +410,12 @@ private:
         slot_loss_.allocate(std::size_t(blocks_) * 3, "loss slots");
         loss_sums_.allocate(3, "loss sums");
         flags_.allocate(kMaxChecked, "finite flags");
-        if (gs_) scratch_.allocate(std::size_t(blocks_) * 2 * std::size_t(tile_.buf), "scratch");
+        if (gs_) {
+            // Set once: the kernels read (and discard) the padding rows of a partial tile, which
+            // nothing writes; initialised, they are neither garbage nor an initcheck finding.
+            scratch_.allocate(std::size_t(blocks_) * 2 * std::size_t(tile_.buf), "scratch");
+            check(cudaMemset(scratch_.data(), 0, scratch_.bytes()), "cudaMemset(scratch)");
+        }
         host_sums_.allocate(3, "cudaMallocHost(loss)");
         host_flags_.allocate(kMaxChecked, "cudaMallocHost(flags)");
         check(cudaMemset(grad_.data(), 0, grad_.bytes()), "cudaMemset(grad)");
@@ -324,6 +435,8 @@ private:
     }
 
     void release() {
+        if (last_use_) (void)cudaEventDestroy(last_use_);
+        last_use_ = nullptr;
         x_input_.reset();
         feat_.reset();
         for (auto& a : z_) a.reset();
@@ -435,6 +548,20 @@ private:
               "cudaDeviceGetAttribute");
         check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_),
               "cudaDeviceGetAttribute");
+        // The dynamic limit is the opt-in minus rows_kernel's static shared memory (as in plan()).
+        auto static_of = [&](bool g) {
+            int st = 0;
+            dispatch(d_, g, [&](auto Dc, auto GSc) {
+                constexpr int D = decltype(Dc)::value;
+                constexpr bool GS = decltype(GSc)::value;
+                cudaFuncAttributes a{};
+                check(cudaFuncGetAttributes(&a, rows_kernel<T, D, GS>),
+                      "cudaFuncGetAttributes(rows_kernel)");
+                st = int(a.sharedSizeBytes);
+            });
+            return st;
+        };
+        const int shared_limit = optin - static_of(false), global_limit = optin - static_of(true);
         const int ld = tile_.ld;
         const long long fixed = row_fixed_smem_bytes<T>();
         auto buf_for = [&](int P) { return plan_buffer<T>(2 * P, S_, ld, d_, m_); };
@@ -446,10 +573,10 @@ private:
         bool gs = gs_;
         if (env_tile) {
             P = std::max(1, tile_.P / 2);
-            gs = gs || smem_for(P) > optin;
+            gs = gs || smem_for(P) > shared_limit;
         } else if (!gs) {
             for (int cand : {16, 8, 4, 2, 1}) {
-                if (smem_for(cand) <= optin) {
+                if (smem_for(cand) <= shared_limit) {
                     P = cand;
                     break;
                 }
@@ -462,16 +589,18 @@ private:
         rtile_.buf = buf_for(P);
         rgs_ = gs;
         rsmem_bytes_ = int(gs ? fixed : smem_for(P));
-        if (rsmem_bytes_ > optin)
+        const int limit = gs ? global_limit : shared_limit;
+        if (rsmem_bytes_ > limit)
             throw std::runtime_error("helmpinn CUDA: device " + std::to_string(dev_) + " has " +
-                                     std::to_string(optin) + " bytes of shared memory per block; " +
+                                     std::to_string(optin) + " bytes of shared memory per block (" +
+                                     std::to_string(optin - limit) + " of them static); " +
                                      std::to_string(rsmem_bytes_) + " are needed");
         int per_sm = 0;
         dispatch(d_, rgs_, [&](auto Dc, auto GSc) {
             constexpr int D = decltype(Dc)::value;
             constexpr bool GS = decltype(GSc)::value;
             check(cudaFuncSetAttribute(rows_kernel<T, D, GS>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
                   "cudaFuncSetAttribute(rows_kernel)");
             check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rows_kernel<T, D, GS>,
                                                                 kThreads, rsmem_bytes_),
@@ -488,9 +617,12 @@ private:
             blocks = std::min<long long>(blocks, std::max<long long>(1, (512LL << 20) / scr));
         }
         rblocks_ = int(std::max<long long>(1, blocks));
-        if (rgs_)
+        if (rgs_) {
             row_scratch_.allocate(std::size_t(rblocks_) * 3 * std::size_t(rtile_.buf),
                                   "residual-level scratch");
+            // Set once, as the train kernel's scratch: padding rows are read, never written.
+            check(cudaMemset(row_scratch_.data(), 0, row_scratch_.bytes()), "cudaMemset(scratch)");
+        }
         rtile_.scratch = row_scratch_.data();
     }
 
@@ -576,6 +708,10 @@ private:
     PinnedArray<double> host_sums_;
     PinnedArray<unsigned long long> host_flags_;
     WorkspaceBuffers<T> bufs_;
+    LaunchPlan plan_;
+    cudaEvent_t last_use_ = nullptr;
+    cudaStream_t last_stream_ = nullptr;
+    bool used_ = false;
 };
 
 }  // namespace cuda

@@ -45,6 +45,16 @@ constexpr int kMaxTile = 64;                // most points a tile may hold
 constexpr int kMaxLayers = max_layers;  // spec.hpp
 constexpr int kLossBytes = kMaxTile * 8;    // per-point loss partials (double)
 constexpr int kPointBytes = kMaxTile * 3 * 8;  // tile points x [P, d]
+// Blocks per SM the fused kernels are compiled for (__launch_bounds__' second argument: the
+// register cap is 64k / (kThreads * this)). The plan's tiles fill most of an H100/H200's shared
+// memory, so one block per SM is what runs: 1 leaves the compiler up to 255 registers instead of
+// capping them at 128 (and spilling) for a second block that would not fit anyway. The plan
+// reads the compiled registers back (cudaFuncGetAttributes / occupancy) and chooses the tile
+// by occupancy. -DHELMPINN_CUDA_MIN_BLOCKS=2 (CMake cache variable) compiles the cap back in.
+#ifndef HELMPINN_CUDA_MIN_BLOCKS
+#define HELMPINN_CUDA_MIN_BLOCKS 1
+#endif
+constexpr int kMinBlocksPerSM = HELMPINN_CUDA_MIN_BLOCKS;
 
 /// Compile-time sizes for one scalar type: `vec` elements make one 16-byte access.
 template <typename T>
@@ -626,7 +636,7 @@ __global__ void prep_kernel(const T* __restrict__ params, int d, int m, T* __res
 
 /// forward(): the tiles of one chunk of nc points starting at point c0 of x.
 template <typename T, int D, bool GS>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
     forward_kernel(NetArgs<T> net, CacheArgs<T> cache, TileArgs<T> ta, const T* __restrict__ x,
                    long long c0, int nc, int ns, OutArgs<T> outs) {
     HELMPINN_DYNAMIC_SMEM(smem);
@@ -643,7 +653,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 /// term.
 /// Block b adds into gradient slot b (slot_grad + b * num_params) and loss slot b.
 template <typename T, int D, bool GS>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
     train_kernel(NetArgs<T> net, CacheArgs<T> cache, TileArgs<T> ta, LossInputs<T> in,
                  TermLaunch<T> term, long long c0, int nc, int train_fourier,
                  T* __restrict__ slot_grad, long long num_params, double* __restrict__ slot_loss) {

@@ -268,7 +268,7 @@ __device__ __forceinline__ void row_tile(const NetArgs<T>& net, const CacheArgs<
 /// residuals(), jacobian(), jvp(): the tiles of one chunk of nc points of one loss term, the
 /// chunk starting at point c0 of the term.
 template <typename T, int D, bool GS>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
     rows_kernel(NetArgs<T> net, CacheArgs<T> cache, TileArgs<T> ta, LossInputs<T> in,
                 RowLaunch<T> ra, long long c0, int nc) {
     HELMPINN_DYNAMIC_SMEM(smem);

@@ -3,10 +3,11 @@
 // Device::cpu.
 //
 // Build and run (tests/test_cuda.py does this; no GPU or CUDA toolkit needed):
-//     c++ -std=c++20 -O2 -pthread -DHELMPINN_CUDA_EMULATION -Icpp/include -Icpp/src \
-//         cpp/src/cuda/emulation/emu_check.cpp cpp/src/common/workspace.cpp \
-//         cpp/src/common/spec.cpp cpp/src/cpu/cpu_backend.cpp cpp/src/cpu/primitives.cpp \
-//         cpp/src/common/primitives.cpp cpp/src/common/checked.cpp -o emu_check && ./emu_check
+//     c++ -std=c++20 -O2 -pthread -DHELMPINN_CUDA_EMULATION \
+//         -Icpp/include -Icpp/src cpp/src/cuda/emulation/emu_check.cpp \
+//         cpp/src/common/workspace.cpp cpp/src/common/spec.cpp cpp/src/cpu/cpu_backend.cpp \
+//         cpp/src/cpu/dispatch.cpp cpp/src/cpu/primitives.cpp cpp/src/common/primitives.cpp \
+//         cpp/src/common/checked.cpp -o emu_check && ./emu_check
 //
 // Checks, for d = 1, 2, 3 and float32 / float64: forward() u, grad u, lap u and the caches;
 // value_and_grad() for each loss term and all together (constant and per-point kappa and
@@ -20,7 +21,14 @@
 // and without the tanh factor and dh_prev, fourier_backward for d = 1, 2, 3, adam_step) on
 // sizes that are not multiples of any block size, against the host primitives, and bitwise
 // equality of two runs. Prints one line per check; exit status 1 on a failure.
-// --quick runs the Workspace checks in float32 on one of the shapes only.
+// The host side of the backend against what a GPU does and the emulation models
+// (check_host_side): the dynamic shared-memory limit is the opt-in limit minus the kernels'
+// static shared memory; the tile is chosen by occupancy (registers and shared memory); a kernel
+// compiled for fewer threads than a block has is refused with a clear error; the global scratch
+// is initialised at allocation; a call on another stream waits for the previous call's
+// last-use event, which is recorded with the workspace's device current; a failing
+// cudaGetDeviceCount is reported with its error.
+// --quick runs the Workspace checks in float64 on three shapes and in float32 on two.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +40,7 @@
 
 #include "cuda/cuda_backend.cuh"
 #include "cuda/primitives.cu"  // the device seed primitives (cuda_mse_backward, ...), emulated
+#include "cuda/runtime_cuda.cu"  // has_cuda, cuda_device_count, cuda_device_error, emulated
 #include "helmpinn/primitives.hpp"
 #include "helmpinn/workspace.hpp"
 
@@ -522,6 +531,172 @@ void check_primitives(const char* tname) {
     });
 }
 
+// ---- host side: launch plan, attributes, scratch, streams, device errors --------------------
+
+/// Sets environment variables for the life of the object (the emulation reads them per call).
+class EnvScope {
+public:
+    /// A value of "-" unsets the variable.
+    EnvScope(std::initializer_list<std::pair<const char*, std::string>> vars) {
+        for (const auto& [k, v] : vars) {
+            const char* old = std::getenv(k);
+            saved_.push_back({k, old ? std::string(old) : std::string(), old != nullptr});
+            if (v == "-") unsetenv(k);
+            else setenv(k, v.c_str(), 1);
+        }
+    }
+    ~EnvScope() {
+        for (const auto& s : saved_) {
+            if (s.had) setenv(s.name, s.value.c_str(), 1);
+            else unsetenv(s.name);
+        }
+    }
+
+private:
+    struct Saved {
+        const char* name;
+        std::string value;
+        bool had;
+    };
+    std::vector<Saved> saved_;
+};
+
+template <typename F>
+std::string error_of(F&& fn) {
+    try {
+        fn();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "no exception";
+}
+
+void check_host_side() {
+    // These checks set the device and the knobs themselves: whatever the run was given is unset.
+    EnvScope base({{"HELMPINN_CUDA_TILE", "-"}, {"HELMPINN_CUDA_SCRATCH", "-"},
+                   {"HELMPINN_EMU_SMEM", "-"}, {"HELMPINN_EMU_SMS", "-"},
+                   {"HELMPINN_EMU_STATIC_SMEM", "-"}, {"HELMPINN_EMU_REGS", "-"},
+                   {"HELMPINN_EMU_MAX_THREADS", "-"}, {"HELMPINN_EMU_DEVICES", "-"},
+                   {"HELMPINN_EMU_DEVICE_COUNT_ERROR", "-"}});
+    using B64 = cuda::CudaBackend<double>;
+    const ModelSpec spec(2, 8, 24, 2);  // d = 2: 4 PDE streams, 32-point tiles fill warp tiles
+    const std::size_t batch = 256;
+    // Shared memory of a d = 2 workspace's tiles of 32 and 16 points (float64).
+    const int ld = cuda::plan_ld<double>(spec.max_width());
+    auto smem_for = [&](int P) {
+        return int(cuda::fixed_smem_bytes<double>() +
+                   2 * cuda::plan_buffer<double>(P, 4, ld, 2, spec.ff_dim) * 8);
+    };
+    const int s32 = smem_for(32), s16 = smem_for(16);
+
+    {   // Static shared memory counts against the opt-in limit (a GPU refuses the attribute
+        // otherwise: cudaErrorInvalidValue, every CUDA Workspace would fail).
+        EnvScope env({{"HELMPINN_EMU_STATIC_SMEM", "4096"}});
+        std::string msg = error_of([&] {
+            B64 b(spec, batch, 0);
+            const auto& p = b.launch_plan();
+            const bool ok = p.smem_limit == 232448 - 4096 && p.static_smem == 4096 &&
+                            p.smem_bytes <= p.smem_limit && !p.global_scratch;
+            report(ok, "plan: dynamic shared-memory limit = opt-in 232448 - static 4096 = " +
+                           std::to_string(p.smem_limit));
+        });
+        report(msg == "no exception", "a workspace builds with 4096 B of static shared memory [" + msg + "]");
+    }
+    {   // A tile whose buffers fit the opt-in limit only without the static part is not taken.
+        EnvScope env({{"HELMPINN_EMU_SMEM", std::to_string(s32 + 100)},
+                      {"HELMPINN_EMU_STATIC_SMEM", "512"}});
+        B64 b(spec, batch, 0);
+        report(b.launch_plan().tile == 16, "plan: a tile that fits only without the static shared "
+                                           "memory is not taken (tile " +
+                                               std::to_string(b.launch_plan().tile) + ")");
+    }
+    {   // Occupancy chooses the tile: with 64 registers per thread (4 blocks by registers) and
+        // shared memory for one 32-point block or three 16-point blocks, 16 points win
+        // (48 resident points against 32) ...
+        const std::string optin = std::to_string(3 * (s16 + 1024) - 1024);
+        EnvScope env({{"HELMPINN_EMU_SMEM", optin}, {"HELMPINN_EMU_REGS", "64"}});
+        B64 b(spec, batch, 0);
+        const auto& p = b.launch_plan();
+        report(p.tile == 16 && p.blocks_per_sm == 3 && s32 + 1024 > (3 * (s16 + 1024)) / 2,
+               "plan: occupancy picks 16-point tiles x 3 blocks/SM over 32 x 1 (tile " +
+                   std::to_string(p.tile) + ", " + std::to_string(p.blocks_per_sm) + " blocks/SM)");
+    }
+    {   // ... and with 128 registers (2 blocks by registers) it is a tie: the larger tile.
+        const std::string optin = std::to_string(3 * (s16 + 1024) - 1024);
+        EnvScope env({{"HELMPINN_EMU_SMEM", optin}, {"HELMPINN_EMU_REGS", "128"}});
+        B64 b(spec, batch, 0);
+        const auto& p = b.launch_plan();
+        report(p.tile == 32 && p.blocks_per_sm == 1 && p.regs == 128,
+               "plan: register-limited to 2 blocks/SM, 32-point tiles x 1 (tile " +
+                   std::to_string(p.tile) + ", " + std::to_string(p.blocks_per_sm) + " blocks/SM)");
+    }
+    {   // Kernels compiled for fewer threads than a block has: a clear error, not a failed launch.
+        EnvScope env({{"HELMPINN_EMU_MAX_THREADS", "128"}});
+        const std::string msg = error_of([&] { B64 b(spec, batch, 0); });
+        report(msg.find("compiled for at most 128 threads per block") != std::string::npos,
+               "plan: kernels limited to 128 threads are refused [" + msg + "]");
+    }
+    {   // The global scratch is set at allocation (padding rows are read, never written).
+        EnvScope env({{"HELMPINN_CUDA_SCRATCH", "global"}});
+        B64 b(spec, batch, 0);
+        const auto* bytes = reinterpret_cast<const unsigned char*>(b.scratch());
+        bool zero = b.launch_plan().global_scratch && bytes && b.scratch_size() > 0;
+        for (std::size_t i = 0; zero && i < b.scratch_size() * sizeof(double); ++i) zero = bytes[i] == 0;
+        report(zero, "global scratch (" + std::to_string(b.scratch_size()) +
+                         " elements) is zero before the first call");
+    }
+    {   // The last-use event: a call on another stream waits for the previous call's work; a
+        // call on the same stream does not need to. Workspace on device 1 of 2, device 0 current:
+        // the event is created and recorded with device 1 current (else the record fails).
+        EnvScope env({{"HELMPINN_EMU_DEVICES", "2"}});
+        cuda::check(cudaSetDevice(0), "cudaSetDevice");
+        Problem<double> pb(spec, 40, 10, 10, 5u);
+        B64 b(spec, 32, 1);
+        auto& log = emu::stream_log();
+        log.clear();
+        void* const sa = reinterpret_cast<void*>(std::uintptr_t(16));
+        void* const sb = reinterpret_cast<void*>(std::uintptr_t(32));
+        std::vector<double> u(80), g(spec.num_params());
+        std::string msg = error_of([&] {
+            b.forward(pb.theta.data(), pb.x_pde.data(), 40, 0, u.data(), nullptr, nullptr, sa);
+            LossOutputs<double> lo;
+            b.value_and_grad(pb.theta.data(), g.data(), pb.inputs(7, 0, true), lo, sb);
+            b.zero_grad(sb);
+            b.forward(pb.theta.data(), pb.x_pde.data(), 40, 0, u.data(), nullptr, nullptr, sa);
+        });
+        // Event ids differ between runs; compare with the id removed.
+        std::string norm;
+        for (const auto& l : log) {
+            std::string t = l;
+            if (t.rfind("record ", 0) == 0) t = "record E" + t.substr(t.find(" on "));
+            else if (t.rfind("wait ", 0) == 0) t = t.substr(0, t.find(" for ")) + " for E" +
+                                                   t.substr(t.find(" (device"));
+            norm += t + "; ";
+        }
+        const std::string want =
+            "record E on 16 (device 1); wait 32 for E (device 1); record E on 32 (device 1); "
+            "record E on 32 (device 1); wait 16 for E (device 1); record E on 16 (device 1); ";
+        int cur = -1;
+        cudaGetDevice(&cur);
+        report(msg == "no exception" && norm == want && cur == 0,
+               "last-use event: other streams wait, the same stream does not, device 1 current "
+               "[" + msg + "] [" + norm + "]");
+    }
+    {   // A failing cudaGetDeviceCount is shown with its error, not as "0 devices".
+        EnvScope env({{"HELMPINN_EMU_DEVICE_COUNT_ERROR", "1"}});
+        const std::string why = cuda_device_error();
+        const std::string msg = error_of([&] { B64 b(spec, batch, 0); });
+        report(cuda_device_count() == 0 &&
+                   why == "cudaGetDeviceCount: cudaErrorInsufficientDriver (CUDA driver version "
+                          "is insufficient for CUDA runtime version)" &&
+                   msg.find("CUDA device 0 is not available: no CUDA device found: " + why) !=
+                       std::string::npos,
+               "device count error shown [" + why + "] [" + msg + "]");
+    }
+    report(cuda_device_error().empty() && cuda_device_count() == 1,
+           "cuda_device_error() is empty with a device");
+}
+
 template <typename T>
 void run_type(const char* tname, bool quick) {
     struct Case {
@@ -534,7 +709,9 @@ void run_type(const char* tname, bool quick) {
         {{3, 3, 6, 3}, 41, 20, 33, 40},
     };
     if (!quick) cases.push_back({{2, 12, 40, 1}, 90, 30, 25, 1000});  // one chunk, L = 1
-    if (quick && sizeof(T) == 4) cases = {cases[1]};                  // --quick: float32 once
+    if (quick) {  // --quick: float64 on the first three shapes, float32 on two (one of them L = 1)
+        if (sizeof(T) == 4) cases = {cases[1], {{2, 12, 40, 1}, 90, 30, 25, 1000}};
+    }
     for (const auto& c : cases) {
         const std::string tag = std::string(tname) + " d=" + std::to_string(c.spec.in_dim) +
                                 " m=" + std::to_string(c.spec.ff_dim) + " H=" +
@@ -563,9 +740,14 @@ int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     const char* smem = std::getenv("HELMPINN_EMU_SMEM");
     const char* tile = std::getenv("HELMPINN_CUDA_TILE");
-    std::printf("# CUDA backend under CPU emulation: shared memory %s bytes, tile %s\n",
-                smem ? smem : "232448 (default)", tile ? tile : "auto");
+    const char* stat = std::getenv("HELMPINN_EMU_STATIC_SMEM");
+    const char* regs = std::getenv("HELMPINN_EMU_REGS");
+    std::printf("# CUDA backend under CPU emulation: shared memory %s bytes (static %s), "
+                "%s registers, tile %s\n",
+                smem ? smem : "232448 (default)", stat ? stat : "0", regs ? regs : "128",
+                tile ? tile : "auto");
     try {
+        check_host_side();
         run_type<double>("float64", quick);
         run_type<float>("float32", quick);
     } catch (const std::exception& e) {
