@@ -23,7 +23,7 @@
 # build.log, tests.log, sanitize.log. The summary is rewritten after every stage, so a run cut
 # short still has one; it is printed at the end.
 #
-# Knobs (environment): PYTHON=python3  CUDA_ARCH=90  BUILD=build/gpu-check  OUT=$BUILD/out
+# Knobs (environment): PYTHON=python3  CUDA_ARCH=90-real  BUILD=build/gpu-check  OUT=$BUILD/out
 #   GPU_CHECK_DEADLINE_S=540 (whole run)  GPU_CHECK_TEST_TIMEOUT=90 (per test, seconds)
 #   dry run only: GPU_CHECK_STUB_SLEEP (seconds each stubbed stage takes), GPU_CHECK_STUB_FAIL
 #   (e.g. "tests"), GPU_CHECK_STUB_REFUSE / GPU_CHECK_STUB_FIND (sanitizer tools, comma list).
@@ -44,7 +44,7 @@ PY=${PYTHON:-python3}
 BUILD=${BUILD:-$ROOT/build/gpu-check}
 OUTDIR=${OUT:-$BUILD/out}
 WORK=$BUILD/work
-ARCH=${CUDA_ARCH:-90}
+ARCH=${CUDA_ARCH:-90-real}
 DEADLINE=${GPU_CHECK_DEADLINE_S:-540}
 RESERVE=${GPU_CHECK_RESERVE_S:-10}        # kept for the last summary
 TEST_TIMEOUT=${GPU_CHECK_TEST_TIMEOUT:-90}
@@ -309,10 +309,7 @@ st_sanitize() {
     if is_dry; then
       timeout -k 5 "$b" "$PY" "$CASES" stub-sanitizer --tool "$tool" > "$log" 2>&1
     else
-      local extra=()
-      [[ $tool == memcheck ]] && extra=(--leak-check no)
-      [[ $tool == racecheck ]] && extra=(--racecheck-report hazard)
-      timeout -k 5 "$b" "$san" --tool "$tool" --print-limit 20 "${extra[@]}" \
+      timeout -k 5 "$b" "$san" --tool "$tool" --print-limit 20 \
         "$PY" "$CASES" sanitize-case > "$log" 2>&1
     fi
     rc=$?

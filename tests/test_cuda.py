@@ -381,6 +381,31 @@ def test_workspaces_of_different_sizes_coexist(gpu, rng, make_inputs):
     assert gsmall.memory_bytes < gbig.memory_bytes
 
 
+PLAN = re.compile(r"tile (\d+), (shared buffers|global scratch), (\d+) B dynamic shared memory "
+                  r"\(limit (\d+), static (\d+)\), (\d+) regs, (\d+) blocks/SM, (\d+) blocks")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_launch_plan_fits_the_device(gpu, rng, capfd, monkeypatch, dtype):
+    """HELMPINN_CUDA_VERBOSE=1 prints the plan: its dynamic shared memory is within the kernels'
+    limit (the opt-in minus their static shared memory: a limit set above that fails every
+    workspace), at least one block fits per SM, and the workspace computes what the CPU does."""
+    monkeypatch.setenv("HELMPINN_CUDA_VERBOSE", "1")
+    for shape in [(2, 32, 128, 4), (3, 128, 256, 3)]:
+        ws = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 256, dtype=dtype, device="cuda")
+        err = capfd.readouterr().err
+        m = PLAN.search(err)
+        assert m, err
+        tile, smem, limit, static, regs, per_sm, blocks = (int(m.group(i)) for i in (1, 3, 4, 5, 6, 7, 8))
+        assert 1 <= tile <= 64 and smem <= limit and static >= 0 and regs > 0
+        assert per_sm >= 1 and blocks >= 1
+        theta = R.random_params(shape, rng, fourier_sigma=0.5).astype(dtype)
+        x = rng.uniform(-1, 1, (300, shape[0])).astype(dtype)
+        cpu = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 256, dtype=dtype)
+        for a, b in zip(ws.forward(dev(theta), dev(x), 2), cpu.forward(theta, x, 2)):
+            assert R.rel_err(host(a), b) < TOL[dtype]
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_bitwise_reproducible(gpu, rng, make_inputs, dtype):
     shape = (2, 16, 64, 3)
