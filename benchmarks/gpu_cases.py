@@ -272,13 +272,18 @@ def cmd_scale(args) -> None:
                       errors=dict(u=1e-15, grad_u=1e-15, lap_u=1e-14, loss=1e-15, grad=1e-14),
                       tol=AGREE_TOL if dtype == "float64" else F32_GRAD_TOL, ok=True))
         return
+    rng = np.random.default_rng(7)
+    scale_big_cache(rng)
+    scale_wide(rng)
+
+
+def scale_big_cache(rng, min_elements: int = 2**31) -> None:
+    """A cache above 2^31 elements: d = 1, 2m = 512 features, 3 streams: fourier_streams has
+    3 * B * 512 > 2^31 elements (8.6 GB in float32); indices past 2^31 must be 64-bit."""
     import helmpinn
     D = helmpinn.DeviceArray.from_host
-    rng = np.random.default_rng(7)
-    # 1. A cache above 2^31 elements: d = 1, 2m = 512 features, 3 streams: fourier_streams has
-    #    3 * B * 512 > 2^31 elements (8.6 GB in float32); indices past 2^31 must be 64-bit.
     shape = (1, 256, 8, 1)
-    B = (2**31) // (3 * 512) + 1024
+    B = min_elements // (3 * 512) + 1024
     spec = helmpinn.ModelSpec(*shape)
     theta = rng.normal(0, 0.5, spec.num_params).astype(np.float32)
     x = rng.uniform(-1, 1, (B, 1)).astype(np.float32)
@@ -304,24 +309,28 @@ def cmd_scale(args) -> None:
     elements = 3 * B * 512
     emit(dict(kind="scale", stub=False, case="cache>2^31", dtype="float32", elements=elements,
               n=B, plan=plan, errors=errs, tol=F32_GRAD_TOL,
-              ok=bool(elements > 2**31 and all(e < F32_GRAD_TOL for e in errs.values())),
+              ok=bool(elements > min_elements and all(e < F32_GRAD_TOL for e in errs.values())),
               seconds=time.perf_counter() - t0))
-    del ws, u, gu, lu, g
-    # 2. width 256, d = 3, both dtypes: 65,536 points forward (sampled), 8192 + 1024 loss.
+
+
+def scale_wide(rng, n: int = 65536, n_pde: int = 8192, n_data: int = 1024) -> None:
+    """Width 256, d = 3, both dtypes: 65,536 points forward (sampled), 8192 + 1024 loss."""
+    import helmpinn
+    D = helmpinn.DeviceArray.from_host
     shape = (3, 128, 256, 3)
     spec = helmpinn.ModelSpec(*shape)
     for dtype in ("float64", "float32"):
         t0 = time.perf_counter()
         theta = (rng.normal(0, 1, spec.num_params) / 16).astype(dtype)
-        x = rng.uniform(-1, 1, (65536, 3)).astype(dtype)
+        x = rng.uniform(-1, 1, (n, 3)).astype(dtype)
         ws, plan = cuda_workspace(spec, 16384, dtype)
         out = ws.forward(D(theta), D(x), 2)
-        idx = np.sort(rng.choice(65536, 256, replace=False))
+        idx = np.sort(rng.choice(n, 256, replace=False))
         cpu = helmpinn.Workspace(spec, 4096, dtype=dtype)
         ref = cpu.forward(theta, x[idx], 2)
         errs = {k: rel(_rows(o, idx), r) for k, o, r in zip(("u", "grad_u", "lap_u"), out, ref)}
-        xp, fp = x[:8192], rng.normal(size=(8192, 2)).astype(dtype)
-        xd, yd = x[8192:9216], rng.normal(size=(1024, 2)).astype(dtype)
+        xp, fp = x[:n_pde], rng.normal(size=(n_pde, 2)).astype(dtype)
+        xd, yd = x[n_pde:n_pde + n_data], rng.normal(size=(n_data, 2)).astype(dtype)
         g = D(np.zeros(spec.num_params, dtype))
         v = ws.value_and_grad(D(theta), g, x_pde=D(xp), kappa=40.0, f=D(fp), x_data=D(xd), y=D(yd))
         gc = np.empty(spec.num_params, dtype)
@@ -329,7 +338,7 @@ def cmd_scale(args) -> None:
         errs["loss"] = abs(v - vc) / abs(vc)
         errs["grad"] = rel(g.copy_to_host(), gc)
         tol = AGREE_TOL if dtype == "float64" else F32_GRAD_TOL
-        emit(dict(kind="scale", stub=False, case="width256-d3", dtype=dtype, n=65536, plan=plan,
+        emit(dict(kind="scale", stub=False, case="width256-d3", dtype=dtype, n=n, plan=plan,
                   errors=errs, tol=tol, ok=bool(all(e < tol for e in errs.values())),
                   seconds=time.perf_counter() - t0))
 
@@ -399,6 +408,7 @@ def cmd_bench(args) -> None:
         emit(dict(kind="peak", stub=False, **fp32_peak()))
     except Exception as e:  # noqa: BLE001 - report and go on
         emit(dict(kind="peak", stub=False, error=f"{type(e).__name__}: {str(e)[:200]}"))
+    failed = False
     for name in names:
         cfg = config(name)
         rec = dict(kind="bench", stub=False, impl="helmpinn", config=name, n_pde=cfg.n_pde,
@@ -415,6 +425,7 @@ def cmd_bench(args) -> None:
         except Exception as e:  # noqa: BLE001 - report and go on (e.g. out of memory)
             rec["error"] = f"{type(e).__name__}: {str(e)[:200]}"
         emit(rec)
+        failed = failed or "error" in rec
     cfg = config(args.sweep)
     for tile in ["auto"] + args.tiles.split():
         os.environ.pop("HELMPINN_CUDA_TILE", None)
@@ -431,6 +442,8 @@ def cmd_bench(args) -> None:
             rec["error"] = f"{type(e).__name__}: {str(e)[:200]}"
         emit(rec)
     os.environ.pop("HELMPINN_CUDA_TILE", None)
+    if failed:
+        sys.exit("bench: helmpinn failed on some config (see the records)")
 
 
 # ---------------------------------------------------------------------------------- peers
@@ -461,6 +474,7 @@ def peer_step(impl, cfg):
 
 
 def cmd_peer(args) -> None:
+    failed = []
     for name in args.configs.split():
         cfg = config(name)
         rec = dict(kind="bench", stub=args.stub, impl=args.impl, config=name, n_pde=cfg.n_pde,
@@ -481,7 +495,10 @@ def cmd_peer(args) -> None:
             rec.update(time_steps(step, block, steps=args.steps, warmup=3, min_time=0.3))
         except Exception as e:  # noqa: BLE001 - report and go on (e.g. out of memory)
             rec["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            failed.append(name)
         emit(rec)
+    if failed:
+        sys.exit(f"{args.impl}: failed on {' '.join(failed)} (see the records)")
 
 
 def main() -> None:

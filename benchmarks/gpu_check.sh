@@ -268,8 +268,10 @@ st_tests() {
 run_case() {  # run_case SUBCOMMAND: gpu_cases.py records into results.jsonl
   local s=()
   is_dry && s=(--stub)
-  timeout -k 5 "$(blim)" "$PY" "$CASES" "$1" "${s[@]}" >> "$RES"
+  timeout -k 5 "$(blim)" "$PY" "$CASES" "$1" "${s[@]}" >> "$RES" 2> "$WORK/stderr_$1.log"
   local rc=$?
+  cat "$WORK/stderr_$1.log"
+  (( rc != 0 )) && STAGE_NOTE+=$(grep -v '^\s*$' "$WORK/stderr_$1.log" | grep -v '^helmpinn CUDA plan' | tail -1 | cut -c1-200)
   stub_pause
   return $rc
 }

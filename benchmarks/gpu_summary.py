@@ -293,8 +293,9 @@ def summarize(work: str, out: str, dry: bool, deadline: float | None) -> str:
     for r in bench:
         if r["impl"] != "helmpinn":
             peers.setdefault(r["impl"], {})[r["config"]] = r
-    target = ("speed, b at 65,536 points", "not measured (" + stage_word("bench") + ")")
     h = hb.get("b65k")
+    why = ("helmpinn: " + h["error"][:120]) if h and "error" in h else stage_word("bench")
+    target = ("speed, b at 65,536 points", "not measured (" + why + ")")
     if h and "median_ms" in h:
         tf = h["gflop"] / h["median_ms"]
         pk = peak.get("peak_tflops")
@@ -338,10 +339,14 @@ def summarize(work: str, out: str, dry: bool, deadline: float | None) -> str:
 
     # --- speed table
     L.append("## Speed (float32, median ms per training step: loss + gradient of every parameter)")
-    if peak:
-        L.append(f"FP32 peak {fmt(peak.get('peak_tflops'), '.1f')} TFLOP/s ({peak.get('sms')} SMs x "
-                 f"{peak.get('lanes')} lanes x 2 x {peak.get('max_sm_mhz')} MHz); measured SGEMM "
-                 f"(no TF32) {fmt(peak.get('sgemm_tflops'), '.1f')} TFLOP/s" + stub_note)
+    if peak.get("error"):
+        L.append(f"FP32 peak not measured: {peak['error']}")
+    elif peak:
+        pkw = (f"{peak['peak_tflops']:.1f} TFLOP/s ({peak.get('sms')} SMs x {peak.get('lanes')} "
+               f"lanes x 2 x {peak.get('max_sm_mhz')} MHz)" if peak.get("peak_tflops")
+               else "not known (no max SM clock)")
+        L.append(f"FP32 peak {pkw}; measured SGEMM (no TF32) "
+                 f"{fmt(peak.get('sgemm_tflops'), '.1f')} TFLOP/s" + stub_note)
     pnames = [p for p in ("torch-eager", "jax-fwdlap", "torch-compile") if p in peers] + \
         sorted(p for p in peers if p not in ("torch-eager", "jax-fwdlap", "torch-compile"))
     L.append("")
