@@ -101,6 +101,8 @@ public:
     /// The global scratch buffer (GS mode; null otherwise), for tests.
     const T* scratch() const { return scratch_.data(); }
     std::size_t scratch_size() const { return scratch_.size(); }
+    const T* row_scratch() const { return row_scratch_.data(); }
+    std::size_t row_scratch_size() const { return row_scratch_.size(); }
 
     const WorkspaceBuffers<T>& buffers() const override { return bufs_; }
 

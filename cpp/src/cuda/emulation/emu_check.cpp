@@ -642,8 +642,14 @@ void check_host_side() {
         const auto* bytes = reinterpret_cast<const unsigned char*>(b.scratch());
         bool zero = b.launch_plan().global_scratch && bytes && b.scratch_size() > 0;
         for (std::size_t i = 0; zero && i < b.scratch_size() * sizeof(double); ++i) zero = bytes[i] == 0;
-        report(zero, "global scratch (" + std::to_string(b.scratch_size()) +
-                         " elements) is zero before the first call");
+        const auto* rbytes = reinterpret_cast<const unsigned char*>(b.row_scratch());
+        bool rzero = rbytes && b.row_scratch_size() > 0;
+        for (std::size_t i = 0; rzero && i < b.row_scratch_size() * sizeof(double); ++i)
+            rzero = rbytes[i] == 0;
+        report(zero && rzero, "global scratch (" + std::to_string(b.scratch_size()) +
+                                  " elements) and residual-level scratch (" +
+                                  std::to_string(b.row_scratch_size()) +
+                                  " elements) are zero before the first call");
     }
     {   // The last-use event: a call on another stream waits for the previous call's work; a
         // call on the same stream does not need to. Workspace on device 1 of 2, device 0 current:
