@@ -147,7 +147,7 @@ def parse_ptxas(text: str) -> dict:
             m2 = re.search(r"(\d+) bytes smem", line)
             if m2:
                 kernels[cur]["static_smem"] = int(m2.group(1))
-    fused = {k: v for k, v in kernels.items() if k.startswith(("train_kernel", "forward_kernel"))}
+    fused = {k: v for k, v in kernels.items() if k.startswith(("train_kernel", "forward_kernel", "rows_kernel"))}
     regs = [v.get("registers", 0) for v in fused.values()]
     return dict(kind="ptxas", kernels=kernels, fused_count=len(fused),
                 fused_registers=[min(regs), max(regs)] if regs else None,
