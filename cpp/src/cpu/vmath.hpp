@@ -36,7 +36,10 @@ inline float bit_cast_float(std::int32_t bits) {
 
 inline float tanh_fast(float x) {
     const float a = std::fabs(x);
-    const float ax = a < 9.0f ? a : 9.0f;  // tanh(9) rounds to 1 in float (fmin would not vectorise)
+    // tanh(9) rounds to 1 in float. Written 9 < a ? 9 : a (minps(9, a)), so that a NaN passes
+    // through, and on through the polynomial: tanh(NaN) is NaN at no cost (fmin would not
+    // vectorise; a test of x at the end cost 20-35% of a whole step).
+    const float ax = 9.0f < a ? 9.0f : a;
     const float y = -2.0f * ax;                        // in [-18, 0]
     const float kf = static_cast<float>(static_cast<int>(y * 1.44269504088896341f - 0.5f));
     const float r = (y - kf * 0.693145751953125f) - kf * 1.428606765330187e-06f;
@@ -51,7 +54,7 @@ inline float tanh_fast(float x) {
     const float two_k = bit_cast_float(bits);
     const float em = two_k * em_r + (two_k - 1.0f);   // expm1(y) = 2^k expm1(r) + 2^k - 1
     const float t = -em / (em + 2.0f);
-    return x == x ? std::copysign(t, x) : x;  // NaN stays NaN (the clamp above made it 9)
+    return std::copysign(t, x);
 }
 
 inline double bit_cast_double(std::int64_t bits) {
@@ -66,7 +69,7 @@ inline double bit_cast_double(std::int64_t bits) {
 
 inline double tanh_fast(double x) {
     const double a = std::fabs(x);
-    const double ax = a < 19.1 ? a : 19.1;  // tanh(19.1) rounds to 1 in double
+    const double ax = 19.1 < a ? 19.1 : a;  // tanh(19.1) rounds to 1 in double; NaN passes
     const double y = -2.0 * ax;              // in [-38.2, 0]
     const double kf = static_cast<double>(static_cast<std::int64_t>(y * 1.4426950408889634 - 0.5));
     const double r = (y - kf * 6.93147180369123816490e-01) - kf * 1.90821492927058770002e-10;
@@ -86,7 +89,7 @@ inline double tanh_fast(double x) {
     const double two_k = bit_cast_double((static_cast<std::int64_t>(kf) + 1023) << 52);
     const double em = two_k * em_r + (two_k - 1.0);
     const double t = -em / (em + 2.0);
-    return x == x ? std::copysign(t, x) : x;  // NaN stays NaN
+    return std::copysign(t, x);
 }
 
 template <typename T>
