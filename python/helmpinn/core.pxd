@@ -27,6 +27,7 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
     void set_num_threads(int n) except +
     bool has_cuda()
     int cuda_device_count()
+    string cuda_device_error()
     const char* cpu_isa()
     const char* cpu_kernel_sets()
 
