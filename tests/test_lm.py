@@ -96,6 +96,74 @@ def test_reaches_a_small_error_in_bounded_iterations(solver):
     assert err0 > 0.5 and err < 1e-3, (err0, err)
 
 
+@pytest.mark.parametrize("n_pde, solver", [(60, "primal"), (20, "dual"), (60, "cg")])
+def test_geodesic_trial_point_equals_dense_formula(n_pde, solver):
+    # θ − δ − a/2, (JᵀJ + λI) a = Jᵀ r_vv, r_vv the central second difference along δ (step h)
+    _, _, theta, res = tiny(n_pde=n_pde)
+    lam, h = 100.0, 0.1   # mean diag(JᵀJ) ~ 124: a short step on a slightly bent path
+    J, r = res.jacobian(theta), res.residuals(theta)
+    M = J.T @ J + lam * np.eye(res.num_params)
+    delta = np.linalg.solve(M, J.T @ r)
+    r_vv = (res.residuals(theta + h * delta) - 2 * r + res.residuals(theta - h * delta)) / h**2
+    acc = np.linalg.solve(M, J.T @ r_vv)
+    assert 2 * np.linalg.norm(acc) <= 0.75 * np.linalg.norm(delta)  # the accelerated branch is taken
+    expected = theta - delta - 0.5 * acc
+    lm = LevenbergMarquardt(res, solver=solver, damping="identity", geodesic=True, geodesic_h=h,
+                            cg_tol=1e-13, cg_maxiter=3000)
+    lm.lam, lm._lam_relative = lam, False
+    s = lm.linearize(theta)
+    sol = lm._solve(s, lam)
+    trial, evaluations = lm._accelerate(s, lam, sol, theta.copy(), theta.dtype)
+    assert evaluations == 2
+    tol = 1e-7 if solver == "cg" else 1e-10
+    np.testing.assert_allclose(trial, expected, rtol=0, atol=tol * np.abs(theta - expected).max())
+    plain = LevenbergMarquardt(res, solver=solver, damping="identity", cg_tol=1e-13, cg_maxiter=3000)
+    assert np.abs(plain.solve(theta, lam).delta - delta).max() < tol * np.abs(delta).max()
+
+
+def test_geodesic_falls_back_to_the_plain_step_when_the_acceleration_is_large():
+    # r = (x1 − x0², x1): the path bends strongly at x = (3, 0), so 2‖a‖ > 0.75 ‖δ‖ for small λ
+    res = FunctionResiduals(lambda x: np.array([x[1] - x[0] ** 2, x[1]]),
+                            lambda x: np.array([[-2 * x[0], 1.0], [0.0, 1.0]]), 2, 2)
+    theta = np.array([3.0, 0.0])
+    lm = LevenbergMarquardt(res, solver="primal", damping="identity", lam=1e-12, geodesic=True)
+    lm._lam_relative = False
+    s = lm.linearize(theta)
+    sol = lm._solve(s, lm.lam)
+    trial, _ = lm._accelerate(s, lm.lam, sol, theta.copy(), theta.dtype)
+    np.testing.assert_array_equal(trial, theta - sol.delta)
+
+
+def rosenbrock_problem():
+    # r = (10 (x1 − x0²), 1 − x0): the curved valley that geodesic acceleration is made for
+    return FunctionResiduals(lambda x: np.array([10 * (x[1] - x[0] ** 2), 1 - x[0]]),
+                             lambda x: np.array([[-20 * x[0], 10.0], [-1.0, 0.0]]), 2, 2)
+
+
+@pytest.mark.parametrize("geodesic", [False, True])
+def test_rosenbrock_valley_converges(geodesic):
+    lm = LevenbergMarquardt(rosenbrock_problem(), solver="primal", damping="identity", lam=1.0,
+                            geodesic=geodesic)
+    theta = np.array([-1.2, 1.0])
+    for _ in range(60):
+        info = lm.step(theta)
+        if info.new_loss < 1e-20:
+            break
+    np.testing.assert_allclose(theta, [1.0, 1.0], atol=1e-9)
+
+
+@pytest.mark.parametrize("solver", ["primal", "dual", "cg"])
+def test_geodesic_reaches_a_small_error_in_bounded_iterations(solver):
+    prob, spec, theta, res = tiny(n_pde=60 if solver != "dual" else 40)
+    model = hp.Model(spec, theta)
+    x = prob.test_points(200)
+    u = prob.exact_at(x)
+    lm = LevenbergMarquardt(res, solver=solver, damping="identity", geodesic=True, cg_tol=1e-6, cg_maxiter=300)
+    for _ in range(25):
+        lm.step(model.params)
+    assert relative_l2(model.predict(x), u) < 1e-3
+
+
 def atan_problem():
     # r(x) = atan(x): from x = 2 the undamped Gauss-Newton step overshoots to |x| > 2.
     return FunctionResiduals(lambda x: np.arctan(x), lambda x: np.diag(1.0 / (1.0 + x**2)), 1, 1)
@@ -159,6 +227,8 @@ def test_float32_model_accumulates_in_float64():
     ({"max_trials": 0}, "max_trials"),
     ({"chunk_rows": 0}, "chunk_rows"),
     ({"cg_tol": 2.0}, "cg_tol"),
+    ({"geodesic_h": 0.0}, "geodesic_h"),
+    ({"geodesic_alpha": -1.0}, "geodesic_alpha"),
 ])
 def test_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):

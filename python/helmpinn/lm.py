@@ -193,6 +193,7 @@ class LMSolve:
     predicted: float
     method: str            # "cholesky", "eigh" (fallback) or "cg"
     cg_iterations: int = 0
+    _again: Callable[[NDArray], NDArray] | None = field(default=None, repr=False)  # same matrix, other rhs
 
 
 @dataclass
@@ -250,7 +251,8 @@ class LevenbergMarquardt:
                  lam: float = 1e-3, lam_min: float = 1e-15, lam_max: float = 1e12, max_trials: int = 10,
                  chunk_rows: int | None = None, chunk_bytes: int = 32 << 20, cg_tol: float = 1e-8,
                  cg_maxiter: int = 500, max_matrix_bytes: int = 2 << 30, blas_threads: int | None = 1,
-                 update: str = "fixed", comm: Any = None):
+                 update: str = "fixed", comm: Any = None, geodesic: bool = False, geodesic_h: float = 0.1,
+                 geodesic_alpha: float = 0.75):
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
         if damping not in DAMPINGS:
@@ -267,6 +269,8 @@ class LevenbergMarquardt:
             raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
         if not 0 < cg_tol < 1 or int(cg_maxiter) < 1:
             raise ValueError(f"need 0 < cg_tol < 1 and cg_maxiter >= 1, got {cg_tol}, {cg_maxiter}")
+        if not 0 < geodesic_h <= 1 or not geodesic_alpha > 0:
+            raise ValueError(f"need 0 < geodesic_h <= 1 and geodesic_alpha > 0, got {geodesic_h}, {geodesic_alpha}")
         if comm is not None and comm.Get_size() > 1 and solver not in ("auto", "primal"):
             raise ValueError(f"solver {solver!r}: over several MPI ranks only the primal system "
                              "(JᵀJ and Jᵀr summed over the ranks) is available")
@@ -284,6 +288,8 @@ class LevenbergMarquardt:
         self.max_matrix_bytes = int(max_matrix_bytes)
         self.blas_threads = blas_threads
         self.requested_solver = solver
+        self.geodesic = bool(geodesic)
+        self.geodesic_h, self.geodesic_alpha = float(geodesic_h), float(geodesic_alpha)
         self.steps = 0               # calls of step()
         self.iterations = 0          # Jacobians computed
         self.evaluations = 0         # residual evaluations (trials)
@@ -359,7 +365,7 @@ class LevenbergMarquardt:
             self.evaluations += 1
         self._next = None
         loss = self._sum(float(r @ r))
-        sys_: dict[str, Any] = {"r": r, "loss": loss, "solver": solver}
+        sys_: dict[str, Any] = {"r": r, "loss": loss, "solver": solver, "theta": theta.copy()}
         if not math.isfinite(loss):
             self._key, self._sys = key, sys_
             return sys_
@@ -414,7 +420,7 @@ class LevenbergMarquardt:
                     Jc = np.asarray(res.jacobian(theta, rows=(a, b)), dtype=np.float64)
                     diag += np.einsum("ij,ij->j", Jc, Jc)
             tj += time.perf_counter() - t1
-            sys_.update(g=g, diag=diag, theta=theta.copy())
+            sys_.update(g=g, diag=diag)
         times["jacobian"] = times.get("jacobian", 0.0) + tj
         times["jtj"] = times.get("jtj", 0.0) + tm
         finite = np.all(np.isfinite(sys_["g"])) and (sys_["diag"] is None or np.all(np.isfinite(sys_["diag"])))
@@ -463,16 +469,36 @@ class LevenbergMarquardt:
         if s["solver"] == "primal":
             M = s["A"].copy(order="F")
             M[np.diag_indices_from(M)] += lam * D
-            delta, how = _spd_solve(M, g, lower=False)
-            return LMSolve(delta, float(delta @ (g + lam * D * delta)), how)
+            solve, how = _spd_factor(M, lower=False)
+            delta = solve(g)
+            return LMSolve(delta, float(delta @ (g + lam * D * delta)), how, _again=solve)
         if s["solver"] == "dual":
             J = s["J"]
             K = s["K"].copy(order="F")
             K[np.diag_indices_from(K)] += lam
-            u, how = _spd_solve(K, s["r"], lower=False)
-            delta = (J.T @ u) / D
-            return LMSolve(delta, float(delta @ (g + lam * D * delta)), how)
-        # matrix-free: preconditioned CG on (JᵀJ + λD) δ = g
+            solve, how = _spd_factor(K, lower=False)
+            delta = (J.T @ solve(s["r"])) / D
+            return LMSolve(delta, float(delta @ (g + lam * D * delta)), how,
+                           _again=lambda rhs: (J.T @ solve(rhs)) / D)
+        x, Jx, it = self._cg(s, lam, g)
+        return LMSolve(x, float(2.0 * (x @ g) - Jx @ Jx), "cg", it)
+
+    def _solve_residual_rhs(self, s: dict[str, Any], lam: float, sol: LMSolve, w: NDArray) -> NDArray:
+        """x with (JᵀJ + λD) x = Jᵀw, reusing the factorisation of ``sol`` where there is one."""
+        if s["solver"] == "dual":
+            return sol._again(w)
+        Jtw = np.asarray(self.res.vjp(s["theta"], w.astype(self.res.dtype)), dtype=np.float64)
+        if self.comm is not None:
+            from .distributed import _mpi
+
+            self.comm.Allreduce(_mpi().IN_PLACE, Jtw, op=_mpi().SUM)
+        if s["solver"] == "primal":
+            return sol._again(Jtw)
+        return self._cg(s, lam, Jtw)[0]
+
+    def _cg(self, s: dict[str, Any], lam: float, g: NDArray) -> tuple[NDArray, NDArray, int]:
+        """Matrix-free: preconditioned CG on (JᵀJ + λD) x = g; returns x, Jx and the iterations."""
+        D = s["D"]
         theta = s["theta"]
         res = self.res
         dt = res.dtype
@@ -501,7 +527,26 @@ class LevenbergMarquardt:
             rz_new = float(rr @ z)
             p = z + (rz_new / rz) * p
             rz = rz_new
-        return LMSolve(x, float(2.0 * (x @ g) - Jx @ Jx), "cg", it)
+        return x, Jx, it
+
+    def _accelerate(self, s: dict[str, Any], lam: float, sol: LMSolve, theta64: NDArray,
+                    dtype: Any) -> tuple[NDArray, int]:
+        """Geodesic acceleration (Transtrum & Sethna): the trial point θ − δ − ½a with
+        (JᵀJ + λD) a = Jᵀ r_vv and r_vv ≈ (r(θ + hδ) − 2r(θ) + r(θ − hδ)) / h², the residuals'
+        second derivative along the step; the plain θ − δ when 2‖a‖/‖δ‖ exceeds
+        ``geodesic_alpha`` (the step leaves the region where the quadratic path is trusted).
+        Returns the trial point and the residual evaluations it took."""
+        h, delta = self.geodesic_h, sol.delta
+        r_plus = np.asarray(self.res.residuals((theta64 + h * delta).astype(dtype)), dtype=np.float64)
+        r_minus = np.asarray(self.res.residuals((theta64 - h * delta).astype(dtype)), dtype=np.float64)
+        r_vv = (r_plus - 2.0 * s["r"] + r_minus) / (h * h)
+        acc = self._solve_residual_rhs(s, lam, sol, r_vv)
+        num, den = self._sum(float(acc @ acc)), self._sum(float(delta @ delta))
+        if self.comm is not None:   # every rank holds the same δ and a: count them once
+            num, den = num / self.comm.Get_size(), den / self.comm.Get_size()
+        if den > 0 and 2.0 * math.sqrt(num) <= self.geodesic_alpha * math.sqrt(den) and np.all(np.isfinite(acc)):
+            return (theta64 - delta - 0.5 * acc).astype(dtype), 2
+        return (theta64 - delta).astype(dtype), 2
 
     # -- one iteration ------------------------------------------------------------------------------
     def step(self, theta: NDArray) -> LMStep:
@@ -533,7 +578,11 @@ class LevenbergMarquardt:
                 sol = self._solve(s, self.lam)
                 t1 = time.perf_counter()
                 times["solve"] += t1 - t0
-                trial = (theta64 - sol.delta).astype(theta.dtype)
+                if self.geodesic:
+                    trial, extra = self._accelerate(s, self.lam, sol, theta64, theta.dtype)
+                    self.evaluations += extra
+                else:
+                    trial = (theta64 - sol.delta).astype(theta.dtype)
                 r1 = np.asarray(self.res.residuals(trial), dtype=np.float64)
                 self.evaluations += 1
                 loss1 = self._sum(float(r1 @ r1))
@@ -564,19 +613,20 @@ class LevenbergMarquardt:
                       s["r"])
 
 
-def _spd_solve(M: NDArray, b: NDArray, lower: bool) -> tuple[NDArray, str]:
-    """Solve M x = b for symmetric M (one triangle filled): Cholesky, else eigendecomposition
-    without the non-positive part of the spectrum."""
+def _spd_factor(M: NDArray, lower: bool) -> tuple[Callable[[NDArray], NDArray], str]:
+    """A solver for M x = b, M symmetric (one triangle filled): Cholesky, else the
+    eigendecomposition without the non-positive part of the spectrum (a singular or indefinite
+    matrix from round-off at tiny λ)."""
     import scipy.linalg as sl
 
     try:
         c = sl.cho_factor(M, lower=lower, overwrite_a=False, check_finite=False)
-        x = sl.cho_solve(c, b, check_finite=False)
-        if np.all(np.isfinite(x)):
-            return x, "cholesky"
+        if np.all(np.isfinite(np.diagonal(c[0]))):
+            return (lambda b: sl.cho_solve(c, b, check_finite=False)), "cholesky"
     except np.linalg.LinAlgError:
         pass
     w, V = sl.eigh(M, lower=lower, check_finite=False)
     keep = w > max(float(w[-1]), 0.0) * M.shape[0] * np.finfo(np.float64).eps
-    x = V[:, keep] @ ((V[:, keep].T @ b) / w[keep])
-    return x, "eigh"
+    Vk, wk = V[:, keep], w[keep]
+    return (lambda b: Vk @ ((Vk.T @ b) / wk)), "eigh"
+
