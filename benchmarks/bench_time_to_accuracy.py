@@ -90,7 +90,7 @@ class Clock:
 
 def run_one(problem, optimizer: str, args) -> dict:
     import helmpinn as hp
-    from helmpinn.lm import lm_defaults
+    from helmpinn.lm import lm_defaults, lm_options
     from helmpinn.optim import lbfgs
 
     s = hp.default_settings(problem)
@@ -131,9 +131,8 @@ def run_one(problem, optimizer: str, args) -> dict:
         out["steps"] = res.iterations
         out["message"] = res.message
     else:
-        trainer.fit_lm(args.lm_iterations or d["iterations"], solver=args.lm_solver, damping=d["damping"],
-                       update=d["update"], lam=d["lam"], stall_window=d["stall_window"],
-                       stall_factor=d["stall_factor"], blas_threads=args.lm_blas_threads or None)
+        trainer.fit_lm(args.lm_iterations or d["iterations"], **{**lm_options(d), "solver": args.lm_solver},
+                       blas_threads=args.lm_blas_threads or None)
         lm = trainer.lm
         out["steps"] = lm.steps
         out["lm"] = {"solver": lm.solver, "jacobians": lm.iterations, "evaluations": lm.evaluations,

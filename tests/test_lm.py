@@ -362,7 +362,25 @@ def test_cli_lm_solver_needs_lm(tmp_path, capsys):
     from helmpinn.cli import main
 
     assert main(["train", "--problem", "plane1d", "--lm-solver", "cg", "--out", str(tmp_path)]) == 2
-    assert "--lm-solver goes with --optimizer lm" in capsys.readouterr().err
+    assert "--lm-solver and --lm-geodesic go with --optimizer lm" in capsys.readouterr().err
+    assert main(["train", "--problem", "plane1d", "--no-lm-geodesic", "--out", str(tmp_path)]) == 2
+    assert "go with --optimizer lm" in capsys.readouterr().err
+
+
+def test_cli_lm_geodesic_switch(tmp_path):
+    from helmpinn.cli import main
+
+    args = ["train", "--problem", "plane1d", "--k", "5", "--optimizer", "lm", "--steps", "3", "--hidden", "8",
+            "--layers", "1", "--fourier", "4", "--points", "60", "--no-plots", "--quiet"]
+    for flag in ("--lm-geodesic", "--no-lm-geodesic"):
+        out = tmp_path / flag
+        assert main([*args, flag, "--out", str(out)]) == 0
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["settings"]["lm"]["geodesic"] is (flag == "--lm-geodesic")
+        lm = metrics["lm"]
+        # a trial costs one residual evaluation, two more with the acceleration (plus the first r)
+        trials = lm["evaluations"] - 1 if flag == "--no-lm-geodesic" else (lm["evaluations"] - 1) // 3
+        assert lm["evaluations"] == 1 + trials * (3 if flag == "--lm-geodesic" else 1) and trials >= 3
 
 
 def test_general_operator_problem_pml():

@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--warm-start", type=int, default=None, help="Adam steps before L-BFGS or LM (default 0)")
     o.add_argument("--lm-solver", choices=("auto", "primal", "dual", "cg"), default=None,
                    help="LM's linear system: JᵀJ (primal), JJᵀ (dual) or matrix-free CG (default auto: by shape)")
+    o.add_argument("--lm-geodesic", action=argparse.BooleanOptionalAction, default=None,
+                   help="LM with geodesic acceleration (default on; helmpinn.lm)")
     o.add_argument("--target", type=float, default=None, help="stop once the relative L2 error is below this")
     o.add_argument("--eval-every", type=int, help="steps between error evaluations")
     o.add_argument("--checkpoint-every", type=int, default=None,
@@ -201,8 +203,10 @@ def _new_run(args: argparse.Namespace):
     }
     if optimizer == "lm":
         settings["lm"] = {**s["lm"], "solver": args.lm_solver or s["lm"]["solver"]}
-    elif args.lm_solver is not None:
-        raise _UsageError("--lm-solver goes with --optimizer lm")
+        if args.lm_geodesic is not None:
+            settings["lm"]["geodesic"] = bool(args.lm_geodesic)
+    elif args.lm_solver is not None or args.lm_geodesic is not None:
+        raise _UsageError("--lm-solver and --lm-geodesic go with --optimizer lm")
     try:
         _core.ModelSpec(problem.dim, settings["fourier"], settings["hidden"], settings["layers"])
     except ValueError as exc:
@@ -458,13 +462,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _second_order_defaults(problem, optimizer: str) -> dict[str, Any]:
     """The settings that differ from Adam's for --optimizer lbfgs / lm."""
     if optimizer == "lm":
-        from .lm import lm_defaults
+        from .lm import lm_defaults, lm_options
 
         d = lm_defaults(problem)
         return {**{k: d[k] for k in ("ff_dim", "hidden", "layers", "sigma", "dtype", "n_pde", "n_bc",
                                      "sampling", "resample_every", "eval_every", "warm_start")},
                 "steps": d["iterations"], "lbfgs": 0,
-                "lm": {k: d[k] for k in ("solver", "damping", "update", "lam", "stall_window", "stall_factor")}}
+                "lm": lm_options(d)}
     if optimizer == "lbfgs":
         return {"dtype": "float64", "steps": 2000, "resample_every": 0, "eval_every": 50, "lbfgs": 0}
     return {"warm_start": 0}
@@ -481,9 +485,7 @@ def _fit_second_order(trainer, settings: dict[str, Any], done: int):
     if settings["optimizer"] == "lbfgs":
         return trainer.history, trainer.polish(settings["steps"])
     lm = settings["lm"]
-    history = trainer.fit_lm(settings["steps"] + warm - max(done, warm), solver=lm["solver"],
-                             damping=lm["damping"], update=lm["update"], lam=lm["lam"],
-                             stall_window=lm["stall_window"], stall_factor=lm["stall_factor"])
+    history = trainer.fit_lm(settings["steps"] + warm - max(done, warm), **lm)
     return history, None
 
 

@@ -17,6 +17,17 @@ iterations): fixed 5.1e-7, Nielsen 3.7e-6 relative L2 error; Nielsen's rule keep
 ``lam`` is relative to the mean of ``diag(JᵀJ)``) or Marquardt's ``diag(JᵀJ)`` (scale-free; it
 reached 6.5e-6 on the same run).
 
+Geodesic acceleration (``geodesic=True``, the default; Transtrum & Sethna, 2012): near the
+solution the plain step stalls in the curved, narrow valleys of a PINN's loss: a smaller λ
+gives a longer step along directions where J is nearly singular, the residuals' curvature
+along it makes the loss rise, the step is rejected and λ stays up. The accelerated trial point
+is ``θ − δ − a/2`` with ``(JᵀJ + λD) a = Jᵀ r_vv``, ``r_vv`` the second derivative of the
+residuals along δ by a central difference (two residual evaluations, step ``geodesic_h``), the
+factorisation reused (one more ``vjp`` in the primal form, nothing in the dual); the plain
+trial is kept when ``2‖a‖ > geodesic_alpha ‖δ‖``. Measured (same points, network and start,
+40 iterations): ``plane1d`` k = 100 1.6e-6 → 1.5e-7, ``dirichlet2d`` n = 2 5.6e-6 → 3.8e-6 with
+the loss still falling where the plain step had stalled.
+
 Three ways to solve the same system, picked by ``solver``:
 
 - ``"primal"``: form the P×P matrix ``JᵀJ`` from Jacobian rows taken in chunks (``rows=``), so
@@ -54,7 +65,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["lm_defaults", "Residuals", "CoreResiduals", "FunctionResiduals", "LevenbergMarquardt", "LMStep",
+__all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResiduals", "FunctionResiduals", "LevenbergMarquardt", "LMStep",
            "LMSolve", "SOLVERS", "DAMPINGS", "UPDATES", "NonFiniteLoss"]
 
 SOLVERS = ("auto", "primal", "dual", "cg")
@@ -98,8 +109,17 @@ def lm_defaults(problem: Any) -> dict[str, Any]:
             "sigma": k / (2 * math.pi * math.sqrt(d)), "dtype": "float64",
             "iterations": 200, "n_pde": n_pde, "n_bc": n_bc, "sampling": "sobol",
             "resample_every": 0, "eval_every": 5, "warm_start": 0,
-            "solver": "auto", "damping": "identity", "update": "fixed", "lam": 1e-3,
+            "solver": "auto", "damping": "identity", "update": "fixed", "lam": 1e-3, "geodesic": True,
             "stall_window": 10, "stall_factor": 0.99}
+
+
+#: The entries of :func:`lm_defaults` that are options of :meth:`helmpinn.Trainer.fit_lm`.
+LM_OPTIONS = ("solver", "damping", "update", "lam", "geodesic", "stall_window", "stall_factor")
+
+
+def lm_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The :meth:`~helmpinn.Trainer.fit_lm` keywords among ``defaults`` (an :func:`lm_defaults`)."""
+    return {k: defaults[k] for k in LM_OPTIONS if k in defaults}
 
 
 # -- residual operators ------------------------------------------------------------------------
@@ -231,7 +251,8 @@ class LevenbergMarquardt:
     clipped to them; :meth:`step` reports ``message`` "damping at lam_max" when a step fails at
     ``lam_max``), ``max_trials`` (trial points per step before giving up and returning with the
     parameters unchanged), ``chunk_rows`` (Jacobian rows per chunk; default: chunks of at most
-    ``chunk_bytes``), ``cg_tol`` / ``cg_maxiter`` (matrix-free solve), ``max_matrix_bytes`` (the
+    ``chunk_bytes``), ``cg_tol`` / ``cg_maxiter`` (matrix-free solve), ``geodesic`` / ``geodesic_h`` /
+    ``geodesic_alpha`` (geodesic acceleration, see the module docstring), ``max_matrix_bytes`` (the
     largest P×P or R×R matrix "auto" forms), ``blas_threads`` (limit the BLAS to this many
     threads inside a step with threadpoolctl; None leaves it). The default, one thread, was
     measured 5-10x faster per step than the BLAS's own threads on a busy 2-core machine
@@ -251,7 +272,7 @@ class LevenbergMarquardt:
                  lam: float = 1e-3, lam_min: float = 1e-15, lam_max: float = 1e12, max_trials: int = 10,
                  chunk_rows: int | None = None, chunk_bytes: int = 32 << 20, cg_tol: float = 1e-8,
                  cg_maxiter: int = 500, max_matrix_bytes: int = 2 << 30, blas_threads: int | None = 1,
-                 update: str = "fixed", comm: Any = None, geodesic: bool = False, geodesic_h: float = 0.1,
+                 update: str = "fixed", comm: Any = None, geodesic: bool = True, geodesic_h: float = 0.1,
                  geodesic_alpha: float = 0.75):
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
