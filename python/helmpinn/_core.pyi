@@ -5,7 +5,7 @@ arrays of one call, matching the Workspace), shape, C-contiguity and, for output
 A wrong array raises TypeError (dtype) or ValueError (shape, layout) naming the argument and
 what was expected. The GIL is released while C++ computes.
 """
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -141,7 +141,12 @@ class Workspace:
                 lap_u: NDArray[Float] | None = None, stream: int | object | None = None
                 ) -> tuple[NDArray[Float], NDArray[Float], NDArray[Float]]: ...
     # Every loss-level operation (value_and_grad, residuals, jacobian, jvp, vjp) takes the same
-    # batch keywords (BatchKw):
+    # batch keywords (BatchKw). Its points and data come either as batch= (a helmpinn.Batch,
+    # python/helmpinn/batch.py: the arrays below converted once, the same object reused step
+    # after step; a Batch of another dtype than the workspace's raises TypeError) or as the
+    # keywords themselves; batch= with any of x_pde ... g_bc or counts raises TypeError naming
+    # them. The options (w_*, train_fourier, check_finite) are keywords either way:
+    #   batch: helmpinn.Batch | None = None
     #   x_pde [N_pde, d], kappa (float or [N_pde]), f [N_pde, 2]        PDE term
     #   a_pde, b_pde (complex or [N_pde, d, 2]), c_pde (complex or [N_pde, 2]): the general
     #     operator r = sum_i a_i u_ii + sum_i b_i u_i + c u - f at the PDE points instead of
