@@ -15,5 +15,5 @@ def renamed(where: str, new: str, value: Any, old: str, old_value: Any, stacklev
     if value is not None:
         raise TypeError(f"{where}: {old}= is the old name of {new}=; give only {new}=")
     warnings.warn(f"{where}: {old}= is deprecated, use {new}= (the name n_bc is kept for the "
-                  f"boundary normals)", DeprecationWarning, stacklevel=stacklevel + 1)
+                  f"boundary normals)", DeprecationWarning, stacklevel=stacklevel)
     return old_value
