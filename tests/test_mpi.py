@@ -169,6 +169,7 @@ def test_sample_shard_union_is_one_draw():
 def _worker_value_and_grad(comm, out: str) -> None:
     import helmpinn as hp
     from helmpinn import distributed as dist
+    from helmpinn.batch import TERM_KEYWORDS
     from conftest import _make_inputs
 
     rank = comm.Get_rank()
@@ -183,7 +184,7 @@ def _worker_value_and_grad(comm, out: str) -> None:
         want = ws.value_and_grad(theta, want_grad, **full, **opts)
         want_terms = ws.last_loss
         mine = {}
-        for t, keys in dist._TERM_KEYS.items():
+        for t, keys in TERM_KEYWORDS.items():
             for k in keys:
                 v = full.get(k)
                 if isinstance(v, np.ndarray):
@@ -205,6 +206,15 @@ def _worker_value_and_grad(comm, out: str) -> None:
         assert counts == dist.local_counts(full), (counts, dist.local_counts(full))
         loss = dist.value_and_grad(ws, comm, theta, grad, counts=counts, **mine, **opts)
         assert loss == got["total"]
+        # The same through a Batch: without counts (one allreduce), and as shard_batch makes it
+        # once per draw (the global counts inside, the terms this rank lacks left out).
+        batch = hp.Batch(**{k: v for k, v in mine.items() if not k.startswith("w_")}, dtype="float64")
+        weights = {k: v for k, v in mine.items() if k.startswith("w_")}
+        for b in (batch, dist.shard_batch(batch, counts)):
+            again = dist.value_and_grad(ws, comm, theta, grad, batch=b, breakdown=True, **weights, **opts)
+            assert again == got, (again, got)
+        assert dist.shard_batch(batch, counts).counts == {t: counts[t] for t in dist.TERMS
+                                                          if batch.sizes[t]}
 
     weights = (0.3, 2.0, 0.7)
     full = _make_inputs(rng, 2, n_pde=23, n_data=11, n_bc=9, kappa="array", alpha="array",
