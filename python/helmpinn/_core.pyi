@@ -5,10 +5,12 @@ arrays of one call, matching the Workspace), shape, C-contiguity and, for output
 A wrong array raises TypeError (dtype) or ValueError (shape, layout) naming the argument and
 what was expected. The GIL is released while C++ computes.
 """
-from typing import TYPE_CHECKING, Literal, overload
+from typing import Literal, overload
 
 import numpy as np
 from numpy.typing import NDArray
+
+from .batch import Batch
 
 __version__: str
 
@@ -163,11 +165,13 @@ class Workspace:
     @overload
     def value_and_grad(self, params: NDArray[Float], grad: NDArray[Float], *,
                        grad_kappa: NDArray[Float] | None = None, breakdown: Literal[False] = False,
-                       stream: int | object | None = None, **batch: object) -> float: ...
+                       stream: int | object | None = None, batch: Batch | None = None,
+                       **batch_keywords: object) -> float: ...
     @overload
     def value_and_grad(self, params: NDArray[Float], grad: NDArray[Float], *,
                        grad_kappa: NDArray[Float] | None = None, breakdown: Literal[True],
-                       stream: int | object | None = None, **batch: object) -> LossBreakdown:
+                       stream: int | object | None = None, batch: Batch | None = None,
+                       **batch_keywords: object) -> LossBreakdown:
         """Loss of the given terms; writes d(loss)/d(params) into grad (overwritten). With
         grad_kappa [N_pde] also d(loss)/d(kappa_i) at every PDE point (inverse problems);
         with breakdown=True the loss per term comes back with it."""
@@ -175,20 +179,21 @@ class Workspace:
     # boundary points, each point as (re, im), each scaled by sqrt(w_term / count_term): the
     # loss is exactly r @ r and its gradient 2 J^T r. Outputs are allocated when out is None.
     def residuals(self, params: NDArray[Float], *, out: NDArray[Float] | None = None,
-                  stream: int | object | None = None, **batch: object) -> NDArray[Float]:
+                  stream: int | object | None = None, batch: Batch | None = None,
+                  **batch_keywords: object) -> NDArray[Float]:
         """r [R]."""
     def jacobian(self, params: NDArray[Float], *, out: NDArray[Float] | None = None,
                  rows: tuple[int, int] | None = None, stream: int | object | None = None,
-                 **batch: object) -> NDArray[Float]:
+                 batch: Batch | None = None, **batch_keywords: object) -> NDArray[Float]:
         """J = dr/dparams [R, P] (row-major, parameter layout), or rows=(start, stop) of it
         [stop - start, P]: any R in bounded memory, a range at a time."""
     def jvp(self, params: NDArray[Float], v: NDArray[Float], *,
             out: NDArray[Float] | None = None, stream: int | object | None = None,
-            **batch: object) -> NDArray[Float]:
+            batch: Batch | None = None, **batch_keywords: object) -> NDArray[Float]:
         """J v [R] for v [P]."""
     def vjp(self, params: NDArray[Float], w: NDArray[Float], *,
             out: NDArray[Float] | None = None, stream: int | object | None = None,
-            **batch: object) -> NDArray[Float]:
+            batch: Batch | None = None, **batch_keywords: object) -> NDArray[Float]:
         """J^T w [P] for w [R]."""
 
 class LossBreakdown:
