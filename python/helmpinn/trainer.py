@@ -141,6 +141,11 @@ class Trainer:
     step on freshly drawn points check the inputs (``check_finite``), so NaN or Inf coming from
     the problem raises ValueError naming the array.
 
+    The points of the current draw are ``training_set`` (float64 / complex) and ``batch``, the
+    :class:`~helmpinn.Batch` the core takes: converted once per draw, then the same object at
+    every step of Adam, L-BFGS (:meth:`polish`) and LM (:meth:`fit_lm`); each step's loss comes
+    back with its breakdown (``history.pde``, ``.data``, ``.bc``) from that one call.
+
     A checkpoint also records the state of the point sampler; a Trainer given a model loaded from
     a checkpoint continues it: step count, optimiser state, learning-rate schedule (spanning the
     steps already taken plus those of :meth:`fit`) and the same training points.
