@@ -19,35 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-FMA_SRC = os.path.join(HERE, "..", "..", "shared", "tools", "fma_peak.c")
-
-
-def fma_peak(threads: int, src: str) -> float | None:
-    """float32 FMA peak in GFLOP/s on `threads` threads, or None when it cannot be built."""
-    if not os.path.isfile(src):
-        print(f"fma_peak: {src} not found; pass --fma-src", file=sys.stderr)
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = os.path.join(tmp, "fma_peak")
-        build = subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", src, "-o", exe],
-                               capture_output=True, text=True)
-        if build.returncode != 0:
-            print("fma_peak: build failed:\n" + build.stderr, file=sys.stderr)
-            return None
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-        out = subprocess.run([exe], capture_output=True, text=True, env=env, check=True)
-        return float(out.stdout.strip().splitlines()[-1])
+from machine_peak import FMA_SRC, fma_peak  # noqa: E402
 
 
 def timed(fn, steps: int, min_time: float = 1.0) -> float:

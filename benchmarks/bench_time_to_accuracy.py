@@ -97,16 +97,17 @@ def run_one(problem, optimizer: str, args) -> dict:
     d = lm_defaults(problem)
     model_src = d if (optimizer == "lm" or args.same_model) else s
     dtype = s["dtype"] if optimizer == "adam" else "float64"
-    n_pde = model_src["n_pde"] if args.points is None else args.points
-    n_bc = model_src["n_bc"]
+    pde_points = model_src["pde_points"] if args.points is None else args.points
+    bc_points = model_src["bc_points"]
     ff, hidden, layers = model_src["ff_dim"], model_src["hidden"], model_src["layers"]
     if args.tiny:
         ff, hidden, layers = 4, 8, 1
-        n_pde, n_bc = min(n_pde, 40 * problem.dim), min(n_bc, 2 if problem.dim == 1 else 16)
+        pde_points = min(pde_points, 40 * problem.dim)
+        bc_points = min(bc_points, 2 if problem.dim == 1 else 16)
     model = hp.Model.create(problem.dim, ff, hidden, layers, dtype=dtype, seed=args.seed,
                             fourier_sigma=s["sigma"])
     every = {"adam": args.eval_every, "lbfgs": max(args.eval_every // 10, 1), "lm": 1}[optimizer]
-    trainer = hp.Trainer(problem, model, n_pde=n_pde, n_bc=n_bc, seed=args.seed, progress=False,
+    trainer = hp.Trainer(problem, model, pde_points=pde_points, bc_points=bc_points, seed=args.seed, progress=False,
                          eval_every=0, n_test=args.n_test,
                          resample_every=s["resample_every"] if optimizer == "adam" else 0)
     trainer.resample()
@@ -114,7 +115,7 @@ def run_one(problem, optimizer: str, args) -> dict:
     trainer.callbacks.append(clock.trainer_callback)
     clock.record(0)
     out = {"optimizer": optimizer, "num_params": model.num_params, "dtype": dtype,
-           "n_pde": trainer.n_pde, "n_bc": trainer.n_bc, "network": [ff, hidden, layers]}
+           "pde_points": trainer.pde_points, "bc_points": trainer.bc_points, "network": [ff, hidden, layers]}
     t_start = time.perf_counter()
     if optimizer == "adam":
         steps = args.adam_steps or s["steps"] * 50   # the budget is the real limit
@@ -126,7 +127,7 @@ def run_one(problem, optimizer: str, args) -> dict:
                 clock.record(it, theta)
             return clock.elapsed() > args.budget
 
-        res = lbfgs(model.params, model.spec, trainer._batch, args.lbfgs_iterations, weights=trainer.weights,
+        res = lbfgs(model.params, model.spec, trainer.batch, args.lbfgs_iterations, weights=trainer.weights,
                     callback=cb)
         out["steps"] = res.iterations
         out["message"] = res.message
@@ -236,7 +237,7 @@ def main(argv=None) -> int:
         for r in runs:
             tt = " | ".join("—" if r["time_to"][f"{t:g}"] is None else f"{r['time_to'][f'{t:g}']:.1f}"
                             for t in THRESHOLDS)
-            print(f"| {label} | {r['optimizer']} | {r['num_params']} | {r['n_pde']}+{r['n_bc']} | {r['steps']} | "
+            print(f"| {label} | {r['optimizer']} | {r['num_params']} | {r['pde_points']}+{r['bc_points']} | {r['steps']} | "
                   f"{r['wall_s']:.1f} | {r['final_error']:.2e} | {tt} |")
     if args.plot:
         plot(results, args.plot)

@@ -7,12 +7,20 @@ deterministic (seeded NumPy), so separate worker processes see bit-identical wei
 from __future__ import annotations
 
 import gc
-import os
 import math
+import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+# The float64 reference and the flat layout are the tests' (tests/reference.py), imported as a
+# plain module from the source tree, as pytest does: one reference for tests and benchmarks.
+_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+if _TESTS not in sys.path:
+    sys.path.append(_TESTS)
+import reference  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,11 @@ class Config:
 
     def asdict(self) -> dict:
         return asdict(self)
+
+    @property
+    def spec(self) -> tuple[int, int, int, int]:
+        """(in_dim, ff_dim, hidden_dim, num_hidden_layers), as helmpinn.ModelSpec takes them."""
+        return (self.d, self.m, self.H, self.L)
 
 
 CONFIGS: dict[str, Config] = {
@@ -50,31 +63,26 @@ def with_points(cfg: Config, n_pde: int, n_data: int, name: str | None = None) -
 
 
 def layout(cfg: Config) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape) of every tensor in flat-buffer order (MATH.md): B, W0, b0, ..., W_L, b_L."""
-    out: list[tuple[str, tuple[int, ...]]] = [("B", (cfg.d, cfg.m))]
-    fan_in = 2 * cfg.m
-    for l in range(cfg.L):
-        out.append((f"W{l}", (cfg.H, fan_in)))
-        out.append((f"b{l}", (cfg.H,)))
-        fan_in = cfg.H
-    out.append((f"W{cfg.L}", (2, cfg.H)))
-    out.append((f"b{cfg.L}", (2,)))
-    return out
+    """(name, shape) of every tensor in flat-buffer order (MATH.md): B, W0, b0, ..., W_L, b_L;
+    the tests' reference layout (tests/reference.py), the one layout helper."""
+    return [(name, shape) for name, shape, _ in reference.layout(cfg.spec)]
 
 
 def num_params(cfg: Config) -> int:
-    return sum(int(np.prod(s)) for _, s in layout(cfg))
+    return reference.num_params(cfg.spec)
 
 
 def split(cfg: Config, theta: np.ndarray) -> list[np.ndarray]:
     """Views of the flat vector in layout order."""
-    out, off = [], 0
-    for _, shape in layout(cfg):
-        n = int(np.prod(shape))
-        out.append(theta[off:off + n].reshape(shape))
-        off += n
-    assert off == theta.size
-    return out
+    assert theta.size == num_params(cfg)
+    return list(reference.unpack(theta, cfg.spec).values())
+
+
+def reference_loss_and_grad(cfg: Config, prob: dict) -> tuple[float, np.ndarray]:
+    """The float64 loss and gradient of `prob` (make_problem) by the tests' reference."""
+    return reference.loss_and_grad(prob["theta"], cfg.spec, x_pde=prob["x_pde"],
+                                   kappa=float(prob["kappa"]), f=prob["f"], x_data=prob["x_data"],
+                                   y=prob["y"], w_pde=prob["w_pde"], w_data=prob["w_data"])
 
 
 def flops_per_point(cfg: Config, streams: int) -> float:

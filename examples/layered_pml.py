@@ -47,7 +47,7 @@ def main() -> None:
                          pml=hp.PML(0.5), density=density, density_grad=density_grad,
                          wavenumber=1.5 * k)
     model = hp.Model.create(2, 32, 64, 2, fourier_sigma=1.5 * k / (2 * np.pi * np.sqrt(2)))
-    trainer = hp.Trainer(problem, model, n_pde=4096, n_bc=256)
+    trainer = hp.Trainer(problem, model, pde_points=4096, bc_points=256)
     t0 = time.perf_counter()
     trainer.fit(args.steps)
     print(f"{args.steps} Adam steps in {time.perf_counter() - t0:.1f} s")

@@ -1,6 +1,8 @@
 """Independent float64 NumPy reference of the helmpinn model and its Helmholtz PINN loss.
 
-Nothing here imports helmpinn: this is the yardstick the compiled core is measured against.
+Nothing here imports helmpinn: this is the yardstick the compiled core is measured against, by
+the tests (pytest puts tests/ on the path) and by the benchmarks (benchmarks/common.py puts
+tests/ on the path and takes its layout from here): one reference, one layout helper.
 
 * Layout: one flat vector, in the order B [d, m], W0 [H, 2m], b0 [H], W1 [H, H], b1 [H], ...,
   W{L} [2, H], b{L} [2] (L = number of hidden tanh layers), every tensor row-major.
@@ -15,7 +17,9 @@ Nothing here imports helmpinn: this is the yardstick the compiled core is measur
   the loss is analytic (tanh, sin, cos, products, squares of real and imaginary parts kept as
   separate real numbers), so theta may be complex.
 * Every function takes theta as [P] or as a batch [K, P]; batching is what keeps a finite
-  difference over all parameters fast.
+  difference over all parameters fast (`loss_and_grad`, the adjoint route, takes [P]).
+* `loss_and_grad`: the gradient a second way, by the adjoint of MATH.md's streams, for networks
+  too large for finite differences (the benchmarks' agreement check).
 """
 
 from __future__ import annotations
@@ -379,6 +383,131 @@ def loss_grad_cs(theta: np.ndarray, spec: Any, **terms) -> np.ndarray:
     if not terms.get("train_fourier", True):
         g[: as_tuple(spec)[0] * as_tuple(spec)[1]] = 0.0
     return g
+
+
+# --------------------------------------------------------------------------------------------
+# A second route to the loss gradient: MATH.md's value/partials/Laplacian streams and their
+# adjoint, written out in NumPy (PDE term with a real kappa, and data term). Fast enough for the
+# benchmarks' networks, where finite differences over every parameter are not; checked against
+# the complex step of `loss` by test_reference.py.
+# --------------------------------------------------------------------------------------------
+
+def _forward_streams(spec: Any, P: list[np.ndarray], x: np.ndarray, derivs: bool):
+    """Streams through the net. Returns the per-layer caches and the output streams.
+
+    With derivs, a stream array has shape [d+2, N, K]: value, d partials, Laplacian.
+    Without, [1, N, K] (value only).
+    """
+    d, m, _, L = as_tuple(spec)
+    B = P[0]
+    om = TWO_PI * B                      # [d, m]
+    Om = (om ** 2).sum(0)                # [m]
+    s = x @ om                           # [N, m]
+    S, C = np.sin(s), np.cos(s)
+    if derivs:
+        a = np.empty((d + 2, x.shape[0], 2 * m))
+        a[0] = np.concatenate([S, C], 1)
+        for i in range(d):
+            a[1 + i] = np.concatenate([om[i] * C, -om[i] * S], 1)
+        a[d + 1] = np.concatenate([-Om * S, -Om * C], 1)
+    else:
+        a = np.concatenate([S, C], 1)[None]
+    caches = []
+    for l in range(L):
+        W, b = P[1 + 2 * l], P[2 + 2 * l]
+        z = a @ W.T
+        z[0] += b
+        h = np.tanh(z[0])
+        t = 1.0 - h * h
+        hs = np.empty_like(z)
+        hs[0] = h
+        q = None
+        if derivs:
+            zd = z[1:d + 1]
+            q = (zd ** 2).sum(0)
+            hs[1:d + 1] = t * zd
+            hs[d + 1] = t * z[d + 1] - 2.0 * h * t * q
+        caches.append((a, z, h, t, q))
+        a = hs
+    WL, bL = P[1 + 2 * L], P[2 + 2 * L]
+    u = a @ WL.T
+    u[0] += bL
+    return dict(S=S, C=C, om=om, Om=Om, caches=caches, a_last=a, u=u)
+
+
+def _backward_streams(spec: Any, P, x, fw, ubar, grads, derivs: bool):
+    """Adjoint of _forward_streams (MATH.md 'Backward'), accumulating into grads (list of arrays)."""
+    d, m, _, L = as_tuple(spec)
+    WL = P[1 + 2 * L]
+    a = fw["a_last"]
+    # output layer
+    grads[1 + 2 * L] += np.einsum("snk,snj->kj", ubar, a)
+    grads[2 + 2 * L] += ubar[0].sum(0)
+    abar = ubar @ WL                                   # [S, N, H]
+    for l in reversed(range(L)):
+        a_in, z, h, t, q = fw["caches"][l]
+        W = P[1 + 2 * l]
+        zbar = np.empty_like(z)
+        if derivs:
+            hb, hbd, hbl = abar[0], abar[1:d + 1], abar[d + 1]
+            zd, zl = z[1:d + 1], z[d + 1]
+            zbar[d + 1] = t * hbl
+            zbar[1:d + 1] = t * hbd - 4.0 * h * t * zd * hbl
+            zbar[0] = t * (hb - 2.0 * t * q * hbl
+                           - 2.0 * h * ((hbd * zd).sum(0) + hbl * (zl - 2.0 * h * q)))
+        else:
+            zbar[0] = t * abar[0]
+        grads[1 + 2 * l] += np.einsum("snk,snj->kj", zbar, a_in)
+        grads[2 + 2 * l] += zbar[0].sum(0)
+        abar = zbar @ W
+    # Fourier layer
+    S, C, om, Om = fw["S"], fw["C"], fw["om"], fw["Om"]
+    ps, pc = abar[0][:, :m], abar[0][:, m:]
+    sbar = ps * C - pc * S
+    if derivs:
+        lps, lpc = abar[d + 1][:, :m], abar[d + 1][:, m:]
+        sbar = sbar - Om * (lps * C - lpc * S)
+        Bbar = np.zeros_like(om)
+        for i in range(d):
+            dps, dpc = abar[1 + i][:, :m], abar[1 + i][:, m:]
+            sbar = sbar - om[i] * (dps * S + dpc * C)
+            ombar_i = dps * C - dpc * S - 2.0 * om[i] * (lps * S + lpc * C)   # [N, m]
+            Bbar[i] += ombar_i.sum(0)
+    else:
+        Bbar = np.zeros_like(om)
+    Bbar += x.T @ sbar
+    grads[0] += TWO_PI * Bbar
+
+
+def loss_and_grad(theta: np.ndarray, spec: Any, *, x_pde=None, kappa=0.0, f=None, x_data=None,
+                  y=None, w_pde: float = 1.0, w_data: float = 1.0) -> tuple[float, np.ndarray]:
+    """float64 loss ``w_pde mean|lap u + kappa u - f|^2 + w_data mean|u - y|^2`` and its gradient
+    [P] by the adjoint of the forward streams; theta [P], kappa a float, f [N, 2], y [M, 2]."""
+    theta = np.asarray(theta, dtype=np.float64)
+    P = list(unpack(theta, spec).values())
+    grads = [np.zeros_like(p) for p in P]
+    d = as_tuple(spec)[0]
+    total = 0.0
+    if x_pde is not None and len(x_pde):
+        x = np.asarray(x_pde, np.float64)
+        fw = _forward_streams(spec, P, x, True)
+        u = fw["u"]
+        r = u[d + 1] + kappa * u[0] - (0.0 if f is None else np.asarray(f, np.float64))
+        n = x.shape[0]
+        total += w_pde / n * float((r ** 2).sum())
+        ubar = np.zeros_like(u)
+        ubar[d + 1] = 2.0 * w_pde / n * r
+        ubar[0] = kappa * ubar[d + 1]
+        _backward_streams(spec, P, x, fw, ubar, grads, True)
+    if x_data is not None and len(x_data):
+        xd = np.asarray(x_data, np.float64)
+        fw = _forward_streams(spec, P, xd, False)
+        e = fw["u"][0] - np.asarray(y, np.float64)
+        n = xd.shape[0]
+        total += w_data / n * float((e ** 2).sum())
+        ubar = (2.0 * w_data / n * e)[None]
+        _backward_streams(spec, P, xd, fw, ubar, grads, False)
+    return total, np.concatenate([g.ravel() for g in grads])
 
 
 # --------------------------------------------------------------------------------------------

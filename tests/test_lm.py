@@ -256,7 +256,7 @@ def test_state_round_trip():
 def tiny_trainer(tmp_path=None, **kw):
     prob = hp.get_problem("plane1d", k=K)
     model = hp.Model.create(1, 4, 8, 1, dtype="float64", seed=0, fourier_sigma=K / (2 * math.pi))
-    opts = dict(n_pde=60, n_bc=2, resample_every=0, eval_every=5, progress=False)
+    opts = dict(pde_points=60, bc_points=2, resample_every=0, eval_every=5, progress=False)
     if tmp_path is not None:
         opts["checkpoint_path"] = tmp_path / "m.npz"
     opts.update(kw)
@@ -298,7 +298,7 @@ def test_fit_lm_resumes_damping_from_checkpoint(tmp_path):
     lam = tr.lm.lam
     model = hp.Model.load(tmp_path / "m.npz")
     assert model.optimizer_state["lm_lambda"] == lam and model.optimizer_state["lm_steps"] == 6
-    tr2 = hp.Trainer(tr.problem, model, n_pde=60, n_bc=2, resample_every=0, progress=False)
+    tr2 = hp.Trainer(tr.problem, model, pde_points=60, bc_points=2, resample_every=0, progress=False)
     tr2.fit_lm(0)
     assert tr2.lm.lam == lam and tr2.step == 6
 
@@ -387,10 +387,10 @@ def test_general_operator_problem_pml():
     # scatter-hard's PML goes through the general operator (a_pde, b_pde): LM takes its residuals too
     prob = hp.get_problem("scatter-hard")
     model = hp.Model.create(2, 4, 8, 1, dtype="float64", seed=0, fourier_sigma=1.0)
-    tr = hp.Trainer(prob, model, n_pde=100, n_bc=40, resample_every=0, progress=False, eval_every=0)
+    tr = hp.Trainer(prob, model, pde_points=100, bc_points=40, resample_every=0, progress=False, eval_every=0)
     tr.resample()
-    assert "a_pde" in tr._batch
-    res = CoreResiduals(tr.workspace, tr._batch, tr.weights)
+    assert "a_pde" in tr.batch
+    res = CoreResiduals(tr.workspace, tr.batch, tr.weights)
     r = res.residuals(model.params)
     grad = np.empty_like(model.params)
     loss = tr.workspace.value_and_grad(model.params, grad, **res.kw)

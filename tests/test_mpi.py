@@ -104,7 +104,7 @@ def test_cli_rank0_writes_and_checkpoint_resumes_in_one_process(tmp_path):
     model = hp.Model.load(out / "model.npz")
     assert model.optimizer_state["step"] == 10
     m_saved = np.array(model.optimizer_state["m"])
-    trainer = hp.Trainer(hp.get_problem("dirichlet2d"), model, n_pde=64, n_bc=32, progress=False,
+    trainer = hp.Trainer(hp.get_problem("dirichlet2d"), model, pde_points=64, bc_points=32, progress=False,
                          eval_every=0)
     seen = {}
     trainer.callbacks.append(lambda t, step: seen.setdefault(step, t.optimizer.state_dict()))
@@ -169,6 +169,7 @@ def test_sample_shard_union_is_one_draw():
 def _worker_value_and_grad(comm, out: str) -> None:
     import helmpinn as hp
     from helmpinn import distributed as dist
+    from helmpinn.batch import TERM_KEYWORDS
     from conftest import _make_inputs
 
     rank = comm.Get_rank()
@@ -183,7 +184,7 @@ def _worker_value_and_grad(comm, out: str) -> None:
         want = ws.value_and_grad(theta, want_grad, **full, **opts)
         want_terms = ws.last_loss
         mine = {}
-        for t, keys in dist._TERM_KEYS.items():
+        for t, keys in TERM_KEYWORDS.items():
             for k in keys:
                 v = full.get(k)
                 if isinstance(v, np.ndarray):
@@ -205,6 +206,15 @@ def _worker_value_and_grad(comm, out: str) -> None:
         assert counts == dist.local_counts(full), (counts, dist.local_counts(full))
         loss = dist.value_and_grad(ws, comm, theta, grad, counts=counts, **mine, **opts)
         assert loss == got["total"]
+        # The same through a Batch: without counts (one allreduce), and as shard_batch makes it
+        # once per draw (the global counts inside, the terms this rank lacks left out).
+        batch = hp.Batch(**{k: v for k, v in mine.items() if not k.startswith("w_")}, dtype="float64")
+        weights = {k: v for k, v in mine.items() if k.startswith("w_")}
+        for b in (batch, dist.shard_batch(batch, counts)):
+            again = dist.value_and_grad(ws, comm, theta, grad, batch=b, breakdown=True, **weights, **opts)
+            assert again == got, (again, got)
+        assert dist.shard_batch(batch, counts).counts == {t: counts[t] for t in dist.TERMS
+                                                          if batch.sizes[t]}
 
     weights = (0.3, 2.0, 0.7)
     full = _make_inputs(rng, 2, n_pde=23, n_data=11, n_bc=9, kappa="array", alpha="array",
@@ -261,7 +271,7 @@ def _worker_adam(comm, out: str) -> None:
     model = hp.Model.create(2, 6, 12, 2, dtype="float64", seed=3, fourier_sigma=1.0)
     start = model.params.copy()
     trainer = hp.Trainer(problem, model, comm=comm, lr=constant(1e-2), betas=(0.9, 0.99),
-                         n_pde=37, n_bc=19, resample_every=0, eval_every=0, weights=weights,
+                         pde_points=37, bc_points=19, resample_every=0, eval_every=0, weights=weights,
                          batch_size=16, progress=False, seed=1, check_every=5)
     h = trainer.fit(20)
     assert trainer.training_set.sizes["pde"] == (19 if rank == 0 else 18)
@@ -287,7 +297,7 @@ def _worker_adam(comm, out: str) -> None:
             t.model.params[0] += 1e-6
 
     model = hp.Model.create(2, 6, 12, 2, dtype="float64", seed=3)
-    trainer = hp.Trainer(problem, model, comm=comm, n_pde=37, n_bc=19, eval_every=0,
+    trainer = hp.Trainer(problem, model, comm=comm, pde_points=37, bc_points=19, eval_every=0,
                          progress=False, check_every=5, callbacks=[nudge])
     try:
         trainer.fit(8)
@@ -302,7 +312,7 @@ def _worker_adam(comm, out: str) -> None:
 
     # A rank without any point (1 point over 2 ranks) takes part in every step of every fit.
     trainer = hp.Trainer(problem, hp.Model.create(2, 4, 8, 1, dtype="float64"), comm=comm,
-                         n_pde=1, n_bc=0, eval_every=0, resample_every=0, progress=False)
+                         pde_points=1, bc_points=0, eval_every=0, resample_every=0, progress=False)
     trainer.fit(2)
     trainer.fit(2)
     assert trainer.training_set.sizes["pde"] == 1 - rank and trainer.step == 4
@@ -317,7 +327,7 @@ def _worker_lm(comm, out: str) -> None:
     weights = {"pde": 0.01, "data": 10.0, "bc": 1.0}
     model = hp.Model.create(2, 4, 10, 2, dtype="float64", seed=5, fourier_sigma=1.0)
     start = model.params.copy()
-    trainer = hp.Trainer(problem, model, comm=comm, n_pde=41, n_bc=21, resample_every=0,
+    trainer = hp.Trainer(problem, model, comm=comm, pde_points=41, bc_points=21, resample_every=0,
                          eval_every=0, weights=weights, batch_size=16, progress=False, seed=2)
     h = trainer.fit_lm(6, stall_window=100)
     assert trainer.training_set.sizes["pde"] == (21 if rank == 0 else 20)

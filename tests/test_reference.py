@@ -170,3 +170,17 @@ def test_fd_gradient_of_simple_function():
     exact = np.cos(theta) * theta**2 + 2 * theta * np.sin(theta)
     assert R.rel_err(R.fd_grad(fun, theta), exact) < 1e-11
     assert R.rel_err(R.cs_grad(fun, theta), exact) < 1e-15
+
+
+@pytest.mark.parametrize("terms", ["pde", "data", "both"])
+def test_adjoint_route_matches_the_loss_and_its_complex_step(spec_tuple, make_inputs, rng, terms):
+    """loss_and_grad (the streams' adjoint, what the benchmarks check against) gives the loss of
+    `loss` and its complex-step gradient."""
+    d = spec_tuple[0]
+    theta = R.random_params(spec_tuple, rng)
+    t = make_inputs(d, n_pde=11 if terms != "data" else 0, n_data=6 if terms != "pde" else 0,
+                    kappa="scalar", f=True, weights=(0.7, 1.3, 1.0))
+    t.pop("w_bc")
+    value, grad = R.loss_and_grad(theta, spec_tuple, **t)
+    assert value == pytest.approx(R.loss(theta, spec_tuple, **t), rel=1e-13)
+    assert R.rel_err(grad, R.loss_grad_cs(theta, spec_tuple, **t)) < 1e-12

@@ -256,7 +256,7 @@ def test_lbfgs_runs_the_blas_on_one_thread():
 def make_trainer(tmp_path=None, problem="plane1d", **kw):
     p = get_problem(problem, k=6.0) if problem == "plane1d" else get_problem(problem)
     m = small_model(p.dim, sigma=6.0 / (2 * math.pi))
-    kw.setdefault("n_pde", 128)
+    kw.setdefault("pde_points", 128)
     kw.setdefault("progress", False)
     kw.setdefault("eval_every", 20)
     if tmp_path is not None:
@@ -347,7 +347,7 @@ def test_resume_from_checkpoint(tmp_path):
     tr = make_trainer(tmp_path, checkpoint_every=10)
     tr.fit(10)
     resumed = Model.load(tmp_path / "ckpt.npz")
-    tr2 = Trainer(tr.problem, resumed, lr=1e-2, n_pde=128, progress=False, eval_every=0)
+    tr2 = Trainer(tr.problem, resumed, lr=1e-2, pde_points=128, progress=False, eval_every=0)
     tr2.fit(5)
     assert tr2.step == 15 and tr2.optimizer.step_count == 15 and tr2.history.step[0] == 11
 
@@ -371,4 +371,4 @@ def test_trainer_checks():
     with pytest.raises(ValueError, match="unknown terms"):
         Trainer(p, small_model(2), weights={"boundary": 1.0})
     s = default_settings(p)
-    assert s["n_pde"] > 0 and s["sigma"] > 0 and set(s["weights"]) == {"pde", "data", "bc"}
+    assert s["pde_points"] > 0 and s["bc_points"] >= 0 and s["sigma"] > 0 and set(s["weights"]) == {"pde", "data", "bc"}

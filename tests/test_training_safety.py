@@ -253,7 +253,7 @@ def _trainer(path=None, model=None, problem="dirichlet2d", **kw):
 
     p = get_problem(problem)
     model = model or Model.create(p.dim, 8, 16, 2, seed=1, fourier_sigma=1.0)
-    kw = {"lr": 1e-2, "n_pde": 128, "n_bc": 32, "progress": False, "eval_every": 0, "resample_every": 7,
+    kw = {"lr": 1e-2, "pde_points": 128, "bc_points": 32, "progress": False, "eval_every": 0, "resample_every": 7,
           "seed": 3, "checkpoint_path": path, **kw}
     return Trainer(p, model, **kw)
 
@@ -325,9 +325,9 @@ def test_nonfinite_training_data_is_named(draw):
 
 
 def test_trainer_and_fit_check_their_arguments():
-    for kw, name in (({"n_pde": 0}, "n_pde"), ({"resample_every": -1}, "resample_every"),
+    for kw, name in (({"pde_points": 0}, "pde_points"), ({"resample_every": -1}, "resample_every"),
                      ({"eval_every": -2}, "eval_every"), ({"checkpoint_every": -3}, "checkpoint_every"),
-                     ({"n_bc": -1}, "n_bc")):
+                     ({"bc_points": -1}, "bc_points")):
         with pytest.raises(ValueError, match=name):
             _trainer(**kw)
     tr = _trainer()

@@ -273,6 +273,7 @@ bool given(const py::object& o) { return !o.is_none(); }
 // vjp): parsed once from **kwargs, with an error naming any keyword that is not one of them.
 struct BatchArgs {
     py::object x_pde, kappa, f, x_data, y, x_bc, n_bc, alpha_bc, g_bc, counts, a_pde, b_pde, c_pde;
+    py::object batch_dtype;  ///< the dtype of a helmpinn.Batch given as batch=, else None
     double w_pde = 1.0, w_data = 1.0, w_bc = 1.0;
     bool train_fourier = true, check_finite = false;
 };
@@ -287,8 +288,40 @@ BatchArgs parse_batch(const py::kwargs& kw, const char* op) {
                                   "a_pde", "b_pde", "c_pde"};
     constexpr int num_objects = 13;
     for (auto* o : objects) *o = py::none();
+    b.batch_dtype = py::none();
+    // batch=: a helmpinn.Batch (python/helmpinn/batch.py) holding the arrays, already converted;
+    // its entries stand in for the array keywords, which may then not be given as well.
+    py::object batch = py::none();
+    if (kw.contains("batch")) batch = kw["batch"];
+    if (given(batch)) {
+        py::object cls = py::module_::import("helmpinn.batch").attr("Batch");
+        if (!py::isinstance(batch, cls))
+            throw py::type_error(std::string(op) + "(): batch: expected a helmpinn.Batch, got " +
+                                 std::string(py::str(py::type::of(batch).attr("__name__"))) +
+                                 " (a dict of keywords is passed unpacked, **batch)");
+        std::string clash;
+        for (auto item : kw) {
+            const std::string key = py::str(item.first);
+            for (int k = 0; k < num_objects; ++k)
+                if (key == object_names[k]) clash += (clash.empty() ? "" : ", ") + key;
+        }
+        if (!clash.empty())
+            throw py::type_error(std::string(op) + "(): batch= given together with " + clash +
+                                 "; pass the points either in the helmpinn.Batch or as keywords, "
+                                 "not both");
+        for (auto item : py::dict(batch.attr("_keywords"))) {
+            const std::string key = py::str(item.first);
+            bool found = false;
+            for (int k = 0; k < num_objects && !found; ++k)
+                if (key == object_names[k])
+                    *objects[k] = py::reinterpret_borrow<py::object>(item.second), found = true;
+            if (!found) throw py::type_error("batch: unexpected entry '" + key + "'");
+        }
+        b.batch_dtype = batch.attr("dtype");
+    }
     for (auto item : kw) {
         const std::string key = py::str(item.first);
+        if (key == "batch") continue;
         py::object value = py::reinterpret_borrow<py::object>(item.second);
         bool found = false;
         for (int k = 0; k < num_objects && !found; ++k)
@@ -311,9 +344,9 @@ BatchArgs parse_batch(const py::kwargs& kw, const char* op) {
             *flag = value.cast<bool>();
         } else {
             throw py::type_error(std::string(op) + "() got an unexpected keyword argument '" +
-                                 key + "' (batch keywords: x_pde, kappa, f, a_pde, b_pde, c_pde, "
-                                 "x_data, y, x_bc, n_bc, alpha_bc, g_bc, w_pde, w_data, w_bc, "
-                                 "counts, train_fourier, check_finite)");
+                                 key + "' (batch keywords: batch, x_pde, kappa, f, a_pde, b_pde, "
+                                 "c_pde, x_data, y, x_bc, n_bc, alpha_bc, g_bc, w_pde, w_data, "
+                                 "w_bc, counts, train_fourier, check_finite)");
         }
     }
     return b;
@@ -357,6 +390,13 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
     const std::string dshape = "(N, " + std::to_string(d) + ")";
     const py::object &x_pde = b.x_pde, &kappa = b.kappa, &f = b.f, &x_data = b.x_data, &y = b.y,
                      &x_bc = b.x_bc, &n_bc = b.n_bc, &alpha_bc = b.alpha_bc, &g_bc = b.g_bc;
+    if (given(b.batch_dtype)) {
+        const py::dtype dt = py::dtype::from_args(b.batch_dtype);
+        if (dt.kind() != 'f' || dt.itemsize() != py::ssize_t(sizeof(T)))
+            throw py::type_error("batch: holds " + std::string(py::str(dt)) + " arrays but the workspace is " +
+                                 std::string(py::str(py::dtype::of<T>())) +
+                                 "; convert it once with batch.astype(workspace.dtype)");
+    }
     LossInputs<T> in;
     in.w_pde = bindings::to_scalar<T>(b.w_pde, "w_pde");
     in.w_data = bindings::to_scalar<T>(b.w_data, "w_data");
@@ -904,9 +944,10 @@ PYBIND11_MODULE(_core, mod) {
              },
              py::arg("params"), py::arg("grad"), py::kw_only(), py::arg("grad_kappa") = py::none(),
              py::arg("breakdown") = false, py::arg("stream") = py::none(),
-             "Loss of the given terms; writes its gradient into grad (overwritten). Batch keywords: "
-             "x_pde, kappa, f, x_data, y, x_bc, n_bc, alpha_bc, g_bc, w_pde, w_data, w_bc, counts, "
-             "train_fourier, check_finite.")
+             "Loss of the given terms; writes its gradient into grad (overwritten). The points: "
+             "batch= (a helmpinn.Batch) or the keywords x_pde, kappa, f, a_pde, b_pde, c_pde, x_data, "
+             "y, x_bc, n_bc, alpha_bc, g_bc, counts; options w_pde, w_data, w_bc, train_fourier, "
+             "check_finite.")
         .def("residuals",
              [](PyWorkspace& w, py::handle params, py::object out, py::object stream, py::kwargs kw) {
                  const BatchArgs b = parse_batch(kw, "residuals");

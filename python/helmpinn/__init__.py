@@ -25,6 +25,7 @@ from ._core import (
 )
 from ._cxx import get_build_flags, get_cmake_dir, get_include, get_library_dir
 from .params import init_params
+from .batch import Batch
 from . import distributed, geometry
 from .model import Model
 from .optim import Adam, lbfgs
@@ -36,6 +37,7 @@ from .trainer import Trainer, default_settings
 
 __all__ = [
     "Adam",
+    "Batch",
     "Dirichlet",
     "LevenbergMarquardt",
     "Model",

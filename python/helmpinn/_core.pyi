@@ -10,6 +10,8 @@ from typing import Literal, overload
 import numpy as np
 from numpy.typing import NDArray
 
+from .batch import Batch
+
 __version__: str
 
 Float = np.float32 | np.float64
@@ -141,7 +143,12 @@ class Workspace:
                 lap_u: NDArray[Float] | None = None, stream: int | object | None = None
                 ) -> tuple[NDArray[Float], NDArray[Float], NDArray[Float]]: ...
     # Every loss-level operation (value_and_grad, residuals, jacobian, jvp, vjp) takes the same
-    # batch keywords (BatchKw):
+    # batch keywords (BatchKw). Its points and data come either as batch= (a helmpinn.Batch,
+    # python/helmpinn/batch.py: the arrays below converted once, the same object reused step
+    # after step; a Batch of another dtype than the workspace's raises TypeError) or as the
+    # keywords themselves; batch= with any of x_pde ... g_bc or counts raises TypeError naming
+    # them. The options (w_*, train_fourier, check_finite) are keywords either way:
+    #   batch: helmpinn.Batch | None = None
     #   x_pde [N_pde, d], kappa (float or [N_pde]), f [N_pde, 2]        PDE term
     #   a_pde, b_pde (complex or [N_pde, d, 2]), c_pde (complex or [N_pde, 2]): the general
     #     operator r = sum_i a_i u_ii + sum_i b_i u_i + c u - f at the PDE points instead of
@@ -158,11 +165,13 @@ class Workspace:
     @overload
     def value_and_grad(self, params: NDArray[Float], grad: NDArray[Float], *,
                        grad_kappa: NDArray[Float] | None = None, breakdown: Literal[False] = False,
-                       stream: int | object | None = None, **batch: object) -> float: ...
+                       stream: int | object | None = None, batch: Batch | None = None,
+                       **batch_keywords: object) -> float: ...
     @overload
     def value_and_grad(self, params: NDArray[Float], grad: NDArray[Float], *,
                        grad_kappa: NDArray[Float] | None = None, breakdown: Literal[True],
-                       stream: int | object | None = None, **batch: object) -> LossBreakdown:
+                       stream: int | object | None = None, batch: Batch | None = None,
+                       **batch_keywords: object) -> LossBreakdown:
         """Loss of the given terms; writes d(loss)/d(params) into grad (overwritten). With
         grad_kappa [N_pde] also d(loss)/d(kappa_i) at every PDE point (inverse problems);
         with breakdown=True the loss per term comes back with it."""
@@ -170,20 +179,21 @@ class Workspace:
     # boundary points, each point as (re, im), each scaled by sqrt(w_term / count_term): the
     # loss is exactly r @ r and its gradient 2 J^T r. Outputs are allocated when out is None.
     def residuals(self, params: NDArray[Float], *, out: NDArray[Float] | None = None,
-                  stream: int | object | None = None, **batch: object) -> NDArray[Float]:
+                  stream: int | object | None = None, batch: Batch | None = None,
+                  **batch_keywords: object) -> NDArray[Float]:
         """r [R]."""
     def jacobian(self, params: NDArray[Float], *, out: NDArray[Float] | None = None,
                  rows: tuple[int, int] | None = None, stream: int | object | None = None,
-                 **batch: object) -> NDArray[Float]:
+                 batch: Batch | None = None, **batch_keywords: object) -> NDArray[Float]:
         """J = dr/dparams [R, P] (row-major, parameter layout), or rows=(start, stop) of it
         [stop - start, P]: any R in bounded memory, a range at a time."""
     def jvp(self, params: NDArray[Float], v: NDArray[Float], *,
             out: NDArray[Float] | None = None, stream: int | object | None = None,
-            **batch: object) -> NDArray[Float]:
+            batch: Batch | None = None, **batch_keywords: object) -> NDArray[Float]:
         """J v [R] for v [P]."""
     def vjp(self, params: NDArray[Float], w: NDArray[Float], *,
             out: NDArray[Float] | None = None, stream: int | object | None = None,
-            **batch: object) -> NDArray[Float]:
+            batch: Batch | None = None, **batch_keywords: object) -> NDArray[Float]:
         """J^T w [P] for w [R]."""
 
 class LossBreakdown:

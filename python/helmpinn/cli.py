@@ -192,7 +192,7 @@ def _new_run(args: argparse.Namespace):
         "fourier": pick("ff_dim", args.fourier), "sigma": pick("sigma", args.sigma),
         "dtype": pick("dtype", args.dtype), "steps": pick("steps", args.steps),
         "lr": pick("lr", args.lr), "schedule": pick("schedule", args.schedule), "betas": s["betas"],
-        "points": pick("n_pde", args.points), "bc_points": pick("n_bc", args.bc_points),
+        "points": pick("pde_points", args.points), "bc_points": pick("bc_points", args.bc_points),
         "sampling": pick("sampling", args.sampling), "resample": pick("resample_every", args.resample),
         "eval_every": pick("eval_every", args.eval_every), "lbfgs": pick("lbfgs", args.lbfgs),
         "weights": {term: s["weights"][term] if given is None else given
@@ -240,6 +240,10 @@ def _resumed_run(args: argparse.Namespace, given: list[str]):
     if not isinstance(settings, dict) or "problem" not in settings:
         raise _UsageError(f"--resume: {path} holds no run settings (it was not written by helmpinn train)")
     settings = dict(settings)
+    # Settings written under the counts' old names (n_pde / n_bc) read as --points / --bc-points.
+    for old, new in (("n_pde", "points"), ("n_bc", "bc_points")):
+        if old in settings:
+            settings.setdefault(new, settings.pop(old))
     settings["betas"] = tuple(settings["betas"])
     done = int(model.optimizer_state.get("step", 0))
     if args.steps is not None:
@@ -350,7 +354,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         model_path = os.path.join(out, "model.npz")
         try:
             trainer = Trainer(problem, model, lr=settings["lr"], schedule=settings["schedule"],
-                              betas=settings["betas"], n_pde=settings["points"], n_bc=settings["bc_points"],
+                              betas=settings["betas"], pde_points=settings["points"],
+                              bc_points=settings["bc_points"],
                               sampling=settings["sampling"], resample_every=settings["resample"],
                               weights=settings["weights"], train_fourier=settings["train_fourier"],
                               eval_every=settings["eval_every"], target_error=settings["target"],
@@ -376,7 +381,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             print(f"helmpinn: replacing the previous run's {', '.join(removed)} in {out}", file=sys.stderr)
         what = f"resuming at step {done} of" if done else "training for"
         print(f"helmpinn: {problem!r}\nhelmpinn: {model!r}, {settings['threads']} threads, "
-              f"{what} {settings['steps']} steps, {trainer.n_pde} + {trainer.n_bc} points"
+              f"{what} {settings['steps']} steps, {trainer.pde_points} + {trainer.bc_points} points"
               + (f", {ranks} MPI ranks" if ranks > 1 else ""), file=sys.stderr)
 
     polish = None
@@ -465,7 +470,7 @@ def _second_order_defaults(problem, optimizer: str) -> dict[str, Any]:
         from .lm import lm_defaults, lm_options
 
         d = lm_defaults(problem)
-        return {**{k: d[k] for k in ("ff_dim", "hidden", "layers", "sigma", "dtype", "n_pde", "n_bc",
+        return {**{k: d[k] for k in ("ff_dim", "hidden", "layers", "sigma", "dtype", "pde_points", "bc_points",
                                      "sampling", "resample_every", "eval_every", "warm_start")},
                 "steps": d["iterations"], "lbfgs": 0,
                 "lm": lm_options(d)}

@@ -25,16 +25,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .batch import TERM_KEYWORDS, Batch
 from .problems import Problem, TrainingSet
 
-__all__ = ["value_and_grad", "global_counts", "local_counts", "sample_shard", "shard_size",
+__all__ = ["value_and_grad", "global_counts", "local_counts", "shard_batch", "sample_shard", "shard_size",
            "rank_generators", "check_replicas", "launch_comm", "launched_size", "threads_per_rank"]
 
 TERMS = ("pde", "data", "bc")
 _POINTS = {"pde": "x_pde", "data": "x_data", "bc": "x_bc"}
-# Batch keywords that belong to one term (dropped with it when a rank has none of its points).
-_TERM_KEYS = {"pde": ("x_pde", "kappa", "f"), "data": ("x_data", "y"),
-              "bc": ("x_bc", "n_bc", "alpha_bc", "g_bc")}
 
 
 def _mpi():
@@ -54,7 +52,10 @@ def _len(a: Any) -> int:
 
 
 def local_counts(batch: Mapping[str, Any]) -> dict[str, int]:
-    """Points of each term in this rank's batch (``x_pde``, ``x_data``, ``x_bc`` rows)."""
+    """Points of each term in this rank's batch (``x_pde``, ``x_data``, ``x_bc`` rows; a
+    :class:`~helmpinn.Batch` or a mapping of its keywords)."""
+    if isinstance(batch, Batch):
+        return batch.sizes
     return {t: _len(batch.get(k)) for t, k in _POINTS.items()}
 
 
@@ -67,28 +68,33 @@ def global_counts(comm, batch: Mapping[str, Any]) -> dict[str, int]:
     return {t: int(v) for t, v in zip(TERMS, n)}
 
 
-def _local_value_and_grad(ws, theta, grad, batch: dict[str, Any], n_local: Mapping[str, int],
-                          n_global: Mapping[str, int]) -> tuple[float, list[float]]:
-    """This rank's share of the full-batch loss, gradient (into ``grad``) and unweighted term
-    means: each term's mean divides by its global count (``counts=``), so over the ranks they
-    add up to the values on the union of the shards."""
-    counts = {t: n_global[t] for t in TERMS if n_local[t]}
-    b = ws.value_and_grad(theta, grad, counts=counts, breakdown=True, **batch)
-    return b.total, [b.pde, b.data, b.bc]
+def shard_batch(batch: Batch, counts: Mapping[str, int]) -> Batch:
+    """This rank's :class:`~helmpinn.Batch` as :func:`value_and_grad` uses it: without the
+    entries of terms it has no points of, and with ``counts`` (the global counts of
+    :func:`global_counts`) for the terms it has. The same arrays, not converted again; make it
+    once per draw of points and pass it to every step."""
+    n_local = batch.sizes
+    for t in TERMS:
+        if n_local[t] > int(counts.get(t, 0)):
+            raise ValueError(f"counts: {t!r} is {int(counts.get(t, 0))}, fewer than this rank's "
+                             f"{n_local[t]} points; pass the global counts (global_counts())")
+    return batch.without_empty_terms().replace(
+        counts={t: int(counts[t]) for t in TERMS if n_local[t]})
 
 
-def value_and_grad(ws, comm, theta, grad, *, counts: Mapping[str, int] | None = None,
-                   breakdown: bool = False, cuda_aware: bool | None = None,
-                   **local_batch: Any) -> float | dict[str, float]:
+def value_and_grad(ws, comm, theta, grad, *, batch: Batch | None = None,
+                   counts: Mapping[str, int] | None = None, breakdown: bool = False,
+                   cuda_aware: bool | None = None, **local_batch: Any) -> float | dict[str, float]:
     """Loss and gradient of the union of every rank's batch, on every rank of ``comm``.
 
-    ``local_batch`` are this rank's points and the loss options, as for
-    ``Workspace.value_and_grad`` (shards may be uneven; a rank may have no points of a term, or
-    none at all). ``grad`` is overwritten with the full-batch gradient; the return value is the
-    full-batch loss, or with ``breakdown=True`` a dict ``{"total", "pde", "data", "bc"}`` (the
-    loss and the unweighted per-term means over all ranks, as ``Workspace.last_loss``).
-    ``counts`` are the global point counts per term (:func:`global_counts`); pass them to save
-    one allreduce when the points do not change between calls.
+    ``batch`` (a :class:`~helmpinn.Batch`) or ``local_batch`` are this rank's points, and
+    ``local_batch`` the loss options, as for ``Workspace.value_and_grad`` (shards may be uneven;
+    a rank may have no points of a term, or none at all). ``grad`` is overwritten with the
+    full-batch gradient; the return value is the full-batch loss, or with ``breakdown=True`` a
+    dict ``{"total", "pde", "data", "bc"}`` (the loss and the unweighted per-term means over all
+    ranks, as ``Workspace.last_loss``). ``counts`` are the global point counts per term
+    (:func:`global_counts`); pass them, or a Batch that holds them (:func:`shard_batch`, made
+    once per draw), to save one allreduce when the points do not change between calls.
 
     A collective: every rank of ``comm`` must call it. An exception on one rank (bad input)
     raises on every rank: that rank's own error there, a RuntimeError naming it elsewhere.
@@ -99,26 +105,47 @@ def value_and_grad(ws, comm, theta, grad, *, counts: Mapping[str, int] | None = 
     ``HELMPINN_MPI_CUDA_AWARE`` (1/0).
     """
     MPI = _mpi()
-    n_local = local_counts(local_batch)
+    if batch is not None:
+        clash = [k for k in local_batch if k in TERM_KEYWORDS["pde"] + TERM_KEYWORDS["data"]
+                 + TERM_KEYWORDS["bc"]]
+        if clash:
+            raise TypeError(f"distributed.value_and_grad: batch= given together with "
+                            f"{', '.join(clash)}; pass the points either in the Batch or as "
+                            "keywords, not both")
+        if not isinstance(batch, Batch):
+            raise TypeError(f"batch: expected a helmpinn.Batch, got {type(batch).__name__}")
+    points = local_batch if batch is None else batch
+    n_local = local_counts(points)
+    if counts is None and batch is not None and batch.counts is not None:
+        counts = batch.counts
     if counts is None:
-        n_global = global_counts(comm, local_batch)
+        n_global = global_counts(comm, points)
     else:
         n_global = {t: int(counts.get(t, 0)) for t in TERMS}
-    batch = dict(local_batch)
-    for t in TERMS:  # drop a term this rank has no points of
-        if not n_local[t]:
-            for k in _TERM_KEYS[t]:
-                batch.pop(k, None)
 
     error: BaseException | None = None
     part = np.zeros(5)  # loss, pde, data, bc, failed
     try:
-        for t in TERMS:
-            if n_local[t] > n_global[t]:
-                raise ValueError(f"counts: {t!r} is {n_global[t]}, fewer than this rank's "
-                                 f"{n_local[t]} points; pass the global counts (global_counts())")
-        loss, means = _local_value_and_grad(ws, theta, grad, batch, n_local, n_global)
-        part[:4] = [loss, *means]
+        if batch is None:
+            for t in TERMS:
+                if n_local[t] > n_global[t]:
+                    raise ValueError(f"counts: {t!r} is {n_global[t]}, fewer than this rank's "
+                                     f"{n_local[t]} points; pass the global counts (global_counts())")
+            kw = dict(local_batch)
+            for t in TERMS:  # drop a term this rank has no points of
+                if not n_local[t]:
+                    for k in TERM_KEYWORDS[t]:
+                        kw.pop(k, None)
+            kw["counts"] = {t: n_global[t] for t in TERMS if n_local[t]}
+        else:
+            # Each term's mean divides by its global count, so that over the ranks the losses
+            # and gradients add up to those on the union of the shards.
+            want = {t: n_global[t] for t in TERMS if n_local[t]}
+            if batch.counts != want or batch.without_empty_terms() is not batch:
+                batch = shard_batch(batch, n_global)
+            kw = dict(local_batch, batch=batch)
+        b = ws.value_and_grad(theta, grad, breakdown=True, **kw)
+        part[:4] = [b.total, b.pde, b.data, b.bc]
     except Exception as exc:  # reported to every rank below, so that no rank waits forever
         error = exc
         part[4] = 1.0
@@ -170,18 +197,18 @@ def rank_generators(seed: int, rank: int) -> tuple[np.random.Generator, np.rando
     return own, shared
 
 
-def sample_shard(problem: Problem, n_pde: int, n_bc: int, own: np.random.Generator,
+def sample_shard(problem: Problem, pde_points: int, bc_points: int, own: np.random.Generator,
                  shared: np.random.Generator, method: str, rank: int, size: int) -> TrainingSet:
-    """This rank's share of one draw of ``n_pde`` interior and ``n_bc`` boundary points.
+    """This rank's share of one draw of ``pde_points`` interior and ``bc_points`` boundary points.
 
-    Interior points: ``shard_size(n_pde)`` drawn from the rank's own stream ``own``. Boundary
+    Interior points: ``shard_size(pde_points)`` drawn from the rank's own stream ``own``. Boundary
     and data points: the whole set drawn from ``shared`` (the same on every rank, so the split
     over the boundary's parts by measure is the global one however many ranks there are), of
     which the rank keeps every ``size``-th point from ``rank`` on. Boundary sets are small next
     to interior ones, so drawing the whole set on every rank costs little.
     """
-    inner = problem.sample(shard_size(n_pde, rank, size), 0, own, method)
-    edge = problem.sample(0, n_bc, shared, method)
+    inner = problem.sample(shard_size(pde_points, rank, size), 0, own, method)
+    edge = problem.sample(0, bc_points, shared, method)
     pick = slice(rank, None, size)
     arr = lambda a: a if np.ndim(a) == 0 else np.ascontiguousarray(a[pick])  # noqa: E731
     ts = TrainingSet(

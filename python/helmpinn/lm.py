@@ -65,7 +65,10 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResiduals", "FunctionResiduals", "LevenbergMarquardt", "LMStep",
+from .batch import KEYWORDS, Batch
+
+__all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResiduals", "FunctionResiduals",
+           "LevenbergMarquardt", "LMStep",
            "LMSolve", "SOLVERS", "DAMPINGS", "UPDATES", "NonFiniteLoss"]
 
 SOLVERS = ("auto", "primal", "dual", "cg")
@@ -101,13 +104,13 @@ def lm_defaults(problem: Any) -> dict[str, Any]:
     layers = 2
     P = _core.ModelSpec(d, ff, hidden, layers).num_params
     if d == 1:
-        n_pde, n_bc = max(400, 100 * int(math.ceil(0.95 * waves))), 2
+        pde_points, bc_points = max(400, 100 * int(math.ceil(0.95 * waves))), 2
     else:
-        n_pde = max(3000 if d == 2 else 4000, 500 * int(math.ceil(1.1 * P / 500)))
-        n_bc = n_pde // 4 if d == 2 else n_pde // 3
+        pde_points = max(3000 if d == 2 else 4000, 500 * int(math.ceil(1.1 * P / 500)))
+        bc_points = pde_points // 4 if d == 2 else pde_points // 3
     return {"ff_dim": ff, "hidden": hidden, "layers": layers,
             "sigma": k / (2 * math.pi * math.sqrt(d)), "dtype": "float64",
-            "iterations": 200, "n_pde": n_pde, "n_bc": n_bc, "sampling": "sobol",
+            "iterations": 200, "pde_points": pde_points, "bc_points": bc_points, "sampling": "sobol",
             "resample_every": 0, "eval_every": 5, "warm_start": 0,
             "solver": "auto", "damping": "identity", "update": "fixed", "lam": 1e-3, "geodesic": True,
             "stall_window": 10, "stall_factor": 0.99}
@@ -159,37 +162,37 @@ class FunctionResiduals:
         return self.jacobian(theta).T @ np.asarray(w, dtype=self.dtype)
 
 
-_BATCH_KEYS = ("x_pde", "kappa", "f", "a_pde", "b_pde", "c_pde", "x_data", "y", "x_bc", "n_bc",
-               "alpha_bc", "g_bc")
-
-
 class CoreResiduals:
     """The loss of ``Workspace.value_and_grad`` as residuals, through the core's
     ``residuals`` / ``jacobian`` (row ranges) / ``jvp`` / ``vjp``.
 
-    ``batch``: the keyword arrays of ``value_and_grad`` (``TrainingSet.to_core``), converted to
-    the workspace's dtype; ``weights``: {"pde", "data", "bc"} (missing ones 1); ``counts``: the
-    global point counts of a data-parallel run (each rank's rows are then scaled so that the
-    ranks' sums of squares add up to the whole loss).
+    ``batch``: a :class:`~helmpinn.Batch` (``TrainingSet.to_batch``) or the keyword arrays of
+    ``value_and_grad``, converted once to the workspace's dtype; ``weights``: {"pde", "data",
+    "bc"} (missing ones 1); ``counts``: the global point counts of a data-parallel run (each
+    rank's rows are then scaled so that the ranks' sums of squares add up to the whole loss;
+    a Batch may hold them already).
     """
 
-    def __init__(self, workspace: Any, batch: Mapping[str, Any], weights: Mapping[str, float] | None = None,
-                 train_fourier: bool = True, counts: Mapping[str, int] | None = None):
+    def __init__(self, workspace: Any, batch: Batch | Mapping[str, Any],
+                 weights: Mapping[str, float] | None = None, train_fourier: bool = True,
+                 counts: Mapping[str, int] | None = None):
         self.workspace = workspace
         self.dtype = np.dtype(workspace.dtype)
-        unknown = set(batch) - set(_BATCH_KEYS)
-        if unknown:
-            raise ValueError(f"batch: unknown keys {sorted(unknown)}; expected some of {_BATCH_KEYS}")
-        self.batch = {k: (np.ascontiguousarray(v, dtype=self.dtype) if isinstance(v, np.ndarray) else v)
-                      for k, v in batch.items()}
-        w = dict(weights or {})
-        self.kw = dict(self.batch, w_pde=float(w.get("pde", 1.0)), w_data=float(w.get("data", 1.0)),
-                       w_bc=float(w.get("bc", 1.0)), train_fourier=bool(train_fourier))
+        if not isinstance(batch, Batch):
+            unknown = set(batch) - set(KEYWORDS)
+            if unknown:
+                raise ValueError(f"batch: unknown keys {sorted(unknown)}; expected some of {KEYWORDS}")
+            batch = Batch(**batch, dtype=self.dtype)
+        batch = batch.astype(self.dtype)
         if counts is not None:
-            self.kw["counts"] = {k: int(v) for k, v in counts.items()}
+            batch = batch.replace(counts={k: int(v) for k, v in counts.items()})
+        self.batch = batch
+        w = dict(weights or {})
+        # The keywords of every core call: the same Batch each time, and the loss options.
+        self.kw = dict(batch=batch, w_pde=float(w.get("pde", 1.0)), w_data=float(w.get("data", 1.0)),
+                       w_bc=float(w.get("bc", 1.0)), train_fourier=bool(train_fourier))
         self.num_params = int(workspace.spec.num_params)
-        n = lambda key: len(self.batch[key]) if key in self.batch else 0  # noqa: E731
-        self.num_residuals = 2 * (n("x_pde") + n("x_data") + n("x_bc"))
+        self.num_residuals = batch.num_residuals
 
     def residuals(self, theta: NDArray) -> NDArray:
         return self.workspace.residuals(theta, **self.kw)

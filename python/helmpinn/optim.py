@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import _core
+from .batch import Batch
 
 __all__ = ["Schedule", "constant", "exponential", "cosine", "make_schedule", "SCHEDULES",
            "Adam", "lbfgs", "LBFGSResult"]
@@ -155,22 +156,21 @@ def _one_blas_thread() -> contextlib.AbstractContextManager:
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Mapping[str, Any], maxiter: int, *,
+def lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Batch | Mapping[str, Any], maxiter: int, *,
           weights: Mapping[str, float] | None = None, train_fourier: bool = True,
           batch_size: int = 4096, callback: Callable[[int, float, NDArray], Any] | None = None
           ) -> LBFGSResult:
     """Polish ``params`` in place with SciPy's L-BFGS-B on the flat float64 vector.
 
-    ``batch``: keyword arrays of ``Workspace.value_and_grad`` (any float dtype; converted to
-    float64). The best finite point seen is kept, so a failed line search never makes the
+    ``batch``: a :class:`~helmpinn.Batch` or the keyword arrays of ``Workspace.value_and_grad``
+    (any float dtype; converted to float64 once, before the first evaluation). The best finite point seen is kept, so a failed line search never makes the
     parameters worse. ``callback(iteration, loss, theta)`` is called after every iteration with
     the current float64 vector; it may return True to stop.
     """
     from scipy.optimize import minimize
 
     ws = _core.Workspace(spec, batch_size, "float64")
-    b64 = {k: (np.ascontiguousarray(v, dtype=np.float64) if isinstance(v, np.ndarray) else v)
-           for k, v in batch.items()}
+    b64 = batch.astype(np.float64) if isinstance(batch, Batch) else Batch(**batch, dtype=np.float64)
     w = dict(weights or {})
     kw = dict(w_pde=w.get("pde", 1.0), w_data=w.get("data", 1.0), w_bc=w.get("bc", 1.0),
               train_fourier=train_fourier)
@@ -180,7 +180,7 @@ def lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Mapping[str, Any], maxi
 
     def fun(theta: NDArray) -> tuple[float, NDArray]:
         theta = np.ascontiguousarray(theta, dtype=np.float64)
-        loss = ws.value_and_grad(theta, grad, **b64, **kw)
+        loss = ws.value_and_grad(theta, grad, batch=b64, **kw)
         evals[0] += 1
         if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
             return math.inf, np.zeros_like(grad)

@@ -24,11 +24,14 @@ A :class:`Problem` holds
 With a PML or a density the PDE points carry the core's general operator (``a_pde``, ``b_pde``;
 docs/MATH.md, General operator) instead of the Laplacian.
 
-Complex values are complex NumPy arrays in Python; :meth:`TrainingSet.to_core` converts them to
-the core's ``[N, 2]`` real pairs (re, im) in the model's dtype.
+Complex values are complex NumPy arrays in Python; :meth:`TrainingSet.to_batch` converts them,
+once per draw, into a :class:`~helmpinn.Batch` for the core (``[N, 2]`` real pairs (re, im) in
+the model's dtype).
 
-Built-in problems with exact solutions: :func:`get_problem` (``"plane1d"``, ``"dirichlet2d"``,
-``"heterogeneous2d"``, ``"cube3d"``) and :func:`list_problems`.
+Problems by name: :func:`get_problem` and :func:`list_problems` over a registry
+(:func:`register_problem`); the built-in problems with exact solutions (``"plane1d"``,
+``"dirichlet2d"``, ``"heterogeneous2d"``, ``"cube3d"``) are in :mod:`helmpinn.builtin`, the
+scattering ones in :mod:`helmpinn.scattering`.
 """
 from __future__ import annotations
 
@@ -40,6 +43,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._compat import UNSET, renamed
+from .batch import Batch
 from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
 from .pml import PML, operator_coefficients
 
@@ -163,33 +168,25 @@ class TrainingSet:
     a_pde: NDArray[np.complex128] | None = None
     b_pde: NDArray[np.complex128] | None = None
 
-    def to_core(self, dtype: Any = np.float32) -> dict[str, Any]:
-        """Keyword arguments of ``Workspace.value_and_grad`` (arrays C-contiguous in ``dtype``);
-        absent terms are left out."""
-        dtype = np.dtype(dtype)
-        c = lambda a: np.ascontiguousarray(a, dtype=dtype)  # noqa: E731
-        out: dict[str, Any] = {}
+    def to_batch(self, dtype: Any = np.float32, *, counts: Mapping[str, int] | None = None) -> Batch:
+        """The :class:`~helmpinn.Batch` of these points for a workspace of ``dtype``: every array
+        converted once (C-contiguous, complex values as (re, im) pairs); absent terms are left
+        out. ``counts``: the global point counts when this set is one shard of a larger one."""
+        kw: dict[str, Any] = {}
         if len(self.x_pde):
-            out["x_pde"] = c(self.x_pde)
-            out["kappa"] = float(self.kappa) if np.ndim(self.kappa) == 0 else c(self.kappa)
-            if self.f is not None:
-                out["f"] = complex_to_pairs(self.f, dtype)
+            kw.update(x_pde=self.x_pde, kappa=self.kappa, f=self.f)
             if self.a_pde is not None:  # the general operator, with kappa as its (real) c
-                out["a_pde"] = complex_to_pairs(self.a_pde, dtype)
-                out["b_pde"] = complex_to_pairs(self.b_pde, dtype)
+                kw.update(a_pde=self.a_pde, b_pde=self.b_pde)
         if len(self.x_data):
-            out["x_data"] = c(self.x_data)
-            out["y"] = complex_to_pairs(self.y, dtype)
+            kw.update(x_data=self.x_data, y=self.y)
         if len(self.x_bc):
-            out["x_bc"] = c(self.x_bc)
-            out["n_bc"] = c(self.n_bc)
-            if np.ndim(self.alpha) == 0:
-                out["alpha_bc"] = complex(self.alpha)
-            else:
-                out["alpha_bc"] = complex_to_pairs(self.alpha, dtype)
-            if self.g is not None:
-                out["g_bc"] = complex_to_pairs(self.g, dtype)
-        return out
+            kw.update(x_bc=self.x_bc, n_bc=self.n_bc, alpha_bc=self.alpha, g_bc=self.g)
+        return Batch(**kw, counts=counts, dtype=dtype)
+
+    def to_core(self, dtype: Any = np.float32) -> Batch:
+        """The same as :meth:`to_batch` (its older name): a Batch is also the mapping of the
+        keywords of ``Workspace.value_and_grad``, so ``**ts.to_core(dtype)`` still works."""
+        return self.to_batch(dtype)
 
 
 class Problem:
@@ -346,13 +343,17 @@ class Problem:
         return self.domain.grid(n_per_dim)[0]
 
     # -- sampling -----------------------------------------------------------------------------
-    def sample(self, n_pde: int | None, n_bc: int | None, rng: np.random.Generator | int | None = None,
-               method: str = "uniform") -> TrainingSet:
-        """Collocation points for one training stretch: ``n_pde`` interior and ``n_bc`` boundary
-        points (split over the parts by measure; Dirichlet parts go to the data term, Robin parts
-        to the bc term) plus the problem's data points."""
+    def sample(self, pde_points: int | None = None, bc_points: int | None = None,
+               rng: np.random.Generator | int | None = None, method: str = "uniform", *,
+               n_pde: int = UNSET, n_bc: int = UNSET) -> TrainingSet:
+        """Collocation points for one training stretch: ``pde_points`` interior and ``bc_points``
+        boundary points (split over the parts by measure; Dirichlet parts go to the data term,
+        Robin parts to the bc term) plus the problem's data points. (``n_pde`` / ``n_bc`` are
+        the deprecated names of the two counts.)"""
+        pde_points = renamed("Problem.sample", "pde_points", pde_points, "n_pde", n_pde)
+        bc_points = renamed("Problem.sample", "bc_points", bc_points, "n_bc", n_bc)
         rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
-        x_pde = self.sampling_domain.sample_interior(n_pde, rng, method)
+        x_pde = self.sampling_domain.sample_interior(pde_points, rng, method)
         kappa = self.kappa_at(x_pde)
         f = self.source_at(x_pde)
         if self._absorbed:
@@ -360,16 +361,16 @@ class Problem:
             # inside gets half the boundary points (by measure it would get a sliver of them).
             sd = self.sampling_domain
             if isinstance(sd, BoxMinusBall):
-                n_wall = int(n_bc) // 2
+                n_wall = int(bc_points) // 2
                 xd_wall = sd.box.sample_boundary(n_wall, rng, method).x
-                inner = sd.ball.sample_boundary(int(n_bc) - n_wall, rng, method)
+                inner = sd.ball.sample_boundary(int(bc_points) - n_wall, rng, method)
                 b = BoundarySample(inner.x, -inner.normals, np.full(len(inner.x), "scatterer"))
             else:
-                xd_wall = sd.sample_boundary(n_bc, rng, method).x
+                xd_wall = sd.sample_boundary(bc_points, rng, method).x
                 b = BoundarySample(np.empty((0, self.dim)), np.empty((0, self.dim)),
                                    np.empty(0, dtype="<U9"))
         else:
-            b = self.domain.sample_boundary(n_bc, rng, method)
+            b = self.domain.sample_boundary(bc_points, rng, method)
 
         xd, yd = [], []
         if self._absorbed and len(xd_wall):
@@ -513,103 +514,6 @@ def get_problem(name: str, **options) -> Problem:
     return problem
 
 
-@register_problem("plane1d", "plane wave u = exp(ikx) on [0,1]; u(0)=1, Sommerfeld at x=1 (option k)")
-def plane1d(k: float = 20.0) -> Problem:
-    k = float(k)
-    return Problem(
-        Interval(0.0, 1.0), kappa=k * k, source=None,
-        bcs={"xmin": Dirichlet(1.0), "xmax": Sommerfeld(k)},
-        exact=lambda x: np.exp(1j * k * x[:, 0]),
-        exact_grad=lambda x: (1j * k * np.exp(1j * k * x[:, 0]))[:, None],
-        wavenumber=k,
-    )
-
-
-@register_problem("dirichlet2d",
-                  "u = sin(k0 x) sin(k0 y), k0 = 2 pi n, on [0,1]^2, zero Dirichlet (option n)")
-def dirichlet2d(n: float = 2) -> Problem:
-    k0 = 2.0 * math.pi * float(n)
-
-    def exact(x):
-        return np.sin(k0 * x[:, 0]) * np.sin(k0 * x[:, 1]) + 0j
-
-    # Δu = -2 k0² u, so with κ = k0²: Δu + κu = -k0² u.
-    return Problem(
-        Box([0.0, 0.0], [1.0, 1.0]), kappa=k0 * k0,
-        source=lambda x: -k0 * k0 * exact(x),
-        bcs={"*": Dirichlet(0.0)}, exact=exact, wavenumber=k0,
-    )
-
-
-@register_problem("heterogeneous2d",
-                  "plane wave with a bump in a lens medium k^2(x) = k^2 (1 + 2 exp(-r^2/2s^2)) on [0,1]^2; "
-                  "Dirichlet at x=0, local Sommerfeld elsewhere (options k, theta)")
-def heterogeneous2d(k: float = 10.0, theta: float = math.pi / 6) -> Problem:
-    k, theta = float(k), float(theta)
-    dvec = np.array([math.cos(theta), math.sin(theta)])
-    a, s, c = 0.5, 0.15, np.array([0.5, 0.5])
-    pi = math.pi
-
-    def kappa(x):
-        r2 = np.sum((x - c) ** 2, axis=1)
-        return k * k * (1.0 + 2.0 * np.exp(-r2 / (2 * s * s)))
-
-    def parts(x):
-        p = np.exp(1j * k * (x @ dvec))
-        sx, sy = np.sin(pi * x[:, 0]), np.sin(pi * x[:, 1])
-        cx, cy = np.cos(pi * x[:, 0]), np.cos(pi * x[:, 1])
-        amp = 1.0 + a * sx * sy
-        grad_amp = a * pi * np.stack([cx * sy, sx * cy], axis=1)
-        lap_amp = -2.0 * pi * pi * a * sx * sy
-        return p, amp, grad_amp, lap_amp
-
-    def exact(x):
-        p, amp, _, _ = parts(x)
-        return p * amp
-
-    def exact_grad(x):
-        p, amp, grad_amp, _ = parts(x)
-        return p[:, None] * (1j * k * dvec[None, :] * amp[:, None] + grad_amp)
-
-    def source(x):
-        # Δ(p A) = p (Δ A + 2 i k d·∇A − k² A); f = Δu + κ u.
-        p, amp, grad_amp, lap_amp = parts(x)
-        lap = p * (lap_amp + 2j * k * (grad_amp @ dvec) - k * k * amp)
-        return lap + kappa(x) * p * amp
-
-    def local_k(x):
-        return np.sqrt(kappa(x))
-
-    def g(x, nrm):  # ∂u/∂n − i k(x) u
-        return np.sum(exact_grad(x) * nrm, axis=1) - 1j * local_k(x) * exact(x)
-
-    return Problem(
-        Box([0.0, 0.0], [1.0, 1.0]), kappa=kappa, source=source,
-        bcs={"xmin": Dirichlet(exact), ("xmax", "ymin", "ymax"): Sommerfeld(local_k, g)},
-        exact=exact, exact_grad=exact_grad, wavenumber=k * math.sqrt(3.0),
-    )
-
-
-@register_problem("cube3d",
-                  "u = sin(pi x) sin(pi y) sin(pi z) exp(ikz) on [0,1]^3, zero Dirichlet, "
-                  "matching source (option k)")
-def cube3d(k: float = 2 * math.pi) -> Problem:
-    k = float(k)
-    pi = math.pi
-
-    def exact(x):
-        s = np.sin(pi * x)
-        return s[:, 0] * s[:, 1] * s[:, 2] * np.exp(1j * k * x[:, 2])
-
-    def source(x):
-        # u = S e^{ikz}: Δu = e^{ikz}(ΔS + 2ik ∂zS − k²S), ΔS = −3π² S; κ = k².
-        s = np.sin(pi * x)
-        S = s[:, 0] * s[:, 1] * s[:, 2]
-        dzS = pi * s[:, 0] * s[:, 1] * np.cos(pi * x[:, 2])
-        return np.exp(1j * k * x[:, 2]) * (-3 * pi * pi * S + 2j * k * dzS)
-
-    return Problem(
-        Box([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]), kappa=k * k, source=source,
-        bcs={"*": Dirichlet(0.0)}, exact=exact,
-        wavenumber=math.sqrt(2 * pi * pi + (abs(k) + pi) ** 2),  # u's largest angular frequency
-    )
+# The built-in problems live in their own module (registered on import); their factories stay
+# importable from here.
+from .builtin import cube3d, dirichlet2d, heterogeneous2d, plane1d  # noqa: E402,F401

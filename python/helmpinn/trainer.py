@@ -13,12 +13,15 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from . import _core, distributed
+from ._compat import UNSET, renamed
+from .batch import Batch
 from .model import Model
 from .optim import Adam, Schedule, lbfgs, make_schedule
 from .problems import Problem, TrainingSet
@@ -72,8 +75,8 @@ def default_settings(problem: Problem) -> dict[str, Any]:
         "lr": 1e-2,
         "schedule": "cosine",
         "betas": (0.9, 0.99),
-        "n_pde": {1: 512, 2: 2048}.get(d, 4096),
-        "n_bc": {1: 2, 2: 256}.get(d, 768),
+        "pde_points": {1: 512, 2: 2048}.get(d, 4096),
+        "bc_points": {1: 2, 2: 256}.get(d, 768),
         "sampling": "sobol",
         "resample_every": 100,
         "eval_every": 100,
@@ -109,9 +112,10 @@ class Trainer:
     ("constant", "exponential", "cosine"; used when ``lr`` is a number), ``betas`` (Adam's; the
     default β2 = 0.99 adapts faster than the usual 0.999, which measurably helps the slowly
     converging near-resonant modes of Helmholtz problems), ``optimizer`` (an
-    existing :class:`~helmpinn.optim.Adam` to continue with), ``n_pde`` / ``n_bc`` (interior /
-    boundary points per draw), ``sampling`` ("uniform", "sobol", "halton"), ``resample_every``
-    (steps between fresh draws, 0 = never), ``weights`` (dict with "pde", "data", "bc"; missing
+    existing :class:`~helmpinn.optim.Adam` to continue with), ``pde_points`` / ``bc_points``
+    (interior / boundary points per draw, as the CLI's ``--points`` / ``--bc-points``; the old
+    names ``n_pde`` / ``n_bc`` still work, with a DeprecationWarning), ``sampling`` ("uniform",
+    "sobol", "halton"), ``resample_every`` (steps between fresh draws, 0 = never), ``weights`` (dict with "pde", "data", "bc"; missing
     entries from :func:`auto_weights`), ``train_fourier`` (False freezes B), ``batch_size``
     (Workspace chunk), ``eval_every`` (steps between errors on the test grid, 0 = only at the
     end), ``n_test`` (test grid points per dimension), ``target_error`` (stop once the relative
@@ -124,7 +128,7 @@ class Trainer:
     only from the main thread).
 
     ``comm`` (an mpi4py communicator) trains data-parallel over its ranks: each rank draws its
-    own share of the ``n_pde`` / ``n_bc`` points (:func:`helmpinn.distributed.sample_shard`),
+    own share of the ``pde_points`` / ``bc_points`` (:func:`helmpinn.distributed.sample_shard`),
     the loss and gradient are those of the union (:func:`helmpinn.distributed.value_and_grad`),
     every rank takes the same step, and every ``check_every`` steps the parameters are checked
     to be the same on all ranks. Only rank 0 shows progress and writes checkpoints. Every rank
@@ -137,6 +141,11 @@ class Trainer:
     step on freshly drawn points check the inputs (``check_finite``), so NaN or Inf coming from
     the problem raises ValueError naming the array.
 
+    The points of the current draw are ``training_set`` (float64 / complex) and ``batch``, the
+    :class:`~helmpinn.Batch` the core takes: converted once per draw, then the same object at
+    every step of Adam, L-BFGS (:meth:`polish`) and LM (:meth:`fit_lm`); each step's loss comes
+    back with its breakdown (``history.pde``, ``.data``, ``.bc``) from that one call.
+
     A checkpoint also records the state of the point sampler; a Trainer given a model loaded from
     a checkpoint continues it: step count, optimiser state, learning-rate schedule (spanning the
     steps already taken plus those of :meth:`fit`) and the same training points.
@@ -145,17 +154,20 @@ class Trainer:
     def __init__(self, problem: Problem, model: Model, *, lr: float | Schedule | None = None,
                  schedule: str = "cosine", betas: tuple[float, float] | None = None,
                  optimizer: Adam | None = None,
-                 n_pde: int | None = None, n_bc: int | None = None, sampling: str = "sobol",
+                 pde_points: int | None = None, bc_points: int | None = None, sampling: str = "sobol",
                  resample_every: int = 100, weights: Mapping[str, float] | None = None,
                  train_fourier: bool = True, batch_size: int = 4096, eval_every: int = 100,
                  n_test: int | None = None, target_error: float | None = None,
                  checkpoint_every: int = 0, checkpoint_path: str | os.PathLike | None = None,
                  callbacks: Sequence[Callable[["Trainer", int], Any]] = (), progress: bool = True,
                  seed: int = 0, log_every: int = 25, stop_on_interrupt: bool = False,
-                 comm: Any = None, check_every: int = 100):
+                 comm: Any = None, check_every: int = 100, n_pde: int = UNSET, n_bc: int = UNSET):
+        pde_points = renamed("Trainer", "pde_points", pde_points, "n_pde", n_pde)
+        bc_points = renamed("Trainer", "bc_points", bc_points, "n_bc", n_bc)
         if model.in_dim != problem.dim:
             raise ValueError(f"model takes {model.in_dim}-D points but the problem is {problem.dim}-D")
-        for name, value, least in (("n_pde", n_pde, 1), ("n_bc", n_bc, 0), ("resample_every", resample_every, 0),
+        for name, value, least in (("pde_points", pde_points, 1), ("bc_points", bc_points, 0),
+                                   ("resample_every", resample_every, 0),
                                    ("eval_every", eval_every, 0), ("checkpoint_every", checkpoint_every, 0)):
             if value is not None and int(value) < least:
                 raise ValueError(f"{name} must be >= {least}, got {value}")
@@ -168,8 +180,8 @@ class Trainer:
         self.schedule = schedule
         self.betas = tuple(defaults["betas"] if betas is None else betas)
         self.optimizer = optimizer
-        self.n_pde = defaults["n_pde"] if n_pde is None else int(n_pde)
-        self.n_bc = defaults["n_bc"] if n_bc is None else int(n_bc)
+        self.pde_points = defaults["pde_points"] if pde_points is None else int(pde_points)
+        self.bc_points = defaults["bc_points"] if bc_points is None else int(bc_points)
         self.sampling = sampling
         self.resample_every = int(resample_every)
         self.weights = {**auto_weights(problem), **dict(weights or {})}
@@ -190,7 +202,6 @@ class Trainer:
         self._check_inputs = True  # check_finite on the next step (new points, or a new fit)
         self.stop_requested: str | None = None
         self.comm, self.rank, self.check_every = comm, 0, max(int(check_every), 1)
-        self._counts: dict[str, int] | None = None
         if comm is not None:
             self.rank, self._ranks = comm.Get_rank(), comm.Get_size()
             self.rng, self._shared_rng = distributed.rank_generators(seed, self.rank)
@@ -202,7 +213,9 @@ class Trainer:
         self._loss_kw = dict(w_pde=float(self.weights["pde"]), w_data=float(self.weights["data"]),
                              w_bc=float(self.weights["bc"]), train_fourier=self.train_fourier)
         self.training_set: TrainingSet | None = None
-        self._batch: dict[str, Any] = {}
+        # The current draw's points as the core takes them: converted once per draw (resample),
+        # then the same object at every step.
+        self.batch: Batch | None = None
 
         self.x_test: np.ndarray | None = None
         self.u_test: np.ndarray | None = None
@@ -218,19 +231,35 @@ class Trainer:
         self.last_error: float | None = None
         self._good: tuple[int, np.ndarray, dict[str, Any]] | None = None
 
+    @property
+    def n_pde(self) -> int:
+        """Deprecated name of :attr:`pde_points`."""
+        warnings.warn("Trainer.n_pde is deprecated, use Trainer.pde_points", DeprecationWarning,
+                      stacklevel=2)
+        return self.pde_points
+
+    @property
+    def n_bc(self) -> int:
+        """Deprecated name of :attr:`bc_points` (``n_bc`` names the boundary normals elsewhere)."""
+        warnings.warn("Trainer.n_bc is deprecated, use Trainer.bc_points (n_bc names the "
+                      "boundary normals)", DeprecationWarning, stacklevel=2)
+        return self.bc_points
+
     # -- pieces -------------------------------------------------------------------------------
     def resample(self) -> None:
         """Draw fresh collocation points."""
         self._draw_state = self.rng.bit_generator.state
         if self.comm is None:
-            self.training_set = self.problem.sample(self.n_pde, self.n_bc, self.rng, self.sampling)
+            self.training_set = self.problem.sample(self.pde_points, self.bc_points, self.rng,
+                                                    self.sampling)
         else:
             self.training_set = distributed.sample_shard(
-                self.problem, self.n_pde, self.n_bc, self.rng, self._shared_rng, self.sampling,
-                self.rank, self._ranks)
-        self._batch = self.training_set.to_core(self.model.dtype)
-        if self.comm is not None:
-            self._counts = distributed.global_counts(self.comm, self._batch)
+                self.problem, self.pde_points, self.bc_points, self.rng, self._shared_rng,
+                self.sampling, self.rank, self._ranks)
+        batch = self.training_set.to_batch(self.model.dtype)
+        if self.comm is not None:  # this rank's shard, with the global counts of the draw
+            batch = distributed.shard_batch(batch, distributed.global_counts(self.comm, batch))
+        self.batch = batch
         self._check_inputs = True
 
     def request_stop(self, reason: str = "stop requested") -> None:
@@ -312,7 +341,7 @@ class Trainer:
             self.rng.bit_generator.state = state
         except (TypeError, ValueError, KeyError):
             return
-        self._batch = {}
+        self.batch = None
 
     # -- the loop ---------------------------------------------------------------------------------
     def fit(self, steps: int) -> History:
@@ -331,7 +360,7 @@ class Trainer:
         self.stop_reason = None
         self.diverged = False
         self.stop_requested = None
-        if self.training_set is None:  # not `not self._batch`: a rank may hold no points
+        if self.training_set is None:
             self.resample()
         self._check_inputs = True
         self._snapshot()
@@ -435,12 +464,11 @@ class Trainer:
         try:
             if self.comm is None:
                 b = self.workspace.value_and_grad(self.model.params, self.grad, breakdown=True,
-                                                  **self._batch, **kw)
+                                                  batch=self.batch, **kw)
                 terms = {"total": b.total, "pde": b.pde, "data": b.data, "bc": b.bc}
             else:
-                    terms = distributed.value_and_grad(self.workspace, self.comm, self.model.params,
-                                                   self.grad, counts=self._counts, breakdown=True,
-                                                   **self._batch, **kw)
+                terms = distributed.value_and_grad(self.workspace, self.comm, self.model.params,
+                                                   self.grad, batch=self.batch, breakdown=True, **kw)
         except (ValueError, FloatingPointError) as exc:
             if not self._check_inputs:
                 raise
@@ -490,7 +518,7 @@ class Trainer:
         if self.comm is not None and self.comm.Get_size() > 1:
             raise NotImplementedError("polish: L-BFGS runs on one process; with several ranks "
                                       "each would fit only its own points")
-        if not self._batch:
+        if self.batch is None:
             self.resample()
         err_before = self.evaluate()
         t_start = self.train_time
@@ -508,7 +536,7 @@ class Trainer:
             h.eval_time.append(t_start + time.perf_counter() - t0)
             return self.target_error is not None and err < self.target_error
 
-        res = lbfgs(self.model.params, self.model.spec, self._batch, maxiter, weights=self.weights,
+        res = lbfgs(self.model.params, self.model.spec, self.batch, maxiter, weights=self.weights,
                     train_fourier=self.train_fourier, batch_size=batch_size, callback=on_iteration)
         self.train_time = t_start + time.perf_counter() - t0
         err_after = self.evaluate()
@@ -552,10 +580,10 @@ class Trainer:
         resume = bool(state) and "lm_lambda" in state
         if resume and not self.step:
             self._resume_sampler()   # a loaded checkpoint's run goes on with its points
-        if self.training_set is None or not self._batch:
+        if self.training_set is None or self.batch is None:
             self.resample()
-        make_res = lambda: CoreResiduals(self.workspace, self._batch, self.weights,  # noqa: E731
-                                         train_fourier=self.train_fourier, counts=self._counts)
+        make_res = lambda: CoreResiduals(self.workspace, self.batch, self.weights,  # noqa: E731
+                                         train_fourier=self.train_fourier)
         lm = LevenbergMarquardt(make_res(), solver=solver, damping=damping, update=update, lam=lam,
                                 max_trials=max_trials, blas_threads=blas_threads, comm=self.comm,
                                 **lm_options)
@@ -615,8 +643,8 @@ class Trainer:
                 h.lr.append(info.lam)
                 # the unweighted term means from the residuals (PDE, data, bc rows, in order)
                 r2, row, sums = info.residuals ** 2, 0, np.zeros(3)
-                for i, key in enumerate(("x_pde", "x_data", "x_bc")):
-                    n = 2 * len(self._batch[key]) if key in self._batch else 0
+                for i, n in enumerate(self.batch.sizes.values()):
+                    n *= 2
                     sums[i] = np.sum(r2[row:row + n])
                     row += n
                 if self.comm is not None:   # the ranks' rows together

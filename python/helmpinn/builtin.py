@@ -1,0 +1,119 @@
+"""The built-in problems with exact solutions, registered by name for :func:`helmpinn.get_problem`
+and ``helmpinn train --problem``: ``plane1d``, ``dirichlet2d``, ``heterogeneous2d``, ``cube3d``
+(the scattering problems with a PML are in :mod:`helmpinn.scattering`).
+
+Each is a factory ``f(**options) -> Problem``; :func:`helmpinn.problems.problem_options` lists
+a problem's options with their defaults.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .geometry import Box, Interval
+from .problems import Dirichlet, Problem, Sommerfeld, register_problem
+
+__all__ = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d"]
+
+
+@register_problem("plane1d", "plane wave u = exp(ikx) on [0,1]; u(0)=1, Sommerfeld at x=1 (option k)")
+def plane1d(k: float = 20.0) -> Problem:
+    k = float(k)
+    return Problem(
+        Interval(0.0, 1.0), kappa=k * k, source=None,
+        bcs={"xmin": Dirichlet(1.0), "xmax": Sommerfeld(k)},
+        exact=lambda x: np.exp(1j * k * x[:, 0]),
+        exact_grad=lambda x: (1j * k * np.exp(1j * k * x[:, 0]))[:, None],
+        wavenumber=k,
+    )
+
+
+@register_problem("dirichlet2d",
+                  "u = sin(k0 x) sin(k0 y), k0 = 2 pi n, on [0,1]^2, zero Dirichlet (option n)")
+def dirichlet2d(n: float = 2) -> Problem:
+    k0 = 2.0 * math.pi * float(n)
+
+    def exact(x):
+        return np.sin(k0 * x[:, 0]) * np.sin(k0 * x[:, 1]) + 0j
+
+    # Δu = -2 k0² u, so with κ = k0²: Δu + κu = -k0² u.
+    return Problem(
+        Box([0.0, 0.0], [1.0, 1.0]), kappa=k0 * k0,
+        source=lambda x: -k0 * k0 * exact(x),
+        bcs={"*": Dirichlet(0.0)}, exact=exact, wavenumber=k0,
+    )
+
+
+@register_problem("heterogeneous2d",
+                  "plane wave with a bump in a lens medium k^2(x) = k^2 (1 + 2 exp(-r^2/2s^2)) on [0,1]^2; "
+                  "Dirichlet at x=0, local Sommerfeld elsewhere (options k, theta)")
+def heterogeneous2d(k: float = 10.0, theta: float = math.pi / 6) -> Problem:
+    k, theta = float(k), float(theta)
+    dvec = np.array([math.cos(theta), math.sin(theta)])
+    a, s, c = 0.5, 0.15, np.array([0.5, 0.5])
+    pi = math.pi
+
+    def kappa(x):
+        r2 = np.sum((x - c) ** 2, axis=1)
+        return k * k * (1.0 + 2.0 * np.exp(-r2 / (2 * s * s)))
+
+    def parts(x):
+        p = np.exp(1j * k * (x @ dvec))
+        sx, sy = np.sin(pi * x[:, 0]), np.sin(pi * x[:, 1])
+        cx, cy = np.cos(pi * x[:, 0]), np.cos(pi * x[:, 1])
+        amp = 1.0 + a * sx * sy
+        grad_amp = a * pi * np.stack([cx * sy, sx * cy], axis=1)
+        lap_amp = -2.0 * pi * pi * a * sx * sy
+        return p, amp, grad_amp, lap_amp
+
+    def exact(x):
+        p, amp, _, _ = parts(x)
+        return p * amp
+
+    def exact_grad(x):
+        p, amp, grad_amp, _ = parts(x)
+        return p[:, None] * (1j * k * dvec[None, :] * amp[:, None] + grad_amp)
+
+    def source(x):
+        # Δ(p A) = p (Δ A + 2 i k d·∇A − k² A); f = Δu + κ u.
+        p, amp, grad_amp, lap_amp = parts(x)
+        lap = p * (lap_amp + 2j * k * (grad_amp @ dvec) - k * k * amp)
+        return lap + kappa(x) * p * amp
+
+    def local_k(x):
+        return np.sqrt(kappa(x))
+
+    def g(x, nrm):  # ∂u/∂n − i k(x) u
+        return np.sum(exact_grad(x) * nrm, axis=1) - 1j * local_k(x) * exact(x)
+
+    return Problem(
+        Box([0.0, 0.0], [1.0, 1.0]), kappa=kappa, source=source,
+        bcs={"xmin": Dirichlet(exact), ("xmax", "ymin", "ymax"): Sommerfeld(local_k, g)},
+        exact=exact, exact_grad=exact_grad, wavenumber=k * math.sqrt(3.0),
+    )
+
+
+@register_problem("cube3d",
+                  "u = sin(pi x) sin(pi y) sin(pi z) exp(ikz) on [0,1]^3, zero Dirichlet, "
+                  "matching source (option k)")
+def cube3d(k: float = 2 * math.pi) -> Problem:
+    k = float(k)
+    pi = math.pi
+
+    def exact(x):
+        s = np.sin(pi * x)
+        return s[:, 0] * s[:, 1] * s[:, 2] * np.exp(1j * k * x[:, 2])
+
+    def source(x):
+        # u = S e^{ikz}: Δu = e^{ikz}(ΔS + 2ik ∂zS − k²S), ΔS = −3π² S; κ = k².
+        s = np.sin(pi * x)
+        S = s[:, 0] * s[:, 1] * s[:, 2]
+        dzS = pi * s[:, 0] * s[:, 1] * np.cos(pi * x[:, 2])
+        return np.exp(1j * k * x[:, 2]) * (-3 * pi * pi * S + 2j * k * dzS)
+
+    return Problem(
+        Box([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]), kappa=k * k, source=source,
+        bcs={"*": Dirichlet(0.0)}, exact=exact,
+        wavenumber=math.sqrt(2 * pi * pi + (abs(k) + pi) ** 2),  # u's largest angular frequency
+    )
