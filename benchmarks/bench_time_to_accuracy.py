@@ -3,7 +3,7 @@
 Levenberg-Marquardt on the built-in problems, in one run.
 
     python benchmarks/bench_time_to_accuracy.py [--problems plane1d:k=20,dirichlet2d:n=2,...]
-        [--optimizers adam,lbfgs,lm] [--budget 60] [--threads 2] [--json out.json]
+        [--optimizers adam,lbfgs,lm] [--budget 60]  (a problem's own budget: NAME:OPTS@SECONDS) [--threads 2] [--json out.json]
         [--plot docs/images/time_to_accuracy.png] [--tiny]
 
 Run from the repository root with helmpinn importable (installed, or PYTHONPATH=python), on a
@@ -88,7 +88,7 @@ class Clock:
             trainer.stop_reason = f"budget of {self.budget:g} s"
 
 
-def run_one(problem, optimizer: str, args) -> dict:
+def run_one(problem, optimizer: str, args, budget: float | None = None) -> dict:
     import helmpinn as hp
     from helmpinn.lm import lm_defaults, lm_options
     from helmpinn.optim import lbfgs
@@ -111,7 +111,8 @@ def run_one(problem, optimizer: str, args) -> dict:
                          eval_every=0, n_test=args.n_test,
                          resample_every=s["resample_every"] if optimizer == "adam" else 0)
     trainer.resample()
-    clock = Clock(problem, model, args.budget, every, args.n_test)
+    budget = args.budget if budget is None else budget
+    clock = Clock(problem, model, budget, every, args.n_test)
     trainer.callbacks.append(clock.trainer_callback)
     clock.record(0)
     out = {"optimizer": optimizer, "num_params": model.num_params, "dtype": dtype,
@@ -125,7 +126,7 @@ def run_one(problem, optimizer: str, args) -> dict:
         def cb(it: int, loss: float, theta: np.ndarray) -> bool:
             if it % clock.every == 0:
                 clock.record(it, theta)
-            return clock.elapsed() > args.budget
+            return clock.elapsed() > budget
 
         res = lbfgs(model.params, model.spec, trainer.batch, args.lbfgs_iterations, weights=trainer.weights,
                     callback=cb)
@@ -212,13 +213,17 @@ def main(argv=None) -> int:
     bad = set(optimizers) - {"adam", "lbfgs", "lm"}
     if bad:
         raise SystemExit(f"--optimizers: unknown {sorted(bad)}; use adam, lbfgs, lm")
-    problems = [parse_problem(t.strip()) for t in args.problems.split(",") if t.strip()]
+    problems = []
+    for text in filter(None, (t.strip() for t in args.problems.split(","))):
+        text, at, seconds = text.partition("@")   # name:opts@seconds: this problem's own budget
+        problems.append((*parse_problem(text), float(seconds) if at else None))
     results: dict[str, list[dict]] = {}
-    for problem, label in problems:
+    for problem, label, budget in problems:
         results[label] = []
         for opt in optimizers:
             print(f"[{label}] {opt} ...", file=sys.stderr, flush=True)
-            run = run_one(problem, opt, args)
+            run = run_one(problem, opt, args, budget)
+            run["budget_s"] = args.budget if budget is None else budget
             results[label].append(run)
             lm = run.get("lm")
             split = ""
