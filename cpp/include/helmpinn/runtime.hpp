@@ -133,7 +133,8 @@ private:
 };
 
 /// Copies `bytes` from host memory to device memory of `device`, synchronously (cudaMemcpy with
-/// `device` current; it is ordered after work on the legacy default stream).
+/// `device` current; it is ordered after work on the legacy default stream). Zero bytes: nothing
+/// is done (in a CUDA build).
 void copy_to_device(void* dst, const void* src, std::size_t bytes, int device);
 /// Copies `bytes` from device memory of `device` to host memory after all work on `device` has
 /// finished (cudaDeviceSynchronize, then cudaMemcpy).
