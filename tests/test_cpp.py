@@ -253,3 +253,22 @@ def test_cmake_consume_cuda_install(cxx_cuda, tmp_path):
     assert m, out
     if int(m.group(1)) == 0:
         assert "DeviceBuffer without a device: helmpinn CUDA" in out, out
+
+
+def test_cuda_runtime_stays_in_the_core():
+    """Only cpp/src/cuda talks to the CUDA runtime: the public headers and the Python bindings
+    include no CUDA header, call no cuda* function and test no HELMPINN_WITH_CUDA (the bindings
+    call the core's runtime API of helmpinn/runtime.hpp)."""
+    files = sorted((REPO / "cpp" / "include" / "helmpinn").glob("*.hpp"))
+    files += sorted((REPO / "cpp" / "bindings").glob("*.[ch]pp"))
+    if not files:
+        pytest.skip(f"no helmpinn source tree at {REPO}")
+    bad = []
+    for f in files:
+        for no, line in enumerate(f.read_text().splitlines(), 1):
+            code = line.split("//")[0]
+            if (re.search(r"#\s*include\s*[<\"](cuda|driver_types|cuda/)", code)
+                    or re.search(r"\bcuda[A-Z]\w*\s*\(", code)
+                    or "HELMPINN_WITH_CUDA" in code):
+                bad.append(f"{f.relative_to(REPO)}:{no}: {line.strip()}")
+    assert not bad, "CUDA outside the core:\n" + "\n".join(bad)
