@@ -4,9 +4,16 @@ exceptions), installs the CMake package and builds against it the consumer proje
 (tests/cmake_consume) both from the installed prefix and via add_subdirectory, and the C++
 example (examples/cpp/plane1d), which must reach a relative L2 error below 1e-2.
 
+The same consumer is also built against an install of helmpinn built WITH its CUDA backend (nvcc
+needed, no GPU: build, link and run, which must report 0 devices cleanly there): a plain C++
+program that gets no CUDA define, no CUDA include directory and no CUDA header from
+helmpinn::core, and the C++ error tests of that build (the device runtime without a device).
+
 Skipped, with the reason shown, only when cmake or a C++ compiler is missing or the source tree
-is not next to this file. Extra configure arguments: HELMPINN_TEST_CMAKE_ARGS (e.g. to test a
-CUDA build: "-DHELMPINN_ENABLE_CUDA=ON").
+is not next to this file (the CUDA install: also when nvcc is missing). Extra configure
+arguments: HELMPINN_TEST_CMAKE_ARGS (e.g. to test a CUDA build: "-DHELMPINN_ENABLE_CUDA=ON");
+the CUDA install compiles for HELMPINN_TEST_CUDA_ARCHITECTURES (default 80-virtual: PTX only,
+the quickest build that links).
 """
 
 from __future__ import annotations
@@ -82,15 +89,17 @@ def _extra_args() -> list[str]:
     return shlex.split(os.environ.get("HELMPINN_TEST_CMAKE_ARGS", ""))
 
 
-def build_and_install(base: Path) -> dict[str, Path]:
+def build_and_install(base: Path, *args: str) -> dict[str, Path]:
     """Configures, builds (with the C++ tests) and installs helmpinn under base, once: a later
-    call (another test module, the same session) finds the 'done' marker and returns at once."""
+    call (another test module, the same session) finds the 'done' marker and returns at once.
+    args: configure arguments after the default ones (default: without CUDA, then
+    HELMPINN_TEST_CMAKE_ARGS)."""
     build, prefix, done = base / "build", base / "prefix", base / "done"
     if not done.exists():
         run(["cmake", "-S", REPO, "-B", build, *_configure_args(), "-DHELMPINN_BUILD_TESTS=ON",
-             "-DHELMPINN_PYTHON=OFF", "-DHELMPINN_INSTALL=ON", "-DHELMPINN_ENABLE_CUDA=OFF",
-             *_extra_args()])
-        run(["cmake", "--build", build, "--parallel", str(os.cpu_count() or 2)])
+             "-DHELMPINN_PYTHON=OFF", "-DHELMPINN_INSTALL=ON",
+             *(args or ("-DHELMPINN_ENABLE_CUDA=OFF", *_extra_args()))])
+        run(["cmake", "--build", build, "--parallel", str(os.cpu_count() or 2)], timeout=1800)
         run(["cmake", "--install", build, "--prefix", prefix])
         done.write_text("ok\n")
     return {"build": build, "prefix": prefix}
@@ -163,3 +172,103 @@ def test_example_plane1d(cxx, tmp_path):
     m = re.search(r"relative L2 error vs exp\(i k x\): ([0-9.eE+-]+)", out)
     assert m, out
     assert float(m.group(1)) < 1e-2, out
+
+
+# ------------------------------------------------------------------ a CUDA-enabled install
+
+def _nvcc() -> str | None:
+    cudacxx = os.environ.get("CUDACXX")
+    if cudacxx and shutil.which(cudacxx):
+        return shutil.which(cudacxx)
+    return shutil.which("nvcc")
+
+
+needs_nvcc = pytest.mark.skipif(_nvcc() is None,
+                                reason="nvcc not found (PATH, CUDACXX): helmpinn cannot be built "
+                                       "with its CUDA backend here")
+
+
+@pytest.fixture(scope="session")
+def cxx_cuda(tmp_path_factory) -> dict[str, Path]:
+    """helmpinn built with its CUDA backend (and its C++ tests) and installed, once a session."""
+    reason = _why_not()
+    if reason:
+        pytest.skip(reason)
+    base = tmp_path_factory.getbasetemp() / "helmpinn-cxx-cuda"
+    base.mkdir(exist_ok=True)
+    archs = os.environ.get("HELMPINN_TEST_CUDA_ARCHITECTURES", "80-virtual")
+    return build_and_install(base, "-DHELMPINN_ENABLE_CUDA=ON",
+                             f"-DCMAKE_CUDA_COMPILER={_nvcc()}",
+                             f"-DCMAKE_CUDA_ARCHITECTURES={archs}")
+
+
+@needs_nvcc
+def test_cuda_install_config_records_cuda_without_a_define(cxx_cuda):
+    """The package config says the build had CUDA (a CMake variable and find_dependency), and the
+    exported helmpinn::core has no CUDA compile definition and links cudart link-only."""
+    prefix = cxx_cuda["prefix"]
+    cfgdir = next(prefix.glob("lib*/cmake/helmpinn"))
+    assert "set(helmpinn_WITH_CUDA ON)" in (cfgdir / "helmpinnConfig.cmake").read_text()
+    assert json.loads((cfgdir / "helmpinn-flags.json").read_text())["cuda"] is True
+    targets = (cfgdir / "helmpinnTargets.cmake").read_text()
+    assert "HELMPINN_WITH_CUDA" not in targets, targets
+    assert "$<LINK_ONLY:CUDA::cudart_static>" in targets, targets
+    for h in (prefix / "include" / "helmpinn").glob("*.hpp"):
+        text = h.read_text()
+        assert not re.search(r"#\s*include\s*[<\"](cuda|driver_types)", text), h
+        assert "HELMPINN_WITH_CUDA" not in text, h
+
+
+@needs_nvcc
+def test_cuda_install_ctest_errors(cxx_cuda):
+    """The C++ error tests of the CUDA build: the device runtime throws, never aborts, without a
+    device (or checks a device when there is one)."""
+    out = run(["ctest", "--test-dir", cxx_cuda["build"], "--output-on-failure", "-V",
+               "-R", "helmpinn.errors", "--timeout", "300"])
+    assert "CUDA (has_cuda=1" in out and "tests passed" in out, out
+
+
+@needs_nvcc
+def test_cmake_consume_cuda_install(cxx_cuda, tmp_path):
+    """A plain C++ consumer of the CUDA-enabled install compiles without any CUDA define or
+    header (main.cpp #errors on them; its CMakeLists refuses CUDA usage requirements), links, and
+    runs: with no GPU it reports 0 devices and why, and a device allocation throws."""
+    build = tmp_path / "b"
+    _consume(REPO / "tests" / "cmake_consume", build, f"-DCMAKE_PREFIX_PATH={cxx_cuda['prefix']}",
+             "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON")
+    commands = json.loads((build / "compile_commands.json").read_text())
+    main = [c for c in commands if c["file"].endswith("main.cpp")]
+    assert main, commands
+    args = main[0].get("arguments") or shlex.split(main[0]["command"])
+    assert not [a for a in args if "CUDA" in a and a.startswith(("-D", "/D"))], args
+    # No include directory of the consumer holds the CUDA runtime's headers.
+    incs = [a[2:] or b for a, b in zip(args, args[1:] + [""]) if a.startswith("-I")]
+    incs += [b for a, b in zip(args, args[1:]) if a == "-isystem"]
+    assert incs, args
+    assert not [d for d in incs if (Path(d) / "cuda_runtime_api.h").exists()], args
+    exe = build / ("consume.exe" if sys.platform == "win32" else "consume")
+    out = run([exe])
+    assert "CUDA=1" in out and "OK" in out, out
+    m = re.search(r"CUDA devices: (\d+)", out)
+    assert m, out
+    if int(m.group(1)) == 0:
+        assert "DeviceBuffer without a device: helmpinn CUDA" in out, out
+
+
+def test_cuda_runtime_stays_in_the_core():
+    """Only cpp/src/cuda talks to the CUDA runtime: the public headers and the Python bindings
+    include no CUDA header, call no cuda* function and test no HELMPINN_WITH_CUDA (the bindings
+    call the core's runtime API of helmpinn/runtime.hpp)."""
+    files = sorted((REPO / "cpp" / "include" / "helmpinn").glob("*.hpp"))
+    files += sorted((REPO / "cpp" / "bindings").glob("*.[ch]pp"))
+    if not files:
+        pytest.skip(f"no helmpinn source tree at {REPO}")
+    bad = []
+    for f in files:
+        for no, line in enumerate(f.read_text().splitlines(), 1):
+            code = line.split("//")[0]
+            if (re.search(r"#\s*include\s*[<\"](cuda|driver_types|cuda/)", code)
+                    or re.search(r"\bcuda[A-Z]\w*\s*\(", code)
+                    or "HELMPINN_WITH_CUDA" in code):
+                bad.append(f"{f.relative_to(REPO)}:{no}: {line.strip()}")
+    assert not bad, "CUDA outside the core:\n" + "\n".join(bad)

@@ -9,7 +9,9 @@ Without a GPU (any machine):
     CPU backend (forward, every loss term, chunking, partial tiles, shared-memory and
     global-scratch buffers, odd tiles, bitwise reproducibility, check_finite), and the device
     seed primitives with the host ones; and the residual level (residuals, Jacobian rows, jvp,
-    vjp, grad_kappa, counts; tests/test_cuda_residuals.py repeats it on a GPU).
+    vjp, grad_kappa, counts; tests/test_cuda_residuals.py repeats it on a GPU); and the core's
+    CUDA runtime API (device scope, pointer queries, device buffers, copies, stream ordering)
+    on two emulated devices.
   * The seed primitives on CUDA arrays refuse a call without out= and, where CUDA cannot be
     used, say why naming the argument; `stream=` is refused with host arrays.
 
@@ -290,7 +292,8 @@ def test_cuda_kernels_under_cpu_emulation(emu_check, env, args):
         for tag in tags:
             assert any(line.startswith(f"ok   {t} {tag} value_and_grad all") for line in oks), (t, tag)
     for host_check in ("plan: dynamic shared-memory limit", "plan: occupancy picks",
-                       "global scratch", "last-use event", "device count error shown"):
+                       "global scratch", "last-use event", "device count error shown",
+                       "runtime: DeviceScope", "runtime: DeviceBuffer", "runtime: stream_wait"):
         assert any(host_check in line for line in oks), host_check
     assert len(oks) > (200 if not args else 150)
 

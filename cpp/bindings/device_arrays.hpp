@@ -5,7 +5,7 @@
 // PyTorch, Numba, helmpinn's own DeviceArray) or DLPack (__dlpack__ / __dlpack_device__, or a
 // "dltensor" capsule). Each is checked before any work, like the host arrays of arrays.hpp:
 // dtype (TypeError), shape, C-contiguity, writability of outputs, and that the pointer really
-// is CUDA device (or managed) memory on the call's device (cudaPointerGetAttributes): the
+// is CUDA device (or managed) memory on the call's device (helmpinn::pointer_info): the
 // Workspace's, or that of a primitive's first array (cuda_array_device). All with a message
 // that names the argument (ValueError).
 //
@@ -16,11 +16,13 @@
 // __cuda_array_interface__ names no stream, so work pending on torch's current stream would not
 // be waited for. A __cuda_array_interface__ (helmpinn's DeviceArray, Numba; CuPy's when DLPack
 // fails) that names a producer stream gets an event recorded on that stream and waited on by
-// ours, with the call's device current.
+// ours, with the call's device current (helmpinn::stream_wait).
 //
-// Built without CUDA (no HELMPINN_WITH_CUDA), the same names exist and raise "built without
-// CUDA support": a primitive called on a CUDA array gets that error from cuda_array_device;
-// the rest is unreachable then, since no CUDA Workspace can be made.
+// This file parses and checks; it includes no CUDA header. Everything that asks or tells the
+// CUDA runtime something (device scope, pointer queries, allocation, copies, stream ordering)
+// is the core's runtime API (helmpinn/runtime.hpp), which in a build without CUDA throws
+// "built without CUDA support": a primitive called on a CUDA array gets that error from
+// cuda_array_device; the rest is unreachable then, since no CUDA Workspace can be made.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -34,12 +36,7 @@
 #include <vector>
 
 #include "arrays.hpp"
-
-#if defined(HELMPINN_WITH_CUDA) && defined(HELMPINN_CUDA_EMULATION)
-#include "cuda/emulation/cuda_emulation.hpp"  // tests only: CUDA emulated on the CPU
-#elif defined(HELMPINN_WITH_CUDA)
-#include <cuda_runtime_api.h>
-#endif
+#include "helmpinn/runtime.hpp"
 
 namespace helmpinn {
 namespace bindings {
@@ -74,10 +71,6 @@ struct ManagedTensor {
     void (*deleter)(ManagedTensor*);
 };
 }  // namespace dlpack
-
-[[noreturn]] inline void no_cuda() {
-    throw std::runtime_error("helmpinn was built without CUDA support (device='cuda' unavailable)");
-}
 
 inline std::string type_name(py::handle obj) {
     py::handle t = py::type::handle_of(obj);
@@ -133,52 +126,19 @@ struct CallContext {
 
     void* stream_ptr() const { return reinterpret_cast<void*>(stream); }
 
-    /// Orders our stream after every producer stream (an event per producer; the event is
-    /// created once per device and reused).
+    /// Orders our stream after every producer stream (helmpinn::stream_wait: an event per
+    /// device, recorded on the producer's stream and waited on by ours, with ctx.device current
+    /// whatever the caller's current device).
     void wait_for_producers() {
-#if defined(HELMPINN_WITH_CUDA)
-        if (producers.empty()) return;
-        // The event, the producer's stream and ours belong to ctx.device: make it current for
-        // the record and the wait whatever the caller's current device (the Workspace's own
-        // guard is made later, inside the backend).
-        int prev = 0;
-        cudaError_t e = cudaGetDevice(&prev);
-        if (e == cudaSuccess && prev != device) e = cudaSetDevice(device);
         for (std::uintptr_t p : producers) {
-            if (e != cudaSuccess) break;
-            if (p == stream || (p == 1 && stream == 0) || (p == 0 && stream == 1)) continue;
-            cudaEvent_t ev = event_for(device);
-            e = cudaEventRecord(ev, reinterpret_cast<cudaStream_t>(p));
-            if (e == cudaSuccess) e = cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream), ev, 0);
-        }
-        if (prev != device) (void)cudaSetDevice(prev);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            throw py::value_error(std::string("stream: cannot order the call after the inputs' "
-                                              "producer stream: ") + cudaGetErrorString(e));
-        }
-#endif
-    }
-
-#if defined(HELMPINN_WITH_CUDA)
-    static cudaEvent_t event_for(int device) {
-        static std::vector<cudaEvent_t> events;  // guarded by the GIL
-        if (int(events.size()) <= device) events.resize(device + 1, nullptr);
-        if (!events[device]) {
-            int prev = 0;
-            (void)cudaGetDevice(&prev);
-            (void)cudaSetDevice(device);
-            const cudaError_t e = cudaEventCreateWithFlags(&events[device], cudaEventDisableTiming);
-            (void)cudaSetDevice(prev);
-            if (e != cudaSuccess) {
-                (void)cudaGetLastError();
-                events[device] = nullptr;
-                throw std::runtime_error(std::string("cudaEventCreate: ") + cudaGetErrorString(e));
+            try {
+                stream_wait(stream_ptr(), reinterpret_cast<void*>(p), device);
+            } catch (const std::runtime_error& e) {
+                throw py::value_error(std::string("stream: cannot order the call after the "
+                                                  "inputs' producer stream: ") + e.what());
             }
         }
-        return events[device];
     }
-#endif
 };
 
 /// True when obj should be read as a device array (rather than as a Python scalar).
@@ -336,32 +296,26 @@ inline RawView parse(py::handle obj, const char* name, const std::string& want, 
                          type_name(obj));
 }
 
-/// Checks that [ptr, ptr + bytes) is device (or managed) memory on ctx.device.
+/// Checks that ptr is device (or managed) memory on ctx.device.
 inline void check_pointer(std::uintptr_t ptr, const char* name, const CallContext& ctx) {
-#if defined(HELMPINN_WITH_CUDA)
-    cudaPointerAttributes attr{};
-    const cudaError_t e = cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(ptr));
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        throw py::value_error(std::string(name) + ": cannot query the pointer (" +
-                              cudaGetErrorString(e) + "); expected CUDA device memory on device " +
+    PointerInfo info;
+    try {
+        info = pointer_info(reinterpret_cast<const void*>(ptr));
+    } catch (const std::runtime_error& e) {
+        if (!has_cuda()) throw;
+        throw py::value_error(std::string(name) + ": cannot query the pointer (" + e.what() +
+                              "); expected CUDA device memory on device " +
                               std::to_string(ctx.device));
     }
-    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+    if (!info.on_device())
         throw py::value_error(std::string(name) + ": expected CUDA device memory on device " +
                               std::to_string(ctx.device) + ", got " +
-                              (attr.type == cudaMemoryTypeHost ? "pinned host memory"
-                                                               : "host memory"));
-    if (attr.type == cudaMemoryTypeDevice && attr.device != ctx.device)
+                              (info.kind == MemoryKind::pinned_host ? "pinned host memory"
+                                                                    : "host memory"));
+    if (info.kind == MemoryKind::device && info.device != ctx.device)
         throw py::value_error(std::string(name) + ": is on CUDA device " +
-                              std::to_string(attr.device) + ", but " + ctx.owner +
+                              std::to_string(info.device) + ", but " + ctx.owner +
                               " is on device " + std::to_string(ctx.device));
-#else
-    (void)ptr;
-    (void)name;
-    (void)ctx;
-    no_cuda();
-#endif
 }
 
 }  // namespace detail
@@ -430,24 +384,20 @@ inline bool is_cuda_array(py::handle obj) {
 }
 
 /// The CUDA device that holds the CUDA array `obj` (is_cuda_array): the one DLPack names, or
-/// the one cudaPointerGetAttributes finds for a __cuda_array_interface__ pointer; the current
+/// the one pointer_info finds for a __cuda_array_interface__ pointer; the current
 /// device for managed or empty arrays (the argument checks say what is wrong with a pointer
 /// that is not device memory). Raises RuntimeError when CUDA cannot be used here.
 inline int cuda_array_device(py::handle obj, const char* name) {
-#if defined(HELMPINN_WITH_CUDA)
-    int count = 0;
-    const cudaError_t ce = cudaGetDeviceCount(&count);
-    if (ce != cudaSuccess) {
-        (void)cudaGetLastError();
-        count = 0;
-    }
-    if (count == 0)
+    if (!has_cuda())
+        throw std::runtime_error(std::string(name) +
+                                 ": is a CUDA device array, but helmpinn was built without CUDA support");
+    const int count = cuda_device_count();
+    if (count == 0) {
+        const std::string why = cuda_device_error();
         throw std::runtime_error(std::string(name) +
                                  ": is a CUDA device array, but no CUDA device is available" +
-                                 (ce != cudaSuccess ? std::string(": cudaGetDeviceCount: ") +
-                                                          cudaGetErrorName(ce) + " (" +
-                                                          cudaGetErrorString(ce) + ")"
-                                                    : std::string()));
+                                 (why == "no CUDA device found" ? std::string() : ": " + why));
+    }
     int device = -1;
     if (PyCapsule_CheckExact(obj.ptr())) {
         auto* mt = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(obj.ptr(), "dltensor"));
@@ -459,111 +409,58 @@ inline int cuda_array_device(py::handle obj, const char* name) {
     } else {
         py::dict cai = obj.attr("__cuda_array_interface__").cast<py::dict>();
         const auto ptr = cai["data"].cast<py::tuple>()[0].cast<std::uintptr_t>();
-        cudaPointerAttributes attr{};
-        if (ptr != 0 && cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(ptr)) != cudaSuccess)
-            (void)cudaGetLastError();
-        else if (ptr != 0 && attr.type == cudaMemoryTypeDevice)
-            device = attr.device;
+        if (ptr != 0) {
+            try {
+                const PointerInfo info = pointer_info(reinterpret_cast<const void*>(ptr));
+                if (info.kind == MemoryKind::device) device = info.device;
+            } catch (const std::runtime_error&) {
+                // Unknown here: the argument checks say what is wrong with the pointer.
+            }
+        }
     }
-    if (device < 0 && cudaGetDevice(&device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        device = 0;
+    if (device < 0) {
+        try {
+            device = current_device();
+        } catch (const std::runtime_error&) {
+            device = 0;
+        }
     }
     if (device >= count)
         throw std::runtime_error(std::string(name) + ": is on CUDA device " + std::to_string(device) +
                                  ", which is not available (" + std::to_string(count) +
                                  " CUDA device(s) visible)");
     return device;
-#else
-    (void)obj;
-    throw std::runtime_error(std::string(name) +
-                             ": is a CUDA device array, but helmpinn was built without CUDA support");
-#endif
 }
-
-/// Makes `device` current for its lifetime and then restores the caller's (the seed primitives
-/// run on the current device).
-class CurrentDevice {
-public:
-    explicit CurrentDevice(int device) {
-#if defined(HELMPINN_WITH_CUDA)
-        cudaError_t e = cudaGetDevice(&prev_);
-        if (e == cudaSuccess && prev_ != device) {
-            e = cudaSetDevice(device);
-            changed_ = e == cudaSuccess;
-        }
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            throw std::runtime_error("cannot make CUDA device " + std::to_string(device) +
-                                     " current: " + cudaGetErrorString(e));
-        }
-#else
-        (void)device;
-        no_cuda();
-#endif
-    }
-    ~CurrentDevice() {
-#if defined(HELMPINN_WITH_CUDA)
-        if (changed_) (void)cudaSetDevice(prev_);
-#endif
-    }
-    CurrentDevice(const CurrentDevice&) = delete;
-    CurrentDevice& operator=(const CurrentDevice&) = delete;
-
-private:
-    [[maybe_unused]] int prev_ = 0;
-    [[maybe_unused]] bool changed_ = false;
-};
 
 // ---- DeviceArray: device memory seen from Python ----------------------------------------------
 
 /// A dense C-contiguous float32/float64 array in CUDA device memory, exposed through
 /// __cuda_array_interface__ (version 3): a zero-copy view of a Workspace buffer (keeping the
-/// Workspace alive) or an array this module allocated for a forward() output.
+/// Workspace alive) or an array this module allocated for a forward() output (it owns a
+/// helmpinn::DeviceBuffer then).
 class DeviceArray {
 public:
-    DeviceArray(std::uintptr_t ptr, Shape shape, int itemsize, int device, py::object owner,
-                bool owns)
+    /// A view of device memory that `owner` keeps alive.
+    DeviceArray(std::uintptr_t ptr, Shape shape, int itemsize, int device, py::object owner)
         : ptr_(ptr), shape_(std::move(shape)), itemsize_(itemsize), device_(device),
-          owner_(std::move(owner)), owns_(owns) {}
-    ~DeviceArray() {
-#if defined(HELMPINN_WITH_CUDA)
-        if (owns_ && ptr_) {
-            int prev = 0;
-            (void)cudaGetDevice(&prev);
-            (void)cudaSetDevice(device_);
-            (void)cudaFree(reinterpret_cast<void*>(ptr_));
-            (void)cudaSetDevice(prev);
-        }
-#endif
-    }
+          owner_(std::move(owner)) {}
+    /// An array over `memory`, which it owns.
+    DeviceArray(DeviceBuffer memory, Shape shape, int itemsize)
+        : ptr_(reinterpret_cast<std::uintptr_t>(memory.data())), shape_(std::move(shape)),
+          itemsize_(itemsize), device_(memory.device()), memory_(std::move(memory)) {}
     DeviceArray(const DeviceArray&) = delete;
     DeviceArray& operator=(const DeviceArray&) = delete;
 
-    /// A new array of `shape` on `device`, allocated with cudaMalloc (freed with the object).
+    /// A new array of `shape` on `device` (a DeviceBuffer: cudaMalloc, freed with the object).
     static std::unique_ptr<DeviceArray> allocate(const Shape& shape, int itemsize, int device) {
-#if defined(HELMPINN_WITH_CUDA)
         py::ssize_t n = 1;
         for (auto e : shape) n *= e;
-        void* p = nullptr;
-        if (n > 0) {
-            int prev = 0;
-            (void)cudaGetDevice(&prev);
-            (void)cudaSetDevice(device);
-            const cudaError_t e = cudaMalloc(&p, std::size_t(n) * itemsize);
-            (void)cudaSetDevice(prev);
-            if (e != cudaSuccess) {
-                (void)cudaGetLastError();
-                throw std::runtime_error(std::string("cudaMalloc of an output array: ") +
-                                         cudaGetErrorString(e));
-            }
+        try {
+            return std::make_unique<DeviceArray>(DeviceBuffer(std::size_t(n) * itemsize, device),
+                                                 shape, itemsize);
+        } catch (const std::runtime_error& e) {
+            throw std::runtime_error(std::string("cannot allocate an output array: ") + e.what());
         }
-        return std::make_unique<DeviceArray>(reinterpret_cast<std::uintptr_t>(p), shape, itemsize,
-                                             device, py::none(), true);
-#else
-        (void)shape; (void)itemsize; (void)device;
-        no_cuda();
-#endif
     }
 
     /// A device copy of a float32/float64 host array (any layout; copied C-contiguous).
@@ -578,17 +475,12 @@ public:
         Shape shape(arr.shape(), arr.shape() + arr.ndim());
         const int itemsize = f32 ? 4 : 8;
         auto out = allocate(shape, itemsize, device);
-#if defined(HELMPINN_WITH_CUDA)
-        if (out->size() > 0) {
-            const cudaError_t e = cudaMemcpy(reinterpret_cast<void*>(out->ptr_), arr.data(),
-                                             std::size_t(out->size()) * itemsize,
-                                             cudaMemcpyHostToDevice);
-            if (e != cudaSuccess) {
-                (void)cudaGetLastError();
-                throw std::runtime_error(std::string("DeviceArray.from_host: ") + cudaGetErrorString(e));
-            }
+        try {
+            copy_to_device(reinterpret_cast<void*>(out->ptr_), arr.data(),
+                           std::size_t(out->size()) * itemsize, device);
+        } catch (const std::runtime_error& e) {
+            throw std::runtime_error(std::string("DeviceArray.from_host: ") + e.what());
         }
-#endif
         return out;
     }
 
@@ -623,26 +515,15 @@ public:
     /// A numpy copy (waits for all work on the device first).
     py::array copy_to_host() const {
         py::array out(dtype(), shape_);
-#if defined(HELMPINN_WITH_CUDA)
         if (size() > 0) {
-            py::gil_scoped_release release;
-            int prev = 0;
-            (void)cudaGetDevice(&prev);
-            (void)cudaSetDevice(device_);
-            cudaError_t e = cudaDeviceSynchronize();
-            if (e == cudaSuccess)
-                e = cudaMemcpy(out.mutable_data(), reinterpret_cast<const void*>(ptr_),
-                               std::size_t(size()) * itemsize_, cudaMemcpyDeviceToHost);
-            (void)cudaSetDevice(prev);
-            if (e != cudaSuccess) {
-                (void)cudaGetLastError();
-                py::gil_scoped_acquire acquire;
-                throw std::runtime_error(std::string("DeviceArray.copy_to_host: ") + cudaGetErrorString(e));
+            try {
+                py::gil_scoped_release release;
+                helmpinn::copy_to_host(out.mutable_data(), reinterpret_cast<const void*>(ptr_),
+                                       std::size_t(size()) * itemsize_, device_);
+            } catch (const std::runtime_error& e) {
+                throw std::runtime_error(std::string("DeviceArray.copy_to_host: ") + e.what());
             }
         }
-#else
-        if (size() > 0) no_cuda();
-#endif
         return out;
     }
 
@@ -651,8 +532,8 @@ private:
     Shape shape_;
     int itemsize_;
     int device_;
-    py::object owner_;
-    bool owns_;
+    py::object owner_;      // what keeps a view's memory alive
+    DeviceBuffer memory_;   // an array's own memory (empty for a view)
 };
 
 /// A view of workspace device memory that keeps the workspace (`owner`) alive.
@@ -660,7 +541,7 @@ template <typename T>
 py::object device_view(T* ptr, Shape shape, int device, py::handle owner) {
     return py::cast(std::make_unique<DeviceArray>(reinterpret_cast<std::uintptr_t>(ptr),
                                                   std::move(shape), int(sizeof(T)), device,
-                                                  py::reinterpret_borrow<py::object>(owner), false));
+                                                  py::reinterpret_borrow<py::object>(owner)));
 }
 
 inline void register_device_array(py::module_& mod) {
@@ -683,7 +564,7 @@ inline void register_device_array(py::module_& mod) {
         .def_property_readonly("device", &DeviceArray::device)
         .def("copy_to_host", &DeviceArray::copy_to_host, "A numpy copy of the data.")
         .def_static("from_host", &DeviceArray::from_host, py::arg("array"), py::arg("device") = 0,
-                    "A device copy (cudaMalloc + cudaMemcpy) of a float32/float64 host array.")
+                    "A device copy (a new device allocation + copy) of a float32/float64 host array.")
         .def("__len__", [](const DeviceArray& a) {
             if (a.shape().empty()) throw py::type_error("len() of a 0-d DeviceArray");
             return a.shape()[0];

@@ -190,7 +190,7 @@ decltype(auto) with_space(Workspace<T>& ws, const py::object& stream, F&& fn) {
     if (ws.device() == Device::cuda) {
         // The workspace's device is current for the whole call: the argument checks, the waits
         // on the inputs' producer streams (ready()) and the work all happen on it.
-        bindings::CurrentDevice current(ws.device_id());
+        DeviceScope current(ws.device_id());
         DeviceSpace<T> space(ws.device_id(), stream);
         return fn(space);
     }
@@ -779,7 +779,7 @@ decltype(auto) with_primitive_space(py::handle first, const char* first_name,
         probe.stream = bindings::stream_handle(stream);
         const std::string dt =
             bindings::detail::parse(first, first_name, "float32 or float64 array", probe).dtype;
-        bindings::CurrentDevice current(device);
+        DeviceScope current(device);
         auto run = [&](auto tag) -> decltype(auto) {
             DeviceSpace<decltype(tag)> space(device, stream);
             space.ctx.owner = first_name;

@@ -1,7 +1,7 @@
 // Errors are exceptions with messages that name the argument, never aborts or partial writes:
 // std::invalid_argument for bad specs, sizes, options and null pointers (checked before any
 // work: the output buffers are left untouched), std::runtime_error from the CUDA stub of a
-// build without CUDA.
+// build without CUDA (the backend, the device primitives and the device runtime API).
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -15,7 +15,15 @@
 
 namespace {
 
+using helmpinn::copy_to_device;
+using helmpinn::copy_to_host;
+using helmpinn::current_device;
 using helmpinn::Device;
+using helmpinn::device_for_pointer;
+using helmpinn::DeviceBuffer;
+using helmpinn::DeviceScope;
+using helmpinn::pointer_info;
+using helmpinn::stream_wait;
 using helmpinn::LossInputs;
 using helmpinn::ModelSpec;
 using helmpinn::Workspace;
@@ -323,6 +331,30 @@ void cuda_stub() {
             helmpinn::adam_step(p, p + 4, p + 8, p + 12, 4, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0,
                                 Device::cuda);
         });
+        // The device runtime of helmpinn/runtime.hpp: every call names itself and the reason.
+        expect_throw<std::runtime_error>("current_device()", "current_device: helmpinn was built "
+                                         "without CUDA support", [] { (void)current_device(); });
+        expect_throw<std::runtime_error>("DeviceScope(0)", "DeviceScope: helmpinn was built "
+                                         "without CUDA support", [] { DeviceScope s(0); });
+        expect_throw<std::runtime_error>("DeviceBuffer(64, 0)", "DeviceBuffer: helmpinn was built "
+                                         "without CUDA support", [] { DeviceBuffer b(64, 0); });
+        expect_throw<std::runtime_error>("pointer_info(host)", "pointer_info: helmpinn was built "
+                                         "without CUDA support", [&] { (void)pointer_info(p); });
+        expect_throw<std::runtime_error>("device_for_pointer(host)", "device_for_pointer: helmpinn "
+                                         "was built without CUDA support",
+                                         [&] { (void)device_for_pointer(p); });
+        expect_throw<std::runtime_error>("copy_to_device", "copy_to_device: helmpinn was built "
+                                         "without CUDA support",
+                                         [&] { copy_to_device(p, p + 4, 4, 0); });
+        expect_throw<std::runtime_error>("copy_to_host", "copy_to_host: helmpinn was built "
+                                         "without CUDA support",
+                                         [&] { copy_to_host(p, p + 4, 4, 0); });
+        expect_throw<std::runtime_error>("stream_wait", "stream_wait: helmpinn was built "
+                                         "without CUDA support",
+                                         [] { stream_wait(nullptr, nullptr, 0); });
+        const DeviceBuffer empty;  // an empty buffer needs no CUDA
+        CHECK(empty.empty() && empty.bytes() == 0 && empty.data() == nullptr,
+              "a default DeviceBuffer is not empty");
         return;
     }
     // A CUDA build: a device that does not exist is a runtime_error naming the device, too.
@@ -341,6 +373,11 @@ void cuda_stub() {
                                              helmpinn::mse_backward(a.data(), a.data(), 2, 2,
                                                                     a.data() + 4, Device::cuda);
                                          });
+        // The device runtime without a GPU: errors from the CUDA runtime, never an abort.
+        expect_throw<std::runtime_error>("DeviceScope(0) without a GPU", "device 0",
+                                         [] { DeviceScope s(0); });
+        expect_throw<std::runtime_error>("DeviceBuffer(64, 0) without a GPU", "helmpinn CUDA",
+                                         [] { DeviceBuffer b(64, 0); });
         std::printf("  note: no CUDA device here; the CUDA backend itself is not exercised\n");
     }
 }

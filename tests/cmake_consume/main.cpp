@@ -4,9 +4,21 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <helmpinn/helmpinn.hpp>
+
+// The public API is plain C++ whatever the library was built with: no helmpinn build define and
+// no CUDA header reaches a consumer (CMakeLists.txt checks the target's usage requirements).
+#if defined(HELMPINN_WITH_CUDA)
+#error "HELMPINN_WITH_CUDA leaked into a consumer of helmpinn::core"
+#endif
+#if defined(CUDART_VERSION) || defined(__CUDA_RUNTIME_H__) || defined(__CUDA_RUNTIME_API_H__) || \
+    defined(__DRIVER_TYPES_H__)
+#error "a helmpinn header included a CUDA header"
+#endif
 
 #ifndef HELMPINN_EXPECT_VERSION  // set by CMakeLists.txt to the package config's version
 #define HELMPINN_EXPECT_VERSION ""
@@ -22,6 +34,36 @@ int main() {
             std::printf("FAIL: library version %s, package config says %s\n", helmpinn::version(),
                         expect);
             return 1;
+        }
+
+        // The CUDA runtime API links in every build. Without a usable device it reports 0
+        // devices and why, and the device calls throw (never abort).
+        const int devices = helmpinn::cuda_device_count();
+        const std::string why = helmpinn::cuda_device_error();
+        std::printf("CUDA devices: %d%s%s\n", devices, why.empty() ? "" : " -- ", why.c_str());
+        if (!helmpinn::has_cuda() && (devices != 0 || why.empty())) {
+            std::printf("FAIL: a build without CUDA reports %d devices (%s)\n", devices, why.c_str());
+            return 1;
+        }
+        if (devices == 0) {
+            try {
+                helmpinn::DeviceBuffer b(64, 0);
+                std::printf("FAIL: DeviceBuffer allocated with no CUDA device\n");
+                return 1;
+            } catch (const std::runtime_error& e) {
+                std::printf("DeviceBuffer without a device: %s\n", e.what());
+            }
+        } else {  // a GPU: one round trip through the runtime API
+            helmpinn::DeviceBuffer b(sizeof(double) * 4, 0);
+            const double src[4] = {1, 2, 3, 4};
+            double back[4] = {};
+            helmpinn::copy_to_device(b.data(), src, sizeof src, 0);
+            helmpinn::copy_to_host(back, b.data(), sizeof back, 0);
+            if (helmpinn::device_for_pointer(b.data()) != 0 ||
+                helmpinn::device_for_pointer(back) != -1 || std::memcmp(src, back, sizeof src)) {
+                std::printf("FAIL: device buffer round trip\n");
+                return 1;
+            }
         }
 
         const helmpinn::ModelSpec spec{2, 3, 8, 2};

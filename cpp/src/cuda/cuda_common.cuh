@@ -1,6 +1,6 @@
-// Small host-side helpers of the CUDA backend: error checks that throw (never abort), a guard
-// that makes the workspace's device current for the duration of a call, and an owning device
-// buffer. Nothing here launches kernels; the two macros below are how kernels are launched and
+// Small host-side helpers of the CUDA backend: error checks that throw (never abort), the guard
+// that makes the workspace's device current for the duration of a call and typed owning device
+// buffers (both the core runtime's, helmpinn/runtime.hpp), and pinned host buffers. Nothing here launches kernels; the two macros below are how kernels are launched and
 // reach their dynamic shared memory, so that the CPU emulation (HELMPINN_CUDA_EMULATION, for
 // tests: emulation/cuda_emulation.hpp) can replace them.
 #pragma once
@@ -18,6 +18,8 @@
 #include <string>
 #include <utility>
 
+#include "helmpinn/runtime.hpp"
+
 namespace helmpinn {
 namespace cuda {
 
@@ -30,69 +32,34 @@ inline void check(cudaError_t e, const char* what) {
                              " (" + cudaGetErrorString(e) + ")");
 }
 
-/// Makes `device` current and restores the caller's device on exit.
-class DeviceGuard {
-public:
-    explicit DeviceGuard(int device) {
-        check(cudaGetDevice(&prev_), "cudaGetDevice");
-        if (prev_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-        changed_ = prev_ != device;
-    }
-    ~DeviceGuard() {
-        if (changed_) (void)cudaSetDevice(prev_);
-    }
-    DeviceGuard(const DeviceGuard&) = delete;
-    DeviceGuard& operator=(const DeviceGuard&) = delete;
+/// Makes `device` current and restores the caller's device on exit: the core's DeviceScope
+/// (helmpinn/runtime.hpp, runtime_cuda.cu), the one device guard of the library.
+using DeviceGuard = ::helmpinn::DeviceScope;
 
-private:
-    int prev_ = 0;
-    bool changed_ = false;
-};
-
-/// cudaMalloc'd memory, freed on destruction. Allocated once, at workspace construction.
+/// cudaMalloc'd memory of the current device, freed on destruction: a typed DeviceBuffer
+/// (helmpinn/runtime.hpp). Allocated once, at workspace construction.
 template <typename T>
 class DeviceArray {
 public:
-    DeviceArray() = default;
-    ~DeviceArray() { reset(); }
-    DeviceArray(DeviceArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-    DeviceArray& operator=(DeviceArray&& o) noexcept {
-        if (this != &o) {
-            reset();
-            p_ = std::exchange(o.p_, nullptr);
-            n_ = std::exchange(o.n_, 0);
-        }
-        return *this;
-    }
-    DeviceArray(const DeviceArray&) = delete;
-    DeviceArray& operator=(const DeviceArray&) = delete;
-
     void allocate(std::size_t n, const char* what) {
-        reset();
+        buf_.reset();
         if (n == 0) return;
-        void* p = nullptr;
-        const cudaError_t e = cudaMalloc(&p, n * sizeof(T));
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
+        int device = 0;
+        check(cudaGetDevice(&device), "cudaGetDevice");
+        try {
+            buf_ = DeviceBuffer(n * sizeof(T), device);
+        } catch (const std::runtime_error& e) {
             throw std::runtime_error(std::string("helmpinn CUDA Workspace: cannot allocate ") + what +
-                                     " (" + std::to_string(n * sizeof(T)) + " bytes): " +
-                                     cudaGetErrorString(e));
+                                     " (" + std::to_string(n * sizeof(T)) + " bytes): " + e.what());
         }
-        p_ = static_cast<T*>(p);
-        n_ = n;
     }
-    void reset() {
-        if (p_) (void)cudaFree(p_);
-        p_ = nullptr;
-        n_ = 0;
-    }
-    T* data() const { return p_; }
-    std::size_t size() const { return n_; }
-    std::size_t bytes() const { return n_ * sizeof(T); }
+    void reset() { buf_.reset(); }
+    T* data() const { return static_cast<T*>(buf_.data()); }
+    std::size_t size() const { return buf_.bytes() / sizeof(T); }
+    std::size_t bytes() const { return buf_.bytes(); }
 
 private:
-    T* p_ = nullptr;
-    std::size_t n_ = 0;
+    DeviceBuffer buf_;
 };
 
 /// cudaMallocHost'd (pinned) memory for the few values that come back to the host.

@@ -332,9 +332,14 @@ inline cudaError_t cudaSetDevice(int d) {
 }
 namespace helmpinn {
 namespace emu {
-/// "Device" allocations (start -> bytes), so that cudaPointerGetAttributes can tell them apart.
-inline std::map<std::uintptr_t, std::size_t>& device_allocations() {
-    static std::map<std::uintptr_t, std::size_t> m;
+/// "Device" allocations (start -> bytes and the device current at allocation), so that
+/// cudaPointerGetAttributes can tell them apart and name their device.
+struct Allocation {
+    std::size_t bytes;
+    int device;
+};
+inline std::map<std::uintptr_t, Allocation>& device_allocations() {
+    static std::map<std::uintptr_t, Allocation> m;
     return m;
 }
 }  // namespace emu
@@ -345,7 +350,8 @@ inline cudaError_t cudaMalloc(void** p, std::size_t n) {
     if (!*p) return helmpinn::emu::fail(cudaErrorMemoryAllocation);
     std::memset(*p, 0xFF, n);  // uninitialised device memory: NaN bytes
     std::lock_guard<std::mutex> lock(helmpinn::emu::atomic_mutex());
-    helmpinn::emu::device_allocations()[reinterpret_cast<std::uintptr_t>(*p)] = n;
+    helmpinn::emu::device_allocations()[reinterpret_cast<std::uintptr_t>(*p)] =
+        helmpinn::emu::Allocation{n, helmpinn::emu::current_device()};
     return cudaSuccess;
 }
 inline cudaError_t cudaFree(void* p) {
@@ -378,8 +384,9 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void
     auto it = m.upper_bound(q);
     if (it != m.begin()) {
         --it;
-        if (q < it->first + std::max<std::size_t>(it->second, 1)) {
+        if (q < it->first + std::max<std::size_t>(it->second.bytes, 1)) {
             a->type = cudaMemoryTypeDevice;
+            a->device = it->second.device;
             a->devicePointer = const_cast<void*>(p);
         }
     }

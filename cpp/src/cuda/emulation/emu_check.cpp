@@ -27,7 +27,8 @@
 // compiled for fewer threads than a block has is refused with a clear error; the global scratch
 // is initialised at allocation; a call on another stream waits for the previous call's
 // last-use event, which is recorded with the workspace's device current; a failing
-// cudaGetDeviceCount is reported with its error.
+// cudaGetDeviceCount is reported with its error. The core's runtime API (check_runtime_api):
+// DeviceScope, pointer_info, DeviceBuffer, copies and stream_wait on a second device.
 // --quick runs the Workspace checks in float64 on three shapes and in float32 on two.
 #include <cmath>
 #include <cstdio>
@@ -571,6 +572,79 @@ std::string error_of(F&& fn) {
     return "no exception";
 }
 
+/// The core's CUDA runtime API (helmpinn/runtime.hpp, runtime_cuda.cu) on two emulated devices,
+/// device 0 current throughout: the caller's device is restored by every call.
+void check_runtime_api() {
+    EnvScope env({{"HELMPINN_EMU_DEVICES", "2"}, {"HELMPINN_EMU_DEVICE_COUNT_ERROR", "-"}});
+    cuda::check(cudaSetDevice(0), "cudaSetDevice");
+    {
+        int inside = -1, previous = -1;
+        {
+            DeviceScope scope(1);
+            inside = current_device();
+            previous = scope.previous();
+        }
+        const std::string bad = error_of([] { DeviceScope scope(5); });
+        report(inside == 1 && previous == 0 && current_device() == 0 &&
+                   bad.find("cannot make CUDA device 5 current: cudaErrorInvalidDevice") !=
+                       std::string::npos,
+               "runtime: DeviceScope makes device 1 current and restores 0; device 5 refused [" +
+                   bad + "]");
+    }
+    {
+        DeviceBuffer b(64, 1);
+        void* const p = b.data();
+        double host_value = 0;
+        const PointerInfo in = pointer_info(p), last = pointer_info(static_cast<char*>(p) + 63),
+                          hi = pointer_info(&host_value);
+        bool ok = p != nullptr && b.bytes() == 64 && b.device() == 1 && current_device() == 0 &&
+                  in.kind == MemoryKind::device && in.device == 1 && in.on_device() &&
+                  last.kind == MemoryKind::device && device_for_pointer(p) == 1 &&
+                  hi.kind == MemoryKind::host && hi.device == -1 && !hi.on_device() &&
+                  device_for_pointer(&host_value) == -1;
+        // Copies through the buffer, on device 1 with device 0 current.
+        const double src[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        double back[8] = {};
+        copy_to_device(p, src, sizeof src, 1);
+        copy_to_host(back, p, sizeof back, 1);
+        ok = ok && std::memcmp(src, back, sizeof src) == 0 && current_device() == 0;
+        // Moves hand the memory over; reset frees it (the emulation forgets the pointer).
+        DeviceBuffer c(std::move(b));
+        DeviceBuffer d;
+        d = std::move(c);
+        ok = ok && b.empty() && c.empty() && d.data() == p && d.bytes() == 64 && d.device() == 1;
+        d.reset();
+        ok = ok && d.empty() && pointer_info(p).kind == MemoryKind::host;
+        const DeviceBuffer none(0, 1);
+        ok = ok && none.empty() && none.bytes() == 0;
+        report(ok, "runtime: DeviceBuffer on device 1 (pointer_info, copies, moves, reset)");
+    }
+    {
+        auto& log = emu::stream_log();
+        log.clear();
+        void* const sa = reinterpret_cast<void*>(std::uintptr_t(16));
+        void* const sb = reinterpret_cast<void*>(std::uintptr_t(32));
+        void* const legacy = reinterpret_cast<void*>(std::uintptr_t(1));
+        stream_wait(sb, sa, 1);
+        stream_wait(sa, sa, 1);            // the same stream: nothing to do
+        stream_wait(nullptr, legacy, 1);   // both the legacy default stream
+        const std::string bad = error_of([&] { stream_wait(sb, sa, 7); });
+        std::string norm;
+        for (const auto& l : log) {
+            std::string t = l;
+            if (t.rfind("record ", 0) == 0) t = "record E" + t.substr(t.find(" on "));
+            else if (t.rfind("wait ", 0) == 0) t = t.substr(0, t.find(" for ")) + " for E" +
+                                                   t.substr(t.find(" (device"));
+            norm += t + "; ";
+        }
+        report(norm == "record E on 16 (device 1); wait 32 for E (device 1); " &&
+                   current_device() == 0 && bad.find("cannot make CUDA device 7 current") !=
+                                                std::string::npos,
+               "runtime: stream_wait records on the producer and waits on the consumer, device 1 "
+               "current [" + norm + "] [" + bad + "]");
+    }
+}
+
 void check_host_side() {
     // These checks set the device and the knobs themselves: whatever the run was given is unset.
     EnvScope base({{"HELMPINN_CUDA_TILE", "-"}, {"HELMPINN_CUDA_SCRATCH", "-"},
@@ -701,6 +775,7 @@ void check_host_side() {
     }
     report(cuda_device_error().empty() && cuda_device_count() == 1,
            "cuda_device_error() is empty with a device");
+    check_runtime_api();
 }
 
 template <typename T>
