@@ -484,6 +484,31 @@ public:
         return out;
     }
 
+    /// Overwrites this array in place with a host array of the same shape and dtype (a
+    /// synchronous copy; the device memory and every view of it stay the same).
+    void copy_from_host(py::handle obj) {
+        py::array arr = py::array::ensure(obj);
+        if (!arr) throw py::type_error("DeviceArray.copy_from_host: expected an array-like");
+        if (!arr.dtype().is(dtype()))
+            throw py::type_error("DeviceArray.copy_from_host: expected a " +
+                                 std::string(itemsize_ == 4 ? "float32" : "float64") +
+                                 " array, got dtype " + std::string(py::str(arr.dtype())));
+        const Shape shape(arr.shape(), arr.shape() + arr.ndim());
+        if (shape != shape_)
+            throw py::value_error("DeviceArray.copy_from_host: expected shape " + shape_str(shape_) +
+                                  ", got " + shape_str(shape));
+        arr = py::module_::import("numpy").attr("ascontiguousarray")(arr);
+        if (size() == 0) return;
+        const void* src = arr.data();
+        try {
+            py::gil_scoped_release release;
+            copy_to_device(reinterpret_cast<void*>(ptr_), src,
+                           std::size_t(size()) * itemsize_, device_);
+        } catch (const std::runtime_error& e) {
+            throw std::runtime_error(std::string("DeviceArray.copy_from_host: ") + e.what());
+        }
+    }
+
     std::uintptr_t ptr() const { return ptr_; }
     const Shape& shape() const { return shape_; }
     int itemsize() const { return itemsize_; }
@@ -563,6 +588,8 @@ inline void register_device_array(py::module_& mod) {
         .def_property_readonly("ptr", &DeviceArray::ptr)
         .def_property_readonly("device", &DeviceArray::device)
         .def("copy_to_host", &DeviceArray::copy_to_host, "A numpy copy of the data.")
+        .def("copy_from_host", &DeviceArray::copy_from_host, py::arg("array"),
+             "Overwrites the data in place with a host array of the same shape and dtype.")
         .def_static("from_host", &DeviceArray::from_host, py::arg("array"), py::arg("device") = 0,
                     "A device copy (a new device allocation + copy) of a float32/float64 host array.")
         .def("__len__", [](const DeviceArray& a) {

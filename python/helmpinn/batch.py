@@ -13,6 +13,11 @@ points (:meth:`helmpinn.problems.TrainingSet.to_batch`) and hands the same objec
 step. Its arrays are read-only views; an array that already had the right dtype and layout is
 not copied, so the Batch shares its memory. A Batch is also a read-only mapping of the keywords
 it holds, so ``ws.value_and_grad(theta, grad, **batch)`` works as well.
+
+For a CUDA workspace, :meth:`Batch.to_device` copies every array once into device memory the
+library owns (:class:`helmpinn.DeviceArray`); the scalars and ``counts`` stay as they are. A
+Batch given device arrays (any with ``__cuda_array_interface__`` or DLPack) keeps them as they
+are, unconverted, for the core to check.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
+
+from . import _device
 
 __all__ = ["Batch", "KEYWORDS", "TERM_KEYWORDS"]
 
@@ -179,6 +186,41 @@ class Batch(Mapping):
         """``R = 2 (N + M + Q)``, the rows of ``Workspace.residuals`` on this batch."""
         return 2 * sum(self.sizes.values())
 
+    @property
+    def device(self) -> str:
+        """Where the arrays are: "cpu" when every one is host memory, "cuda:N" when they are
+        helmpinn DeviceArrays on GPU N, "cuda" for other device arrays."""
+        for v in self._keywords.values():
+            if _device.is_device_array(v):
+                return _device.name_of(v)
+            if _is_device_array(v):
+                return "cuda"
+        return "cpu"
+
+    def to_device(self, device: str = "cuda") -> "Batch":
+        """This Batch with every array copied once to ``device`` ("cuda", "cuda:N"; "cpu" is
+        :meth:`to_host`) into new :class:`helmpinn.DeviceArray`s the library owns; scalars and
+        ``counts`` are kept. Itself when it is already there. RuntimeError (before any copy)
+        when helmpinn has no CUDA support or no such GPU."""
+        where = _device.check(device, "Batch.to_device")
+        if where == "cpu":
+            return self.to_host()
+        if self.device == where:
+            return self
+        changes = {}
+        for k, v in self._keywords.items():
+            if _is_device_array(v):
+                v = _host_copy(k, v)
+            if isinstance(v, np.ndarray):
+                changes[k] = _device.upload(v, where)
+        return dataclasses.replace(self, **changes)
+
+    def to_host(self) -> "Batch":
+        """This Batch with every helmpinn DeviceArray copied back to NumPy (itself when it holds
+        none); TypeError for other device arrays, which helmpinn cannot copy."""
+        changes = {k: _host_copy(k, v) for k, v in self._keywords.items() if _is_device_array(v)}
+        return dataclasses.replace(self, **changes) if changes else self
+
     def replace(self, **changes: Any) -> "Batch":
         """A Batch with some entries changed (None removes one); the others are the same arrays,
         not converted again."""
@@ -188,9 +230,15 @@ class Batch(Mapping):
         return dataclasses.replace(self, **changes)
 
     def astype(self, dtype: Any) -> "Batch":
-        """This Batch in ``dtype`` (itself when it is already)."""
+        """This Batch in ``dtype`` (itself when it is already). A Batch on a GPU is converted on
+        the host and copied back (three copies of every array)."""
         dtype = np.dtype(dtype)
-        return self if dtype == self.dtype else self.replace(dtype=dtype)
+        if dtype == self.dtype:
+            return self
+        where = self.device
+        if where != "cpu":
+            return self.to_host().replace(dtype=dtype).to_device(where)
+        return self.replace(dtype=dtype)
 
     def without_empty_terms(self) -> "Batch":
         """This Batch without the entries of terms that have no points (itself when none)."""
@@ -198,6 +246,14 @@ class Batch(Mapping):
         drop = {k: None for t, keys in TERM_KEYWORDS.items() if not sizes[t] for k in keys
                 if self._keywords.get(k) is not None}
         return self.replace(**drop) if drop else self
+
+
+def _host_copy(name: str, value: Any) -> np.ndarray:
+    if not _device.is_device_array(value):
+        raise TypeError(f"{name}: a {type(value).__module__}.{type(value).__name__} device array "
+                        f"cannot be copied by helmpinn; give the Batch host arrays or "
+                        f"helmpinn.DeviceArrays")
+    return value.copy_to_host()
 
 
 def _counts(value: Any) -> dict[str, int]:

@@ -5,6 +5,10 @@ atomically (a temporary file ``.tmp-<name>-<random>.npz`` in the same folder, th
 ``os.replace``; the file gets the permissions of any new file, 0666 less the umask);
 ``Model.load`` checks everything it reads and raises ``ValueError`` naming the file and what is
 wrong, also for a truncated or corrupted file.
+
+A model lives on one device (``device="cpu"``, the default, or ``"cuda"`` / ``"cuda:N"``): on a
+GPU its ``params`` are a :class:`helmpinn.DeviceArray` that the library owns, ``predict`` copies
+the points there and the results back, and ``save`` copies everything to the host first.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _core
+from . import _device
 
 __all__ = ["Model", "FORMAT_VERSION", "TEMP_PREFIX"]
 
@@ -43,36 +48,67 @@ class Model:
     zero-copy views of it ("B", "W0", "b0", ...). ``optimizer_state`` (a dict of arrays and
     numbers, e.g. Adam's ``m``, ``v``, ``step``) and ``metadata`` (JSON-able dict) travel with
     the model through :meth:`save` / :meth:`load`.
+
+    ``device``: "cpu" or "cuda" / "cuda:N" (None: where ``params`` already are: "cpu" for a host
+    array, the GPU of a :class:`helmpinn.DeviceArray`). On a GPU, ``params`` is a DeviceArray
+    (device memory; no NumPy views: use :meth:`params_host` for a NumPy copy and
+    :meth:`set_params` to write), and the arrays of ``optimizer_state`` may be DeviceArrays too
+    (a Trainer's live Adam moments). ``device="cuda"`` raises RuntimeError before any work when
+    helmpinn was built without CUDA or the GPU is not there.
     """
 
     def __init__(self, spec: _core.ModelSpec, params: ArrayLike, *,
                  optimizer_state: Mapping[str, Any] | None = None,
-                 metadata: Mapping[str, Any] | None = None):
-        params = np.asarray(params)
-        _dtype_name(params.dtype)
-        if params.shape != (spec.num_params,):
-            raise ValueError(f"params must have shape ({spec.num_params},) for {_spec_str(spec)}, "
-                             f"got {params.shape}")
+                 metadata: Mapping[str, Any] | None = None, device: str | None = None):
+        where = _device.check(device, "Model") if device is not None else None
+        if _device.is_device_array(params):
+            if params.shape != (spec.num_params,):
+                raise ValueError(f"params must have shape ({spec.num_params},) for "
+                                 f"{_spec_str(spec)}, got {params.shape}")
+            _dtype_name(params.dtype)
+            if where is not None and where != _device.name_of(params):
+                params = params.copy_to_host()   # moved below
+        elif _device.is_foreign_device_array(params):
+            raise TypeError(f"params: expected a NumPy array or a helmpinn.DeviceArray, got "
+                            f"{type(params).__module__}.{type(params).__name__} (pass a host copy, "
+                            f"with device='cuda' to put it on the GPU)")
+        if not _device.is_device_array(params):
+            params = np.asarray(params)
+            _dtype_name(params.dtype)
+            if params.shape != (spec.num_params,):
+                raise ValueError(f"params must have shape ({spec.num_params},) for "
+                                 f"{_spec_str(spec)}, got {params.shape}")
+            params = np.ascontiguousarray(params)
+            if where not in (None, "cpu"):
+                params = _device.upload(params, where)
         self.spec = spec
-        self.params = np.ascontiguousarray(params)
+        self.params = params
         self.optimizer_state: dict[str, Any] = dict(optimizer_state or {})
         self.metadata: dict[str, Any] = dict(metadata or {})
         self._ws: _core.Workspace | None = None
 
     @classmethod
     def create(cls, in_dim: int, ff_dim: int = 32, hidden_dim: int = 64, num_hidden_layers: int = 2,
-               *, dtype: str = "float32", seed: int = 0, fourier_sigma: float = 1.0) -> "Model":
-        """A freshly initialised model (``helmpinn.init_params``; B ~ N(0, fourier_sigma²))."""
+               *, dtype: str = "float32", seed: int = 0, fourier_sigma: float = 1.0,
+               device: str = "cpu") -> "Model":
+        """A freshly initialised model (``helmpinn.init_params``; B ~ N(0, fourier_sigma²)), on
+        ``device`` (initialised on the host, the same numbers on every device, then copied)."""
         from helmpinn import init_params
 
+        device = _device.check(device, "Model.create")
         spec = _core.ModelSpec(int(in_dim), int(ff_dim), int(hidden_dim), int(num_hidden_layers))
         params = init_params(spec, dtype=_dtype_name(dtype), seed=seed, fourier_sigma=fourier_sigma)
-        return cls(spec, params)
+        return cls(spec, params, device=device)
 
     # -- basic properties ---------------------------------------------------------------------
     @property
     def dtype(self) -> np.dtype:
         return self.params.dtype
+
+    @property
+    def device(self) -> str:
+        """Where the parameters are: "cpu" or "cuda:N"."""
+        return _device.name_of(self.params)
 
     @property
     def num_params(self) -> int:
@@ -84,29 +120,75 @@ class Model:
 
     @property
     def views(self) -> dict[str, NDArray]:
-        """Named zero-copy views of ``params``."""
+        """Named zero-copy views of ``params`` (CPU models only: device memory has no NumPy
+        views; ``spec.views(model.params_host())`` gives views of a copy)."""
+        if self.device != "cpu":
+            raise RuntimeError(f"Model.views: the parameters are on {self.device}, which NumPy "
+                               f"cannot view; use model.spec.views(model.params_host()) for a copy")
         return self.spec.views(self.params)
 
+    def params_host(self) -> NDArray:
+        """The parameters as a new NumPy array (a copy on every device: writing to it never
+        changes the model; :meth:`set_params` does)."""
+        return self.params.copy_to_host() if self.device != "cpu" else self.params.copy()
+
+    def set_params(self, values: ArrayLike) -> None:
+        """Overwrites the parameters in place with ``values`` (``[num_params]``, converted to the
+        model's dtype): the same buffer, on the host or the GPU (one copy there)."""
+        values = np.asarray(_device.to_host(values))
+        if values.shape != (self.num_params,):
+            raise ValueError(f"set_params: expected shape ({self.num_params},), got {values.shape}")
+        _device.write(self.params, values.astype(self.dtype, copy=False))
+
+    def to(self, device: str) -> "Model":
+        """Moves this model to ``device`` ("cpu", "cuda", "cuda:N") in place and returns it
+        (like ``torch.nn.Module.to``): the parameters are copied once and ``params`` becomes a
+        NumPy array or a :class:`helmpinn.DeviceArray`; device arrays of the optimiser state
+        come back to the host (a Trainer copies them to the device when it resumes). A model
+        already there is left as it is. Make a new Trainer after moving a model."""
+        where = _device.check(device, "Model.to")
+        if where == self.device:
+            return self
+        host = self.params_host() if self.device != "cpu" else self.params
+        self.params = host if where == "cpu" else _device.upload(host, where)
+        self.optimizer_state = _state_on_host(self.optimizer_state, copy=False)
+        self._ws = None
+        return self
+
     def __repr__(self) -> str:
-        return f"Model({_spec_str(self.spec)}, {self.num_params} params, {self.dtype.name})"
+        where = "" if self.device == "cpu" else f", device='{self.device}'"
+        return f"Model({_spec_str(self.spec)}, {self.num_params} params, {self.dtype.name}{where})"
 
     def copy(self) -> "Model":
-        state = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.optimizer_state.items()}
-        return Model(self.spec, self.params.copy(), optimizer_state=state, metadata=dict(self.metadata))
+        """An independent copy on the same device (optimiser state copied to the host)."""
+        return Model(self.spec, self.params_host(), optimizer_state=_state_on_host(self.optimizer_state),
+                     metadata=dict(self.metadata), device=self.device)
 
     def astype(self, dtype: Any) -> "Model":
-        """A copy with parameters in ``dtype`` (optimiser state dropped if it does not match)."""
+        """A copy with parameters in ``dtype``, on the same device (optimiser state dropped)."""
         name = _dtype_name(dtype)
-        return Model(self.spec, self.params.astype(name), metadata=dict(self.metadata))
+        return Model(self.spec, self.params_host().astype(name), metadata=dict(self.metadata),
+                     device=self.device)
 
     # -- evaluation ---------------------------------------------------------------------------
     def workspace(self, batch_size: int = 4096) -> _core.Workspace:
-        """A Workspace of this model's spec and dtype (cached for predict)."""
+        """A Workspace of this model's spec, dtype and device (cached for predict)."""
         ws = self._ws
-        if ws is None or ws.batch_size != batch_size or ws.dtype != self.dtype or ws.spec != self.spec:
-            ws = _core.Workspace(self.spec, batch_size, self.dtype.name)
+        if ws is None or ws.batch_size != batch_size or ws.dtype != self.dtype or ws.spec != self.spec \
+                or ws.device != self.device:
+            ws = _core.Workspace(self.spec, batch_size, self.dtype.name, device=self.device)
             self._ws = ws
         return ws
+
+    def _forward(self, x: ArrayLike, derivatives: int, batch_size: int) -> Any:
+        """The workspace's forward on host points, results on the host (on a GPU: the points
+        copied there once, each result copied back once)."""
+        x = self._points(x)
+        ws = self.workspace(batch_size)
+        if self.device == "cpu":
+            return ws.forward(self.params, x, derivatives)
+        out = ws.forward(self.params, _device.upload(x, self.device), derivatives)
+        return tuple(a.copy_to_host() for a in out) if isinstance(out, tuple) else out.copy_to_host()
 
     def _points(self, x: ArrayLike) -> NDArray:
         x = np.asarray(x, dtype=self.dtype)
@@ -118,15 +200,13 @@ class Model:
 
     def predict(self, x: ArrayLike, batch_size: int = 4096) -> NDArray[np.complex128]:
         """u(x) as complex128 [N], for any N (the Workspace walks the points in chunks)."""
-        x = self._points(x)
-        u = self.workspace(batch_size).forward(self.params, x, 0)
+        u = self._forward(x, 0, batch_size)
         return u[:, 0].astype(np.float64) + 1j * u[:, 1]
 
     def predict_derivatives(self, x: ArrayLike, batch_size: int = 4096
                             ) -> tuple[NDArray[np.complex128], NDArray[np.complex128], NDArray[np.complex128]]:
         """(u [N], grad u [N, d], lap u [N]) as complex128."""
-        x = self._points(x)
-        u, g, lap = self.workspace(batch_size).forward(self.params, x, 2)
+        u, g, lap = self._forward(x, 2, batch_size)
         c = lambda a: a[..., 0].astype(np.float64) + 1j * a[..., 1]  # noqa: E731
         return c(u), c(g), c(lap)
 
@@ -136,16 +216,18 @@ class Model:
         """Write params, spec, dtype, optimiser state and metadata to ``path`` (.npz), atomically.
 
         ``optimizer_state`` / ``metadata`` default to the model's own. Arrays of the optimiser
-        state are stored under ``opt/<name>``, scalars as numbers.
+        state are stored under ``opt/<name>``, scalars as numbers. A model on a GPU is copied to
+        the host first (its parameters and any device array of the optimiser state).
         """
         state = self.optimizer_state if optimizer_state is None else dict(optimizer_state)
+        state = _state_on_host(state, copy=False)
         meta = self.metadata if metadata is None else dict(metadata)
         arrays: dict[str, np.ndarray] = {
             "format_version": np.array(FORMAT_VERSION, dtype=np.int64),
             "spec": np.array([self.spec.in_dim, self.spec.ff_dim, self.spec.hidden_dim,
                               self.spec.num_hidden_layers], dtype=np.int64),
             "dtype": np.array(self.dtype.name),
-            "params": self.params,
+            "params": self.params_host() if self.device != "cpu" else self.params,
             "metadata": np.array(json.dumps(meta, default=_json_default)),
         }
         for key, value in state.items():
@@ -171,8 +253,11 @@ class Model:
             raise
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Model":
-        """Read a model written by :meth:`save`; raises ValueError naming anything invalid."""
+    def load(cls, path: str | os.PathLike, *, device: str = "cpu") -> "Model":
+        """Read a model written by :meth:`save`; raises ValueError naming anything invalid.
+        ``device``: where to put it (the optimiser state stays on the host until a Trainer
+        resumes from it)."""
+        device = _device.check(device, "Model.load")
         path = os.fspath(path)
         arrays = _read_npz(path)
         files = set(arrays)
@@ -228,7 +313,20 @@ class Model:
                 raise ValueError(f"{path}: metadata is not valid JSON ({exc})") from exc
             if not isinstance(meta, dict):
                 raise ValueError(f"{path}: metadata must be a JSON object")
-        return cls(spec, params, optimizer_state=state, metadata=meta)
+        return cls(spec, params, optimizer_state=state, metadata=meta, device=device)
+
+
+def _state_on_host(state: Mapping[str, Any], copy: bool = True) -> dict[str, Any]:
+    """``state`` with every DeviceArray copied to a NumPy array (NumPy arrays copied too when
+    ``copy``)."""
+    out = {}
+    for k, v in state.items():
+        if _device.is_device_array(v):
+            v = v.copy_to_host()
+        elif copy and isinstance(v, np.ndarray):
+            v = v.copy()
+        out[k] = v
+    return out
 
 
 def _read_npz(path: str) -> dict[str, np.ndarray]:

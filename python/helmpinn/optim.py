@@ -2,7 +2,8 @@
 
 - :class:`Adam`: the fused C++ step ``helmpinn._core.adam_step`` over the flat buffers (bias
   correction inside), with a learning-rate :class:`Schedule`; state ``m``, ``v``, ``step``.
-  A step allocates nothing.
+  A step allocates nothing. On a :class:`helmpinn.DeviceArray` of parameters (a model on a GPU)
+  ``m`` and ``v`` are DeviceArrays too and the step runs on the GPU (the device ``adam_step``).
 - :func:`lbfgs`: L-BFGS-B from SciPy on the flat float64 vector, with the loss and its exact
   gradient from a float64 Workspace; for a final polish.
 """
@@ -17,7 +18,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from numpy.typing import NDArray
 
-from . import _core
+from . import _core, _device
 from .batch import Batch
 
 __all__ = ["Schedule", "constant", "exponential", "cosine", "make_schedule", "SCHEDULES",
@@ -97,17 +98,24 @@ class Adam:
     ``lr`` is a number or a :class:`Schedule`. ``state_dict()`` / ``load_state_dict()`` give the
     optimiser state (``m``, ``v`` the moment buffers, ``step`` the steps taken) as stored in a
     model file.
+
+    ``params`` a :class:`helmpinn.DeviceArray` (a model on a GPU): ``m`` and ``v`` are made on
+    its GPU (``device`` says where), each step is the device ``adam_step`` there (nothing is
+    copied), ``state_dict()`` hands out those device arrays and ``load_state_dict()`` copies host
+    (or device) arrays into them.
     """
 
     def __init__(self, params: NDArray, lr: float | Schedule = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0):
-        if params.ndim != 1 or not params.flags.c_contiguous:
+        on_device = _device.is_device_array(params)
+        if params.ndim != 1 or not (on_device or params.flags.c_contiguous):
             raise ValueError("Adam: params must be a flat C-contiguous vector")
         self.schedule = lr if isinstance(lr, Schedule) else constant(lr)
         self.beta1, self.beta2 = float(betas[0]), float(betas[1])
         self.eps, self.weight_decay = float(eps), float(weight_decay)
-        self.m = np.zeros_like(params)
-        self.v = np.zeros_like(params)
+        self.device = _device.name_of(params)
+        self.m = _device.zeros(params.shape[0], params.dtype, self.device)
+        self.v = _device.zeros(params.shape[0], params.dtype, self.device)
         self.step_count = 0
 
     @property
@@ -125,13 +133,18 @@ class Adam:
         return {"m": self.m, "v": self.v, "step": self.step_count}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        arrays = {}
         for name in ("m", "v"):
-            arr = np.asarray(state[name])
-            if arr.shape != self.m.shape or arr.dtype != self.m.dtype:
-                raise ValueError(f"Adam state {name!r}: expected {self.m.dtype} {self.m.shape}, "
-                                 f"got {arr.dtype} {arr.shape}")
-        self.m[...] = state["m"]
-        self.v[...] = state["v"]
+            arr = state[name]
+            arr = arr if _device.is_device_array(arr) else np.asarray(arr)
+            if tuple(arr.shape) != tuple(self.m.shape) or arr.dtype != self.m.dtype:
+                raise ValueError(f"Adam state {name!r}: expected {self.m.dtype} {tuple(self.m.shape)}, "
+                                 f"got {arr.dtype} {tuple(arr.shape)}")
+            arrays[name] = arr
+        if arrays["m"] is not self.m:
+            _device.write(self.m, arrays["m"])
+        if arrays["v"] is not self.v:
+            _device.write(self.v, arrays["v"])
         self.step_count = int(state["step"])
 
 
@@ -163,14 +176,16 @@ def lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Batch | Mapping[str, An
     """Polish ``params`` in place with SciPy's L-BFGS-B on the flat float64 vector.
 
     ``batch``: a :class:`~helmpinn.Batch` or the keyword arrays of ``Workspace.value_and_grad``
-    (any float dtype; converted to float64 once, before the first evaluation). The best finite point seen is kept, so a failed line search never makes the
+    (any float dtype; converted to float64 once, before the first evaluation; a Batch of
+    DeviceArrays is copied to the host first: L-BFGS runs on the CPU). The best finite point seen is kept, so a failed line search never makes the
     parameters worse. ``callback(iteration, loss, theta)`` is called after every iteration with
     the current float64 vector; it may return True to stop.
     """
     from scipy.optimize import minimize
 
     ws = _core.Workspace(spec, batch_size, "float64")
-    b64 = batch.astype(np.float64) if isinstance(batch, Batch) else Batch(**batch, dtype=np.float64)
+    b64 = batch.to_host().astype(np.float64) if isinstance(batch, Batch) \
+        else Batch(**batch, dtype=np.float64)
     w = dict(weights or {})
     kw = dict(w_pde=w.get("pde", 1.0), w_data=w.get("data", 1.0), w_bc=w.get("bc", 1.0),
               train_fourier=train_fourier)

@@ -168,10 +168,16 @@ class TrainingSet:
     a_pde: NDArray[np.complex128] | None = None
     b_pde: NDArray[np.complex128] | None = None
 
-    def to_batch(self, dtype: Any = np.float32, *, counts: Mapping[str, int] | None = None) -> Batch:
+    def to_batch(self, dtype: Any = np.float32, *, counts: Mapping[str, int] | None = None,
+                 device: str = "cpu") -> Batch:
         """The :class:`~helmpinn.Batch` of these points for a workspace of ``dtype``: every array
         converted once (C-contiguous, complex values as (re, im) pairs); absent terms are left
-        out. ``counts``: the global point counts when this set is one shard of a larger one."""
+        out. ``counts``: the global point counts when this set is one shard of a larger one.
+        ``device``: "cuda" / "cuda:N" copies the converted arrays once to that GPU
+        (:meth:`Batch.to_device`; checked before any conversion)."""
+        if device != "cpu":
+            from . import _device
+            _device.check(device, "TrainingSet.to_batch")
         kw: dict[str, Any] = {}
         if len(self.x_pde):
             kw.update(x_pde=self.x_pde, kappa=self.kappa, f=self.f)
@@ -181,7 +187,8 @@ class TrainingSet:
             kw.update(x_data=self.x_data, y=self.y)
         if len(self.x_bc):
             kw.update(x_bc=self.x_bc, n_bc=self.n_bc, alpha_bc=self.alpha, g_bc=self.g)
-        return Batch(**kw, counts=counts, dtype=dtype)
+        batch = Batch(**kw, counts=counts, dtype=dtype)
+        return batch if device == "cpu" else batch.to_device(device)
 
     def to_core(self, dtype: Any = np.float32) -> Batch:
         """The same as :meth:`to_batch` (its older name): a Batch is also the mapping of the

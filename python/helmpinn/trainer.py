@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import _core, distributed
+from . import _core, _device, distributed
 from ._compat import UNSET, renamed
 from .batch import Batch
 from .model import Model
@@ -149,6 +149,17 @@ class Trainer:
     A checkpoint also records the state of the point sampler; a Trainer given a model loaded from
     a checkpoint continues it: step count, optimiser state, learning-rate schedule (spanning the
     steps already taken plus those of :meth:`fit`) and the same training points.
+
+    The Trainer runs where the model is (``device``: None follows the model; "cuda" / "cuda:N"
+    / "cpu" first moves the model there, in place, with :meth:`Model.to`). On a GPU the
+    workspace is a CUDA Workspace; every draw of points is copied once into device buffers the
+    library owns (``batch`` holds :class:`helmpinn.DeviceArray`s); the parameters, ``grad`` and
+    Adam's ``m`` and ``v`` stay in device memory and Adam steps there, so that only the loss and
+    its three terms come back each step. Copies to the host happen only at the start and end of
+    :meth:`fit` (the finiteness checks and the last good state), at checkpoints and error
+    evaluations, and when a non-finite loss restores the last good state. :meth:`polish` copies
+    the parameters to the host, runs L-BFGS there (SciPy, float64, as on the CPU) and copies the
+    result back; :meth:`fit_lm` and ``comm`` are CPU only (NotImplementedError on a GPU).
     """
 
     def __init__(self, problem: Problem, model: Model, *, lr: float | Schedule | None = None,
@@ -161,7 +172,10 @@ class Trainer:
                  checkpoint_every: int = 0, checkpoint_path: str | os.PathLike | None = None,
                  callbacks: Sequence[Callable[["Trainer", int], Any]] = (), progress: bool = True,
                  seed: int = 0, log_every: int = 25, stop_on_interrupt: bool = False,
-                 comm: Any = None, check_every: int = 100, n_pde: int = UNSET, n_bc: int = UNSET):
+                 comm: Any = None, check_every: int = 100, device: str | None = None,
+                 n_pde: int = UNSET, n_bc: int = UNSET):
+        if device is not None:   # checked (and the model moved) before anything else
+            _device.check(device, "Trainer")
         pde_points = renamed("Trainer", "pde_points", pde_points, "n_pde", n_pde)
         bc_points = renamed("Trainer", "bc_points", bc_points, "n_bc", n_bc)
         if model.in_dim != problem.dim:
@@ -173,6 +187,12 @@ class Trainer:
                 raise ValueError(f"{name} must be >= {least}, got {value}")
         if checkpoint_every and checkpoint_path is None:
             raise ValueError("checkpoint_every needs a checkpoint_path")
+        if device is not None:
+            model.to(device)
+        if comm is not None and model.device != "cpu":
+            raise NotImplementedError(f"Trainer(comm=...): data-parallel training runs on the CPU "
+                                      f"(the ranks reduce host gradients); the model is on "
+                                      f"{model.device}: use model.to('cpu')")
         defaults = default_settings(problem)
         self.problem = problem
         self.model = model
@@ -207,9 +227,10 @@ class Trainer:
             self.rng, self._shared_rng = distributed.rank_generators(seed, self.rank)
             self.progress = progress and self.rank == 0
 
-        # One workspace and one gradient buffer for the whole run.
-        self.workspace = _core.Workspace(model.spec, batch_size, model.dtype.name)
-        self.grad = np.zeros_like(model.params)
+        # One workspace and one gradient buffer for the whole run, where the model is.
+        self.device = model.device
+        self.workspace = _core.Workspace(model.spec, batch_size, model.dtype.name, device=self.device)
+        self.grad = _device.zeros(model.num_params, model.dtype, self.device)
         self._loss_kw = dict(w_pde=float(self.weights["pde"]), w_data=float(self.weights["data"]),
                              w_bc=float(self.weights["bc"]), train_fourier=self.train_fourier)
         self.training_set: TrainingSet | None = None
@@ -259,6 +280,8 @@ class Trainer:
         batch = self.training_set.to_batch(self.model.dtype)
         if self.comm is not None:  # this rank's shard, with the global counts of the draw
             batch = distributed.shard_batch(batch, distributed.global_counts(self.comm, batch))
+        if self.device != "cpu":   # one copy of the draw into device buffers
+            batch = batch.to_device(self.device)
         self.batch = batch
         self._check_inputs = True
 
@@ -277,14 +300,20 @@ class Trainer:
         self.last_error = err
         return err
 
+    def _params_finite(self) -> bool:
+        """Every parameter finite (on a GPU: checked on a host copy)."""
+        return bool(np.all(np.isfinite(_device.to_host(self.model.params))))
+
     def _snapshot(self) -> None:
+        """Keeps the last good state on the host (parameters and optimiser state copied)."""
         state = self.optimizer.state_dict() if self.optimizer else {}
-        self._good = (self.step, self.model.params.copy(),
-                      {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()})
+        self._good = (self.step, self.model.params_host(),
+                      {k: (v.copy() if isinstance(v, np.ndarray) else _device.to_host(v))
+                       for k, v in state.items()})
 
     def _restore(self) -> int:
         step, params, state = self._good
-        self.model.params[...] = params
+        self.model.set_params(params)
         if self.optimizer is not None and state:
             self.optimizer.load_state_dict(state)
         self.model.optimizer_state = self.optimizer.state_dict() if self.optimizer else {}
@@ -296,7 +325,7 @@ class Trainer:
         path = path or self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path")
-        if not np.all(np.isfinite(self.model.params)):
+        if not self._params_finite():
             return False
         meta = {**self.model.metadata, "step": self.step, "problem": self.problem.name,
                 "problem_options": self.problem.options, "last_error": self.last_error,
@@ -322,8 +351,10 @@ class Trainer:
         loaded checkpoint) when it has one of the right shape, the schedule then spanning the
         steps already taken plus ``steps``."""
         state = self.model.optimizer_state
-        resume = bool(state) and "m" in state and np.shape(state["m"]) == self.model.params.shape \
-            and np.asarray(state["m"]).dtype == self.model.dtype
+        m = state.get("m") if state else None
+        m = m if m is None or _device.is_device_array(m) else np.asarray(m)
+        resume = m is not None and tuple(m.shape) == (self.model.num_params,) \
+            and m.dtype == self.model.dtype
         done = int(state.get("step", 0)) if resume else 0
         lr = self.lr if isinstance(self.lr, Schedule) else make_schedule(self.schedule, self.lr, done + steps)
         opt = Adam(self.model.params, lr=lr, betas=self.betas)
@@ -349,8 +380,12 @@ class Trainer:
         steps = int(steps)
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
-        if not np.all(np.isfinite(self.model.params)):
+        self._check_device()
+        if not self._params_finite():
             raise ValueError("the model's parameters contain NaN or Inf; cannot train from them")
+        if self.optimizer is not None and getattr(self.optimizer, "device", "cpu") != self.device:
+            raise ValueError(f"optimizer: its state is on {self.optimizer.device} but the model is "
+                             f"on {self.device}")
         if self.optimizer is None:
             self.optimizer = self._make_optimizer(steps)
             if self.optimizer.step_count:  # a model loaded from a checkpoint goes on counting
@@ -423,7 +458,7 @@ class Trainer:
             pbar.close()
         # The last update is met by no loss evaluation: check it here (an lr that overflows the
         # dtype turns the parameters into Inf/NaN in one step).
-        if not self.diverged and not np.all(np.isfinite(params)):
+        if not self.diverged and not self._params_finite():
             bad, good = self.step, self._restore()
             self.diverged = True
             self.stop_reason = (f"non-finite parameters after step {bad}; "
@@ -455,6 +490,11 @@ class Trainer:
         if self.stop_requested and not self.stop_reason:
             self.stop_reason = f"{self.stop_requested} at step {step}"
         return took
+
+    def _check_device(self) -> None:
+        if self.model.device != self.device:
+            raise RuntimeError(f"the model moved to {self.model.device} after this Trainer was made "
+                               f"on {self.device}; make a new Trainer for it")
 
     def _value_and_grad(self, step: int) -> tuple[float, dict[str, float]]:
         """The loss, its terms and the gradient on the current points (of the union of every
@@ -513,17 +553,20 @@ class Trainer:
 
         Every ``eval_every`` iterations the error is recorded in the history (at the current
         step), and the polish stops early once it is below ``target_error``. Returns a summary
-        with the loss and error before and after.
+        with the loss and error before and after. L-BFGS runs on the CPU: a model on a GPU is
+        copied to the host (with the current points, as they are in the model's dtype) and the
+        result copied back.
         """
         if self.comm is not None and self.comm.Get_size() > 1:
             raise NotImplementedError("polish: L-BFGS runs on one process; with several ranks "
                                       "each would fit only its own points")
+        self._check_device()
         if self.batch is None:
             self.resample()
         err_before = self.evaluate()
         t_start = self.train_time
         t0 = time.perf_counter()
-        probe = self.model.copy()
+        probe = Model(self.model.spec, self.model.params_host())   # the CPU evaluates the iterates
         h = self.history
 
         def on_iteration(it: int, loss: float, theta: np.ndarray) -> bool:
@@ -536,8 +579,13 @@ class Trainer:
             h.eval_time.append(t_start + time.perf_counter() - t0)
             return self.target_error is not None and err < self.target_error
 
-        res = lbfgs(self.model.params, self.model.spec, self.batch, maxiter, weights=self.weights,
-                    train_fourier=self.train_fourier, batch_size=batch_size, callback=on_iteration)
+        on_host = self.device == "cpu"
+        theta = self.model.params if on_host else self.model.params_host()
+        res = lbfgs(theta, self.model.spec, self.batch if on_host else self.batch.to_host(), maxiter,
+                    weights=self.weights, train_fourier=self.train_fourier, batch_size=batch_size,
+                    callback=on_iteration)
+        if not on_host:
+            self.model.set_params(theta)
         self.train_time = t_start + time.perf_counter() - t0
         err_after = self.evaluate()
         if self.u_test is not None:
@@ -572,6 +620,11 @@ class Trainer:
         iterations = int(iterations)
         if iterations < 0:
             raise ValueError(f"iterations must be >= 0, got {iterations}")
+        if self.device != "cpu":
+            raise NotImplementedError(
+                f"fit_lm: Levenberg-Marquardt runs on the CPU (its Jacobian, JᵀJ and solves are "
+                f"host arrays), but this Trainer's model is on {self.device}; train it with "
+                f"Trainer(problem, model.to('cpu')), or use fit() / polish() on the GPU")
         if int(stall_window) < 1 or not 0 < stall_factor <= 1:
             raise ValueError(f"need stall_window >= 1 and 0 < stall_factor <= 1, got {stall_window}, {stall_factor}")
         if not np.all(np.isfinite(self.model.params)):
