@@ -8,9 +8,11 @@
 # the run; a stage that the deadline leaves no time for is reported as skipped):
 #   env        tools, Python packages (wheels carried in .whl/ are installed first), the GPU
 #   build      the CUDA module (cmake, ptxas -v: registers, spills, static shared memory)
-#   tests      tests/test_cuda.py with HELMPINN_REQUIRE_GPU=1 (GPU tests, and the PyTorch/CuPy
-#              ones, fail instead of skipping) and a per-test timeout; the first failing (or
-#              hung) test is run again with CUDA_LAUNCH_BLOCKING=1
+#   tests      tests/test_cuda.py, test_device.py (Model / Trainer on device="cuda" against
+#              the CPU) and test_cuda_residuals.py (the residual level), in that order, with
+#              HELMPINN_REQUIRE_GPU=1 (GPU tests, and the PyTorch/CuPy ones, fail instead of
+#              skipping) and a per-test timeout; the first failing (or hung) test is run again
+#              with CUDA_LAUNCH_BLOCKING=1
 #   agreement  GPU vs CPU in float64 (threshold 1e-12 relative) and float32, configs a, b, c
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck over both dtypes,
 #              the seed primitives, odd tiles, global scratch, frozen Fourier features,
@@ -36,7 +38,7 @@ DRY=0
 for a in "$@"; do
   case "$a" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$a' (expected --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -238,7 +240,7 @@ st_tests() {
     } > "$WORK/${files[0]}"
     env=(HELMPINN_STUB=1)
   else
-    files=("$ROOT/tests/test_cuda.py")
+    files=("$ROOT/tests/test_cuda.py" "$ROOT/tests/test_device.py" "$ROOT/tests/test_cuda_residuals.py")
     sel=(-k "not under_cpu_emulation")   # CPU-only, run by CI everywhere
   fi
   ( cd "$dir" && env "${env[@]}" timeout -k 5 "$(blim)" "$PY" -m pytest "${files[@]}" "${sel[@]}" \
