@@ -174,8 +174,8 @@ class Trainer:
                  seed: int = 0, log_every: int = 25, stop_on_interrupt: bool = False,
                  comm: Any = None, check_every: int = 100, device: str | None = None,
                  n_pde: int = UNSET, n_bc: int = UNSET):
-        if device is not None:   # checked (and the model moved) before anything else
-            _device.check(device, "Trainer")
+        # The device is checked before anything else; the model is moved once every argument is.
+        target = model.device if device is None else _device.check(device, "Trainer")
         pde_points = renamed("Trainer", "pde_points", pde_points, "n_pde", n_pde)
         bc_points = renamed("Trainer", "bc_points", bc_points, "n_bc", n_bc)
         if model.in_dim != problem.dim:
@@ -187,12 +187,11 @@ class Trainer:
                 raise ValueError(f"{name} must be >= {least}, got {value}")
         if checkpoint_every and checkpoint_path is None:
             raise ValueError("checkpoint_every needs a checkpoint_path")
-        if device is not None:
-            model.to(device)
-        if comm is not None and model.device != "cpu":
+        if comm is not None and target != "cpu":
             raise NotImplementedError(f"Trainer(comm=...): data-parallel training runs on the CPU "
-                                      f"(the ranks reduce host gradients); the model is on "
-                                      f"{model.device}: use model.to('cpu')")
+                                      f"(the ranks reduce host gradients), not on {target}: "
+                                      f"use a model on the CPU")
+        model.to(target)
         defaults = default_settings(problem)
         self.problem = problem
         self.model = model
