@@ -48,7 +48,14 @@ def check(device: Any, caller: str) -> str:
         raise RuntimeError("helmpinn was built without CUDA support (device='cuda' unavailable)")
     count = _core.cuda_device_count()
     if index >= count:
-        why = _core.cuda_device_error() or f"{count} CUDA device(s) visible"
+        # the Workspace's words: "no CUDA device found[: <the runtime's error>]" or the count
+        error = _core.cuda_device_error()
+        if count:
+            why = f"{count} CUDA device(s) visible"
+        elif error and error != "no CUDA device found":
+            why = f"no CUDA device found: {error}"
+        else:
+            why = "no CUDA device found"
         raise RuntimeError(f"{caller}(device={device!r}): CUDA device {index} is not available: {why}")
     return f"cuda:{index}"
 
