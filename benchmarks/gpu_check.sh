@@ -366,7 +366,7 @@ say "helmpinn gpu_check: deadline ${DEADLINE} s$(is_dry && echo ', DRY RUN (GPU 
 CURRENT=env;       stage env        5   60  st_env
 CURRENT=build;     stage build     30  300  st_build
 [[ -d $PKG ]] && export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}"
-CURRENT=tests;     stage tests     20  120  st_tests
+CURRENT=tests;     stage tests     20  180  st_tests
 CURRENT=agreement; stage agreement 10   60  st_agreement
 CURRENT=sanitize;  stage sanitize  20  150  st_sanitize
 CURRENT=bench;     stage bench     20  100  st_bench
