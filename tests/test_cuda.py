@@ -5,8 +5,9 @@ Without a GPU (any machine):
     clear RuntimeError ("built without CUDA support" in a stub build; "CUDA device N is not
     available" when there is no such device); `stream=` is refused on CPU workspaces.
   * The CUDA kernels and the backend's host logic run under a CPU emulation of CUDA
-    (cpp/src/cuda/emulation): compiled here with the system C++ compiler and compared with the
-    CPU backend (forward, every loss term, chunking, partial tiles, shared-memory and
+    (cpp/src/cuda/emulation): the CMake target helmpinn_cuda_emulation_check when built and up to
+    date, else compiled here with the system C++ compiler from cpp/src/host_sources.txt (the list
+    CMake uses), and compared with the CPU backend (forward, every loss term, chunking, partial tiles, shared-memory and
     global-scratch buffers, odd tiles, bitwise reproducibility, check_finite), and the device
     seed primitives with the host ones; and the residual level (residuals, Jacobian rows, jvp,
     vjp, grad_kappa, counts; tests/test_cuda_residuals.py repeats it on a GPU); and the core's

@@ -850,11 +850,9 @@ void check_host_side() {
     check_runtime_api();
 }
 
-/// The loss cases: ONE table, every entry run on every shape of run_type in both dtypes (entries
-/// with quick = false are left out of --quick runs). kGrad: value_and_grad against the CPU
-/// backend (loss, breakdown, gradient) and bitwise twice; kRows: the residual level (residuals,
-/// value_and_grad's residuals and grad_kappa, the Jacobian whole and by row ranges, jvp, vjp).
-/// terms: bit 0 pde, 1 data, 2 bc; variant, op: Problem::inputs.
+/// The loss cases (loss_cases.inc: ONE table, which tests/test_backend_cases.py runs on the CPU
+/// against the NumPy reference and on a GPU against the CPU): every entry on every shape of
+/// run_type in both dtypes (entries with quick = 0 are left out of --quick runs).
 enum CheckKind : int { kGrad = 0, kRows = 1 };
 struct LossCase {
     int check;
@@ -863,27 +861,17 @@ struct LossCase {
     int op;
     bool quick;
 };
-constexpr LossCase kLossCases[] = {
-    // check  terms variant  B trained  counts  PDE entry     quick
-    {kGrad, 1, 0, true, false, kLaplacian, true},
-    {kGrad, 2, 0, true, false, kLaplacian, true},
-    {kGrad, 4, 0, true, false, kLaplacian, true},
-    {kGrad, 7, 0, true, false, kLaplacian, true},
-    {kGrad, 7, 1, true, false, kLaplacian, true},
-    {kGrad, 7, 0, false, false, kLaplacian, true},
-    {kRows, 7, 0, true, false, kLaplacian, true},
-    {kRows, 7, 1, false, true, kLaplacian, true},
-    {kRows, 1, 0, true, false, kLaplacian, false},
-    {kRows, 2, 1, true, false, kLaplacian, false},
-    {kRows, 4, 0, true, true, kLaplacian, false},
-    // the general operator (2d + 1 streams at the PDE points)
-    {kGrad, 1, 0, true, false, kOpArrays, true},
-    {kGrad, 7, 1, true, false, kOpConstants, true},
-    {kGrad, 7, 0, false, false, kOpKappa, false},
-    {kRows, 7, 0, true, false, kOpArrays, true},
-    {kRows, 1, 1, false, true, kOpConstants, false},
-    {kRows, 5, 0, true, false, kOpKappa, false},
+namespace loss_cases {  // the names the table's entries use
+constexpr int grad = kGrad, rows = kRows;
+constexpr int laplacian = kLaplacian, op_arrays = kOpArrays, op_constants = kOpConstants,
+              op_kappa = kOpKappa;
+#define HELMPINN_LOSS_CASE(check, terms, variant, tf, counts, op, quick) \
+    {check, terms, variant, tf != 0, counts != 0, op, quick != 0},
+constexpr LossCase table[] = {
+#include "loss_cases.inc"
 };
+#undef HELMPINN_LOSS_CASE
+}  // namespace loss_cases
 
 template <typename T>
 void run_type(const char* tname, bool quick) {
@@ -907,7 +895,7 @@ void run_type(const char* tname, bool quick) {
                                 std::to_string(c.spec.num_hidden_layers);
         Problem<T> pb(c.spec, c.np, c.nd, c.nb, 17u + unsigned(c.spec.in_dim));
         check_forward(pb, c.batch, tag);
-        for (const LossCase& lc : kLossCases) {
+        for (const LossCase& lc : loss_cases::table) {
             if (quick && !lc.quick) continue;
             if (lc.check == kGrad)
                 check_grad(pb, c.batch, lc.terms, lc.variant, lc.train_fourier, lc.op, tag);
