@@ -147,7 +147,7 @@ public:
         OutArgs<T> outs{u, grad_u, lap_u, true};
         const NetArgs<T> net = net_args(params);
         const Geometry& g = geo_;  // at most d + 2 streams: the Laplacian's geometry
-        launch_chunks(n, g, blocks_, gs_, "forward: kernel launch",
+        launch_chunks(n, g, "forward: kernel launch",
                       [&](auto Dc, auto GSc, int grid, std::size_t c0, int nc) {
             constexpr int D = decltype(Dc)::value;
             constexpr bool GS = decltype(GSc)::value;
@@ -271,16 +271,15 @@ private:
 
     static int tiles(int nc, const Geometry& g) { return (nc + g.tile.P - 1) / g.tile.P; }
 
-    // The n points in chunks of g.chunk: launch(D, GS, grid, c0, nc) launches one kernel over
-    // chunk [c0, c0 + nc) with the compile-time (d, global scratch) pair and at most `blocks`
-    // blocks, then errors are checked.
+    // The n points in chunks of g.chunk (train and forward kernels): launch(D, GS, grid, c0, nc)
+    // launches one kernel over chunk [c0, c0 + nc) with the compile-time (d, global scratch)
+    // pair, then errors are checked.
     template <typename Launch>
-    void launch_chunks(std::size_t n, const Geometry& g, int blocks, bool gs, const char* what,
-                       Launch&& launch) {
+    void launch_chunks(std::size_t n, const Geometry& g, const char* what, Launch&& launch) {
         for (std::size_t c0 = 0; c0 < n; c0 += g.chunk) {
             const int nc = int(std::min(g.chunk, n - c0));
-            const int grid = std::min(tiles(nc, g), blocks);
-            dispatch(d_, gs, [&](auto Dc, auto GSc) { launch(Dc, GSc, grid, c0, nc); });
+            const int grid = std::min(tiles(nc, g), blocks_);
+            dispatch(d_, gs_, [&](auto Dc, auto GSc) { launch(Dc, GSc, grid, c0, nc); });
             check(cudaGetLastError(), what);
         }
     }
@@ -553,7 +552,7 @@ private:
             if (!tp.n) continue;
             const int tf = in.train_fourier ? 1 : 0;
             const Geometry& g = train_geometry(tl.entry);
-            launch_chunks(tp.n, g, blocks_, gs_, what,
+            launch_chunks(tp.n, g, what,
                           [&](auto Dc, auto GSc, int grid, std::size_t c0, int nc) {
                 constexpr int D = decltype(Dc)::value;
                 constexpr bool GS = decltype(GSc)::value;
