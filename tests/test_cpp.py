@@ -96,7 +96,9 @@ def build_and_install(base: Path, *args: str) -> dict[str, Path]:
     HELMPINN_TEST_CMAKE_ARGS)."""
     build, prefix, done = base / "build", base / "prefix", base / "done"
     if not done.exists():
+        # The CUDA emulation checker (also a ctest target) is built and run by tests/test_cuda.py.
         run(["cmake", "-S", REPO, "-B", build, *_configure_args(), "-DHELMPINN_BUILD_TESTS=ON",
+             "-DHELMPINN_BUILD_CUDA_EMULATION=OFF",
              "-DHELMPINN_PYTHON=OFF", "-DHELMPINN_INSTALL=ON",
              *(args or ("-DHELMPINN_ENABLE_CUDA=OFF", *_extra_args()))])
         run(["cmake", "--build", build, "--parallel", str(os.cpu_count() or 2)], timeout=1800)

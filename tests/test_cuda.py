@@ -5,8 +5,9 @@ Without a GPU (any machine):
     clear RuntimeError ("built without CUDA support" in a stub build; "CUDA device N is not
     available" when there is no such device); `stream=` is refused on CPU workspaces.
   * The CUDA kernels and the backend's host logic run under a CPU emulation of CUDA
-    (cpp/src/cuda/emulation): compiled here with the system C++ compiler and compared with the
-    CPU backend (forward, every loss term, chunking, partial tiles, shared-memory and
+    (cpp/src/cuda/emulation): the CMake target helmpinn_cuda_emulation_check when built and up to
+    date, else compiled here with the system C++ compiler from cpp/src/host_sources.txt (the list
+    CMake uses), and compared with the CPU backend (forward, every loss term, chunking, partial tiles, shared-memory and
     global-scratch buffers, odd tiles, bitwise reproducibility, check_finite), and the device
     seed primitives with the host ones; and the residual level (residuals, Jacobian rows, jvp,
     vjp, grad_kappa, counts; tests/test_cuda_residuals.py repeats it on a GPU); and the core's
@@ -235,22 +236,47 @@ def test_device_array_type():
 
 
 def _emulation_sources():
-    """The emulation driver and every host source of the core (common/ and cpu/, so that a new
-    core file is picked up, not silently missing); the CUDA backend comes in through the driver,
+    """The emulation driver and the core's host sources, from cpp/src/host_sources.txt: the list
+    CMake builds the core and the helmpinn_cuda_emulation_check target from (one list, so that a
+    new core file is not silently missing here); the CUDA backend comes in through the driver,
     which includes its kernels."""
     driver = ROOT / "cpp/src/cuda/emulation/emu_check.cpp"
-    if not driver.exists():
+    listing = ROOT / "cpp/src/host_sources.txt"
+    if not driver.exists() or not listing.exists():
         return None
-    return [driver, *sorted((ROOT / "cpp/src/common").glob("*.cpp")),
-            *sorted((ROOT / "cpp/src/cpu").glob("*.cpp"))]
+    srcs = []
+    for line in listing.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            srcs.append(ROOT / line.split()[0])  # "path" or "path kernels"
+    return [driver, *srcs]
+
+
+def _built_emulation_check() -> Path | None:
+    """The CMake target helmpinn_cuda_emulation_check (HELMPINN_BUILD_TESTS=ON) when one is built
+    and newer than every C++ source and header: HELMPINN_EMU_CHECK names it, else the newest
+    under a build directory of this checkout (<build>/cpp/tests/). A stale one is not used."""
+    named = os.environ.get("HELMPINN_EMU_CHECK")
+    found = [Path(named)] if named else sorted(
+        ROOT.glob("*/cpp/tests/helmpinn_cuda_emulation_check"), key=lambda p: p.stat().st_mtime)
+    if not found or not found[-1].is_file():
+        return None
+    exe = found[-1]
+    newest = max(p.stat().st_mtime for d in ("cpp/src", "cpp/include") for p in (ROOT / d).rglob("*")
+                 if p.is_file())
+    return exe if exe.stat().st_mtime >= newest else None
 
 
 @pytest.fixture(scope="module")
 def emu_check(tmp_path_factory):
-    """The CPU emulation of the CUDA backend (cpp/src/cuda/emulation/emu_check.cpp), built here."""
+    """The CPU emulation of the CUDA backend (cpp/src/cuda/emulation/emu_check.cpp): the CMake
+    target when it is built and up to date, else built here from the same source list."""
     srcs = _emulation_sources()
     if srcs is None:
         pytest.skip("the C++ sources are not next to the tests (installed package)")
+    built = _built_emulation_check()
+    if built is not None:
+        return built
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no C++ compiler to build the CUDA emulation")
@@ -266,6 +292,20 @@ def emu_check(tmp_path_factory):
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, "building the CUDA emulation failed:\n" + res.stderr[-4000:]
     return exe
+
+
+def test_emulation_sources_are_the_core_list():
+    """The checker is built from cpp/src/host_sources.txt, which must name every C++ source of
+    common/ and cpu/ (one missing would be missing from the core too) and only files that exist
+    (a wrong path fails here, not in a compiler error)."""
+    srcs = _emulation_sources()
+    if srcs is None:
+        pytest.skip("the C++ sources are not next to the tests (installed package)")
+    missing = [str(p) for p in srcs if not p.is_file()]
+    assert not missing, f"host_sources.txt names files that do not exist: {missing}"
+    on_disk = {p.resolve() for d in ("cpp/src/common", "cpp/src/cpu") for p in (ROOT / d).glob("*.cpp")}
+    listed = {p.resolve() for p in srcs[1:]}
+    assert on_disk <= listed, f"not in host_sources.txt: {sorted(map(str, on_disk - listed))}"
 
 
 @pytest.mark.parametrize("env,args", [
@@ -291,7 +331,12 @@ def test_cuda_kernels_under_cpu_emulation(emu_check, env, args):
     for t, tags in shapes.items():
         for tag in tags:
             assert any(line.startswith(f"ok   {t} {tag} value_and_grad all") for line in oks), (t, tag)
+            # the general operator (2d + 1 streams): loss and gradient, and the residual level
+            for what in ("value_and_grad pde (per-point kappa/alpha, f, g) operator(",
+                         "rows terms=7 per-point operator("):
+                assert any(line.startswith(f"ok   {t} {tag} {what}") for line in oks), (t, tag, what)
     for host_check in ("plan: dynamic shared-memory limit", "plan: occupancy picks",
+                       "plan: general operator in the Laplacian's buffers",
                        "global scratch", "last-use event", "device count error shown",
                        "runtime: DeviceScope", "runtime: DeviceBuffer", "runtime: stream_wait"):
         assert any(host_check in line for line in oks), host_check

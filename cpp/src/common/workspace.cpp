@@ -170,10 +170,6 @@ void Workspace<T>::check_inputs(const char* op, const T* params, const LossInput
             throw std::invalid_argument(
                 std::string(op) +
                 ": kappa_const is not read with pde_operator; set c_const (or c_pde, kappa)");
-        if (in.pde_operator && device_ != Device::cpu)
-            throw std::runtime_error(std::string(op) +
-                                     ": the general PDE operator (a_pde, b_pde, c_pde) is not yet "
-                                     "implemented on CUDA workspaces; use device='cpu'");
     }
     if (!in.check_finite || device_ != Device::cpu) return;
     require_finite(params, spec_.num_params(), "params");

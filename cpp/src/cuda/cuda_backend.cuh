@@ -5,6 +5,13 @@
 // work). Every loss term comes from the one loss-term table (common/loss_terms.hpp): the train
 // kernel's seed step calls its residual and adjoint, rows_kernel (residual.cuh) its adjoint.
 //
+// Every buffer is sized for the Laplacian's d + 2 streams a point. The general operator's points
+// carry 2d + 1 (loss_terms.hpp, PdeOperator: d - 1 streams more) and run in the same
+// buffers (plan_operator): tiles of fewer points, whose 2d + 1 stream rows fit in the rows the
+// Laplacian's tile was planned for, and chunks of fewer points, whose 2d + 1 streams fit in the
+// caches' (d + 2) batch_size rows (the caches' point stride is then the smaller chunk). Nothing
+// is allocated for it, and the Laplacian's tiles, chunks and kernels are what they were.
+//
 // Instantiated for float in cuda_backend_f32.cu and for double in cuda_backend_f64.cu (two
 // translation units, so that a two-core build compiles them side by side).
 #pragma once
@@ -71,6 +78,7 @@ public:
         plan();
         allocate();
         plan_rows();
+        plan_operator();
         check(cudaEventCreateWithFlags(&last_use_, cudaEventDisableTiming), "cudaEventCreate");
     }
 
@@ -96,6 +104,11 @@ public:
         int blocks_per_sm = 0;   // occupancy of train_kernel with this tile
         int blocks = 0;          // blocks per launch = gradient slots
         int regs = 0;            // registers per thread of train_kernel
+        // The general operator's 2d + 1 streams in the same buffers (plan_operator): its tile
+        // and chunk for train_kernel, and rows_kernel's tiles for the Laplacian and for it.
+        int op_tile = 0;
+        std::size_t op_chunk = 0;
+        int row_tile = 0, row_op_tile = 0;
     };
     const LaunchPlan& launch_plan() const { return plan_; }
     /// The global scratch buffer (GS mode; null otherwise), for tests.
@@ -133,13 +146,14 @@ public:
         const int ns = derivatives == 0 ? 1 : derivatives == 1 ? d_ + 1 : d_ + 2;
         OutArgs<T> outs{u, grad_u, lap_u, true};
         const NetArgs<T> net = net_args(params);
-        launch_chunks(n, "forward: kernel launch",
+        const Geometry& g = geo_;  // at most d + 2 streams: the Laplacian's geometry
+        launch_chunks(n, g, "forward: kernel launch",
                       [&](auto Dc, auto GSc, int grid, std::size_t c0, int nc) {
             constexpr int D = decltype(Dc)::value;
             constexpr bool GS = decltype(GSc)::value;
             auto* kernel = &forward_kernel<T, D, GS>;
             HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
-                net, cache_, tile_, x, static_cast<long long>(c0), nc, ns, outs);
+                net, g.cache, g.tile, x, static_cast<long long>(c0), nc, ns, outs);
         });
         mark_use(s);
     }
@@ -206,15 +220,16 @@ public:
             ra.x = tp.x;
             ra.s = terms::term_scale(tp).s;
             ra.row0 = static_cast<long long>(first);
-            for (std::size_t c0 = pa; c0 < pb; c0 += B_) {
-                const int nc = int(std::min(B_, pb - c0));
-                const int grid = std::min((nc + rtile_.P - 1) / rtile_.P, rblocks_);
+            const Geometry& g = row_geometry(ra.entry);
+            for (std::size_t c0 = pa; c0 < pb; c0 += g.chunk) {
+                const int nc = int(std::min(g.chunk, pb - c0));
+                const int grid = std::min((nc + g.tile.P - 1) / g.tile.P, rblocks_);
                 dispatch(d_, rgs_, [&](auto Dc, auto GSc) {
                     constexpr int D = decltype(Dc)::value;
                     constexpr bool GS = decltype(GSc)::value;
                     auto* kernel = &rows_kernel<T, D, GS>;
                     HELMPINN_LAUNCH(kernel, grid, kThreads, rsmem_bytes_, s)(
-                        net, cache_, rtile_, in, ra, static_cast<long long>(c0), nc);
+                        net, g.cache, g.tile, in, ra, static_cast<long long>(c0), nc);
                 });
                 check(cudaGetLastError(), what);
             }
@@ -239,15 +254,31 @@ private:
         used_ = true;
     }
 
-    int tiles(int nc) const { return (nc + tile_.P - 1) / tile_.P; }
+    // Where the points of one launch go: the tiles (points per tile, activation buffers), the
+    // caches (their point stride B is the chunk) and the points per chunk. The Laplacian's
+    // (every term but the general operator) is the plan's; the operator's is plan_operator's.
+    struct Geometry {
+        TileArgs<T> tile;
+        CacheArgs<T> cache;
+        std::size_t chunk = 0;
+    };
+    const Geometry& train_geometry(int entry) const {
+        return entry == terms::kPdeOperator ? geo_op_ : geo_;
+    }
+    const Geometry& row_geometry(int entry) const {
+        return entry == terms::kPdeOperator ? rgeo_op_ : rgeo_;
+    }
 
-    // The n points in chunks of batch_size: launch(D, GS, grid, c0, nc) launches one kernel over
-    // chunk [c0, c0 + nc) with the compile-time (d, global scratch) pair, then errors are checked.
+    static int tiles(int nc, const Geometry& g) { return (nc + g.tile.P - 1) / g.tile.P; }
+
+    // The n points in chunks of g.chunk (train and forward kernels): launch(D, GS, grid, c0, nc)
+    // launches one kernel over chunk [c0, c0 + nc) with the compile-time (d, global scratch)
+    // pair, then errors are checked.
     template <typename Launch>
-    void launch_chunks(std::size_t n, const char* what, Launch&& launch) {
-        for (std::size_t c0 = 0; c0 < n; c0 += B_) {
-            const int nc = int(std::min(B_, n - c0));
-            const int grid = std::min(tiles(nc), blocks_);
+    void launch_chunks(std::size_t n, const Geometry& g, const char* what, Launch&& launch) {
+        for (std::size_t c0 = 0; c0 < n; c0 += g.chunk) {
+            const int nc = int(std::min(g.chunk, n - c0));
+            const int grid = std::min(tiles(nc, g), blocks_);
             dispatch(d_, gs_, [&](auto Dc, auto GSc) { launch(Dc, GSc, grid, c0, nc); });
             check(cudaGetLastError(), what);
         }
@@ -489,7 +520,8 @@ private:
         int used = 0;
         for (int t = 0; t < terms::kNumTerms; ++t) {
             const std::size_t n = terms::term_points(in, t).n;
-            if (n) used = std::max(used, tiles(int(std::min(n, B_))));
+            const Geometry& g = train_geometry(terms::term_entry(in, t));
+            if (n) used = std::max(used, tiles(int(std::min(n, g.chunk)), g));
         }
         used = std::min(used, blocks_);
         if (used > 0)
@@ -519,13 +551,14 @@ private:
             row0 += 2 * tp.n;
             if (!tp.n) continue;
             const int tf = in.train_fourier ? 1 : 0;
-            launch_chunks(tp.n, what,
+            const Geometry& g = train_geometry(tl.entry);
+            launch_chunks(tp.n, g, what,
                           [&](auto Dc, auto GSc, int grid, std::size_t c0, int nc) {
                 constexpr int D = decltype(Dc)::value;
                 constexpr bool GS = decltype(GSc)::value;
                 auto* kernel = &train_kernel<T, D, GS>;
                 HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
-                    net, cache_, tile_, in, tl, static_cast<long long>(c0), nc, tf,
+                    net, g.cache, g.tile, in, tl, static_cast<long long>(c0), nc, tf,
                     slot_grad_.data(), static_cast<long long>(np_), slot_loss_.data());
             });
         }
@@ -628,6 +661,41 @@ private:
         rtile_.scratch = row_scratch_.data();
     }
 
+    // The general operator's geometry (the file's head comment): in buffers planned for S = d + 2
+    // streams, a tile of P points has round_up(S P, 32) rows (rows_kernel: round_up(2 S P, 32)
+    // for its 2 P rows a stream), so the operator's tile takes the most points p <= P whose
+    // 2d + 1 streams fit in them; the caches hold S batch_size rows a layer, so its chunk takes
+    // floor(S batch_size / (2d + 1)) points, and its caches' point stride is that chunk. For
+    // d = 1 (2d + 1 = d + 2) both are the Laplacian's. p <= P and the chunk <= batch_size keep
+    // every other area (loss partials, tile points, the Fourier scratch d m P, x_input) in
+    // bounds; the GS scratch slice of a block is the same size.
+    void plan_operator() {
+        const long long ns = terms::term_streams(terms::kPdeOperator, d_);  // 2d + 1
+        auto fit = [&](int P, int rows_per_stream) {
+            const long long rows = round_up(static_cast<long long>(S_) * rows_per_stream * P, 32);
+            return int(std::max<long long>(1, std::min<long long>(P, rows / (ns * rows_per_stream))));
+        };
+        geo_ = Geometry{tile_, cache_, B_};
+        rgeo_ = Geometry{rtile_, cache_, B_};
+        geo_op_ = geo_;
+        rgeo_op_ = rgeo_;
+        geo_op_.tile.P = fit(tile_.P, 1);
+        rgeo_op_.tile.P = fit(rtile_.P, 2);
+        const std::size_t chunk =
+            std::max<std::size_t>(1, B_ * std::size_t(S_) / std::size_t(ns));
+        geo_op_.chunk = rgeo_op_.chunk = chunk;
+        geo_op_.cache.B = rgeo_op_.cache.B = static_cast<long long>(chunk);
+        plan_.op_tile = geo_op_.tile.P;
+        plan_.op_chunk = chunk;
+        plan_.row_tile = rtile_.P;
+        plan_.row_op_tile = rgeo_op_.tile.P;
+        if (const char* v = std::getenv("HELMPINN_CUDA_VERBOSE"); v && std::string(v) == "1")
+            std::fprintf(stderr,
+                         "helmpinn CUDA plan: general operator (%lld streams): tile %d, chunk %zu; "
+                         "residual level: tile %d (operator %d)\n",
+                         ns, plan_.op_tile, chunk, plan_.row_tile, plan_.row_op_tile);
+    }
+
     // check_finite on device arrays: one scan kernel, one small copy, then the scalars on the host.
     // Messages and order as the CPU backend's (Workspace::value_and_grad).
     void check_finite(const T* params, const LossInputs<T>& in, cudaStream_t s) {
@@ -697,6 +765,8 @@ private:
 
     TileArgs<T> tile_;
     TileArgs<T> rtile_;  // rows_kernel's tiles and buffers (plan_rows)
+    // Launch geometries (plan_operator): train/forward and rows, Laplacian and general operator
+    Geometry geo_, geo_op_, rgeo_, rgeo_op_;
     bool gs_ = false, rgs_ = false;
     int rsmem_bytes_ = 0, rblocks_ = 1;
     int smem_bytes_ = 0;

@@ -81,13 +81,13 @@ void report(bool ok, const std::string& what, double err = -1) {
 
 template <typename T>
 double tol() {
-    return sizeof(T) == 8 ? 1e-12 : 2e-5;
+    return sizeof(T) == 8 ? 1e-13 : 2e-5;
 }
 
 template <typename T>
 struct Problem {
     ModelSpec spec;
-    std::vector<T> theta, x_pde, kappa, f, x_data, y, x_bc, n_bc, alpha, g;
+    std::vector<T> theta, x_pde, kappa, f, x_data, y, x_bc, n_bc, alpha, g, a_pde, b_pde, c_pde;
     std::size_t n_pde = 0, n_data = 0, n_bc_pts = 0;
 
     Problem(const ModelSpec& s, std::size_t np, std::size_t nd, std::size_t nb, unsigned seed)
@@ -125,10 +125,17 @@ struct Problem {
         }
         fill(alpha, nb * 2, false);
         fill(g, nb * 2, false);
+        fill(a_pde, np * d * 2, false);  // the general operator's complex coefficients
+        fill(b_pde, np * d * 2, false);
+        fill(c_pde, np * 2, false);
+        for (auto& e : c_pde) e *= T(3);
     }
 
-    // terms: bit 0 pde, 1 data, 2 bc; variant: 0 = per-point kappa/alpha with f/g, 1 = constants, no f/g
-    LossInputs<T> inputs(int terms, int variant, bool train_fourier) const {
+    // terms: bit 0 pde, 1 data, 2 bc; variant: 0 = per-point kappa/alpha with f/g, 1 = constants, no f/g;
+    // op (the PDE term's entry): kLaplacian, or the general operator with per-point a, b, c
+    // (kOpArrays; variant 0 adds f), complex constants (kOpConstants), or per-point a, constant
+    // b and a real per-point c given as kappa (kOpKappa).
+    LossInputs<T> inputs(int terms, int variant, bool train_fourier, int op = 0) const {
         LossInputs<T> in;
         if (terms & 1) {
             in.x_pde = x_pde.data();
@@ -138,6 +145,21 @@ struct Problem {
                 in.f = f.data();
             } else {
                 in.kappa_const = T(7.3);
+            }
+            if (op != 0) {
+                in.pde_operator = true;
+                in.kappa_const = T(0);  // not read with the operator
+                in.kappa = op == 3 ? kappa.data() : nullptr;
+                if (op == 1) {
+                    in.a_pde = a_pde.data();
+                    in.b_pde = b_pde.data();
+                    in.c_pde = c_pde.data();
+                } else {
+                    in.a_const[0] = T(0.8), in.a_const[1] = T(-0.45);
+                    in.b_const[0] = T(-1.3), in.b_const[1] = T(0.6);
+                    in.c_const[0] = T(6.1), in.c_const[1] = T(1.7);
+                    if (op == 3) in.a_pde = a_pde.data();
+                }
             }
         }
         if (terms & 2) {
@@ -164,6 +186,15 @@ struct Problem {
         return in;
     }
 };
+
+/// The PDE term's entry in a case: the Laplacian, or the general operator's coefficients (see
+/// Problem::inputs).
+enum OpKind : int { kLaplacian = 0, kOpArrays = 1, kOpConstants = 2, kOpKappa = 3 };
+const char* op_name(int op) {
+    static const char* names[] = {"", " operator(a, b, c per point)", " operator(constants)",
+                                  " operator(a per point, c = kappa)"};
+    return names[op];
+}
 
 template <typename T>
 void check_forward(const Problem<T>& pb, std::size_t batch, const std::string& tag) {
@@ -204,11 +235,11 @@ void check_forward(const Problem<T>& pb, std::size_t batch, const std::string& t
 }
 
 template <typename T>
-void check_grad(const Problem<T>& pb, std::size_t batch, int terms, int variant, bool tf,
+void check_grad(const Problem<T>& pb, std::size_t batch, int terms, int variant, bool tf, int op,
                 const std::string& tag) {
     Workspace<T> cpu(pb.spec, batch, Device::cpu), gpu(pb.spec, batch, Device::cuda);
     const std::size_t np = pb.spec.num_params();
-    const LossInputs<T> in = pb.inputs(terms, variant, tf);
+    const LossInputs<T> in = pb.inputs(terms, variant, tf, op);
     std::vector<T> g1(np, T(123)), g2(np, T(123)), g3(np, T(-5));
     const LossBreakdown l1 = cpu.value_and_grad(pb.theta.data(), g1.data(), in);
     const LossBreakdown l2 = gpu.value_and_grad(pb.theta.data(), g2.data(), in);
@@ -221,7 +252,7 @@ void check_grad(const Problem<T>& pb, std::size_t batch, int terms, int variant,
     const char* names[8] = {"none", "pde", "data", "pde+data", "bc", "pde+bc", "data+bc", "all"};
     std::string what = tag + " value_and_grad " + names[terms] +
                        (variant == 0 ? " (per-point kappa/alpha, f, g)" : " (constants)") +
-                       (tf ? "" : " frozen B");
+                       (tf ? "" : " frozen B") + op_name(op);
     bool frozen_ok = true;
     if (!tf)
         for (int k = 0; k < pb.spec.in_dim * pb.spec.ff_dim; ++k) frozen_ok &= g2[k] == T(0);
@@ -231,6 +262,9 @@ void check_grad(const Problem<T>& pb, std::size_t batch, int terms, int variant,
                       l2.pde == l3.pde && l2.data == l3.data && l2.bc == l3.bc;
     report(same, what + " bitwise reproducible");
 }
+
+template <typename F>
+std::string error_of(F&& fn);
 
 template <typename T>
 void check_finite(const Problem<T>& pb) {
@@ -266,6 +300,21 @@ void check_finite(const Problem<T>& pb) {
         msg = e.what();
     }
     report(msg == "no exception", "check_finite passes finite inputs");
+    // the general operator's coefficients: per point, and a constant
+    std::vector<T> a = pb.a_pde;
+    a[3] = T(NAN);
+    in = pb.inputs(7, 0, true, kOpArrays);
+    in.a_pde = a.data();
+    in.check_finite = true;
+    msg = error_of([&] { gpu.value_and_grad(pb.theta.data(), g.data(), in); });
+    report(msg == "a_pde contains NaN or Inf (at flat index 3)",
+           "check_finite names a_pde, index 3 [" + msg + "]");
+    in = pb.inputs(7, 0, true, kOpConstants);
+    in.c_const[1] = T(INFINITY);
+    in.check_finite = true;
+    msg = error_of([&] { gpu.value_and_grad(pb.theta.data(), g.data(), in); });
+    report(msg == "c_pde contains NaN or Inf (at flat index 1)",
+           "check_finite names c_pde, index 1 [" + msg + "]");
 }
 
 // ---- the seed primitives: Device::cuda (emulated) against the host primitives ---------------
@@ -319,10 +368,10 @@ bool same_bits(const T* a, const T* b, std::size_t n) {
 // `counts`: the global counts set above the local ones.
 template <typename T>
 void check_rows(const Problem<T>& pb, std::size_t batch, int terms_mask, int variant, bool tf,
-                bool counts, const std::string& tag0) {
+                bool counts, int op, const std::string& tag0) {
     Workspace<T> cpu(pb.spec, batch, Device::cpu), gpu(pb.spec, batch, Device::cuda);
     const std::size_t P = pb.spec.num_params();
-    LossInputs<T> in = pb.inputs(terms_mask, variant, tf);
+    LossInputs<T> in = pb.inputs(terms_mask, variant, tf, op);
     if (counts) {
         in.count_pde = in.n_pde ? in.n_pde + 13 : 0;
         in.count_data = in.n_data ? 2 * in.n_data : 0;
@@ -331,7 +380,7 @@ void check_rows(const Problem<T>& pb, std::size_t batch, int terms_mask, int var
     const std::size_t R = cpu.num_residuals(in);
     const std::string tag = tag0 + " rows terms=" + std::to_string(terms_mask) +
                             (variant == 0 ? " per-point" : " constants") + (tf ? "" : " frozen B") +
-                            (counts ? " counts" : "");
+                            (counts ? " counts" : "") + op_name(op);
     report(gpu.num_residuals(in) == R && R == 2 * (in.n_pde + in.n_data + in.n_bc),
            tag + " num_residuals");
 
@@ -704,6 +753,29 @@ void check_host_side() {
                "plan: register-limited to 2 blocks/SM, 32-point tiles x 1 (tile " +
                    std::to_string(p.tile) + ", " + std::to_string(p.blocks_per_sm) + " blocks/SM)");
     }
+    {   // The general operator's 2d + 1 = 5 streams run in the buffers of the Laplacian's 4: the
+        // most points whose rows fit in a tile's, chunks whose streams fit in the caches' rows.
+        for (const char* tile : {"-", "7", "3"}) {
+            EnvScope env({{"HELMPINN_CUDA_TILE", tile}});
+            B64 b(spec, batch, 0);
+            const auto& p = b.launch_plan();
+            auto fits_most = [](int P, int op, int q) {  // q rows a point and stream
+                const long long rows = cuda::round_up(4LL * q * P, 32);
+                return op >= 1 && op <= P && 5LL * q * op <= rows &&
+                       (op == P || 5LL * q * (op + 1) > rows);
+            };
+            const bool ok = fits_most(p.tile, p.op_tile, 1) &&
+                            fits_most(p.row_tile, p.row_op_tile, 2) &&
+                            p.op_chunk == batch * 4 / 5 &&
+                            (std::string(tile) == "3" || p.op_tile < p.tile);
+            report(ok, std::string("plan: general operator in the Laplacian's buffers (tile ") +
+                           tile + "): tile " + std::to_string(p.tile) + " -> " +
+                           std::to_string(p.op_tile) + ", rows tile " +
+                           std::to_string(p.row_tile) + " -> " + std::to_string(p.row_op_tile) +
+                           ", chunk " + std::to_string(batch) + " -> " +
+                           std::to_string(p.op_chunk));
+        }
+    }
     {   // Kernels compiled for fewer threads than a block has: a clear error, not a failed launch.
         EnvScope env({{"HELMPINN_EMU_MAX_THREADS", "128"}});
         const std::string msg = error_of([&] { B64 b(spec, batch, 0); });
@@ -778,6 +850,29 @@ void check_host_side() {
     check_runtime_api();
 }
 
+/// The loss cases (loss_cases.inc: ONE table, which tests/test_backend_cases.py runs on the CPU
+/// against the NumPy reference and on a GPU against the CPU): every entry on every shape of
+/// run_type in both dtypes (entries with quick = 0 are left out of --quick runs).
+enum CheckKind : int { kGrad = 0, kRows = 1 };
+struct LossCase {
+    int check;
+    int terms, variant;
+    bool train_fourier, counts;
+    int op;
+    bool quick;
+};
+namespace loss_cases {  // the names the table's entries use
+constexpr int grad = kGrad, rows = kRows;
+constexpr int laplacian = kLaplacian, op_arrays = kOpArrays, op_constants = kOpConstants,
+              op_kappa = kOpKappa;
+#define HELMPINN_LOSS_CASE(check, terms, variant, tf, counts, op, quick) \
+    {check, terms, variant, tf != 0, counts != 0, op, quick != 0},
+constexpr LossCase table[] = {
+#include "loss_cases.inc"
+};
+#undef HELMPINN_LOSS_CASE
+}  // namespace loss_cases
+
 template <typename T>
 void run_type(const char* tname, bool quick) {
     struct Case {
@@ -800,15 +895,13 @@ void run_type(const char* tname, bool quick) {
                                 std::to_string(c.spec.num_hidden_layers);
         Problem<T> pb(c.spec, c.np, c.nd, c.nb, 17u + unsigned(c.spec.in_dim));
         check_forward(pb, c.batch, tag);
-        for (int terms : {1, 2, 4, 7}) check_grad(pb, c.batch, terms, 0, true, tag);
-        check_grad(pb, c.batch, 7, 1, true, tag);
-        check_grad(pb, c.batch, 7, 0, false, tag);
-        check_rows(pb, c.batch, 7, 0, true, false, tag);
-        check_rows(pb, c.batch, 7, 1, false, true, tag);
-        if (!quick) {
-            check_rows(pb, c.batch, 1, 0, true, false, tag);
-            check_rows(pb, c.batch, 2, 1, true, false, tag);
-            check_rows(pb, c.batch, 4, 0, true, true, tag);
+        for (const LossCase& lc : loss_cases::table) {
+            if (quick && !lc.quick) continue;
+            if (lc.check == kGrad)
+                check_grad(pb, c.batch, lc.terms, lc.variant, lc.train_fourier, lc.op, tag);
+            else
+                check_rows(pb, c.batch, lc.terms, lc.variant, lc.train_fourier, lc.counts, lc.op,
+                           tag);
         }
     }
     check_finite(Problem<T>({2, 3, 5, 2}, 12, 6, 6, 3u));
