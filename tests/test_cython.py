@@ -62,14 +62,14 @@ PYX = textwrap.dedent('''
                       const double[:, ::1] g_bc, double w_pde, double w_data, double w_bc):
             # The caller keeps the arrays alive while this Solver uses them.
             self.inp.x_pde = &x_pde[0, 0]
-            self.inp.n_pde = x_pde.shape[0]
+            self.inp.num_pde = x_pde.shape[0]
             self.inp.kappa = &kappa[0]
             self.inp.f = &f[0, 0]
             self.inp.x_data = &x_data[0, 0]
-            self.inp.n_data = x_data.shape[0]
+            self.inp.num_data = x_data.shape[0]
             self.inp.y = &y[0, 0]
             self.inp.x_bc = &x_bc[0, 0]
-            self.inp.n_bc = x_bc.shape[0]
+            self.inp.num_bc = x_bc.shape[0]
             self.inp.normal_bc = &n_bc[0, 0]
             self.inp.alpha_bc = &alpha_bc[0, 0]
             self.inp.g_bc = &g_bc[0, 0]

@@ -371,7 +371,7 @@ void parse_counts(const py::object& counts, LossInputs<T>& in) {
         } catch (const py::cast_error&) {
             throw py::type_error("counts['" + key + "']: expected an integer");
         }
-        const std::size_t local = key == "pde" ? in.n_pde : key == "data" ? in.n_data : in.n_bc;
+        const std::size_t local = key == "pde" ? in.num_pde : key == "data" ? in.num_data : in.num_bc;
         if (v < 0 || std::size_t(v) < local)
             throw py::value_error("counts['" + key + "']: expected an integer >= the " + key +
                                   " points given here (" + std::to_string(local) + "), got " +
@@ -409,7 +409,7 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
         auto X = space.check(x_pde, "x_pde", {-1, d}, false, dshape.c_str());
         const py::ssize_t n = X.shape[0];
         in.x_pde = X.ptr;
-        in.n_pde = std::size_t(n);
+        in.num_pde = std::size_t(n);
         inputs.push_back({X, "x_pde"});
         const bool op = given(b.a_pde) || given(b.b_pde) || given(b.c_pde);
         in.pde_operator = op;
@@ -480,7 +480,7 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
         if (!given(y)) throw py::value_error("y: required with x_data (array of shape (N_data, 2))");
         auto Y = space.check(y, "y", {n, 2}, false, "(N_data, 2) with N_data = len(x_data)");
         in.x_data = X.ptr;
-        in.n_data = std::size_t(n);
+        in.num_data = std::size_t(n);
         in.y = Y.ptr;
         inputs.push_back({X, "x_data"});
         inputs.push_back({Y, "y"});
@@ -498,7 +498,7 @@ LossInputs<T> build_inputs(Workspace<T>& ws, Space& space, const BatchArgs& b,
         auto Nn = space.check(n_bc, "n_bc", {n, d}, false,
                               ("(N_bc, " + std::to_string(d) + ") with N_bc = len(x_bc)").c_str());
         in.x_bc = X.ptr;
-        in.n_bc = std::size_t(n);
+        in.num_bc = std::size_t(n);
         in.normal_bc = Nn.ptr;
         inputs.push_back({X, "x_bc"});
         inputs.push_back({Nn, "n_bc"});
@@ -546,8 +546,8 @@ py::object value_and_grad_impl(PyWorkspace& pw, Workspace<T>& ws, Space& space, 
     LossOutputs<T> out;
     Checked<T> GK;
     if (given(grad_kappa)) {
-        if (!in.n_pde) throw py::value_error("grad_kappa: given without x_pde");
-        GK = space.check(grad_kappa, "grad_kappa", {py::ssize_t(in.n_pde)}, true,
+        if (!in.num_pde) throw py::value_error("grad_kappa: given without x_pde");
+        GK = space.check(grad_kappa, "grad_kappa", {py::ssize_t(in.num_pde)}, true,
                          "(N_pde,) with N_pde = len(x_pde)");
         check_no_overlap(GK, "grad_kappa", G, "grad");
         check_no_overlap(GK, "grad_kappa", P, "params");

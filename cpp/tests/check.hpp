@@ -106,11 +106,11 @@ std::vector<T> random_params(const helmpinn::ModelSpec& spec, Rng& rng, double s
 template <typename T>
 struct AllTerms {
     int d;
-    std::size_t n_pde, n_data, n_bc;
+    std::size_t num_pde, num_data, num_bc;
     std::vector<T> x_pde, kappa, f, x_data, y, x_bc, normal, alpha, g;
 
     AllTerms(Rng& rng, int d_, std::size_t np, std::size_t nd, std::size_t nb)
-        : d(d_), n_pde(np), n_data(nd), n_bc(nb) {
+        : d(d_), num_pde(np), num_data(nd), num_bc(nb) {
         x_pde = rng.uniform_vec<T>(np * d, -1, 1);
         kappa = rng.uniform_vec<T>(np, 1, 10);
         f = rng.normal_vec<T>(np * 2);
@@ -125,9 +125,9 @@ struct AllTerms {
     /// All terms with per-point kappa, f, alpha and g.
     helmpinn::LossInputs<T> inputs() const {
         helmpinn::LossInputs<T> in;
-        in.x_pde = x_pde.data(); in.n_pde = n_pde; in.kappa = kappa.data(); in.f = f.data();
-        in.x_data = x_data.data(); in.n_data = n_data; in.y = y.data();
-        in.x_bc = x_bc.data(); in.n_bc = n_bc; in.normal_bc = normal.data();
+        in.x_pde = x_pde.data(); in.num_pde = num_pde; in.kappa = kappa.data(); in.f = f.data();
+        in.x_data = x_data.data(); in.num_data = num_data; in.y = y.data();
+        in.x_bc = x_bc.data(); in.num_bc = num_bc; in.normal_bc = normal.data();
         in.alpha_bc = alpha.data(); in.g_bc = g.data();
         in.w_pde = T(0.7); in.w_data = T(1.3); in.w_bc = T(0.9);
         return in;

@@ -232,9 +232,9 @@ void run(const char* tname, int d) {
 
     for (int term = 0; term < 3; ++term) {  // each term alone, a different slot count each
         LossInputs<T> one = all;
-        if (term != 0) one.n_pde = 0;
-        if (term != 1) one.n_data = 0;
-        if (term != 2) one.n_bc = 0;
+        if (term != 0) one.num_pde = 0;
+        if (term != 1) one.num_data = 0;
+        if (term != 2) one.num_bc = 0;
         const char* names[3] = {"pde", "data", "bc"};
         count_calls((pre + "value_and_grad(" + names[term] + " only)").c_str(), [&] {
             ws.value_and_grad(theta.data(), grad.data(), one);
@@ -244,11 +244,11 @@ void run(const char* tname, int d) {
     // The residual level: residuals, Jacobian rows (a range crossing terms), J v, J^T w, and
     // value_and_grad with per-point outputs and global counts.
     LossInputs<T> counted = all;
-    counted.count_pde = all.n_pde + 7;
-    counted.count_bc = all.n_bc + 3;
+    counted.count_pde = all.num_pde + 7;
+    counted.count_bc = all.num_bc + 3;
     const std::size_t R = ws.num_residuals(all);
-    std::vector<T> r(R), wv(R, T(0.5)), jv(R), jtw(P), gk(all.n_pde), tan(P, T(0.25));
-    const std::size_t r0 = 2 * all.n_pde - 5, r1 = r0 + 40;
+    std::vector<T> r(R), wv(R, T(0.5)), jv(R), jtw(P), gk(all.num_pde), tan(P, T(0.25));
+    const std::size_t r0 = 2 * all.num_pde - 5, r1 = r0 + 40;
     std::vector<T> J((r1 - r0) * P);
     count_calls((pre + "residuals(all terms)").c_str(), [&] {
         ws.residuals(theta.data(), all, r.data());

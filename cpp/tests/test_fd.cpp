@@ -127,8 +127,8 @@ LossBreakdown loss_from_forward(Workspace<double>& ws, const std::vector<double>
                                 const LossInputs<double>& in) {
     const int d = ws.spec().in_dim;
     LossBreakdown out;
-    if (in.n_pde) {
-        const std::size_t n = in.n_pde;
+    if (in.num_pde) {
+        const std::size_t n = in.num_pde;
         std::vector<double> u(n * 2), lap(n * 2);
         ws.forward(th.data(), in.x_pde, n, 2, u.data(), nullptr, lap.data());
         double s = 0;
@@ -141,16 +141,16 @@ LossBreakdown loss_from_forward(Workspace<double>& ws, const std::vector<double>
         }
         out.pde = s / double(n);
     }
-    if (in.n_data) {
-        const std::size_t n = in.n_data;
+    if (in.num_data) {
+        const std::size_t n = in.num_data;
         std::vector<double> u(n * 2);
         ws.forward(th.data(), in.x_data, n, 0, u.data(), nullptr, nullptr);
         double s = 0;
         for (std::size_t k = 0; k < n * 2; ++k) s += (u[k] - in.y[k]) * (u[k] - in.y[k]);
         out.data = s / double(n);
     }
-    if (in.n_bc) {
-        const std::size_t n = in.n_bc;
+    if (in.num_bc) {
+        const std::size_t n = in.num_bc;
         std::vector<double> u(n * 2), gu(n * d * 2);
         ws.forward(th.data(), in.x_bc, n, 1, u.data(), gu.data(), nullptr);
         double s = 0;
@@ -220,13 +220,13 @@ void check_gradients(int d) {
 
     check_gradient(d, "all terms, per-point kappa/alpha", sp, th, all, batch);
     LossInputs<double> one = all;
-    one.n_data = one.n_bc = 0;
+    one.num_data = one.num_bc = 0;
     check_gradient(d, "pde only", sp, th, one, batch);
     one = all;
-    one.n_pde = one.n_bc = 0;
+    one.num_pde = one.num_bc = 0;
     check_gradient(d, "data only", sp, th, one, batch);
     one = all;
-    one.n_pde = one.n_data = 0;
+    one.num_pde = one.num_data = 0;
     check_gradient(d, "bc only (Robin, complex alpha)", sp, th, one, batch);
 
     LossInputs<double> sc = all;  // constant kappa, Sommerfeld alpha = -ik, no sources
@@ -250,9 +250,9 @@ void check_gradients(int d) {
                                          &t.x_bc, &t.normal, &t.alpha, &t.g};
     for (int k = 0; k < 9; ++k) xs[k].assign(src[k]->begin(), src[k]->end());
     LossInputs<float> inf;
-    inf.x_pde = xs[0].data(); inf.n_pde = all.n_pde; inf.kappa = xs[1].data(); inf.f = xs[2].data();
-    inf.x_data = xs[3].data(); inf.n_data = all.n_data; inf.y = xs[4].data();
-    inf.x_bc = xs[5].data(); inf.n_bc = all.n_bc; inf.normal_bc = xs[6].data();
+    inf.x_pde = xs[0].data(); inf.num_pde = all.num_pde; inf.kappa = xs[1].data(); inf.f = xs[2].data();
+    inf.x_data = xs[3].data(); inf.num_data = all.num_data; inf.y = xs[4].data();
+    inf.x_bc = xs[5].data(); inf.num_bc = all.num_bc; inf.normal_bc = xs[6].data();
     inf.alpha_bc = xs[7].data(); inf.g_bc = xs[8].data();
     inf.w_pde = float(all.w_pde); inf.w_data = float(all.w_data); inf.w_bc = float(all.w_bc);
     Workspace<float> wsf(sp, batch);

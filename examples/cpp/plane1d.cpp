@@ -49,21 +49,21 @@ int main(int argc, char** argv) {
 
     // Training points: collocation points resampled every step, one Dirichlet data point at
     // x = 0 and one Robin point at x = 1 with outward normal +1 and alpha = -i k.
-    const std::size_t n_pde = 256;
-    std::vector<T> x_pde(n_pde);
+    const std::size_t num_pde = 256;
+    std::vector<T> x_pde(num_pde);
     const T x_data[1] = {T(0)}, y_data[2] = {T(1), T(0)};
-    const T x_bc[1] = {T(1)}, n_bc[1] = {T(1)};
+    const T x_bc[1] = {T(1)}, num_bc[1] = {T(1)};
 
     helmpinn::LossInputs<T> in;
     in.x_pde = x_pde.data();
-    in.n_pde = n_pde;
+    in.num_pde = num_pde;
     in.kappa_const = T(k * k);     // kappa = k^2, constant; f = 0 (null)
     in.x_data = x_data;
     in.y = y_data;
-    in.n_data = 1;
+    in.num_data = 1;
     in.x_bc = x_bc;
-    in.normal_bc = n_bc;
-    in.n_bc = 1;
+    in.normal_bc = num_bc;
+    in.num_bc = 1;
     in.alpha_const[0] = T(0);      // alpha = -i k: the first-order Sommerfeld condition
     in.alpha_const[1] = T(-k);
     in.w_pde = T(1.0 / (k * k * k * k));  // the residual scaled by 1/k^2, as u itself is O(1)
@@ -71,14 +71,14 @@ int main(int argc, char** argv) {
     in.w_bc = T(1.0 / (k * k));
 
     // One workspace, allocated once: the training loop below allocates nothing.
-    helmpinn::Workspace<T> ws(spec, n_pde);
+    helmpinn::Workspace<T> ws(spec, num_pde);
     std::uniform_real_distribution<double> unif(0.0, 1.0);
 
     const auto t0 = std::chrono::steady_clock::now();
     helmpinn::LossBreakdown loss;
     for (int step = 1; step <= steps; ++step) {
-        // Stratified resampling: one point in each of n_pde equal cells.
-        for (std::size_t i = 0; i < n_pde; ++i) x_pde[i] = T((double(i) + unif(gen)) / n_pde);
+        // Stratified resampling: one point in each of num_pde equal cells.
+        for (std::size_t i = 0; i < num_pde; ++i) x_pde[i] = T((double(i) + unif(gen)) / num_pde);
         loss = ws.value_and_grad(theta.data(), grad.data(), in);
         // Learning rate: 5e-3 decaying exponentially to 1e-4 over the run.
         const double lr = 5e-3 * std::pow(1e-4 / 5e-3, double(step - 1) / std::max(steps - 1, 1));

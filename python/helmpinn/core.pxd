@@ -66,7 +66,7 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
     cdef cppclass LossInputs[T]:
         LossInputs()
         const T* x_pde
-        size_t n_pde
+        size_t num_pde
         const T* kappa
         T kappa_const
         const T* f
@@ -78,10 +78,10 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
         const T* c_pde
         T c_const[2]
         const T* x_data
-        size_t n_data
+        size_t num_data
         const T* y
         const T* x_bc
-        size_t n_bc
+        size_t num_bc
         const T* normal_bc
         const T* alpha_bc
         T alpha_const[2]

@@ -73,17 +73,17 @@ int main() {
 
         const double x_pde[] = {0.1, 0.2, -0.3, 0.4, 0.5, -0.6};
         const double x_data[] = {0.0, 0.0}, y[] = {1.0, 0.0};
-        const double x_bc[] = {1.0, 0.0}, n_bc[] = {1.0, 0.0};
+        const double x_bc[] = {1.0, 0.0}, num_bc[] = {1.0, 0.0};
         helmpinn::LossInputs<double> in;
         in.x_pde = x_pde;
-        in.n_pde = 3;
+        in.num_pde = 3;
         in.kappa_const = 4.0;
         in.x_data = x_data;
         in.y = y;
-        in.n_data = 1;
+        in.num_data = 1;
         in.x_bc = x_bc;
-        in.normal_bc = n_bc;
-        in.n_bc = 1;
+        in.normal_bc = num_bc;
+        in.num_bc = 1;
         in.alpha_const[1] = -2.0;
 
         helmpinn::Workspace<double> ws(spec, 2);

@@ -10,7 +10,7 @@
 //     helmpinn::Workspace<float> ws(spec, 4096);        // allocates once
 //     std::vector<float> theta(spec.num_params()), grad(theta.size()), m(..), v(..);
 //     helmpinn::LossInputs<float> in;                   // pointers into your arrays
-//     in.x_pde = x.data(); in.n_pde = n; in.kappa_const = k * k;
+//     in.x_pde = x.data(); in.num_pde = n; in.kappa_const = k * k;
 //     for (long step = 1; ...; ++step) {                // allocates nothing
 //         helmpinn::LossBreakdown l = ws.value_and_grad(theta.data(), grad.data(), in);
 //         helmpinn::adam_step(theta.data(), grad.data(), m.data(), v.data(), theta.size(),

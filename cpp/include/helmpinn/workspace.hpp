@@ -37,33 +37,33 @@ namespace helmpinn {
 
 /// The three loss terms. A term is active when its point count is > 0; every pointer of an
 /// active term marked "required" must be non-null. Shapes (row-major):
-///   x_pde [n_pde, d], kappa [n_pde] or kappa_const, f [n_pde, 2] or null (= 0)
-///   x_data [n_data, d], y [n_data, 2]
-///   x_bc [n_bc, d], normal_bc [n_bc, d] (unit outward), alpha_bc [n_bc, 2] or alpha_const,
-///   g_bc [n_bc, 2] or null (= 0)
+///   x_pde [num_pde, d], kappa [num_pde] or kappa_const, f [num_pde, 2] or null (= 0)
+///   x_data [num_data, d], y [num_data, 2]
+///   x_bc [num_bc, d], normal_bc [num_bc, d] (unit outward), alpha_bc [num_bc, 2] or alpha_const,
+///   g_bc [num_bc, 2] or null (= 0)
 /// Loss: w_pde/N_c sum |lap u + kappa u - f|^2 + w_data/N_d sum |u - y|^2
 ///       (with pde_operator: the general operator's residual in place of lap u + kappa u - f)
 ///       + w_bc/N_b sum |n.grad u + alpha u - g|^2   (complex alpha u, |.|^2 sums re and im)
 template <typename T>
 struct LossInputs {
-    const T* x_pde = nullptr;  std::size_t n_pde = 0;  // required if n_pde > 0
+    const T* x_pde = nullptr;  std::size_t num_pde = 0;  // required if num_pde > 0
     const T* kappa = nullptr;  T kappa_const = T(0);   // per point if non-null, else constant
     const T* f = nullptr;                              // complex source, null = 0
     /// The general diagonal operator instead of the Laplacian at the PDE points (MATH.md,
     /// General operator): r = sum_i a_i d^2u/dx_i^2 + sum_i b_i du/dx_i + c u - f, complex
-    /// coefficients. a_i = a_pde [n_pde, d, 2] or a_const; b_i = b_pde [n_pde, d, 2] or b_const;
-    /// c = c_pde [n_pde, 2], else kappa [n_pde] (real), else c_const (kappa_const is not read:
+    /// coefficients. a_i = a_pde [num_pde, d, 2] or a_const; b_i = b_pde [num_pde, d, 2] or b_const;
+    /// c = c_pde [num_pde, 2], else kappa [num_pde] (real), else c_const (kappa_const is not read:
     /// setting it with pde_operator throws). Ignored arrays must be null when pde_operator is false.
     bool pde_operator = false;
     const T* a_pde = nullptr;  T a_const[2] = {T(1), T(0)};
     const T* b_pde = nullptr;  T b_const[2] = {T(0), T(0)};
     const T* c_pde = nullptr;  T c_const[2] = {T(0), T(0)};
 
-    const T* x_data = nullptr; std::size_t n_data = 0; // required if n_data > 0
-    const T* y = nullptr;                              // required if n_data > 0
+    const T* x_data = nullptr; std::size_t num_data = 0; // required if num_data > 0
+    const T* y = nullptr;                              // required if num_data > 0
 
-    const T* x_bc = nullptr;   std::size_t n_bc = 0;   // required if n_bc > 0
-    const T* normal_bc = nullptr;                      // required if n_bc > 0
+    const T* x_bc = nullptr;   std::size_t num_bc = 0;   // required if num_bc > 0
+    const T* normal_bc = nullptr;                      // required if num_bc > 0
     const T* alpha_bc = nullptr; T alpha_const[2] = {T(0), T(0)};  // per point if non-null
     const T* g_bc = nullptr;                           // null = 0
 
@@ -87,7 +87,7 @@ template <typename T>
 struct LossOutputs {
     LossBreakdown loss;          ///< written: the loss of the call
     T* residuals = nullptr;      ///< [R] the scaled residuals, as Workspace::residuals writes them
-    T* grad_kappa = nullptr;     ///< [n_pde] dL/dkappa_i at every PDE point (for inverse problems;
+    T* grad_kappa = nullptr;     ///< [num_pde] dL/dkappa_i at every PDE point (for inverse problems;
                                  ///< with pde_operator: dL/d Re(c_i))
 };
 
@@ -156,7 +156,7 @@ public:
                         void* stream = nullptr);
 
     // ---- The residual level (MATH.md, Residual level) --------------------------------------
-    // The residual vector r of `in` has R = num_residuals(in) = 2 (n_pde + n_data + n_bc) rows:
+    // The residual vector r of `in` has R = num_residuals(in) = 2 (num_pde + num_data + num_bc) rows:
     // PDE points, then data points, then boundary points, each point as (re, im), each row
     // scaled by sqrt(w_t / N_t) (N_t = the term's count), so that the loss is exactly sum r^2
     // and its gradient 2 J^T r. Weights must be >= 0. None of these allocates; rows are

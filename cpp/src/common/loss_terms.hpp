@@ -224,11 +224,11 @@ HELMPINN_HD TermPoints<T> term_points(const LossInputs<T>& in, int t) {
     TermPoints<T> tp;
     std::size_t given = 0;
     if (t == kPde) {
-        tp.x = in.x_pde, tp.n = in.n_pde, tp.w = in.w_pde, given = in.count_pde;
+        tp.x = in.x_pde, tp.n = in.num_pde, tp.w = in.w_pde, given = in.count_pde;
     } else if (t == kData) {
-        tp.x = in.x_data, tp.n = in.n_data, tp.w = in.w_data, given = in.count_data;
+        tp.x = in.x_data, tp.n = in.num_data, tp.w = in.w_data, given = in.count_data;
     } else {
-        tp.x = in.x_bc, tp.n = in.n_bc, tp.w = in.w_bc, given = in.count_bc;
+        tp.x = in.x_bc, tp.n = in.num_bc, tp.w = in.w_bc, given = in.count_bc;
     }
     tp.count = given ? given : tp.n;
     return tp;
@@ -244,7 +244,7 @@ HELMPINN_HD int term_streams(int t, int d) {
 /// Number of residual rows of `in`: 2 per point of every term.
 template <typename T>
 std::size_t num_residuals(const LossInputs<T>& in) {
-    return 2 * (in.n_pde + in.n_data + in.n_bc);
+    return 2 * (in.num_pde + in.num_data + in.num_bc);
 }
 
 /// One array of a term, for the argument checks above the backends: its pointer, its number of
@@ -261,23 +261,23 @@ struct TermArray {
 template <typename T>
 int term_arrays(const LossInputs<T>& in, int t, std::size_t d, TermArray<T>* out) {
     if (t == kPde) {
-        out[0] = {in.x_pde, in.n_pde * d, "x_pde", true};
-        out[1] = {in.kappa, in.n_pde, "kappa", false};
-        out[2] = {in.f, in.n_pde * 2, "f", false};
-        out[3] = {in.a_pde, in.n_pde * d * 2, "a_pde", false};
-        out[4] = {in.b_pde, in.n_pde * d * 2, "b_pde", false};
-        out[5] = {in.c_pde, in.n_pde * 2, "c_pde", false};
+        out[0] = {in.x_pde, in.num_pde * d, "x_pde", true};
+        out[1] = {in.kappa, in.num_pde, "kappa", false};
+        out[2] = {in.f, in.num_pde * 2, "f", false};
+        out[3] = {in.a_pde, in.num_pde * d * 2, "a_pde", false};
+        out[4] = {in.b_pde, in.num_pde * d * 2, "b_pde", false};
+        out[5] = {in.c_pde, in.num_pde * 2, "c_pde", false};
         return 6;
     }
     if (t == kData) {
-        out[0] = {in.x_data, in.n_data * d, "x_data", true};
-        out[1] = {in.y, in.n_data * 2, "y", true};
+        out[0] = {in.x_data, in.num_data * d, "x_data", true};
+        out[1] = {in.y, in.num_data * 2, "y", true};
         return 2;
     }
-    out[0] = {in.x_bc, in.n_bc * d, "x_bc", true};
-    out[1] = {in.normal_bc, in.n_bc * d, "n_bc", true};
-    out[2] = {in.alpha_bc, in.n_bc * 2, "alpha_bc", false};
-    out[3] = {in.g_bc, in.n_bc * 2, "g_bc", false};
+    out[0] = {in.x_bc, in.num_bc * d, "x_bc", true};
+    out[1] = {in.normal_bc, in.num_bc * d, "num_bc", true};
+    out[2] = {in.alpha_bc, in.num_bc * 2, "alpha_bc", false};
+    out[3] = {in.g_bc, in.num_bc * 2, "g_bc", false};
     return 4;
 }
 

@@ -159,7 +159,7 @@ void Workspace<T>::check_inputs(const char* op, const T* params, const LossInput
             throw std::invalid_argument(std::string(op) + ": w_" + term_name(t) +
                                         " must be >= 0 (residual rows are scaled by sqrt(w))");
     }
-    if (in.n_pde) {
+    if (in.num_pde) {
         if (!in.pde_operator && (in.a_pde || in.b_pde || in.c_pde))
             throw std::invalid_argument(std::string(op) +
                                         ": a_pde, b_pde or c_pde given but pde_operator is false");

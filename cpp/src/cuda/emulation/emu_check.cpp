@@ -87,11 +87,11 @@ double tol() {
 template <typename T>
 struct Problem {
     ModelSpec spec;
-    std::vector<T> theta, x_pde, kappa, f, x_data, y, x_bc, n_bc, alpha, g, a_pde, b_pde, c_pde;
-    std::size_t n_pde = 0, n_data = 0, n_bc_pts = 0;
+    std::vector<T> theta, x_pde, kappa, f, x_data, y, x_bc, num_bc, alpha, g, a_pde, b_pde, c_pde;
+    std::size_t num_pde = 0, num_data = 0, n_bc_pts = 0;
 
     Problem(const ModelSpec& s, std::size_t np, std::size_t nd, std::size_t nb, unsigned seed)
-        : spec(s), n_pde(np), n_data(nd), n_bc_pts(nb) {
+        : spec(s), num_pde(np), num_data(nd), n_bc_pts(nb) {
         std::mt19937_64 rng(seed);
         std::normal_distribution<double> N(0.0, 1.0);
         std::uniform_real_distribution<double> U(-1.0, 1.0);
@@ -117,11 +117,11 @@ struct Problem {
         fill(x_data, nd * d, true);
         fill(y, nd * 2, false);
         fill(x_bc, nb * d, true);
-        fill(n_bc, nb * d, false);
+        fill(num_bc, nb * d, false);
         for (std::size_t p = 0; p < nb; ++p) {
             double s = 0;
-            for (int i = 0; i < d; ++i) s += double(n_bc[p * d + i]) * n_bc[p * d + i];
-            for (int i = 0; i < d; ++i) n_bc[p * d + i] = T(n_bc[p * d + i] / std::sqrt(s));
+            for (int i = 0; i < d; ++i) s += double(num_bc[p * d + i]) * num_bc[p * d + i];
+            for (int i = 0; i < d; ++i) num_bc[p * d + i] = T(num_bc[p * d + i] / std::sqrt(s));
         }
         fill(alpha, nb * 2, false);
         fill(g, nb * 2, false);
@@ -139,7 +139,7 @@ struct Problem {
         LossInputs<T> in;
         if (terms & 1) {
             in.x_pde = x_pde.data();
-            in.n_pde = n_pde;
+            in.num_pde = num_pde;
             if (variant == 0) {
                 in.kappa = kappa.data();
                 in.f = f.data();
@@ -164,13 +164,13 @@ struct Problem {
         }
         if (terms & 2) {
             in.x_data = x_data.data();
-            in.n_data = n_data;
+            in.num_data = num_data;
             in.y = y.data();
         }
         if (terms & 4) {
             in.x_bc = x_bc.data();
-            in.n_bc = n_bc_pts;
-            in.normal_bc = n_bc.data();
+            in.num_bc = n_bc_pts;
+            in.normal_bc = num_bc.data();
             if (variant == 0) {
                 in.alpha_bc = alpha.data();
                 in.g_bc = g.data();
@@ -200,7 +200,7 @@ template <typename T>
 void check_forward(const Problem<T>& pb, std::size_t batch, const std::string& tag) {
     Workspace<T> cpu(pb.spec, batch, Device::cpu), gpu(pb.spec, batch, Device::cuda);
     const int d = pb.spec.in_dim;
-    const std::size_t n = pb.n_pde;
+    const std::size_t n = pb.num_pde;
     for (int der = 0; der <= 2; ++der) {
         std::vector<T> u1(n * 2), g1(n * d * 2), l1(n * 2), u2(n * 2), g2(n * d * 2), l2(n * 2);
         cpu.forward(pb.theta.data(), pb.x_pde.data(), n, der, u1.data(),
@@ -373,15 +373,15 @@ void check_rows(const Problem<T>& pb, std::size_t batch, int terms_mask, int var
     const std::size_t P = pb.spec.num_params();
     LossInputs<T> in = pb.inputs(terms_mask, variant, tf, op);
     if (counts) {
-        in.count_pde = in.n_pde ? in.n_pde + 13 : 0;
-        in.count_data = in.n_data ? 2 * in.n_data : 0;
-        in.count_bc = in.n_bc ? in.n_bc + 1 : 0;
+        in.count_pde = in.num_pde ? in.num_pde + 13 : 0;
+        in.count_data = in.num_data ? 2 * in.num_data : 0;
+        in.count_bc = in.num_bc ? in.num_bc + 1 : 0;
     }
     const std::size_t R = cpu.num_residuals(in);
     const std::string tag = tag0 + " rows terms=" + std::to_string(terms_mask) +
                             (variant == 0 ? " per-point" : " constants") + (tf ? "" : " frozen B") +
                             (counts ? " counts" : "") + op_name(op);
-    report(gpu.num_residuals(in) == R && R == 2 * (in.n_pde + in.n_data + in.n_bc),
+    report(gpu.num_residuals(in) == R && R == 2 * (in.num_pde + in.num_data + in.num_bc),
            tag + " num_residuals");
 
     // residuals
@@ -394,11 +394,11 @@ void check_rows(const Problem<T>& pb, std::size_t batch, int terms_mask, int var
     // value_and_grad with the per-point outputs
     {
         std::vector<T> g1(P), g2 = nan_vec<T>(P), rr1(R), rr2 = nan_vec<T>(R);
-        std::vector<T> k1(in.n_pde), k2 = nan_vec<T>(in.n_pde);
+        std::vector<T> k1(in.num_pde), k2 = nan_vec<T>(in.num_pde);
         LossOutputs<T> o1, o2;
         o1.residuals = rr1.data();
         o2.residuals = rr2.data();
-        if (in.n_pde) {
+        if (in.num_pde) {
             o1.grad_kappa = k1.data();
             o2.grad_kappa = k2.data();
         }
@@ -413,8 +413,8 @@ void check_rows(const Problem<T>& pb, std::size_t batch, int terms_mask, int var
         for (T v : rr2) rsq += double(v) * double(v);
         e = std::fabs(rsq - o2.loss.total) / std::max(o2.loss.total, 1e-300);
         report(e < tol<T>(), tag + " sum r^2 == loss", e);
-        if (in.n_pde) {
-            e = rel_err(dbl(k2.data(), in.n_pde), dbl(k1.data(), in.n_pde));
+        if (in.num_pde) {
+            e = rel_err(dbl(k2.data(), in.num_pde), dbl(k1.data(), in.num_pde));
             report(e < tol<T>(), tag + " value_and_grad grad_kappa", e);
         }
     }
@@ -431,7 +431,7 @@ void check_rows(const Problem<T>& pb, std::size_t batch, int terms_mask, int var
             for (int k = 0; k < pb.spec.in_dim * pb.spec.ff_dim; ++k)
                 frozen_ok &= J2[r * P + k] == T(0);
     report(frozen_ok, tag + " jacobian: B columns 0 when B is frozen");
-    const std::size_t b1 = 2 * in.n_pde, b2 = b1 + 2 * in.n_data;
+    const std::size_t b1 = 2 * in.num_pde, b2 = b1 + 2 * in.num_data;
     const std::pair<std::size_t, std::size_t> ranges[] = {
         {0, 1}, {R - 1, R}, {1, R - 3}, {R / 3, std::min(R, R / 3 + 37)},
         {b1 > 5 ? b1 - 5 : 0, std::min(R, b1 + 7)}, {b2 > 3 ? b2 - 3 : 0, std::min(R, b2 + 4)},
