@@ -88,6 +88,10 @@ class Clock:
             trainer.stop_reason = f"budget of {self.budget:g} s"
 
 
+def _blas_threads(text: str):
+    return "auto" if text == "auto" else (int(text) or None)
+
+
 def run_one(problem, optimizer: str, args, budget: float | None = None) -> dict:
     import helmpinn as hp
     from helmpinn.lm import lm_defaults, lm_options
@@ -134,7 +138,7 @@ def run_one(problem, optimizer: str, args, budget: float | None = None) -> dict:
         out["message"] = res.message
     else:
         trainer.fit_lm(args.lm_iterations or d["iterations"], **{**lm_options(d), "solver": args.lm_solver},
-                       blas_threads=args.lm_blas_threads or None)
+                       blas_threads=_blas_threads(args.lm_blas_threads))
         lm = trainer.lm
         out["steps"] = lm.steps
         out["lm"] = {"solver": lm.solver, "jacobians": lm.iterations, "evaluations": lm.evaluations,
@@ -198,8 +202,9 @@ def main(argv=None) -> int:
     p.add_argument("--lbfgs-iterations", type=int, default=100000)
     p.add_argument("--lm-iterations", type=int, default=None)
     p.add_argument("--lm-solver", default="auto", choices=("auto", "primal", "dual", "cg"))
-    p.add_argument("--lm-blas-threads", type=int, default=1,
-                   help="BLAS threads inside LM steps (threadpoolctl); 0 leaves the BLAS as it is")
+    p.add_argument("--lm-blas-threads", default="auto",
+                   help="BLAS threads inside LM steps (threadpoolctl): a number, 'auto' (helmpinn's threads) "
+                        "or 0 (leave the BLAS as it is)")
     p.add_argument("--tiny", action="store_true", help="smoke run: tiny networks and few points")
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default="docs/images/time_to_accuracy.png")

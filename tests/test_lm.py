@@ -228,6 +228,8 @@ def test_float32_model_accumulates_in_float64():
     ({"chunk_rows": 0}, "chunk_rows"),
     ({"cg_tol": 2.0}, "cg_tol"),
     ({"geodesic_h": 0.0}, "geodesic_h"),
+    ({"blas_threads": 0}, "blas_threads"),
+    ({"blas_threads": "many"}, "blas_threads"),
     ({"geodesic_alpha": -1.0}, "geodesic_alpha"),
 ])
 def test_bad_options(kwargs, match):

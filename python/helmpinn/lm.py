@@ -234,7 +234,11 @@ class LMStep:
     residuals: NDArray | None = None  # r (float64) at the parameters after the step
 
 
-def _one_blas_thread_or(n: int | None) -> contextlib.AbstractContextManager:
+def _one_blas_thread_or(n: int | str | None) -> contextlib.AbstractContextManager:
+    if n == "auto":
+        from . import _core
+
+        n = _core.get_num_threads()
     if n is None:
         return contextlib.nullcontext()
     try:
@@ -257,10 +261,15 @@ class LevenbergMarquardt:
     ``chunk_bytes``), ``cg_tol`` / ``cg_maxiter`` (matrix-free solve), ``geodesic`` / ``geodesic_h`` /
     ``geodesic_alpha`` (geodesic acceleration, see the module docstring), ``max_matrix_bytes`` (the
     largest P×P or R×R matrix "auto" forms), ``blas_threads`` (limit the BLAS to this many
-    threads inside a step with threadpoolctl; None leaves it). The default, one thread, was
-    measured 5-10x faster per step than the BLAS's own threads on a busy 2-core machine
-    (plane1d k = 20, dual: 15 steps 26 s -> 2.4-4.7 s; dirichlet2d n = 2, primal: 3 steps
-    17-23 s -> 8-9 s): the BLAS's threads spin against the core's OpenMP threads.
+    threads inside a step with threadpoolctl; None leaves it; "auto", the default: as many as
+    helmpinn's own threads, :func:`helmpinn.get_num_threads`). Measured on a quiet 2-core
+    machine, 2 BLAS threads against 1: ``dirichlet2d`` n = 2 (primal) 1.0 -> 0.61 s a step
+    (``JᵀJ`` 0.73 -> 0.39 s), ``plane1d`` k = 100 (dual) 2.3 -> 1.4 s. The Jacobian chunks are
+    large by default (``chunk_bytes`` 256 MiB) because every switch between the engine's
+    OpenMP threads and the BLAS's costs their spin-waits: with 32 MiB chunks the primal step
+    took 0.78 s. On a machine whose cores are busy with other work, the BLAS's threads and
+    the engine's spin against each other (5-10x slower steps were measured): pass
+    ``blas_threads=1`` there, or set helmpinn's threads to 1.
 
     The Jacobian of a rejected step is kept, so the next :meth:`step` at the same parameters
     only solves again; call :meth:`reset_cache` when the residuals change (new points).
@@ -273,8 +282,8 @@ class LevenbergMarquardt:
 
     def __init__(self, residuals: Residuals, *, solver: str = "auto", damping: str = "identity",
                  lam: float = 1e-3, lam_min: float = 1e-15, lam_max: float = 1e12, max_trials: int = 10,
-                 chunk_rows: int | None = None, chunk_bytes: int = 32 << 20, cg_tol: float = 1e-8,
-                 cg_maxiter: int = 500, max_matrix_bytes: int = 2 << 30, blas_threads: int | None = 1,
+                 chunk_rows: int | None = None, chunk_bytes: int = 256 << 20, cg_tol: float = 1e-8,
+                 cg_maxiter: int = 500, max_matrix_bytes: int = 2 << 30, blas_threads: int | str | None = "auto",
                  update: str = "fixed", comm: Any = None, geodesic: bool = True, geodesic_h: float = 0.1,
                  geodesic_alpha: float = 0.75):
         if solver not in SOLVERS:
@@ -293,6 +302,9 @@ class LevenbergMarquardt:
             raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
         if not 0 < cg_tol < 1 or int(cg_maxiter) < 1:
             raise ValueError(f"need 0 < cg_tol < 1 and cg_maxiter >= 1, got {cg_tol}, {cg_maxiter}")
+        if not (blas_threads is None or blas_threads == "auto"
+                or (isinstance(blas_threads, int) and not isinstance(blas_threads, bool) and blas_threads >= 1)):
+            raise ValueError(f"blas_threads must be 'auto', None or an int >= 1, got {blas_threads!r}")
         if not 0 < geodesic_h <= 1 or not geodesic_alpha > 0:
             raise ValueError(f"need 0 < geodesic_h <= 1 and geodesic_alpha > 0, got {geodesic_h}, {geodesic_alpha}")
         if comm is not None and comm.Get_size() > 1 and solver not in ("auto", "primal"):

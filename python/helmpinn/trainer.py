@@ -598,7 +598,7 @@ class Trainer:
     # -- Levenberg-Marquardt ------------------------------------------------------------------------
     def fit_lm(self, iterations: int, *, solver: str = "auto", damping: str = "identity",
                update: str = "fixed", lam: float = 1e-3, max_trials: int = 10, stall_window: int = 10,
-               stall_factor: float = 0.99, blas_threads: int | None = 1, **lm_options: Any) -> History:
+               stall_factor: float = 0.99, blas_threads: int | str | None = "auto", **lm_options: Any) -> History:
         """Run up to ``iterations`` Levenberg-Marquardt steps (:mod:`helmpinn.lm`) on the
         current points; returns the history.
 
