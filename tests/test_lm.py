@@ -237,6 +237,18 @@ def test_bad_options(kwargs, match):
         LevenbergMarquardt(atan_problem(), **kwargs)
 
 
+def test_auto_blas_threads_follow_the_load(monkeypatch):
+    import os
+
+    from helmpinn import lm as lm_module
+
+    threads = hp.get_num_threads()
+    monkeypatch.setattr(os, "getloadavg", lambda: (threads + 0.1, 0.0, 0.0))
+    assert lm_module._auto_blas_threads() == threads
+    monkeypatch.setattr(os, "getloadavg", lambda: (threads + 1.0, 0.0, 0.0))
+    assert lm_module._auto_blas_threads() == 1
+
+
 def test_bad_theta():
     lm = LevenbergMarquardt(atan_problem())
     with pytest.raises(ValueError, match="theta must be"):

@@ -234,11 +234,25 @@ class LMStep:
     residuals: NDArray | None = None  # r (float64) at the parameters after the step
 
 
+def _auto_blas_threads() -> int:
+    """helmpinn's thread count when the machine looks idle apart from this process (1-minute
+    load average below that count + 0.25), else 1: BLAS threads that share their cores with
+    other work spin against it and against the engine's threads (see LevenbergMarquardt)."""
+    import os
+
+    from . import _core
+
+    threads = _core.get_num_threads()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):   # no load average on this platform
+        return threads
+    return threads if load < threads + 0.25 else 1
+
+
 def _one_blas_thread_or(n: int | str | None) -> contextlib.AbstractContextManager:
     if n == "auto":
-        from . import _core
-
-        n = _core.get_num_threads()
+        n = _auto_blas_threads()
     if n is None:
         return contextlib.nullcontext()
     try:
@@ -262,14 +276,16 @@ class LevenbergMarquardt:
     ``geodesic_alpha`` (geodesic acceleration, see the module docstring), ``max_matrix_bytes`` (the
     largest P×P or R×R matrix "auto" forms), ``blas_threads`` (limit the BLAS to this many
     threads inside a step with threadpoolctl; None leaves it; "auto", the default: as many as
-    helmpinn's own threads, :func:`helmpinn.get_num_threads`). Measured on a quiet 2-core
+    helmpinn's own threads, :func:`helmpinn.get_num_threads`, when the machine's 1-minute load
+    average is below that count + 0.25, else one, decided at every step). Measured on a quiet 2-core
     machine, 2 BLAS threads against 1: ``dirichlet2d`` n = 2 (primal) 1.0 -> 0.61 s a step
     (``JᵀJ`` 0.73 -> 0.39 s), ``plane1d`` k = 100 (dual) 2.3 -> 1.4 s. The Jacobian chunks are
     large by default (``chunk_bytes`` 256 MiB) because every switch between the engine's
     OpenMP threads and the BLAS's costs their spin-waits: with 32 MiB chunks the primal step
     took 0.78 s. On a machine whose cores are busy with other work, the BLAS's threads and
-    the engine's spin against each other (5-10x slower steps were measured): pass
-    ``blas_threads=1`` there, or set helmpinn's threads to 1.
+    the engine's spin against each other: with a compiler running beside it the solves of
+    ``dirichlet2d`` n = 2 took 3.4 s a step (0.14-0.23 s on the quiet machine), hence the load test; pass
+    ``blas_threads=1`` to be sure.
 
     The Jacobian of a rejected step is kept, so the next :meth:`step` at the same parameters
     only solves again; call :meth:`reset_cache` when the residuals change (new points).
