@@ -217,3 +217,31 @@ def test_trained_pinn_with_a_1d_pml_gives_the_outgoing_wave():
     assert err < 2e-3, err
     err_none = _train_1d_pml_pinn(k, hp.PML(0.5, strength=1e-9))
     assert err_none > 0.5, err_none
+
+
+def test_problem_hints_reach_the_defaults():
+    from helmpinn.lm import lm_defaults
+    from helmpinn.trainer import auto_weights
+
+    box = Box([0, 0], [1, 1])
+    plain = hp.Problem(box, kappa=4.0, bcs={"*": hp.Dirichlet(0)})
+    hinted = hp.Problem(box, kappa=4.0, bcs={"*": hp.Dirichlet(0)},
+                        hints={"weights": {"bc": 0.5}, "adam": {"steps": 1234, "lr": 3e-3},
+                               "lm": {"ff_dim": 24, "hidden": 48, "iterations": 77}})
+    assert auto_weights(hinted) == {**auto_weights(plain), "bc": 0.5}
+    s, s0 = hp.default_settings(hinted), hp.default_settings(plain)
+    assert (s["steps"], s["lr"], s["weights"]["bc"]) == (1234, 3e-3, 0.5)
+    assert {k: v for k, v in s.items() if k not in ("steps", "lr", "weights")} == \
+        {k: v for k, v in s0.items() if k not in ("steps", "lr", "weights")}
+    tr = hp.Trainer(hinted, hp.Model.create(2, 4, 8, 1, seed=0), progress=False)
+    assert tr.weights["bc"] == 0.5
+    d, d0 = lm_defaults(hinted), lm_defaults(plain)
+    assert (d["ff_dim"], d["hidden"], d["iterations"]) == (24, 48, 77)
+    assert d["n_pde"] > d0["n_pde"]      # the points follow the hinted network's size
+    assert 2 * (d["n_pde"] + d["n_bc"]) > hp.ModelSpec(2, 24, 48, 2).num_params
+    for bad in ({"adam": {"stepz": 1}}, {"lm": {"hiden": 3}}, {"weights": {"pd": 1.0}}):
+        with pytest.raises(ValueError, match="hints"):
+            p = hp.Problem(box, kappa=4.0, bcs={"*": hp.Dirichlet(0)}, hints=bad)
+            hp.default_settings(p), lm_defaults(p)
+    with pytest.raises(ValueError, match="hints"):
+        hp.Problem(box, kappa=4.0, bcs={"*": hp.Dirichlet(0)}, hints={"sgd": {}})

@@ -76,7 +76,8 @@ def lm_defaults(problem: Any) -> dict[str, Any]:
     Gauss-Newton model is of one least-squares problem) with residuals R = 2 × points well above
     P in 2-D and 3-D, no Adam warm start (LM from the initialisation converges in tens of
     iterations), and a stopping rule: ``iterations`` at most, or the loss falling by less than
-    ``stall_factor`` over ``stall_window`` iterations, or the damping at its maximum.
+    ``stall_factor`` over ``stall_window`` iterations, or the damping at its maximum. A problem's
+    ``hints["lm"]`` replace any of them (a network size given there sets the points from its P).
     """
     from . import _core
 
@@ -88,18 +89,24 @@ def lm_defaults(problem: Any) -> dict[str, Any]:
     else:
         ff, hidden = (16, 32) if waves <= 2.5 else (24, 48) if waves <= 5 else (32, 64)
     layers = 2
+    hints = dict(getattr(problem, "hints", {}).get("lm") or {})
+    ff, hidden, layers = hints.get("ff_dim", ff), hints.get("hidden", hidden), hints.get("layers", layers)
     P = _core.ModelSpec(d, ff, hidden, layers).num_params
     if d == 1:
         n_pde, n_bc = max(400, 100 * int(math.ceil(0.95 * waves))), 2
     else:
         n_pde = max(3000 if d == 2 else 4000, 500 * int(math.ceil(1.1 * P / 500)))
         n_bc = n_pde // 4 if d == 2 else n_pde // 3
-    return {"ff_dim": ff, "hidden": hidden, "layers": layers,
-            "sigma": k / (2 * math.pi * math.sqrt(d)), "dtype": "float64",
-            "iterations": 200, "n_pde": n_pde, "n_bc": n_bc, "sampling": "sobol",
-            "resample_every": 0, "eval_every": 5, "warm_start": 0,
-            "solver": "auto", "damping": "identity", "update": "fixed", "lam": 1e-3,
-            "stall_window": 10, "stall_factor": 0.99}
+    settings = {"ff_dim": ff, "hidden": hidden, "layers": layers,
+                "sigma": k / (2 * math.pi * math.sqrt(d)), "dtype": "float64",
+                "iterations": 200, "n_pde": n_pde, "n_bc": n_bc, "sampling": "sobol",
+                "resample_every": 0, "eval_every": 5, "warm_start": 0,
+                "solver": "auto", "damping": "identity", "update": "fixed", "lam": 1e-3,
+                "stall_window": 10, "stall_factor": 0.99}
+    unknown = set(hints) - set(settings)
+    if unknown:
+        raise ValueError(f"problem hints['lm']: unknown keys {sorted(unknown)}; known: {sorted(settings)}")
+    return {**settings, **hints}
 
 
 # -- residual operators ------------------------------------------------------------------------
