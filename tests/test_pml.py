@@ -182,3 +182,66 @@ def test_scattering_exact_solutions(name):
     radial = (prob.exact_at(pts * (1 + h / r)) - prob.exact_at(pts * (1 - h / r))) / (2 * h)
     som = radial - 1j * 3.0 * prob.exact_at(pts)
     assert np.max(np.abs(som)) < 0.05 * np.max(np.abs(prob.exact_at(pts)))
+
+
+def _train_1d_pml_pinn(k, pml, iterations=40):
+    """A tiny PINN trained with LM on [0, 1 + w]: the PML's operator (from ``Problem.operator_at``,
+    through the core's general operator) on the whole interval, u(0) = 1 and u = 0 on the wall at
+    1 + w; returns the relative L2 error against exp(ikx) on the physical interval [0, 1]."""
+    from helmpinn.lm import CoreResiduals
+    from helmpinn.trainer import relative_l2
+
+    w = pml.width
+    prob = hp.Problem(Interval(0.0, 1.0), kappa=k * k, bcs={}, pml=pml)
+    x = ((np.arange(200) + 0.5) / 200 * (1.0 + w))[:, None]
+    assert prob.in_layer(x).any() and not prob.in_layer(x[x[:, 0] <= 1.0]).any()
+    a, b = prob.operator_at(x)
+    pairs = lambda z: np.ascontiguousarray(np.stack([np.real(z), np.imag(z)], -1))  # noqa: E731
+    batch = {"x_pde": x, "kappa": k * k, "a_pde": pairs(a), "b_pde": pairs(b),
+             "x_data": np.array([[0.0], [1.0 + w]]), "y": pairs(np.array([1.0, 0.0]))}
+    model = hp.Model.create(1, 8, 16, 1, dtype="float64", seed=0, fourier_sigma=k / (2 * math.pi))
+    ws = hp.Workspace(model.spec, 4096, "float64")
+    lm = hp.LevenbergMarquardt(CoreResiduals(ws, batch, {"pde": 1 / k**2, "data": 100.0}))
+    for _ in range(iterations):
+        lm.step(model.params)
+    xt = np.linspace(0.0, 1.0, 501)[:, None]
+    return relative_l2(model.predict(xt), np.exp(1j * k * xt[:, 0]))
+
+
+def test_trained_pinn_with_a_1d_pml_gives_the_outgoing_wave():
+    """The whole chain (PML coefficients, the core's general operator, training): a PINN solving
+    the layer's equation matches exp(ikx) in the physical interval; the same PINN with a layer
+    that does not absorb gets the standing wave the wall reflects (error of order 1)."""
+    k = 5.0
+    err = _train_1d_pml_pinn(k, hp.PML(0.5))
+    assert err < 2e-3, err
+    err_none = _train_1d_pml_pinn(k, hp.PML(0.5, strength=1e-9))
+    assert err_none > 0.5, err_none
+
+
+def test_problem_hints_reach_the_defaults():
+    from helmpinn.lm import lm_defaults
+    from helmpinn.trainer import auto_weights
+
+    box = Box([0, 0], [1, 1])
+    plain = hp.Problem(box, kappa=4.0, bcs={"*": hp.Dirichlet(0)})
+    hinted = hp.Problem(box, kappa=4.0, bcs={"*": hp.Dirichlet(0)},
+                        hints={"weights": {"bc": 0.5}, "adam": {"steps": 1234, "lr": 3e-3},
+                               "lm": {"ff_dim": 24, "hidden": 48, "iterations": 77}})
+    assert auto_weights(hinted) == {**auto_weights(plain), "bc": 0.5}
+    s, s0 = hp.default_settings(hinted), hp.default_settings(plain)
+    assert (s["steps"], s["lr"], s["weights"]["bc"]) == (1234, 3e-3, 0.5)
+    assert {k: v for k, v in s.items() if k not in ("steps", "lr", "weights")} == \
+        {k: v for k, v in s0.items() if k not in ("steps", "lr", "weights")}
+    tr = hp.Trainer(hinted, hp.Model.create(2, 4, 8, 1, seed=0), progress=False)
+    assert tr.weights["bc"] == 0.5
+    d, d0 = lm_defaults(hinted), lm_defaults(plain)
+    assert (d["ff_dim"], d["hidden"], d["iterations"]) == (24, 48, 77)
+    assert d["n_pde"] > d0["n_pde"]      # the points follow the hinted network's size
+    assert 2 * (d["n_pde"] + d["n_bc"]) > hp.ModelSpec(2, 24, 48, 2).num_params
+    for bad in ({"adam": {"stepz": 1}}, {"lm": {"hiden": 3}}, {"weights": {"pd": 1.0}}):
+        with pytest.raises(ValueError, match="hints"):
+            p = hp.Problem(box, kappa=4.0, bcs={"*": hp.Dirichlet(0)}, hints=bad)
+            hp.default_settings(p), lm_defaults(p)
+    with pytest.raises(ValueError, match="hints"):
+        hp.Problem(box, kappa=4.0, bcs={"*": hp.Dirichlet(0)}, hints={"sgd": {}})

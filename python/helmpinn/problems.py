@@ -19,7 +19,11 @@ A :class:`Problem` holds
   is sampled with the domain, ``u = 0`` on its outer wall, and ``bcs`` names only the remaining
   parts (a scatterer); errors, plots and predictions stay on the physical domain;
 - ``density``: an optional ``ρ(x) -> real [N] > 0`` (with ``density_grad(x) -> [N, d]``, or
-  central differences of ρ): the equation becomes ``∇·(ρ⁻¹∇u) + κu = f``.
+  central differences of ρ): the equation becomes ``∇·(ρ⁻¹∇u) + κu = f``;
+- ``hints``: optional training defaults measured for this problem, over those derived from its
+  wavenumber: ``{"weights": {...}}`` (loss weights, :func:`helmpinn.trainer.auto_weights`),
+  ``{"adam": {...}}`` (keys of :func:`helmpinn.trainer.default_settings`), ``{"lm": {...}}``
+  (keys of :func:`helmpinn.lm.lm_defaults`).
 
 With a PML or a density the PDE points carry the core's general operator (``a_pde``, ``b_pde``;
 docs/MATH.md, General operator) instead of the Laplacian.
@@ -209,7 +213,8 @@ class Problem:
                  *, name: str = "custom", description: str = "",
                  wavenumber: float | None = None, options: Mapping[str, Any] | None = None,
                  exact_grad: Callable | None = None, pml: PML | None = None,
-                 density: Callable | None = None, density_grad: Callable | None = None):
+                 density: Callable | None = None, density_grad: Callable | None = None,
+                 hints: Mapping[str, Mapping[str, Any]] | None = None):
         if not isinstance(domain, Domain):
             raise TypeError(f"domain must be a helmpinn.geometry.Domain, got {type(domain).__name__}")
         self.domain = domain
@@ -222,6 +227,10 @@ class Problem:
             raise ValueError("density_grad: given without density")
         if density_grad is not None and not callable(density_grad):
             raise TypeError("density_grad must be a callable x [N, d] -> real [N, d]")
+        self.hints = {key: dict(value) for key, value in (hints or {}).items()}
+        unknown = set(self.hints) - {"weights", "adam", "lm"}
+        if unknown:
+            raise ValueError(f"hints: unknown keys {sorted(unknown)}; use 'weights', 'adam', 'lm'")
         self.pml = pml
         self.density = density
         self.density_grad = density_grad

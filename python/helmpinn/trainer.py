@@ -50,10 +50,20 @@ def auto_weights(problem: Problem) -> dict[str, float]:
     the data term. The PDE term, whose residual is about k² e, is scaled by only 1/k², which
     weights interior errors k²/100 times more than boundary errors. Measured on plane1d (k = 20)
     and dirichlet2d (n = 2), this converges much faster than putting every term on the scale of
-    the squared error (pde = 1/k⁴), with which Adam stalls far from the solution.
+    the squared error (pde = 1/k⁴), with which Adam stalls far from the solution. A problem's
+    ``hints["weights"]`` replace any of them.
     """
     k = max(problem.wavenumber, 1.0)
-    return {"pde": 1.0 / k**2, "data": 100.0, "bc": 100.0 / k**2}
+    weights = {"pde": 1.0 / k**2, "data": 100.0, "bc": 100.0 / k**2}
+    return _apply_hints(weights, getattr(problem, "hints", {}).get("weights"), "weights")
+
+
+def _apply_hints(settings: dict[str, Any], hints: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
+    """``settings`` with a problem's hints for them applied (unknown keys raise ValueError)."""
+    unknown = set(hints or {}) - set(settings)
+    if unknown:
+        raise ValueError(f"problem hints[{what!r}]: unknown keys {sorted(unknown)}; known: {sorted(settings)}")
+    return {**settings, **dict(hints or {})}
 
 
 def default_settings(problem: Problem) -> dict[str, Any]:
@@ -61,7 +71,7 @@ def default_settings(problem: Problem) -> dict[str, Any]:
 
     Fourier frequencies: B ~ N(0, sigma²) per entry with ``sigma = k / (2π sqrt(d))``, so that
     the features' angular frequencies ``2π|B|`` have a root mean square of k, the problem's
-    largest wavenumber, in any dimension d.
+    largest wavenumber, in any dimension d. A problem's ``hints["adam"]`` replace any setting.
     """
     k = max(problem.wavenumber, 1.0)
     d = problem.dim
@@ -83,7 +93,7 @@ def default_settings(problem: Problem) -> dict[str, Any]:
         "weights": auto_weights(problem),
         "lbfgs": 0,
     }
-    return settings
+    return _apply_hints(settings, getattr(problem, "hints", {}).get("adam"), "adam")
 
 
 @dataclass
