@@ -237,8 +237,8 @@ def test_problem_hints_reach_the_defaults():
     assert tr.weights["bc"] == 0.5
     d, d0 = lm_defaults(hinted), lm_defaults(plain)
     assert (d["ff_dim"], d["hidden"], d["iterations"]) == (24, 48, 77)
-    assert d["n_pde"] > d0["n_pde"]      # the points follow the hinted network's size
-    assert 2 * (d["n_pde"] + d["n_bc"]) > hp.ModelSpec(2, 24, 48, 2).num_params
+    assert d["pde_points"] > d0["pde_points"]      # the points follow the hinted network's size
+    assert 2 * (d["pde_points"] + d["bc_points"]) > hp.ModelSpec(2, 24, 48, 2).num_params
     for bad in ({"adam": {"stepz": 1}}, {"lm": {"hiden": 3}}, {"weights": {"pd": 1.0}}):
         with pytest.raises(ValueError, match="hints"):
             p = hp.Problem(box, kappa=4.0, bcs={"*": hp.Dirichlet(0)}, hints=bad)
