@@ -243,7 +243,7 @@ def test_auto_blas_threads_follow_the_load(monkeypatch):
     from helmpinn import lm as lm_module
 
     threads = hp.get_num_threads()
-    monkeypatch.setattr(os, "getloadavg", lambda: (threads + 0.1, 0.0, 0.0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (threads + 0.5, 0.0, 0.0))   # this process's own
     assert lm_module._auto_blas_threads() == threads
     monkeypatch.setattr(os, "getloadavg", lambda: (threads + 1.0, 0.0, 0.0))
     assert lm_module._auto_blas_threads() == 1

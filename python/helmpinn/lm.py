@@ -243,8 +243,9 @@ class LMStep:
 
 def _auto_blas_threads() -> int:
     """helmpinn's thread count when the machine looks idle apart from this process (1-minute
-    load average below that count + 0.25), else 1: BLAS threads that share their cores with
-    other work spin against it and against the engine's threads (see LevenbergMarquardt)."""
+    load average below that count + 0.75: this process's own threads count in it), else 1:
+    BLAS threads that share their cores with other work spin against it and against the
+    engine's threads (see LevenbergMarquardt)."""
     import os
 
     from . import _core
@@ -254,7 +255,7 @@ def _auto_blas_threads() -> int:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):   # no load average on this platform
         return threads
-    return threads if load < threads + 0.25 else 1
+    return threads if load < threads + 0.75 else 1
 
 
 def _one_blas_thread_or(n: int | str | None) -> contextlib.AbstractContextManager:
@@ -284,7 +285,7 @@ class LevenbergMarquardt:
     largest P×P or R×R matrix "auto" forms), ``blas_threads`` (limit the BLAS to this many
     threads inside a step with threadpoolctl; None leaves it; "auto", the default: as many as
     helmpinn's own threads, :func:`helmpinn.get_num_threads`, when the machine's 1-minute load
-    average is below that count + 0.25, else one, decided at every step). Measured on a quiet 2-core
+    average is below that count + 0.75, else one, decided at every step). Measured on a quiet 2-core
     machine, 2 BLAS threads against 1: ``dirichlet2d`` n = 2 (primal) 1.0 -> 0.61 s a step
     (``JᵀJ`` 0.73 -> 0.39 s), ``plane1d`` k = 100 (dual) 2.3 -> 1.4 s. The Jacobian chunks are
     large by default (``chunk_bytes`` 256 MiB) because every switch between the engine's
