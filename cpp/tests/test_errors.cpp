@@ -135,7 +135,7 @@ void workspace_calls(const char* tname) {
         {"x_data=null, num_data>0", "x_data", [](LossInputs<T>& in) { in.x_data = nullptr; }},
         {"y=null with x_data", "y", [](LossInputs<T>& in) { in.y = nullptr; }},
         {"x_bc=null, num_bc>0", "x_bc", [](LossInputs<T>& in) { in.x_bc = nullptr; }},
-        {"normal_bc=null with x_bc", "num_bc", [](LossInputs<T>& in) { in.normal_bc = nullptr; }},
+        {"normal_bc=null with x_bc", "n_bc", [](LossInputs<T>& in) { in.normal_bc = nullptr; }},
     };
     for (const auto& c : cases) {
         LossInputs<T> in = good;
@@ -161,7 +161,7 @@ void workspace_calls(const char* tname) {
         {"x_data", &AllTerms<T>::x_data, &LossInputs<T>::x_data},
         {"y", &AllTerms<T>::y, &LossInputs<T>::y},
         {"x_bc", &AllTerms<T>::x_bc, &LossInputs<T>::x_bc},
-        {"num_bc", &AllTerms<T>::normal, &LossInputs<T>::normal_bc},
+        {"n_bc", &AllTerms<T>::normal, &LossInputs<T>::normal_bc},
         {"alpha_bc", &AllTerms<T>::alpha, &LossInputs<T>::alpha_bc},
         {"g_bc", &AllTerms<T>::g, &LossInputs<T>::g_bc},
     };

@@ -275,7 +275,7 @@ int term_arrays(const LossInputs<T>& in, int t, std::size_t d, TermArray<T>* out
         return 2;
     }
     out[0] = {in.x_bc, in.num_bc * d, "x_bc", true};
-    out[1] = {in.normal_bc, in.num_bc * d, "num_bc", true};
+    out[1] = {in.normal_bc, in.num_bc * d, "n_bc", true};
     out[2] = {in.alpha_bc, in.num_bc * 2, "alpha_bc", false};
     out[3] = {in.g_bc, in.num_bc * 2, "g_bc", false};
     return 4;
