@@ -1,5 +1,6 @@
 """Shared fixtures of the numerical tests: a seeded RNG, small model shapes for d = 1, 2, 3,
-and a helper that makes random loss inputs in the keyword form of Workspace.value_and_grad."""
+a helper that makes random loss inputs in the keyword form of Workspace.value_and_grad, and the
+``gpu`` fixture of every GPU test."""
 
 from __future__ import annotations
 
@@ -17,6 +18,31 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # (in_dim, ff_dim, hidden_dim, num_hidden_layers): small enough for finite differences over
 # every parameter to take milliseconds.
 SPECS = {1: (1, 4, 8, 2), 2: (2, 4, 6, 2), 3: (3, 3, 6, 2)}
+
+
+#: HELMPINN_REQUIRE_GPU=1 (a run on a GPU machine): a GPU test that cannot run fails instead of skipping.
+REQUIRE_GPU = os.environ.get("HELMPINN_REQUIRE_GPU") == "1"
+
+
+def no_gpu_reason() -> str | None:
+    """Why this build cannot run on a GPU here, or None when it can."""
+    import helmpinn
+
+    if not helmpinn.has_cuda():
+        return "helmpinn was built without CUDA support"
+    if helmpinn.cuda_device_count() == 0:
+        return f"no CUDA device visible: {helmpinn.cuda_device_error()}"
+    return None
+
+
+@pytest.fixture
+def gpu():
+    """Skips (with the reason) without a usable GPU; fails instead under HELMPINN_REQUIRE_GPU=1."""
+    reason = no_gpu_reason()
+    if reason is not None:
+        if REQUIRE_GPU:
+            pytest.fail(f"HELMPINN_REQUIRE_GPU=1 but {reason}")
+        pytest.skip(reason)
 
 
 @pytest.fixture

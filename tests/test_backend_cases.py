@@ -11,7 +11,6 @@ d = 1, 2, 3 (conftest's SPECS) for every entry.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -24,7 +23,6 @@ from conftest import SPECS
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "cpp/src/cuda/emulation/loss_cases.inc"
-REQUIRE_GPU = os.environ.get("HELMPINN_REQUIRE_GPU") == "1"
 TOL = {"float64": 1e-11, "float32": 1e-4}
 FIELDS = ("check", "terms", "variant", "train_fourier", "counts", "op", "quick")
 
@@ -130,19 +128,6 @@ def test_cpu_against_the_reference(case, d, rng):
                                    atol=1e-12 * np.abs(J @ v).max())
         np.testing.assert_allclose(ws.vjp(theta, w, **kw), J.T @ w, rtol=0,
                                    atol=1e-12 * np.abs(J.T @ w).max())
-
-
-@pytest.fixture
-def gpu():
-    reason = None
-    if not helmpinn.has_cuda():
-        reason = "helmpinn was built without CUDA support"
-    elif helmpinn.cuda_device_count() == 0:
-        reason = "no CUDA device visible (helmpinn.cuda_device_count() == 0)"
-    if reason is not None:
-        if REQUIRE_GPU:
-            pytest.fail(f"HELMPINN_REQUIRE_GPU=1 but {reason}")
-        pytest.skip(reason)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

@@ -42,22 +42,13 @@ import pytest
 
 import helmpinn
 import reference as R
-from conftest import SPECS
+from conftest import REQUIRE_GPU, SPECS, no_gpu_reason
 
 ROOT = Path(__file__).resolve().parents[1]
-REQUIRE_GPU = os.environ.get("HELMPINN_REQUIRE_GPU") == "1"
 DeviceArray = helmpinn._core.DeviceArray
 
 
 # ------------------------------------------------------------------ helpers
-
-def _no_gpu_reason() -> str | None:
-    if not helmpinn.has_cuda():
-        return "helmpinn was built without CUDA support"
-    if helmpinn.cuda_device_count() == 0:
-        return f"no CUDA device visible: {helmpinn.cuda_device_error()}"
-    return None
-
 
 def _missing(what: str):
     """Skips for a missing optional GPU library; fails instead under HELMPINN_REQUIRE_GPU=1 (the
@@ -65,16 +56,6 @@ def _missing(what: str):
     if REQUIRE_GPU:
         pytest.fail(f"HELMPINN_REQUIRE_GPU=1 but {what}")
     pytest.skip(what)
-
-
-@pytest.fixture
-def gpu():
-    """Skips (with the reason) without a usable GPU; fails instead under HELMPINN_REQUIRE_GPU=1."""
-    reason = _no_gpu_reason()
-    if reason is not None:
-        if REQUIRE_GPU:
-            pytest.fail(f"HELMPINN_REQUIRE_GPU=1 but {reason}")
-        pytest.skip(reason)
 
 
 def _torch_cuda():
@@ -228,7 +209,7 @@ def test_stream_keyword_is_for_cuda_workspaces_only(rng):
 
 def test_device_array_type():
     assert hasattr(DeviceArray, "__cuda_array_interface__")
-    if _no_gpu_reason() is not None:
+    if no_gpu_reason() is not None:
         with pytest.raises(RuntimeError):
             DeviceArray.from_host(np.zeros(3))
     with pytest.raises(TypeError, match="float32 or float64"):

@@ -14,7 +14,6 @@ The same kernels are checked on any machine under the CPU emulation of CUDA
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -22,23 +21,8 @@ import pytest
 import helmpinn
 import reference as R
 
-REQUIRE_GPU = os.environ.get("HELMPINN_REQUIRE_GPU") == "1"
 DeviceArray = helmpinn._core.DeviceArray
 TOL = {"float64": 1e-11, "float32": 1e-4}
-
-
-@pytest.fixture
-def gpu():
-    """Skips (with the reason) without a usable GPU; fails instead under HELMPINN_REQUIRE_GPU=1."""
-    reason = None
-    if not helmpinn.has_cuda():
-        reason = "helmpinn was built without CUDA support"
-    elif helmpinn.cuda_device_count() == 0:
-        reason = "no CUDA device visible (helmpinn.cuda_device_count() == 0)"
-    if reason is not None:
-        if REQUIRE_GPU:
-            pytest.fail(f"HELMPINN_REQUIRE_GPU=1 but {reason}")
-        pytest.skip(reason)
 
 
 def dev(a, dtype=None):

@@ -20,7 +20,6 @@ GPU tests skip with the reason without a usable GPU, and FAIL instead with HELMP
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -30,31 +29,14 @@ from helmpinn import Batch, DeviceArray, Model, Trainer, Workspace
 from helmpinn.optim import Adam
 from helmpinn.problems import get_problem
 
-REQUIRE_GPU = os.environ.get("HELMPINN_REQUIRE_GPU") == "1"
+from conftest import no_gpu_reason
 
-
-def _no_gpu_reason() -> str | None:
-    if not helmpinn.has_cuda():
-        return "helmpinn was built without CUDA support"
-    if helmpinn.cuda_device_count() == 0:
-        return f"no CUDA device visible: {helmpinn.cuda_device_error()}"
-    return None
-
-
-@pytest.fixture
-def gpu():
-    """Skips (with the reason) without a usable GPU; fails instead under HELMPINN_REQUIRE_GPU=1."""
-    reason = _no_gpu_reason()
-    if reason is not None:
-        if REQUIRE_GPU:
-            pytest.fail(f"HELMPINN_REQUIRE_GPU=1 but {reason}")
-        pytest.skip(reason)
 
 
 @pytest.fixture
 def no_gpu():
     """For the tests of what happens where CUDA cannot be used: skip where it can."""
-    if _no_gpu_reason() is None:
+    if no_gpu_reason() is None:
         pytest.skip("a GPU is usable here; the device path is tested by the GPU tests")
 
 
