@@ -84,6 +84,28 @@ def test_products_and_gradient_identities(spec_tuple, d, rng, make_inputs, case)
                                atol=1e-12 * np.abs(grad).max())
 
 
+@pytest.mark.parametrize("train_fourier", [True, False])
+@pytest.mark.parametrize("case", CASES)
+def test_jvp_is_the_directional_derivative_of_the_residuals(spec_tuple, d, rng, make_inputs, case,
+                                                            train_fourier):
+    # jvp is computed in forward mode (its own formulas, docs/MATH.md), not from the Jacobian's
+    # rows: check it against central differences of the float64 reference along v.
+    terms = make_inputs(d, **CASES[case])
+    theta = _theta(spec_tuple, rng)
+    ws = _ws(spec_tuple)
+    v = rng.normal(size=theta.size)
+    if not train_fourier:
+        v_fd = v.copy()
+        v_fd[:d * spec_tuple[1]] = 0.0   # B frozen: its columns of J are zero
+    else:
+        v_fd = v
+    h = 1e-6
+    fd = (R.residuals(theta + h * v_fd, spec_tuple, **terms)
+          - R.residuals(theta - h * v_fd, spec_tuple, **terms)) / (2 * h)
+    Jv = ws.jvp(theta, v, train_fourier=train_fourier, **terms)
+    np.testing.assert_allclose(Jv, fd, rtol=0, atol=1e-7 * np.abs(fd).max())
+
+
 def test_row_ranges_equal_the_same_rows_of_the_full_jacobian(rng, make_inputs):
     spec = (2, 5, 9, 2)
     # More than one 64-point tile per term, so ranges cross tiles and terms.

@@ -112,6 +112,43 @@ HELMPINN_HD void fourier_backward_point(T S, T C, const T* omega, std::ptrdiff_t
     sbar = sb;
 }
 
+/// Tangent of fourier_streams for one frequency j at one point (forward mode, MATH.md, Jacobian-
+/// vector product): the features' derivative along a direction vomega of the frequencies
+/// (vomega_i = 2 pi V_B[i, j], strided by os). With sdot = sum_i x_i vomega_i and
+/// Odot = 2 sum_i omega_i vomega_i:
+///   value [C sdot ; -S sdot], partial i [vomega_i C - omega_i S sdot ; -vomega_i S - omega_i C sdot],
+///   Laplacian [-Odot S - Omega C sdot ; -Odot C + Omega S sdot], and per dimension in the
+///   diagonal layout [-2 omega_i vomega_i S - omega_i^2 C sdot ; -2 omega_i vomega_i C + omega_i^2 S sdot].
+template <typename T>
+HELMPINN_HD void fourier_tangent(T S, T C, const T* x, const T* omega, const T* vomega,
+                                 std::ptrdiff_t os, T Omega, int d, int ns, T* out_sin, T* out_cos,
+                                 std::ptrdiff_t ss) {
+    T sd = T(0), Od = T(0);
+    for (int i = 0; i < d; ++i) {
+        sd += x[i] * vomega[i * os];
+        Od += T(2) * omega[i * os] * vomega[i * os];
+    }
+    out_sin[0] = C * sd;
+    out_cos[0] = -S * sd;
+    if (ns > 1) {
+        for (int i = 0; i < d; ++i) {
+            const T w = omega[i * os], vw = vomega[i * os];
+            out_sin[(1 + i) * ss] = vw * C - w * S * sd;
+            out_cos[(1 + i) * ss] = -vw * S - w * C * sd;
+        }
+    }
+    if (lap_layout(d, ns)) {
+        out_sin[(d + 1) * ss] = -Od * S - Omega * C * sd;
+        out_cos[(d + 1) * ss] = -Od * C + Omega * S * sd;
+    } else if (diag_layout(d, ns)) {
+        for (int i = 0; i < d; ++i) {
+            const T w = omega[i * os], w2d = T(2) * w * vomega[i * os], w2 = w * w;
+            out_sin[(d + 1 + i) * ss] = -w2d * S - w2 * C * sd;
+            out_cos[(d + 1 + i) * ss] = -w2d * C + w2 * S * sd;
+        }
+    }
+}
+
 /// tanh layer, forward, one unit at one point (MATH.md, Streams), given hv = tanh z[0]:
 ///   h = hv, t = 1 - h^2, h_i = t z_i, h_lap = t z_lap - 2 h t q, q = sum_i z_i^2.
 /// z and h are stream-strided by ss (they may not alias). Taking hv lets a backend compute
@@ -142,6 +179,42 @@ HELMPINN_HD void tanh_streams(const T* z, T hv, T* h, std::ptrdiff_t ss, int d, 
 template <typename T>
 HELMPINN_HD void tanh_forward(const T* z, T* h, std::ptrdiff_t ss, int d, int ns) {
     tanh_streams(z, T(std::tanh(z[0])), h, ss, d, ns);
+}
+
+/// tanh layer, tangent (forward mode), one unit at one point, in place: zd holds the tangents of
+/// the inputs (z, z_i, z_lap or z_ii) on entry and those of the outputs on exit (stream-strided
+/// by ds); z is the cached pre-activation (strided by zs), hv = tanh z[0]. With t = 1 - h^2,
+/// hd = t zd, td = -2 h hd, q = sum_i z_i^2 and qd = 2 sum_i z_i zd_i:
+///   hd_i = td z_i + t zd_i,  hd_lap = td z_lap + t zd_lap - 2 (hd t + h td) q - 2 h t qd,
+///   hd_ii = td z_ii + t zd_ii - 2 (hd t + h td) z_i^2 - 4 h t z_i zd_i.
+template <typename T>
+HELMPINN_HD void tanh_tangent(const T* z, std::ptrdiff_t zs, T hv, T* zd, std::ptrdiff_t ds, int d,
+                              int ns) {
+    const T t = T(1) - hv * hv;
+    const T hd = t * zd[0], td = T(-2) * hv * hd;
+    zd[0] = hd;
+    if (ns == 1) return;
+    const T e = T(2) * (hd * t + hv * td);  // d/d(eps) of 2 h t
+    if (lap_layout(d, ns)) {
+        T q = T(0), qd = T(0);
+        for (int i = 1; i <= d; ++i) {
+            const T zi = z[i * zs], zdi = zd[i * ds];
+            q += zi * zi;
+            qd += zi * zdi;
+            zd[i * ds] = td * zi + t * zdi;
+        }
+        zd[(d + 1) * ds] = td * z[(d + 1) * zs] + t * zd[(d + 1) * ds] - e * q -
+                           T(4) * hv * t * qd;
+    } else if (diag_layout(d, ns)) {
+        for (int i = 1; i <= d; ++i) {
+            const T zi = z[i * zs], zdi = zd[i * ds];
+            zd[i * ds] = td * zi + t * zdi;
+            zd[(d + i) * ds] = td * z[(d + i) * zs] + t * zd[(d + i) * ds] - e * zi * zi -
+                               T(4) * hv * t * zi * zdi;
+        }
+    } else {
+        for (int i = 1; i <= d; ++i) zd[i * ds] = td * z[i * zs] + t * zd[i * ds];
+    }
 }
 
 /// tanh layer, backward, one unit at one point, in place: g holds the adjoints of the outputs

@@ -111,11 +111,10 @@ public:
             scratch_stride_ += std::size_t(Sx_) * tile * (sp_.layer_out(l) + (l < L_ ? H_ : 0));
         scratch_stride_ += std::size_t(tile) * d_ + std::size_t(Sx_) * tile * 2 * m_;
         scratch_.resize(std::size_t(scratch_threads_) * scratch_stride_);
-        // Per-thread rows of the residual level: two adjoint buffers of both components' rows
-        // [S, 2 tile, width], the tangent products [S, tile, width], and J v per row [2 tile].
+        // Per-thread rows of the residual level: two buffers [S, 2 tile, width], the jacobian's
+        // adjoints of both components' rows or jvp's tangents (one tile of rows each).
         row_adj_ = std::size_t(Sx_) * 2 * tile * sp_.max_width();
-        row_stride_ = 2 * row_adj_ + std::size_t(Sx_) * tile * sp_.max_width() + 2 * tile;
-        row_stride_ = (row_stride_ + 15) / 16 * 16;
+        row_stride_ = (2 * row_adj_ + 15) / 16 * 16;
         row_scratch_.resize(std::size_t(scratch_threads_) * row_stride_);
         zero(grad_.data(), np_);
 
@@ -499,11 +498,12 @@ private:
 
     // ---- The residual level: one tile of residual rows -------------------------------------
     //
-    // Rows of a tile: point p's components c = 0, 1 are adjoint rows q = c * np + p, so one
-    // matrix product per layer carries both. For the Jacobian, each row's gradient is written
-    // out (dW_row = sum_s G_s[q] A_s[p]^T, db_row = G_0[q], dB_row as in the Fourier backward);
-    // for J v, each row's gradient is dotted with v on the fly: sum_s G_s[q] . (V_W A_s[p]) +
-    // G_0[q] . v_b + dB_row . v_B, the products V_W A_s made by one GEMM per layer and stream.
+    // residuals: the forward streams and each point's residual. jacobian: reverse mode over the
+    // tile's rows, point p's components c = 0, 1 being adjoint rows q = c * np + p, so one
+    // matrix product per layer carries both; each row's gradient is written out (dW_row =
+    // sum_s G_s[q] A_s[p]^T, db_row = G_0[q], dB_row as in the Fourier backward). jvp: forward
+    // mode, the tangents of every stream along v carried layer by layer (MATH.md, Jacobian-vector
+    // product), then each row's J v from the output tangents and the term's adjoint seeds.
     void row_tile(RowOp op, const T* params, const LossInputs<T>& in, const TermTiles& term,
                   std::size_t lt, std::size_t r0, std::size_t r1, const T* v, T* out,
                   int thread) {
@@ -526,23 +526,22 @@ private:
                         }
                     }
                 });
-                return;
+            } else if (op == RowOp::jvp) {
+                row_jvp<D(), NS()>(params, in, term, R, np, g0, r0, r1, v, out, thread);
+            } else {
+                row_jacobian<D(), NS()>(params, in, term, R, np, g0, r0, r1, out, thread);
             }
-            row_backward<D(), NS()>(op, params, in, term, R, np, g0, r0, r1, v, out, thread);
         });
     }
 
     template <int D, int NS>
-    void row_backward(RowOp op, const T* params, const LossInputs<T>& in, const TermTiles& term,
+    void row_jacobian(const T* params, const LossInputs<T>& in, const TermTiles& term,
                       const TileRows& R, int np, std::size_t g0, std::size_t r0, std::size_t r1,
-                      const T* v, T* out, int thread) {
+                      T* out, int thread) {
         const int m = m_, nq = 2 * np;
         const std::size_t first_row = term.row0 + 2 * g0;
         T* gcur = row_scratch_.data() + std::size_t(thread) * row_stride_;
         T* gnext = gcur + row_adj_;
-        T* tan = gnext + row_adj_;                       // [NS, tile, width]: V_W A_s
-        T* acc = tan + std::size_t(Sx_) * tile * sp_.max_width();  // [2 tile]: J v of each row
-        const bool jac = op == RowOp::jacobian;
         // Row q = c * np + p of the tile, its output row, and whether the caller wants it.
         const auto row_of = [&](int q) { return first_row + 2 * std::size_t(q % np) + q / np; };
         const auto wanted = [&](int q) {
@@ -568,8 +567,6 @@ private:
                 }
             });
         }
-        if (!jac)
-            for (int q = 0; q < nq; ++q) acc[q] = T(0);
 
         for (int l = L_; l >= 0; --l) {
             const int in_w = sp_.layer_in(l), out_w = sp_.layer_out(l);
@@ -589,49 +586,27 @@ private:
             // gcur: the adjoints of z_l for every row. Its input activations A_s:
             const T* A = l == 0 ? R.feat : R.h[l - 1];
             const std::size_t ssA = std::size_t(tile) * in_w;
-            if (jac) {
-                for (int q = 0; q < nq; ++q) {
-                    if (!wanted(q)) continue;
-                    const int p = q % np;
-                    T* Jr = out + (row_of(q) - r0) * P;
-                    const T* g = gcur + std::size_t(q) * out_w;
-                    T* db = Jr + sp_.offset_b(l);
-                    for (int o = 0; o < out_w; ++o) db[o] = g[o];
-                    T* dW = Jr + sp_.offset_W(l);
-                    for (int o = 0; o < out_w; ++o) {
-                        T* row = dW + std::size_t(o) * in_w;
-                        const T g0v = g[o];
-                        const T* a0 = A + std::size_t(p) * in_w;
+            for (int q = 0; q < nq; ++q) {
+                if (!wanted(q)) continue;
+                const int p = q % np;
+                T* Jr = out + (row_of(q) - r0) * P;
+                const T* g = gcur + std::size_t(q) * out_w;
+                T* db = Jr + sp_.offset_b(l);
+                for (int o = 0; o < out_w; ++o) db[o] = g[o];
+                // dW's row o = sum_s G_s[q, o] A_s[p], the streams summed in registers and
+                // each number written once.
+                T* dW = Jr + sp_.offset_W(l);
+                const T* a = A + std::size_t(p) * in_w;
+                for (int o = 0; o < out_w; ++o) {
+                    T gs[NS];
+                    for (int s = 0; s < NS; ++s) gs[s] = g[s * ssG + o];
+                    T* row = dW + std::size_t(o) * in_w;
 #pragma omp simd
-                        for (int i = 0; i < in_w; ++i) row[i] = g0v * a0[i];
-                        for (int s = 1; s < NS; ++s) {
-                            const T gs = g[s * ssG + o];
-                            const T* as = A + s * ssA + std::size_t(p) * in_w;
-#pragma omp simd
-                            for (int i = 0; i < in_w; ++i) row[i] += gs * as[i];
-                        }
+                    for (int i = 0; i < in_w; ++i) {
+                        T acc = gs[0] * a[i];
+                        for (int s = 1; s < NS; ++s) acc += gs[s] * a[s * ssA + i];
+                        row[i] = acc;
                     }
-                }
-            } else {
-                // tan_s = A_s V_W^T for the np points, then each row's dot products.
-                const std::size_t ssT = std::size_t(tile) * out_w;
-                for (int s = 0; s < NS; ++s)
-                    gemm<T>(np, out_w, in_w, A + s * ssA, in_w, 1, vt_.data() + wt_off_[l], out_w,
-                            tan + s * ssT, out_w, false);
-                const T* vb = v + sp_.offset_b(l);
-                for (int q = 0; q < nq; ++q) {
-                    const int p = q % np;
-                    const T* g = gcur + std::size_t(q) * out_w;
-                    T a = T(0);
-                    for (int s = 0; s < NS; ++s) {
-                        const T* gs = g + s * ssG;
-                        const T* ts = tan + s * ssT + std::size_t(p) * out_w;
-#pragma omp simd reduction(+ : a)
-                        for (int o = 0; o < out_w; ++o) a += gs[o] * ts[o];
-                    }
-#pragma omp simd reduction(+ : a)
-                    for (int o = 0; o < out_w; ++o) a += g[o] * vb[o];
-                    acc[q] += a;
                 }
             }
             if (l == 0 && !in.train_fourier) break;
@@ -645,36 +620,126 @@ private:
         if (in.train_fourier) {
             // Fourier layer: gcur holds the feature adjoints [NS, 2 tile, 2m] of every row.
             const std::ptrdiff_t ssF = std::ptrdiff_t(2) * tile * 2 * m;
-            const T* vB = v ? v + sp_.offset_B() : nullptr;
             for (int q = 0; q < nq; ++q) {
-                if (jac && !wanted(q)) continue;
+                if (!wanted(q)) continue;
                 const int p = q % np;
                 const T* xi = R.x + std::size_t(p) * D;
                 const T* f = R.feat + std::size_t(p) * 2 * m;
                 const T* g = gcur + std::size_t(q) * 2 * m;
-                T* dB = jac ? out + (row_of(q) - r0) * P + sp_.offset_B() : nullptr;
-                T a = T(0);
+                T* dB = out + (row_of(q) - r0) * P + sp_.offset_B();
                 for (int j = 0; j < m; ++j) {
                     T sbar, wbar[D];
                     math::fourier_backward_point(f[j], f[m + j], omega_.data() + j, m, Omega_[j],
                                                  D, NS, g + j, g + m + j, ssF, sbar, wbar);
-                    for (int i = 0; i < D; ++i) {
-                        const T val = T(math::two_pi) * (xi[i] * sbar + wbar[i]);
-                        if (jac)
-                            dB[std::size_t(i) * m + j] = val;
-                        else
-                            a += val * vB[std::size_t(i) * m + j];
-                    }
+                    for (int i = 0; i < D; ++i)
+                        dB[std::size_t(i) * m + j] = T(math::two_pi) * (xi[i] * sbar + wbar[i]);
                 }
-                if (!jac) acc[q] += a;
             }
-        } else if (jac) {
+        } else {
             for (int q = 0; q < nq; ++q)
                 if (wanted(q)) zero(out + (row_of(q) - r0) * P + sp_.offset_B(), std::size_t(D) * m);
         }
-        if (!jac)
-            for (int q = 0; q < nq; ++q)
-                if (wanted(q)) out[row_of(q) - r0] = acc[q];
+    }
+
+    // J v of the tile's rows in forward mode: the tangents of the streams along v, layer by
+    // layer (zd_s = W ad_s + V_W a_s (+ v_b for the value), then tanh_tangent), from the
+    // Fourier features' tangents along v's B (zero when B is frozen: its columns of J are zero).
+    // The residuals are affine in u's streams, so row (p, c) of J v is the adjoint seed of
+    // w = s e_c dotted with the output tangents. Costs one forward pass of products more than
+    // forward(): two per layer and stream, against value_and_grad's two for its backward pass.
+    template <int D, int NS>
+    void row_jvp(const T* params, const LossInputs<T>& in, const TermTiles& term, const TileRows& R,
+                 int np, std::size_t g0, std::size_t r0, std::size_t r1, const T* v, T* out,
+                 int thread) {
+        const int m = m_;
+        const std::size_t first_row = term.row0 + 2 * g0;
+        T* ta = row_scratch_.data() + std::size_t(thread) * row_stride_;  // input tangents
+        T* tb = ta + row_adj_;                                            // output tangents
+        const bool fourier = in.train_fourier;
+        if (fourier) {
+            const std::ptrdiff_t ssF = std::ptrdiff_t(tile) * 2 * m;
+            const T* vB = v + sp_.offset_B();
+            T* vom = tb;  // 2 pi V_B, laid out as omega_
+            for (std::size_t i = 0; i < std::size_t(D) * m; ++i) vom[i] = T(math::two_pi) * vB[i];
+            for (int p = 0; p < np; ++p) {
+                const T* xi = R.x + std::size_t(p) * D;
+                const T* f = R.feat + std::size_t(p) * 2 * m;
+                T* t = ta + std::size_t(p) * 2 * m;
+#pragma omp simd
+                for (int j = 0; j < m; ++j)
+                    math::fourier_tangent(f[j], f[m + j], xi, omega_.data() + j, vom + j, m,
+                                          Omega_[j], D, NS, t + j, t + m + j, ssF);
+            }
+        }
+        T ud[tile][2 * NS];
+        for (int l = 0; l <= L_; ++l) {
+            const int in_w = sp_.layer_in(l), out_w = sp_.layer_out(l);
+            const T* A = l == 0 ? R.feat : R.h[l - 1];
+            const std::size_t ssA = std::size_t(tile) * in_w, ssO = std::size_t(tile) * out_w;
+            const bool tangent_in = l > 0 || fourier;  // ad = 0 into layer 0 with B frozen
+            const T* vb = v + sp_.offset_b(l);
+            if (l == L_) {  // two outputs: dot products along each row, as forward_tile
+                const T* W0 = params + sp_.offset_W(l);
+                const T* W1 = W0 + in_w;
+                const T* V0 = v + sp_.offset_W(l);
+                const T* V1 = V0 + in_w;
+                for (int s = 0; s < NS; ++s)
+                    for (int p = 0; p < np; ++p) {
+                        const T* a = A + s * ssA + std::size_t(p) * in_w;
+                        const T* ad = ta + s * ssA + std::size_t(p) * in_w;
+                        T u0 = T(0), u1 = T(0);
+                        if (tangent_in) {
+#pragma omp simd reduction(+ : u0, u1)
+                            for (int i = 0; i < in_w; ++i) {
+                                u0 += a[i] * V0[i] + ad[i] * W0[i];
+                                u1 += a[i] * V1[i] + ad[i] * W1[i];
+                            }
+                        } else {
+#pragma omp simd reduction(+ : u0, u1)
+                            for (int i = 0; i < in_w; ++i) {
+                                u0 += a[i] * V0[i];
+                                u1 += a[i] * V1[i];
+                            }
+                        }
+                        ud[p][2 * s] = u0 + (s == 0 ? vb[0] : T(0));
+                        ud[p][2 * s + 1] = u1 + (s == 0 ? vb[1] : T(0));
+                    }
+                break;
+            }
+            for (int s = 0; s < NS; ++s) {
+                gemm<T>(np, out_w, in_w, A + s * ssA, in_w, 1, vt_.data() + wt_off_[l], out_w,
+                        tb + s * ssO, out_w, false);
+                if (tangent_in)
+                    gemm<T>(np, out_w, in_w, ta + s * ssA, in_w, 1, wt_.data() + wt_off_[l], out_w,
+                            tb + s * ssO, out_w, true);
+            }
+            const T* Z = R.z[l];
+            const T* Hh = R.h[l];
+            for (int p = 0; p < np; ++p) {
+                const std::size_t r = std::size_t(p) * out_w;
+                T* zd = tb + r;
+#pragma omp simd
+                for (int j = 0; j < out_w; ++j) {
+                    zd[j] += vb[j];
+                    math::tanh_tangent(Z + r + j, std::ptrdiff_t(ssO), Hh[r + j], zd + j,
+                                       std::ptrdiff_t(ssO), D, NS);
+                }
+            }
+            std::swap(ta, tb);
+        }
+        terms::with_term(term.e, [&](auto entry) {
+            for (int p = 0; p < np; ++p)
+                for (int c = 0; c < 2; ++c) {
+                    const std::size_t row = first_row + 2 * std::size_t(p) + c;
+                    if (row < r0 || row >= r1) continue;
+                    T w[2] = {T(0), T(0)}, ub[2 * math::kMaxStreams] = {};
+                    w[c] = term.scale.s;
+                    decltype(entry)::adjoint(in, g0 + p, w, ub, 2, d_);
+                    T a = T(0);
+                    for (int k = 0; k < 2 * NS; ++k) a += ub[k] * ud[p][k];
+                    out[row - r0] = a;
+                }
+        });
     }
 
     // V's weight matrices transposed (as prepare() does for W), for jvp's products V_W A_s.
