@@ -9,7 +9,9 @@
 #   env        tools, Python packages (wheels carried in .whl/ are installed first), the GPU
 #   build      the CUDA module (cmake, ptxas -v: registers, spills, static shared memory)
 #   tests      tests/test_cuda.py, test_device.py (Model / Trainer on device="cuda" against
-#              the CPU) and test_cuda_residuals.py (the residual level), in that order, with
+#              the CPU), test_backend_cases.py (the loss-case table: loss, gradient and the
+#              residual level against the CPU) and test_cuda_residuals.py (counts, a wide
+#              network's rows), in that order, with
 #              HELMPINN_REQUIRE_GPU=1 (GPU tests, and the PyTorch/CuPy ones, fail instead of
 #              skipping) and a per-test timeout; the first failing (or hung) test is run again
 #              with CUDA_LAUNCH_BLOCKING=1
@@ -240,7 +242,8 @@ st_tests() {
     } > "$WORK/${files[0]}"
     env=(HELMPINN_STUB=1)
   else
-    files=("$ROOT/tests/test_cuda.py" "$ROOT/tests/test_device.py" "$ROOT/tests/test_cuda_residuals.py")
+    files=("$ROOT/tests/test_cuda.py" "$ROOT/tests/test_device.py" "$ROOT/tests/test_backend_cases.py"
+           "$ROOT/tests/test_cuda_residuals.py")
     sel=(-k "not under_cpu_emulation")   # CPU-only, run by CI everywhere
   fi
   ( cd "$dir" && env "${env[@]}" timeout -k 5 "$(blim)" "$PY" -m pytest "${files[@]}" "${sel[@]}" \

@@ -1,6 +1,7 @@
 """Shared fixtures of the numerical tests: a seeded RNG, small model shapes for d = 1, 2, 3,
 a helper that makes random loss inputs in the keyword form of Workspace.value_and_grad, and the
-``gpu`` fixture of every GPU test."""
+``gpu`` fixture of every GPU test (with ``scratch``, which runs a GPU test with the activation
+buffers in shared memory and in global scratch)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,15 @@ def gpu():
         if REQUIRE_GPU:
             pytest.fail(f"HELMPINN_REQUIRE_GPU=1 but {reason}")
         pytest.skip(reason)
+
+
+@pytest.fixture(params=["shared", "global"])
+def scratch(request, monkeypatch):
+    """A GPU test's CUDA workspaces keep their activation buffers in shared memory (the default)
+    or in global scratch (HELMPINN_CUDA_SCRATCH=global, read when a CUDA Workspace is made)."""
+    if request.param == "global":
+        monkeypatch.setenv("HELMPINN_CUDA_SCRATCH", "global")
+    return request.param
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""The command line, end to end on tiny problems."""
+"""The command line, end to end on tiny problems: on the CPU, and with --device cuda on a GPU
+(test_train_on_gpu skips without one, with the reason; FAIL instead with HELMPINN_REQUIRE_GPU=1);
+without a GPU --device cuda is refused naming the reason."""
 import json
 import os
 import subprocess
@@ -7,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import no_gpu_reason
 from helmpinn.cli import main
 from helmpinn.model import Model
 
@@ -63,3 +66,82 @@ def test_python_dash_m(tmp_path):
     r = subprocess.run([sys.executable, "-m", "helmpinn", "problems"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0 and "dirichlet2d" in r.stdout
+
+
+def test_device_option_in_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "--device {cpu,cuda}" in out
+
+
+def test_device_is_saved_and_resumed(tmp_path):
+    """The default device (cpu) is a setting of the run: in the model's metadata and the report."""
+    out = tmp_path / "run"
+    assert main(["train", "--problem", "plane1d", *TINY, "--steps", "5", "--no-plots",
+                 "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["settings"]["device"] == "cpu"
+    assert Model.load(out / "model.npz").metadata["settings"]["device"] == "cpu"
+    assert main(["train", "--resume", str(out), "--steps", "8", "--quiet", "--no-plots"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["device"] == "cpu" and metrics["final_step"] == 8
+
+
+def _no_gpu_words() -> str:
+    import helmpinn
+
+    return ("helmpinn was built without CUDA support" if not helmpinn.has_cuda()
+            else "no CUDA device is visible")
+
+
+def test_device_cuda_refused_without_a_gpu(tmp_path, capsys):
+    """--device cuda where no GPU can be used: status 2, one line naming --device and why, and
+    nothing written."""
+    if no_gpu_reason() is None:
+        pytest.skip("a GPU is usable here")
+    out = tmp_path / "run"
+    assert main(["train", "--problem", "plane1d", *TINY, "--device", "cuda", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("helmpinn: --device cuda: " + _no_gpu_words()), err
+    assert not out.exists()
+    # a saved run that trains on the GPU cannot be resumed here either, and says so
+    assert main(["train", "--problem", "plane1d", *TINY, "--steps", "5", "--no-plots",
+                 "--out", str(out)]) == 0
+    model = Model.load(out / "model.npz")
+    model.metadata["settings"]["device"] = "cuda"
+    model.save(out / "model.npz")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--steps", "8", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "the run trains with --device cuda, but " + _no_gpu_words() in err, err
+    assert Model.load(out / "model.npz").optimizer_state["step"] == 5
+
+
+def test_device_cuda_refuses_lm(tmp_path, capsys):
+    """Levenberg-Marquardt runs on the CPU only (Trainer.fit_lm): refused before anything else,
+    on any machine."""
+    out = tmp_path / "run"
+    assert main(["train", "--problem", "plane1d", *TINY, "--device", "cuda", "--optimizer", "lm",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda: --optimizer lm runs on the CPU only" in err, err
+    assert not out.exists()
+
+
+def test_train_on_gpu(gpu, tmp_path):
+    """A few Adam steps of a built-in problem on the GPU write the model; --resume continues there."""
+    out = tmp_path / "gpu"
+    assert main(["train", "--problem", "plane1d", "--k", "5", *TINY, "--steps", "6",
+                 "--dtype", "float64", "--device", "cuda", "--no-plots", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["device"] == "cuda" and metrics["steps"] == 6
+    assert np.isfinite(metrics["final"]["loss"]) and 0 < metrics["final"]["relative_l2"] < 10
+    model = Model.load(out / "model.npz")
+    assert model.device == "cpu" and model.optimizer_state["step"] == 6
+    assert model.metadata["settings"]["device"] == "cuda"
+    assert np.all(np.isfinite(model.params))
+    assert main(["train", "--resume", str(out), "--steps", "9", "--quiet", "--no-plots"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["device"] == "cuda" and metrics["final_step"] == 9
+    assert Model.load(out / "model.npz").optimizer_state["step"] == 9

@@ -10,19 +10,23 @@ Without a GPU (any machine):
     CMake uses), and compared with the CPU backend (forward, every loss term, chunking, partial tiles, shared-memory and
     global-scratch buffers, odd tiles, bitwise reproducibility, check_finite), and the device
     seed primitives with the host ones; and the residual level (residuals, Jacobian rows, jvp,
-    vjp, grad_kappa, counts; tests/test_cuda_residuals.py repeats it on a GPU); and the core's
-    CUDA runtime API (device scope, pointer queries, device buffers, copies, stream ordering)
-    on two emulated devices.
+    vjp, grad_kappa, counts); the loss cases are the table loss_cases.inc, which
+    tests/test_backend_cases.py runs on a real GPU; and the core's CUDA runtime API (device
+    scope, pointer queries, device buffers, copies, stream ordering) on two emulated devices.
   * The seed primitives on CUDA arrays refuse a call without out= and, where CUDA cannot be
     used, say why naming the argument; `stream=` is refused with host arrays.
 
-With a GPU: every result of a device="cuda" Workspace (forward u / grad u / lap u and the
-caches, value_and_grad of each term and all together, d = 1, 2, 3, float32 and float64) is
-compared with the CPU backend on the same random inputs (float64: relative error < 1e-10;
-float32: < 1e-4), and with the float64 reference; two runs are bitwise identical; results are
-written zero-copy into caller-provided device arrays (helmpinn's DeviceArray, and PyTorch /
-CuPy when importable); host arrays and wrong device arrays are refused with errors naming the
-argument. The seed primitives (mse_backward, layer_backward, fourier_backward, adam_step) on
+With a GPU: forward (u / grad u / lap u, d = 1, 2, 3, float32 and float64) and the caches of
+a device="cuda" Workspace are compared with the CPU backend on the same random inputs (float64:
+relative error < 1e-10; float32: < 1e-4) and forward with the float64 reference; value_and_grad
+(every term together) on realistic and wide shapes, under the tuning knobs (tile size, global
+scratch), in several chunk sizes, and with workspaces of different sizes side by side, against
+the CPU; two runs are bitwise identical; results are written zero-copy into caller-provided
+device arrays (helmpinn's DeviceArray, and PyTorch / CuPy when importable); host arrays and
+wrong device arrays are refused with errors naming the argument. The loss of each term and
+their combinations (constants and per-point coefficients, frozen B, counts, the general
+operator), the gradient and the residual level against the CPU are the loss-case table's, in
+tests/test_backend_cases.py (test_cuda_against_cpu). The seed primitives (mse_backward, layer_backward, fourier_backward, adam_step) on
 helmpinn / PyTorch / CuPy device arrays agree with NumPy, are bitwise reproducible, run on a
 given stream, and refuse host arrays and bad arguments naming them.
 GPU tests skip with the reason when there is no device, and FAIL instead when
@@ -118,16 +122,11 @@ def cast(terms: dict, dtype) -> dict:
 
 TOL = {"float64": 1e-10, "float32": 1e-4}
 
-CASES = {
-    "pde_scalar_kappa_no_f": dict(n_pde=45, kappa="scalar", f=False),
-    "pde_array_kappa_f": dict(n_pde=45, kappa="array", f=True),
-    "data": dict(n_data=37),
-    "bc_scalar_alpha_no_g": dict(n_bc=41, alpha="scalar", g=False),
-    "bc_sommerfeld_g": dict(n_bc=41, alpha="sommerfeld", g=True),
-    "bc_array_alpha_g": dict(n_bc=41, alpha="array", g=True),
-    "all_array_weighted": dict(n_pde=39, n_data=27, n_bc=33, kappa="array", alpha="array",
-                               weights=(0.7, 1.9, 0.35)),
-}
+#: Every term, per-point coefficients, weighted: the inputs (conftest's make_inputs) of the
+#: tests below that check something else than the loss itself (the loss cases are
+#: tests/test_backend_cases.py's).
+ALL_TERMS = dict(n_pde=39, n_data=27, n_bc=33, kappa="array", alpha="array",
+                 weights=(0.7, 1.9, 0.35))
 
 
 def _pair(spec_tuple, batch, dtype):
@@ -347,25 +346,6 @@ def test_forward_matches_cpu(gpu, spec_tuple, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("case", list(CASES))
-def test_value_and_grad_matches_cpu(gpu, spec_tuple, rng, make_inputs, case, dtype):
-    theta = R.random_params(spec_tuple, rng)
-    terms = make_inputs(spec_tuple[0], **CASES[case])
-    v, _, _ = _compare_value_and_grad(spec_tuple, theta, terms, dtype)
-    if dtype == "float64":
-        assert v == pytest.approx(R.loss(theta, spec_tuple, **terms), rel=1e-11)
-
-
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_frozen_fourier_on_gpu(gpu, spec_tuple, rng, make_inputs, dtype):
-    d, m = spec_tuple[:2]
-    theta = R.random_params(spec_tuple, rng)
-    terms = make_inputs(d, **CASES["all_array_weighted"])
-    _, g, _ = _compare_value_and_grad(spec_tuple, theta, terms, dtype, train_fourier=False)
-    assert np.all(g[: d * m] == 0.0)
-
-
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("shape", [(2, 32, 128, 4), (3, 32, 64, 4), (1, 16, 64, 3), (2, 5, 13, 1)],
                          ids=["cfg-b", "cfg-c", "cfg-a", "odd-widths"])
 def test_realistic_shapes(gpu, rng, make_inputs, shape, dtype):
@@ -391,7 +371,7 @@ def test_tuning_knobs(gpu, rng, make_inputs, monkeypatch, env, dtype):
         monkeypatch.setenv(k, v)
     shape = (3, 8, 40, 2)
     theta = R.random_params(shape, rng)
-    terms = make_inputs(3, **CASES["all_array_weighted"])
+    terms = make_inputs(3, **ALL_TERMS)
     _compare_value_and_grad(shape, theta, terms, dtype, batch=23)
 
 
@@ -532,7 +512,7 @@ def test_torch_zero_copy_and_streams(gpu, rng, make_inputs):
     torch = need_torch()
     shape = SPECS[2]
     theta = R.random_params(shape, rng)
-    terms = make_inputs(2, **CASES["all_array_weighted"])
+    terms = make_inputs(2, **ALL_TERMS)
     cpu = helmpinn.Workspace(helmpinn.ModelSpec(*shape), 16, dtype="float64")
     g_ref = np.empty(theta.size)
     v_ref = cpu.value_and_grad(theta, g_ref, **terms)

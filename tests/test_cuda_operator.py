@@ -19,7 +19,7 @@ import pytest
 
 import helmpinn
 import reference as R
-from test_cuda_residuals import TOL, DeviceArray, close, dev, host, scratch, split  # noqa: F401
+from test_cuda_residuals import TOL, DeviceArray, close, dev, host, split
 from test_operator import _operator_inputs
 
 

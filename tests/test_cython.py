@@ -1,6 +1,10 @@
 """Cython code can cimport helmpinn's C++ API (python/helmpinn/core.pxd) and call the core with
 no Python in between. This compiles a small Cython extension in a temporary directory, links it
-with the C++ library and checks its loss, gradient and a short Adam run against the Python API.
+with the C++ library and checks its loss, gradient and a short Adam run against the Python API,
+and calls the CUDA runtime declarations of runtime.hpp: a default PointerInfo and an empty
+DeviceBuffer (any build); every device function raising RuntimeError naming itself (a library
+built without CUDA); and on a GPU (a library with CUDA) a DeviceBuffer's round trip through
+copy_to_device / copy_to_host, pointer_info, device_for_pointer, DeviceScope and stream_wait.
 
 Where the C++ headers and library come from: the installed package itself when it ships them
 (a wheel: helmpinn/include, helmpinn/lib/libhelmpinn.a), otherwise a CMake build and install of
@@ -30,10 +34,95 @@ PYX = textwrap.dedent('''
     # cython: language_level=3, boundscheck=False, wraparound=False
     from libcpp.vector cimport vector
     from helmpinn.core cimport (ModelSpec, Workspace, LossInputs, LossBreakdown, adam_step,
-                                version, Device)
+                                version, Device, has_cuda, cuda_device_count, current_device,
+                                DeviceScope, MemoryKind, PointerInfo, pointer_info,
+                                device_for_pointer, DeviceBuffer, copy_to_device, copy_to_host,
+                                stream_wait)
 
     def core_version():
         return version().decode()
+
+    # ---- the CUDA runtime (runtime.hpp) ----------------------------------------------------
+
+    def library_cuda():
+        """(has_cuda, cuda_device_count) of the C++ library this extension links."""
+        return has_cuda(), cuda_device_count()
+
+    cdef str kind_name(MemoryKind kind):
+        if kind == MemoryKind.host:
+            return "host"
+        if kind == MemoryKind.pinned_host:
+            return "pinned_host"
+        if kind == MemoryKind.device:
+            return "device"
+        return "managed"
+
+    def runtime_defaults():
+        """A default PointerInfo and an empty DeviceBuffer: no GPU needed."""
+        cdef PointerInfo info
+        cdef DeviceBuffer buf
+        buf.reset()
+        return ((kind_name(info.kind), info.device, info.on_device()),
+                (buf.data() == NULL, buf.bytes(), buf.device(), buf.empty()))
+
+    def runtime_call(str name, int device):
+        """One runtime function, on host memory or `device`; what it returns."""
+        cdef double x[4]
+        cdef DeviceScope* scope
+        cdef DeviceBuffer* buf
+        cdef int n
+        x[0] = 1.0
+        if name == "current_device":
+            with nogil:
+                n = current_device()
+            return n
+        if name == "DeviceScope":
+            scope = new DeviceScope(device)
+            n = scope.previous()
+            del scope
+            return n
+        if name == "pointer_info":
+            return kind_name(pointer_info(x).kind), pointer_info(x).device
+        if name == "device_for_pointer":
+            return device_for_pointer(x)
+        if name == "DeviceBuffer":
+            buf = new DeviceBuffer(64, device)
+            n = buf.bytes()
+            del buf
+            return n
+        if name == "copy_to_device":   # 8 bytes to NULL: refused before any copy without CUDA
+            copy_to_device(NULL, x, 8, device)
+        elif name == "copy_to_host":
+            copy_to_host(x, NULL, 8, device)
+        elif name == "stream_wait":    # two different streams
+            stream_wait(<void*>2, <void*>3, device)
+        else:
+            raise ValueError(name)
+
+    def device_roundtrip(const double[::1] src, int device):
+        """src copied into a DeviceBuffer on `device` and back (the default stream ordered after
+        itself in between); with where the buffer's memory is and the current device in a
+        DeviceScope of `device`."""
+        cdef size_t n = src.shape[0]
+        cdef vector[double] back = vector[double](n, 0.0)
+        cdef DeviceBuffer* buf = new DeviceBuffer(n * sizeof(double), device)
+        cdef DeviceScope* scope = NULL
+        cdef PointerInfo info
+        cdef int owner, current
+        try:
+            with nogil:
+                copy_to_device(buf.data(), &src[0], n * sizeof(double), device)
+                stream_wait(NULL, NULL, device)
+                copy_to_host(back.data(), buf.data(), n * sizeof(double), device)
+                info = pointer_info(buf.data())
+                owner = device_for_pointer(buf.data())
+            scope = new DeviceScope(device)
+            current = current_device()
+            return (list(back), kind_name(info.kind), info.device, info.on_device(), owner,
+                    current, buf.bytes(), buf.device())
+        finally:
+            del scope
+            del buf
 
     cdef ModelSpec make_spec(tuple s) except *:
         cdef ModelSpec spec
@@ -243,3 +332,43 @@ def test_cython_errors_become_python_exceptions(cython_module):
         cython_module.Solver((4, 4, 8, 2), 16)
     with pytest.raises(ValueError, match="batch_size"):
         cython_module.Solver(SPEC, 0)
+
+
+# ------------------------------------------------------------------ the CUDA runtime (runtime.hpp)
+
+RUNTIME = ("current_device", "DeviceScope", "pointer_info", "device_for_pointer", "DeviceBuffer",
+           "copy_to_device", "copy_to_host", "stream_wait")
+
+
+def test_cython_runtime_values_without_a_gpu(cython_module):
+    info, buf = cython_module.runtime_defaults()
+    assert info == ("host", -1, False)
+    assert buf == (True, 0, 0, True)
+
+
+def test_cython_runtime_without_cuda(cython_module):
+    """The linked library has no CUDA: every device function raises RuntimeError naming itself."""
+    if cython_module.library_cuda()[0]:
+        pytest.skip("the C++ library this extension links was built with CUDA")
+    assert cython_module.library_cuda() == (False, 0)
+    for name in RUNTIME:
+        with pytest.raises(RuntimeError, match=f"^{name}: helmpinn was built without CUDA support$"):
+            cython_module.runtime_call(name, 0)
+
+
+def test_cython_runtime_on_gpu(gpu, cython_module, rng):
+    has, count = cython_module.library_cuda()
+    if not has or count == 0:
+        pytest.skip("the C++ library this extension links was built without CUDA"
+                    if not has else "the C++ library this extension links sees no CUDA device")
+    src = rng.normal(size=9)
+    back, kind, dev, on_device, owner, current, nbytes, buf_dev = \
+        cython_module.device_roundtrip(src, 0)
+    np.testing.assert_array_equal(back, src)
+    assert (kind, dev, on_device, owner, current) == ("device", 0, True, 0, 0)
+    assert (nbytes, buf_dev) == (9 * 8, 0)
+    assert cython_module.runtime_call("pointer_info", 0) == ("host", -1)
+    assert cython_module.runtime_call("device_for_pointer", 0) == -1
+    assert cython_module.runtime_call("DeviceBuffer", 0) == 64
+    assert isinstance(cython_module.runtime_call("DeviceScope", 0), int)
+    assert cython_module.runtime_call("current_device", 0) == 0

@@ -10,7 +10,9 @@ anything is trained or removed; misuse exits with status 2 and one line on stder
 removes the files a previous run left in OUT under those five names (and temporary files of an
 interrupted save, ``.tmp-*.npz``), never any other file. Ctrl-C stops after the current step,
 saves the checkpoint and the report and exits with status 130; ``helmpinn train --resume OUT``
-continues that run with its saved settings. A run that diverges (non-finite loss or
+continues that run with its saved settings (its ``--device`` included). ``--device cuda`` trains
+on the first GPU; without a CUDA build or a visible GPU, or with ``--optimizer lm`` (CPU only),
+it is refused (status 2) before anything is written. A run that diverges (non-finite loss or
 parameters) keeps the last good checkpoint, writes no model without one, and exits with status 1.
 """
 from __future__ import annotations
@@ -103,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--checkpoint-every", type=int, default=None,
                    help="steps between checkpoints (default 0: only at the end and on Ctrl-C)")
     o.add_argument("--seed", type=int, default=None, help="random seed (initialisation and sampling; default 0)")
+    o.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                   help="where to train (default cpu): cuda trains on the first GPU (a CUDA build "
+                        "of helmpinn; Adam steps there, --lbfgs / --optimizer lbfgs copy the "
+                        "parameters to the CPU for L-BFGS and back; --optimizer lm is CPU only); "
+                        "saved with the run, so --resume continues on the same device")
     o.add_argument("--threads", type=int, default=None, help="CPU threads (default: OpenMP's)")
     o.add_argument("--out", default=None, help="output folder (default helmpinn-out); files of a previous "
                    "run there are replaced")
@@ -200,6 +207,7 @@ def _new_run(args: argparse.Namespace):
         "train_fourier": not args.freeze_fourier, "target": args.target, "seed": seed,
         "checkpoint_every": args.checkpoint_every or 0,
         "optimizer": optimizer, "warm_start": pick("warm_start", args.warm_start),
+        "device": args.device or "cpu",
     }
     if optimizer == "lm":
         settings["lm"] = {**s["lm"], "solver": args.lm_solver or s["lm"]["solver"]}
@@ -245,6 +253,7 @@ def _resumed_run(args: argparse.Namespace, given: list[str]):
         if old in settings:
             settings.setdefault(new, settings.pop(old))
     settings["betas"] = tuple(settings["betas"])
+    settings.setdefault("device", "cpu")  # runs saved before --device trained on the CPU
     done = int(model.optimizer_state.get("step", 0))
     if args.steps is not None:
         settings["steps"] = args.steps
@@ -258,6 +267,30 @@ def _resumed_run(args: argparse.Namespace, given: list[str]):
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"--resume: {path}: problem {settings['problem']!r}: {exc}") from None
     return settings, problem, model, done
+
+
+def _check_device(settings: dict[str, Any], ranks: int, resume: str | None) -> None:
+    """--device cuda: the run can train on a GPU here (what the Trainer and the machine allow),
+    checked before anything is written."""
+    if settings["device"] == "cpu":
+        return
+    from . import _core
+
+    flag = f"--device {settings['device']}"
+    where = f"{flag}:" if resume is None else f"--resume {resume!r}: the run trains with {flag}, but"
+    if settings.get("optimizer") == "lm":
+        raise _UsageError(f"{where} --optimizer lm runs on the CPU only (Levenberg-Marquardt's "
+                          "Jacobian and solves are host arrays): use --device cpu with it, or "
+                          "--optimizer adam or lbfgs on the GPU")
+    if ranks > 1:
+        raise _UsageError(f"{where} data-parallel training over {ranks} MPI ranks runs on the CPU "
+                          "only (the ranks reduce host gradients): use --device cpu, or one process")
+    if not _core.has_cuda():
+        raise _UsageError(f"{where} helmpinn was built without CUDA support (rebuild it with "
+                          "CUDA, or use --device cpu)")
+    if _core.cuda_device_count() == 0:
+        raise _UsageError(f"{where} no CUDA device is visible ({_core.cuda_device_error()}); "
+                          "use --device cpu")
 
 
 def _prepare_out(out: str) -> None:
@@ -341,6 +374,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if ranks > 1 and settings.get("optimizer") == "lm" and settings["lm"]["solver"] not in ("auto", "primal"):
             raise _UsageError(f"--lm-solver {settings['lm']['solver']}: over several MPI ranks LM sums JᵀJ "
                               "over the ranks, so only the primal solver (or auto) is available")
+        _check_device(settings, ranks, args.resume)
         if rank == 0:
             _prepare_out(out)
         if args.threads is not None:
@@ -361,7 +395,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                               eval_every=settings["eval_every"], target_error=settings["target"],
                               checkpoint_every=settings["checkpoint_every"], checkpoint_path=model_path,
                               progress=not quiet, seed=settings["seed"],
-                              stop_on_interrupt=ranks == 1, comm=comm)
+                              stop_on_interrupt=ranks == 1, comm=comm, device=settings["device"])
         except ValueError as exc:
             raise _UsageError(str(exc)) from None
         if done:

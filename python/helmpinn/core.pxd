@@ -12,6 +12,15 @@ with OpenMP (-fopenmp) when helmpinn.has_openmp() is true. See the README, "Use 
 Every function is declared nogil: the core never touches Python. Functions that can fail are
 declared `except +`, so a std::invalid_argument arrives as ValueError and a std::runtime_error
 as RuntimeError. Pointers are host memory for Device.cpu.
+
+The CUDA runtime of runtime.hpp (current_device, DeviceScope, pointer_info, device_for_pointer,
+DeviceBuffer, copy_to_device, copy_to_host, stream_wait) is declared in every build: in a build
+without CUDA each of them raises RuntimeError("<function>: helmpinn was built without CUDA
+support"), and with CUDA but no usable device RuntimeError with the CUDA runtime's error. A
+stream is a void* (a cudaStream_t; NULL = the legacy default stream). DeviceScope has no
+default constructor and DeviceBuffer cannot be copied: make them with `new` (and `del` them),
+e.g. ``cdef DeviceBuffer* buf = new DeviceBuffer(nbytes, 0)``; an empty DeviceBuffer
+(``cdef DeviceBuffer b``) and a default PointerInfo need no GPU.
 """
 from libcpp cimport bool
 from libcpp.string cimport string
@@ -30,6 +39,41 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
     string cuda_device_error()
     const char* cpu_isa()
     const char* cpu_kernel_sets()
+
+    # the CUDA runtime (see above: RuntimeError without CUDA support or without the device)
+    int current_device() except +
+
+    cdef cppclass DeviceScope:
+        # makes `device` current until it is deleted, then restores the previous one
+        DeviceScope(int device) except +
+        int previous() const
+
+    cdef enum class MemoryKind:
+        host
+        pinned_host
+        device
+        managed
+
+    cdef cppclass PointerInfo:
+        MemoryKind kind    # MemoryKind.host by default
+        int device         # the owning device; -1 for host memory
+        bool on_device() const
+
+    PointerInfo pointer_info(const void* ptr) except +
+    int device_for_pointer(const void* ptr) except +
+
+    cdef cppclass DeviceBuffer:
+        DeviceBuffer()                                # empty: data() == NULL, no GPU needed
+        DeviceBuffer(size_t bytes, int device) except +
+        void* data() const
+        size_t bytes() const
+        int device() const
+        bool empty() const
+        void reset()                                  # frees the memory now
+
+    void copy_to_device(void* dst, const void* src, size_t bytes, int device) except +
+    void copy_to_host(void* dst, const void* src, size_t bytes, int device) except +
+    void stream_wait(void* consumer, void* producer, int device) except +
 
     # ---- spec.hpp: the model's shape and the flat parameter layout -------------------------
     cdef cppclass ParamInfo:

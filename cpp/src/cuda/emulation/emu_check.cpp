@@ -131,10 +131,11 @@ struct Problem {
         for (auto& e : c_pde) e *= T(3);
     }
 
-    // terms: bit 0 pde, 1 data, 2 bc; variant: 0 = per-point kappa/alpha with f/g, 1 = constants, no f/g;
-    // op (the PDE term's entry): kLaplacian, or the general operator with per-point a, b, c
-    // (kOpArrays; variant 0 adds f), complex constants (kOpConstants), or per-point a, constant
-    // b and a real per-point c given as kappa (kOpKappa).
+    // terms: bit 0 pde, 1 data, 2 bc; variant: 0 = per-point kappa/alpha with f/g, 1 = constants
+    // (kappa 7.3, alpha 0.3 - 2.1i), no f/g, 2 = constants with f/g and a Sommerfeld-like alpha
+    // (0 - 2.1i); op (the PDE term's entry): kLaplacian, or the general operator with per-point
+    // a, b, c (kOpArrays), complex constants (kOpConstants), or per-point a, constant b and a
+    // real per-point c given as kappa (kOpKappa); f with variants 0 and 2 whatever the entry.
     LossInputs<T> inputs(int terms, int variant, bool train_fourier, int op = 0) const {
         LossInputs<T> in;
         if (terms & 1) {
@@ -142,10 +143,10 @@ struct Problem {
             in.num_pde = num_pde;
             if (variant == 0) {
                 in.kappa = kappa.data();
-                in.f = f.data();
             } else {
                 in.kappa_const = T(7.3);
             }
+            if (variant != 1) in.f = f.data();
             if (op != 0) {
                 in.pde_operator = true;
                 in.kappa_const = T(0);  // not read with the operator
@@ -173,11 +174,11 @@ struct Problem {
             in.normal_bc = num_bc.data();
             if (variant == 0) {
                 in.alpha_bc = alpha.data();
-                in.g_bc = g.data();
             } else {
-                in.alpha_const[0] = T(0.3);
+                in.alpha_const[0] = T(variant == 2 ? 0.0 : 0.3);
                 in.alpha_const[1] = T(-2.1);
             }
+            if (variant != 1) in.g_bc = g.data();
         }
         in.w_pde = T(0.7);
         in.w_data = T(1.9);
@@ -194,6 +195,17 @@ const char* op_name(int op) {
     static const char* names[] = {"", " operator(a, b, c per point)", " operator(constants)",
                                   " operator(a per point, c = kappa)"};
     return names[op];
+}
+
+/// A case's variant (see Problem::inputs) in the names of the checks.
+const char* variant_name(int variant) {
+    static const char* names[] = {" (per-point kappa/alpha, f, g)", " (constants)",
+                                  " (constants, f, g, Sommerfeld alpha)"};
+    return names[variant];
+}
+const char* variant_short(int variant) {
+    static const char* names[] = {" per-point", " constants", " constants f g"};
+    return names[variant];
 }
 
 template <typename T>
@@ -251,7 +263,7 @@ void check_grad(const Problem<T>& pb, std::size_t batch, int terms, int variant,
                                 std::fabs(l2.bc - l1.bc) / std::max(std::fabs(l1.bc), 1e-300)});
     const char* names[8] = {"none", "pde", "data", "pde+data", "bc", "pde+bc", "data+bc", "all"};
     std::string what = tag + " value_and_grad " + names[terms] +
-                       (variant == 0 ? " (per-point kappa/alpha, f, g)" : " (constants)") +
+                       variant_name(variant) +
                        (tf ? "" : " frozen B") + op_name(op);
     bool frozen_ok = true;
     if (!tf)
@@ -379,7 +391,7 @@ void check_rows(const Problem<T>& pb, std::size_t batch, int terms_mask, int var
     }
     const std::size_t R = cpu.num_residuals(in);
     const std::string tag = tag0 + " rows terms=" + std::to_string(terms_mask) +
-                            (variant == 0 ? " per-point" : " constants") + (tf ? "" : " frozen B") +
+                            variant_short(variant) + (tf ? "" : " frozen B") +
                             (counts ? " counts" : "") + op_name(op);
     report(gpu.num_residuals(in) == R && R == 2 * (in.num_pde + in.num_data + in.num_bc),
            tag + " num_residuals");
