@@ -10,8 +10,8 @@
 #   build      the CUDA module (cmake, ptxas -v: registers, spills, static shared memory)
 #   tests      tests/test_cuda.py, test_device.py (Model / Trainer on device="cuda" against
 #              the CPU), test_backend_cases.py (the loss-case table: loss, gradient and the
-#              residual level against the CPU) and test_cuda_residuals.py (counts, a wide
-#              network's rows), in that order, with
+#              residual level against the CPU; its GPU half), test_cuda_residuals.py (counts,
+#              a wide network's rows) and test_cuda_operator.py, in that order, with
 #              HELMPINN_REQUIRE_GPU=1 (GPU tests, and the PyTorch/CuPy ones, fail instead of
 #              skipping) and a per-test timeout; the first failing (or hung) test is run again
 #              with CUDA_LAUNCH_BLOCKING=1
@@ -242,8 +242,10 @@ st_tests() {
     } > "$WORK/${files[0]}"
     env=(HELMPINN_STUB=1)
   else
-    files=("$ROOT/tests/test_cuda.py" "$ROOT/tests/test_device.py" "$ROOT/tests/test_backend_cases.py"
-           "$ROOT/tests/test_cuda_residuals.py")
+    # the table's GPU half only (its CPU half runs in CI), then the general operator
+    files=("$ROOT/tests/test_cuda.py" "$ROOT/tests/test_device.py"
+           "$ROOT/tests/test_backend_cases.py::test_cuda_against_cpu"
+           "$ROOT/tests/test_cuda_residuals.py" "$ROOT/tests/test_cuda_operator.py")
     sel=(-k "not under_cpu_emulation")   # CPU-only, run by CI everywhere
   fi
   ( cd "$dir" && env "${env[@]}" timeout -k 5 "$(blim)" "$PY" -m pytest "${files[@]}" "${sel[@]}" \

@@ -60,7 +60,7 @@ def test_counts_on_gpu(gpu, rng, make_inputs, dtype):
     """Global counts: the CUDA workspace divides by them as the CPU one does."""
     spec = (2, 4, 6, 2)
     terms = make_inputs(2, n_pde=40, n_data=17, n_bc=23, kappa="array", alpha="array")
-    counts = {"pde": 57, "data": 17, "bc": 100}
+    counts = {"pde": 57, "data": 34, "bc": 100}
     h, g = split(terms, dtype)
     theta = R.random_params(spec, rng).astype(dtype)
     cpu, ws = _pair(spec, dtype, batch=16)

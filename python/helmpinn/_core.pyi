@@ -155,7 +155,7 @@ class Workspace:
     #   a_pde, b_pde (complex or [N_pde, d, 2]), c_pde (complex or [N_pde, 2]): the general
     #     operator r = sum_i a_i u_ii + sum_i b_i u_i + c u - f at the PDE points instead of
     #     lap u + kappa u - f (any of them given selects it; a = 1, b = 0 by default; c_pde or
-    #     kappa, a real c, is required with it; CPU workspaces only for now)
+    #     kappa, a real c, is required with it)
     #   x_data [N_data, d], y [N_data, 2]                               data term
     #   x_bc [N_bc, d], n_bc [N_bc, d], alpha_bc (complex or [N_bc, 2]), g_bc [N_bc, 2]   Robin
     #   w_pde, w_data, w_bc: float = 1.0          term weights (>= 0 on the residual level)
