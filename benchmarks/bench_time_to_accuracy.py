@@ -137,7 +137,8 @@ def run_one(problem, optimizer: str, args, budget: float | None = None) -> dict:
         out["steps"] = res.iterations
         out["message"] = res.message
     else:
-        trainer.fit_lm(args.lm_iterations or d["iterations"], **{**lm_options(d), "solver": args.lm_solver},
+        gram = {"gram": args.lm_gram} if args.lm_gram else {}
+        trainer.fit_lm(args.lm_iterations or d["iterations"], **{**lm_options(d), "solver": args.lm_solver, **gram},
                        blas_threads=_blas_threads(args.lm_blas_threads))
         lm = trainer.lm
         out["steps"] = lm.steps
@@ -202,6 +203,8 @@ def main(argv=None) -> int:
     p.add_argument("--lbfgs-iterations", type=int, default=100000)
     p.add_argument("--lm-iterations", type=int, default=None)
     p.add_argument("--lm-solver", default="auto", choices=("auto", "primal", "dual", "cg"))
+    p.add_argument("--lm-gram", default=None, choices=("float64", "float32"),
+                   help="precision of LM's JᵀJ (default: each problem's, helmpinn.lm.lm_defaults)")
     p.add_argument("--lm-blas-threads", default="auto",
                    help="BLAS threads inside LM steps (threadpoolctl): a number, 'auto' (helmpinn's threads) "
                         "or 0 (leave the BLAS as it is)")

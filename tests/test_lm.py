@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn.lm import CoreResiduals, FunctionResiduals, LevenbergMarquardt, NonFiniteLoss
+from helmpinn.lm import CoreResiduals, FunctionResiduals, LevenbergMarquardt, NonFiniteLoss, lm_defaults, lm_options
 from helmpinn.trainer import relative_l2
 
 K = 5.0
@@ -65,11 +65,17 @@ def test_primal_dual_and_matrix_free_give_the_same_step(n_pde, damping):
     for solver in ("primal", "dual", "cg"):
         lm = LevenbergMarquardt(res, solver=solver, damping=damping, cg_tol=1e-12, cg_maxiter=2000)
         steps[solver] = lm.solve(theta, lam)
+    # JᵀJ in float32, its factor preconditioning CG on the float64 system
+    lm = LevenbergMarquardt(res, solver="primal", damping=damping, gram="float32", refine_tol=1e-12)
+    steps["float32"] = lm.solve(theta, lam)
     ref = steps["primal"].delta
     scale = np.abs(ref).max()
     np.testing.assert_allclose(steps["dual"].delta, ref, rtol=0, atol=1e-8 * scale)
     np.testing.assert_allclose(steps["cg"].delta, ref, rtol=0, atol=1e-6 * scale)
+    # CG's residual 1e-12 times cond(JᵀJ + λD) ~ 1e6: the step to about 1e-7 (measured 4e-9, 2e-8)
+    np.testing.assert_allclose(steps["float32"].delta, ref, rtol=0, atol=1e-7 * scale)
     assert steps["cg"].method == "cg" and steps["cg"].cg_iterations > 1
+    assert steps["float32"].method == "cholesky+cg" and 1 <= steps["float32"].cg_iterations <= 8
     for s in steps.values():
         assert s.predicted == pytest.approx(steps["primal"].predicted, rel=1e-6)
 
@@ -83,23 +89,27 @@ def test_auto_solver_picks_by_shape():
 
 
 @pytest.mark.parametrize("geodesic", [False, True])
-@pytest.mark.parametrize("solver", ["primal", "dual", "cg"])
+@pytest.mark.parametrize("solver", ["primal", "dual", "cg", "primal-float32"])
 def test_reaches_a_small_error_in_bounded_iterations(solver, geodesic):
     prob, spec, theta, res = tiny(n_pde=60 if solver != "dual" else 40)
+    options = {}
+    if solver == "primal-float32":   # JᵀJ in float32, preconditioning CG
+        solver, options = "primal", {"gram": "float32"}
     model = hp.Model(spec, theta)
     x = prob.test_points(200)
     u = prob.exact_at(x)
     err0 = relative_l2(model.predict(x), u)
     lm = LevenbergMarquardt(res, solver=solver, damping="identity", geodesic=geodesic, cg_tol=1e-6,
-                            cg_maxiter=300)
+                            cg_maxiter=300, **options)
     for _ in range(25):
         lm.step(model.params)
     err = relative_l2(model.predict(x), u)
     assert err0 > 0.5 and err < 1e-3, (err0, err)
 
 
-@pytest.mark.parametrize("n_pde, solver", [(60, "primal"), (20, "dual"), (60, "cg")])
-def test_geodesic_trial_point_equals_dense_formula(n_pde, solver):
+@pytest.mark.parametrize("n_pde, solver, gram", [(60, "primal", "float64"), (20, "dual", "float64"),
+                                                (60, "cg", "float64"), (60, "primal", "float32")])
+def test_geodesic_trial_point_equals_dense_formula(n_pde, solver, gram):
     # θ − δ − a/2, (JᵀJ + λI) a = Jᵀ r_vv, r_vv the central second difference along δ (step h)
     _, _, theta, res = tiny(n_pde=n_pde)
     lam, h = 100.0, 0.1   # mean diag(JᵀJ) ~ 124: a short step on a slightly bent path
@@ -111,13 +121,13 @@ def test_geodesic_trial_point_equals_dense_formula(n_pde, solver):
     assert 2 * np.linalg.norm(acc) <= 0.75 * np.linalg.norm(delta)  # the accelerated branch is taken
     expected = theta - delta - 0.5 * acc
     lm = LevenbergMarquardt(res, solver=solver, damping="identity", geodesic=True, geodesic_h=h,
-                            cg_tol=1e-13, cg_maxiter=3000)
+                            cg_tol=1e-13, cg_maxiter=3000, gram=gram, refine_tol=1e-13)
     lm.lam, lm._lam_relative = lam, False
     s = lm.linearize(theta)
     sol = lm._solve(s, lam)
     trial, evaluations = lm._accelerate(s, lam, sol, theta.copy(), theta.dtype)
     assert evaluations == 2
-    tol = 1e-7 if solver == "cg" else 1e-10
+    tol = 1e-7 if solver == "cg" or gram == "float32" else 1e-10
     np.testing.assert_allclose(trial, expected, rtol=0, atol=tol * np.abs(theta - expected).max())
     plain = LevenbergMarquardt(res, solver=solver, damping="identity", cg_tol=1e-13, cg_maxiter=3000)
     assert np.abs(plain.solve(theta, lam).delta - delta).max() < tol * np.abs(delta).max()
@@ -221,6 +231,9 @@ def test_float32_model_accumulates_in_float64():
     ({"blas_threads": 0}, "blas_threads"),
     ({"blas_threads": "many"}, "blas_threads"),
     ({"geodesic_alpha": -1.0}, "geodesic_alpha"),
+    ({"gram": "float16"}, "gram must be one of"),
+    ({"refine_tol": 0.0}, "refine_tol"),
+    ({"refine_maxiter": 0}, "refine_maxiter"),
 ])
 def test_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -366,7 +379,9 @@ def test_cli_lm_solver_needs_lm(tmp_path, capsys):
     from helmpinn.cli import main
 
     assert main(["train", "--problem", "plane1d", "--lm-solver", "cg", "--out", str(tmp_path)]) == 2
-    assert "--lm-solver and --lm-geodesic go with --optimizer lm" in capsys.readouterr().err
+    assert "--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm" in capsys.readouterr().err
+    assert main(["train", "--problem", "plane1d", "--lm-gram", "float32", "--out", str(tmp_path)]) == 2
+    assert "go with --optimizer lm" in capsys.readouterr().err
     assert main(["train", "--problem", "plane1d", "--no-lm-geodesic", "--out", str(tmp_path)]) == 2
     assert "go with --optimizer lm" in capsys.readouterr().err
 
@@ -399,5 +414,54 @@ def test_general_operator_problem_pml():
     grad = np.empty_like(model.params)
     loss = tr.workspace.value_and_grad(model.params, grad, **res.kw)
     assert r @ r == pytest.approx(loss, rel=1e-12)
-    h = tr.fit_lm(3)
-    assert h.loss[-1] < h.loss[0]
+    # the problem's LM defaults: JᵀJ in float32, preconditioning CG on the float64 system
+    d = lm_defaults(prob)
+    assert d["gram"] == "float32" and (d["ff_dim"], d["hidden"], d["pde_points"]) == (24, 48, 9500)
+    h = tr.fit_lm(3, **lm_options(d))
+    assert tr.lm.gram == "float32" and h.loss[-1] < h.loss[0]
+
+
+def test_spd_factor_solves_and_falls_back_on_a_singular_matrix():
+    from helmpinn.lm import _spd_factor
+
+    rng = np.random.default_rng(3)
+    J = rng.standard_normal((40, 12))
+    A = np.asfortranarray(J.T @ J)
+    A0 = A.copy()
+    shift = np.full(12, 0.5)
+    solve, how = _spd_factor(np.triu(A), shift)   # only the upper triangle is read
+    b = rng.standard_normal(12)
+    assert how == "cholesky"
+    np.testing.assert_allclose(solve(b), np.linalg.solve(A + np.diag(shift), b), rtol=1e-12)
+    # rank 5, no shift: Cholesky fails; the eigendecomposition gives the minimum-norm solution
+    Js = rng.standard_normal((5, 12))
+    S = np.asfortranarray(Js.T @ Js)
+    S0 = S.copy()
+    solve, how = _spd_factor(S, np.zeros(12))
+    assert how == "eigh"
+    rhs = S @ rng.standard_normal(12)
+    np.testing.assert_allclose(solve(rhs), np.linalg.pinv(S0, rcond=1e-10) @ rhs, rtol=1e-8, atol=1e-10)
+    # a preconditioner for a float32 JᵀJ: a raised diagonal instead of the eigendecomposition
+    solve, how = _spd_factor(S, np.zeros(12), approximate=True)
+    assert how == "cholesky"
+    x = solve(rhs)
+    assert np.all(np.isfinite(x)) and np.linalg.norm(S0 @ x - rhs) < 0.5 * np.linalg.norm(rhs)
+    np.testing.assert_array_equal(A, A0)   # the inputs are not changed
+    np.testing.assert_array_equal(S, S0)
+
+
+def test_cli_lm_gram(tmp_path):
+    from helmpinn.cli import main
+
+    args = ["train", "--problem", "plane1d", "--k", "5", "--optimizer", "lm", "--steps", "6", "--hidden", "8",
+            "--layers", "1", "--fourier", "4", "--points", "60", "--no-plots", "--quiet"]
+    errors = {}
+    for gram in ("float64", "float32"):
+        out = tmp_path / gram
+        assert main([*args, "--lm-gram", gram, "--out", str(out)]) == 0
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["settings"]["lm"]["gram"] == gram and metrics["adam_time_s"] is None
+        assert metrics["main_time_s"] > 0 and metrics["lm"]["solver"] == "primal"
+        errors[gram] = metrics["final"]["relative_l2"]
+    # the float32 JᵀJ only preconditions the float64 system: the same steps to CG's tolerance
+    assert errors["float32"] == pytest.approx(errors["float64"], rel=1e-3)

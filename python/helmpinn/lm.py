@@ -50,6 +50,23 @@ while float64 (eps 1e-16) keeps about eight. The linear algebra is LAPACK's thro
 Cholesky (``potrf``), with a symmetric eigendecomposition (``syevd``) that drops the null space
 when Cholesky fails (a singular or indefinite matrix from round-off at tiny ``λ``).
 
+``gram="float32"`` (primal only) forms ``JᵀJ`` in single precision (``ssyrk``: 185 against 94
+GFLOP/s for ``dsyrk`` on 2 cores, measured) and uses the Cholesky factor of that matrix plus λD
+only as a preconditioner: the step solves the float64 system by conjugate gradients through
+``jvp``/``vjp`` (to ``refine_tol``, at most ``refine_maxiter`` iterations, each one pass forward
+and one back over the points), so the step is the float64 one whatever the rounding of the
+Gram matrix. Where that matrix plus λD is not numerically positive definite (tiny λ), its
+diagonal is raised until Cholesky succeeds; CG corrects the difference. Measured on
+``scatter-hard`` (m 24, 2×48, 4850 parameters, 23750 residuals, 2 threads): ``JᵀJ`` 3.1 s
+against 5.5 s, an iteration 4.9 s against 7.3 s over the first six; the error after 50
+iterations 1.18e-3 against 1.13e-3 (one run each, one thread; the paths part as CG's
+tolerance and the threads' summation order perturb the steps). It is not the default: near
+errors of 1e-5 and below λ is tiny, the float32 factor a poorer preconditioner, CG stops at
+``refine_maxiter`` short of the float64 step and LM slows (bench_time_to_accuracy.py
+``--lm-gram float32``, same budgets as README's table: dirichlet2d n = 4 1.5e-4 against
+1.3e-5 after 130 s, cube3d 4.2e-5 against 1.4e-5, heterogeneous2d 4.6e-7 against 2.1e-7,
+though 1e-5 there after 56 s against 76 s).
+
 The operations on residuals go through a small protocol (:class:`Residuals`):
 :class:`CoreResiduals` wraps a :class:`~helmpinn.Workspace` and a batch;
 :class:`FunctionResiduals` wraps NumPy callables (tests, user problems).
@@ -72,6 +89,7 @@ __all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResidual
            "LMSolve", "SOLVERS", "DAMPINGS", "UPDATES", "NonFiniteLoss"]
 
 SOLVERS = ("auto", "primal", "dual", "cg")
+GRAMS = ("float64", "float32")
 UPDATES = ("nielsen", "fixed")
 DAMPINGS = ("marquardt", "identity")
 
@@ -116,7 +134,7 @@ def lm_defaults(problem: Any) -> dict[str, Any]:
                 "iterations": 200, "pde_points": pde_points, "bc_points": bc_points, "sampling": "sobol",
                 "resample_every": 0, "eval_every": 5, "warm_start": 0,
                 "solver": "auto", "damping": "identity", "update": "fixed", "lam": 1e-3, "geodesic": True,
-                "stall_window": 10, "stall_factor": 0.99}
+                "gram": "float64", "stall_window": 10, "stall_factor": 0.99}
     unknown = set(hints) - set(settings)
     if unknown:
         raise ValueError(f"problem hints['lm']: unknown keys {sorted(unknown)}; known: {sorted(settings)}")
@@ -124,7 +142,7 @@ def lm_defaults(problem: Any) -> dict[str, Any]:
 
 
 #: The entries of :func:`lm_defaults` that are options of :meth:`helmpinn.Trainer.fit_lm`.
-LM_OPTIONS = ("solver", "damping", "update", "lam", "geodesic", "stall_window", "stall_factor")
+LM_OPTIONS = ("solver", "damping", "update", "lam", "geodesic", "gram", "stall_window", "stall_factor")
 
 
 def lm_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -281,7 +299,8 @@ class LevenbergMarquardt:
     ``lam_max``), ``max_trials`` (trial points per step before giving up and returning with the
     parameters unchanged), ``chunk_rows`` (Jacobian rows per chunk; default: chunks of at most
     ``chunk_bytes``), ``cg_tol`` / ``cg_maxiter`` (matrix-free solve), ``geodesic`` / ``geodesic_h`` /
-    ``geodesic_alpha`` (geodesic acceleration, see the module docstring), ``max_matrix_bytes`` (the
+    ``geodesic_alpha`` (geodesic acceleration, see the module docstring), ``gram`` / ``refine_tol``
+    / ``refine_maxiter`` (``JᵀJ`` in float32 as CG's preconditioner, ditto), ``max_matrix_bytes`` (the
     largest P×P or R×R matrix "auto" forms), ``blas_threads`` (limit the BLAS to this many
     threads inside a step with threadpoolctl; None leaves it; "auto", the default: as many as
     helmpinn's own threads, :func:`helmpinn.get_num_threads`, when the machine's 1-minute load
@@ -309,7 +328,8 @@ class LevenbergMarquardt:
                  chunk_rows: int | None = None, chunk_bytes: int = 256 << 20, cg_tol: float = 1e-8,
                  cg_maxiter: int = 500, max_matrix_bytes: int = 2 << 30, blas_threads: int | str | None = "auto",
                  update: str = "fixed", comm: Any = None, geodesic: bool = True, geodesic_h: float = 0.1,
-                 geodesic_alpha: float = 0.75):
+                 geodesic_alpha: float = 0.75, gram: str = "float64", refine_tol: float = 1e-6,
+                 refine_maxiter: int = 20):
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
         if damping not in DAMPINGS:
@@ -331,6 +351,10 @@ class LevenbergMarquardt:
             raise ValueError(f"blas_threads must be 'auto', None or an int >= 1, got {blas_threads!r}")
         if not 0 < geodesic_h <= 1 or not geodesic_alpha > 0:
             raise ValueError(f"need 0 < geodesic_h <= 1 and geodesic_alpha > 0, got {geodesic_h}, {geodesic_alpha}")
+        if gram not in GRAMS:
+            raise ValueError(f"gram must be one of {GRAMS}, got {gram!r}")
+        if not 0 < refine_tol < 1 or int(refine_maxiter) < 1:
+            raise ValueError(f"need 0 < refine_tol < 1 and refine_maxiter >= 1, got {refine_tol}, {refine_maxiter}")
         if comm is not None and comm.Get_size() > 1 and solver not in ("auto", "primal"):
             raise ValueError(f"solver {solver!r}: over several MPI ranks only the primal system "
                              "(JᵀJ and Jᵀr summed over the ranks) is available")
@@ -350,6 +374,8 @@ class LevenbergMarquardt:
         self.requested_solver = solver
         self.geodesic = bool(geodesic)
         self.geodesic_h, self.geodesic_alpha = float(geodesic_h), float(geodesic_alpha)
+        self.gram = gram
+        self.refine_tol, self.refine_maxiter = float(refine_tol), int(refine_maxiter)
         self.steps = 0               # calls of step()
         self.iterations = 0          # Jacobians computed
         self.evaluations = 0         # residual evaluations (trials)
@@ -433,7 +459,10 @@ class LevenbergMarquardt:
         if solver == "primal":
             from scipy.linalg.blas import dsyrk
 
-            A = np.zeros((P, P), order="F")
+            from scipy.linalg.blas import ssyrk
+
+            single = self.gram == "float32"
+            A = np.zeros((P, P), dtype=np.float32 if single else np.float64, order="F")
             g = np.zeros(P)
             step = self.chunk_rows
             for a in range(0, R, step):
@@ -442,10 +471,17 @@ class LevenbergMarquardt:
                 Jc = np.asarray(res.jacobian(theta, rows=(a, b)), dtype=np.float64)
                 t2 = time.perf_counter()
                 # upper triangle of A += Jcᵀ Jc (Jc.T is a Fortran-ordered P×rows view)
-                A = dsyrk(1.0, Jc.T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
+                if single:
+                    A = ssyrk(1.0, Jc.astype(np.float32).T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
+                else:
+                    A = dsyrk(1.0, Jc.T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
                 g += Jc.T @ r[a:b]
                 tj += t2 - t1
                 tm += time.perf_counter() - t2
+            if single:
+                t1 = time.perf_counter()
+                A = A.astype(np.float64, order="F")
+                tm += time.perf_counter() - t1
             if self.comm is not None:   # JᵀJ and Jᵀr of the union of the ranks' rows
                 from .distributed import _mpi
 
@@ -527,16 +563,17 @@ class LevenbergMarquardt:
     def _solve(self, s: dict[str, Any], lam: float) -> LMSolve:
         g, D = s["g"], s["D"]
         if s["solver"] == "primal":
-            M = s["A"].copy(order="F")
-            M[np.diag_indices_from(M)] += lam * D
-            solve, how = _spd_factor(M, lower=False)
+            solve, how = _spd_factor(s["A"], lam * D, approximate=self.gram == "float32")
+            if self.gram == "float32":   # the factor preconditions CG on the exact float64 system
+                delta, Jd, it = self._cg(s, lam, g, precond=solve)
+                again = lambda rhs: self._cg(s, lam, rhs, precond=solve)[0]  # noqa: E731
+                pred = float(2.0 * (delta @ g)) - self._sum(float(Jd @ Jd))   # δ, g: the same on every rank
+                return LMSolve(delta, pred, how + "+cg", it, _again=again)
             delta = solve(g)
             return LMSolve(delta, float(delta @ (g + lam * D * delta)), how, _again=solve)
         if s["solver"] == "dual":
             J = s["J"]
-            K = s["K"].copy(order="F")
-            K[np.diag_indices_from(K)] += lam
-            solve, how = _spd_factor(K, lower=False)
+            solve, how = _spd_factor(s["K"], np.full(s["K"].shape[0], lam))
             delta = (J.T @ solve(s["r"])) / D
             return LMSolve(delta, float(delta @ (g + lam * D * delta)), how,
                            _again=lambda rhs: (J.T @ solve(rhs)) / D)
@@ -556,24 +593,39 @@ class LevenbergMarquardt:
             return sol._again(Jtw)
         return self._cg(s, lam, Jtw)[0]
 
-    def _cg(self, s: dict[str, Any], lam: float, g: NDArray) -> tuple[NDArray, NDArray, int]:
-        """Matrix-free: preconditioned CG on (JᵀJ + λD) x = g; returns x, Jx and the iterations."""
+    def _cg(self, s: dict[str, Any], lam: float, g: NDArray,
+            precond: Callable[[NDArray], NDArray] | None = None) -> tuple[NDArray, NDArray, int]:
+        """Matrix-free: preconditioned CG on (JᵀJ + λD) x = g through jvp and vjp; returns x, Jx
+        and the iterations. ``precond``: an approximate inverse (the factor of a float32 JᵀJ,
+        then to ``refine_tol`` in at most ``refine_maxiter`` iterations), else the Jacobi
+        preconditioner diag(JᵀJ) + λD (to ``cg_tol`` in ``cg_maxiter``)."""
         D = s["D"]
         theta = s["theta"]
         res = self.res
         dt = res.dtype
-        precond = (s["diag"] + lam * D) if s["diag"] is not None else None
+        if precond is not None:
+            tol, maxiter = self.refine_tol, self.refine_maxiter
+        else:
+            tol, maxiter = self.cg_tol, self.cg_maxiter
+            if s["diag"] is not None:
+                jacobi = s["diag"] + lam * D
+                precond = lambda v: v / jacobi  # noqa: E731
         x = np.zeros_like(g)
         Jx = np.zeros(res.num_residuals)
         rr = g.copy()
-        z = rr / precond if precond is not None else rr
+        z = precond(rr) if precond is not None else rr
         p = z.copy()
         rz = float(rr @ z)
         g_norm = math.sqrt(float(g @ g))
         it = 0
-        for it in range(1, self.cg_maxiter + 1):
+        for it in range(1, maxiter + 1):
             Jp = np.asarray(res.jvp(theta, p.astype(dt)), dtype=np.float64)
-            Ap = np.asarray(res.vjp(theta, Jp.astype(dt)), dtype=np.float64) + lam * D * p
+            Ap = np.asarray(res.vjp(theta, Jp.astype(dt)), dtype=np.float64)
+            if self.comm is not None:   # Jᵀ(Jp) over the union of the ranks' rows
+                from .distributed import _mpi
+
+                self.comm.Allreduce(_mpi().IN_PLACE, Ap, op=_mpi().SUM)
+            Ap += lam * D * p
             pAp = float(p @ Ap)
             if not pAp > 0:
                 break
@@ -581,9 +633,9 @@ class LevenbergMarquardt:
             x += alpha * p
             Jx += alpha * Jp
             rr -= alpha * Ap
-            if math.sqrt(float(rr @ rr)) <= self.cg_tol * g_norm:
+            if math.sqrt(float(rr @ rr)) <= tol * g_norm:
                 break
-            z = rr / precond if precond is not None else rr
+            z = precond(rr) if precond is not None else rr
             rz_new = float(rr @ z)
             p = z + (rz_new / rz) * p
             rz = rz_new
@@ -673,20 +725,33 @@ class LevenbergMarquardt:
                       s["r"])
 
 
-def _spd_factor(M: NDArray, lower: bool) -> tuple[Callable[[NDArray], NDArray], str]:
-    """A solver for M x = b, M symmetric (one triangle filled): Cholesky, else the
-    eigendecomposition without the non-positive part of the spectrum (a singular or indefinite
-    matrix from round-off at tiny λ)."""
+def _spd_factor(A: NDArray, shift: NDArray, approximate: bool = False) -> tuple[Callable[[NDArray], NDArray], str]:
+    """A solver for (A + diag(shift)) x = b, A symmetric with its upper triangle filled (not
+    changed): Cholesky (LAPACK ``potrf`` on one copy, in place: SciPy's ``cho_factor`` copies
+    again and measured 3.3 s against 2.1 s for P = 8514 on 2 cores), else the eigendecomposition
+    without the non-positive part of the spectrum (a singular or indefinite matrix from
+    round-off at tiny λ). ``approximate`` (A is a float32 JᵀJ, the solver a preconditioner):
+    instead of the eigendecomposition (13 s for P = 4850, against 0.3 s for Cholesky) the
+    diagonal is raised by 1e-7, 1e-6, ... of its largest entry until Cholesky succeeds, the
+    size of float32's round-off in A."""
     import scipy.linalg as sl
+    from scipy.linalg import lapack
 
-    try:
-        c = sl.cho_factor(M, lower=lower, overwrite_a=False, check_finite=False)
-        if np.all(np.isfinite(np.diagonal(c[0]))):
-            return (lambda b: sl.cho_solve(c, b, check_finite=False)), "cholesky"
-    except np.linalg.LinAlgError:
-        pass
-    w, V = sl.eigh(M, lower=lower, check_finite=False)
+    def shifted(extra: float = 0.0) -> NDArray:
+        M = np.array(A, dtype=np.float64, order="F", copy=True)
+        M[np.diag_indices_from(M)] += shift + extra
+        return M
+
+    extras = [0.0]
+    if approximate:
+        top = float(np.max(np.abs(np.diagonal(A)))) if A.size else 0.0
+        extras += [top * 10.0 ** e for e in range(-7, -1)] if top > 0 else []
+    for extra in extras:
+        c, info = lapack.dpotrf(shifted(extra), lower=0, overwrite_a=1, clean=0)
+        if info == 0 and np.all(np.isfinite(np.diagonal(c))):
+            return (lambda b: lapack.dpotrs(c, b, lower=0)[0]), "cholesky"
+    M = shifted()
+    w, V = sl.eigh(M, lower=False, check_finite=False, overwrite_a=True)
     keep = w > max(float(w[-1]), 0.0) * M.shape[0] * np.finfo(np.float64).eps
     Vk, wk = V[:, keep], w[keep]
     return (lambda b: Vk @ ((Vk.T @ b) / wk)), "eigh"
-
