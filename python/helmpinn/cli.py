@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="LM's linear system: JᵀJ (primal), JJᵀ (dual) or matrix-free CG (default auto: by shape)")
     o.add_argument("--lm-geodesic", action=argparse.BooleanOptionalAction, default=None,
                    help="LM with geodesic acceleration (default on; helmpinn.lm)")
+    o.add_argument("--lm-gram", choices=("float64", "float32"), default=None,
+                   help="precision of LM's JᵀJ: float32 halves its cost and preconditions CG on the "
+                        "float64 system (primal solver; default: the problem's, else float64)")
     o.add_argument("--target", type=float, default=None, help="stop once the relative L2 error is below this")
     o.add_argument("--eval-every", type=int, help="steps between error evaluations")
     o.add_argument("--checkpoint-every", type=int, default=None,
@@ -213,8 +216,10 @@ def _new_run(args: argparse.Namespace):
         settings["lm"] = {**s["lm"], "solver": args.lm_solver or s["lm"]["solver"]}
         if args.lm_geodesic is not None:
             settings["lm"]["geodesic"] = bool(args.lm_geodesic)
-    elif args.lm_solver is not None or args.lm_geodesic is not None:
-        raise _UsageError("--lm-solver and --lm-geodesic go with --optimizer lm")
+        if args.lm_gram is not None:
+            settings["lm"]["gram"] = args.lm_gram
+    elif args.lm_solver is not None or args.lm_geodesic is not None or args.lm_gram is not None:
+        raise _UsageError("--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm")
     try:
         _core.ModelSpec(problem.dim, settings["fourier"], settings["hidden"], settings["layers"])
     except ValueError as exc:
@@ -428,8 +433,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"helmpinn: {exc}", file=sys.stderr)
         return 1
     interrupted = trainer.stop_requested is not None
-    adam_time = trainer.train_time
-    adam_steps = len(history.step)
+    main_time = trainer.train_time   # the optimiser's (Adam, L-BFGS or LM), before any --lbfgs polish
+    main_steps = len(history.step)
     target = settings["target"]
     reached = target is not None and trainer.last_error is not None and trainer.last_error < target
     if settings["lbfgs"] and not trainer.diverged and not reached and not interrupted:
@@ -442,15 +447,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     metrics = {
         "settings": settings,
         "num_params": model.num_params,
-        "steps": adam_steps,
+        "steps": main_steps,
         "final_step": trainer.step,
         "resumed_from_step": done or None,
         "stop_reason": trainer.stop_reason,
         "diverged": trainer.diverged,
         "interrupted": interrupted,
         "train_time_s": trainer.train_time,
-        "adam_time_s": adam_time,
-        "steps_per_s": adam_steps / adam_time if adam_time > 0 else None,
+        "main_time_s": main_time,
+        "adam_time_s": main_time if settings.get("optimizer", "adam") == "adam" else None,
+        "steps_per_s": main_steps / main_time if main_time > 0 else None,
         "wall_time_s": wall,
         "final": {"relative_l2": error if have_model else None,
                   "loss": history.loss[-1] if history.loss else None,
@@ -492,7 +498,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if not quiet:
         err_s = "n/a" if error is None else f"{error:.3e}"
         print(f"helmpinn: relative L2 error {err_s} after {trainer.step} steps, "
-              f"{trainer.train_time:.1f} s ({metrics['steps_per_s'] or 0:.0f} steps/s); "
+              f"{trainer.train_time:.1f} s ({_rate(metrics['steps_per_s'])}); "
               f"wrote {model_path}, {metrics_path}"
               + "".join(f", {f}" for f in figures), file=sys.stderr)
     return 0
@@ -526,6 +532,13 @@ def _fit_second_order(trainer, settings: dict[str, Any], done: int):
     lm = settings["lm"]
     history = trainer.fit_lm(settings["steps"] + warm - max(done, warm), **lm)
     return history, None
+
+
+def _rate(steps_per_s: float | None) -> str:
+    """"1234 steps/s", or "5.5 s/step" for the slow steps of L-BFGS and LM."""
+    if not steps_per_s:
+        return "n/a steps/s"
+    return f"{steps_per_s:.0f} steps/s" if steps_per_s >= 10 else f"{1.0 / steps_per_s:.2g} s/step"
 
 
 def _lm_summary(trainer) -> dict[str, Any] | None:
