@@ -534,6 +534,16 @@ private:
         });
     }
 
+    // The seed of one residual row (point, component c) of a term: u's stream adjoints for
+    // w = s e_c through the term's adjoint (row_jacobian, row_jvp).
+    template <class Entry>
+    void row_seed(const LossInputs<T>& in, const TermTiles& term, std::size_t point, int c, T* ub) const {
+        T w[2] = {T(0), T(0)};
+        w[c] = term.scale.s;
+        std::fill(ub, ub + 2 * math::kMaxStreams, T(0));
+        Entry::adjoint(in, point, w, ub, 2, d_);
+    }
+
     template <int D, int NS>
     void row_jacobian(const T* params, const LossInputs<T>& in, const TermTiles& term,
                       const TileRows& R, int np, std::size_t g0, std::size_t r0, std::size_t r1,
@@ -556,9 +566,8 @@ private:
             terms::with_term(term.e, [&](auto entry) {
                 for (int q = 0; q < nq; ++q) {
                     const int p = q % np, c = q / np;
-                    T w[2] = {T(0), T(0)}, ub[2 * math::kMaxStreams] = {};
-                    w[c] = term.scale.s;
-                    decltype(entry)::adjoint(in, g0 + p, w, ub, 2, d_);
+                    T ub[2 * math::kMaxStreams];
+                    row_seed<decltype(entry)>(in, term, g0 + p, c, ub);
                     T* gu = gcur + std::size_t(q) * 2;
                     for (int s = 0; s < NS; ++s) {
                         gu[s * ssG] = ub[2 * s];
@@ -732,9 +741,8 @@ private:
                 for (int c = 0; c < 2; ++c) {
                     const std::size_t row = first_row + 2 * std::size_t(p) + c;
                     if (row < r0 || row >= r1) continue;
-                    T w[2] = {T(0), T(0)}, ub[2 * math::kMaxStreams] = {};
-                    w[c] = term.scale.s;
-                    decltype(entry)::adjoint(in, g0 + p, w, ub, 2, d_);
+                    T ub[2 * math::kMaxStreams];
+                    row_seed<decltype(entry)>(in, term, g0 + p, c, ub);
                     T a = T(0);
                     for (int k = 0; k < 2 * NS; ++k) a += ub[k] * ud[p][k];
                     out[row - r0] = a;
