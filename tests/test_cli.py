@@ -74,6 +74,8 @@ def test_device_option_in_help(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "--device {cpu,cuda}" in out
+    # options whose defaults come from the problem do not claim "None"
+    assert "default: None" not in out and "(default: False)" in out
 
 
 def test_device_is_saved_and_resumed(tmp_path):

@@ -52,6 +52,16 @@ def _problem_option_names() -> dict[str, type]:
     return names
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows the defaults the parser has; an option without one (None) takes the problem's or
+    the optimiser's own, which its help text names, not "(default: None)"."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .geometry import METHODS
     from .optim import SCHEDULES
@@ -62,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("problems", help="list the built-in problems")
 
     t = sub.add_parser("train", help="train a model on a built-in problem and write a report",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       description="Options without a stated default take the problem's (helmpinn "
+                                   "problems; helmpinn.trainer.default_settings, helmpinn.lm.lm_defaults).",
+                       formatter_class=_HelpFormatter)
     t.add_argument("--problem", help="built-in problem (see `helmpinn problems`); required unless --resume")
     t.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the run saved in DIR (its model.npz) with its settings; only "

@@ -239,7 +239,7 @@ class LMSolve:
 
     delta: NDArray
     predicted: float
-    method: str            # "cholesky", "eigh" (fallback) or "cg"
+    method: str            # "cholesky", "eigh" (fallback), "cg", or "cholesky+cg" (gram="float32")
     cg_iterations: int = 0
     _again: Callable[[NDArray], NDArray] | None = field(default=None, repr=False)  # same matrix, other rhs
 
@@ -457,9 +457,7 @@ class LevenbergMarquardt:
             return sys_
         tj = tm = 0.0
         if solver == "primal":
-            from scipy.linalg.blas import dsyrk
-
-            from scipy.linalg.blas import ssyrk
+            from scipy.linalg.blas import dsyrk, ssyrk
 
             single = self.gram == "float32"
             A = np.zeros((P, P), dtype=np.float32 if single else np.float64, order="F")
