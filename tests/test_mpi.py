@@ -117,16 +117,19 @@ def test_cli_rank0_writes_and_checkpoint_resumes_in_one_process(tmp_path):
     assert np.all(np.isfinite(trainer.history.loss))
 
 
-def test_levenberg_marquardt_matches_one_process(tmp_path):
+@pytest.mark.parametrize("gram", ["float64", "float32"])
+def test_levenberg_marquardt_matches_one_process(tmp_path, gram):
     """Trainer.fit_lm(comm=...): JᵀJ and Jᵀr summed over the ranks give every rank the same
-    steps, the same (to summation order) as one process's LM on the union of the points."""
-    _launch("lm", tmp_path)
+    steps, the same (to summation order) as one process's LM on the union of the points; with
+    gram="float32" the CG iterations sum Jᵀ(Jp) over the ranks too (to CG's tolerance, 1e-12)."""
+    _launch("lm" if gram == "float64" else "lm32", tmp_path)
     r = np.load(tmp_path / "lm.npz")
     for k in range(1, RANKS):
         np.testing.assert_array_equal(r["rank0"], r[f"rank{k}"])
     assert np.max(np.abs(r["rank0"] - r["start"])) > 1e-3  # they did move
-    np.testing.assert_allclose(r["rank0"], r["single"], rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(r["loss"], r["loss_single"], rtol=1e-9)
+    tol = 1e-8 if gram == "float64" else 1e-6
+    np.testing.assert_allclose(r["rank0"], r["single"], rtol=tol, atol=tol * 1e-2)
+    np.testing.assert_allclose(r["loss"], r["loss_single"], rtol=tol * 0.1)
     assert r["loss"][-1] < 0.5 * r["loss"][0]
 
 
@@ -318,7 +321,7 @@ def _worker_adam(comm, out: str) -> None:
     assert trainer.training_set.sizes["pde"] == 1 - rank and trainer.step == 4
 
 
-def _worker_lm(comm, out: str) -> None:
+def _worker_lm(comm, out: str, gram: str = "float64") -> None:
     import helmpinn as hp
     from helmpinn.lm import CoreResiduals, LevenbergMarquardt
 
@@ -329,7 +332,8 @@ def _worker_lm(comm, out: str) -> None:
     start = model.params.copy()
     trainer = hp.Trainer(problem, model, comm=comm, pde_points=41, bc_points=21, resample_every=0,
                          eval_every=0, weights=weights, batch_size=16, progress=False, seed=2)
-    h = trainer.fit_lm(6, stall_window=100)
+    options = {"gram": gram, "refine_tol": 1e-12, "refine_maxiter": 200}
+    h = trainer.fit_lm(6, stall_window=100, **options)
     assert trainer.training_set.sizes["pde"] == (21 if rank == 0 else 20)
     params = comm.gather(model.params.copy())
     sets = comm.gather(trainer.training_set)
@@ -338,7 +342,7 @@ def _worker_lm(comm, out: str) -> None:
         batch = _union(sets).to_core(np.float64)
         theta = start.copy()
         ws = hp.Workspace(model.spec, 16, "float64")
-        lm = LevenbergMarquardt(CoreResiduals(ws, batch, weights))
+        lm = LevenbergMarquardt(CoreResiduals(ws, batch, weights), **options)
         losses = [lm.step(theta).new_loss for _ in range(6)]
         np.savez(os.path.join(out, "lm.npz"), start=start, single=theta, loss=np.array(h.loss),
                  loss_single=np.array(losses), **{f"rank{r}": p for r, p in enumerate(params)})
@@ -384,6 +388,7 @@ if __name__ == "__main__":
     case, folder = sys.argv[1], sys.argv[2]
     try:
         {"value_and_grad": _worker_value_and_grad, "adam": _worker_adam, "lm": _worker_lm,
+         "lm32": lambda comm, out: _worker_lm(comm, out, gram="float32"),
          "cli": _worker_cli}[case](MPI.COMM_WORLD, folder)
     except BaseException:  # fail the whole job now rather than leave the other ranks waiting
         import traceback
