@@ -280,15 +280,21 @@ def test_sigint_stops_after_the_step(tmp_path):
         if step == 3:
             os.kill(os.getpid(), signal.SIGINT)
 
-    before = signal.getsignal(signal.SIGINT)
-    tr = _trainer(path, callbacks=[ctrl_c], stop_on_interrupt=True)
-    tr.fit(1000)
-    assert tr.stop_reason.startswith("interrupted at step") and 3 <= tr.step < 10 and not tr.diverged
-    assert Model.load(path).optimizer_state["step"] == tr.step, "the checkpoint is written"
-    assert signal.getsignal(signal.SIGINT) is before, "the handler is put back"
-    # without stop_on_interrupt, Ctrl-C is a KeyboardInterrupt as usual
-    with pytest.raises(KeyboardInterrupt):
-        _trainer(callbacks=[ctrl_c]).fit(1000)
+    # Python's own handler, whatever this process inherited: a job started with `&` by a
+    # non-interactive shell ignores SIGINT, and Python then never installs it
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        before = signal.getsignal(signal.SIGINT)
+        tr = _trainer(path, callbacks=[ctrl_c], stop_on_interrupt=True)
+        tr.fit(1000)
+        assert tr.stop_reason.startswith("interrupted at step") and 3 <= tr.step < 10 and not tr.diverged
+        assert Model.load(path).optimizer_state["step"] == tr.step, "the checkpoint is written"
+        assert signal.getsignal(signal.SIGINT) is before, "the handler is put back"
+        # without stop_on_interrupt, Ctrl-C is a KeyboardInterrupt as usual
+        with pytest.raises(KeyboardInterrupt):
+            _trainer(callbacks=[ctrl_c]).fit(1000)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_nonfinite_parameters_after_the_last_step(tmp_path):
