@@ -245,3 +245,89 @@ def test_problem_hints_reach_the_defaults():
             hp.default_settings(p), lm_defaults(p)
     with pytest.raises(ValueError, match="hints"):
         hp.Problem(box, kappa=4.0, bcs={"*": hp.Dirichlet(0)}, hints={"sgd": {}})
+
+
+# -- hostile values (issue #24 items 6, 10, 11) --------------------------------------------------
+
+@pytest.mark.parametrize("kappa, wavenumber", [(0.0, None), (-4.0, None), (4.0, 0.0)])
+def test_a_pml_refuses_a_wavenumber_that_is_not_positive(kappa, wavenumber):
+    # The layer's stretching is 1 + i sigma/k: k <= 0 is refused, not replaced by 1e-12 (which
+    # gave a_pde ~ 1e-27 in the layer).
+    with pytest.raises(ValueError, match="PML: the wavenumber must be a finite number > 0"):
+        hp.Problem(Box([0, 0], [1, 1]), kappa=kappa, bcs={}, pml=hp.PML(0.5), wavenumber=wavenumber)
+
+
+@pytest.mark.parametrize("args, match", [
+    (dict(width=float("nan")), "PML: width must be a finite number > 0"),
+    (dict(width=-1e300), "PML: width must be a finite number > 0"),
+    (dict(width=float("inf")), "PML: width must be a finite number > 0"),
+    (dict(width=1e-320), "PML: width 1e-320 is too small for the default strength"),
+    (dict(width=1.0, strength=float("nan")), "PML: strength must be a finite number > 0"),
+    (dict(width=1.0, strength=-5.0), "PML: strength must be a finite number > 0"),
+    (dict(width=1.0, power=1e300), "PML: power must be a finite number >= 1 and <= 10"),
+    (dict(width=1.0, power=float("nan")), "PML: power must be"),
+    (dict(width=1.0, power=-9223372036854775807), "PML: power must be"),
+])
+def test_pml_constructor_names_the_bad_argument(args, match):
+    with pytest.raises(ValueError, match=match):
+        hp.PML(**args)
+
+
+def test_pml_constructor_refuses_a_non_number():
+    with pytest.raises(TypeError, match="PML: strength must be a real number"):
+        hp.PML(1.0, strength="strong")
+    with pytest.raises(TypeError, match="PML: width must be a real number"):
+        hp.PML(None)
+
+
+@pytest.mark.parametrize("pml, match", [
+    (lambda: hp.PML(1e300), "PML: width 1e\\+300 around the box .* infinite extent"),
+    (lambda: hp.PML(1e200), "PML: width 1e\\+200 around the box .* infinite extent"),  # area overflows
+    (lambda: hp.PML(1e-9), "PML: strength/k = .* exceeds 1e\\+06 .*width=1e-09"),
+    (lambda: hp.PML(0.5, strength=1e30), "PML: strength/k = .* exceeds"),
+])
+def test_a_problem_checks_its_pml_against_the_box_and_wavenumber(pml, match):
+    # Before: accepted, then sampling failed with "n must be >= 0, got -9223372036854775807"
+    # (face areas of inf) or the coefficients vanished.
+    with pytest.raises(ValueError, match=match):
+        hp.Problem(Box([0, 0], [1, 1]), kappa=4.0, bcs={}, pml=pml())
+
+
+def test_scattering_refuses_a_series_too_long_before_evaluating_it(monkeypatch):
+    from scipy import special
+
+    from helmpinn import scattering
+
+    def refuse(*args):
+        raise AssertionError("the exact series was evaluated")
+
+    monkeypatch.setattr(special, "hankel1", refuse)
+    monkeypatch.setattr(special, "h1vp", refuse)
+    for name in ("scatter-hard", "scatter-soft"):
+        with pytest.raises(ValueError, match=f"{name}: k = 5000 with radius = 0.785398 needs 3947 "
+                                             f"orders .* the limit is 2000"):
+            hp.get_problem(name, k=5000.0)
+        with pytest.raises(ValueError, match=f"{name}: k must be a finite number > 0 and <= 10000"):
+            hp.get_problem(name, k=1e6)
+    with pytest.raises(ValueError, match="cylinder_scattered_field: k = 1e\\+06"):
+        scattering.cylinder_scattered_field(np.ones((3, 2)), 1e6, 1.0, 0.0, True)
+
+
+@pytest.mark.parametrize("name, options, match", [
+    ("plane1d", dict(k=float("nan")), "plane1d: k must be a finite number > 0"),
+    ("plane1d", dict(k=1e300), "plane1d: k must be a finite number > 0 and <= 10000"),
+    ("plane1d", dict(k=0.0), "plane1d: k must be"),
+    ("dirichlet2d", dict(n=-1), "dirichlet2d: n must be a finite number > 0"),
+    ("dirichlet2d", dict(n=float("inf")), "dirichlet2d: n must be"),
+    ("heterogeneous2d", dict(k=-3.0), "heterogeneous2d: k must be"),
+    ("heterogeneous2d", dict(theta=float("nan")), "heterogeneous2d: theta must be a finite number"),
+    ("cube3d", dict(k=float("inf")), "cube3d: k must be a finite number >= -10000"),
+    ("scatter-hard", dict(k=float("nan")), "scatter-hard: k must be"),
+    ("scatter-hard", dict(radius=4.0), "scatter-hard: radius must be a finite number > 0 and < 3.14159"),
+    ("scatter-soft", dict(pml_width=-1.0), "scatter-soft: pml_width must be a finite number > 0"),
+    ("scatter-soft", dict(pml_width=1e300), "PML: width 1e\\+300 around the box"),
+    ("scatter-soft", dict(theta=float("inf")), "scatter-soft: theta must be"),
+])
+def test_builtin_problem_options_are_checked(name, options, match):
+    with pytest.raises(ValueError, match=match):
+        hp.get_problem(name, **options)

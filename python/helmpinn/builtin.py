@@ -3,7 +3,9 @@ and ``helmpinn train --problem``: ``plane1d``, ``dirichlet2d``, ``heterogeneous2
 (the scattering problems with a PML are in :mod:`helmpinn.scattering`).
 
 Each is a factory ``f(**options) -> Problem``; :func:`helmpinn.problems.problem_options` lists
-a problem's options with their defaults.
+a problem's options with their defaults. Every option is checked when the problem is built (a
+finite number in its range, the wavenumbers at most :data:`MAX_WAVENUMBER`); a bad value is a
+ValueError naming the problem and the option.
 """
 from __future__ import annotations
 
@@ -11,15 +13,20 @@ import math
 
 import numpy as np
 
+from ._checks import real_number
 from .geometry import Box, Interval
 from .problems import Dirichlet, Problem, Sommerfeld, register_problem
 
-__all__ = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d"]
+__all__ = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "MAX_WAVENUMBER"]
+
+#: The largest wavenumber a built-in problem accepts (about 1600 wavelengths per unit length,
+#: far beyond what a network of the default size resolves; κ = k² stays far inside float32).
+MAX_WAVENUMBER = 1e4
 
 
 @register_problem("plane1d", "plane wave u = exp(ikx) on [0,1]; u(0)=1, Sommerfeld at x=1 (option k)")
 def plane1d(k: float = 20.0) -> Problem:
-    k = float(k)
+    k = real_number("plane1d", "k", k, low=0.0, high=MAX_WAVENUMBER)
     return Problem(
         Interval(0.0, 1.0), kappa=k * k, source=None,
         bcs={"xmin": Dirichlet(1.0), "xmax": Sommerfeld(k)},
@@ -32,7 +39,8 @@ def plane1d(k: float = 20.0) -> Problem:
 @register_problem("dirichlet2d",
                   "u = sin(k0 x) sin(k0 y), k0 = 2 pi n, on [0,1]^2, zero Dirichlet (option n)")
 def dirichlet2d(n: float = 2) -> Problem:
-    k0 = 2.0 * math.pi * float(n)
+    n = real_number("dirichlet2d", "n", n, low=0.0, high=MAX_WAVENUMBER / (2 * math.pi))
+    k0 = 2.0 * math.pi * n
 
     def exact(x):
         return np.sin(k0 * x[:, 0]) * np.sin(k0 * x[:, 1]) + 0j
@@ -49,7 +57,8 @@ def dirichlet2d(n: float = 2) -> Problem:
                   "plane wave with a bump in a lens medium k^2(x) = k^2 (1 + 2 exp(-r^2/2s^2)) on [0,1]^2; "
                   "Dirichlet at x=0, local Sommerfeld elsewhere (options k, theta)")
 def heterogeneous2d(k: float = 10.0, theta: float = math.pi / 6) -> Problem:
-    k, theta = float(k), float(theta)
+    k = real_number("heterogeneous2d", "k", k, low=0.0, high=MAX_WAVENUMBER)
+    theta = real_number("heterogeneous2d", "theta", theta)
     dvec = np.array([math.cos(theta), math.sin(theta)])
     a, s, c = 0.5, 0.15, np.array([0.5, 0.5])
     pi = math.pi
@@ -98,7 +107,7 @@ def heterogeneous2d(k: float = 10.0, theta: float = math.pi / 6) -> Problem:
                   "u = sin(pi x) sin(pi y) sin(pi z) exp(ikz) on [0,1]^3, zero Dirichlet, "
                   "matching source (option k)")
 def cube3d(k: float = 2 * math.pi) -> Problem:
-    k = float(k)
+    k = real_number("cube3d", "k", k, low=-MAX_WAVENUMBER, low_open=False, high=MAX_WAVENUMBER)
     pi = math.pi
 
     def exact(x):

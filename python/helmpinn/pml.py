@@ -26,10 +26,16 @@ from typing import Callable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._checks import real_number
+
 __all__ = ["PML", "operator_coefficients", "DEFAULT_REFLECTION"]
 
 #: The round-trip reflection at normal incidence that the default strength aims at.
 DEFAULT_REFLECTION = 1e-4
+#: The largest profile exponent p a PML accepts (σ ∝ δ^p; 2 to 4 are the usual choices).
+MAX_POWER = 10.0
+#: The largest σ₀/k a Problem accepts: |s| up to about this, so 1/s² stays above 1e-12.
+MAX_STRETCH = 1e6
 
 
 class PML:
@@ -38,26 +44,43 @@ class PML:
     ``strength``: σ₀, the profile's value at the wall (default: a round-trip reflection of
     :data:`DEFAULT_REFLECTION` at normal incidence, see the module docstring); ``power``: the
     profile's exponent p (σ = σ₀ (δ/w)^p; p >= 1, default 2, so that σ and σ′ vanish at the
-    interface with the physical domain).
+    interface with the physical domain; at most :data:`MAX_POWER`). Each must be a finite
+    number; a :class:`~helmpinn.Problem` further checks the layer against its box and
+    wavenumber (:meth:`check`).
     """
 
     def __init__(self, width: float, strength: float | None = None, power: float = 2):
-        try:
-            width = float(width)
-        except (TypeError, ValueError):
-            raise TypeError(f"PML: width must be a positive number, got {width!r}") from None
-        if not (math.isfinite(width) and width > 0):
-            raise ValueError(f"PML: width must be a positive finite number, got {width}")
+        self.width = real_number("PML", "width", width, low=0.0)
         if strength is not None:
-            strength = float(strength)
-            if not (math.isfinite(strength) and strength > 0):
-                raise ValueError(f"PML: strength must be a positive finite number or None, got {strength}")
-        power = float(power)
-        if not (math.isfinite(power) and power >= 1):
-            raise ValueError(f"PML: power must be a finite number >= 1, got {power}")
-        self.width = width
-        self.power = power
+            strength = real_number("PML", "strength", strength, low=0.0)
+        self.power = real_number("PML", "power", power, low=1.0, low_open=False, high=MAX_POWER)
         self._strength = strength
+        if not math.isfinite(self.strength):
+            raise ValueError(f"PML: width {self.width!r} is too small for the default strength "
+                             f"((p+1) ln(1/R)/(2 width) = {self.strength!r}); give a wider layer")
+
+    def check(self, lo: ArrayLike, hi: ArrayLike, k: float) -> None:
+        """Raise ValueError, naming the PML's argument, when this layer around the box [lo, hi]
+        at wavenumber k would give unusable coefficients or samples: k not finite and > 0, an
+        outer box whose extent or measure is not finite, or a stretching ``σ₀/k`` above
+        :data:`MAX_STRETCH` (the coefficients ``1/s²`` would fall below ``1e-12`` and vanish in
+        float32)."""
+        if not (math.isfinite(k) and k > 0):
+            raise ValueError(f"PML: the wavenumber must be a finite number > 0 (the layer's "
+                             f"stretching is 1 + i sigma/k), got {k!r}; give the Problem a "
+                             f"positive kappa or wavenumber=")
+        olo, ohi = self.outer_box(lo, hi)
+        with np.errstate(over="ignore", invalid="ignore"):
+            ext = ohi - olo
+            finite = (np.all(np.isfinite(ext)) and np.isfinite(np.prod(ext))
+                      and all(np.isfinite(np.prod(np.delete(ext, j))) for j in range(len(ext))))
+        if not finite:
+            raise ValueError(f"PML: width {self.width!r} around the box {np.asarray(lo).tolist()} .. "
+                             f"{np.asarray(hi).tolist()} gives a sampling box of infinite extent or measure")
+        if self.strength / k > MAX_STRETCH:
+            raise ValueError(f"PML: strength/k = {self.strength:.3g}/{k:.3g} exceeds {MAX_STRETCH:g} "
+                             f"(the coefficients 1/s^2 vanish); give a smaller strength or a wider "
+                             f"layer (width={self.width!r})")
 
     @property
     def strength(self) -> float:
@@ -85,8 +108,8 @@ class PML:
         ``ds_j/dx_j`` at x, for the physical box [lo, hi] and wavenumber k."""
         x = np.asarray(x, np.float64)
         lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
-        if not (k > 0):
-            raise ValueError(f"PML: the wavenumber must be > 0, got {k}")
+        if not (math.isfinite(k) and k > 0):
+            raise ValueError(f"PML: the wavenumber must be a finite number > 0, got {k}")
         below, above = lo - x, x - hi
         delta = np.maximum(np.maximum(below, above), 0.0) / self.width  # [N, d], 0 inside
         side = np.where(above > 0, 1.0, np.where(below > 0, -1.0, 0.0))

@@ -47,6 +47,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._checks import real_number
 from ._compat import UNSET, renamed
 from .batch import Batch
 from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
@@ -274,7 +275,10 @@ class Problem:
             else:
                 kmax = self.kappa
             wavenumber = math.sqrt(max(kmax, 0.0))
-        self.wavenumber = float(wavenumber)
+        self.wavenumber = real_number("Problem", "wavenumber", wavenumber, low=0.0, low_open=False)
+        if pml is not None:
+            lo, hi = domain.bounds
+            pml.check(lo, hi, self.wavenumber)
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
@@ -294,7 +298,7 @@ class Problem:
         """``(a [N, d], b [N, d])``: the general operator's coefficients at x (docs/MATH.md,
         General operator; a = 1, b = 0 without a PML or density)."""
         lo, hi = self.domain.bounds
-        return operator_coefficients(x, pml=self.pml, box=(lo, hi), k=max(self.wavenumber, 1e-12),
+        return operator_coefficients(x, pml=self.pml, box=(lo, hi), k=self.wavenumber,
                                      density=self.density, density_grad=self.density_grad)
 
     def in_layer(self, x: NDArray) -> NDArray[np.bool_]:

@@ -18,13 +18,31 @@ import math
 
 import numpy as np
 
+from ._checks import real_number
+from .builtin import MAX_WAVENUMBER
 from .geometry import Box, BoxMinusBall, Disk
 from .pml import PML
 from .problems import Dirichlet, Neumann, Problem, register_problem
 
-__all__ = ["cylinder_scattered_field"]
+__all__ = ["cylinder_scattered_field", "series_terms", "MAX_SERIES_TERMS"]
+
+#: The most orders m (|n| <= m) the exact series may take: ``k * radius <= MAX_SERIES_TERMS - 20``.
+MAX_SERIES_TERMS = 2000
 
 _HALF = math.pi  # the physical box is [-pi, pi]^2 (DeepXDE's sound-hard benchmark box)
+
+
+def series_terms(k: float, radius: float, where: str = "cylinder_scattered_field") -> int:
+    """m, the largest order of the exact series (|n| <= m): terms beyond ``kR + 20`` are below
+    double precision for r >= R. Raises ValueError naming k, the radius and the limit when m
+    exceeds :data:`MAX_SERIES_TERMS` (the series would take minutes at every evaluation)."""
+    kr = float(k) * float(radius)
+    m = int(math.ceil(kr)) + 20 if math.isfinite(kr) else math.inf
+    if not m <= MAX_SERIES_TERMS:
+        raise ValueError(f"{where}: k = {k:g} with radius = {radius:g} needs {m} orders of the "
+                         f"exact Hankel series; the limit is {MAX_SERIES_TERMS} "
+                         f"(k * radius <= {MAX_SERIES_TERMS - 20})")
+    return m
 
 
 def cylinder_scattered_field(x, k: float, radius: float, theta: float, hard: bool):
@@ -34,9 +52,8 @@ def cylinder_scattered_field(x, k: float, radius: float, theta: float, hard: boo
     x = np.asarray(x, np.float64)
     r = np.hypot(x[:, 0], x[:, 1])
     phi = np.arctan2(x[:, 1], x[:, 0])
+    m = series_terms(k, radius)
     kR = k * radius
-    # Terms beyond |n| ~ kR + 20 are below double precision for r >= R.
-    m = int(math.ceil(kR)) + 20
     u = np.zeros(len(x), np.complex128)
     for n in range(-m, m + 1):
         if hard:
@@ -48,11 +65,12 @@ def cylinder_scattered_field(x, k: float, radius: float, theta: float, hard: boo
 
 
 def _scatter(hard: bool, k: float, radius: float, theta: float, pml_width: float) -> Problem:
-    k, radius, theta, pml_width = float(k), float(radius), float(theta), float(pml_width)
-    if not (k > 0):
-        raise ValueError(f"k must be > 0, got {k}")
-    if not (0 < radius < _HALF):
-        raise ValueError(f"radius must be in (0, pi), got {radius}")
+    where = "scatter-hard" if hard else "scatter-soft"
+    k = real_number(where, "k", k, low=0.0, high=MAX_WAVENUMBER)
+    radius = real_number(where, "radius", radius, low=0.0, high=_HALF, high_open=True)
+    theta = real_number(where, "theta", theta)
+    pml_width = real_number(where, "pml_width", pml_width, low=0.0)
+    series_terms(k, radius, where)  # refuse before any evaluation of the series
     dvec = np.array([math.cos(theta), math.sin(theta)])
 
     def incident(x):
@@ -72,22 +90,18 @@ def _scatter(hard: bool, k: float, radius: float, theta: float, pml_width: float
 
 
 def _hints(k: float) -> dict:
-    """Training defaults measured on these problems (k = 2; README, Open domains).
+    """Training defaults for these problems (README, Open domains; the measurements behind them
+    are in docs/benchmarks.md).
 
     Loss weights: every boundary term on the scale of the PDE term for an error e (PDE residual
     about k² e, weighted 1/k²; a Dirichlet residual e, weighted k²; a Neumann residual about k e,
-    weighted 1) instead of the general defaults' 100 and 100/k². With those, the optimiser first
-    fits the scatterer's condition by a field that dies out a short way from it (relative L2 error
-    near 1 with small losses) and leaves that state only slowly: 0.37 after 2000 Adam steps.
-    Adam then needs about 10000 steps, not 2000, and LM a larger network than the wavenumber alone
-    asks for (the sampled box with its layer spans 2.6 wavelengths, and the near field of the
-    cylinder varies faster than the incident wave): with m 24, 2x48 (4850 parameters) on
-    5500 + 1375 fixed points LM overfits them below an error of 2e-3 (the loss on fresh points
-    18 times the training loss after 150 iterations, the error rising again from 2.0e-3); on
-    9500 + 2375 points it passes 1e-3 after 47 iterations, as m 32, 2x64 (8514 parameters) does
-    on the same points (about 50), for a third of the cost of JᵀJ (R P²) and a fifth of a
-    Cholesky factor's (P³). ``gram="float32"`` halves JᵀJ's
-    cost again (helmpinn.lm): 275 s for 50 iterations on 2 cores (CLI, README).
+    weighted 1) instead of the general defaults' 100 and 100/k². With the general defaults the
+    optimiser first fits the scatterer's condition by a field that dies out a short way from it
+    (a relative error near 1 with small losses) and leaves that state only slowly. Adam gets
+    more steps than the general default; LM a larger network and more points than the
+    wavenumber alone asks for (the sampled box with its layer spans several wavelengths, and the
+    cylinder's near field varies faster than the incident wave; with fewer fixed points LM
+    overfits them), and ``gram="float32"`` (:mod:`helmpinn.lm`), which halves the cost of JᵀJ.
     """
     return {"weights": {"data": k * k, "bc": 1.0},
             "adam": {"steps": 10000},

@@ -1,0 +1,31 @@
+"""Argument checks shared by the problem modules: one message format naming the argument."""
+from __future__ import annotations
+
+import math
+
+
+def real_number(where: str, name: str, value, *, low: float | None = None, high: float | None = None,
+                low_open: bool = True, high_open: bool = False) -> float:
+    """``value`` as a finite float in the given range, or a TypeError/ValueError that names
+    ``where`` and ``name`` and what was expected (``low < value`` when ``low_open``, else
+    ``low <= value``; ``value <= high`` unless ``high_open``)."""
+    if isinstance(value, (str, bytes, complex)):
+        raise TypeError(f"{where}: {name} must be a real number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: {name} must be a real number, got {value!r}") from None
+    parts = []
+    if low is not None:
+        parts.append(f"{'>' if low_open else '>='} {low:g}")
+    if high is not None:
+        parts.append(f"{'<' if high_open else '<='} {high:g}")
+    want = "a finite number" + (" " + " and ".join(parts) if parts else "")
+    bad = not math.isfinite(v)
+    if low is not None and not bad:
+        bad = v <= low if low_open else v < low
+    if high is not None and not bad:
+        bad = v >= high if high_open else v > high
+    if bad:
+        raise ValueError(f"{where}: {name} must be {want}, got {value!r}")
+    return v
