@@ -331,3 +331,21 @@ def test_scattering_refuses_a_series_too_long_before_evaluating_it(monkeypatch):
 def test_builtin_problem_options_are_checked(name, options, match):
     with pytest.raises(ValueError, match=match):
         hp.get_problem(name, **options)
+
+
+@pytest.mark.parametrize("domain", [Interval(0.0, 1.0), Box([0.0, -1.0], [1.0, 1.0]),
+                                    Box([0.0, 0.0, 0.0], [1.0, 1.0, 2.0])],
+                         ids=["interval", "box2", "box3"])
+def test_box_with_a_pml_puts_its_boundary_points_on_the_outer_wall(domain):
+    # Pins issue #26: sampling the physical boundary (the box's faces) instead of the PML's
+    # outer wall would leave the layer unterminated and the box's faces wrongly at u = 0.
+    w = 0.25
+    prob = hp.Problem(domain, kappa=9.0, bcs={}, pml=hp.PML(w))
+    ts = prob.sample(500, 64, rng=3)
+    lo, hi = domain.lo - w, domain.hi + w
+    assert len(ts.x_data) == 64 and np.all(ts.y == 0) and len(ts.x_bc) == 0
+    on_wall = np.any(np.isclose(ts.x_data, lo) | np.isclose(ts.x_data, hi), axis=1)
+    assert np.all(on_wall)
+    assert np.all((ts.x_data >= lo - 1e-12) & (ts.x_data <= hi + 1e-12))
+    # and the PDE points fill the layer as well as the box
+    assert prob.in_layer(ts.x_pde).any() and (~prob.in_layer(ts.x_pde)).any()

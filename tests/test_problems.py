@@ -230,3 +230,35 @@ def test_user_problem_with_callables_and_point_sets():
         Problem(cloud, kappa=4.0, bcs={"right": Neumann()})
     with pytest.raises(ValueError, match="unknown boundary part"):
         Problem(cloud, kappa=4.0, bcs={"up": Neumann(), "*": None})
+
+
+def test_registry_is_explicit_with_no_import_circle():
+    # Issue #26: problems.py imported builtin at its bottom (a circle) and the scattering problems
+    # registered as a side effect of an import. Now the registry reads explicit tables, and
+    # problems.py imports neither the registry nor the factories at import time.
+    import ast
+    import pathlib
+
+    import helmpinn.builtin as builtin
+    import helmpinn.problems as problems
+    import helmpinn.registry as registry
+    import helmpinn.scattering as scattering
+
+    def top_level_imports(module):
+        tree = ast.parse(pathlib.Path(module.__file__).read_text())
+        names = set()
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names.add(node.module or "")
+                names.update(a.name for a in node.names if not node.module)
+        return names
+
+    assert not top_level_imports(problems) & {"builtin", "registry", "scattering"}
+    assert not top_level_imports(builtin) & {"registry", "scattering"}
+    assert not top_level_imports(scattering) & {"registry"}
+    assert registry._REGISTRY == {**builtin.PROBLEMS, **scattering.PROBLEMS}
+    assert list(registry.problem_names())[:6] == BUILTINS + ["scatter-hard", "scatter-soft"]
+    # the old import paths still work
+    assert problems.get_problem is registry.get_problem and problems.cube3d is builtin.cube3d
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        problems.nope  # noqa: B018

@@ -15,16 +15,15 @@ import numpy as np
 
 from ._checks import real_number
 from .geometry import Box, Interval
-from .problems import Dirichlet, Problem, Sommerfeld, register_problem
+from .problems import Dirichlet, Problem, Sommerfeld
 
-__all__ = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "MAX_WAVENUMBER"]
+__all__ = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "MAX_WAVENUMBER", "PROBLEMS"]
 
 #: The largest wavenumber a built-in problem accepts (about 1600 wavelengths per unit length,
 #: far beyond what a network of the default size resolves; κ = k² stays far inside float32).
 MAX_WAVENUMBER = 1e4
 
 
-@register_problem("plane1d", "plane wave u = exp(ikx) on [0,1]; u(0)=1, Sommerfeld at x=1 (option k)")
 def plane1d(k: float = 20.0) -> Problem:
     k = real_number("plane1d", "k", k, low=0.0, high=MAX_WAVENUMBER)
     return Problem(
@@ -36,8 +35,6 @@ def plane1d(k: float = 20.0) -> Problem:
     )
 
 
-@register_problem("dirichlet2d",
-                  "u = sin(k0 x) sin(k0 y), k0 = 2 pi n, on [0,1]^2, zero Dirichlet (option n)")
 def dirichlet2d(n: float = 2) -> Problem:
     n = real_number("dirichlet2d", "n", n, low=0.0, high=MAX_WAVENUMBER / (2 * math.pi))
     k0 = 2.0 * math.pi * n
@@ -53,9 +50,6 @@ def dirichlet2d(n: float = 2) -> Problem:
     )
 
 
-@register_problem("heterogeneous2d",
-                  "plane wave with a bump in a lens medium k^2(x) = k^2 (1 + 2 exp(-r^2/2s^2)) on [0,1]^2; "
-                  "Dirichlet at x=0, local Sommerfeld elsewhere (options k, theta)")
 def heterogeneous2d(k: float = 10.0, theta: float = math.pi / 6) -> Problem:
     k = real_number("heterogeneous2d", "k", k, low=0.0, high=MAX_WAVENUMBER)
     theta = real_number("heterogeneous2d", "theta", theta)
@@ -103,9 +97,6 @@ def heterogeneous2d(k: float = 10.0, theta: float = math.pi / 6) -> Problem:
     )
 
 
-@register_problem("cube3d",
-                  "u = sin(pi x) sin(pi y) sin(pi z) exp(ikz) on [0,1]^3, zero Dirichlet, "
-                  "matching source (option k)")
 def cube3d(k: float = 2 * math.pi) -> Problem:
     k = real_number("cube3d", "k", k, low=-MAX_WAVENUMBER, low_open=False, high=MAX_WAVENUMBER)
     pi = math.pi
@@ -126,3 +117,18 @@ def cube3d(k: float = 2 * math.pi) -> Problem:
         bcs={"*": Dirichlet(0.0)}, exact=exact,
         wavenumber=math.sqrt(2 * pi * pi + (abs(k) + pi) ** 2),  # u's largest angular frequency
     )
+
+
+#: The built-in problems by name: (factory, one-line description); :mod:`helmpinn.registry` reads it.
+PROBLEMS = {
+    "plane1d": (plane1d,
+                 "plane wave u = exp(ikx) on [0,1]; u(0)=1, Sommerfeld at x=1 (option k)"),
+    "dirichlet2d": (dirichlet2d,
+                 "u = sin(k0 x) sin(k0 y), k0 = 2 pi n, on [0,1]^2, zero Dirichlet (option n)"),
+    "heterogeneous2d": (heterogeneous2d,
+                 "plane wave with a bump in a lens medium k^2(x) = k^2 (1 + 2 exp(-r^2/2s^2)) on [0,1]^2; "
+                 "Dirichlet at x=0, local Sommerfeld elsewhere (options k, theta)"),
+    "cube3d": (cube3d,
+                 "u = sin(pi x) sin(pi y) sin(pi z) exp(ikz) on [0,1]^3, zero Dirichlet, "
+                 "matching source (option k)"),
+}

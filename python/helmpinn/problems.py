@@ -32,14 +32,14 @@ Complex values are complex NumPy arrays in Python; :meth:`TrainingSet.to_batch` 
 once per draw, into a :class:`~helmpinn.Batch` for the core (``[N, 2]`` real pairs (re, im) in
 the model's dtype).
 
-Problems by name: :func:`get_problem` and :func:`list_problems` over a registry
-(:func:`register_problem`); the built-in problems with exact solutions (``"plane1d"``,
-``"dirichlet2d"``, ``"heterogeneous2d"``, ``"cube3d"``) are in :mod:`helmpinn.builtin`, the
-scattering ones in :mod:`helmpinn.scattering`.
+Problems by name: :func:`~helmpinn.registry.get_problem` and
+:func:`~helmpinn.registry.list_problems` in :mod:`helmpinn.registry` (also importable from here);
+the built-in problems with exact solutions (``"plane1d"``, ``"dirichlet2d"``,
+``"heterogeneous2d"``, ``"cube3d"``) are in :mod:`helmpinn.builtin`, the scattering ones in
+:mod:`helmpinn.scattering`.
 """
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -60,10 +60,6 @@ __all__ = [
     "Sommerfeld",
     "Problem",
     "TrainingSet",
-    "get_problem",
-    "list_problems",
-    "problem_names",
-    "register_problem",
     "complex_to_pairs",
     "pairs_to_complex",
 ]
@@ -483,57 +479,17 @@ class Problem:
         return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Registry of built-in problems
-# ---------------------------------------------------------------------------------------------
-_REGISTRY: dict[str, tuple[Callable[..., Problem], str]] = {}
+# The registry (get_problem, list_problems, ...) lives in helmpinn.registry and the built-in
+# factories in helmpinn.builtin; both import this module, never the reverse at import time. Their
+# names stay importable from here (resolved on first use).
+_FORWARDED = {name: "registry" for name in ("get_problem", "list_problems", "problem_names",
+                                            "problem_options", "register_problem", "_REGISTRY")}
+_FORWARDED.update({name: "builtin" for name in ("plane1d", "dirichlet2d", "heterogeneous2d", "cube3d")})
 
 
-def register_problem(name: str, description: str):
-    """Decorator: register a factory ``f(**options) -> Problem`` under ``name``."""
-    def deco(factory):
-        _REGISTRY[name] = (factory, description)
-        return factory
-    return deco
+def __getattr__(name: str):
+    if name in _FORWARDED:
+        import importlib
 
-
-def problem_names() -> list[str]:
-    return list(_REGISTRY)
-
-
-def list_problems() -> list[tuple[str, str]]:
-    """(name, one-line description) of every registered problem."""
-    return [(name, desc) for name, (_, desc) in _REGISTRY.items()]
-
-
-def problem_options(name: str) -> dict[str, Any]:
-    """The options a registered problem accepts, with their defaults."""
-    factory = _lookup(name)[0]
-    return {p.name: p.default for p in inspect.signature(factory).parameters.values()}
-
-
-def _lookup(name: str):
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown problem {name!r}; known: {', '.join(_REGISTRY)}") from None
-
-
-def get_problem(name: str, **options) -> Problem:
-    """A registered problem built with ``options`` (see :func:`problem_options`)."""
-    factory, desc = _lookup(name)
-    accepted = problem_options(name)
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(f"problem {name!r} takes no option {', '.join(unknown)}; "
-                         f"it takes {', '.join(accepted) or 'none'}")
-    problem = factory(**options)
-    problem.name = name
-    problem.description = desc
-    problem.options = {**accepted, **options}
-    return problem
-
-
-# The built-in problems live in their own module (registered on import); their factories stay
-# importable from here.
-from .builtin import cube3d, dirichlet2d, heterogeneous2d, plane1d  # noqa: E402,F401
+        return getattr(importlib.import_module(f"{__package__}.{_FORWARDED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

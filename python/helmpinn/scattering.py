@@ -22,9 +22,9 @@ from ._checks import real_number
 from .builtin import MAX_WAVENUMBER
 from .geometry import Box, BoxMinusBall, Disk
 from .pml import PML
-from .problems import Dirichlet, Neumann, Problem, register_problem
+from .problems import Dirichlet, Neumann, Problem
 
-__all__ = ["cylinder_scattered_field", "series_terms", "MAX_SERIES_TERMS"]
+__all__ = ["cylinder_scattered_field", "series_terms", "MAX_SERIES_TERMS", "PROBLEMS"]
 
 #: The most orders m (|n| <= m) the exact series may take: ``k * radius <= MAX_SERIES_TERMS - 20``.
 MAX_SERIES_TERMS = 2000
@@ -108,17 +108,22 @@ def _hints(k: float) -> dict:
             "lm": {"ff_dim": 24, "hidden": 48, "pde_points": 9500, "bc_points": 2375, "gram": "float32"}}
 
 
-@register_problem("scatter-hard",
-                  "plane wave on a sound-hard cylinder in [-pi,pi]^2 with a PML, Hankel-series "
-                  "solution (options k, radius, theta, pml_width)")
 def scatter_hard(k: float = 2.0, radius: float = math.pi / 4, theta: float = 0.0,
                  pml_width: float = 1.0) -> Problem:
     return _scatter(True, k, radius, theta, pml_width)
 
 
-@register_problem("scatter-soft",
-                  "plane wave on a sound-soft cylinder in [-pi,pi]^2 with a PML, Hankel-series "
-                  "solution (options k, radius, theta, pml_width)")
 def scatter_soft(k: float = 2.0, radius: float = math.pi / 4, theta: float = 0.0,
                  pml_width: float = 1.0) -> Problem:
     return _scatter(False, k, radius, theta, pml_width)
+
+
+#: The scattering problems by name: (factory, one-line description); :mod:`helmpinn.registry` reads it.
+PROBLEMS = {
+    "scatter-hard": (scatter_hard,
+                     "plane wave on a sound-hard cylinder in [-pi,pi]^2 with a PML, Hankel-series "
+                     "solution (options k, radius, theta, pml_width)"),
+    "scatter-soft": (scatter_soft,
+                     "plane wave on a sound-soft cylinder in [-pi,pi]^2 with a PML, Hankel-series "
+                     "solution (options k, radius, theta, pml_width)"),
+}
