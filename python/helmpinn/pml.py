@@ -121,11 +121,17 @@ class PML:
 
 
 def operator_coefficients(x: ArrayLike, *, pml: PML | None = None, box=None, k: float = 1.0,
-                          density: Callable | None = None, density_grad: Callable | None = None
+                          density: Callable | None = None, density_grad: Callable | None = None,
+                          scale: ArrayLike | None = None, drift: ArrayLike | None = None
                           ) -> tuple[NDArray[np.complex128], NDArray[np.complex128]]:
     """``(a [N, d], b [N, d])`` of the core's general operator at x for a PML around ``box =
     (lo, hi)`` (wavenumber k) and/or a density ``ρ(x) -> [N]`` (> 0) with gradient
-    ``density_grad(x) -> [N, d]`` (central differences of ρ when not given)."""
+    ``density_grad(x) -> [N, d]`` (central differences of ρ when not given), and a user's
+    coefficients: ``scale`` (α, complex [N]) and ``drift`` (β, complex [N, d]) of the physical
+    operator ``α ∇·(ρ⁻¹∇u) + β·∇u + c u``.
+
+    Stretched (``∂_j → (1/s_j) ∂_j``), that operator is ``Σ_j a_j ∂_jj u + Σ_j b_j ∂_j u + c u``
+    with ``a_j = α/(ρ s_j²)`` and ``b_j = α (∂_j(ρ⁻¹)/s_j² − s_j′/(ρ s_j³)) + β_j/s_j``."""
     x = np.asarray(x, np.float64)
     n, d = x.shape
     if pml is not None:
@@ -133,12 +139,19 @@ def operator_coefficients(x: ArrayLike, *, pml: PML | None = None, box=None, k: 
     else:
         s, ds = np.ones((n, d), np.complex128), np.zeros((n, d), np.complex128)
     if density is None:
-        return 1.0 / s**2, -ds / s**3
-    rho = density_values(density, x)
-    grad = density_gradient(density, density_grad, x)
-    inv = 1.0 / rho[:, None]
-    # a_j = 1/(rho s_j^2); b_j = d_j(1/rho)/s_j^2 - s_j'/(rho s_j^3), d_j(1/rho) = -rho_j/rho^2.
-    return inv / s**2, -grad * inv**2 / s**2 - inv * ds / s**3
+        a, b = 1.0 / s**2, -ds / s**3
+    else:
+        rho = density_values(density, x)
+        grad = density_gradient(density, density_grad, x)
+        inv = 1.0 / rho[:, None]
+        # a_j = 1/(rho s_j^2); b_j = d_j(1/rho)/s_j^2 - s_j'/(rho s_j^3), d_j(1/rho) = -rho_j/rho^2.
+        a, b = inv / s**2, -grad * inv**2 / s**2 - inv * ds / s**3
+    if scale is not None:
+        scale = np.asarray(scale, np.complex128).reshape(n, 1)
+        a, b = scale * a, scale * b
+    if drift is not None:
+        b = b + np.asarray(drift, np.complex128).reshape(n, d) / s
+    return a, b
 
 
 def density_values(density: Callable, x: NDArray) -> NDArray[np.float64]:

@@ -4,8 +4,13 @@ A :class:`Problem` holds
 
 - ``domain``: a :mod:`helmpinn.geometry` domain (a :class:`~helmpinn.geometry.PointCloud` for
   explicit point sets);
-- ``kappa``: ``κ = k²``, a constant or a callable ``x [N, d] -> real [N]`` (heterogeneous medium);
-- ``source``: ``f``, a callable ``x -> complex [N]`` or None (zero);
+- ``kappa``: ``κ = k²``, a constant or a callable ``x [N, d] -> [N]`` (heterogeneous medium);
+  complex values (``κ = k²(1 + iε)``) make an absorbing medium (the core's complex ``c``). Or,
+  instead of ``kappa``, ``frequency`` (f, in Hz) and ``velocity`` (v(x) > 0, a constant or a
+  callable such as a :class:`~helmpinn.media.GridField`, in length units per second):
+  ``κ = (2πf)²/v²``;
+- ``source``: ``f``, a callable ``x -> complex [N]``, a :class:`~helmpinn.sources.PointSource`,
+  a list of them (summed), or None (zero); PointSources without a width get λ/10;
 - ``bcs``: a dict from boundary part name (or a tuple of names, or ``"*"`` for every part not
   named otherwise) to a boundary condition: :class:`Dirichlet` (``u = value``, enters the loss's
   data term), :class:`Robin` (``∂u/∂n + α u = g``, the loss's bc term) and its helpers
@@ -19,14 +24,33 @@ A :class:`Problem` holds
   is sampled with the domain, ``u = 0`` on its outer wall, and ``bcs`` names only the remaining
   parts (a scatterer); errors, plots and predictions stay on the physical domain;
 - ``density``: an optional ``ρ(x) -> real [N] > 0`` (with ``density_grad(x) -> [N, d]``, or
-  central differences of ρ): the equation becomes ``∇·(ρ⁻¹∇u) + κu = f``;
+  ρ's own ``gradient`` for a :class:`~helmpinn.media.GridField`, or central differences of ρ):
+  the equation becomes ``∇·(ρ⁻¹∇u) + κu = f``;
+- ``a``, ``b``: optional coefficients of the operator ``a ∇·(ρ⁻¹∇u) + b·∇u + κu`` (``a`` a
+  constant or ``x -> [N]``, real or complex; ``b`` a vector or ``x -> [N, d]``), combined with
+  the PML's stretching and the density (:func:`helmpinn.pml.operator_coefficients`);
+- ``pml_share``: with a PML, the share of the PDE points drawn in the layer (the rest in the
+  physical domain); None (the default) draws them uniformly over the domain and the layer, which
+  gives the layer its share of the area (75% for a layer of 2 wavelengths around a box of 2
+  wavelengths, in 2-D). Its residuals then count with that share in the PDE term;
+- ``source_share``: the share of the PDE points drawn from the PointSources' Gaussians (default
+  0.25 when ``source`` holds PointSources, else 0), re-weighted so that the PDE loss stays an
+  unbiased estimate of the loss under the uniform (or ``pml_share``) sampling: a point's weight
+  ``w = p/q`` (p the uniform density, q the mixture's) scales its residual by ``sqrt(w)`` through
+  the general operator's per-point coefficients (``a_pde``, ``b_pde``, ``c``, ``f`` all times
+  ``sqrt(w)``: ``|r|²`` times w);
 - ``hints``: optional training defaults measured for this problem, over those derived from its
   wavenumber: ``{"weights": {...}}`` (loss weights, :func:`helmpinn.trainer.auto_weights`),
   ``{"adam": {...}}`` (keys of :func:`helmpinn.trainer.default_settings`), ``{"lm": {...}}``
   (keys of :func:`helmpinn.lm.lm_defaults`).
 
-With a PML or a density the PDE points carry the core's general operator (``a_pde``, ``b_pde``;
-docs/MATH.md, General operator) instead of the Laplacian.
+With a PML, a density, ``a``/``b``, a complex κ or weighted points the PDE points carry the
+core's general operator (``a_pde``, ``b_pde``, ``c_pde``; docs/MATH.md, General operator)
+instead of the Laplacian.
+
+A :class:`~helmpinn.geometry.PointCloud` domain with a PML holds the layer's points itself: the
+cloud's bounding box is the layer's outer wall, the physical box that box shrunk by the width,
+and the cloud's boundary parts (the wall among them) take conditions as usual.
 
 Complex values are complex NumPy arrays in Python; :meth:`TrainingSet.to_batch` converts them,
 once per draw, into a :class:`~helmpinn.Batch` for the core (``[N, 2]`` real pairs (re, im) in
@@ -42,7 +66,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -52,6 +76,7 @@ from ._compat import UNSET, renamed
 from .batch import Batch
 from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
 from .pml import PML, operator_coefficients
+from .sources import PointSource, mixture_density, sample_mixture
 
 __all__ = [
     "Dirichlet",
@@ -153,7 +178,10 @@ class TrainingSet:
     PDE: ``x_pde``, ``kappa`` (float or [N]), ``f`` (complex [N] or None). Data (Dirichlet
     boundary points and extra data): ``x_data``, ``y`` (complex). Robin: ``x_bc``, ``n_bc``,
     ``alpha`` (complex scalar or [N]), ``g`` (complex [N] or None). ``a_pde``, ``b_pde``
-    (complex [N_pde, d] or None): the general operator's coefficients (PML, density).
+    (complex [N_pde, d] or None): the general operator's coefficients (PML, density, ``a``,
+    ``b``). ``kappa`` complex: the operator's complex c (absorbing media). ``pde_weight`` ([N] or
+    None): the importance weights of the PDE points, for reference: they are already applied, as
+    ``sqrt(w)`` times ``a_pde``, ``b_pde``, ``kappa`` and ``f``.
     """
 
     x_pde: NDArray[np.float64]
@@ -168,6 +196,7 @@ class TrainingSet:
     sizes: dict[str, int] = field(default_factory=dict)
     a_pde: NDArray[np.complex128] | None = None
     b_pde: NDArray[np.complex128] | None = None
+    pde_weight: NDArray[np.float64] | None = None
 
     def to_batch(self, dtype: Any = np.float32, *, counts: Mapping[str, int] | None = None,
                  device: str = "cpu") -> Batch:
@@ -181,7 +210,11 @@ class TrainingSet:
             _device.check(device, "TrainingSet.to_batch")
         kw: dict[str, Any] = {}
         if len(self.x_pde):
-            kw.update(x_pde=self.x_pde, kappa=self.kappa, f=self.f)
+            kw.update(x_pde=self.x_pde, f=self.f)
+            if np.iscomplexobj(self.kappa):  # the general operator's complex c
+                kw.update(c_pde=self.kappa)
+            else:
+                kw.update(kappa=self.kappa)
             if self.a_pde is not None:  # the general operator, with kappa as its (real) c
                 kw.update(a_pde=self.a_pde, b_pde=self.b_pde)
         if len(self.x_data):
@@ -200,18 +233,22 @@ class TrainingSet:
 class Problem:
     """A Helmholtz problem ``Δu + κ u = f`` (see the module docstring for every argument).
 
-    ``wavenumber``: the largest local wavenumber ``sqrt(max κ)``; estimated from κ when not
+    ``wavenumber``: the largest local wavenumber ``sqrt(max |κ|)``; estimated from κ when not
     given. The trainer picks Fourier frequencies and loss scales from it.
     """
 
-    def __init__(self, domain: Domain, kappa: float | Callable, source: ComplexFn | None = None,
+    def __init__(self, domain: Domain, kappa: complex | Callable | None = None,
+                 source: ComplexFn | PointSource | Sequence | None = None,
                  bcs: Mapping[str | tuple[str, ...], Dirichlet | Robin | None] | None = None,
                  data: tuple[ArrayLike, ArrayLike] | None = None, exact: ComplexFn | None = None,
                  *, name: str = "custom", description: str = "",
                  wavenumber: float | None = None, options: Mapping[str, Any] | None = None,
                  exact_grad: Callable | None = None, pml: PML | None = None,
                  density: Callable | None = None, density_grad: Callable | None = None,
-                 hints: Mapping[str, Mapping[str, Any]] | None = None):
+                 hints: Mapping[str, Mapping[str, Any]] | None = None,
+                 a: complex | Callable | None = None, b: ArrayLike | Callable | None = None,
+                 frequency: float | None = None, velocity: float | Callable | None = None,
+                 pml_share: float | None = None, source_share: float | None = None):
         if not isinstance(domain, Domain):
             raise TypeError(f"domain must be a helmpinn.geometry.Domain, got {type(domain).__name__}")
         self.domain = domain
@@ -224,6 +261,8 @@ class Problem:
             raise ValueError("density_grad: given without density")
         if density_grad is not None and not callable(density_grad):
             raise TypeError("density_grad must be a callable x [N, d] -> real [N, d]")
+        if density_grad is None and callable(getattr(density, "gradient", None)):
+            density_grad = density.gradient  # a GridField's own spline gradient
         self.hints = {key: dict(value) for key, value in (hints or {}).items()}
         unknown = set(self.hints) - {"weights", "adam", "lm"}
         if unknown:
@@ -231,8 +270,11 @@ class Problem:
         self.pml = pml
         self.density = density
         self.density_grad = density_grad
+        self.a = self._coefficient("a", a)
+        self.b = self._coefficient("b", b, vector=True)
         self.sampling_domain = domain
         self._absorbed: tuple[str, ...] = ()
+        self._box = domain.bounds if not isinstance(domain, PointCloud) else None
         if pml is not None:
             if isinstance(domain, BoxMinusBall):
                 lo, hi = pml.outer_box(domain.box.lo, domain.box.hi)
@@ -242,13 +284,26 @@ class Problem:
                 lo, hi = pml.outer_box(domain.lo, domain.hi)
                 self.sampling_domain = Interval(lo[0], hi[0]) if domain.dim == 1 else Box(lo, hi)
                 self._absorbed = domain.part_names
+            elif isinstance(domain, PointCloud):
+                lo, hi = domain.bounds
+                lo, hi = lo + pml.width, hi - pml.width
+                if not np.all(hi > lo):
+                    raise ValueError(f"pml: a PointCloud's bounding box is the layer's outer wall; "
+                                     f"width {pml.width!r} leaves no physical box inside "
+                                     f"{domain.bounds[0].tolist()} .. {domain.bounds[1].tolist()}")
+                self._box = (lo, hi)
             else:
-                raise TypeError(f"pml: the domain must be a Box, Interval or BoxMinusBall (a PML "
-                                f"surrounds its outer box), got {type(domain).__name__}")
-        if not callable(kappa):
-            kappa = float(kappa)
-        self.kappa = kappa
-        self.source = source
+                raise TypeError(f"pml: the domain must be a Box, Interval, BoxMinusBall or PointCloud "
+                                f"(a PML surrounds its outer box), got {type(domain).__name__}")
+        self.pml_share = None
+        if pml_share is not None:
+            if pml is None:
+                raise ValueError("pml_share: given without a pml")
+            if isinstance(domain, PointCloud):
+                raise ValueError("pml_share: a PointCloud's points are given, not drawn")
+            self.pml_share = real_number("Problem", "pml_share", pml_share, low=0.0, low_open=False,
+                                         high=1.0)
+        self.kappa = self._medium(kappa, frequency, velocity)
         self.exact = exact
         self.exact_grad = exact_grad
         self.name = name
@@ -267,14 +322,93 @@ class Problem:
         if wavenumber is None:
             if callable(self.kappa):
                 pts = domain.sample_interior(4096, np.random.default_rng(0))
-                kmax = float(np.max(self.kappa_at(pts)))
+                kappa_pts = self.kappa_at(pts)
+                kmax = float(np.max(np.abs(kappa_pts) if np.iscomplexobj(kappa_pts) else kappa_pts))
             else:
-                kmax = self.kappa
+                kmax = abs(self.kappa) if isinstance(self.kappa, complex) else self.kappa
             wavenumber = math.sqrt(max(kmax, 0.0))
         self.wavenumber = real_number("Problem", "wavenumber", wavenumber, low=0.0, low_open=False)
         if pml is not None:
-            lo, hi = domain.bounds
-            pml.check(lo, hi, self.wavenumber)
+            pml.check(*self._box, self.wavenumber)
+        self._set_source(source, source_share)
+
+    # -- construction helpers -----------------------------------------------------------------
+    def _coefficient(self, name: str, value, vector: bool = False):
+        """A user's operator coefficient: None, a callable, or a constant (checked now)."""
+        if value is None or callable(value):
+            return value
+        if vector:
+            v = np.asarray(value, np.complex128).reshape(-1)
+            if v.shape != (self.dim,) or not np.all(np.isfinite(v)):
+                raise ValueError(f"{name}: expected {self.dim} finite numbers or a callable "
+                                 f"x -> [N, {self.dim}], got {value!r}")
+            return v
+        try:
+            v = complex(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name}: expected a number or a callable x -> [N], got {value!r}") from None
+        if not (math.isfinite(v.real) and math.isfinite(v.imag)):
+            raise ValueError(f"{name}: must be finite, got {value!r}")
+        return v
+
+    def _medium(self, kappa, frequency, velocity):
+        """κ from ``kappa``, or from ``frequency`` and ``velocity`` (κ = (2πf)²/v²)."""
+        if frequency is None and velocity is None:
+            if kappa is None:
+                raise TypeError("Problem: give kappa (k², a number or a callable), or frequency= and "
+                                "velocity=")
+            if callable(kappa):
+                return kappa
+            if isinstance(kappa, (complex, np.complexfloating)) and complex(kappa).imag != 0:
+                v = complex(kappa)
+                if not (math.isfinite(v.real) and math.isfinite(v.imag)):
+                    raise ValueError(f"kappa must be finite, got {kappa!r}")
+                return v
+            return real_number("Problem", "kappa", complex(kappa).real if np.iscomplexobj(kappa) else kappa)
+        if kappa is not None:
+            raise TypeError("Problem: give kappa or frequency= with velocity=, not both")
+        if frequency is None or velocity is None:
+            raise TypeError("Problem: frequency= and velocity= go together (κ = (2πf)²/v²)")
+        omega = 2 * math.pi * real_number("Problem", "frequency", frequency, low=0.0)
+        if not callable(velocity):
+            v = real_number("Problem", "velocity", velocity, low=0.0)
+            return omega * omega / (v * v)
+
+        def kappa_from_velocity(x):
+            v = np.asarray(velocity(x), np.float64)
+            if v.shape != (len(x),) or not np.all(np.isfinite(v) & (v > 0)):
+                raise ValueError(f"velocity must give finite values > 0 of shape ({len(x)},) at "
+                                 f"every point (including a PML), got shape {v.shape}")
+            return omega * omega / (v * v)
+        return kappa_from_velocity
+
+    def _set_source(self, source, source_share) -> None:
+        """The source terms (PointSources given their width) and the share drawn at them."""
+        items = list(source) if isinstance(source, (list, tuple)) else ([] if source is None else [source])
+        for item in items:
+            if not callable(item):
+                raise TypeError(f"source must be a callable x -> complex [N], a PointSource or a "
+                                f"list of them, got {type(item).__name__}")
+            if isinstance(item, PointSource) and item.dim != self.dim:
+                raise ValueError(f"source: a PointSource in {item.dim}-D for a {self.dim}-D domain")
+        if any(isinstance(i, PointSource) and i.width is None for i in items) and not self.wavenumber > 0:
+            raise ValueError("source: a PointSource without a width takes λ/10 from the problem's "
+                             "wavenumber, which is 0; give width=")
+        items = [i.with_wavenumber(self.wavenumber) if isinstance(i, PointSource) else i for i in items]
+        self.point_sources = [i for i in items if isinstance(i, PointSource)]
+        self._source_terms = items
+        self.source = (items[0] if len(items) == 1 else self._summed_source) if items else None
+        if source_share is None:
+            source_share = 0.25 if self.point_sources and not isinstance(self.domain, PointCloud) else 0.0
+        self.source_share = real_number("Problem", "source_share", source_share, low=0.0,
+                                        low_open=False, high=1.0, high_open=True)
+        if self.source_share > 0 and not self.point_sources:
+            raise ValueError("source_share: the problem has no PointSource to draw points at")
+        if self.source_share > 0 and isinstance(self.domain, PointCloud):
+            raise ValueError("source_share: a PointCloud's points are given, not drawn")
+
+    def _summed_source(self, x: NDArray) -> NDArray[np.complex128]:
+        return sum(_complex_values(term, x) for term in self._source_terms)
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
@@ -287,22 +421,44 @@ class Problem:
 
     @property
     def uses_operator(self) -> bool:
-        """True when the PDE points carry the general operator (a PML or a density)."""
-        return self.pml is not None or self.density is not None
+        """True when the PDE points carry the general operator (a PML, a density, ``a``, ``b``)."""
+        return self.pml is not None or self.density is not None or self.a is not None or self.b is not None
+
+    def _user_coefficients(self, x: NDArray):
+        n, d = x.shape
+        scale = drift = None
+        if self.a is not None:
+            scale = (_complex_values(self.a, x) if callable(self.a)
+                     else np.full(n, self.a, np.complex128))
+        if self.b is not None:
+            if callable(self.b):
+                drift = np.asarray(self.b(x), np.complex128)
+                if drift.shape != (n, d):
+                    raise ValueError(f"b callable returned shape {drift.shape}, expected ({n}, {d})")
+            else:
+                drift = np.broadcast_to(self.b, (n, d))
+            if not np.all(np.isfinite(drift)):
+                raise ValueError("b must be finite at every point")
+        if scale is not None and not np.all(np.isfinite(scale)):
+            raise ValueError("a must be finite at every point")
+        return scale, drift
 
     def operator_at(self, x: NDArray) -> tuple[NDArray[np.complex128], NDArray[np.complex128]]:
         """``(a [N, d], b [N, d])``: the general operator's coefficients at x (docs/MATH.md,
-        General operator; a = 1, b = 0 without a PML or density)."""
-        lo, hi = self.domain.bounds
+        General operator; a = 1, b = 0 without a PML, density or a user's ``a``, ``b``)."""
+        x = np.asarray(x, np.float64)
+        lo, hi = self._box if self._box is not None else (None, None)
+        scale, drift = self._user_coefficients(x)
         return operator_coefficients(x, pml=self.pml, box=(lo, hi), k=self.wavenumber,
-                                     density=self.density, density_grad=self.density_grad)
+                                     density=self.density, density_grad=self.density_grad,
+                                     scale=scale, drift=drift)
 
     def in_layer(self, x: NDArray) -> NDArray[np.bool_]:
         """True for points of the PML (outside the physical box); all False without one."""
         x = np.asarray(x, np.float64)
         if self.pml is None:
             return np.zeros(len(x), bool)
-        lo, hi = self.domain.bounds
+        lo, hi = self._box
         return np.any((x < lo) | (x > hi), axis=1)
 
     def _resolve_bcs(self, bcs) -> dict[str, Dirichlet | Robin | None]:
@@ -333,9 +489,11 @@ class Problem:
         return out
 
     # -- evaluation ---------------------------------------------------------------------------
-    def kappa_at(self, x: NDArray) -> float | NDArray[np.float64]:
+    def kappa_at(self, x: NDArray) -> complex | float | NDArray:
+        """κ at x: a number, or [N] (real, or complex for an absorbing medium)."""
         if callable(self.kappa):
-            k = np.asarray(self.kappa(x), dtype=np.float64)
+            k = np.asarray(self.kappa(x))
+            k = k.astype(np.complex128 if np.iscomplexobj(k) else np.float64)
             if k.shape != (len(x),):
                 raise ValueError(f"kappa callable returned shape {k.shape}, expected ({len(x)},)")
             return k
@@ -351,25 +509,78 @@ class Problem:
 
     def test_points(self, n_per_dim: int | None = None) -> NDArray[np.float64]:
         """Points of a regular grid inside the domain for error reports (a point cloud's own
-        interior points)."""
+        interior points, without those of a PML)."""
         if isinstance(self.domain, PointCloud):
-            return self.domain.interior
+            pts = self.domain.interior
+            return pts[~self.in_layer(pts)] if self.pml is not None else pts
         if n_per_dim is None:
             n_per_dim = {1: 1001, 2: 101}.get(self.dim, 31)
         return self.domain.grid(n_per_dim)[0]
 
     # -- sampling -----------------------------------------------------------------------------
+    def _layer_volume(self) -> float:
+        return self.sampling_domain.volume - self.domain.volume
+
+    def _base_sample(self, n: int, rng: np.random.Generator, method: str) -> NDArray[np.float64]:
+        """n PDE points from the base density p: uniform over the domain and its layer, or with
+        ``pml_share`` of them uniform in the layer and the rest uniform in the physical domain."""
+        if self.pml_share is None:
+            return self.sampling_domain.sample_interior(n, rng, method)
+        n_layer = int(round(self.pml_share * n))
+        inner = self.domain.sample_interior(n - n_layer, rng, method)
+        layer, have = [], 0
+        keep = max(self._layer_volume() / self.sampling_domain.volume, 1e-3)
+        while have < n_layer:  # uniform in the layer: the outer domain's points outside the box
+            m = int(math.ceil((n_layer - have) / keep * 1.1)) + 8
+            x = self.sampling_domain.sample_interior(m, rng, method)
+            x = x[self.in_layer(x)][: n_layer - have]
+            layer.append(x)
+            have += len(x)
+        return np.concatenate([inner, *layer]) if layer else inner
+
+    def _base_density(self, x: NDArray) -> NDArray[np.float64]:
+        """p(x), the density of :meth:`_base_sample`."""
+        if self.pml_share is None:
+            return np.full(len(x), 1.0 / self.sampling_domain.volume)
+        layer = self.in_layer(x)
+        return np.where(layer, self.pml_share / self._layer_volume(),
+                        (1.0 - self.pml_share) / self.domain.volume)
+
+    def sample_pde(self, n: int, rng: np.random.Generator | int | None = None,
+                   method: str = "uniform") -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+        """``(x [M, d], w [M] or None)``: PDE points and their importance weights.
+
+        Without PointSources to resolve (``source_share`` 0): n points of the base density p
+        (uniform, or ``pml_share``) and no weights. Otherwise ``round((1 − s) n)`` base points and
+        ``round(s n)`` draws from the sources' Gaussian mixture g (s = ``source_share``; draws
+        outside the domain are dropped, so M <= n), with ``w = (M/n) p/q``, ``q = ((n − n_g) p +
+        n_g g)/n``: the mean of ``w |r|²`` over the M points, which the core takes, is then an
+        unbiased estimate of the mean of ``|r|²`` under p.
+        """
+        rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+        if self.source_share == 0 or not n:  # (a PointCloud takes n = None: all its points)
+            return self._base_sample(n, rng, method), None
+        n = int(n)
+        n_src = int(round(self.source_share * n))
+        base = self._base_sample(n - n_src, rng, method)
+        drawn = sample_mixture(self.point_sources, n_src, rng)
+        drawn = drawn[self.sampling_domain.contains(drawn)]
+        x = np.ascontiguousarray(np.concatenate([base, drawn]))
+        p = self._base_density(x)
+        q = ((n - n_src) * p + n_src * mixture_density(self.point_sources, x)) / n
+        return x, (len(x) / n) * p / q
+
     def sample(self, pde_points: int | None = None, bc_points: int | None = None,
                rng: np.random.Generator | int | None = None, method: str = "uniform", *,
                n_pde: int = UNSET, n_bc: int = UNSET) -> TrainingSet:
-        """Collocation points for one training stretch: ``pde_points`` interior and ``bc_points``
-        boundary points (split over the parts by measure; Dirichlet parts go to the data term,
-        Robin parts to the bc term) plus the problem's data points. (``n_pde`` / ``n_bc`` are
-        the deprecated names of the two counts.)"""
+        """Collocation points for one training stretch: ``pde_points`` interior points
+        (:meth:`sample_pde`) and ``bc_points`` boundary points (split over the parts by measure;
+        Dirichlet parts go to the data term, Robin parts to the bc term) plus the problem's data
+        points. (``n_pde`` / ``n_bc`` are the deprecated names of the two counts.)"""
         pde_points = renamed("Problem.sample", "pde_points", pde_points, "n_pde", n_pde)
         bc_points = renamed("Problem.sample", "bc_points", bc_points, "n_bc", n_bc)
         rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
-        x_pde = self.sampling_domain.sample_interior(pde_points, rng, method)
+        x_pde, weight = self.sample_pde(pde_points, rng, method)
         kappa = self.kappa_at(x_pde)
         f = self.source_at(x_pde)
         if self._absorbed:
@@ -432,6 +643,16 @@ class Problem:
         )
         if self.uses_operator:
             ts.a_pde, ts.b_pde = self.operator_at(x_pde)
+        if weight is not None:  # sqrt(w) on every PDE coefficient: |r|² times w (module docstring)
+            root = np.sqrt(weight)
+            if ts.a_pde is None:
+                ts.a_pde = np.ones((len(x_pde), self.dim), np.complex128)
+                ts.b_pde = np.zeros((len(x_pde), self.dim), np.complex128)
+            ts.a_pde = ts.a_pde * root[:, None]
+            ts.b_pde = ts.b_pde * root[:, None]
+            ts.kappa = kappa * root
+            ts.f = None if f is None else f * root
+            ts.pde_weight = weight
         ts.sizes = {"pde": len(ts.x_pde), "data": len(ts.x_data), "bc": len(ts.x_bc)}
         return ts
 
