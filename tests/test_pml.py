@@ -349,3 +349,98 @@ def test_box_with_a_pml_puts_its_boundary_points_on_the_outer_wall(domain):
     assert np.all((ts.x_data >= lo - 1e-12) & (ts.x_data <= hi + 1e-12))
     # and the PDE points fill the layer as well as the box
     assert prob.in_layer(ts.x_pde).any() and (~prob.in_layer(ts.x_pde)).any()
+
+
+# -- a user's operator coefficients, complex kappa, point clouds, pml_share (issue #23) -----------
+
+def test_user_coefficients_combine_with_the_pml_and_the_density():
+    # operator alpha div(rho^-1 grad u) + beta . grad u + kappa u, stretched:
+    # a_j = alpha/(rho s_j^2), b_j = alpha (d_j(1/rho)/s_j^2 - s_j'/(rho s_j^3)) + beta_j/s_j
+    lo, hi, w, k = np.array([0.0, 0.0]), np.array([1.0, 2.0]), 0.5, 3.0
+    alpha = lambda x: 1.0 + 0.5j * x[:, 0]  # noqa: E731
+    beta = lambda x: np.stack([np.sin(x[:, 1]), 0.3 + 0j * x[:, 0]], axis=1)  # noqa: E731
+    rho = lambda x: 1.0 + 0.2 * x[:, 0] ** 2  # noqa: E731
+    grad = lambda x: np.stack([0.4 * x[:, 0], 0 * x[:, 0]], axis=1)  # noqa: E731
+    pml = hp.PML(w, power=2)
+    prob = hp.Problem(Box(lo, hi), kappa=k * k, bcs={}, pml=pml, density=rho, density_grad=grad,
+                      a=alpha, b=beta)
+    x = np.random.default_rng(0).uniform(lo - w, hi + w, (64, 2))
+    a, b = prob.operator_at(x)
+    a0, b0 = _direct_coefficients(x, lo, hi, w, pml.strength, 2, k, rho(x), grad(x))
+    s, _ = pml.stretch(x, lo, hi, k)
+    np.testing.assert_allclose(a, alpha(x)[:, None] * a0, rtol=1e-13)
+    np.testing.assert_allclose(b, alpha(x)[:, None] * b0 + beta(x) / s, rtol=1e-13, atol=1e-15)
+    # constants, without a PML: a Laplacian times a, a constant drift
+    plain = hp.Problem(Box(lo, hi), kappa=4.0, bcs={"*": None}, a=2.0, b=[1.0, -1.0])
+    a, b = plain.operator_at(x)
+    assert plain.uses_operator
+    np.testing.assert_array_equal(a, np.full((64, 2), 2.0 + 0j))
+    np.testing.assert_array_equal(b, np.tile([1.0 + 0j, -1.0 + 0j], (64, 1)))
+    ts = plain.sample(10, 4, rng=0)
+    assert ts.a_pde.shape == (10, 2) and np.all(ts.a_pde == 2.0)
+    with pytest.raises(ValueError, match="b: expected 2 finite numbers"):
+        hp.Problem(Box(lo, hi), kappa=4.0, bcs={"*": None}, b=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="a must be finite"):
+        hp.Problem(Box(lo, hi), kappa=4.0, bcs={"*": None}, a=lambda x: np.full(len(x), np.nan)).sample(5, 0, 0)
+
+
+def test_an_absorbing_medium_takes_a_complex_kappa_to_the_core():
+    # u = exp(i q x) with q^2 = kappa complex solves u'' + kappa u = 0: the problem's residual
+    # vanishes, and the core gets kappa as the operator's complex c (c_pde).
+    kappa = 25.0 * (1 + 0.2j)
+    q = np.sqrt(kappa)
+    prob = hp.Problem(Interval(0.0, 1.0), kappa=kappa, bcs={"*": None}, exact=lambda x: np.exp(1j * q * x[:, 0]))
+    assert prob.kappa == kappa and prob.wavenumber == pytest.approx(abs(kappa) ** 0.5)
+    x = np.linspace(0.1, 0.9, 9)[:, None]
+    assert np.max(np.abs(prob.pde_residual_fd(x, h=1e-4))) < 1e-4 * abs(kappa)
+    ts = prob.sample(16, 0, rng=0)
+    batch = ts.to_batch(np.float64)
+    assert "c_pde" in batch and "kappa" not in batch
+    # the core's residual differs from that of Re(kappa) by i Im(kappa) u (scaled by 1/sqrt(N))
+    model = hp.Model.create(1, 4, 8, 1, dtype="float64", seed=2)
+    ws = model.workspace()
+    r_c = ws.residuals(model.params, batch=batch).reshape(-1, 2)
+    r_r = ws.residuals(model.params, batch=batch.replace(c_pde=None, kappa=kappa.real)).reshape(-1, 2)
+    diff = (r_c[:, 0] - r_r[:, 0]) + 1j * (r_c[:, 1] - r_r[:, 1])
+    np.testing.assert_allclose(diff, 1j * kappa.imag * model.predict(ts.x_pde) / math.sqrt(16), rtol=1e-10)
+    # a callable kappa may be complex too
+    cp = hp.Problem(Interval(0.0, 1.0), kappa=lambda x: np.full(len(x), kappa), bcs={"*": None})
+    assert np.iscomplexobj(cp.sample(8, 0, rng=0).kappa) and cp.wavenumber == pytest.approx(abs(kappa) ** 0.5)
+
+
+def test_a_point_cloud_holds_its_layer():
+    rng = np.random.default_rng(4)
+    inner = rng.uniform(-1.5, 1.5, (400, 2))   # the physical box [-1, 1]^2 and a layer of 0.5
+    wall = np.array([[-1.5, 0.0], [1.5, 0.0], [0.0, -1.5], [0.0, 1.5]])
+    normals = np.array([[-1.0, 0.0], [1.0, 0.0], [0.0, -1.0], [0.0, 1.0]])
+    geo_cloud = hp.geometry.PointCloud(inner, wall, normals, parts="wall")
+    prob = hp.Problem(geo_cloud, kappa=4.0, bcs={"wall": hp.Dirichlet(0.0)}, pml=hp.PML(0.5))
+    layer = prob.in_layer(inner)
+    np.testing.assert_array_equal(layer, np.any(np.abs(inner) > 1.0, axis=1))
+    ts = prob.sample()
+    assert len(ts.x_pde) == 400 and len(ts.x_data) == 4
+    assert np.all(ts.a_pde[~layer] == 1) and np.all(np.any(ts.a_pde[layer].imag != 0, axis=1))
+    np.testing.assert_array_equal(prob.test_points(), inner[~layer])
+    with pytest.raises(ValueError, match="width 2.0 leaves no physical box"):
+        hp.Problem(geo_cloud, kappa=4.0, bcs={"wall": None}, pml=hp.PML(2.0))
+    with pytest.raises(ValueError, match="pml_share: a PointCloud's points are given"):
+        hp.Problem(geo_cloud, kappa=4.0, bcs={"wall": None}, pml=hp.PML(0.5), pml_share=0.5)
+
+
+@pytest.mark.parametrize("domain", [Box([0.0, 0.0], [1.0, 1.0]),
+                                    BoxMinusBall(Box([0.0, 0.0], [1.0, 1.0]), Disk((0.5, 0.5), 0.2)),
+                                    Interval(0.0, 1.0)], ids=["box", "scatterer", "interval"])
+def test_pml_share_sets_the_layers_share_of_the_pde_points(domain):
+    bcs = {"scatterer": hp.Neumann()} if isinstance(domain, BoxMinusBall) else {}
+    prob = hp.Problem(domain, kappa=16.0, bcs=bcs, pml=hp.PML(1.0), pml_share=0.3)
+    ts = prob.sample(1000, 20, rng=5)
+    assert prob.in_layer(ts.x_pde).sum() == 300 and len(ts.x_pde) == 1000
+    assert np.all(prob.sampling_domain.contains(ts.x_pde)) and ts.pde_weight is None
+    default = hp.Problem(domain, kappa=16.0, bcs=bcs, pml=hp.PML(1.0))
+    share = default.in_layer(default.sample(4000, 0, rng=5).x_pde).mean()
+    area = 1 - domain.volume / default.sampling_domain.volume
+    assert abs(share - area) < 0.03 and default.pml_share is None
+    with pytest.raises(ValueError, match="pml_share: given without a pml"):
+        hp.Problem(domain, kappa=16.0, bcs={"*": None}, pml_share=0.3)
+    with pytest.raises(ValueError, match="pml_share must be a finite number >= 0 and <= 1"):
+        hp.Problem(domain, kappa=16.0, bcs=bcs, pml=hp.PML(1.0), pml_share=1.5)

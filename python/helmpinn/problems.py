@@ -31,8 +31,9 @@ A :class:`Problem` holds
   the PML's stretching and the density (:func:`helmpinn.pml.operator_coefficients`);
 - ``pml_share``: with a PML, the share of the PDE points drawn in the layer (the rest in the
   physical domain); None (the default) draws them uniformly over the domain and the layer, which
-  gives the layer its share of the area (75% for a layer of 2 wavelengths around a box of 2
-  wavelengths, in 2-D). Its residuals then count with that share in the PDE term;
+  gives the layer its share of the area ``1 − |box|/|outer box|`` (in 2-D 75% for a layer half
+  as wide as the box, say 1 wavelength around a box of 2). The layer's residuals count with
+  that share in the PDE term;
 - ``source_share``: the share of the PDE points drawn from the PointSources' Gaussians (default
   0.25 when ``source`` holds PointSources, else 0), re-weighted so that the PDE loss stays an
   unbiased estimate of the loss under the uniform (or ``pml_share``) sampling: a point's weight
