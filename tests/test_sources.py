@@ -136,3 +136,143 @@ def test_a_1d_source_problem_samples_near_the_source():
     assert len(x) == 1000 and near.sum() > 150  # a quarter of the points from the source
     assert np.all(w[near] < 0.2)
     np.testing.assert_allclose(w[far], 1 / 0.75, rtol=1e-12)  # p/q where the Gaussian is ~0
+
+
+# -- the scattered-field form: an exact point source as the background -----------------------------
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_free_space_field_derivatives_and_equation(d):
+    src = hp.sources.FreeSpaceSource([0.1] * d, 3.0, amplitude=1 - 2j)
+    x = np.random.default_rng(d).uniform(0.5, 1.0, (6, d))
+    h = 1e-4
+    grad, second = src.gradient(x), src.second_partials(x)
+    for j in range(d):
+        e = np.zeros(d)
+        e[j] = h
+        np.testing.assert_allclose(grad[:, j], (src(x + e) - src(x - e)) / (2 * h), rtol=1e-6)
+        np.testing.assert_allclose(second[:, j], (src(x + e) - 2 * src(x) + src(x - e)) / h**2, rtol=1e-5)
+    np.testing.assert_allclose(second.sum(axis=1), -9.0 * src(x), rtol=1e-12)  # Δu0 = -k0² u0
+    # (Δ + k0²) u0 = -A δ: the flux of grad u0 through a small sphere around x0 tends to -A
+    r = 1e-6
+    if d == 1:
+        flux = src.gradient(np.array([[0.1 + r]]))[0, 0] - src.gradient(np.array([[0.1 - r]]))[0, 0]
+    elif d == 2:
+        flux = 2 * math.pi * r * src.gradient(np.array([[0.1 + r, 0.1]]))[0, 0]
+    else:
+        flux = 4 * math.pi * r * r * src.gradient(np.array([[0.1 + r, 0.1, 0.1]]))[0, 0]
+    assert abs(flux - (-(1 - 2j))) < 1e-4
+    with pytest.raises(ValueError, match="singular at its position"):
+        src(np.array([[0.1] * d]))
+
+
+def _medium(x):
+    """k0² = 36 within 0.6 of the source at (-0.3, 0), 64 elsewhere (smoothly)."""
+    r = np.hypot(x[:, 0] + 0.3, x[:, 1])
+    t = np.clip((r - 0.6) / 0.4, 0, 1)
+    return 36.0 + 28.0 * t * t * (3 - 2 * t)
+
+
+def test_scattered_form_is_the_total_problem_shifted_by_u0():
+    # For any smooth v, the scattered problem's residual at v is the total problem's at v + u0
+    # (away from the source), PML layer included.
+    src = hp.sources.FreeSpaceSource((-0.3, 0.0), 6.0, amplitude=2.0)
+    box, pml = Box([-1, -1], [1, 1]), hp.PML(0.5)
+    scattered = hp.Problem(box, kappa=_medium, bcs={}, pml=pml, background=src, wavenumber=8.0)
+    total = hp.Problem(box, kappa=_medium, bcs={}, pml=pml, wavenumber=8.0)
+    v = lambda x: np.sin(2 * x[:, 0]) * np.exp(1j * x[:, 1])  # noqa: E731
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1.5, 1.5, (400, 2))
+    x = x[np.hypot(x[:, 0] + 0.3, x[:, 1]) > 0.4]
+    assert scattered.in_layer(x).any()
+    r_s = scattered.pde_residual_fd(x, h=1e-4, u=v)
+    r_t = total.pde_residual_fd(x, h=1e-4, u=lambda y: v(y) + src(y))
+    np.testing.assert_allclose(r_s, r_t, rtol=0, atol=1e-4 * np.max(np.abs(r_t)))
+    # in the homogeneous region around the source the scattered field's source vanishes
+    near = np.array([[-0.3 + 0.1, 0.05], [-0.5, -0.2]])
+    np.testing.assert_array_equal(scattered.source_at(near), 0)
+    # the sampled conditions: u_s = -u0 on the wall
+    ts = scattered.sample(200, 40, rng=1)
+    np.testing.assert_allclose(ts.y, -src(ts.x_data), rtol=1e-14)
+    np.testing.assert_allclose(scattered.total_field(x, np.zeros(len(x))), src(x))
+
+
+def test_free_space_source_with_a_pml_has_the_stretched_field_as_exact_solution():
+    # In a homogeneous medium the total field with a PML is u0 at the stretched coordinates
+    # x~_j = x_j + (i/k) ∫ sigma_j: so u_s = u0(x~) - u0(x) solves the scattered problem (0 in the box).
+    from scipy.special import hankel1
+
+    k, w, x0 = 5.0, 0.6, np.array([0.2, -0.1])
+    lo, hi = np.array([-1.0, -1.0]), np.array([1.0, 1.0])
+    pml = hp.PML(w)
+    src = hp.sources.FreeSpaceSource(x0, k)
+
+    def stretched(x):
+        below, above = np.maximum(lo - x, 0), np.maximum(x - hi, 0)
+        dist = np.where(above > 0, above, -below)
+        integral = np.sign(dist) * pml.strength * w * (np.abs(dist) / w) ** (pml.power + 1) / (pml.power + 1)
+        return x + 1j * integral / k
+
+    def u_s(x):
+        d = stretched(x) - x0
+        rt = np.sqrt(d[:, 0] ** 2 + d[:, 1] ** 2)
+        return 0.25j * hankel1(0, k * rt) - src(x)
+
+    prob = hp.Problem(Box(lo, hi), kappa=k * k, bcs={}, pml=pml, background=src, exact=None)
+    x = np.random.default_rng(3).uniform(-1.6, 1.6, (300, 2))
+    x = x[np.hypot(*(x - x0).T) > 0.3]
+    res = prob.pde_residual_fd(x, h=1e-4, u=u_s)
+    scale = np.max(np.abs(k * k * src(x)))
+    assert np.max(np.abs(res)) < 1e-4 * scale
+    inside = ~prob.in_layer(x)
+    assert np.max(np.abs(u_s(x[inside]))) < 1e-12
+
+
+def test_background_errors():
+    box = Box([-1, -1], [1, 1])
+    src = hp.sources.FreeSpaceSource((0.0, 0.0), 3.0)
+    with pytest.raises(ValueError, match="kappa at the source is 16, not k0\\^2 = 9"):
+        hp.Problem(box, kappa=16.0, bcs={"*": None}, background=src)
+    with pytest.raises(ValueError, match="must lie in the physical domain"):
+        hp.Problem(box, kappa=9.0, bcs={}, pml=hp.PML(0.5),
+                   background=hp.sources.FreeSpaceSource((1.2, 0.0), 3.0))
+    with pytest.raises(ValueError, match="must be the Laplacian"):
+        hp.Problem(box, kappa=9.0, bcs={"*": None}, density=lambda x: 2.0 + 0 * x[:, 0], background=src)
+    with pytest.raises(TypeError, match="FreeSpaceSource"):
+        hp.Problem(box, kappa=9.0, bcs={"*": None}, background=hp.PointSource((0.0, 0.0)))
+    with pytest.raises(ValueError, match="1-D source for a 2-D domain"):
+        hp.Problem(box, kappa=9.0, bcs={"*": None}, background=hp.sources.FreeSpaceSource(0.0, 3.0))
+
+
+def test_dirichlet_and_robin_conditions_of_the_total_field_are_shifted():
+    # With u = u0 exactly (a homogeneous medium, conditions taken from u0 itself), the scattered
+    # problem's exact solution is 0: zero source, zero conditions.
+    src = hp.sources.FreeSpaceSource((0.3, 0.4), 4.0, amplitude=1j)
+    g = lambda x, n: np.sum(src.gradient(x) * n, axis=1) + 2j * src(x)  # noqa: E731
+    prob = hp.Problem(Box([0, 0], [1, 1]), kappa=16.0, background=src,
+                      bcs={"xmin": hp.Dirichlet(src), ("xmax", "ymin", "ymax"): hp.Robin(2j, g)},
+                      exact=src)
+    ts = prob.sample(100, 80, rng=0)
+    np.testing.assert_allclose(ts.y, 0, atol=1e-14)
+    np.testing.assert_allclose(ts.g, 0, atol=1e-13)
+    np.testing.assert_array_equal(ts.f, 0)
+    np.testing.assert_array_equal(prob.exact_at(ts.x_pde), 0)
+    for r in prob.bc_residuals_fd(u=lambda x: np.zeros(len(x), complex)).values():
+        assert np.max(np.abs(r)) < 1e-12
+
+
+def test_trainer_runs_on_a_scattered_field_problem_with_sources_and_a_grid_medium():
+    # End to end through the Trainer: a background source, a PointSource (importance-weighted
+    # points), a velocity on a grid and a PML; the loss is finite and falls.
+    n = 16
+    axes = np.linspace(-1.6, 1.6, n)
+    X, Y = np.meshgrid(axes, axes, indexing="ij")
+    v = 1.0 + 0.3 * np.clip(X, 0, None) ** 2            # homogeneous (v = 1) around the source
+    f = 1.0                                              # k0 = 2 pi f / v = 2 pi
+    vel = hp.GridField(v, origin=(-1.6, -1.6), spacing=3.2 / (n - 1))
+    prob = hp.Problem(Box([-1, -1], [1, 1]), frequency=f, velocity=vel, bcs={}, pml=hp.PML(0.5),
+                      background=hp.sources.FreeSpaceSource((-0.5, 0.0), 2 * math.pi),
+                      source=[hp.PointSource((0.4, 0.3), 0.5)])
+    model = hp.Model.create(2, 8, 16, 2, dtype="float64", seed=0)
+    tr = hp.Trainer(prob, model, lr=1e-2, pde_points=256, bc_points=32, progress=False, eval_every=0)
+    hist = tr.fit(30)
+    assert np.all(np.isfinite(hist.loss)) and hist.loss[-1] < hist.loss[0]

@@ -40,6 +40,14 @@ A :class:`Problem` holds
   ``w = p/q`` (p the uniform density, q the mixture's) scales its residual by ``sqrt(w)`` through
   the general operator's per-point coefficients (``a_pde``, ``b_pde``, ``c``, ``f`` all times
   ``sqrt(w)``: ``|r|²`` times w);
+- ``background``: an optional :class:`~helmpinn.sources.FreeSpaceSource` (an exact point source
+  ``u₀ = A G(|x − x₀|)``, ``Δu₀ + k₀²u₀ = −Aδ``) for the scattered-field form: the unknown is
+  ``u_s = u − u₀``, smooth where the medium is homogeneous (κ = k₀², a = 1, b = 0, checked at
+  x₀ to :data:`BACKGROUND_TOLERANCE`) around x₀,
+  with the source ``f − L u₀`` (L the problem's operator, PML included, applied to u₀ away from
+  x₀: ``−(κ − k₀²) u₀`` in the physical domain), the conditions and data shifted by u₀'s
+  (``u_s = −u₀`` on a PML's wall), ``exact`` read as the total field's; the total field is
+  :meth:`Problem.total_field` of the network's ``u_s``;
 - ``hints``: optional training defaults measured for this problem, over those derived from its
   wavenumber: ``{"weights": {...}}`` (loss weights, :func:`helmpinn.trainer.auto_weights`),
   ``{"adam": {...}}`` (keys of :func:`helmpinn.trainer.default_settings`), ``{"lm": {...}}``
@@ -77,7 +85,7 @@ from ._compat import UNSET, renamed
 from .batch import Batch
 from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
 from .pml import PML, operator_coefficients
-from .sources import PointSource, mixture_density, sample_mixture
+from .sources import FreeSpaceSource, PointSource, mixture_density, sample_mixture
 
 __all__ = [
     "Dirichlet",
@@ -91,6 +99,11 @@ __all__ = [
 ]
 
 ComplexFn = Callable[[NDArray[np.float64]], NDArray[np.complex128]]
+
+#: How closely the medium at a background source must match it: |κ(x₀) − k₀²| <= this × k₀²
+#: (and |a − 1|, |b|/k₀ <= this): a grid medium's spline may ripple slightly. A mismatch leaves
+#: ``(κ − k₀²) u₀`` singular at x₀ in the scattered field's source.
+BACKGROUND_TOLERANCE = 1e-3
 
 
 def complex_to_pairs(z: ArrayLike, dtype: Any = np.float64) -> NDArray:
@@ -249,7 +262,8 @@ class Problem:
                  hints: Mapping[str, Mapping[str, Any]] | None = None,
                  a: complex | Callable | None = None, b: ArrayLike | Callable | None = None,
                  frequency: float | None = None, velocity: float | Callable | None = None,
-                 pml_share: float | None = None, source_share: float | None = None):
+                 pml_share: float | None = None, source_share: float | None = None,
+                 background: FreeSpaceSource | None = None):
         if not isinstance(domain, Domain):
             raise TypeError(f"domain must be a helmpinn.geometry.Domain, got {type(domain).__name__}")
         self.domain = domain
@@ -332,6 +346,7 @@ class Problem:
         if pml is not None:
             pml.check(*self._box, self.wavenumber)
         self._set_source(source, source_share)
+        self._set_background(background)
 
     # -- construction helpers -----------------------------------------------------------------
     def _coefficient(self, name: str, value, vector: bool = False):
@@ -407,6 +422,72 @@ class Problem:
             raise ValueError("source_share: the problem has no PointSource to draw points at")
         if self.source_share > 0 and isinstance(self.domain, PointCloud):
             raise ValueError("source_share: a PointCloud's points are given, not drawn")
+
+    def _set_background(self, background) -> None:
+        """The scattered-field form: check that the medium is homogeneous at the source."""
+        self.background = background
+        if background is None:
+            return
+        if not isinstance(background, FreeSpaceSource):
+            raise TypeError(f"background must be a helmpinn.sources.FreeSpaceSource, got "
+                            f"{type(background).__name__}")
+        if background.dim != self.dim:
+            raise ValueError(f"background: a {background.dim}-D source for a {self.dim}-D domain")
+        x0 = background.position[None, :]
+        if self.in_layer(x0)[0] or not self.sampling_domain.contains(x0)[0]:
+            raise ValueError(f"background: the source {x0[0].tolist()} must lie in the physical domain")
+        k0 = background.wavenumber
+        kappa0 = complex(np.ravel(self.kappa_at(x0))[0])
+        if abs(kappa0 - k0 * k0) > BACKGROUND_TOLERANCE * k0 * k0:
+            shown = f"{kappa0.real:.6g}" if kappa0.imag == 0 else f"{kappa0:.6g}"
+            raise ValueError(f"background: kappa at the source is {shown}, not k0^2 = {k0 * k0:.6g} "
+                             f"(the medium must be homogeneous, of wavenumber k0, around the source)")
+        if self.uses_operator:
+            a, b = self.operator_at(x0)
+            if np.max(np.abs(a - 1)) > BACKGROUND_TOLERANCE or np.max(np.abs(b)) > BACKGROUND_TOLERANCE * k0:
+                raise ValueError("background: the operator at the source must be the Laplacian "
+                                 "(a = 1, b = 0: no density variation, a or b there)")
+
+    def background_at(self, x: NDArray) -> NDArray[np.complex128]:
+        """u₀ at x (zero without a background)."""
+        x = np.asarray(x, np.float64)
+        return np.zeros(len(x), np.complex128) if self.background is None else self.background(x)
+
+    def total_field(self, x: NDArray, scattered: ArrayLike) -> NDArray[np.complex128]:
+        """The total field ``u = u_s + u₀`` at x from the network's (scattered) values there."""
+        return np.asarray(scattered, np.complex128) + self.background_at(x)
+
+    def _background_source(self, x: NDArray) -> NDArray[np.complex128]:
+        """``−L u₀`` away from the source: the scattered field's source term (module docstring).
+        ``Σ_j a_j ∂_jj u₀ = a_1 Δu₀ + Σ_j (a_j − a_1) ∂_jj u₀`` with ``Δu₀ = −k₀² u₀``, so the
+        singular second partials are only evaluated where the operator is anisotropic (the
+        layer), and the gradient only where b ≠ 0."""
+        u0 = self.background(x)
+        kappa = self.kappa_at(x)
+        k0 = self.background.wavenumber
+        if not self.uses_operator:
+            return -(kappa - k0 * k0) * u0
+        a, b = self.operator_at(x)
+        lu = (kappa - k0 * k0 * a[:, 0]) * u0
+        aniso = np.any(a != a[:, :1], axis=1)
+        if aniso.any():
+            lu[aniso] += np.sum((a[aniso] - a[aniso, :1]) * self.background.second_partials(x[aniso]), axis=1)
+        drift = np.any(b != 0, axis=1)
+        if drift.any():
+            lu[drift] += np.sum(b[drift] * self.background.gradient(x[drift]), axis=1)
+        return -lu
+
+    def _dirichlet_at(self, bc: Dirichlet, x: NDArray) -> NDArray[np.complex128]:
+        """The data term's target: the condition's value, less u₀ with a background."""
+        return bc.values(x) - self.background_at(x)
+
+    def _robin_g_at(self, bc: Robin, x: NDArray, nrm: NDArray) -> NDArray[np.complex128] | None:
+        """The Robin term's g, less ``∂u₀/∂n + α u₀`` with a background."""
+        g = bc.g_values(x, nrm)
+        if self.background is None:
+            return g
+        shift = np.sum(self.background.gradient(x) * nrm, axis=1) + bc.alpha_values(x) * self.background(x)
+        return (0 if g is None else g) - shift
 
     def _summed_source(self, x: NDArray) -> NDArray[np.complex128]:
         return sum(_complex_values(term, x) for term in self._source_terms)
@@ -501,12 +582,18 @@ class Problem:
         return self.kappa
 
     def source_at(self, x: NDArray) -> NDArray[np.complex128] | None:
-        return None if self.source is None else _complex_values(self.source, x)
+        """f at x; with a background, the scattered field's: ``f − L u₀`` (away from x₀)."""
+        f = None if self.source is None else _complex_values(self.source, x)
+        if self.background is not None:
+            fb = self._background_source(np.asarray(x, np.float64))
+            f = fb if f is None else f + fb
+        return f
 
     def exact_at(self, x: NDArray) -> NDArray[np.complex128]:
+        """The exact solution at x (with a background: the scattered part, ``exact − u₀``)."""
         if self.exact is None:
             raise ValueError(f"problem {self.name!r} has no exact solution")
-        return _complex_values(self.exact, x)
+        return _complex_values(self.exact, x) - (0 if self.background is None else self.background_at(x))
 
     def test_points(self, n_per_dim: int | None = None) -> NDArray[np.float64]:
         """Points of a regular grid inside the domain for error reports (a point cloud's own
@@ -603,7 +690,7 @@ class Problem:
         xd, yd = [], []
         if self._absorbed and len(xd_wall):
             xd.append(xd_wall)
-            yd.append(np.zeros(len(xd_wall), np.complex128))
+            yd.append(-self.background_at(xd_wall))  # u = 0 on the wall: u_s = -u0
         xr, nr, ar, gr = [], [], [], []
         const_alpha: list[complex] = []
         any_g = False
@@ -614,7 +701,7 @@ class Problem:
             x = b.x[mask]
             if isinstance(bc, Dirichlet):
                 xd.append(x)
-                yd.append(bc.values(x))
+                yd.append(self._dirichlet_at(bc, x))
             else:
                 nrm = b.normals[mask]
                 xr.append(x)
@@ -622,12 +709,12 @@ class Problem:
                 ar.append(bc.alpha_values(x))
                 if not callable(bc.alpha):
                     const_alpha.append(complex(bc.alpha))
-                g = bc.g_values(x, nrm)
+                g = self._robin_g_at(bc, x, nrm)
                 any_g |= g is not None
                 gr.append(np.zeros(len(x), np.complex128) if g is None else g)
         if self.data is not None:
             xd.append(self.data[0])
-            yd.append(self.data[1])
+            yd.append(self.data[1] - self.background_at(self.data[0]))
         d = self.dim
         cat = lambda a, shape: np.ascontiguousarray(np.concatenate(a)) if a else np.empty(shape)  # noqa: E731
         x_bc = cat(xr, (0, d))
@@ -693,10 +780,10 @@ class Problem:
                 continue
             x, nrm = b.x[mask], b.normals[mask]
             if isinstance(bc, Dirichlet):
-                out[part] = u(x) - bc.values(x)
+                out[part] = u(x) - self._dirichlet_at(bc, x)
             else:
                 dudn = (u(x + h * nrm) - u(x - h * nrm)) / (2 * h)
-                g = bc.g_values(x, nrm)
+                g = self._robin_g_at(bc, x, nrm)
                 out[part] = dudn + bc.alpha_values(x) * u(x) - (0 if g is None else g)
         return out
 

@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._checks import real_number
 
-__all__ = ["PointSource", "WIDTH_PER_WAVELENGTH", "mixture_density", "sample_mixture"]
+__all__ = ["PointSource", "FreeSpaceSource", "WIDTH_PER_WAVELENGTH", "mixture_density", "sample_mixture"]
 
 #: A PointSource without a width gets σ = λ / WIDTH_PER_WAVELENGTH from its problem.
 WIDTH_PER_WAVELENGTH = 10.0
@@ -116,3 +116,76 @@ def sample_mixture(sources: Sequence[PointSource], n: int, rng: np.random.Genera
     parts = [s.sample(c, rng) for s, c in zip(sources, counts) if c]
     d = sources[0].dim
     return np.concatenate(parts) if parts else np.empty((0, d))
+
+
+class FreeSpaceSource:
+    """An exact point source in a homogeneous medium of wavenumber ``k0``: the outgoing field
+
+        u₀(x) = A G(|x − x₀|),   G(r) = (i/(2k₀)) e^{ik₀r} (1-D), (i/4) H₀⁽¹⁾(k₀r) (2-D),
+                                        e^{ik₀r}/(4πr) (3-D),
+
+    the solution of ``Δu₀ + k₀²u₀ = −A δ(x − x₀)`` (time convention e^{−iωt}). Given to a
+    :class:`~helmpinn.Problem` as ``background=``, it turns the problem into its scattered-field
+    form (see the Problem's module docstring): the network solves for ``u_s = u − u₀``, smooth
+    where the medium is homogeneous around x₀, instead of the singular total field u.
+
+    Parameters
+    ----------
+    position : sequence of d floats
+        x₀ (length units).
+    wavenumber : float > 0
+        k₀, the medium's wavenumber at the source (κ(x₀) = k₀² is checked by the Problem).
+    amplitude : complex
+        A.
+    """
+
+    def __init__(self, position: ArrayLike, wavenumber: float, amplitude: complex = 1.0):
+        probe = PointSource(position, amplitude, width=1.0)  # the same checks of both
+        self.position, self.amplitude, self.dim = probe.position, probe.amplitude, probe.dim
+        self.wavenumber = real_number("FreeSpaceSource", "wavenumber", wavenumber, low=0.0)
+
+    def __repr__(self) -> str:
+        return (f"FreeSpaceSource(position={self.position.tolist()}, wavenumber={self.wavenumber!r}, "
+                f"amplitude={self.amplitude!r})")
+
+    def _radial(self, r: NDArray) -> tuple[NDArray, NDArray, NDArray]:
+        """G, G′, G″ at the distances r (> 0)."""
+        k = self.wavenumber
+        if self.dim == 1:
+            g = (0.5j / k) * np.exp(1j * k * r)
+            return g, 1j * k * g, -k * k * g
+        if self.dim == 2:
+            from scipy.special import hankel1
+
+            h0, h1 = hankel1(0, k * r), hankel1(1, k * r)
+            return 0.25j * h0, -0.25j * k * h1, -0.25j * k * k * (h0 - h1 / (k * r))
+        g = np.exp(1j * k * r) / (4 * math.pi * r)
+        d1 = 1j * k - 1.0 / r
+        return g, g * d1, g * (d1 * d1 + 1.0 / (r * r))
+
+    def _parts(self, x: ArrayLike):
+        x = np.asarray(x, np.float64)
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(f"FreeSpaceSource: expected points of shape (N, {self.dim}), got {x.shape}")
+        dx = x - self.position
+        r = np.sqrt(np.sum(dx * dx, axis=1))
+        if np.any(r == 0):
+            raise ValueError(f"FreeSpaceSource: u₀ is singular at its position {self.position.tolist()}")
+        return dx, r
+
+    def __call__(self, x: ArrayLike) -> NDArray[np.complex128]:
+        """u₀ at x [N, d]."""
+        _, r = self._parts(x)
+        return self.amplitude * self._radial(r)[0]
+
+    def gradient(self, x: ArrayLike) -> NDArray[np.complex128]:
+        """∇u₀ [N, d] at x."""
+        dx, r = self._parts(x)
+        return self.amplitude * (self._radial(r)[1] / r)[:, None] * dx
+
+    def second_partials(self, x: ArrayLike) -> NDArray[np.complex128]:
+        """The second partials ``∂²u₀/∂x_j²`` [N, d] at x (their sum is ``−k₀² u₀``)."""
+        dx, r = self._parts(x)
+        _, g1, g2 = self._radial(r)
+        e = dx * dx / (r * r)[:, None]
+        return self.amplitude * (g2[:, None] * e + (g1 / r)[:, None] * (1.0 - e))
