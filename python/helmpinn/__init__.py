@@ -35,7 +35,8 @@ from .pml import PML
 from . import scattering  # registers scatter-hard, scatter-soft
 from .trainer import Trainer, default_settings
 from .media import GridField
-from .sources import PointSource
+from .sources import FreeSpaceSource, PointSource
+from . import receivers
 
 __all__ = [
     "Adam",
@@ -79,4 +80,6 @@ __all__ = [
     "set_num_threads",
     "GridField",
     "PointSource",
+    "FreeSpaceSource",
+    "receivers",
 ]
