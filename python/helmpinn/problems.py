@@ -22,7 +22,8 @@ A :class:`Problem` holds
   :class:`~helmpinn.geometry.Box`, :class:`~helmpinn.geometry.Interval` or
   :class:`~helmpinn.geometry.BoxMinusBall`): the box's faces are then no boundary at all, the layer
   is sampled with the domain, ``u = 0`` on its outer wall, and ``bcs`` names only the remaining
-  parts (a scatterer); errors, plots and predictions stay on the physical domain;
+  parts (a scatterer); errors, plots and predictions stay on the physical domain (a
+  :class:`~helmpinn.geometry.PointCloud` holds its layer itself: see below);
 - ``density``: an optional ``ρ(x) -> real [N] > 0`` (with ``density_grad(x) -> [N, d]``, or
   ρ's own ``gradient`` for a :class:`~helmpinn.media.GridField`, or central differences of ρ):
   the equation becomes ``∇·(ρ⁻¹∇u) + κu = f``;
@@ -43,9 +44,9 @@ A :class:`Problem` holds
 - ``background``: an optional :class:`~helmpinn.sources.FreeSpaceSource` (an exact point source
   ``u₀ = A G(|x − x₀|)``, ``Δu₀ + k₀²u₀ = −Aδ``) for the scattered-field form: the unknown is
   ``u_s = u − u₀``, smooth where the medium is homogeneous (κ = k₀², a = 1, b = 0, checked at
-  x₀ to :data:`BACKGROUND_TOLERANCE`) around x₀,
-  with the source ``f − L u₀`` (L the problem's operator, PML included, applied to u₀ away from
-  x₀: ``−(κ − k₀²) u₀`` in the physical domain), the conditions and data shifted by u₀'s
+  x₀ to :data:`BACKGROUND_TOLERANCE`) around x₀, with the source ``f − L u₀`` (L the problem's
+  operator, PML included, applied to u₀ away from x₀: ``−(κ − k₀²) u₀`` in the physical
+  domain), the conditions and data shifted by u₀'s
   (``u_s = −u₀`` on a PML's wall), ``exact`` read as the total field's; the total field is
   :meth:`Problem.total_field` of the network's ``u_s``;
 - ``hints``: optional training defaults measured for this problem, over those derived from its
