@@ -150,3 +150,20 @@ def test_velocity_on_a_grid_gives_kappa_and_a_density_brings_its_gradient():
     grad = 0.5 * x[:, ::-1]
     np.testing.assert_allclose(a, (1 / r)[:, None] * np.ones((1, 2)), rtol=1e-10)
     np.testing.assert_allclose(b, -grad / r[:, None] ** 2, rtol=1e-9, atol=1e-12)
+
+
+def test_a_gridfield_works_wherever_a_callable_coefficient_does():
+    n = 9
+    axes = np.linspace(0.0, 1.0, n)
+    X, Y = np.meshgrid(axes, axes, indexing="ij")
+    grid = lambda v: GridField(v, 0.0, 1 / (n - 1))  # noqa: E731
+    kappa = grid(16.0 * (1 + 0.1j) + 0 * X)            # complex: an absorbing medium
+    a = grid(1.0 + 0.5 * X)
+    src = grid((X + 1j * Y) ** 2)
+    prob = hp.Problem(Box([0, 0], [1, 1]), kappa=kappa, a=a, source=src, bcs={"*": hp.Dirichlet()})
+    ts = prob.sample(20, 8, rng=0)
+    x = ts.x_pde
+    np.testing.assert_allclose(ts.kappa, 16.0 * (1 + 0.1j), rtol=1e-12)
+    np.testing.assert_allclose(ts.f, (x[:, 0] + 1j * x[:, 1]) ** 2, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ts.a_pde, (1.0 + 0.5 * x[:, :1]) * np.ones((1, 2)), rtol=1e-12)
+    assert "c_pde" in ts.to_batch(np.float64)
