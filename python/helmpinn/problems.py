@@ -101,8 +101,8 @@ __all__ = [
 
 ComplexFn = Callable[[NDArray[np.float64]], NDArray[np.complex128]]
 
-#: How closely the medium at a background source must match it: |κ(x₀) − k₀²| <= this × k₀²
-#: (and |a − 1|, |b|/k₀ <= this): a grid medium's spline may ripple slightly. A mismatch leaves
+#: How closely the medium at a background source must match it: ``|κ(x₀) − k₀²| <= this × k₀²``
+#: (and ``|a − 1|``, ``|b|/k₀`` <= this): a grid medium's spline may ripple slightly. A mismatch leaves
 #: ``(κ − k₀²) u₀`` singular at x₀ in the scattered field's source.
 BACKGROUND_TOLERANCE = 1e-3
 

@@ -36,7 +36,7 @@ def receiver_line(start: ArrayLike, stop: ArrayLike, n: int) -> NDArray[np.float
 def record(model, x: ArrayLike, problem=None) -> dict[str, NDArray]:
     """The field of ``model`` at the receivers x [N, d]: a dict of ``x``, ``distance`` (the
     length along the receivers, from the first), ``u`` (complex: the total field, with
-    ``problem``'s background added when it has one), ``amplitude`` |u|, ``phase`` (radians,
+    ``problem``'s background added when it has one), ``amplitude`` (``|u|``), ``phase`` (radians,
     unwrapped along the receivers) and, with a background, ``u_scattered`` (the network's)."""
     x = np.ascontiguousarray(np.asarray(x, np.float64))
     if x.ndim != 2 or x.shape[1] != model.in_dim or len(x) == 0:

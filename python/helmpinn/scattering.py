@@ -26,14 +26,14 @@ from .problems import Dirichlet, Neumann, Problem
 
 __all__ = ["cylinder_scattered_field", "series_terms", "MAX_SERIES_TERMS", "PROBLEMS"]
 
-#: The most orders m (|n| <= m) the exact series may take: ``k * radius <= MAX_SERIES_TERMS - 20``.
+#: The most orders m (``|n| <= m``) the exact series may take: ``k * radius <= MAX_SERIES_TERMS - 20``.
 MAX_SERIES_TERMS = 2000
 
 _HALF = math.pi  # the physical box is [-pi, pi]^2 (DeepXDE's sound-hard benchmark box)
 
 
 def series_terms(k: float, radius: float, where: str = "cylinder_scattered_field") -> int:
-    """m, the largest order of the exact series (|n| <= m): terms beyond ``kR + 20`` are below
+    """m, the largest order of the exact series (``|n| <= m``): terms beyond ``kR + 20`` are below
     double precision for r >= R. Raises ValueError naming k, the radius and the limit when m
     exceeds :data:`MAX_SERIES_TERMS` (the series would take minutes at every evaluation)."""
     kr = float(k) * float(radius)

@@ -9,7 +9,7 @@ A problem takes several sources summed in its ``source=`` argument, as one list:
 a Gaussian of integral A that tends to ``A δ(x − x₀)`` as σ → 0. Without a width a Problem gives
 it ``σ = λ/10``, λ = 2π/k with k the problem's wavenumber: narrow enough that, in a homogeneous
 medium, the field away from the source is the point source's times ``exp(−k²σ²/2) ≈ 0.82`` (the
-Gaussian's Fourier transform at |ξ| = k), wide enough for a network whose frequencies are about k
+Gaussian's Fourier transform at ``|ξ| = k``), wide enough for a network whose frequencies are about k
 to resolve it.
 """
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _shares(sources: Sequence[PointSource]) -> NDArray[np.float64]:
 
 
 def mixture_density(sources: Sequence[PointSource], x: ArrayLike) -> NDArray[np.float64]:
-    """g(x): the sources' Gaussians mixed in proportion to |amplitude| (equal shares when all
+    """g(x): the sources' Gaussians mixed in proportion to ``|amplitude|`` (equal shares when all
     amplitudes are 0); a probability density on R^d."""
     x = np.asarray(x, np.float64)
     g = np.zeros(len(x))
@@ -119,7 +119,7 @@ def sample_mixture(sources: Sequence[PointSource], n: int, rng: np.random.Genera
 
 
 class FreeSpaceSource:
-    """An exact point source in a homogeneous medium of wavenumber ``k0``: the outgoing field
+    """An exact point source in a homogeneous medium of wavenumber ``k0``: the outgoing field::
 
         u₀(x) = A G(|x − x₀|),   G(r) = (i/(2k₀)) e^{ik₀r} (1-D), (i/4) H₀⁽¹⁾(k₀r) (2-D),
                                         e^{ik₀r}/(4πr) (3-D),
