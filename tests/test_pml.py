@@ -444,3 +444,10 @@ def test_pml_share_sets_the_layers_share_of_the_pde_points(domain):
         hp.Problem(domain, kappa=16.0, bcs={"*": None}, pml_share=0.3)
     with pytest.raises(ValueError, match="pml_share must be a finite number >= 0 and <= 1"):
         hp.Problem(domain, kappa=16.0, bcs=bcs, pml=hp.PML(1.0), pml_share=1.5)
+
+
+def test_a_complex_kappa_with_zero_imaginary_part_stays_real():
+    prob = hp.Problem(Interval(0.0, 1.0), kappa=lambda x: np.full(len(x), 9.0 + 0j), bcs={"*": None})
+    ts = prob.sample(8, 0, rng=0)
+    assert not np.iscomplexobj(ts.kappa) and "kappa" in ts.to_batch(np.float64)
+    assert hp.Problem(Interval(0.0, 1.0), kappa=9.0 + 0j, bcs={"*": None}).kappa == 9.0

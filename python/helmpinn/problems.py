@@ -576,6 +576,8 @@ class Problem:
         """κ at x: a number, or [N] (real, or complex for an absorbing medium)."""
         if callable(self.kappa):
             k = np.asarray(self.kappa(x))
+            if np.iscomplexobj(k) and not np.any(k.imag):
+                k = k.real  # complex dtype, real values: the Laplacian path, no complex c
             k = k.astype(np.complex128 if np.iscomplexobj(k) else np.float64)
             if k.shape != (len(x),):
                 raise ValueError(f"kappa callable returned shape {k.shape}, expected ({len(x)},)")
