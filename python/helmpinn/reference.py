@@ -1,0 +1,273 @@
+"""A classical reference solver: finite differences on a regular grid, solved by a sparse LU.
+
+:func:`fd_solve` discretises the same equation a :class:`~helmpinn.Problem` poses to the network,
+
+    Σ_j a_j ∂²u/∂x_j² + Σ_j b_j ∂u/∂x_j + κ u = f,
+
+with the problem's own coefficients (``a``, ``b`` from its PML and density through
+:meth:`Problem.operator_at`, ``a = 1, b = 0`` without them; κ from :meth:`Problem.kappa_at`;
+``f`` from :meth:`Problem.source_at`), on the nodes of a regular grid over the sampled domain
+(the physical box and, with a PML, the layer around it). Derivatives are fourth-order central
+differences (five points per direction); the nodes next to the boundary use the fourth-order
+one-sided stencils of the same width. Boundary nodes carry the boundary conditions: ``u = 0`` on
+a PML's outer wall, ``u = value`` on Dirichlet faces, and ``∂u/∂n + α u = g`` on Robin faces
+(Neumann, Sommerfeld) with a fourth-order one-sided derivative. The linear system is solved by
+SciPy's sparse LU (SuperLU).
+
+It is meant for validation: comparing a trained network with a classical solution of the same
+problem (the PML and media included), and checking problems without an exact solution. The error
+of the discretisation falls as h⁴ (tests/test_fd_reference.py checks the order on a plane wave,
+a standing wave and a point source in a PML). With a PML of the default profile power 2 the
+coefficients have a kink at the layer's inner edge (σ″ jumps) and the convergence there falls to
+about second order; ``PML(width, power=4)`` keeps it fourth order. Sources must be resolved by the grid (a Gaussian of
+width s needs h well below s). Cost: one sparse LU of a matrix with N = Π (n_j + 1) rows and
+about 4d + 1 entries per row; 2-D grids of a few hundred nodes a side take seconds, 3-D grids
+are limited by the LU's memory to some 60 nodes a side.
+
+Domains: :class:`~helmpinn.geometry.Box` and :class:`~helmpinn.geometry.Interval` (with or without
+a PML); curved boundaries (a scatterer) and point clouds are not supported.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = ["fd_solve", "FDSolution", "stencil_weights"]
+
+
+def stencil_weights(offsets: ArrayLike, derivative: int) -> NDArray[np.float64]:
+    """Weights ``w`` with ``Σ_k w_k u(x + o_k h) ≈ h^derivative u^(derivative)(x)``, exact for
+    polynomials of degree ``len(offsets) - 1`` (a Vandermonde solve; the offsets are small
+    integers, so it is exact to rounding)."""
+    o = np.asarray(offsets, dtype=np.float64)
+    n = len(o)
+    if not 0 <= derivative < n:
+        raise ValueError(f"need 0 <= derivative < len(offsets), got {derivative} and {n}")
+    vander = np.vander(o, n, increasing=True).T  # row p: o^p
+    rhs = np.zeros(n)
+    rhs[derivative] = math.factorial(derivative)
+    return np.linalg.solve(vander, rhs)
+
+
+# Fourth-order stencils: (offsets, weights) for the first and second derivative, centred and at
+# the node next to the lower boundary (mirrored at the upper one).
+_CENTRED = np.arange(-2, 3)
+_NEAR = np.arange(-1, 5)          # node 1: nodes 0..5
+_WALL = np.arange(0, 5)           # node 0 (one-sided first derivative for Robin faces)
+
+
+def _stencils(order: int) -> dict[str, tuple[NDArray, NDArray]]:
+    if order == 2:
+        c = np.arange(-1, 2)
+        return {"d1": (c, stencil_weights(c, 1)), "d2": (c, stencil_weights(c, 2)),
+                "d1_near": (c, stencil_weights(c, 1)), "d2_near": (c, stencil_weights(c, 2)),
+                "wall": (np.arange(0, 3), stencil_weights(np.arange(0, 3), 1))}
+    return {"d1": (_CENTRED, stencil_weights(_CENTRED, 1)),
+            "d2": (_CENTRED, stencil_weights(_CENTRED, 2)),
+            "d1_near": (_NEAR[:-1], stencil_weights(_NEAR[:-1], 1)),
+            "d2_near": (_NEAR, stencil_weights(_NEAR, 2)),
+            "wall": (_WALL, stencil_weights(_WALL, 1))}
+
+
+@dataclass
+class FDSolution:
+    """The finite-difference solution: ``values`` (complex, the grid's shape) at the nodes
+    ``axes[0] x axes[1] x ...`` (``indexing="ij"``), with spacing ``h`` per direction.
+    Calling it interpolates (cubic, per real and imaginary part) at points ``x [N, d]``."""
+
+    axes: list[NDArray[np.float64]]
+    values: NDArray[np.complex128]
+    h: NDArray[np.float64]
+    order: int
+
+    @property
+    def points(self) -> NDArray[np.float64]:
+        """Every node, ``[N, d]`` in the order of ``values.ravel()``."""
+        mesh = np.meshgrid(*self.axes, indexing="ij")
+        return np.stack([m.ravel() for m in mesh], axis=1)
+
+    def __call__(self, x: ArrayLike) -> NDArray[np.complex128]:
+        x = np.asarray(x, dtype=np.float64).reshape(-1, len(self.axes))
+        lo = np.array([a[0] for a in self.axes])
+        hi = np.array([a[-1] for a in self.axes])
+        tol = 1e-12 * np.max(hi - lo)
+        if np.any((x < lo - tol) | (x > hi + tol)):
+            raise ValueError("FDSolution: points outside the grid "
+                             f"[{lo.tolist()}, {hi.tolist()}]")
+        x = np.clip(x, lo, hi)
+        return _interpolate(self.axes, self.values, x)
+
+
+def _interpolate(axes: list[NDArray], values: NDArray, x: NDArray) -> NDArray[np.complex128]:
+    """Interpolating cubic splines through the nodes (fourth order, like the solution)."""
+    from scipy.interpolate import RectBivariateSpline, RegularGridInterpolator, make_interp_spline
+
+    if len(axes) == 1:
+        return make_interp_spline(axes[0], values, k=3)(x[:, 0])
+    if len(axes) == 2:
+        part = lambda v: RectBivariateSpline(axes[0], axes[1], v, kx=3, ky=3, s=0)(  # noqa: E731
+            x[:, 0], x[:, 1], grid=False)
+        return part(values.real) + 1j * part(values.imag)
+    # 3-D: tensor-product cubic splines; SciPy's default iterative solver for their
+    # coefficients stops at a loose tolerance, so ask for a direct solve.
+    from scipy.sparse.linalg import spsolve
+
+    part = lambda v: RegularGridInterpolator(axes, v, method="cubic", solver=spsolve)(x)  # noqa: E731
+    return part(values.real) + 1j * part(values.imag)
+
+
+def _grid(problem, h: Any) -> tuple[list[NDArray], NDArray, NDArray]:
+    from .geometry import Box
+
+    domain = problem.sampling_domain
+    if not isinstance(domain, Box):
+        raise NotImplementedError(
+            f"fd_solve: the domain must be a Box or Interval (with or without a PML), got "
+            f"{type(domain).__name__}; curved boundaries and point clouds are not supported")
+    lo, hi = domain.bounds
+    d = len(lo)
+    hs = np.broadcast_to(np.asarray(h, dtype=np.float64), (d,)).astype(np.float64)
+    if not np.all(np.isfinite(hs) & (hs > 0)):
+        raise ValueError(f"fd_solve: h must be positive and finite, got {h!r}")
+    n = np.ceil((hi - lo) / hs - 1e-9).astype(np.int64)
+    if np.any(n < 6):
+        raise ValueError(f"fd_solve: h = {h!r} leaves fewer than 6 intervals across the domain "
+                         f"{lo.tolist()}..{hi.tolist()}; use a smaller h")
+    nodes = int(np.prod(n + 1))
+    if nodes > 20_000_000:
+        raise ValueError(f"fd_solve: h = {h!r} gives {nodes} grid nodes, too many for a sparse "
+                         f"direct solve; use a larger h")
+    axes = [np.linspace(lo[j], hi[j], n[j] + 1) for j in range(d)]
+    return axes, (hi - lo) / n, n
+
+
+def fd_solve(problem, h: float | ArrayLike, *, order: int = 4) -> FDSolution:
+    """Solve ``problem`` by finite differences of the given ``order`` (4, or 2) on a regular
+    grid of spacing about ``h`` (a number, or one per direction; the grid fits the domain
+    exactly, so the spacing is ``(hi - lo) / ceil((hi - lo) / h)``). See the module docstring.
+
+    Returns an :class:`FDSolution` over the whole grid (the PML included); compare it with a
+    network on the physical domain, e.g. at ``problem.test_points()``.
+    """
+    from scipy.sparse import csc_matrix
+    from scipy.sparse.linalg import splu
+
+    from .problems import Dirichlet, Robin
+
+    if order not in (2, 4):
+        raise ValueError(f"fd_solve: order must be 2 or 4, got {order!r}")
+    axes, hs, n = _grid(problem, h)
+    d = len(axes)
+    shape = tuple(int(m) + 1 for m in n)
+    strides = np.array([int(np.prod(shape[j + 1:])) for j in range(d)], dtype=np.int64)
+    idx = np.indices(shape).reshape(d, -1).T            # [N, d] node indices
+    x = np.stack([axes[j][idx[:, j]] for j in range(d)], axis=1)
+    node = idx @ strides
+    st = _stencils(order)
+
+    on_wall = np.zeros(len(x), bool)
+    for j in range(d):
+        on_wall |= (idx[:, j] == 0) | (idx[:, j] == n[j])
+    interior = ~on_wall
+
+    rows: list[NDArray] = []
+    cols: list[NDArray] = []
+    vals: list[NDArray] = []
+    rhs = np.zeros(len(x), np.complex128)
+
+    # PDE rows at the interior nodes.
+    xi, ii, ni = x[interior], idx[interior], node[interior]
+    if problem.uses_operator:
+        a, b = problem.operator_at(xi)
+    else:
+        a = np.ones((len(xi), d), np.complex128)
+        b = np.zeros((len(xi), d), np.complex128)
+    kappa = np.broadcast_to(np.asarray(problem.kappa_at(xi), dtype=np.complex128), (len(xi),))
+    rows.append(ni)
+    cols.append(ni)
+    vals.append(kappa.copy())
+    f = problem.source_at(xi)
+    if f is not None:
+        rhs[ni] = f
+    for j in range(d):
+        pos = ii[:, j]
+        near_lo, near_hi = pos == 1, pos == n[j] - 1
+        central = ~(near_lo | near_hi)
+        for mask, key, flip in ((central, "", 1), (near_lo, "_near", 1), (near_hi, "_near", -1)):
+            if not np.any(mask):
+                continue
+            for deriv, coef, power in (("d2", a[mask, j], 2), ("d1", b[mask, j], 1)):
+                offs, w = st[deriv + key]
+                for o, wk in zip(offs, w):
+                    # Mirroring the stencil at the upper wall flips the first derivative's sign.
+                    sign = flip ** power
+                    rows.append(ni[mask])
+                    cols.append(ni[mask] + flip * int(o) * strides[j])
+                    vals.append(sign * wk * coef / hs[j] ** power)
+
+    # Boundary rows: u = 0 on a PML's wall; else each face's condition (Dirichlet wins at edges).
+    xw, iw, nw = x[on_wall], idx[on_wall], node[on_wall]
+    done = np.zeros(len(xw), bool)
+    if problem.pml is not None:
+        rows.append(nw)
+        cols.append(nw)
+        vals.append(np.ones(len(nw), np.complex128))
+        done[:] = True
+    else:
+        faces = []
+        for j in range(d):
+            for side in (0, 1):
+                name = problem.domain.part_names[2 * j + side]
+                faces.append((j, side, problem.bcs.get(name), name))
+        for want in (Dirichlet, Robin):
+            for j, side, bc, name in faces:
+                on_face = (iw[:, j] == (n[j] if side else 0)) & ~done
+                if not isinstance(bc, want) or not np.any(on_face):
+                    continue
+                at, nodes_f = xw[on_face], nw[on_face]
+                if isinstance(bc, Dirichlet):
+                    rows.append(nodes_f)
+                    cols.append(nodes_f)
+                    vals.append(np.ones(len(nodes_f), np.complex128))
+                    rhs[nodes_f] = bc.values(at)
+                else:
+                    # ∂u/∂n at the wall: one-sided into the domain; n points outward.
+                    offs, w = st["wall"]
+                    direction = -1 if side else 1         # into the domain
+                    outward = 1.0 if side else -1.0
+                    alpha = np.broadcast_to(bc.alpha_values(at), (len(at),))
+                    rows.append(nodes_f)
+                    cols.append(nodes_f)
+                    vals.append(alpha.astype(np.complex128))
+                    for o, wk in zip(offs, w):
+                        # d/dx at the wall = direction * Σ w_k u(x + direction*o*h) / h
+                        rows.append(nodes_f)
+                        cols.append(nodes_f + direction * int(o) * strides[j])
+                        vals.append(np.full(len(nodes_f), outward * direction * wk / hs[j],
+                                            np.complex128))
+                    normals = np.zeros((len(at), d))
+                    normals[:, j] = outward
+                    g = bc.g_values(at, normals)
+                    if g is not None:
+                        rhs[nodes_f] = g
+                done |= on_face
+        if not np.all(done):
+            missing = sorted({name for j, side, bc, name in faces if bc is None})
+            raise NotImplementedError(f"fd_solve: boundary parts {missing} have no condition "
+                                      f"(free); give each face a Dirichlet or Robin condition")
+
+    r = np.concatenate(rows)
+    c = np.concatenate(cols)
+    v = np.concatenate([np.asarray(vv, np.complex128) for vv in vals])
+    size = len(x)
+    matrix = csc_matrix((v, (r, c)), shape=(size, size))
+    lu = splu(matrix, permc_spec="COLAMD")
+    u = lu.solve(rhs)
+    if not np.all(np.isfinite(u)):
+        raise FloatingPointError("fd_solve: the solution is not finite (a singular system: a "
+                                 "resonant closed box without damping?)")
+    return FDSolution(axes=axes, values=u.reshape(shape), h=np.asarray(hs), order=order)
