@@ -6,7 +6,8 @@
 
 with the problem's own coefficients (``a``, ``b`` from its PML and density through
 :meth:`Problem.operator_at`, ``a = 1, b = 0`` without them; κ from :meth:`Problem.kappa_at`;
-``f`` from :meth:`Problem.source_at`), on the nodes of a regular grid over the sampled domain
+``f`` from :meth:`Problem.source_at`; with a ``background`` point source, the scattered field
+``u − u₀`` that the network solves for, its conditions shifted by u₀), on the nodes of a regular grid over the sampled domain
 (the physical box and, with a PML, the layer around it). Derivatives are fourth-order central
 differences (five points per direction); the nodes next to the boundary use the fourth-order
 one-sided stencils of the same width. Boundary nodes carry the boundary conditions: ``u = 0`` on
@@ -212,10 +213,15 @@ def fd_solve(problem, h: float | ArrayLike, *, order: int = 4) -> FDSolution:
     # Boundary rows: u = 0 on a PML's wall; else each face's condition (Dirichlet wins at edges).
     xw, iw, nw = x[on_wall], idx[on_wall], node[on_wall]
     done = np.zeros(len(xw), bool)
+    # With a background u₀ (the scattered-field form) the unknown is u − u₀: its conditions are
+    # the total field's shifted by u₀'s values (as Problem.sample shifts them).
+    background = getattr(problem, "background", None)
     if problem.pml is not None:
         rows.append(nw)
         cols.append(nw)
         vals.append(np.ones(len(nw), np.complex128))
+        if background is not None:
+            rhs[nw] = -background(xw)
         done[:] = True
     else:
         faces = []
@@ -233,7 +239,7 @@ def fd_solve(problem, h: float | ArrayLike, *, order: int = 4) -> FDSolution:
                     rows.append(nodes_f)
                     cols.append(nodes_f)
                     vals.append(np.ones(len(nodes_f), np.complex128))
-                    rhs[nodes_f] = bc.values(at)
+                    rhs[nodes_f] = bc.values(at) - (0 if background is None else background(at))
                 else:
                     # ∂u/∂n at the wall: one-sided into the domain; n points outward.
                     offs, w = st["wall"]
@@ -254,6 +260,9 @@ def fd_solve(problem, h: float | ArrayLike, *, order: int = 4) -> FDSolution:
                     g = bc.g_values(at, normals)
                     if g is not None:
                         rhs[nodes_f] = g
+                    if background is not None:
+                        rhs[nodes_f] -= (background.gradient(at)[:, j] * outward
+                                         + alpha * background(at))
                 done |= on_face
         if not np.all(done):
             missing = sorted({name for j, side, bc, name in faces if bc is None})
