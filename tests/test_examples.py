@@ -93,3 +93,14 @@ def test_readme_quick_start(tmp_path):
     (tmp_path / "quick_start.py").write_text(quick, encoding="utf-8")
     out = _run([sys.executable, "quick_start.py"], cwd=tmp_path)
     assert re.search(r"relative L2 error \d\.\d\de[-+]\d\d", out), out
+
+
+def test_readme_links():
+    """Every relative link of README.md names a file of the repository (the docs build checks
+    the links between the documentation's pages)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert local, "README.md links to no page"
+    missing = [link for link in local if not (REPO / link).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
