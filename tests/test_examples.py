@@ -1,0 +1,106 @@
+"""The examples run: each script under examples/ (the tutorials of the documentation) in a
+subprocess at a reduced size (HELMPINN_EXAMPLES_QUICK=1: a few steps on few points), checking
+its exit status and the result line it prints. The Python quick start of README.md runs too.
+
+examples/cpp (embedding in C++) is built and run by tests/test_cpp.py (test_example_plane1d).
+The MPI example needs mpi4py and mpiexec (the [mpi] extra): without them it skips, saying why,
+except under CI (CI=true), where it fails.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+TIMEOUT = 120  # seconds per script; each takes a few on a 2-core machine
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, HELMPINN_EXAMPLES_QUICK="1", MPLBACKEND="Agg")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _run(cmd: list[str], cwd: Path) -> str:
+    try:
+        res = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(map(str, cmd))} did not finish in {TIMEOUT} s")
+    assert res.returncode == 0, f"{' '.join(map(str, cmd))} exited {res.returncode}:\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+# script -> a pattern its output must contain
+SCRIPTS = {
+    "own_problem.py": r"relative L2 error \d\.\d\de[-+]\d\d after 20 Adam steps",
+    "layered_pml.py": r"PDE residual \(rms\) \d\.\d+e[-+]\d\d",
+    "scattering.py": r"relative L2 error \d\.\d\de[-+]\d\d after 20 Adam steps",
+    "levenberg_marquardt.py": r"relative L2 error \d\.\d\de[-+]\d\d after 3 iterations",
+    "fit_data_1d.py": r"relative L2 error \d\.\d\de[-+]\d\d after 50 steps",
+}
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_example(script, tmp_path):
+    out = _run([sys.executable, str(EXAMPLES / script)], cwd=tmp_path)
+    assert re.search(SCRIPTS[script], out), f"{script}: no result line in its output:\n{out}"
+    assert not any(tmp_path.iterdir()), f"{script} wrote files in quick mode: {list(tmp_path.iterdir())}"
+
+
+def test_every_example_is_tested():
+    scripts = {p.name for p in EXAMPLES.glob("*.py")}
+    assert scripts == set(SCRIPTS) | {"mpi_train.py"}, "add new examples to tests/test_examples.py"
+
+
+def _mpiexec() -> str | None:
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
+
+
+def test_example_mpi(tmp_path):
+    missing = []
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        missing.append("mpi4py is not installed")
+    mpiexec = _mpiexec()
+    if mpiexec is None:
+        missing.append("no mpiexec on PATH")
+    if missing:
+        msg = "; ".join(missing) + ' (pip install ".[mpi]")'
+        if os.environ.get("CI"):
+            pytest.fail("CI installs the [mpi] extra, but " + msg)
+        pytest.skip(msg)
+    out = _run([mpiexec, "-n", "2", sys.executable, str(EXAMPLES / "mpi_train.py")], cwd=tmp_path)
+    assert re.search(r"^2 ranks: relative L2 error \d\.\d\de[-+]\d\d after 20 steps$", out, re.M), out
+    assert out.count("relative L2 error") == 1, f"only rank 0 prints:\n{out}"
+
+
+def test_readme_quick_start(tmp_path):
+    """README's Python quick start runs as written (with 5 steps instead of its 2000)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("### From Python", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    quick, n = re.subn(r"\.fit\(2000\)", ".fit(5)", code)
+    assert n == 1, "README's quick start no longer calls .fit(2000): update this test"
+    (tmp_path / "quick_start.py").write_text(quick, encoding="utf-8")
+    out = _run([sys.executable, "quick_start.py"], cwd=tmp_path)
+    assert re.search(r"relative L2 error \d\.\d\de[-+]\d\d", out), out
+
+
+def test_readme_links():
+    """Every relative link of README.md names a file of the repository (the docs build checks
+    the links between the documentation's pages)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert local, "README.md links to no page"
+    missing = [link for link in local if not (REPO / link).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
