@@ -435,12 +435,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
               f"{what} {settings['steps']} steps, {trainer.pde_points} + {trainer.bc_points} points"
               + (f", {ranks} MPI ranks" if ranks > 1 else ""), file=sys.stderr)
 
-    polish = None
     try:
-        if settings.get("optimizer", "adam") == "adam":
-            history = trainer.fit(settings["steps"] - done)
-        else:
-            history, polish = _fit_second_order(trainer, settings, done)
+        history, polish = _fit(trainer, settings, done)
     except ValueError as exc:  # non-finite training data, named by the core
         print(f"helmpinn: {exc}", file=sys.stderr)
         return 1
@@ -450,8 +446,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     target = settings["target"]
     reached = target is not None and trainer.last_error is not None and trainer.last_error < target
     if settings["lbfgs"] and not trainer.diverged and not reached and not interrupted:
-        polish = trainer.polish(settings["lbfgs"])
-        trainer.save_checkpoint()
+        polish = trainer.polish(settings["lbfgs"])   # checkpointed at its end, as every fit
     error = trainer.evaluate()
     wall = time.perf_counter() - t_start  # set-up, training and polish; not the figures
     have_model = os.path.exists(model_path)  # a diverged run keeps only a good checkpoint
@@ -517,33 +512,28 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _second_order_defaults(problem, optimizer: str) -> dict[str, Any]:
-    """The settings that differ from Adam's for --optimizer lbfgs / lm."""
-    if optimizer == "lm":
-        from .lm import lm_defaults, lm_options
+    """The run settings of ``--optimizer OPTIMIZER`` (:func:`helmpinn.defaults.run_settings`)."""
+    from .defaults import run_settings
 
-        d = lm_defaults(problem)
-        return {**{k: d[k] for k in ("ff_dim", "hidden", "layers", "sigma", "dtype", "pde_points", "bc_points",
-                                     "sampling", "resample_every", "eval_every", "warm_start")},
-                "steps": d["iterations"], "lbfgs": 0,
-                "lm": lm_options(d)}
-    if optimizer == "lbfgs":
-        return {"dtype": "float64", "steps": 2000, "resample_every": 0, "eval_every": 50, "lbfgs": 0}
-    return {"warm_start": 0}
+    return run_settings(problem, optimizer)
 
 
-def _fit_second_order(trainer, settings: dict[str, Any], done: int):
-    """--optimizer lbfgs / lm: the Adam warm start (what is left of it), then L-BFGS or LM on
-    fixed points. Returns the history and the L-BFGS summary (None for LM)."""
-    warm = int(settings.get("warm_start", 0))
+def _fit(trainer, settings: dict[str, Any], done: int):
+    """Train as ``settings`` say, each optimiser through its driver (:mod:`helmpinn.drivers`):
+    for L-BFGS and LM the Adam warm start first (what is left of it), then the optimiser's steps
+    (``steps`` after the warm start; a resumed run goes on from step ``done``). Returns the
+    history and the L-BFGS summary (None for the others)."""
+    from .drivers import make_driver
+
+    name = settings.get("optimizer", "adam")
+    warm = 0 if name == "adam" else int(settings.get("warm_start", 0))
     if done < warm:
         trainer.fit(warm - done)
         if trainer.diverged or trainer.stop_reason:
             return trainer.history, None
-    if settings["optimizer"] == "lbfgs":
-        return trainer.history, trainer.polish(settings["steps"])
-    lm = settings["lm"]
-    history = trainer.fit_lm(settings["steps"] + warm - max(done, warm), **lm)
-    return history, None
+    driver = make_driver(name, **settings["lm"]) if name == "lm" else name
+    history = trainer.fit(settings["steps"] + warm - max(done, warm), optimizer=driver)
+    return history, trainer.driver.summary() if name == "lbfgs" else None
 
 
 def _rate(steps_per_s: float | None) -> str:
@@ -554,11 +544,10 @@ def _rate(steps_per_s: float | None) -> str:
 
 
 def _lm_summary(trainer) -> dict[str, Any] | None:
-    lm = getattr(trainer, "lm", None)
-    if lm is None:
-        return None
-    return {"solver": lm.solver, "steps": lm.steps, "jacobians": lm.iterations, "evaluations": lm.evaluations,
-            "final_lambda": lm.lam, "times_s": dict(trainer.lm_times)}
+    """The report of the run's Levenberg-Marquardt driver (None when LM did not run)."""
+    from .drivers import LMDriver
+
+    return trainer.driver.summary() if isinstance(trainer.driver, LMDriver) else None
 
 
 def _time_to(history, tol: float) -> float | None:
