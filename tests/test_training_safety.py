@@ -342,3 +342,41 @@ def test_trainer_and_fit_check_their_arguments():
     tr.model.params[2] = np.nan
     with pytest.raises(ValueError, match="parameters contain NaN"):
         tr.fit(3)
+
+
+# -- --optimizer lbfgs (issue #24 item 1) -------------------------------------------------------------
+LBFGS_TINY = ["--problem", "plane1d", "--k", "5", "--optimizer", "lbfgs", "--hidden", "8", "--layers", "1",
+              "--fourier", "4", "--points", "60", "--quiet", "--no-plots"]
+
+
+@pytest.mark.parametrize("warm", [None, 0, 3])
+def test_optimizer_lbfgs_writes_the_lbfgs_model(tmp_path, capsys, warm):
+    """Without --warm-start (a KeyError once), with 0 (no model written once) and with 3 (the
+    warm start's parameters written once): model.npz holds the L-BFGS result the report gives."""
+    from helmpinn.problems import get_problem
+    from helmpinn.trainer import relative_l2
+
+    out = tmp_path / "run"
+    extra = [] if warm is None else ["--warm-start", str(warm)]
+    assert main(["train", *LBFGS_TINY, "--steps", "12", *extra, "--out", str(out)]) == 0, capsys.readouterr().err
+    metrics = json.loads((out / "metrics.json").read_text())
+    model = Model.load(out / "model.npz")
+    iterations = metrics["lbfgs"]["iterations"]
+    done = (warm or 0) + iterations
+    assert 1 <= iterations <= 12 and metrics["final_step"] == done == model.optimizer_state["step"]
+    assert metrics["history"]["step"] == list(range(1, done + 1)) and metrics["steps"] == done
+    problem = get_problem("plane1d", k=5.0)
+    x = problem.test_points(None)
+    assert relative_l2(model.predict(x), problem.exact_at(x)) == metrics["final"]["relative_l2"]
+    assert metrics["final"]["relative_l2"] == metrics["lbfgs"]["error_after"]
+    assert model.metadata["settings"]["warm_start"] == (warm or 0)
+
+
+def test_optimizer_lbfgs_resumes_after_its_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", *LBFGS_TINY, "--steps", "5", "--warm-start", "2", "--out", str(out)]) == 0
+    first = json.loads((out / "metrics.json").read_text())["final_step"]
+    assert main(["train", "--resume", str(out), "--steps", "9", "--quiet", "--no-plots"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] == first and metrics["final_step"] == Model.load(out / "model.npz").optimizer_state["step"]
+    assert first < metrics["final_step"] <= 11 and metrics["history"]["step"] == list(range(1, metrics["final_step"] + 1))
