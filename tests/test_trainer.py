@@ -415,6 +415,7 @@ def test_fit_lm_and_polish_are_their_optimisers_on_the_same_points():
     assert model.params.tobytes() == before.tobytes() and summary["loss_after"] == res.loss_after
     assert tr.step == 4 + summary["iterations"] == len(tr.history.loss)   # L-BFGS iterations are steps
     assert all(math.isnan(r) for r in tr.history.lr[4:])
+    assert tr.polish(0)["iterations"] == 0 and tr.step == 4 + summary["iterations"]   # SciPy would take one
 
 
 class _GradientDescent:

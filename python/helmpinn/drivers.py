@@ -220,6 +220,11 @@ class LBFGSDriver(Driver):
         self._error_before = run.evaluate()
 
     def run(self, run: "Trainer", steps: int) -> None:
+        if steps == 0:   # SciPy would still take one iteration
+            self.result = {"iterations": 0, "evaluations": 0, "wall_s": 0.0, "loss_before": None,
+                           "loss_after": None, "error_before": self._error_before,
+                           "error_after": self._error_before, "message": "no iterations asked for"}
+            return
         model = run.model
         theta = model.params_host()
         batch = run.batch if run.device == "cpu" else run.batch.to_host()

@@ -84,7 +84,8 @@ class Trainer:
     (Workspace chunk); ``eval_every`` (steps between evaluations, 0 = only at the end) and
     ``n_test`` (test grid points per dimension); ``val_points`` (interior points of the fixed
     validation set, None: min(pde_points, 512), 0: none); ``target_error`` (stop once the
-    relative L2 error is below it); ``time_limit`` (seconds each fit may run, by ``clock``);
+    relative L2 error is below it); ``time_limit`` (seconds each fit may run, measured by
+    ``clock``, a function returning seconds);
     ``checkpoint_every`` / ``checkpoint_path``; ``callbacks`` (``f(trainer, step)`` after every
     step; may change ``model.params`` or set ``stop_reason``); ``progress``; ``seed``;
     ``stop_on_interrupt`` (the first Ctrl-C in the main thread stops after the current step, as
@@ -439,8 +440,8 @@ class Trainer:
         self.diverged = False
         self.stop_requested = None
         self.step_times = {}
-        self.driver = driver
         driver.start(self, steps)
+        self.driver = driver
         self._snapshot()
         self._last_step = self.step + steps
         with self._interrupt_handler():  # also around the final checkpoint: Ctrl-C must not cut it
