@@ -34,6 +34,8 @@ from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld, get_proble
 from .pml import PML
 from . import scattering  # registers scatter-hard, scatter-soft
 from .trainer import Trainer, default_settings
+from . import defaults, drivers
+from .solve import Solution, solve
 
 __all__ = [
     "Adam",
@@ -75,4 +77,8 @@ __all__ = [
     "layer_backward",
     "mse_backward",
     "set_num_threads",
+    "defaults",
+    "drivers",
+    "Solution",
+    "solve",
 ]

@@ -92,10 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--freeze-fourier", action="store_true", help="do not train B")
     m.add_argument("--dtype", choices=("float32", "float64"), help="floating point type")
     o = t.add_argument_group("training (default: chosen from the problem)")
-    o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm"), default=None,
-                   help="adam (default; fused Adam), lbfgs (SciPy L-BFGS-B, float64) or lm (Levenberg-Marquardt "
+    o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm", "auto"), default=None,
+                   help="adam (default; fused Adam), lbfgs (SciPy L-BFGS-B, float64), lm (Levenberg-Marquardt "
                         "on the residuals, with its own defaults for model, points and precision: "
-                        "helmpinn.lm.lm_defaults)")
+                        "helmpinn.lm.lm_defaults) or auto (helmpinn.solve's choice: lm, after an Adam warm "
+                        "start when its dense system would not fit 2 GiB)")
     o.add_argument("--steps", type=int, help="Adam steps, or L-BFGS / LM iterations")
     o.add_argument("--lr", type=float, help="peak learning rate")
     o.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule")
@@ -206,6 +207,7 @@ def _new_run(args: argparse.Namespace):
     s = default_settings(problem)
     optimizer = args.optimizer or "adam"
     s.update(_second_order_defaults(problem, optimizer))
+    optimizer = s["optimizer"]   # "auto" is resolved to the optimiser it picked
     pick = lambda key, value: s[key] if value is None else value  # noqa: E731
     seed = 0 if args.seed is None else args.seed
     settings = {
@@ -519,21 +521,11 @@ def _second_order_defaults(problem, optimizer: str) -> dict[str, Any]:
 
 
 def _fit(trainer, settings: dict[str, Any], done: int):
-    """Train as ``settings`` say, each optimiser through its driver (:mod:`helmpinn.drivers`):
-    for L-BFGS and LM the Adam warm start first (what is left of it), then the optimiser's steps
-    (``steps`` after the warm start; a resumed run goes on from step ``done``). Returns the
-    history and the L-BFGS summary (None for the others)."""
-    from .drivers import make_driver
+    """Train as ``settings`` say (:func:`helmpinn.solve.train`: the Adam warm start, then the
+    optimiser, each through its driver). Returns the history and the L-BFGS summary."""
+    from .solve import train
 
-    name = settings.get("optimizer", "adam")
-    warm = 0 if name == "adam" else int(settings.get("warm_start", 0))
-    if done < warm:
-        trainer.fit(warm - done)
-        if trainer.diverged or trainer.stop_reason:
-            return trainer.history, None
-    driver = make_driver(name, **settings["lm"]) if name == "lm" else name
-    history = trainer.fit(settings["steps"] + warm - max(done, warm), optimizer=driver)
-    return history, trainer.driver.summary() if name == "lbfgs" else None
+    return train(trainer, settings, done)
 
 
 def _rate(steps_per_s: float | None) -> str:

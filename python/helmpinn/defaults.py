@@ -5,9 +5,10 @@ run settings, chosen from a problem's wavenumber and dimension (what ``helmpinn 
 - :func:`fourier_sigma`: the scale of the Fourier frequencies B.
 - :func:`auto_weights`: the loss weights.
 - :func:`default_settings`: Adam's run (the CLI's default optimiser).
-- :func:`run_settings`: the run of any optimiser ("adam", "lbfgs", "lm"): Adam's settings with
-  what the optimiser changes (L-BFGS: float64 on fixed points; LM:
-  :func:`helmpinn.lm.lm_defaults`), the Adam warm start, and the optimiser's own options.
+- :func:`run_settings`: the run of any optimiser ("adam", "lbfgs", "lm", or "auto": LM, after an
+  Adam warm start when its dense system is too large): Adam's settings with what the optimiser
+  changes (L-BFGS: float64 on fixed points; LM: :func:`helmpinn.lm.lm_defaults`), the Adam warm
+  start, and the optimiser's own options.
 
 The optimisers' own options and their defaults are their settings tables in
 :mod:`helmpinn.drivers` (``AdamSettings``, ``LBFGSSettings``, ``LMSettings``).
@@ -88,18 +89,30 @@ def default_settings(problem: Any) -> dict[str, Any]:
     return _apply_hints(settings, getattr(problem, "hints", {}).get("adam"), "adam")
 
 
-def run_settings(problem: Any, optimizer: str = "adam") -> dict[str, Any]:
+def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 << 30) -> dict[str, Any]:
     """The settings ``helmpinn train --optimizer OPTIMIZER`` starts from on ``problem``.
 
-    Adam's (:func:`default_settings`) plus ``warm_start`` (Adam steps before L-BFGS or LM; 0),
-    changed by the optimiser: "lbfgs" trains a float64 model on fixed points (2000 iterations,
-    the error every 50), "lm" takes :func:`helmpinn.lm.lm_defaults` (its network, points and
-    precision) and its options under ``settings["lm"]`` (keywords of
-    :class:`helmpinn.drivers.LMDriver`).
+    Adam's (:func:`default_settings`) plus ``optimizer`` and ``warm_start`` (Adam steps before
+    L-BFGS or LM; 0), changed by the optimiser: "lbfgs" trains a float64 model on fixed points
+    (2000 iterations, the error every 50), "lm" takes :func:`helmpinn.lm.lm_defaults` (its
+    network, points and precision) and its options under ``settings["lm"]`` (keywords of
+    :class:`helmpinn.drivers.LMDriver`). "auto" (:func:`helmpinn.solve`) is "lm" when the
+    dense system fits ``memory_bytes`` (8 bytes × (P·R + P²), P parameters and R residuals),
+    else :func:`default_settings`'s Adam steps as a warm start, then LM with its matrix-free
+    solver ("cg", memory O(P + R)).
     """
+    if optimizer == "auto":
+        from . import _core
+
+        settings = run_settings(problem, "lm")
+        P = _core.ModelSpec(problem.dim, settings["ff_dim"], settings["hidden"], settings["layers"]).num_params
+        R = 2 * (settings["pde_points"] + settings["bc_points"])   # (re, im) per point
+        if 8 * (P * R + P * P) > memory_bytes:
+            settings.update(warm_start=default_settings(problem)["steps"], lm={**settings["lm"], "solver": "cg"})
+        return settings
     if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-    settings = {**default_settings(problem), "warm_start": 0}
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS} or 'auto', got {optimizer!r}")
+    settings = {**default_settings(problem), "optimizer": optimizer, "warm_start": 0}
     if optimizer == "lbfgs":
         settings.update(dtype="float64", steps=2000, resample_every=0, eval_every=50, lbfgs=0)
     elif optimizer == "lm":

@@ -83,11 +83,11 @@ class Trainer:
     missing ones from :func:`auto_weights`); ``train_fourier`` (False freezes B); ``batch_size``
     (Workspace chunk); ``eval_every`` (steps between evaluations, 0 = only at the end) and
     ``n_test`` (test grid points per dimension); ``val_points`` (interior points of the fixed
-    validation set, None: min(pde_points, 512), 0: none); ``target_error`` (stop once the
-    relative L2 error is below it); ``time_limit`` (seconds each fit may run, measured by
-    ``clock``, a function returning seconds);
-    ``checkpoint_every`` / ``checkpoint_path``; ``callbacks`` (``f(trainer, step)`` after every
-    step; may change ``model.params`` or set ``stop_reason``); ``progress``; ``seed``;
+    validation set, None: min(pde_points, 512), 0: none); ``target_error`` /
+    ``target_val_loss`` (stop once the relative L2 error / the validation loss is below it);
+    ``time_limit`` (seconds each fit may run, measured by ``clock``, a function returning
+    seconds); ``checkpoint_every`` / ``checkpoint_path``; ``callbacks`` (``f(trainer, step)``
+    after every step; may change ``model.params`` or set ``stop_reason``); ``progress``; ``seed``;
     ``stop_on_interrupt`` (the first Ctrl-C in the main thread stops after the current step, as
     :meth:`request_stop` does; a second raises KeyboardInterrupt); ``comm``; ``device``.
 
@@ -122,6 +122,7 @@ class Trainer:
                  resample_every: int = 100, weights: Mapping[str, float] | None = None,
                  train_fourier: bool = True, batch_size: int = 4096, eval_every: int = 100,
                  n_test: int | None = None, target_error: float | None = None,
+                 target_val_loss: float | None = None,
                  checkpoint_every: int = 0, checkpoint_path: str | os.PathLike | None = None,
                  callbacks: Sequence[Callable[["Trainer", int], Any]] = (), progress: bool = True,
                  seed: int = 0, log_every: int = 25, stop_on_interrupt: bool = False,
@@ -168,6 +169,7 @@ class Trainer:
         self.train_fourier = bool(train_fourier)
         self.eval_every = int(eval_every)
         self.target_error = target_error
+        self.target_val_loss = target_val_loss
         self.time_limit = time_limit
         self.clock = clock
         self.checkpoint_every = int(checkpoint_every)
@@ -487,9 +489,11 @@ class Trainer:
         h.eval_error.append(self.evaluate())
         h.eval_time.append(elapsed)
         h.eval_val_loss.append(self.validation_loss())
-        err = h.eval_error[-1]
+        err, val = h.eval_error[-1], h.eval_val_loss[-1]
         if self.target_error is not None and err is not None and err < self.target_error:
             self.stop_reason = f"target error {self.target_error:g} reached at step {step}"
+        elif self.target_val_loss is not None and val is not None and val < self.target_val_loss:
+            self.stop_reason = f"target validation loss {self.target_val_loss:g} reached at step {step}"
 
     def record(self, info: StepInfo) -> bool:
         """What follows every step of every driver, in one place; returns True to stop.
