@@ -534,3 +534,10 @@ def test_defaults_in_one_place():
         LMSettings(stall_window=0)
     with pytest.raises(ValueError, match=r"unknown \['lamda'\]"):
         Trainer(p, small_model(1, dtype="float64"), progress=False).fit_lm(1, lamda=1.0)
+
+
+def test_progress_bar_shows_the_error_and_the_validation_loss(capsys):
+    tr = make_trainer(progress=True, eval_every=5, log_every=1)
+    tr.fit(10)
+    err = capsys.readouterr().err
+    assert "loss=" in err and f"err={tr.last_error:.2e}" in err and f"val={tr.last_val_loss:.2e}" in err
