@@ -169,7 +169,7 @@ def test_trainer_converts_once_per_draw_and_passes_the_same_batch(monkeypatch):
     made = []
     to_batch = TrainingSet.to_batch
     monkeypatch.setattr(TrainingSet, "to_batch", lambda self, *a, **k: made.append(1) or to_batch(self, *a, **k))
-    tr = _trainer(resample_every=4)
+    tr = _trainer(resample_every=4, val_points=0)   # no validation set: its one draw is not counted
     tr.workspace = spy = _Spy(tr.workspace)
     tr.fit(10)   # draws before steps 1, 5 and 9
     assert len(made) == 3 and len(spy.calls) == 10

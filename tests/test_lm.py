@@ -353,8 +353,9 @@ def test_cli_optimizer_lbfgs_with_warm_start(tmp_path):
                "--quiet", "--no-plots", "--out", str(out)])
     assert rc == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["settings"]["warm_start"] == 10 and metrics["steps"] == 10
     assert 1 <= metrics["lbfgs"]["iterations"] <= 20
+    # the warm start's steps, then L-BFGS's iterations, each a step of the run
+    assert metrics["settings"]["warm_start"] == 10 and metrics["steps"] == 10 + metrics["lbfgs"]["iterations"]
 
 
 def test_cli_lm_resume(tmp_path):

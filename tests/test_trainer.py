@@ -372,3 +372,172 @@ def test_trainer_checks():
         Trainer(p, small_model(2), weights={"boundary": 1.0})
     s = default_settings(p)
     assert s["pde_points"] > 0 and s["bc_points"] >= 0 and s["sigma"] > 0 and set(s["weights"]) == {"pde", "data", "bc"}
+
+
+# -- the run loop and its drivers --------------------------------------------------------------------
+def test_fit_is_a_plain_adam_loop_on_the_same_points():
+    """Trainer.fit on fixed points takes exactly the steps of a hand-written loop: the core's
+    value_and_grad on the trainer's batch, then Adam with the cosine schedule over the fit."""
+    from helmpinn.optim import make_schedule
+
+    tr = make_trainer(problem="dirichlet2d", resample_every=0, eval_every=0, val_points=0)
+    start = tr.model.params.copy()
+    tr.fit(20)
+    params = start.copy()
+    adam = Adam(params, lr=make_schedule("cosine", 1e-2, 20), betas=(0.9, 0.99))
+    grad = np.empty_like(params)
+    w = tr.weights
+    losses = []
+    for _ in range(20):
+        losses.append(tr.workspace.value_and_grad(params, grad, batch=tr.batch, w_pde=w["pde"], w_data=w["data"],
+                                                  w_bc=w["bc"], train_fourier=True))
+        adam.step(params, grad)
+    assert tr.history.loss == losses
+    assert tr.model.params.tobytes() == params.tobytes()
+
+
+def test_fit_lm_and_polish_are_their_optimisers_on_the_same_points():
+    from helmpinn.lm import CoreResiduals, LevenbergMarquardt
+
+    p = get_problem("plane1d", k=4.0)
+    model = small_model(1, dtype="float64", sigma=0.6)
+    start = model.params.copy()
+    tr = Trainer(p, model, pde_points=48, bc_points=2, resample_every=0, eval_every=0, progress=False)
+    tr.fit_lm(4, blas_threads=1)
+    lm = LevenbergMarquardt(CoreResiduals(tr.workspace, tr.batch, tr.weights), blas_threads=1)
+    theta = start.copy()
+    assert tr.history.loss == [lm.step(theta).new_loss for _ in range(4)] and tr.history.lr[-1] == lm.lam
+    assert model.params.tobytes() == theta.tobytes()
+
+    before = model.params.copy()
+    summary = tr.polish(6)
+    res = lbfgs(before, model.spec, tr.batch, 6, weights=tr.weights)
+    assert model.params.tobytes() == before.tobytes() and summary["loss_after"] == res.loss_after
+    assert tr.step == 4 + summary["iterations"] == len(tr.history.loss)   # L-BFGS iterations are steps
+    assert all(math.isnan(r) for r in tr.history.lr[4:])
+    assert tr.polish(0)["iterations"] == 0 and tr.step == 4 + summary["iterations"]   # SciPy would take one
+
+
+class _GradientDescent:
+    """A user's own optimiser: plain gradient descent through the Driver interface."""
+
+    def __new__(cls, *a, **k):
+        from helmpinn.drivers import Driver, StepInfo
+
+        class GD(Driver):
+            name = "gd"
+
+            def __init__(self, lr):
+                self.lr, self.taken, self.draws = lr, 0, 0
+
+            def step(self, run):
+                loss, terms = run.value_and_grad()
+                run.model.params[...] -= self.lr * run.grad
+                self.taken += 1
+                return StepInfo(loss, terms, self.lr, status=f"gd={self.taken}")
+
+            def resampled(self, run):
+                self.draws += 1
+
+            def state_dict(self):
+                return {"gd_taken": self.taken}
+
+            def load_state_dict(self, state):
+                self.taken = int(state["gd_taken"])
+
+        return GD(*a, **k)
+
+
+def test_a_users_driver_runs_in_the_loop(tmp_path):
+    tr = make_trainer(tmp_path, checkpoint_every=5, resample_every=4, eval_every=5)
+    gd = _GradientDescent(1e-6)
+    h = tr.fit(12, optimizer=gd)
+    assert tr.driver is gd and gd.taken == 12 and gd.draws == 2   # new points before steps 5 and 9
+    assert h.step == list(range(1, 13)) and h.lr == [1e-6] * 12 and h.loss[-1] < h.loss[0]
+    assert h.eval_step == [5, 10, 12] and all(v > 0 for v in h.eval_val_loss)
+    saved = Model.load(tmp_path / "ckpt.npz")
+    assert saved.optimizer_state == {"step": 12, "gd_taken": 12} and saved.params.tobytes() == tr.model.params.tobytes()
+    with pytest.raises(TypeError, match="optimizer must be"):
+        tr.fit(1, optimizer=3)
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        tr.fit(1, optimizer="sgd")
+
+
+def test_time_limit_stops_by_the_clock():
+    now = [0.0]
+    tr = make_trainer(time_limit=5.0, clock=lambda: now[0], eval_every=2,
+                      callbacks=[lambda t, step: now.__setitem__(0, float(step))])   # a step takes 1 s
+    tr.fit(100)
+    assert tr.step == 5 and tr.stop_reason == "time limit 5 s reached at step 5" and not tr.diverged
+    assert tr.train_time == 5.0 and tr.history.eval_time == [2.0, 4.0, 5.0]
+    tr.fit(3)   # the limit is per fit
+    assert tr.step == 8 and tr.stop_reason is None and tr.train_time == 8.0
+    with pytest.raises(ValueError, match="time_limit"):
+        make_trainer(time_limit=0)
+
+
+def test_validation_loss_is_recorded_and_changes_nothing():
+    plain = make_trainer(val_points=0, resample_every=10)
+    plain.fit(40)
+    tr = make_trainer(resample_every=10)
+    h = tr.fit(40)
+    assert h.loss == plain.history.loss and tr.model.params.tobytes() == plain.model.params.tobytes()
+    assert plain.history.eval_val_loss == [None, None] and h.eval_step == [20, 40]
+    assert len(h.eval_val_loss) == 2 and all(v > 0 for v in h.eval_val_loss)
+    # the loss of the last evaluation, recomputed on fresh points drawn the same way
+    rng = np.random.default_rng(np.random.SeedSequence([0, 0x76616C]))
+    ts = tr.problem.sample(128, 2, rng, "uniform")
+    w = tr.weights
+    loss = Trainer(tr.problem, tr.model, progress=False).workspace.value_and_grad(
+        tr.model.params, np.empty_like(tr.model.params), batch=ts.to_batch(np.float32), w_pde=w["pde"],
+        w_data=w["data"], w_bc=w["bc"])
+    assert h.eval_val_loss[-1] == loss == tr.last_val_loss
+
+
+def test_validation_without_an_exact_solution_shows_overfitting():
+    """Six training points fitted by LM: a tiny training loss, a validation loss far above it."""
+    import copy
+
+    p = copy.copy(get_problem("plane1d", k=4.0))
+    p.exact = None
+    model = small_model(1, dtype="float64", sigma=0.6)
+    tr = Trainer(p, model, pde_points=6, bc_points=2, resample_every=0, eval_every=5, val_points=200,
+                 progress=False)
+    h = tr.fit_lm(20, blas_threads=1)
+    assert h.eval_step[0] == 5 and h.eval_error == [None] * len(h.eval_step) and tr.evaluate() is None
+    assert h.loss[-1] < 1e-8 and h.eval_val_loss[-1] > 1e4 * h.loss[-1]
+
+
+def test_defaults_in_one_place():
+    from helmpinn import defaults, trainer
+    from helmpinn.drivers import AdamSettings, LMSettings
+
+    assert trainer.default_settings is defaults.default_settings and trainer.auto_weights is defaults.auto_weights
+    for name, d in (("plane1d", 1), ("dirichlet2d", 2), ("cube3d", 3)):
+        p = get_problem(name)
+        s = defaults.default_settings(p)
+        assert s["steps"] == 2000 and s["sigma"] == max(p.wavenumber, 1) / (2 * math.pi * math.sqrt(d))
+        assert (s["lr"], s["schedule"], s["betas"]) == (1e-2, "cosine", (0.9, 0.99))
+    p = get_problem("plane1d")
+    assert defaults.run_settings(p, "lbfgs")["dtype"] == "float64"
+    assert defaults.run_settings(p, "adam")["warm_start"] == defaults.run_settings(p, "lbfgs")["warm_start"] == 0
+    assert defaults.run_settings(p, "lm")["lm"]["solver"] == "auto"
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        defaults.run_settings(p, "sgd")
+    for bad, match in (({"lr": -1.0}, "lr must be"), ({"schedule": "step"}, "schedule must be"),
+                       ({"betas": (0.9, 1.0)}, "betas must be")):
+        with pytest.raises(ValueError, match=match):
+            AdamSettings(**bad)
+        with pytest.raises(ValueError, match=match):
+            Trainer(p, small_model(1), **bad)
+    with pytest.raises(ValueError, match="stall_window"):
+        LMSettings(stall_window=0)
+    with pytest.raises(ValueError, match=r"unknown \['lamda'\]"):
+        Trainer(p, small_model(1, dtype="float64"), progress=False).fit_lm(1, lamda=1.0)
+
+
+def test_progress_bar_shows_the_error_and_the_validation_loss(capsys):
+    tr = make_trainer(progress=True, eval_every=5, log_every=1)
+    tr.fit(10)
+    err = capsys.readouterr().err
+    assert "loss=" in err and f"err={tr.last_error:.2e}" in err and f"val={tr.last_val_loss:.2e}" in err

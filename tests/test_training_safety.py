@@ -342,3 +342,95 @@ def test_trainer_and_fit_check_their_arguments():
     tr.model.params[2] = np.nan
     with pytest.raises(ValueError, match="parameters contain NaN"):
         tr.fit(3)
+
+
+# -- --optimizer lbfgs (issue #24 item 1) -------------------------------------------------------------
+LBFGS_TINY = ["--problem", "plane1d", "--k", "5", "--optimizer", "lbfgs", "--hidden", "8", "--layers", "1",
+              "--fourier", "4", "--points", "60", "--quiet", "--no-plots"]
+
+
+@pytest.mark.parametrize("warm", [None, 0, 3])
+def test_optimizer_lbfgs_writes_the_lbfgs_model(tmp_path, capsys, warm):
+    """Without --warm-start (a KeyError once), with 0 (no model written once) and with 3 (the
+    warm start's parameters written once): model.npz holds the L-BFGS result the report gives."""
+    from helmpinn.problems import get_problem
+    from helmpinn.trainer import relative_l2
+
+    out = tmp_path / "run"
+    extra = [] if warm is None else ["--warm-start", str(warm)]
+    assert main(["train", *LBFGS_TINY, "--steps", "12", *extra, "--out", str(out)]) == 0, capsys.readouterr().err
+    metrics = json.loads((out / "metrics.json").read_text())
+    model = Model.load(out / "model.npz")
+    iterations = metrics["lbfgs"]["iterations"]
+    done = (warm or 0) + iterations
+    assert 1 <= iterations <= 12 and metrics["final_step"] == done == model.optimizer_state["step"]
+    assert metrics["history"]["step"] == list(range(1, done + 1)) and metrics["steps"] == done
+    problem = get_problem("plane1d", k=5.0)
+    x = problem.test_points(None)
+    assert relative_l2(model.predict(x), problem.exact_at(x)) == metrics["final"]["relative_l2"]
+    assert metrics["final"]["relative_l2"] == metrics["lbfgs"]["error_after"]
+    assert model.metadata["settings"]["warm_start"] == (warm or 0)
+
+
+def test_optimizer_lbfgs_resumes_after_its_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", *LBFGS_TINY, "--steps", "5", "--warm-start", "2", "--out", str(out)]) == 0
+    first = json.loads((out / "metrics.json").read_text())["final_step"]
+    assert main(["train", "--resume", str(out), "--steps", "9", "--quiet", "--no-plots"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] == first and metrics["final_step"] == Model.load(out / "model.npz").optimizer_state["step"]
+    assert first < metrics["final_step"] <= 11 and metrics["history"]["step"] == list(range(1, metrics["final_step"] + 1))
+
+
+# -- stops over MPI ---------------------------------------------------------------------------------
+_STOP_WORKER = r'''
+import json, sys
+from mpi4py import MPI
+import helmpinn as hp
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+now = [0.0]
+
+def tick(tr, step):
+    now[0] = float(step) if rank == 1 else 0.0   # only rank 1's clock runs: 1 s a step
+    if rank == 0 and step == 5:
+        tr.request_stop("rank 0 asked")
+
+p = hp.get_problem("plane1d", k=4.0)
+tr = hp.Trainer(p, hp.Model.create(1, 4, 8, 1, seed=0), pde_points=32, bc_points=2, progress=False, eval_every=0,
+                comm=comm, time_limit=3.0, clock=lambda: now[0], callbacks=[tick])
+tr.fit(50)
+first = (tr.step, tr.stop_reason)
+tr.time_limit = None
+tr.fit(50)
+json.dump({"first": first, "second": (tr.step, tr.stop_reason)}, open(sys.argv[1] + f"/rank{rank}.json", "w"))
+'''
+
+
+def test_time_limit_and_stop_request_on_one_rank_stop_every_rank(tmp_path):
+    """A clock past the limit, or a stop request, on one rank only: every rank stops at the same
+    step (one Allreduce of the two flags a step), where a rank alone would leave the others
+    waiting in the next step's collective."""
+    import shutil
+
+    pytest.importorskip("mpi4py", reason='mpi4py is not installed (pip install ".[mpi]")')
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    mpiexec = mpiexec if os.access(mpiexec, os.X_OK) else shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec on PATH")
+    script = tmp_path / "worker.py"
+    script.write_text(_STOP_WORKER)
+    cmd = [mpiexec]
+    if "Open MPI" in subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout:
+        cmd += ["--allow-run-as-root", "--oversubscribe"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    try:
+        res = subprocess.run([*cmd, "-n", "2", sys.executable, str(script), str(tmp_path)], capture_output=True,
+                             text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the ranks did not stop together (a rank waiting in a collective):\n{exc.stderr}")
+    assert res.returncode == 0, res.stderr
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["first"] == r1["first"] == [3, "time limit 3 s reached at step 3"]
+    assert r0["second"] == [5, "rank 0 asked at step 5"] and r1["second"] == [5, "stop requested on another rank at step 5"]

@@ -37,6 +37,8 @@ from .trainer import Trainer, default_settings
 from .media import GridField
 from .sources import FreeSpaceSource, PointSource
 from . import receivers
+from . import defaults, drivers
+from .solve import Solution, solve
 
 __all__ = [
     "Adam",
@@ -82,4 +84,8 @@ __all__ = [
     "PointSource",
     "FreeSpaceSource",
     "receivers",
+    "defaults",
+    "drivers",
+    "Solution",
+    "solve",
 ]

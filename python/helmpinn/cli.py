@@ -92,10 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--freeze-fourier", action="store_true", help="do not train B")
     m.add_argument("--dtype", choices=("float32", "float64"), help="floating point type")
     o = t.add_argument_group("training (default: chosen from the problem)")
-    o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm"), default=None,
-                   help="adam (default; fused Adam), lbfgs (SciPy L-BFGS-B, float64) or lm (Levenberg-Marquardt "
+    o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm", "auto"), default=None,
+                   help="adam (default; fused Adam), lbfgs (SciPy L-BFGS-B, float64), lm (Levenberg-Marquardt "
                         "on the residuals, with its own defaults for model, points and precision: "
-                        "helmpinn.lm.lm_defaults)")
+                        "helmpinn.lm.lm_defaults) or auto (helmpinn.solve's choice: lm, after an Adam warm "
+                        "start when its dense system would not fit 2 GiB)")
     o.add_argument("--steps", type=int, help="Adam steps, or L-BFGS / LM iterations")
     o.add_argument("--lr", type=float, help="peak learning rate")
     o.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule")
@@ -206,6 +207,7 @@ def _new_run(args: argparse.Namespace):
     s = default_settings(problem)
     optimizer = args.optimizer or "adam"
     s.update(_second_order_defaults(problem, optimizer))
+    optimizer = s["optimizer"]   # "auto" is resolved to the optimiser it picked
     pick = lambda key, value: s[key] if value is None else value  # noqa: E731
     seed = 0 if args.seed is None else args.seed
     settings = {
@@ -435,12 +437,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
               f"{what} {settings['steps']} steps, {trainer.pde_points} + {trainer.bc_points} points"
               + (f", {ranks} MPI ranks" if ranks > 1 else ""), file=sys.stderr)
 
-    polish = None
     try:
-        if settings.get("optimizer", "adam") == "adam":
-            history = trainer.fit(settings["steps"] - done)
-        else:
-            history, polish = _fit_second_order(trainer, settings, done)
+        history, polish = _fit(trainer, settings, done)
     except ValueError as exc:  # non-finite training data, named by the core
         print(f"helmpinn: {exc}", file=sys.stderr)
         return 1
@@ -450,8 +448,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     target = settings["target"]
     reached = target is not None and trainer.last_error is not None and trainer.last_error < target
     if settings["lbfgs"] and not trainer.diverged and not reached and not interrupted:
-        polish = trainer.polish(settings["lbfgs"])
-        trainer.save_checkpoint()
+        polish = trainer.polish(settings["lbfgs"])   # checkpointed at its end, as every fit
     error = trainer.evaluate()
     wall = time.perf_counter() - t_start  # set-up, training and polish; not the figures
     have_model = os.path.exists(model_path)  # a diverged run keeps only a good checkpoint
@@ -517,33 +514,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _second_order_defaults(problem, optimizer: str) -> dict[str, Any]:
-    """The settings that differ from Adam's for --optimizer lbfgs / lm."""
-    if optimizer == "lm":
-        from .lm import lm_defaults, lm_options
+    """The run settings of ``--optimizer OPTIMIZER`` (:func:`helmpinn.defaults.run_settings`)."""
+    from .defaults import run_settings
 
-        d = lm_defaults(problem)
-        return {**{k: d[k] for k in ("ff_dim", "hidden", "layers", "sigma", "dtype", "pde_points", "bc_points",
-                                     "sampling", "resample_every", "eval_every", "warm_start")},
-                "steps": d["iterations"], "lbfgs": 0,
-                "lm": lm_options(d)}
-    if optimizer == "lbfgs":
-        return {"dtype": "float64", "steps": 2000, "resample_every": 0, "eval_every": 50, "lbfgs": 0}
-    return {"warm_start": 0}
+    return run_settings(problem, optimizer)
 
 
-def _fit_second_order(trainer, settings: dict[str, Any], done: int):
-    """--optimizer lbfgs / lm: the Adam warm start (what is left of it), then L-BFGS or LM on
-    fixed points. Returns the history and the L-BFGS summary (None for LM)."""
-    warm = int(settings.get("warm_start", 0))
-    if done < warm:
-        trainer.fit(warm - done)
-        if trainer.diverged or trainer.stop_reason:
-            return trainer.history, None
-    if settings["optimizer"] == "lbfgs":
-        return trainer.history, trainer.polish(settings["steps"])
-    lm = settings["lm"]
-    history = trainer.fit_lm(settings["steps"] + warm - max(done, warm), **lm)
-    return history, None
+def _fit(trainer, settings: dict[str, Any], done: int):
+    """Train as ``settings`` say (:func:`helmpinn.solve.train`: the Adam warm start, then the
+    optimiser, each through its driver). Returns the history and the L-BFGS summary."""
+    from .solve import train
+
+    return train(trainer, settings, done)
 
 
 def _rate(steps_per_s: float | None) -> str:
@@ -554,11 +536,10 @@ def _rate(steps_per_s: float | None) -> str:
 
 
 def _lm_summary(trainer) -> dict[str, Any] | None:
-    lm = getattr(trainer, "lm", None)
-    if lm is None:
-        return None
-    return {"solver": lm.solver, "steps": lm.steps, "jacobians": lm.iterations, "evaluations": lm.evaluations,
-            "final_lambda": lm.lam, "times_s": dict(trainer.lm_times)}
+    """The report of the run's Levenberg-Marquardt driver (None when LM did not run)."""
+    from .drivers import LMDriver
+
+    return trainer.driver.summary() if isinstance(trainer.driver, LMDriver) else None
 
 
 def _time_to(history, tol: float) -> float | None:

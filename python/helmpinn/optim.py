@@ -22,7 +22,7 @@ from . import _core, _device
 from .batch import Batch
 
 __all__ = ["Schedule", "constant", "exponential", "cosine", "make_schedule", "SCHEDULES",
-           "Adam", "lbfgs", "LBFGSResult"]
+           "Adam", "lbfgs", "minimize_lbfgs", "LBFGSResult"]
 
 
 # -- learning-rate schedules -------------------------------------------------------------------
@@ -177,10 +177,24 @@ def lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Batch | Mapping[str, An
 
     ``batch``: a :class:`~helmpinn.Batch` or the keyword arrays of ``Workspace.value_and_grad``
     (any float dtype; converted to float64 once, before the first evaluation; a Batch of
-    DeviceArrays is copied to the host first: L-BFGS runs on the CPU). The best finite point seen is kept, so a failed line search never makes the
-    parameters worse. ``callback(iteration, loss, theta)`` is called after every iteration with
-    the current float64 vector; it may return True to stop.
+    DeviceArrays is copied to the host first: L-BFGS runs on the CPU). The best finite point seen
+    is kept, so a failed line search never makes the parameters worse. ``callback(iteration,
+    loss, theta)`` is called after every iteration with the current float64 vector; it may
+    return True to stop. (:class:`helmpinn.drivers.LBFGSDriver` runs it inside a Trainer.)
     """
+    on_iteration = None if callback is None else (lambda it, loss, theta, terms: callback(it, loss, theta))
+    return minimize_lbfgs(params, spec, batch, maxiter, weights=weights, train_fourier=train_fourier,
+                          batch_size=batch_size, callback=on_iteration)
+
+
+def minimize_lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Batch | Mapping[str, Any], maxiter: int, *,
+                   weights: Mapping[str, float] | None = None, train_fourier: bool = True,
+                   batch_size: int = 4096, maxcor: int = 50,
+                   callback: Callable[[int, float, NDArray, dict[str, float] | None], Any] | None = None
+                   ) -> LBFGSResult:
+    """:func:`lbfgs` with L-BFGS's memory ``maxcor`` and a callback that also gets the loss's
+    unweighted terms at the iterate (``{"pde", "data", "bc"}``, None when the iterate was not
+    among the last evaluations)."""
     from scipy.optimize import minimize
 
     ws = _core.Workspace(spec, batch_size, "float64")
@@ -192,11 +206,16 @@ def lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Batch | Mapping[str, An
     grad = np.empty(spec.num_params, dtype=np.float64)
     best = {"loss": math.inf, "x": np.asarray(params, dtype=np.float64).copy()}
     evals = [0]
+    recent: dict[bytes, dict[str, float]] = {}   # the terms of the last few evaluations
 
     def fun(theta: NDArray) -> tuple[float, NDArray]:
         theta = np.ascontiguousarray(theta, dtype=np.float64)
-        loss = ws.value_and_grad(theta, grad, batch=b64, **kw)
+        b = ws.value_and_grad(theta, grad, batch=b64, breakdown=True, **kw)
+        loss = b.total
         evals[0] += 1
+        if len(recent) >= 4:
+            recent.pop(next(iter(recent)))
+        recent[theta.tobytes()] = {"pde": b.pde, "data": b.data, "bc": b.bc}
         if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
             return math.inf, np.zeros_like(grad)
         if loss < best["loss"]:
@@ -209,7 +228,8 @@ def lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Batch | Mapping[str, An
 
     def cb(intermediate_result) -> None:
         it[0] += 1
-        if callback is not None and callback(it[0], float(intermediate_result.fun), intermediate_result.x):
+        x = np.ascontiguousarray(intermediate_result.x, dtype=np.float64)
+        if callback is not None and callback(it[0], float(intermediate_result.fun), x, recent.get(x.tobytes())):
             raise StopIteration
 
     # L-BFGS-B's vector algebra goes through the BLAS; left threaded, the BLAS's worker threads
@@ -217,7 +237,7 @@ def lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Batch | Mapping[str, An
     with _one_blas_thread():
         res = minimize(fun, best["x"].copy(), jac=True, method="L-BFGS-B", callback=cb,
                        options={"maxiter": int(maxiter), "maxfun": int(maxiter) * 2 + 20,
-                                "maxcor": 50, "ftol": 0.0, "gtol": 0.0})
+                                "maxcor": int(maxcor), "ftol": 0.0, "gtol": 0.0})
     if math.isfinite(best["loss"]) and best["loss"] <= loss0:
         params[...] = best["x"].astype(params.dtype)
     return LBFGSResult(loss_before=float(loss0), loss_after=float(best["loss"]), iterations=int(res.nit),

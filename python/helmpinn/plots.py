@@ -133,9 +133,10 @@ def plot_error(problem: Problem, model: Model, path: str | os.PathLike, n: int |
 
 
 def plot_history(history: Mapping[str, Any], path: str | os.PathLike) -> str:
-    """Loss terms per step and the relative L2 error at the evaluation steps."""
+    """Loss terms per step, the validation loss and the relative L2 error at the evaluation steps."""
     plt = _pyplot()
-    has_err = bool(history.get("eval_step"))
+    errors = [np.nan if e is None else e for e in history.get("eval_error", [])]
+    has_err = bool(np.any(np.isfinite(np.asarray(errors, dtype=float))))
     fig, axes = plt.subplots(1, 2 if has_err else 1, figsize=(11 if has_err else 6, 4), squeeze=False)
     ax = axes[0, 0]
     steps = np.asarray(history.get("step", []))
@@ -144,13 +145,17 @@ def plot_history(history: Mapping[str, Any], path: str | os.PathLike) -> str:
         if len(vals) and np.any(vals > 0):
             ax.semilogy(steps, np.where(vals > 0, vals, np.nan), style, lw=1,
                         label={"loss": "total (weighted)"}.get(key, key))
+    val = np.asarray([np.nan if v is None else v for v in history.get("eval_val_loss", [])], dtype=float)
+    if len(val) == len(history.get("eval_step", [])) and np.any(val > 0):
+        ax.semilogy(history["eval_step"], np.where(val > 0, val, np.nan), "C4o--", ms=3, lw=1,
+                    label="validation (weighted)")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     if has_err:
         ax = axes[0, 1]
-        ax.semilogy(history["eval_step"], history["eval_error"], "C3o-", ms=3)
+        ax.semilogy(history["eval_step"], errors, "C3o-", ms=3)
         ax.set_xlabel("step")
         ax.set_ylabel("relative L2 error")
         ax.grid(True, which="both", alpha=0.3)

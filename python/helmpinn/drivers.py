@@ -1,0 +1,368 @@
+"""Optimiser drivers: one optimiser each, behind one small interface, run by the training loop.
+
+:class:`helmpinn.Trainer` is the run loop: it owns the points (drawing and redrawing them), the
+history, error and validation evaluations, checkpoints, divergence and restore, the stop
+request, the time limit and the progress bar. A :class:`Driver` owns only its optimiser's state
+and how to take one step. After each step it hands the loop a :class:`StepInfo`, and
+``run.record(info)`` (the loop's one place for all of the above) says whether to stop::
+
+    class Driver:
+        def start(self, run, steps): ...   # build the state (resume it from run.model.optimizer_state)
+        def run(self, run, steps):         # default: step, record, until record says stop
+            for _ in range(steps):
+                if run.record(self.step(run)):
+                    break
+        def step(self, run) -> StepInfo: ...   # one step on run.batch, run.model.params in place
+        def resampled(self, run): ...      # the points changed (LM rebuilds its residuals)
+        def state_dict(self) -> dict: ...  # saved in checkpoints; load_state_dict restores it
+
+A step that meets a non-finite loss raises :class:`NonFiniteStep`; the loop then restores the
+last good state. ``Trainer.fit(steps, optimizer=...)`` takes "adam", "lbfgs", "lm" or a Driver,
+a user's own optimiser included.
+
+The drivers here: :class:`AdamDriver` (the fused C++ Adam), :class:`LBFGSDriver` (SciPy's
+L-BFGS-B in float64 on fixed points; it overrides :meth:`Driver.run`, SciPy's callback
+recording each iteration) and :class:`LMDriver` (:class:`helmpinn.lm.LevenbergMarquardt`).
+Each has one settings table: :class:`AdamSettings`, :class:`LBFGSSettings`, :class:`LMSettings`
+(its defaults and checks).
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+import numpy as np
+
+from . import _device
+from .optim import SCHEDULES, Adam, Schedule, make_schedule, minimize_lbfgs
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+__all__ = ["Driver", "StepInfo", "NonFiniteStep", "AdamDriver", "AdamSettings", "LBFGSDriver",
+           "LBFGSSettings", "LMDriver", "LMSettings", "make_driver", "DRIVERS"]
+
+
+class NonFiniteStep(FloatingPointError):
+    """A step met a non-finite loss (the message says what); the loop restores the last good state."""
+
+
+@dataclass
+class StepInfo:
+    """What a driver reports after each step.
+
+    ``loss``: the weighted total; ``terms``: the unweighted term means ("pde", "data", "bc";
+    a missing one is recorded as NaN); ``rate``: Adam's learning rate, LM's damping λ, NaN
+    where there is none; ``status``: extra progress-bar text; ``stop``: the driver's own reason
+    to stop (the run's ``stop_reason``), else None; ``times``: seconds by part of the step,
+    summed over the run in ``Trainer.step_times``.
+    """
+
+    loss: float
+    terms: Mapping[str, float]
+    rate: float = math.nan
+    status: str = ""
+    stop: str | None = None
+    times: dict[str, float] = field(default_factory=dict)
+
+
+class Driver:
+    """The interface between the run loop and an optimiser (see the module docstring).
+
+    Class attributes: ``name``; ``fixed_points`` (True: the loop never redraws the points under
+    this optimiser, whatever ``resample_every`` says); ``stall`` (``(window, factor)``: the
+    loop stops when the loss fell by less than ``factor`` over ``window`` steps; None: never).
+    """
+
+    name: ClassVar[str] = "driver"
+    fixed_points: ClassVar[bool] = False
+    stall: tuple[int, float] | None = None
+
+    def start(self, run: "Trainer", steps: int) -> None:
+        """Prepare to take up to ``steps`` steps on ``run.batch`` (the points are drawn)."""
+
+    def run(self, run: "Trainer", steps: int) -> None:
+        """Take up to ``steps`` steps, handing each to ``run.record``, which says when to stop."""
+        for _ in range(steps):
+            if run.record(self.step(run)):
+                break
+
+    def step(self, run: "Trainer") -> StepInfo:
+        """One step on ``run.batch``, updating ``run.model.params`` in place."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither step() nor run()")
+
+    def resampled(self, run: "Trainer") -> None:
+        """The loop drew new points (``run.batch``)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimiser state a checkpoint stores (and a restore puts back)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Put back a state of :meth:`state_dict`."""
+
+    def summary(self) -> dict[str, Any] | None:
+        """What the last run did, for a report (None: nothing to add to the history)."""
+        return None
+
+
+# -- Adam --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AdamSettings:
+    """Adam's settings: the peak learning rate ``lr`` (or a :class:`~helmpinn.optim.Schedule`),
+    the ``schedule`` a number follows over the run ("constant", "exponential", "cosine"), and
+    ``betas``. β2 = 0.99 adapts faster than the usual 0.999, which measurably helps the slowly
+    converging near-resonant modes of Helmholtz problems."""
+
+    lr: float | Schedule = 1e-2
+    schedule: str = "cosine"
+    betas: tuple[float, float] = (0.9, 0.99)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.lr, Schedule) and not (float(self.lr) > 0 and math.isfinite(float(self.lr))):
+            raise ValueError(f"lr must be a positive finite number or a Schedule, got {self.lr!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        betas = tuple(float(b) for b in self.betas)
+        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        object.__setattr__(self, "betas", betas)
+
+
+class AdamDriver(Driver):
+    """Adam (:class:`helmpinn.optim.Adam`, the fused C++ step) on the loop's gradient.
+
+    The Adam is the run's ``run.optimizer``: made at the first start (continuing a loaded
+    checkpoint's moments and step count, the schedule then spanning the steps already taken
+    plus ``steps``), then kept, so every later fit goes on with it.
+    """
+
+    name = "adam"
+
+    def __init__(self, settings: AdamSettings | None = None, **options: Any):
+        self.settings = settings if settings is not None else AdamSettings(**options)
+        self.adam: Adam | None = None
+
+    def start(self, run: "Trainer", steps: int) -> None:
+        if run.optimizer is None:
+            run.optimizer = self._make(run, steps)
+        elif getattr(run.optimizer, "device", "cpu") != run.device:
+            raise ValueError(f"optimizer: its state is on {run.optimizer.device} but the model is "
+                             f"on {run.device}")
+        self.adam = run.optimizer
+
+    def _make(self, run: "Trainer", steps: int) -> Adam:
+        model, s = run.model, self.settings
+        state = model.optimizer_state
+        m = state.get("m") if state else None
+        m = m if m is None or _device.is_device_array(m) else np.asarray(m)
+        resume = m is not None and tuple(m.shape) == (model.num_params,) and m.dtype == model.dtype
+        done = int(state.get("step", 0)) if resume else 0
+        lr = s.lr if isinstance(s.lr, Schedule) else make_schedule(s.schedule, s.lr, done + steps)
+        adam = Adam(model.params, lr=lr, betas=s.betas)
+        if resume:
+            adam.load_state_dict(state)
+        return adam
+
+    def step(self, run: "Trainer") -> StepInfo:
+        lr = self.adam.lr
+        loss, terms = run.value_and_grad()
+        if not math.isfinite(loss):
+            raise NonFiniteStep(f"non-finite loss ({loss})")
+        self.adam.step(run.model.params, run.grad)
+        return StepInfo(loss, terms, lr)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.adam.state_dict() if self.adam is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.adam is not None and state:
+            self.adam.load_state_dict(state)
+
+
+# -- L-BFGS ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LBFGSSettings:
+    """L-BFGS-B's settings: ``maxcor`` (the pairs its memory keeps) and ``batch_size`` (the
+    float64 Workspace's chunk)."""
+
+    maxcor: int = 50
+    batch_size: int = 4096
+
+    def __post_init__(self) -> None:
+        for name in ("maxcor", "batch_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+class LBFGSDriver(Driver):
+    """SciPy's L-BFGS-B (:func:`helmpinn.optim.minimize_lbfgs`) in float64 on the run's fixed
+    points; one loop step per iteration. The model follows the iterates (what the loop
+    evaluates and checkpoints) and ends at the best point found. Runs on the CPU: a model on a
+    GPU is copied to the host (with the points, as they are in its dtype) and back; one process
+    only. SciPy's own stop (converged, or its evaluation budget spent) ends the run with that
+    message as ``stop_reason``."""
+
+    name = "lbfgs"
+    fixed_points = True
+
+    def __init__(self, settings: LBFGSSettings | None = None, **options: Any):
+        self.settings = settings if settings is not None else LBFGSSettings(**options)
+        self.result: dict[str, Any] | None = None
+
+    def start(self, run: "Trainer", steps: int) -> None:
+        if run.comm is not None and run.comm.Get_size() > 1:
+            raise NotImplementedError("L-BFGS runs on one process; with several ranks each would fit "
+                                      "only its own points")
+        self.result = None
+        self._error_before = run.evaluate()
+
+    def run(self, run: "Trainer", steps: int) -> None:
+        if steps == 0:   # SciPy would still take one iteration
+            self.result = {"iterations": 0, "evaluations": 0, "wall_s": 0.0, "loss_before": None,
+                           "loss_after": None, "error_before": self._error_before,
+                           "error_after": self._error_before, "message": "no iterations asked for"}
+            return
+        model = run.model
+        theta = model.params_host()
+        batch = run.batch if run.device == "cpu" else run.batch.to_host()
+
+        def on_iteration(it: int, loss: float, x: np.ndarray, terms: dict[str, float] | None) -> bool:
+            model.set_params(x)
+            return run.record(StepInfo(loss, terms or {}))
+
+        res = minimize_lbfgs(theta, model.spec, batch, steps, weights=run.weights,
+                             train_fourier=run.train_fourier, batch_size=self.settings.batch_size,
+                             maxcor=self.settings.maxcor, callback=on_iteration)
+        if not run.diverged:
+            model.set_params(theta)   # the best point seen
+        if res.iterations < steps and not run.stop_reason:
+            run.stop_reason = f"L-BFGS stopped at step {run.step}: {res.message}"
+        self.result = {"iterations": res.iterations, "evaluations": res.evaluations, "wall_s": res.wall_s,
+                       "loss_before": res.loss_before, "loss_after": res.loss_after,
+                       "error_before": self._error_before, "error_after": run.evaluate(),
+                       "message": res.message}
+
+    def summary(self) -> dict[str, Any] | None:
+        return self.result
+
+
+# -- Levenberg-Marquardt -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class LMSettings:
+    """Levenberg-Marquardt's run settings: the stall stop (the loss fell by less than a factor
+    ``stall_factor`` over ``stall_window`` steps) and ``options``, keywords of
+    :class:`helmpinn.lm.LevenbergMarquardt` (``solver``, ``damping``, ``update``, ``lam``,
+    ``geodesic``, ``gram``, ``max_trials``, ``blas_threads``, ...: its signature holds their
+    defaults and its constructor checks them)."""
+
+    stall_window: int = 10
+    stall_factor: float = 0.99
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if int(self.stall_window) < 1 or not 0 < self.stall_factor <= 1:
+            raise ValueError(f"need stall_window >= 1 and 0 < stall_factor <= 1, got {self.stall_window}, "
+                             f"{self.stall_factor}")
+        from .lm import LevenbergMarquardt
+
+        known = set(inspect.signature(LevenbergMarquardt).parameters) - {"residuals", "comm"}
+        unknown = set(self.options) - known
+        if unknown:
+            raise ValueError(f"Levenberg-Marquardt options: unknown {sorted(unknown)}; known: {sorted(known)}")
+
+
+class LMDriver(Driver):
+    """Levenberg-Marquardt (:class:`helmpinn.lm.LevenbergMarquardt`) on the run's residuals.
+
+    A step is one linearisation and up to ``max_trials`` damped trials; the history's rate is λ
+    and its terms come from the residuals. Stops by itself when no trial lowers the loss even at
+    the largest damping, and (through the loop) on a stall. Continues λ and its counts from a
+    loaded LM checkpoint. New points rebuild the residuals. CPU only; with ``run.comm`` JᵀJ and
+    Jᵀr are summed over the ranks. Sets ``run.lm`` (the LevenbergMarquardt) and ``run.lm_times``.
+    """
+
+    name = "lm"
+
+    def __init__(self, settings: LMSettings | None = None, *, stall_window: int = 10, stall_factor: float = 0.99,
+                 **options: Any):
+        self.settings = settings if settings is not None else LMSettings(stall_window, stall_factor, options)
+        self.stall = (int(self.settings.stall_window), float(self.settings.stall_factor))
+        self.lm: Any = None
+
+    def start(self, run: "Trainer", steps: int) -> None:
+        from .lm import LevenbergMarquardt
+
+        if run.device != "cpu":
+            raise NotImplementedError(
+                f"Levenberg-Marquardt runs on the CPU (its Jacobian, JᵀJ and solves are host arrays), "
+                f"but this Trainer's model is on {run.device}; train it with Trainer(problem, "
+                f"model.to('cpu')), or use Adam / L-BFGS on the GPU")
+        self.lm = LevenbergMarquardt(self._residuals(run), comm=run.comm, **self.settings.options)
+        state = run.model.optimizer_state
+        if state and "lm_lambda" in state:
+            self.lm.load_state_dict(state)
+        run.lm = self.lm
+        run.step_times.update(jacobian=0.0, jtj=0.0, solve=0.0, trial=0.0)
+        run.lm_times = self.times = run.step_times
+
+    @staticmethod
+    def _residuals(run: "Trainer") -> Any:
+        from .lm import CoreResiduals
+
+        return CoreResiduals(run.workspace, run.batch, run.weights, train_fourier=run.train_fourier)
+
+    def resampled(self, run: "Trainer") -> None:
+        self.lm.set_residuals(self._residuals(run))
+
+    def step(self, run: "Trainer") -> StepInfo:
+        from .lm import NonFiniteLoss
+
+        try:
+            info = self.lm.step(run.model.params)
+        except NonFiniteLoss as exc:
+            raise NonFiniteStep(str(exc)) from exc
+        # the unweighted term means from the residuals (PDE, data, bc rows, in order)
+        r2, row, sums = info.residuals ** 2, 0, np.zeros(3)
+        for i, n in enumerate(run.batch.sizes.values()):
+            n *= 2
+            sums[i] = np.sum(r2[row:row + n])
+            row += n
+        if run.comm is not None:   # the ranks' rows together
+            sums = run.comm.allreduce(sums)
+        terms = {}
+        for term, s in zip(("pde", "data", "bc"), sums):
+            w = run.weights[term]
+            terms[term] = float(s) / w if w > 0 else 0.0
+        stop = None
+        if info.message == "damping at lam_max":
+            stop = (f"no decrease at the largest damping (λ = {info.lam:.1e}) at step {run.step + 1}: "
+                    "converged or stuck")
+        return StepInfo(info.new_loss, terms, info.lam, f"lam={info.lam:.1e}", stop, info.times)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.lm.state_dict() if self.lm is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.lm is not None and state:
+            self.lm.load_state_dict(state)
+
+    def summary(self) -> dict[str, Any] | None:
+        lm = self.lm
+        if lm is None:
+            return None
+        return {"solver": lm.solver, "steps": lm.steps, "jacobians": lm.iterations, "evaluations": lm.evaluations,
+                "final_lambda": lm.lam, "times_s": dict(self.times)}
+
+
+#: The drivers by name (``Trainer.fit(optimizer=NAME)``, ``helmpinn train --optimizer NAME``).
+DRIVERS: dict[str, type[Driver]] = {"adam": AdamDriver, "lbfgs": LBFGSDriver, "lm": LMDriver}
+
+
+def make_driver(name: str, **options: Any) -> Driver:
+    """The driver called ``name`` ("adam", "lbfgs", "lm") with its settings ``options``."""
+    if name not in DRIVERS:
+        raise ValueError(f"optimizer must be one of {tuple(DRIVERS)} or a Driver, got {name!r}")
+    return DRIVERS[name](**options)

@@ -1,0 +1,75 @@
+"""helmpinn.solve: the plan (run_settings "auto"), the stops (tolerance on the error or, without
+an exact solution, the validation loss; a time limit over both phases, with a stubbed clock),
+the Solution, and helmpinn train --optimizer auto."""
+import copy
+import json
+
+import numpy as np
+import pytest
+
+import helmpinn as hp
+from helmpinn.cli import main
+from helmpinn.defaults import run_settings
+from helmpinn.optim import make_schedule
+from helmpinn.trainer import Trainer
+
+TINY = dict(ff_dim=4, hidden=8, layers=1, pde_points=60, sigma=0.6, eval_every=2)
+
+
+def test_plan_is_lm_unless_its_dense_system_is_too_large():
+    p = hp.get_problem("plane1d", k=4.0)
+    lm = run_settings(p, "lm")
+    auto = run_settings(p, "auto")
+    assert auto == lm and auto["optimizer"] == "lm" and auto["warm_start"] == 0
+    big = run_settings(p, "auto", memory_bytes=1 << 20)
+    assert big["lm"] == {**lm["lm"], "solver": "cg"} and big["warm_start"] == 2000 and big["optimizer"] == "lm"
+
+
+def test_solve_stops_at_the_tolerance_and_returns_the_solution(tmp_path):
+    p = hp.get_problem("plane1d", k=4.0)
+    sol = hp.solve(p, tol=1e-3, progress=False, lm={"blas_threads": 1}, **TINY)
+    assert sol.error < 1e-3 and sol.stop_reason.startswith("target error 0.001 reached")
+    assert sol.settings["optimizer"] == "lm" and sol.history.lr[-1] > 0 and sol.val_loss > 0
+    x = np.linspace(0, 1, 7)[:, None]
+    np.testing.assert_array_equal(sol.predict(x), sol.model.predict(x))
+    sol.save(tmp_path / "u.npz")
+    back = hp.Model.load(tmp_path / "u.npz")
+    assert back.params.tobytes() == sol.model.params.tobytes() and back.metadata["settings"]["hidden"] == 8
+    with pytest.raises(ValueError, match=r"unknown settings \['width'\]"):
+        hp.solve(p, width=3)
+
+
+def test_solve_without_an_exact_solution_stops_on_the_validation_loss():
+    p = copy.copy(hp.get_problem("plane1d", k=4.0))
+    p.exact = None
+    sol = hp.solve(p, tol=1e-2, progress=False, lm={"blas_threads": 1}, **TINY)
+    assert sol.error is None and sol.stop_reason.startswith("target validation loss 0.01 reached")
+    assert sol.history.eval_val_loss[-1] < 1e-2
+
+
+def test_solve_time_limit_covers_both_phases(monkeypatch):
+    """A stubbed clock that advances one second per step: 4 Adam steps, then LM until 7 s."""
+    now = [0.0]
+    record = Trainer.record
+
+    def timed(self, info):
+        now[0] += 1.0
+        return record(self, info)
+
+    monkeypatch.setattr(Trainer, "record", timed)
+    p = hp.get_problem("plane1d", k=4.0)
+    sol = hp.solve(p, time_limit=7.0, progress=False, clock=lambda: now[0], warm_start=4,
+                   lm={"blas_threads": 1, "stall_window": 100}, **TINY)
+    h = sol.history
+    assert h.step == list(range(1, 8)) and sol.stop_reason == "time limit 7 s reached at step 7"
+    cosine = make_schedule("cosine", 1e-2, 4)
+    assert h.lr[:4] == [cosine(s) for s in range(1, 5)]   # Adam's learning rates, then LM's damping
+    assert len(h.lr) == 7 and all(lam not in h.lr[:4] for lam in h.lr[4:])
+
+
+def test_cli_optimizer_auto(tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--problem", "plane1d", "--k", "4", "--optimizer", "auto", "--steps", "3", "--hidden", "8",
+                 "--layers", "1", "--fourier", "4", "--points", "60", "--quiet", "--no-plots", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["optimizer"] == "lm" and metrics["lm"]["steps"] == 3 == metrics["final_step"]
