@@ -235,8 +235,8 @@ def _worker_value_and_grad(comm, out: str) -> None:
         dist.value_and_grad(ws, comm, theta, grad, x_pde=x, kappa=1.0)
     except ValueError as exc:
         assert rank == 1 and "x_pde" in str(exc), (rank, exc)
-    except RuntimeError as exc:
-        assert rank == 0 and "other rank" in str(exc), (rank, exc)
+    except dist.CollectiveError as exc:
+        assert rank == 0 and "rank 1 failed" in str(exc) and "x_pde" in str(exc), (rank, exc)
     else:
         raise AssertionError("no exception")
     try:
