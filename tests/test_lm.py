@@ -124,7 +124,7 @@ def test_geodesic_trial_point_equals_dense_formula(n_pde, solver, gram):
                             cg_tol=1e-13, cg_maxiter=3000, gram=gram, refine_tol=1e-13)
     lm.lam, lm._lam_relative = lam, False
     s = lm.linearize(theta)
-    sol = lm._solve(s, lam)
+    sol = s.solve(lam)
     trial, evaluations = lm._accelerate(s, lam, sol, theta.copy(), theta.dtype)
     assert evaluations == 2
     tol = 1e-7 if solver == "cg" or gram == "float32" else 1e-10
@@ -141,7 +141,7 @@ def test_geodesic_falls_back_to_the_plain_step_when_the_acceleration_is_large():
     lm = LevenbergMarquardt(res, solver="primal", damping="identity", lam=1e-12, geodesic=True)
     lm._lam_relative = False
     s = lm.linearize(theta)
-    sol = lm._solve(s, lm.lam)
+    sol = s.solve(lm.lam)
     trial, _ = lm._accelerate(s, lm.lam, sol, theta.copy(), theta.dtype)
     np.testing.assert_array_equal(trial, theta - sol.delta)
 
@@ -243,13 +243,13 @@ def test_bad_options(kwargs, match):
 def test_auto_blas_threads_follow_the_load(monkeypatch):
     import os
 
-    from helmpinn import lm as lm_module
+    from helmpinn import _blas
 
     threads = hp.get_num_threads()
     monkeypatch.setattr(os, "getloadavg", lambda: (threads + 0.5, 0.0, 0.0))   # this process's own
-    assert lm_module._auto_blas_threads() == threads
+    assert _blas.auto_blas_threads() == threads
     monkeypatch.setattr(os, "getloadavg", lambda: (threads + 1.0, 0.0, 0.0))
-    assert lm_module._auto_blas_threads() == 1
+    assert _blas.auto_blas_threads() == 1
 
 
 def test_bad_theta():
