@@ -261,7 +261,8 @@ def _memory_parts(P: int, R: int, solver: str, *, gram: str = "float64", damping
     rows = min(_chunk_rows(P, R, chunk_rows, chunk_bytes), R)
     # a chunk from the core in the model's dtype, its float64 copy (none for float64), and the
     # float32 copy that ssyrk reads (gram="float32")
-    chunk = rows * P * (item + (8 if item != 8 else 0) + (4 if solver == "primal" and gram == "float32" else 0))
+    # (and its scaled float64 copy when its squares would leave float32's range)
+    chunk = rows * P * (item + (8 if item != 8 else 0) + (12 if solver == "primal" and gram == "float32" else 0))
     vectors = 8 * (12 * P + 6 * R)   # r, Jᵀr, D, CG's vectors, trial residuals
     if solver == "primal":
         # JᵀJ (float64 after a float32 one is converted) and the shifted copy that Cholesky
@@ -777,6 +778,7 @@ class LevenbergMarquardt:
                     else:
                         A = dsyrk(1.0, Jc.T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
                     g += Jc.T @ r[a:b]
+                    Jc = Js = None   # before the next chunk is made
                     tj += t2 - t1
                     tm += time.perf_counter() - t2
                 if single:
@@ -819,6 +821,7 @@ class LevenbergMarquardt:
                         Jc = np.asarray(res.jacobian(theta, rows=(a, b)), dtype=np.float64)
                         top = _top(Jc, top)
                         diag += np.einsum("ij,ij->j", Jc, Jc)
+                        Jc = None   # before the next chunk is made
             _allsum_array(comm, g)
             if diag is not None:
                 _allsum_array(comm, diag)
