@@ -621,6 +621,11 @@ def test_nielsen_update_factors():
     factor = max(1 / 3, 1 - (2 * min(info.rho, 1.0) - 1) ** 3)
     assert abs(factor - 1 / 3) > 0.05     # not the fixed rule's factor
     assert lm.lam == max(lam0 * factor, lm.lam_min)
+    # a linear problem: the model is exact, ρ = 1, the factor its floor 1/3
+    res, _, _ = linear_problem(1.0)
+    lm = LevenbergMarquardt(res, damping="marquardt", update="nielsen", lam=1e-2, geodesic=False)
+    info = lm.step(np.zeros(6))
+    assert info.accepted and info.rho == pytest.approx(1.0, abs=1e-9) and lm.lam == 1e-2 * (1.0 / 3.0)
     # rejections: r = atan from x = 2 with a tiny λ overshoots (see test_rejected_step...)
     lm = LevenbergMarquardt(atan_problem(), damping="marquardt", update="nielsen", lam=1e-12,
                             geodesic=False, max_trials=1)
