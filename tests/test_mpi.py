@@ -104,16 +104,31 @@ def test_cli_rank0_writes_and_checkpoint_resumes_in_one_process(tmp_path):
     model = hp.Model.load(out / "model.npz")
     assert model.optimizer_state["step"] == 10
     m_saved = np.array(model.optimizer_state["m"])
+    v_saved = np.array(model.optimizer_state["v"])
+    assert np.abs(m_saved).max() > 0 and np.abs(v_saved).max() > 0
     trainer = hp.Trainer(hp.get_problem("dirichlet2d"), model, pde_points=64, bc_points=32, progress=False,
                          eval_every=0)
     seen = {}
-    trainer.callbacks.append(lambda t, step: seen.setdefault(step, t.optimizer.state_dict()))
+
+    def record(t, step):   # copies: state_dict() hands out the live moment buffers
+        state = t.optimizer.state_dict()
+        seen[step] = {"m": np.array(state["m"]), "v": np.array(state["v"]), "step": state["step"],
+                      "grad": np.array(t.grad)}
+
+    trainer.callbacks.append(record)
     trainer.fit(3)
     assert sorted(seen) == [11, 12, 13] and trainer.step == 13
-    assert trainer.optimizer.step_count == 13
-    # The first resumed step started from the saved moments: m_11 = b1 m_10 + (1 - b1) g_11.
-    b1 = trainer.optimizer.beta1
-    assert np.abs(np.asarray(seen[11]["m"]) - b1 * m_saved).max() < np.abs(b1 * m_saved).max()
+    assert trainer.optimizer.step_count == 13 and seen[11]["step"] == 11
+    # The first resumed step started from the saved moments: m_11 = b1 m_10 + (1 - b1) g_11 and
+    # v_11 = b2 v_10 + (1 - b2) g_11², with g_11 the gradient that step used (fresh moments
+    # would give (1 - b1) g_11 and (1 - b2) g_11²).
+    b1, b2 = trainer.optimizer.beta1, trainer.optimizer.beta2
+    g = seen[11]["grad"]
+    # (float32 moments: to a few float32 roundings)
+    np.testing.assert_allclose(seen[11]["m"], b1 * m_saved + (1 - b1) * g, rtol=1e-5,
+                               atol=1e-6 * np.abs(m_saved).max())
+    np.testing.assert_allclose(seen[11]["v"], b2 * v_saved + (1 - b2) * g * g, rtol=1e-5,
+                               atol=1e-6 * np.abs(v_saved).max())
     assert np.all(np.isfinite(trainer.history.loss))
 
 
