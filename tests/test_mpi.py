@@ -132,12 +132,13 @@ def test_cli_rank0_writes_and_checkpoint_resumes_in_one_process(tmp_path):
     assert np.all(np.isfinite(trainer.history.loss))
 
 
-@pytest.mark.parametrize("gram", ["float64", "float32"])
+@pytest.mark.parametrize("gram", ["float64", "float32", "cg"])
 def test_levenberg_marquardt_matches_one_process(tmp_path, gram):
     """Trainer.fit_lm(comm=...): JᵀJ and Jᵀr summed over the ranks give every rank the same
     steps, the same (to summation order) as one process's LM on the union of the points; with
-    gram="float32" the CG iterations sum Jᵀ(Jp) over the ranks too (to CG's tolerance, 1e-12)."""
-    _launch("lm" if gram == "float64" else "lm32", tmp_path)
+    gram="float32" the CG iterations sum Jᵀ(Jp) over the ranks too (to CG's tolerance, 1e-12);
+    "cg": the matrix-free solver over the ranks (Jᵀr, diag(JᵀJ), Jᵀ(Jp) and ‖Jx‖² summed)."""
+    _launch({"float64": "lm", "float32": "lm32", "cg": "lmcg"}[gram], tmp_path)
     r = np.load(tmp_path / "lm.npz")
     for k in range(1, RANKS):
         np.testing.assert_array_equal(r["rank0"], r[f"rank{k}"])
@@ -145,6 +146,7 @@ def test_levenberg_marquardt_matches_one_process(tmp_path, gram):
     tol = 1e-8 if gram == "float64" else 1e-6
     np.testing.assert_allclose(r["rank0"], r["single"], rtol=tol, atol=tol * 1e-2)
     np.testing.assert_allclose(r["loss"], r["loss_single"], rtol=tol * 0.1)
+    np.testing.assert_allclose(r["predicted"], r["predicted_single"], rtol=tol)
     assert r["loss"][-1] < 0.5 * r["loss"][0]
 
 
@@ -336,7 +338,7 @@ def _worker_adam(comm, out: str) -> None:
     assert trainer.training_set.sizes["pde"] == 1 - rank and trainer.step == 4
 
 
-def _worker_lm(comm, out: str, gram: str = "float64") -> None:
+def _worker_lm(comm, out: str, gram: str = "float64", solver: str = "auto") -> None:
     import helmpinn as hp
     from helmpinn.lm import CoreResiduals, LevenbergMarquardt
 
@@ -347,11 +349,13 @@ def _worker_lm(comm, out: str, gram: str = "float64") -> None:
     start = model.params.copy()
     trainer = hp.Trainer(problem, model, comm=comm, pde_points=41, bc_points=21, resample_every=0,
                          eval_every=0, weights=weights, batch_size=16, progress=False, seed=2)
-    options = {"gram": gram, "refine_tol": 1e-12, "refine_maxiter": 200}
+    options = {"gram": gram, "refine_tol": 1e-12, "refine_maxiter": 200, "solver": solver,
+               "cg_tol": 1e-12, "cg_maxiter": 2000}
     h = trainer.fit_lm(6, stall_window=100, **options)
     assert trainer.training_set.sizes["pde"] == (21 if rank == 0 else 20)
     params = comm.gather(model.params.copy())
     sets = comm.gather(trainer.training_set)
+    predicted = trainer.lm.solve(model.params, 1e-3).predicted   # the model's decrease, summed
     if rank == 0:
         # One process, the same LM settings, on the union of the ranks' points.
         batch = _union(sets).to_core(np.float64)
@@ -359,8 +363,11 @@ def _worker_lm(comm, out: str, gram: str = "float64") -> None:
         ws = hp.Workspace(model.spec, 16, "float64")
         lm = LevenbergMarquardt(CoreResiduals(ws, batch, weights), **options)
         losses = [lm.step(theta).new_loss for _ in range(6)]
+        lm.reset_cache()
         np.savez(os.path.join(out, "lm.npz"), start=start, single=theta, loss=np.array(h.loss),
-                 loss_single=np.array(losses), **{f"rank{r}": p for r, p in enumerate(params)})
+                 loss_single=np.array(losses), predicted=predicted,
+                 predicted_single=lm.solve(np.array(params[0].tolist()), 1e-3).predicted,   # (unpickled: fresh dtype)
+                 **{f"rank{r}": p for r, p in enumerate(params)})
 
 
 def _worker_cli(comm, out: str) -> None:
@@ -404,6 +411,7 @@ if __name__ == "__main__":
     try:
         {"value_and_grad": _worker_value_and_grad, "adam": _worker_adam, "lm": _worker_lm,
          "lm32": lambda comm, out: _worker_lm(comm, out, gram="float32"),
+         "lmcg": lambda comm, out: _worker_lm(comm, out, solver="cg"),
          "cli": _worker_cli}[case](MPI.COMM_WORLD, folder)
     except BaseException:  # fail the whole job now rather than leave the other ranks waiting
         import traceback
