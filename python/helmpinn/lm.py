@@ -653,7 +653,7 @@ class LevenbergMarquardt:
         self.evaluations = 0         # residual evaluations (trials)
         self._lam_relative = damping == "identity"
         self._dmax: NDArray | None = None
-        self._rows_total: int | None = None
+        self._rows: tuple[int, int] = self._count_rows()
         self.solver   # an explicit dense solver over the memory budget is refused here
         self.reset_cache()
 
@@ -661,8 +661,9 @@ class LevenbergMarquardt:
     @property
     def solver(self) -> str:
         """The solver in use ("primal", "dual" or "cg"): :func:`choose_solver` for these
-        residuals within ``max_matrix_bytes``."""
-        return choose_solver(self.res.num_params, self.res.num_residuals, self.requested_solver,
+        residuals within ``max_matrix_bytes`` (over MPI for the rank with the most rows, so that
+        every rank makes the same choice)."""
+        return choose_solver(self.res.num_params, self._rows[1], self.requested_solver,
                              max_matrix_bytes=self.max_matrix_bytes,
                              ranks=1 if self.comm is None else self.comm.Get_size(), gram=self.gram,
                              damping=self.damping, dtype=self.res.dtype, chunk_rows=self._chunk_rows,
@@ -676,15 +677,26 @@ class LevenbergMarquardt:
         """Go on with other residuals (fresh points) of the same parameters."""
         if residuals.num_params != self.res.num_params:
             raise ValueError(f"residuals have {residuals.num_params} parameters, expected {self.res.num_params}")
-        previous, self.res = self.res, residuals
+        previous = self.res, self._rows
+        self.res = residuals
+        self._rows = self._count_rows()
         try:
             self.solver   # within the memory budget with the new number of residuals
         except ValueError:
-            self.res = previous
+            self.res, self._rows = previous
             raise
         self._dmax = None
-        self._rows_total = None
         self.reset_cache()
+
+    def _count_rows(self) -> tuple[int, int]:
+        """(all residual rows, the most on one rank): over MPI one allgather (a collective, in
+        the constructor and :meth:`set_residuals`), so that every rank refuses or picks a solver
+        alike; alone (R, R)."""
+        R = int(self.res.num_residuals)
+        if self.comm is None:
+            return R, R
+        rows = self.comm.allgather(R)
+        return int(sum(rows)), int(max(rows))
 
     def reset_cache(self) -> None:
         """Forget the linearisation (call after the residuals' points change)."""
@@ -714,10 +726,7 @@ class LevenbergMarquardt:
 
     def _check_rows(self) -> None:
         """Refuse residuals without a single row (on every rank together)."""
-        if self._rows_total is None:
-            R = int(self.res.num_residuals)
-            self._rows_total = R if self.comm is None else int(self.comm.allreduce(R))
-        if self._rows_total == 0:
+        if self._rows[0] == 0:
             raise ValueError("residuals: there are none (R = 0: no points"
                              + (" on any rank" if self.comm is not None else "")
                              + "); Levenberg-Marquardt needs at least one residual")
