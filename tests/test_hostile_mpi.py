@@ -83,8 +83,8 @@ CASES = {
     "sample_shard": ("CollectiveError: rank 1 failed in distributed.sample_shard: MemoryError: no room",
                      "MemoryError: no room"),
     "replicas_length": ("RuntimeError: the parameters differ between ranks .*\\(5\\).*\\(6\\)",) * 2,
-    "lm_budget_on_one_rank": ("ValueError: solver 'primal' needs about .* GiB .*R = 4000 residuals on each rank, "
-                              "over max_matrix_bytes",) * 2,
+    "lm_budget_on_one_rank": ("ValueError: solver 'primal' needs about .* GiB .*R = 4000 residuals "
+                              "\\(the largest share; P×P on each of the 2 ranks\\), over max_matrix_bytes",) * 2,
     "lm_failure_on_one_rank": ("CollectiveError: rank 1 failed in LM: .*: MemoryError: no room for J",
                                "MemoryError: no room for J"),
 }
@@ -117,6 +117,14 @@ def test_cli_train_with_a_failure_on_one_rank_ends(tmp_path):
     assert res.returncode != 0
     assert re.search(r"helmpinn: rank 1 of 2: MemoryError: no room for the points; aborting every rank",
                      res.stderr), res.stderr
+
+
+def test_threads_per_rank_with_different_environments(tmp_path):
+    """OMP_NUM_THREADS set on rank 0 only (an MPMD launch): both ranks still count the ranks on
+    their node together (a collective), and go on in step."""
+    res = _launch("threads", tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "threads.txt").read_text().split()[0] == "3"
 
 
 # -- the workers (run by mpiexec on every rank) ---------------------------------------------------
@@ -210,6 +218,12 @@ def _case(name: str, comm, out: str) -> None:
         assert names == ["cg", "cg"], names
         LevenbergMarquardt(res, comm=comm, solver="primal", max_matrix_bytes=budget)
         comm.Barrier()   # where rank 0 went on alone, the test reports a hang
+    elif name == "threads":
+        n = dist.threads_per_rank(comm, {"OMP_NUM_THREADS": "3"} if rank == 0 else {})
+        everyone = comm.allgather(n)   # rank 0 alone in Split_type would leave this mismatched
+        if rank == 0:
+            with open(os.path.join(out, "threads.txt"), "w") as fh:
+                fh.write(" ".join(map(str, everyone)))
     elif name == "abort":
         with dist.abort_on_error(comm):
             if rank == 1:

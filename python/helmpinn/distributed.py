@@ -483,17 +483,25 @@ def launch_comm():
 def threads_per_rank(comm, environ: Mapping[str, str] | None = None) -> int:
     """OpenMP threads for each rank so that the ranks on one node do not oversubscribe its
     cores: ``OMP_NUM_THREADS`` when set, else ``max(1, cores // ranks on this node)``, and at
-    most the cores this process may run on (a launcher may bind ranks to cores)."""
+    most the cores this process may run on (a launcher may bind ranks to cores). With ``comm``
+    a collective (the ranks on each node are counted whether or not this rank's environment
+    sets ``OMP_NUM_THREADS``, so ranks launched with different environments do not part ways);
+    ``comm`` None needs ``OMP_NUM_THREADS``."""
     env = os.environ if environ is None else environ
     given = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    n_local = None
+    if comm is not None:
+        MPI = _mpi()
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            n_local = local.Get_size()
+        finally:
+            local.Free()
     if given.isdigit() and int(given) > 0:
         return int(given)
-    MPI = _mpi()
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        n_local = local.Get_size()
-    finally:
-        local.Free()
+    if n_local is None:
+        raise ValueError("threads_per_rank: without a communicator OMP_NUM_THREADS must be set "
+                         f"to a positive integer, got {given!r}")
     cores = os.cpu_count() or 1
     try:
         allowed = len(os.sched_getaffinity(0))

@@ -331,7 +331,7 @@ def choose_solver(P: int, R: int, solver: str = "auto", *, max_matrix_bytes: int
                 f"solver {solver!r} needs about {need(solver) / _GIB:.3g} GiB ("
                 + ", ".join(f"{k} {v / _GIB:.3g} GiB" for k, v in parts.items())
                 + f") for P = {P} parameters and R = {R} residuals"
-                + (" on each rank" if ranks > 1 else "")
+                + (f" (the largest share; P×P on each of the {ranks} ranks)" if ranks > 1 else "")
                 + f", over max_matrix_bytes = {budget / _GIB:.3g} GiB; use solver='cg' "
                 "(matrix-free) or 'auto', or raise max_matrix_bytes")
         return solver
