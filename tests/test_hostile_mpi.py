@@ -85,6 +85,8 @@ CASES = {
     "replicas_length": ("RuntimeError: the parameters differ between ranks .*\\(5\\).*\\(6\\)",) * 2,
     "lm_budget_on_one_rank": ("ValueError: solver 'primal' needs about .* GiB .*R = 4000 residuals "
                               "\\(the largest share; P×P on each of the 2 ranks\\), over max_matrix_bytes",) * 2,
+    "trainer_resample_recipe": ("CollectiveError: rank 1 failed in Trainer.resample: MemoryError: no room "
+                                "\\(this rank stopped in Trainer.resample\\)", "MemoryError: no room"),
     "lm_failure_on_one_rank": ("CollectiveError: rank 1 failed in LM: .*: MemoryError: no room for J",
                                "MemoryError: no room for J"),
 }
@@ -224,6 +226,30 @@ def _case(name: str, comm, out: str) -> None:
         if rank == 0:
             with open(os.path.join(out, "threads.txt"), "w") as fh:
                 fh.write(" ".join(map(str, everyone)))
+    elif name == "trainer_resample_recipe":
+        # Trainer.resample as the integrator is to wire it (trainer.py is not this branch's):
+        # the local draw and conversion in one collective block, then the collective counts.
+        import helmpinn as hp
+
+        def resample(self):
+            self._draw_state = self.rng.bit_generator.state
+            with dist.collective(self.comm, "Trainer.resample"):
+                self.training_set = dist.sample_shard(
+                    self.problem, self.pde_points, self.bc_points, self.rng, self._shared_rng,
+                    self.sampling, self.rank, self._ranks)
+                batch = self.training_set.to_batch(self.model.dtype)
+            self.batch = dist.shard_batch(batch, dist.global_counts(self.comm, batch))
+            self._check_inputs = True
+
+        hp.Trainer.resample = resample
+        problem = hp.get_problem("dirichlet2d")
+        if rank == 1:
+            def sample(*args, **kw):
+                raise MemoryError("no room")
+            problem.sample = sample
+        model = hp.Model.create(2, 4, 8, 1, dtype="float64", seed=0)
+        hp.Trainer(problem, model, comm=comm, pde_points=20, bc_points=8, eval_every=0,
+                   progress=False).fit(2)
     elif name == "abort":
         with dist.abort_on_error(comm):
             if rank == 1:
