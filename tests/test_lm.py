@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn.lm import CoreResiduals, FunctionResiduals, LevenbergMarquardt, NonFiniteLoss, lm_defaults, lm_options
+from helmpinn.lm import (CGSystem, CoreResiduals, FunctionResiduals, LevenbergMarquardt, NonFiniteLoss, lm_defaults,
+                        lm_options)
 from helmpinn.trainer import relative_l2
 
 K = 5.0
@@ -124,7 +125,7 @@ def test_geodesic_trial_point_equals_dense_formula(n_pde, solver, gram):
                             cg_tol=1e-13, cg_maxiter=3000, gram=gram, refine_tol=1e-13)
     lm.lam, lm._lam_relative = lam, False
     s = lm.linearize(theta)
-    sol = lm._solve(s, lam)
+    sol = s.solve(lam)
     trial, evaluations = lm._accelerate(s, lam, sol, theta.copy(), theta.dtype)
     assert evaluations == 2
     tol = 1e-7 if solver == "cg" or gram == "float32" else 1e-10
@@ -141,7 +142,7 @@ def test_geodesic_falls_back_to_the_plain_step_when_the_acceleration_is_large():
     lm = LevenbergMarquardt(res, solver="primal", damping="identity", lam=1e-12, geodesic=True)
     lm._lam_relative = False
     s = lm.linearize(theta)
-    sol = lm._solve(s, lm.lam)
+    sol = s.solve(lm.lam)
     trial, _ = lm._accelerate(s, lm.lam, sol, theta.copy(), theta.dtype)
     np.testing.assert_array_equal(trial, theta - sol.delta)
 
@@ -243,13 +244,13 @@ def test_bad_options(kwargs, match):
 def test_auto_blas_threads_follow_the_load(monkeypatch):
     import os
 
-    from helmpinn import lm as lm_module
+    from helmpinn import _blas
 
     threads = hp.get_num_threads()
     monkeypatch.setattr(os, "getloadavg", lambda: (threads + 0.5, 0.0, 0.0))   # this process's own
-    assert lm_module._auto_blas_threads() == threads
+    assert _blas.auto_blas_threads() == threads
     monkeypatch.setattr(os, "getloadavg", lambda: (threads + 1.0, 0.0, 0.0))
-    assert lm_module._auto_blas_threads() == 1
+    assert _blas.auto_blas_threads() == 1
 
 
 def test_bad_theta():
@@ -466,3 +467,225 @@ def test_cli_lm_gram(tmp_path):
         errors[gram] = metrics["final"]["relative_l2"]
     # the float32 JᵀJ only preconditions the float64 system: the same steps to CG's tolerance
     assert errors["float32"] == pytest.approx(errors["float64"], rel=1e-3)
+
+
+# -- memory, typed systems, hostile inputs, pinned behaviour -----------------------------------
+def test_memory_estimate_bounds_what_a_step_allocates():
+    """tracemalloc's peak over LM steps (NumPy's and LAPACK's arrays) stays within
+    memory_estimate, for each solver and scaling, R > P and R < P."""
+    import tracemalloc
+
+    from helmpinn.lm import memory_estimate
+
+    for n_pde, hidden in ((300, 16), (40, 24)):
+        prob = hp.get_problem("plane1d", k=K)
+        spec = hp.ModelSpec(1, 4, hidden, 1)
+        theta = hp.init_params(spec, dtype="float64", seed=0, fourier_sigma=1.0)
+        res = CoreResiduals(hp.Workspace(spec, 64, dtype="float64"),
+                            prob.sample(n_pde, 2, rng=0, method="sobol").to_core("float64"), WEIGHTS)
+        P, R = res.num_params, res.num_residuals
+        for solver, damping, gram in [("primal", "identity", "float64"), ("primal", "marquardt", "float32"),
+                                      ("dual", "identity", "float64"), ("dual", "marquardt", "float64"),
+                                      ("cg", "marquardt", "float64")]:
+            lm = LevenbergMarquardt(res, solver=solver, damping=damping, gram=gram, chunk_rows=50,
+                                    blas_threads=None)   # threadpoolctl's own bookkeeping is not LM's
+            th = theta.copy()
+            lm.step(th)
+            tracemalloc.start()
+            try:
+                for _ in range(2):
+                    lm.step(th)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            est = memory_estimate(P, R, solver, gram=gram, damping=damping, chunk_rows=50)
+            assert 0.2 * est < peak <= est, (P, R, solver, damping, peak, est)
+
+
+def test_memory_budget_switches_auto_and_refuses_an_explicit_solver():
+    from helmpinn.lm import choose_solver, memory_estimate
+
+    GiB = 1 << 30
+    # the issue's sizes: P = 99k, R = 16k, 2 GiB
+    P, R = 99_000, 16_000
+    assert memory_estimate(P, R, "dual") > 8 * R * P + 16 * R * R
+    assert memory_estimate(P, R, "primal") >= 16 * P * P
+    assert memory_estimate(P, R, "primal", ranks=2) >= 16 * P * P
+    assert memory_estimate(P, R, "cg") < 0.3 * GiB
+    assert choose_solver(P, R) == "cg" and choose_solver(P, R, ranks=2) == "cg"
+    with pytest.raises(ValueError, match=r"solver 'dual' needs about 15.9 GiB \(J 11\.8 GiB.*"
+                                         r"P = 99000 parameters and R = 16000 residuals, over "
+                                         r"max_matrix_bytes = 2 GiB"):
+        choose_solver(P, R, "dual")
+    with pytest.raises(ValueError, match=r"solver .primal. needs about 14[0-9.]* GiB .* on each of the 2 ranks"):
+        choose_solver(P, R, "primal", ranks=2)
+    with pytest.raises(ValueError, match="over several MPI ranks"):
+        choose_solver(10, 20, "dual", ranks=2)
+    assert choose_solver(P, R, "cg", max_matrix_bytes=1) == "cg"
+    # the other dense solver when the preferred one does not fit
+    assert choose_solver(1000, 800, max_matrix_bytes=memory_estimate(1000, 800, "dual")) == "dual"
+    assert choose_solver(1000, 960, max_matrix_bytes=memory_estimate(1000, 960, "primal")) == "primal"
+
+    # LevenbergMarquardt uses it: R < P, dual within the budget, cg below, refused explicitly
+    _, _, theta, res = tiny(n_pde=20)
+    P, R = res.num_params, res.num_residuals
+    dual = memory_estimate(P, R, "dual")
+    assert dual < memory_estimate(P, R, "primal")
+    assert LevenbergMarquardt(res, max_matrix_bytes=dual).solver == "dual"
+    lm = LevenbergMarquardt(res, max_matrix_bytes=dual - 1)
+    assert lm.solver == "cg" and isinstance(lm.linearize(theta), CGSystem)
+    with pytest.raises(ValueError, match=r"solver 'dual' needs about .* GiB .*max_matrix_bytes"):
+        LevenbergMarquardt(res, solver="dual", max_matrix_bytes=dual - 1)
+    # more residuals later (set_residuals) are checked too; the old ones stay on refusal
+    lm = LevenbergMarquardt(res, solver="dual", max_matrix_bytes=dual)
+    _, _, _, more = tiny(n_pde=40)
+    with pytest.raises(ValueError, match="solver 'dual' needs about"):
+        lm.set_residuals(more)
+    assert lm.res is res
+
+
+def test_typed_systems():
+    from helmpinn.lm import DualSystem, LinearSystem, PrimalSystem
+
+    for n_pde, solver, cls in [(60, "primal", PrimalSystem), (20, "dual", DualSystem), (60, "cg", CGSystem)]:
+        _, _, theta, res = tiny(n_pde=n_pde)
+        s = LevenbergMarquardt(res, solver=solver).linearize(theta)
+        assert type(s) is cls and isinstance(s, LinearSystem) and s.name == solver and s.problem == ""
+        assert s.g.shape == (res.num_params,) and s.D.shape == (res.num_params,)
+        sol = s.solve(1.0)
+        assert sol.delta.shape == (res.num_params,) and sol.predicted > 0
+
+
+def test_no_residuals_is_a_clear_error(capfd):
+    # R = 0: dual by shape; the BLAS used to print "DSYRK parameter 10 illegal" and raise _flapack.error
+    res = FunctionResiduals(lambda x: np.zeros(0), lambda x: np.zeros((0, 3)), 3, 0)
+    for solver in ("auto", "primal", "cg"):
+        lm = LevenbergMarquardt(res, solver=solver)
+        with pytest.raises(ValueError, match=r"residuals: there are none \(R = 0"):
+            lm.step(np.zeros(3))
+    assert "DSYRK" not in capfd.readouterr().err
+
+
+def linear_problem(scale, P=6, R=15, seed=4):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((R, P)) * scale
+    b = rng.standard_normal(R) * scale
+    return FunctionResiduals(lambda x: A @ x - b, lambda x: A, P, R), A, b
+
+
+def test_float32_gram_scales_a_finite_jacobian_near_1e25():
+    """JᵀJ of entries near 1e25 overflows float32 (and 1e-25 underflows): the rows are scaled by a
+    power of two, so the step is the float64 one instead of "non-finite Jacobian"."""
+    for scale in (1e25, 1e-25, 1.0):
+        res, A, b = linear_problem(scale)
+        theta = np.zeros(6)
+        steps = {}
+        for gram in ("float64", "float32"):
+            lm = LevenbergMarquardt(res, solver="primal", gram=gram, refine_tol=1e-12, chunk_rows=4)
+            steps[gram] = lm.solve(theta, 1e-6).delta
+        np.testing.assert_allclose(steps["float32"], steps["float64"], rtol=1e-8)
+        if scale < 1:
+            continue   # (λ's floor lam_min dwarfs a JᵀJ of 1e-50: no full step there)
+        lm = LevenbergMarquardt(res, solver="primal", gram="float32", geodesic=False)
+        info = lm.step(theta)
+        x = np.linalg.lstsq(A, b, rcond=None)[0]   # a linear problem: one step to its minimum
+        best = float(np.sum((A @ x - b) ** 2))
+        assert info.accepted and info.new_loss == pytest.approx(best, rel=1e-3)   # λ = 1e-3 × mean diag
+
+
+@pytest.mark.parametrize("solver", ["primal", "dual", "cg"])
+def test_non_finite_messages_say_what(solver):
+    # J finite (entries 1e160), r small, but JᵀJ beyond float64: not a "non-finite Jacobian"
+    R = 15 if solver != "dual" else 4
+    A = np.random.default_rng(4).standard_normal((R, 6)) * 1e160
+    res = FunctionResiduals(lambda x: A @ x, lambda x: A, 6, R)
+    theta = np.full(6, 1e-170)
+    with np.errstate(over="ignore", invalid="ignore"):
+        with pytest.raises(NonFiniteLoss, match=r"JᵀJ or Jᵀr overflows float64: the Jacobian is finite, "
+                                                r"but its largest entry [0-9.]+e\+160"):
+            LevenbergMarquardt(res, solver=solver, damping="marquardt").step(theta)
+    assert np.all(theta == 1e-170)
+    # a NaN in J itself
+    bad = FunctionResiduals(lambda x: np.ones(3), lambda x: np.array([[1.0, np.nan]] * 3), 2, 3)
+    with pytest.raises(NonFiniteLoss, match="non-finite Jacobian at the current parameters"):
+        LevenbergMarquardt(bad, solver="primal" if solver == "dual" else solver,
+                           damping="marquardt").step(np.zeros(2))
+
+
+def test_nielsen_update_factors():
+    """Acceptance multiplies λ by max(1/3, 1 − (2ρ − 1)³) exactly; rejections by ν = 2, 4, 8."""
+    lm = LevenbergMarquardt(atan_problem(), damping="marquardt", update="nielsen", lam=0.5, geodesic=False)
+    theta = np.array([2.0])
+    lam0 = lm.lam
+    info = lm.step(theta)
+    assert info.accepted and info.trials == 1 and 0 < info.rho < 0.9
+    factor = max(1 / 3, 1 - (2 * min(info.rho, 1.0) - 1) ** 3)
+    assert abs(factor - 1 / 3) > 0.05     # not the fixed rule's factor
+    assert lm.lam == max(lam0 * factor, lm.lam_min)
+    # a linear problem: the model is exact, ρ = 1, the factor its floor 1/3
+    res, _, _ = linear_problem(1.0)
+    lm = LevenbergMarquardt(res, damping="marquardt", update="nielsen", lam=1e-2, geodesic=False)
+    info = lm.step(np.zeros(6))
+    assert info.accepted and info.rho == pytest.approx(1.0, abs=1e-9) and lm.lam == 1e-2 * (1.0 / 3.0)
+    # rejections: r = atan from x = 2 with a tiny λ overshoots (see test_rejected_step...)
+    lm = LevenbergMarquardt(atan_problem(), damping="marquardt", update="nielsen", lam=1e-12,
+                            geodesic=False, max_trials=1)
+    theta = np.array([2.0])
+    lams = []
+    for _ in range(3):
+        info = lm.step(theta)
+        assert not info.accepted
+        lams.append(lm.lam)
+    assert lams == [1e-12 * 2, 1e-12 * 2 * 4, 1e-12 * 2 * 4 * 8]
+
+
+def test_marquardt_scaling_keeps_the_running_maximum():
+    # r = (a(x) x0, x1), J = diag(a, 1) with a large at the first point, small at the second
+    a = {0: 10.0, 1: 0.1}
+    at = {"i": 0}
+    res = FunctionResiduals(lambda x: np.array([a[at["i"]] * x[0], x[1]]),
+                            lambda x: np.diag([a[at["i"]], 1.0]), 2, 2)
+    lm = LevenbergMarquardt(res, damping="marquardt", solver="primal")
+    s1 = lm.linearize(np.array([1.0, 1.0]))
+    np.testing.assert_array_equal(s1.D, [100.0, 1.0])
+    at["i"] = 1
+    s2 = lm.linearize(np.array([2.0, 1.0]))
+    np.testing.assert_allclose(s2.diag, [0.01, 1.0])
+    np.testing.assert_array_equal(s2.D, [100.0, 1.0])       # not diag(JᵀJ) = (0.01, 1)
+    lm.set_residuals(res)                                   # new points: the maximum starts again
+    s3 = lm.linearize(np.array([3.0, 1.0]))
+    np.testing.assert_allclose(s3.D, [0.01, 1.0])
+
+
+def test_auto_blas_threads_limit_inside_a_step(monkeypatch):
+    """blas_threads="auto" on a busy machine: the BLAS runs one thread inside the step (and the
+    limit is lifted after it); on an idle one as many as helmpinn's threads."""
+    import os
+
+    import threadpoolctl
+
+    def blas():
+        return {i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}
+
+    seen = []
+
+    def jac(x):
+        seen.append(blas())
+        return np.diag(1.0 / (1.0 + x**2))
+
+    res = FunctionResiduals(np.arctan, jac, 1, 1)
+    threads = hp.get_num_threads()
+    hp.set_num_threads(2)
+    try:
+        with threadpoolctl.threadpool_limits(limits=3, user_api="blas"):
+            assert blas() == {3}
+            monkeypatch.setattr(os, "getloadavg", lambda: (50.0, 0.0, 0.0))   # busy
+            LevenbergMarquardt(res, blas_threads="auto").step(np.array([2.0]))
+            assert seen[-1] == {1} and blas() == {3}
+            monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))    # idle
+            LevenbergMarquardt(res, blas_threads="auto").step(np.array([2.0]))
+            assert seen[-1] == {2} and blas() == {3}
+            LevenbergMarquardt(res, blas_threads=None).step(np.array([2.0]))
+            assert seen[-1] == {3}
+    finally:
+        hp.set_num_threads(threads)

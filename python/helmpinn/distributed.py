@@ -5,13 +5,24 @@ sum of per-term means, so with each term's mean taken over the *global* count of
 ranks' losses and gradients add up to the full-batch ones exactly:
 
 - :func:`value_and_grad` -- the loss and gradient of the union of the ranks' shards, on every
-  rank: one local fused pass, one allreduce of four numbers (loss, the three term means) plus an
-  error flag, and one in-place ``Allreduce`` of the flat gradient (P numbers);
+  rank: one agreement (below) on the arguments, the point counts and the model, one local fused
+  pass, one allreduce of four numbers (loss, the three term means) plus an error flag, and one
+  in-place ``Allreduce`` of the flat gradient (P numbers);
 - :func:`global_counts` -- the three point counts summed over ranks (cache them per draw);
 - :func:`sample_shard` -- this rank's share of one draw of a problem's points;
 - :func:`check_replicas` -- a cheap check that the parameters are the same on every rank;
 - :func:`launch_comm` / :func:`threads_per_rank` -- what ``helmpinn train`` uses under
   ``mpiexec`` / ``srun``.
+
+Errors are collective. A rank that raises while the others go on into a collective would leave
+them waiting forever (or, with mismatched messages, end in MPI's "Message truncated" abort).
+Every collective here therefore starts with an *agreement* (:func:`agree`: an allgather of a few
+integers per rank) that carries each rank's failure flag and what the ranks must have in common;
+when a rank failed, every rank raises: that rank its own exception, the others a
+:class:`CollectiveError` with its message. Code around these functions keeps the rule with
+:func:`collective`, a block of local work whose exception is agreed at its end, and, as the last
+resort for an exception that escapes everything, :func:`abort_on_error` (print, then
+``comm.Abort``).
 
 mpi4py is imported only when an MPI launch is detected (or a communicator is passed in), so the
 rest of helmpinn works without it. Install it with ``pip install "helmpinn[mpi]"`` (mpi4py and
@@ -19,9 +30,10 @@ an MPICH from the package registry), or build mpi4py against a cluster's MPI (RE
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -29,7 +41,8 @@ from .batch import TERM_KEYWORDS, Batch
 from .problems import Problem, TrainingSet
 
 __all__ = ["value_and_grad", "global_counts", "local_counts", "shard_batch", "sample_shard", "shard_size",
-           "rank_generators", "check_replicas", "launch_comm", "launched_size", "threads_per_rank"]
+           "rank_generators", "check_replicas", "launch_comm", "launched_size", "threads_per_rank",
+           "agree", "collective", "abort_on_error", "CollectiveError"]
 
 TERMS = ("pde", "data", "bc")
 _POINTS = {"pde": "x_pde", "data": "x_data", "bc": "x_bc"}
@@ -42,6 +55,123 @@ def _mpi():
         raise ImportError("helmpinn.distributed needs mpi4py: pip install 'helmpinn[mpi]' "
                           "(or build mpi4py against your MPI, see the README)") from exc
     return MPI
+
+
+# -- errors are collective -------------------------------------------------------------------------
+class CollectiveError(RuntimeError):
+    """Raised on the other ranks when a rank failed inside a collective step: its message names
+    the failing rank(s), their exception type and message (that rank raises its own)."""
+
+
+# One agreement is an Allgather of _SLOTS int64 per rank: failed, the step's name (CRC-32), and
+# up to _SLOTS - 2 numbers the step needs from every rank. Every collective of this module starts
+# with one, so a rank that failed anywhere and calls agree() meets the others at their next one.
+_SLOTS = 12
+
+
+def _exchange(comm, error: BaseException | None, what: str, payload=()) -> np.ndarray:
+    """The agreement of step ``what``: every rank's payload (rows of the returned table, columns
+    from 0); raises on every rank when a rank failed (``error`` not None) or when the ranks are
+    in different steps."""
+    MPI = _mpi()
+    mine = np.zeros(_SLOTS, dtype=np.int64)
+    mine[0] = error is not None
+    mine[1] = zlib.crc32(what.encode())
+    mine[2:2 + len(payload)] = payload
+    table = np.empty((comm.Get_size(), _SLOTS), dtype=np.int64)
+    comm.Allgather([mine, MPI.INT64_T], [table, MPI.INT64_T])
+    if table[:, 0].any():
+        _raise_agreed(comm, error, what)
+    if np.any(table[:, 1] != table[0, 1]):
+        names = comm.allgather(what)
+        raise RuntimeError("the ranks are out of step: " + ", ".join(f"rank {r} in {n}" for r, n in enumerate(names))
+                           + "; every rank must make the same collective calls in the same order")
+    return table[:, 2:]
+
+
+def _raise_agreed(comm, error: BaseException | None, what: str) -> None:
+    """After every rank learnt that some failed: gather their messages (a collective) and raise,
+    the rank's own exception where it failed, a CollectiveError naming the others' elsewhere."""
+    note = None if error is None else (what, f"{type(error).__name__}: {error}")
+    notes = comm.allgather(note)
+    if error is not None:
+        raise error
+    failed = [(r, n) for r, n in enumerate(notes) if n is not None]
+    text = "; ".join(f"rank {r} failed in {w}: {msg}" for r, (w, msg) in failed)
+    raise CollectiveError(f"{text} (this rank stopped in {what})")
+
+
+def agree(comm, error: BaseException | None = None, what: str = "helmpinn step") -> None:
+    """Agree with every rank of ``comm`` that none failed (a collective: every rank must call it).
+
+    ``error`` is this rank's exception (None when it did not fail). When any rank's is not
+    None, every rank raises: the failing rank its own exception, the others a
+    :class:`CollectiveError` naming the failing rank(s) and their messages. Every collective of
+    :mod:`helmpinn.distributed` starts with this agreement, so a rank that failed in purely
+    local work and calls ``agree`` meets the others at their next collective of this module
+    (calls with different ``what`` meet too, and raise "out of step" when nothing failed).
+    ``comm`` None (or one rank): raises ``error`` if there is one.
+    """
+    if comm is None or comm.Get_size() <= 1:
+        if error is not None:
+            raise error
+        return
+    _exchange(comm, error, what)
+
+
+@contextlib.contextmanager
+def collective(comm, what: str = "helmpinn step") -> Iterator[None]:
+    """A block of local work whose failure on any rank raises on every rank::
+
+        with distributed.collective(comm, "drawing points"):
+            shard = sample_shard(...)      # local work only: no collective inside
+        counts = global_counts(comm, batch)
+
+    Every rank must reach the end of the block (it ends in :func:`agree`); an exception inside
+    it is caught and agreed: it is raised on its rank and a :class:`CollectiveError` with its
+    message on the others. The block must not contain collectives (a rank that failed before
+    one would leave the others inside it). ``comm`` None (or one rank): a plain block.
+    """
+    if comm is None or comm.Get_size() <= 1:
+        yield
+        return
+    error: BaseException | None = None
+    try:
+        yield
+    except BaseException as exc:  # noqa: BLE001 - raised again on this rank by agree()
+        error = exc
+    agree(comm, error, what)
+
+
+@contextlib.contextmanager
+def abort_on_error(comm, stream: Any = None) -> Iterator[None]:
+    """The last resort under several ranks: an exception that leaves the block on one rank
+    ends the whole job instead of leaving the other ranks waiting in a collective.
+
+    The exception's type and message (and the traceback) are printed to ``stream`` (stderr)
+    with the rank, then ``comm.Abort(1)`` ends every rank (the launcher's exit status is
+    non-zero). ``SystemExit`` passes through (an exit with a status is not a failure to abort).
+    Use it around a program's main work (``helmpinn train`` under ``mpiexec``); errors that
+    :func:`agree` made collective reach it on every rank. ``comm`` None (or one rank): a plain
+    block.
+    """
+    if comm is None or comm.Get_size() <= 1:
+        yield
+        return
+    try:
+        yield
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the job ends here
+        import sys
+        import traceback
+
+        out = sys.stderr if stream is None else stream
+        rank = comm.Get_rank()
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        print(f"{text}helmpinn: rank {rank} of {comm.Get_size()}: {type(exc).__name__}: {exc}; "
+              "aborting every rank", file=out, flush=True)
+        comm.Abort(1)
 
 
 def _len(a: Any) -> int:
@@ -60,19 +190,23 @@ def local_counts(batch: Mapping[str, Any]) -> dict[str, int]:
 
 
 def global_counts(comm, batch: Mapping[str, Any]) -> dict[str, int]:
-    """Points of each term summed over the ranks of ``comm`` (one allreduce of 3 integers; a
-    collective: every rank must call it)."""
-    MPI = _mpi()
-    n = np.array([local_counts(batch)[t] for t in TERMS], dtype=np.int64)
-    comm.Allreduce(MPI.IN_PLACE, n, op=MPI.SUM)
-    return {t: int(v) for t, v in zip(TERMS, n)}
+    """Points of each term summed over the ranks of ``comm`` (a collective: every rank must
+    call it; one small agreement, :func:`agree`, that also carries a failure on any rank)."""
+    error, mine = None, [0, 0, 0]
+    try:
+        n = local_counts(batch)
+        mine = [n[t] for t in TERMS]
+    except Exception as exc:  # agreed below, so that no rank waits forever
+        error = exc
+    table = _exchange(comm, error, "global_counts", mine)
+    return {t: int(v) for t, v in zip(TERMS, table[:, 0:3].sum(axis=0))}
 
 
 def shard_batch(batch: Batch, counts: Mapping[str, int]) -> Batch:
     """This rank's :class:`~helmpinn.Batch` as :func:`value_and_grad` uses it: without the
     entries of terms it has no points of, and with ``counts`` (the global counts of
     :func:`global_counts`) for the terms it has. The same arrays, not converted again; make it
-    once per draw of points and pass it to every step."""
+    once per draw of points and pass it to every step. Local: no communication."""
     n_local = batch.sizes
     for t in TERMS:
         if n_local[t] > int(counts.get(t, 0)):
@@ -80,6 +214,19 @@ def shard_batch(batch: Batch, counts: Mapping[str, int]) -> Batch:
                              f"{n_local[t]} points; pass the global counts (global_counts())")
     return batch.without_empty_terms().replace(
         counts={t: int(counts[t]) for t in TERMS if n_local[t]})
+
+
+def _dtype_code(a: Any) -> int:
+    try:
+        return int(np.dtype(a.dtype).num)
+    except (AttributeError, TypeError):
+        return -1
+
+
+def _spec_code(ws: Any) -> int:
+    spec = getattr(ws, "spec", None)
+    fields = tuple(getattr(spec, k, None) for k in ("d", "ff_dim", "hidden", "layers", "num_params"))
+    return zlib.crc32(repr(fields).encode())
 
 
 def value_and_grad(ws, comm, theta, grad, *, batch: Batch | None = None,
@@ -94,10 +241,15 @@ def value_and_grad(ws, comm, theta, grad, *, batch: Batch | None = None,
     dict ``{"total", "pde", "data", "bc"}`` (the loss and the unweighted per-term means over all
     ranks, as ``Workspace.last_loss``). ``counts`` are the global point counts per term
     (:func:`global_counts`); pass them, or a Batch that holds them (:func:`shard_batch`, made
-    once per draw), to save one allreduce when the points do not change between calls.
+    once per draw), where the points do not change between calls.
 
-    A collective: every rank of ``comm`` must call it. An exception on one rank (bad input)
-    raises on every rank: that rank's own error there, a RuntimeError naming it elsewhere.
+    A collective: every rank of ``comm`` must call it. It is collective about errors too (see
+    :func:`agree`): the arguments are checked on every rank, and the ranks then agree, before
+    any large message, that none failed, that every rank has the same model (parameter count,
+    dtype, layout) and that ``counts`` were given on every rank or on none, with the same
+    values, equal to the points the ranks hold together. A failure on any rank (a bad
+    argument, an exception in the core) raises on every rank: that rank's own exception there,
+    a :class:`CollectiveError` with its message on the others.
 
     ``grad`` may be a CUDA device array (a Workspace on device="cuda"): with ``cuda_aware=True``
     it goes to MPI as it is (needs a CUDA-aware MPI build); otherwise it is staged through host
@@ -105,32 +257,44 @@ def value_and_grad(ws, comm, theta, grad, *, batch: Batch | None = None,
     ``HELMPINN_MPI_CUDA_AWARE`` (1/0).
     """
     MPI = _mpi()
-    if batch is not None:
-        clash = [k for k in local_batch if k in TERM_KEYWORDS["pde"] + TERM_KEYWORDS["data"]
-                 + TERM_KEYWORDS["bc"]]
-        if clash:
-            raise TypeError(f"distributed.value_and_grad: batch= given together with "
-                            f"{', '.join(clash)}; pass the points either in the Batch or as "
-                            "keywords, not both")
-        if not isinstance(batch, Batch):
-            raise TypeError(f"batch: expected a helmpinn.Batch, got {type(batch).__name__}")
-    points = local_batch if batch is None else batch
-    n_local = local_counts(points)
-    if counts is None and batch is not None and batch.counts is not None:
-        counts = batch.counts
-    if counts is None:
-        n_global = global_counts(comm, points)
-    else:
-        n_global = {t: int(counts.get(t, 0)) for t in TERMS}
-
+    what = "distributed.value_and_grad"
+    # 1. Local checks; nothing is sent before every rank has passed them.
     error: BaseException | None = None
+    n_local = {t: 0 for t in TERMS}
+    given = None
+    signature = [0, 0, 0]
+    try:
+        if batch is not None:
+            if not isinstance(batch, Batch):
+                raise TypeError(f"batch: expected a helmpinn.Batch, got {type(batch).__name__}")
+            clash = [k for k in local_batch if k in TERM_KEYWORDS["pde"] + TERM_KEYWORDS["data"]
+                     + TERM_KEYWORDS["bc"]]
+            if clash:
+                raise TypeError(f"{what}: batch= given together with {', '.join(clash)}; pass the "
+                                "points either in the Batch or as keywords, not both")
+        points = local_batch if batch is None else batch
+        n_local = local_counts(points)
+        if counts is None and batch is not None and batch.counts is not None:
+            counts = batch.counts
+        if counts is not None:
+            given = {t: int(counts.get(t, 0)) for t in TERMS}
+            for t in TERMS:
+                if n_local[t] > given[t]:
+                    raise ValueError(f"counts: {t!r} is {given[t]}, fewer than this rank's "
+                                     f"{n_local[t]} points; pass the global counts (global_counts())")
+        signature = [int(getattr(grad, "size", len(grad))), _dtype_code(grad), _spec_code(ws)]
+    except Exception as exc:  # agreed below, so that no rank waits forever
+        error = exc
+    g = [int(counts[t]) if t in counts else -1 for t in TERMS] if given is not None else [-1, -1, -1]
+    table = _exchange(comm, error, what,
+                      [n_local[t] for t in TERMS] + g + [given is not None] + signature)
+    n_global = _agree_on_counts(table, what)
+    _agree_on_model(table[:, 7:10], what)
+
+    # 2. The local pass, its failure agreed with the four numbers every rank needs anyway.
     part = np.zeros(5)  # loss, pde, data, bc, failed
     try:
         if batch is None:
-            for t in TERMS:
-                if n_local[t] > n_global[t]:
-                    raise ValueError(f"counts: {t!r} is {n_global[t]}, fewer than this rank's "
-                                     f"{n_local[t]} points; pass the global counts (global_counts())")
             kw = dict(local_batch)
             for t in TERMS:  # drop a term this rank has no points of
                 if not n_local[t]:
@@ -151,14 +315,48 @@ def value_and_grad(ws, comm, theta, grad, *, batch: Batch | None = None,
         part[4] = 1.0
     comm.Allreduce(MPI.IN_PLACE, part, op=MPI.SUM)
     if part[4]:
-        if error is not None:
-            raise error
-        raise RuntimeError(f"distributed.value_and_grad failed on {int(part[4])} other rank(s) "
-                           "(their exception is raised there)")
+        _raise_agreed(comm, error, what)
     _allreduce_grad(comm, grad, cuda_aware)
     if breakdown:
         return {"total": float(part[0]), **{t: float(v) for t, v in zip(TERMS, part[1:4])}}
     return float(part[0])
+
+
+def _agree_on_counts(table: np.ndarray, what: str) -> dict[str, int]:
+    """The global counts from an exchange of (local counts, given counts (-1: not given), whether
+    counts were given): the sums of the local ones. Given counts must come from every rank or
+    none, and each term's, where given, must be the same on every rank and equal to that sum."""
+    local, given, has = table[:, 0:3], table[:, 3:6], table[:, 6].astype(bool)
+    total = local.sum(axis=0)
+    if has.any() and not has.all():
+        ranks = ", ".join(str(r) for r in np.flatnonzero(has))
+        raise ValueError(f"{what}: counts= given on rank(s) {ranks} only; give it on every rank "
+                         "(the same global counts) or on none")
+    for i, t in enumerate(TERMS):
+        values = sorted({int(v) for v in given[:, i] if v >= 0})
+        if len(values) > 1:
+            raise ValueError(f"{what}: counts[{t!r}] differs between ranks: "
+                             + ", ".join(f"rank {r}: {int(v)}" for r, v in enumerate(given[:, i]) if v >= 0))
+        if values and values[0] != total[i]:
+            raise ValueError(f"{what}: counts[{t!r}] is {values[0]}, but the ranks hold {int(total[i])} "
+                             f"{t} points together; pass global_counts() of this draw")
+    return {t: int(v) for t, v in zip(TERMS, total)}
+
+
+def _agree_on_model(sig: np.ndarray, what: str) -> None:
+    """Every rank must have the same model: the same parameter count, dtype and layout."""
+    if np.all(sig == sig[0]):
+        return
+    raise ValueError(f"{what}: the ranks' models differ (every rank must train the same model): "
+                     + "; ".join(f"rank {r}: {int(p)} parameters, {_dtype_name(int(c))}, layout {int(h) & 0xffffffff:08x}"
+                                 for r, (p, c, h) in enumerate(sig)))
+
+
+def _dtype_name(num: int) -> str:
+    for name in ("float64", "float32", "float16", "complex128", "int64", "int32"):
+        if np.dtype(name).num == num:
+            return name
+    return f"dtype #{num}"
 
 
 def _allreduce_grad(comm, grad, cuda_aware: bool | None) -> None:
@@ -198,7 +396,8 @@ def rank_generators(seed: int, rank: int) -> tuple[np.random.Generator, np.rando
 
 
 def sample_shard(problem: Problem, pde_points: int, bc_points: int, own: np.random.Generator,
-                 shared: np.random.Generator, method: str, rank: int, size: int) -> TrainingSet:
+                 shared: np.random.Generator, method: str, rank: int, size: int,
+                 comm: Any = None) -> TrainingSet:
     """This rank's share of one draw of ``pde_points`` interior and ``bc_points`` boundary points.
 
     Interior points: ``shard_size(pde_points)`` drawn from the rank's own stream ``own``. Boundary
@@ -206,35 +405,42 @@ def sample_shard(problem: Problem, pde_points: int, bc_points: int, own: np.rand
     over the boundary's parts by measure is the global one however many ranks there are), of
     which the rank keeps every ``size``-th point from ``rank`` on. Boundary sets are small next
     to interior ones, so drawing the whole set on every rank costs little.
+    
+    With ``comm`` (the ranks' communicator) the draw is collective about errors (:func:`agree`):
+    a failure on one rank (a MemoryError) raises on every rank; without it the draw is local.
     """
-    inner = problem.sample(shard_size(pde_points, rank, size), 0, own, method)
-    edge = problem.sample(0, bc_points, shared, method)
-    pick = slice(rank, None, size)
-    arr = lambda a: a if np.ndim(a) == 0 else np.ascontiguousarray(a[pick])  # noqa: E731
-    ts = TrainingSet(
-        x_pde=inner.x_pde, kappa=inner.kappa, f=inner.f,
-        x_data=arr(edge.x_data), y=arr(edge.y),
-        x_bc=arr(edge.x_bc), n_bc=arr(edge.n_bc), alpha=arr(edge.alpha),
-        g=None if edge.g is None else arr(edge.g),
-    )
-    ts.sizes = {"pde": len(ts.x_pde), "data": len(ts.x_data), "bc": len(ts.x_bc)}
+    with collective(comm, "distributed.sample_shard"):
+        inner = problem.sample(shard_size(pde_points, rank, size), 0, own, method)
+        edge = problem.sample(0, bc_points, shared, method)
+        pick = slice(rank, None, size)
+        arr = lambda a: a if np.ndim(a) == 0 else np.ascontiguousarray(a[pick])  # noqa: E731
+        ts = TrainingSet(
+            x_pde=inner.x_pde, kappa=inner.kappa, f=inner.f,
+            x_data=arr(edge.x_data), y=arr(edge.y),
+            x_bc=arr(edge.x_bc), n_bc=arr(edge.n_bc), alpha=arr(edge.alpha),
+            g=None if edge.g is None else arr(edge.g),
+        )
+        ts.sizes = {"pde": len(ts.x_pde), "data": len(ts.x_data), "bc": len(ts.x_bc)}
     return ts
 
 
 # -- consistency ---------------------------------------------------------------------------------
 def check_replicas(comm, params: np.ndarray, step: int | None = None) -> None:
     """Raise RuntimeError on every rank unless ``params`` are bitwise the same on all ranks of
-    ``comm`` (a CRC-32 of the bytes, one allreduce of two integers; a collective)."""
-    MPI = _mpi()
-    crc = zlib.crc32(np.ascontiguousarray(params).view(np.uint8))
-    both = np.array([crc, -crc], dtype=np.int64)
-    comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
-    if both[0] != -both[1]:
-        crcs = comm.allgather(crc)
+    ``comm`` (a CRC-32 of the bytes and the length, one agreement of :func:`agree`; a
+    collective)."""
+    error, mine = None, [0, 0]
+    try:
+        a = np.ascontiguousarray(params)
+        mine = [zlib.crc32(a.view(np.uint8)), a.size]
+    except Exception as exc:  # agreed below
+        error = exc
+    table = _exchange(comm, error, "distributed.check_replicas", mine)
+    if np.any(table[:, :2] != table[0, :2]):
         at = "" if step is None else f" at step {step}"
         raise RuntimeError(
-            f"the parameters differ between ranks{at} (CRC-32 per rank: "
-            + ", ".join(f"{r}: {c:08x}" for r, c in enumerate(crcs))
+            f"the parameters differ between ranks{at} (CRC-32 and length per rank: "
+            + ", ".join(f"{r}: {int(c):08x} ({int(n)})" for r, (c, n) in enumerate(table[:, :2]))
             + "); every rank must take the same steps: something changed them on some ranks only "
             "(a callback?), or the MPI library's Allreduce is not deterministic")
 
@@ -277,17 +483,25 @@ def launch_comm():
 def threads_per_rank(comm, environ: Mapping[str, str] | None = None) -> int:
     """OpenMP threads for each rank so that the ranks on one node do not oversubscribe its
     cores: ``OMP_NUM_THREADS`` when set, else ``max(1, cores // ranks on this node)``, and at
-    most the cores this process may run on (a launcher may bind ranks to cores)."""
+    most the cores this process may run on (a launcher may bind ranks to cores). With ``comm``
+    a collective (the ranks on each node are counted whether or not this rank's environment
+    sets ``OMP_NUM_THREADS``, so ranks launched with different environments do not part ways);
+    ``comm`` None needs ``OMP_NUM_THREADS``."""
     env = os.environ if environ is None else environ
     given = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    n_local = None
+    if comm is not None:
+        MPI = _mpi()
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            n_local = local.Get_size()
+        finally:
+            local.Free()
     if given.isdigit() and int(given) > 0:
         return int(given)
-    MPI = _mpi()
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        n_local = local.Get_size()
-    finally:
-        local.Free()
+    if n_local is None:
+        raise ValueError("threads_per_rank: without a communicator OMP_NUM_THREADS must be set "
+                         f"to a positive integer, got {given!r}")
     cores = os.cpu_count() or 1
     try:
         allowed = len(os.sched_getaffinity(0))

@@ -10,12 +10,12 @@ and a damping ``λ`` adapted trust-region style: a trial step is accepted when t
 decrease of the loss is positive and the linear model predicted one (the ratio of the two is
 reported as ``rho``); a rejected step leaves the parameters untouched and raises ``λ``.
 ``update="fixed"`` (default) divides λ by 3 on acceptance and multiplies it by 4 on rejection;
-``update="nielsen"`` shrinks it by a factor from 1 to 3 that grows with ``rho`` (and doubles the
-growth factor on successive rejections). Measured on ``plane1d`` (k = 20, the LM defaults, 40
-iterations): fixed 5.1e-7, Nielsen 3.7e-6 relative L2 error; Nielsen's rule keeps λ high when
-``rho`` sits near 0.5, which is common here. ``D`` is the identity (default; then the initial
-``lam`` is relative to the mean of ``diag(JᵀJ)``) or Marquardt's ``diag(JᵀJ)`` (scale-free; it
-reached 6.5e-6 on the same run).
+``update="nielsen"`` multiplies it on acceptance by ``max(1/3, 1 − (2ρ − 1)³)`` (ρ capped at 1):
+up to 2 for ρ near 0, 1 at ρ = 0.5, 1/3 from ρ ≈ 0.94 on; on rejection by ν, which starts
+at 2 and doubles on successive rejections. Prefer "fixed" for PINNs: ρ often sits near 0.5
+there, where Nielsen's rule hardly lowers λ. ``D`` is the identity (default; then the initial ``lam`` is relative to the mean of
+``diag(JᵀJ)``) or Marquardt's ``diag(JᵀJ)``, kept at its running maximum over iterations
+(scale-free: use it when the parameters' scales differ widely).
 
 Geodesic acceleration (``geodesic=True``, the default; Transtrum & Sethna, 2012): near the
 solution the plain step stalls in the curved, narrow valleys of a PINN's loss: a smaller λ
@@ -24,48 +24,48 @@ along it makes the loss rise, the step is rejected and λ stays up. The accelera
 is ``θ − δ − a/2`` with ``(JᵀJ + λD) a = Jᵀ r_vv``, ``r_vv`` the second derivative of the
 residuals along δ by a central difference (two residual evaluations, step ``geodesic_h``), the
 factorisation reused (one more ``vjp`` in the primal form, nothing in the dual); the plain
-trial is kept when ``2‖a‖ > geodesic_alpha ‖δ‖``. Measured (same points, network and start,
-40 iterations): ``plane1d`` k = 100 1.6e-6 → 1.5e-7, ``dirichlet2d`` n = 2 5.6e-6 → 3.8e-6 with
-the loss still falling where the plain step had stalled.
+trial is kept when ``2‖a‖ > geodesic_alpha ‖δ‖``. Turn it off only to save the two residual
+evaluations per trial where the plain step does not stall.
 
-Three ways to solve the same system, picked by ``solver``:
+Three ways to solve the same system (the typed systems :class:`PrimalSystem`,
+:class:`DualSystem`, :class:`CGSystem`, made by :meth:`LevenbergMarquardt.linearize`), picked
+by ``solver``:
 
 - ``"primal"``: form the P×P matrix ``JᵀJ`` from Jacobian rows taken in chunks (``rows=``), so
   all of J never needs to be in memory; Cholesky. Cost per iteration: the Jacobian, ``R P²``
-  for ``JᵀJ``, ``P³/3`` per trial.
+  for ``JᵀJ``, ``P³/3`` per trial. Memory: two P×P matrices (``JᵀJ`` and its factor) and a chunk.
 - ``"dual"``: when there are fewer residuals than parameters (R < P) the same step is
-  ``δ = D⁻¹Jᵀ (J D⁻¹ Jᵀ + λI)⁻¹ r`` (Woodbury), an R×R system. Holds all of J (R×P, smaller
-  than P×P).
+  ``δ = D⁻¹Jᵀ (J D⁻¹ Jᵀ + λI)⁻¹ r`` (Woodbury), an R×R system. Holds all of J (R×P) and two
+  R×R matrices. One process only.
 - ``"cg"``: matrix-free, conjugate gradients on ``(JᵀJ + λD) δ = Jᵀr`` through ``jvp``/``vjp``
   (two passes over the points per CG iteration, memory O(R + P)); for models too large for a
-  P×P matrix. The step is inexact (to ``cg_tol``).
-- ``"auto"`` (default): primal when R ≥ P, dual otherwise; cg when the P×P matrix would exceed
-  ``max_matrix_bytes``.
+  dense matrix. The step is inexact (to ``cg_tol``).
+- ``"auto"`` (default): primal when R ≥ P (always over MPI), dual otherwise, each only within
+  ``max_matrix_bytes``; then the other dense one if it fits; else cg. :func:`memory_estimate`
+  gives the bytes of each before anything is allocated, and :func:`choose_solver` the choice
+  (an explicit dense solver over the budget is refused with the sizes).
 
 Precision: the Jacobian is computed in the model's dtype, but ``JᵀJ`` (or ``JJᵀ``), ``Jᵀr`` and
 every solve are accumulated and done in float64 whatever that dtype is. The normal equations
 square the condition number of J: with cond(J) ~ 1e4, already common for a PINN near its
 solution, cond(JᵀJ) ~ 1e8, which would leave a float32 solve (eps 6e-8) with no correct digit,
 while float64 (eps 1e-16) keeps about eight. The linear algebra is LAPACK's through SciPy:
-Cholesky (``potrf``), with a symmetric eigendecomposition (``syevd``) that drops the null space
+Cholesky (``potrf``), with a symmetric eigendecomposition (``syev``) that drops the null space
 when Cholesky fails (a singular or indefinite matrix from round-off at tiny ``λ``).
 
-``gram="float32"`` (primal only) forms ``JᵀJ`` in single precision (``ssyrk``: 185 against 94
-GFLOP/s for ``dsyrk`` on 2 cores, measured) and uses the Cholesky factor of that matrix plus λD
-only as a preconditioner: the step solves the float64 system by conjugate gradients through
+``gram="float32"`` (primal only) forms ``JᵀJ`` in single precision (``ssyrk``, about twice the
+rate of ``dsyrk``) and uses the Cholesky factor of that matrix plus λD only as a
+preconditioner: the step solves the float64 system by conjugate gradients through
 ``jvp``/``vjp`` (to ``refine_tol``, at most ``refine_maxiter`` iterations, each one pass forward
 and one back over the points), so the step is the float64 one whatever the rounding of the
 Gram matrix. Where that matrix plus λD is not numerically positive definite (tiny λ), its
-diagonal is raised until Cholesky succeeds; CG corrects the difference. Measured on
-``scatter-hard`` (m 24, 2×48, 4850 parameters, 23750 residuals, 2 threads): ``JᵀJ`` 3.1 s
-against 5.5 s, an iteration 4.9 s against 7.3 s over the first six; the error after 50
-iterations 1.18e-3 against 1.13e-3 (one run each, one thread; the paths part as CG's
-tolerance and the threads' summation order perturb the steps). It is not the default: near
-errors of 1e-5 and below λ is tiny, the float32 factor a poorer preconditioner, CG stops at
-``refine_maxiter`` short of the float64 step and LM slows (bench_time_to_accuracy.py
-``--lm-gram float32``, same budgets as README's table: dirichlet2d n = 4 1.5e-4 against
-1.3e-5 after 130 s, cube3d 4.2e-5 against 1.4e-5, heterogeneous2d 4.6e-7 against 2.1e-7,
-though 1e-5 there after 56 s against 76 s).
+diagonal is raised until Cholesky succeeds; CG corrects the difference. When the sums of squares
+could leave float32's range (R times the largest squared entry of J above 2¹⁰⁰ or below
+2⁻⁶⁰), the rows are scaled by a power of two before ``ssyrk`` and the matrix scaled back in
+float64, both exactly; an overflow is then reported only where float64's own range ends. Use it for
+problems whose ``JᵀJ`` dominates the iteration (many residuals, P in the thousands) at moderate
+accuracy; near errors of 1e-5 and below λ is tiny, the float32 factor a poorer preconditioner,
+CG stops at ``refine_maxiter`` short of the float64 step and LM slows: keep float64 there.
 
 The operations on residuals go through a small protocol (:class:`Residuals`):
 :class:`CoreResiduals` wraps a :class:`~helmpinn.Workspace` and a batch;
@@ -77,16 +77,17 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, ClassVar, Mapping, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ._blas import blas_limit
 from .batch import KEYWORDS, Batch
 
 __all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResiduals", "FunctionResiduals",
-           "LevenbergMarquardt", "LMStep",
-           "LMSolve", "SOLVERS", "DAMPINGS", "UPDATES", "NonFiniteLoss"]
+           "LevenbergMarquardt", "LMStep", "LMSolve", "LinearSystem", "PrimalSystem", "DualSystem",
+           "CGSystem", "memory_estimate", "choose_solver", "SOLVERS", "DAMPINGS", "UPDATES", "NonFiniteLoss"]
 
 SOLVERS = ("auto", "primal", "dual", "cg")
 GRAMS = ("float64", "float32")
@@ -232,6 +233,115 @@ class CoreResiduals:
         return self.workspace.vjp(theta, np.ascontiguousarray(w, dtype=self.dtype), **self.kw)
 
 
+# -- memory ----------------------------------------------------------------------------------------
+_GIB = float(1 << 30)
+
+
+def _chunk_rows(P: int, R: int, chunk_rows: int | None, chunk_bytes: int) -> int:
+    """Jacobian rows per chunk: ``chunk_rows``, else as many float64 rows as fit ``chunk_bytes``
+    (even, at least 2)."""
+    if chunk_rows is not None:
+        return int(chunk_rows)
+    rows = int(chunk_bytes) // (8 * max(int(P), 1))
+    return max(2, rows - rows % 2)
+
+
+def _memory_parts(P: int, R: int, solver: str, *, gram: str = "float64", damping: str = "identity",
+                  ranks: int = 1, dtype: Any = np.float64, chunk_rows: int | None = None,
+                  chunk_bytes: int = 256 << 20) -> dict[str, int]:
+    """The arrays behind :func:`memory_estimate`, by name (bytes)."""
+    if solver not in SOLVERS[1:]:
+        raise ValueError(f"solver must be one of {SOLVERS[1:]}, got {solver!r}")
+    if gram not in GRAMS:
+        raise ValueError(f"gram must be one of {GRAMS}, got {gram!r}")
+    P, R = int(P), int(R)
+    if P < 0 or R < 0 or int(ranks) < 1:
+        raise ValueError(f"need P >= 0, R >= 0 and ranks >= 1, got {P}, {R}, {ranks}")
+    item = np.dtype(dtype).itemsize
+    rows = min(_chunk_rows(P, R, chunk_rows, chunk_bytes), R)
+    # a chunk from the core in the model's dtype, its float64 copy (none for float64), and the
+    # float32 copy that ssyrk reads (gram="float32")
+    # (and its scaled float64 copy when its squares would leave float32's range)
+    chunk = rows * P * (item + (8 if item != 8 else 0) + (12 if solver == "primal" and gram == "float32" else 0))
+    vectors = 8 * (12 * P + 6 * R)   # r, Jᵀr, D, CG's vectors, trial residuals
+    if solver == "primal":
+        # JᵀJ (float64 after a float32 one is converted) and the shifted copy that Cholesky
+        # factors in place (the eigendecomposition fallback works in that copy too); over MPI
+        # the library's reduction buffer of JᵀJ comes and goes before the copy exists.
+        parts = {"JᵀJ" + (" per rank" if ranks > 1 else ""): 8 * P * P,
+                 "its factor" + (" (or MPI's reduction buffer)" if ranks > 1 else ""): 8 * P * P}
+    elif solver == "dual":
+        parts = {"J": 8 * R * P}
+        if damping == "marquardt":
+            parts["J D^-1/2"] = 8 * R * P
+        parts["JJᵀ"] = 8 * R * R
+        parts["its factor"] = 8 * R * R
+    else:
+        parts = {}
+    parts["a Jacobian chunk"] = chunk
+    parts["vectors"] = vectors
+    return parts
+
+
+def memory_estimate(P: int, R: int, solver: str, *, gram: str = "float64", damping: str = "identity",
+                    ranks: int = 1, dtype: Any = np.float64, chunk_rows: int | None = None,
+                    chunk_bytes: int = 256 << 20) -> int:
+    """Bytes that :class:`LevenbergMarquardt` holds at most at once with ``solver`` ("primal",
+    "dual" or "cg") for ``P`` parameters and ``R`` residuals (on this rank: R is twice its
+    points, each residual a (re, im) pair), before allocating any of it.
+
+    Counted: "primal" the P×P ``JᵀJ`` (float64, per rank over MPI) and the copy that is
+    factored, plus one Jacobian chunk; "dual" all of J (R×P, twice with Marquardt's scaling)
+    plus the R×R ``JJᵀ`` and its factor; "cg" (matrix-free) one Jacobian chunk (for
+    ``diag(JᵀJ)``) and vectors of P and R. ``dtype`` is the model's (the Jacobian's), ``ranks``
+    the MPI ranks, ``chunk_rows`` / ``chunk_bytes`` as for :class:`LevenbergMarquardt`. Not
+    counted: the engine's workspace and the batch (the same for every solver).
+    """
+    return sum(_memory_parts(P, R, solver, gram=gram, damping=damping, ranks=ranks, dtype=dtype,
+                             chunk_rows=chunk_rows, chunk_bytes=chunk_bytes).values())
+
+
+def choose_solver(P: int, R: int, solver: str = "auto", *, max_matrix_bytes: int = 2 << 30,
+                  ranks: int = 1, **memory: Any) -> str:
+    """The solver :class:`LevenbergMarquardt` uses for ``P`` parameters and ``R`` residuals
+    within ``max_matrix_bytes`` (:func:`memory_estimate`; ``memory``: its other keywords).
+
+    ``"auto"``: over MPI (``ranks`` > 1) primal; else primal when R >= P, dual when R < P; when
+    that one does not fit the other dense one if it fits, else "cg" (matrix-free). An explicit
+    "primal" or "dual" that does not fit raises ValueError naming the sizes and the budget; "cg"
+    is always accepted. Call it before allocating anything (the CLI does, before it touches a
+    file).
+    """
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+    if int(ranks) > 1 and solver == "dual":
+        raise ValueError("solver 'dual': over several MPI ranks only the primal and the matrix-free "
+                         "(cg) systems are available (JᵀJ or J products summed over the ranks)")
+    budget = int(max_matrix_bytes)
+
+    def need(name: str) -> int:
+        return memory_estimate(P, R, name, ranks=ranks, **memory)
+
+    if solver == "cg":
+        return solver
+    if solver != "auto":
+        if need(solver) > budget:
+            parts = _memory_parts(P, R, solver, ranks=ranks, **memory)
+            raise ValueError(
+                f"solver {solver!r} needs about {need(solver) / _GIB:.3g} GiB ("
+                + ", ".join(f"{k} {v / _GIB:.3g} GiB" for k, v in parts.items())
+                + f") for P = {P} parameters and R = {R} residuals"
+                + (f" (the largest share; P×P on each of the {ranks} ranks)" if ranks > 1 else "")
+                + f", over max_matrix_bytes = {budget / _GIB:.3g} GiB; use solver='cg' "
+                "(matrix-free) or 'auto', or raise max_matrix_bytes")
+        return solver
+    order = ["primal"] if int(ranks) > 1 else (["primal", "dual"] if R >= P else ["dual", "primal"])
+    for name in order:
+        if need(name) <= budget:
+            return name
+    return "cg"
+
+
 # -- the optimiser -------------------------------------------------------------------------------
 @dataclass
 class LMSolve:
@@ -259,33 +369,192 @@ class LMStep:
     residuals: NDArray | None = None  # r (float64) at the parameters after the step
 
 
-def _auto_blas_threads() -> int:
-    """helmpinn's thread count when the machine looks idle apart from this process (1-minute
-    load average below that count + 0.75: this process's own threads count in it), else 1:
-    BLAS threads that share their cores with other work spin against it and against the
-    engine's threads (see LevenbergMarquardt)."""
-    import os
-
-    from . import _core
-
-    threads = _core.get_num_threads()
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):   # no load average on this platform
-        return threads
-    return threads if load < threads + 0.75 else 1
+# -- the linear systems ----------------------------------------------------------------------------
+def _allsum(comm: Any, x: float) -> float:
+    """x summed over the ranks of ``comm`` (a data-parallel run), else x."""
+    return x if comm is None else float(comm.allreduce(x))
 
 
-def _one_blas_thread_or(n: int | str | None) -> contextlib.AbstractContextManager:
-    if n == "auto":
-        n = _auto_blas_threads()
-    if n is None:
+def _allsum_array(comm: Any, a: NDArray) -> None:
+    """``a`` (float64, C-contiguous) summed in place over the ranks of ``comm``, if any."""
+    if comm is not None:
+        from .distributed import _mpi
+
+        comm.Allreduce(_mpi().IN_PLACE, a, op=_mpi().SUM)
+
+
+def _collective(comm: Any, what: str) -> contextlib.AbstractContextManager:
+    """A block of local work whose failure on one rank raises on every rank (no-op alone)."""
+    if comm is None:
         return contextlib.nullcontext()
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a source tree without the dependency installed
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=int(n), user_api="blas")
+    from .distributed import collective
+
+    return collective(comm, what)
+
+
+@dataclass(eq=False)
+class _MatrixFree:
+    """The products with J and Jᵀ at ``theta`` (through the residuals' ``jvp`` / ``vjp``, summed
+    over the ranks) and preconditioned CG on (JᵀJ + λD) x = b, which every system uses."""
+
+    res: Any
+    comm: Any
+    theta: NDArray
+    cg_tol: float
+    cg_maxiter: int
+    refine_tol: float
+    refine_maxiter: int
+
+    def jt(self, w: NDArray) -> NDArray:
+        """Jᵀw over the union of the ranks' rows (w: this rank's rows, float64)."""
+        with _collective(self.comm, "LM: vjp"):
+            out = np.asarray(self.res.vjp(self.theta, w.astype(self.res.dtype)), dtype=np.float64)
+        _allsum_array(self.comm, out)
+        return out
+
+    def cg(self, lam: float, D: NDArray, diag: NDArray | None, g: NDArray,
+           precond: Callable[[NDArray], NDArray] | None = None) -> tuple[NDArray, NDArray, int]:
+        """Preconditioned CG on (JᵀJ + λD) x = g; returns x, Jx (this rank's rows) and the
+        iterations. ``precond``: an approximate inverse (the factor of a float32 JᵀJ, then to
+        ``refine_tol`` in at most ``refine_maxiter`` iterations), else the Jacobi preconditioner
+        diag(JᵀJ) + λD (to ``cg_tol`` in ``cg_maxiter``)."""
+        res, theta, dt = self.res, self.theta, self.res.dtype
+        if precond is not None:
+            tol, maxiter = self.refine_tol, self.refine_maxiter
+        else:
+            tol, maxiter = self.cg_tol, self.cg_maxiter
+            if diag is not None:
+                jacobi = diag + lam * D
+                precond = lambda v: v / jacobi  # noqa: E731
+        x = np.zeros_like(g)
+        Jx = np.zeros(res.num_residuals)
+        rr = g.copy()
+        z = precond(rr) if precond is not None else rr
+        p = z.copy()
+        rz = float(rr @ z)
+        g_norm = math.sqrt(float(g @ g))
+        it = 0
+        for it in range(1, maxiter + 1):
+            with _collective(self.comm, "LM: CG products"):
+                Jp = np.asarray(res.jvp(theta, p.astype(dt)), dtype=np.float64)
+                Ap = np.asarray(res.vjp(theta, Jp.astype(dt)), dtype=np.float64)
+            _allsum_array(self.comm, Ap)   # Jᵀ(Jp) over the union of the ranks' rows
+            Ap += lam * D * p
+            pAp = float(p @ Ap)
+            if not pAp > 0:
+                break
+            alpha = rz / pAp
+            x += alpha * p
+            Jx += alpha * Jp
+            rr -= alpha * Ap
+            if math.sqrt(float(rr @ rr)) <= tol * g_norm:
+                break
+            z = precond(rr) if precond is not None else rr
+            rz_new = float(rr @ z)
+            p = z + (rz_new / rz) * p
+            rz = rz_new
+        return x, Jx, it
+
+
+@dataclass(eq=False)
+class LinearSystem:
+    """One linearisation at ``theta``: the residuals ``r`` (float64, this rank's rows), the loss
+    ``r·r`` (summed over the ranks), ``g = Jᵀr``, ``diag = diag(JᵀJ)`` (None where the matrix-free
+    system does not need it) and the damping's diagonal ``D``. :meth:`solve` gives the LM step
+    of (JᵀJ + λD) δ = Jᵀr; :class:`PrimalSystem`, :class:`DualSystem` and :class:`CGSystem` are
+    the three ways. ``problem`` says why the system cannot be solved (a non-finite loss,
+    Jacobian or sum), "" when it can; only then are ``g``, ``diag`` and ``D`` set."""
+
+    theta: NDArray
+    r: NDArray
+    loss: float
+    ops: _MatrixFree
+    g: NDArray | None = None
+    diag: NDArray | None = None
+    D: NDArray | None = None
+    problem: str = ""
+    name: ClassVar[str] = "none"
+
+    def solve(self, lam: float) -> LMSolve:
+        """The step for damping ``lam``."""
+        raise NonFiniteLoss(self.problem or "no linear system")
+
+    def solve_residual_rhs(self, lam: float, sol: LMSolve, w: NDArray) -> NDArray:
+        """x with (JᵀJ + λD) x = Jᵀw (``w`` this rank's residual rows), reusing ``sol``'s
+        factorisation where there is one."""
+        raise NonFiniteLoss(self.problem or "no linear system")
+
+
+@dataclass(eq=False)
+class PrimalSystem(LinearSystem):
+    """The P×P normal equations: ``A = JᵀJ`` (float64, its upper triangle; summed over the
+    ranks), factored per λ by Cholesky. ``approximate`` (``gram="float32"``): A was formed in
+    float32 and its factor only preconditions CG on the float64 system."""
+
+    A: NDArray | None = None
+    approximate: bool = False
+    name: ClassVar[str] = "primal"
+
+    def solve(self, lam: float) -> LMSolve:
+        g, D = self.g, self.D
+        solve, how = _spd_factor(self.A, lam * D, approximate=self.approximate)
+        if self.approximate:   # the factor preconditions CG on the exact float64 system
+            delta, Jd, it = self.ops.cg(lam, D, self.diag, g, precond=solve)
+            again = lambda rhs: self.ops.cg(lam, D, self.diag, rhs, precond=solve)[0]  # noqa: E731
+            pred = float(2.0 * (delta @ g)) - _allsum(self.ops.comm, float(Jd @ Jd))   # δ, g: the same on every rank
+            return LMSolve(delta, pred, how + "+cg", it, _again=again)
+        delta = solve(g)
+        return LMSolve(delta, float(delta @ (g + lam * D * delta)), how, _again=solve)
+
+    def solve_residual_rhs(self, lam: float, sol: LMSolve, w: NDArray) -> NDArray:
+        return sol._again(self.ops.jt(w))
+
+
+@dataclass(eq=False)
+class DualSystem(LinearSystem):
+    """The R×R form for R < P (one process): ``δ = D⁻¹Jᵀ (J D⁻¹ Jᵀ + λI)⁻¹ r`` with all of J
+    (R×P) and ``K = J D⁻¹ Jᵀ`` (its upper triangle)."""
+
+    J: NDArray | None = None
+    K: NDArray | None = None
+    name: ClassVar[str] = "dual"
+
+    def solve(self, lam: float) -> LMSolve:
+        g, D, J = self.g, self.D, self.J
+        solve, how = _spd_factor(self.K, np.full(self.K.shape[0], lam))
+        delta = (J.T @ solve(self.r)) / D
+        return LMSolve(delta, float(delta @ (g + lam * D * delta)), how,
+                       _again=lambda rhs: (J.T @ solve(rhs)) / D)
+
+    def solve_residual_rhs(self, lam: float, sol: LMSolve, w: NDArray) -> NDArray:
+        return sol._again(w)
+
+
+@dataclass(eq=False)
+class CGSystem(LinearSystem):
+    """Matrix-free: CG through ``jvp`` / ``vjp``, memory O(R + P); the step is inexact (to
+    ``cg_tol``)."""
+
+    name: ClassVar[str] = "cg"
+
+    def solve(self, lam: float) -> LMSolve:
+        x, Jx, it = self.ops.cg(lam, self.D, self.diag, self.g)
+        return LMSolve(x, float(2.0 * (x @ self.g) - _allsum(self.ops.comm, float(Jx @ Jx))), "cg", it)
+
+    def solve_residual_rhs(self, lam: float, sol: LMSolve, w: NDArray) -> NDArray:
+        return self.ops.cg(lam, self.D, self.diag, self.ops.jt(w))[0]
+
+
+def _pow2_exponent(top: float, rows: int) -> int:
+    """e such that the float32 sums of ``rows`` squares of entries up to ``top`` scaled by 2**e
+    stay far from float32's range (about 2**80), 0 when they already are (2**-60 to 2**100):
+    a power of two scales exactly."""
+    if not (top > 0 and math.isfinite(top)):
+        return 0
+    size = 2.0 * math.log2(top) + math.log2(max(rows, 1))
+    if -60.0 <= size <= 100.0:
+        return 0
+    return int(math.floor((80.0 - size) / 2.0))
 
 
 class LevenbergMarquardt:
@@ -300,27 +569,26 @@ class LevenbergMarquardt:
     parameters unchanged), ``chunk_rows`` (Jacobian rows per chunk; default: chunks of at most
     ``chunk_bytes``), ``cg_tol`` / ``cg_maxiter`` (matrix-free solve), ``geodesic`` / ``geodesic_h`` /
     ``geodesic_alpha`` (geodesic acceleration, see the module docstring), ``gram`` / ``refine_tol``
-    / ``refine_maxiter`` (``JᵀJ`` in float32 as CG's preconditioner, ditto), ``max_matrix_bytes`` (the
-    largest P×P or R×R matrix "auto" forms), ``blas_threads`` (limit the BLAS to this many
-    threads inside a step with threadpoolctl; None leaves it; "auto", the default: as many as
-    helmpinn's own threads, :func:`helmpinn.get_num_threads`, when the machine's 1-minute load
-    average is below that count + 0.75, else one, decided at every step). Measured on a quiet 2-core
-    machine, 2 BLAS threads against 1: ``dirichlet2d`` n = 2 (primal) 1.0 -> 0.61 s a step
-    (``JᵀJ`` 0.73 -> 0.39 s), ``plane1d`` k = 100 (dual) 2.3 -> 1.4 s. The Jacobian chunks are
-    large by default (``chunk_bytes`` 256 MiB) because every switch between the engine's
-    OpenMP threads and the BLAS's costs their spin-waits: with 32 MiB chunks the primal step
-    took 0.78 s. On a machine whose cores are busy with other work, the BLAS's threads and
-    the engine's spin against each other: with a compiler running beside it the solves of
-    ``dirichlet2d`` n = 2 took 3.4 s a step (0.14-0.23 s on the quiet machine), hence the load test; pass
-    ``blas_threads=1`` to be sure.
+    / ``refine_maxiter`` (``JᵀJ`` in float32 as CG's preconditioner, ditto), ``max_matrix_bytes``
+    (the memory budget of the dense solvers, :func:`memory_estimate`: "auto" picks one that
+    fits, else "cg"; an explicit "primal" or "dual" over it is refused, :func:`choose_solver`),
+    ``blas_threads`` (limit the BLAS to this many threads inside a step with threadpoolctl;
+    None leaves it; "auto", the default: as many as helmpinn's own threads,
+    :func:`helmpinn.get_num_threads`, when the machine's 1-minute load average is below that
+    count + 0.75, else one, decided at every step: BLAS threads that share their cores with
+    other work spin against it and against the engine's threads; pass ``blas_threads=1`` on a
+    busy machine). The Jacobian chunks are large by default (``chunk_bytes`` 256 MiB) because
+    every switch between the engine's OpenMP threads and the BLAS's costs their spin-waits.
 
     The Jacobian of a rejected step is kept, so the next :meth:`step` at the same parameters
     only solves again; call :meth:`reset_cache` when the residuals change (new points).
 
     ``comm`` (an mpi4py communicator of several ranks, each with its own rows, scaled with the
-    global counts): JᵀJ and Jᵀr are summed over the ranks in place (one ``Allreduce`` each) and
-    every loss is summed, so every rank solves the same system and takes the same step as one
-    process on the union of the rows; only the primal system is available then.
+    global counts): JᵀJ and Jᵀr (or, matrix-free, the products Jᵀ(Jp)) are summed over the ranks
+    in place and every loss is summed, so every rank solves the same system and takes the same
+    step as one process on the union of the rows; the primal and the matrix-free systems are
+    available then. Every failure inside a step is agreed between the ranks
+    (:func:`helmpinn.distributed.agree`) before the next collective, so it raises on every rank.
     """
 
     def __init__(self, residuals: Residuals, *, solver: str = "auto", damping: str = "identity",
@@ -344,8 +612,12 @@ class LevenbergMarquardt:
             raise ValueError(f"max_trials must be >= 1, got {max_trials}")
         if chunk_rows is not None and int(chunk_rows) < 1:
             raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+        if int(chunk_bytes) < 1:
+            raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
         if not 0 < cg_tol < 1 or int(cg_maxiter) < 1:
             raise ValueError(f"need 0 < cg_tol < 1 and cg_maxiter >= 1, got {cg_tol}, {cg_maxiter}")
+        if not int(max_matrix_bytes) > 0:
+            raise ValueError(f"max_matrix_bytes must be > 0, got {max_matrix_bytes}")
         if not (blas_threads is None or blas_threads == "auto"
                 or (isinstance(blas_threads, int) and not isinstance(blas_threads, bool) and blas_threads >= 1)):
             raise ValueError(f"blas_threads must be 'auto', None or an int >= 1, got {blas_threads!r}")
@@ -355,9 +627,9 @@ class LevenbergMarquardt:
             raise ValueError(f"gram must be one of {GRAMS}, got {gram!r}")
         if not 0 < refine_tol < 1 or int(refine_maxiter) < 1:
             raise ValueError(f"need 0 < refine_tol < 1 and refine_maxiter >= 1, got {refine_tol}, {refine_maxiter}")
-        if comm is not None and comm.Get_size() > 1 and solver not in ("auto", "primal"):
+        if comm is not None and comm.Get_size() > 1 and solver == "dual":
             raise ValueError(f"solver {solver!r}: over several MPI ranks only the primal system "
-                             "(JᵀJ and Jᵀr summed over the ranks) is available")
+                             "(JᵀJ and Jᵀr summed over the ranks) and the matrix-free one (cg) are available")
         self.comm = comm if comm is not None and comm.Get_size() > 1 else None
         self.res = residuals
         self.damping = damping
@@ -381,41 +653,55 @@ class LevenbergMarquardt:
         self.evaluations = 0         # residual evaluations (trials)
         self._lam_relative = damping == "identity"
         self._dmax: NDArray | None = None
+        self._rows: tuple[int, int] = self._count_rows()
+        self.solver   # an explicit dense solver over the memory budget is refused here
         self.reset_cache()
 
     # -- bookkeeping ------------------------------------------------------------------------------
     @property
     def solver(self) -> str:
-        """The solver in use ("primal", "dual" or "cg")."""
-        if self.requested_solver != "auto":
-            return self.requested_solver
-        if self.comm is not None:
-            return "primal"
-        P, R = self.res.num_params, self.res.num_residuals
-        n = P if R >= P else R
-        if 8 * n * n > self.max_matrix_bytes:
-            return "cg"
-        return "primal" if R >= P else "dual"
+        """The solver in use ("primal", "dual" or "cg"): :func:`choose_solver` for these
+        residuals within ``max_matrix_bytes`` (over MPI for the rank with the most rows, so that
+        every rank makes the same choice)."""
+        return choose_solver(self.res.num_params, self._rows[1], self.requested_solver,
+                             max_matrix_bytes=self.max_matrix_bytes,
+                             ranks=1 if self.comm is None else self.comm.Get_size(), gram=self.gram,
+                             damping=self.damping, dtype=self.res.dtype, chunk_rows=self._chunk_rows,
+                             chunk_bytes=self.chunk_bytes)
 
     @property
     def chunk_rows(self) -> int:
-        if self._chunk_rows is not None:
-            return self._chunk_rows
-        rows = self.chunk_bytes // (8 * max(self.res.num_params, 1))
-        return max(2, rows - rows % 2)
+        return _chunk_rows(self.res.num_params, self.res.num_residuals, self._chunk_rows, self.chunk_bytes)
 
     def set_residuals(self, residuals: Residuals) -> None:
         """Go on with other residuals (fresh points) of the same parameters."""
         if residuals.num_params != self.res.num_params:
             raise ValueError(f"residuals have {residuals.num_params} parameters, expected {self.res.num_params}")
+        previous = self.res, self._rows
         self.res = residuals
+        self._rows = self._count_rows()
+        try:
+            self.solver   # within the memory budget with the new number of residuals
+        except ValueError:
+            self.res, self._rows = previous
+            raise
         self._dmax = None
         self.reset_cache()
+
+    def _count_rows(self) -> tuple[int, int]:
+        """(all residual rows, the most on one rank): over MPI one allgather (a collective, in
+        the constructor and :meth:`set_residuals`), so that every rank refuses or picks a solver
+        alike; alone (R, R)."""
+        R = int(self.res.num_residuals)
+        if self.comm is None:
+            return R, R
+        rows = self.comm.allgather(R)
+        return int(sum(rows)), int(max(rows))
 
     def reset_cache(self) -> None:
         """Forget the linearisation (call after the residuals' points change)."""
         self._key: bytes | None = None
-        self._sys: dict[str, Any] = {}
+        self._sys: LinearSystem | None = None
         self._next: tuple[bytes, NDArray] | None = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -434,61 +720,89 @@ class LevenbergMarquardt:
         self._lam_relative = False
 
     # -- linearisation --------------------------------------------------------------------------
-    def linearize(self, theta: NDArray, times: dict[str, float] | None = None) -> dict[str, Any]:
-        """r, Jᵀr, D and (per solver) JᵀJ or J at ``theta``; cached for the same ``theta``."""
+    def _sum(self, x: float) -> float:
+        """x summed over the ranks (a data-parallel run), else x."""
+        return _allsum(self.comm, x)
+
+    def _check_rows(self) -> None:
+        """Refuse residuals without a single row (on every rank together)."""
+        if self._rows[0] == 0:
+            raise ValueError("residuals: there are none (R = 0: no points"
+                             + (" on any rank" if self.comm is not None else "")
+                             + "); Levenberg-Marquardt needs at least one residual")
+
+    def linearize(self, theta: NDArray, times: dict[str, float] | None = None) -> LinearSystem:
+        """The linear system at ``theta`` (per solver, :class:`LinearSystem`); cached for the same
+        ``theta``."""
         key = theta.tobytes()
         if key == self._key:
             return self._sys
+        self._check_rows()
         times = {} if times is None else times
-        res, solver = self.res, self.solver
+        res, solver, comm = self.res, self.solver, self.comm
         P, R = res.num_params, res.num_residuals
-        if self._next is not None and self._next[0] == key:
-            r = self._next[1]   # the residuals of the accepted trial point
-        else:
-            t0 = time.perf_counter()
-            r = np.asarray(res.residuals(theta), dtype=np.float64)
-            times["trial"] = times.get("trial", 0.0) + time.perf_counter() - t0
-            self.evaluations += 1
+        with _collective(comm, "LM: residuals"):
+            if self._next is not None and self._next[0] == key:
+                r = self._next[1]   # the residuals of the accepted trial point
+            else:
+                t0 = time.perf_counter()
+                r = np.asarray(res.residuals(theta), dtype=np.float64)
+                times["trial"] = times.get("trial", 0.0) + time.perf_counter() - t0
+                self.evaluations += 1
         self._next = None
         loss = self._sum(float(r @ r))
-        sys_: dict[str, Any] = {"r": r, "loss": loss, "solver": solver, "theta": theta.copy()}
+        ops = _MatrixFree(res, comm, theta.copy(), self.cg_tol, self.cg_maxiter, self.refine_tol,
+                          self.refine_maxiter)
         if not math.isfinite(loss):
-            self._key, self._sys = key, sys_
-            return sys_
+            s = LinearSystem(ops.theta, r, loss, ops, problem=f"non-finite loss ({loss})")
+            self._key, self._sys = key, s
+            return s
         tj = tm = 0.0
+        top = 0.0           # the largest |J| entry (NaN when J has one)
+        extra: dict[str, Any] = {}
         if solver == "primal":
             from scipy.linalg.blas import dsyrk, ssyrk
 
             single = self.gram == "float32"
-            A = np.zeros((P, P), dtype=np.float32 if single else np.float64, order="F")
-            g = np.zeros(P)
-            step = self.chunk_rows
-            for a in range(0, R, step):
-                b = min(a + step, R)
-                t1 = time.perf_counter()
-                Jc = np.asarray(res.jacobian(theta, rows=(a, b)), dtype=np.float64)
-                t2 = time.perf_counter()
-                # upper triangle of A += Jcᵀ Jc (Jc.T is a Fortran-ordered P×rows view)
+            with _collective(comm, "LM: JᵀJ"):
+                A = np.zeros((P, P), dtype=np.float32 if single else np.float64, order="F")
+                g = np.zeros(P)
+                step = self.chunk_rows
+                e = None    # gram="float32": the rows are scaled by 2**e (exact), A by 4**e
+                for a in range(0, R, step):
+                    b = min(a + step, R)
+                    t1 = time.perf_counter()
+                    Jc = np.asarray(res.jacobian(theta, rows=(a, b)), dtype=np.float64)
+                    t2 = time.perf_counter()
+                    top = _top(Jc, top)
+                    # upper triangle of A += Jcᵀ Jc (Jc.T is a Fortran-ordered P×rows view)
+                    if single:
+                        want = _pow2_exponent(top, R)
+                        if e is None or want < e:
+                            if e is not None and want != e:
+                                A *= np.float32(2.0 ** (2 * (want - e)))
+                            e = want
+                        Js = Jc if e == 0 else Jc * 2.0 ** e
+                        A = ssyrk(1.0, Js.astype(np.float32).T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
+                    else:
+                        A = dsyrk(1.0, Jc.T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
+                    g += Jc.T @ r[a:b]
+                    Jc = Js = None   # before the next chunk is made
+                    tj += t2 - t1
+                    tm += time.perf_counter() - t2
                 if single:
-                    A = ssyrk(1.0, Jc.astype(np.float32).T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
-                else:
-                    A = dsyrk(1.0, Jc.T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
-                g += Jc.T @ r[a:b]
-                tj += t2 - t1
-                tm += time.perf_counter() - t2
-            if single:
+                    t1 = time.perf_counter()
+                    A = A.astype(np.float64, order="F")
+                    if e:
+                        A *= 4.0 ** -e
+                    tm += time.perf_counter() - t1
+            if comm is not None:   # JᵀJ and Jᵀr of the union of the ranks' rows
                 t1 = time.perf_counter()
-                A = A.astype(np.float64, order="F")
-                tm += time.perf_counter() - t1
-            if self.comm is not None:   # JᵀJ and Jᵀr of the union of the ranks' rows
-                from .distributed import _mpi
-
-                t1 = time.perf_counter()
-                self.comm.Allreduce(_mpi().IN_PLACE, A.T, op=_mpi().SUM)  # A.T: C-ordered view
-                self.comm.Allreduce(_mpi().IN_PLACE, g, op=_mpi().SUM)
+                _allsum_array(comm, A.T)  # A.T: C-ordered view
+                _allsum_array(comm, g)
                 tm += time.perf_counter() - t1
             diag = np.diag(A).copy()
-            sys_.update(A=A, g=g, diag=diag)
+            cls, extra = PrimalSystem, {"A": A, "approximate": single}
         elif solver == "dual":
             t1 = time.perf_counter()
             J = np.empty((R, P))
@@ -497,47 +811,70 @@ class LevenbergMarquardt:
                 b = min(a + step, R)
                 J[a:b] = res.jacobian(theta, rows=(a, b))
             t2 = time.perf_counter()
+            top = _top(J, top)
             g = J.T @ r
             diag = np.einsum("ij,ij->j", J, J)
             tj += t2 - t1
             tm += time.perf_counter() - t2
-            sys_.update(J=J, g=g, diag=diag)
+            cls, extra = DualSystem, {"J": J}
         else:  # cg
             t1 = time.perf_counter()
-            g = np.asarray(res.vjp(theta, r), dtype=np.float64)
-            diag = None
-            if self.damping == "marquardt" or self._lam_relative:
-                diag = np.zeros(P)   # column norms from chunks of rows: memory O(chunk x P)
-                step = self.chunk_rows
-                for a in range(0, R, step):
-                    b = min(a + step, R)
-                    Jc = np.asarray(res.jacobian(theta, rows=(a, b)), dtype=np.float64)
-                    diag += np.einsum("ij,ij->j", Jc, Jc)
+            with _collective(comm, "LM: Jᵀr"):
+                g = np.asarray(res.vjp(theta, r), dtype=np.float64)
+                diag = None
+                if self.damping == "marquardt" or self._lam_relative:
+                    diag = np.zeros(P)   # column norms from chunks of rows: memory O(chunk x P)
+                    step = self.chunk_rows
+                    for a in range(0, R, step):
+                        b = min(a + step, R)
+                        Jc = np.asarray(res.jacobian(theta, rows=(a, b)), dtype=np.float64)
+                        top = _top(Jc, top)
+                        diag += np.einsum("ij,ij->j", Jc, Jc)
+                        Jc = None   # before the next chunk is made
+            _allsum_array(comm, g)
+            if diag is not None:
+                _allsum_array(comm, diag)
             tj += time.perf_counter() - t1
-            sys_.update(g=g, diag=diag)
+            cls = CGSystem
         times["jacobian"] = times.get("jacobian", 0.0) + tj
         times["jtj"] = times.get("jtj", 0.0) + tm
-        finite = np.all(np.isfinite(sys_["g"])) and (sys_["diag"] is None or np.all(np.isfinite(sys_["diag"])))
-        sys_["finite"] = bool(finite)
-        if finite:
-            sys_["D"] = self._scaling(sys_["diag"], P)
+        s = cls(ops.theta, r, loss, ops, g=g, diag=diag, **extra)
+        s.problem = self._problem(s, top)
+        if not s.problem:
+            s.D = self._scaling(diag, P)
             if solver == "dual":   # J D⁻¹ Jᵀ (its upper triangle, R×R) does not depend on λ
                 from scipy.linalg.blas import dsyrk
 
                 t1 = time.perf_counter()
-                Js = sys_["J"] if self.damping == "identity" else sys_["J"] / np.sqrt(sys_["D"])
-                sys_["K"] = dsyrk(1.0, Js.T, trans=1, lower=0)
+                Js = s.J if self.damping == "identity" else s.J / np.sqrt(s.D)
+                s.K = dsyrk(1.0, Js.T, trans=1, lower=0)
+                del Js
                 times["jtj"] += time.perf_counter() - t1
-            if self._lam_relative and sys_["diag"] is not None:
-                self.lam = min(max(self.lam * max(float(np.mean(sys_["diag"])), 1e-300), self.lam_min), self.lam_max)
+            if self._lam_relative and diag is not None:
+                self.lam = min(max(self.lam * max(float(np.mean(diag)), 1e-300), self.lam_min), self.lam_max)
                 self._lam_relative = False
         self.iterations += 1
-        self._key, self._sys = key, sys_
-        return sys_
+        self._key, self._sys = key, s
+        return s
 
-    def _sum(self, x: float) -> float:
-        """x summed over the ranks (a data-parallel run), else x."""
-        return x if self.comm is None else float(self.comm.allreduce(x))
+    def _problem(self, s: LinearSystem, top: float) -> str:
+        """Why ``s`` cannot be solved: "" when Jᵀr and diag(JᵀJ) are finite (the same on every
+        rank: both are summed); else whether the Jacobian itself is not finite or only its sums
+        overflowed float64 (J finite, its largest entry ``top``), agreed over the ranks."""
+        if np.all(np.isfinite(s.g)) and (s.diag is None or np.all(np.isfinite(s.diag))):
+            return ""
+        bad_j = not math.isfinite(top)
+        if self.comm is not None:
+            from .distributed import _mpi
+
+            bad_j = bool(self.comm.allreduce(bad_j, op=_mpi().LOR))
+            top = float(self.comm.allreduce(0.0 if bad_j else top, op=_mpi().MAX))
+        if bad_j:
+            return "non-finite Jacobian"
+        if top == 0.0 and s.diag is None:   # matrix-free: J itself was not formed
+            return "non-finite Jacobian (its product Jᵀr is not finite)"
+        return (f"JᵀJ or Jᵀr overflows float64: the Jacobian is finite, but its largest entry "
+                f"{top:.3g} squared and summed over the rows is not")
 
     def _scaling(self, diag: NDArray | None, P: int) -> NDArray:
         if self.damping == "identity" or diag is None:
@@ -553,93 +890,12 @@ class LevenbergMarquardt:
         is ``theta − δ``. Does not change ``theta``."""
         lam = self.lam if lam is None else float(lam)
         s = self.linearize(np.ascontiguousarray(theta))
-        if not (math.isfinite(s["loss"]) and s["finite"]):
-            raise NonFiniteLoss("non-finite loss or Jacobian at the current parameters")
-        with _one_blas_thread_or(self.blas_threads):
-            return self._solve(s, lam)
+        if s.problem:
+            raise NonFiniteLoss(f"{s.problem} at the current parameters")
+        with blas_limit(self.blas_threads):
+            return s.solve(lam)
 
-    def _solve(self, s: dict[str, Any], lam: float) -> LMSolve:
-        g, D = s["g"], s["D"]
-        if s["solver"] == "primal":
-            solve, how = _spd_factor(s["A"], lam * D, approximate=self.gram == "float32")
-            if self.gram == "float32":   # the factor preconditions CG on the exact float64 system
-                delta, Jd, it = self._cg(s, lam, g, precond=solve)
-                again = lambda rhs: self._cg(s, lam, rhs, precond=solve)[0]  # noqa: E731
-                pred = float(2.0 * (delta @ g)) - self._sum(float(Jd @ Jd))   # δ, g: the same on every rank
-                return LMSolve(delta, pred, how + "+cg", it, _again=again)
-            delta = solve(g)
-            return LMSolve(delta, float(delta @ (g + lam * D * delta)), how, _again=solve)
-        if s["solver"] == "dual":
-            J = s["J"]
-            solve, how = _spd_factor(s["K"], np.full(s["K"].shape[0], lam))
-            delta = (J.T @ solve(s["r"])) / D
-            return LMSolve(delta, float(delta @ (g + lam * D * delta)), how,
-                           _again=lambda rhs: (J.T @ solve(rhs)) / D)
-        x, Jx, it = self._cg(s, lam, g)
-        return LMSolve(x, float(2.0 * (x @ g) - Jx @ Jx), "cg", it)
-
-    def _solve_residual_rhs(self, s: dict[str, Any], lam: float, sol: LMSolve, w: NDArray) -> NDArray:
-        """x with (JᵀJ + λD) x = Jᵀw, reusing the factorisation of ``sol`` where there is one."""
-        if s["solver"] == "dual":
-            return sol._again(w)
-        Jtw = np.asarray(self.res.vjp(s["theta"], w.astype(self.res.dtype)), dtype=np.float64)
-        if self.comm is not None:
-            from .distributed import _mpi
-
-            self.comm.Allreduce(_mpi().IN_PLACE, Jtw, op=_mpi().SUM)
-        if s["solver"] == "primal":
-            return sol._again(Jtw)
-        return self._cg(s, lam, Jtw)[0]
-
-    def _cg(self, s: dict[str, Any], lam: float, g: NDArray,
-            precond: Callable[[NDArray], NDArray] | None = None) -> tuple[NDArray, NDArray, int]:
-        """Matrix-free: preconditioned CG on (JᵀJ + λD) x = g through jvp and vjp; returns x, Jx
-        and the iterations. ``precond``: an approximate inverse (the factor of a float32 JᵀJ,
-        then to ``refine_tol`` in at most ``refine_maxiter`` iterations), else the Jacobi
-        preconditioner diag(JᵀJ) + λD (to ``cg_tol`` in ``cg_maxiter``)."""
-        D = s["D"]
-        theta = s["theta"]
-        res = self.res
-        dt = res.dtype
-        if precond is not None:
-            tol, maxiter = self.refine_tol, self.refine_maxiter
-        else:
-            tol, maxiter = self.cg_tol, self.cg_maxiter
-            if s["diag"] is not None:
-                jacobi = s["diag"] + lam * D
-                precond = lambda v: v / jacobi  # noqa: E731
-        x = np.zeros_like(g)
-        Jx = np.zeros(res.num_residuals)
-        rr = g.copy()
-        z = precond(rr) if precond is not None else rr
-        p = z.copy()
-        rz = float(rr @ z)
-        g_norm = math.sqrt(float(g @ g))
-        it = 0
-        for it in range(1, maxiter + 1):
-            Jp = np.asarray(res.jvp(theta, p.astype(dt)), dtype=np.float64)
-            Ap = np.asarray(res.vjp(theta, Jp.astype(dt)), dtype=np.float64)
-            if self.comm is not None:   # Jᵀ(Jp) over the union of the ranks' rows
-                from .distributed import _mpi
-
-                self.comm.Allreduce(_mpi().IN_PLACE, Ap, op=_mpi().SUM)
-            Ap += lam * D * p
-            pAp = float(p @ Ap)
-            if not pAp > 0:
-                break
-            alpha = rz / pAp
-            x += alpha * p
-            Jx += alpha * Jp
-            rr -= alpha * Ap
-            if math.sqrt(float(rr @ rr)) <= tol * g_norm:
-                break
-            z = precond(rr) if precond is not None else rr
-            rz_new = float(rr @ z)
-            p = z + (rz_new / rz) * p
-            rz = rz_new
-        return x, Jx, it
-
-    def _accelerate(self, s: dict[str, Any], lam: float, sol: LMSolve, theta64: NDArray,
+    def _accelerate(self, s: LinearSystem, lam: float, sol: LMSolve, theta64: NDArray,
                     dtype: Any) -> tuple[NDArray, int]:
         """Geodesic acceleration (Transtrum & Sethna): the trial point θ − δ − ½a with
         (JᵀJ + λD) a = Jᵀ r_vv and r_vv ≈ (r(θ + hδ) − 2r(θ) + r(θ − hδ)) / h², the residuals'
@@ -647,10 +903,11 @@ class LevenbergMarquardt:
         ``geodesic_alpha`` (the step leaves the region where the quadratic path is trusted).
         Returns the trial point and the residual evaluations it took."""
         h, delta = self.geodesic_h, sol.delta
-        r_plus = np.asarray(self.res.residuals((theta64 + h * delta).astype(dtype)), dtype=np.float64)
-        r_minus = np.asarray(self.res.residuals((theta64 - h * delta).astype(dtype)), dtype=np.float64)
-        r_vv = (r_plus - 2.0 * s["r"] + r_minus) / (h * h)
-        acc = self._solve_residual_rhs(s, lam, sol, r_vv)
+        with _collective(self.comm, "LM: geodesic residuals"):
+            r_plus = np.asarray(self.res.residuals((theta64 + h * delta).astype(dtype)), dtype=np.float64)
+            r_minus = np.asarray(self.res.residuals((theta64 - h * delta).astype(dtype)), dtype=np.float64)
+            r_vv = (r_plus - 2.0 * s.r + r_minus) / (h * h)
+        acc = s.solve_residual_rhs(lam, sol, r_vv)
         num, den = self._sum(float(acc @ acc)), self._sum(float(delta @ delta))
         if self.comm is not None:   # every rank holds the same δ and a: count them once
             num, den = num / self.comm.Get_size(), den / self.comm.Get_size()
@@ -666,26 +923,27 @@ class LevenbergMarquardt:
         ``max_trials`` damped steps, raising λ after each rejection; the first that lowers the
         loss is accepted and written to ``theta``. If none does, ``theta`` is left unchanged
         (``accepted`` False). Raises :class:`NonFiniteLoss` when the loss or the Jacobian at
-        ``theta`` is not finite (``theta`` untouched).
+        ``theta`` is not finite, or its sums overflow (``theta`` untouched); ValueError when
+        there are no residuals.
         """
         if theta.ndim != 1 or theta.shape[0] != self.res.num_params or not theta.flags.c_contiguous:
             raise ValueError(f"theta must be a C-contiguous vector of {self.res.num_params} parameters, "
                              f"got shape {theta.shape}")
         times = {"jacobian": 0.0, "jtj": 0.0, "solve": 0.0, "trial": 0.0}
         self.steps += 1
-        with _one_blas_thread_or(self.blas_threads):
+        with blas_limit(self.blas_threads):
             s = self.linearize(theta, times)
-            loss0 = s["loss"]
-            if not math.isfinite(loss0):
-                raise NonFiniteLoss(f"non-finite loss ({loss0}) at the current parameters")
-            if not s["finite"]:
-                raise NonFiniteLoss("non-finite Jacobian at the current parameters")
+            loss0 = s.loss
+            if s.problem:
+                raise NonFiniteLoss(f"{s.problem} at the current parameters")
             theta64 = theta.astype(np.float64)
             rho, trials = -math.inf, 0
+            sol = None
             while trials < self.max_trials:
                 trials += 1
                 t0 = time.perf_counter()
-                sol = self._solve(s, self.lam)
+                sol = None   # the previous trial's factor goes before the next one is made
+                sol = s.solve(self.lam)
                 t1 = time.perf_counter()
                 times["solve"] += t1 - t0
                 if self.geodesic:
@@ -693,7 +951,8 @@ class LevenbergMarquardt:
                     self.evaluations += extra
                 else:
                     trial = (theta64 - sol.delta).astype(theta.dtype)
-                r1 = np.asarray(self.res.residuals(trial), dtype=np.float64)
+                with _collective(self.comm, "LM: trial residuals"):
+                    r1 = np.asarray(self.res.residuals(trial), dtype=np.float64)
                 self.evaluations += 1
                 loss1 = self._sum(float(r1 @ r1))
                 times["trial"] += time.perf_counter() - t1
@@ -713,24 +972,34 @@ class LevenbergMarquardt:
                     return LMStep(loss0, loss1, True, self.lam, trials, rho, "", times, r1)
                 if self.lam >= self.lam_max:
                     return LMStep(loss0, loss0, False, self.lam, trials, rho, "damping at lam_max", times,
-                                  s["r"])
+                                  s.r)
                 if self.update == "nielsen":
                     self.lam = min(self.lam * self.nu, self.lam_max)
                     self.nu = min(self.nu * 2.0, 2.0 ** 20)
                 else:
                     self.lam = min(self.lam * 4.0, self.lam_max)
         return LMStep(loss0, loss0, False, self.lam, trials, rho, "no decrease in max_trials trials", times,
-                      s["r"])
+                      s.r)
+
+
+def _top(J: NDArray, top: float) -> float:
+    """max(top, the largest |entry| of J) without a temporary; NaN once J holds a NaN or Inf."""
+    if J.size == 0 or not math.isfinite(top):
+        return top
+    hi, lo = float(np.max(J)), float(np.min(J))
+    if not (math.isfinite(hi) and math.isfinite(lo)):
+        return math.nan
+    return max(top, hi, -lo)
 
 
 def _spd_factor(A: NDArray, shift: NDArray, approximate: bool = False) -> tuple[Callable[[NDArray], NDArray], str]:
     """A solver for (A + diag(shift)) x = b, A symmetric with its upper triangle filled (not
-    changed): Cholesky (LAPACK ``potrf`` on one copy, in place: SciPy's ``cho_factor`` copies
-    again and measured 3.3 s against 2.1 s for P = 8514 on 2 cores), else the eigendecomposition
-    without the non-positive part of the spectrum (a singular or indefinite matrix from
-    round-off at tiny λ). ``approximate`` (A is a float32 JᵀJ, the solver a preconditioner):
-    instead of the eigendecomposition (13 s for P = 4850, against 0.3 s for Cholesky) the
-    diagonal is raised by 1e-7, 1e-6, ... of its largest entry until Cholesky succeeds, the
+    changed): Cholesky (LAPACK ``potrf`` on one copy, in place: SciPy's ``cho_factor`` would
+    copy again), else the eigendecomposition (LAPACK ``syev``, in that same copy) without the
+    non-positive part of the spectrum (a singular or indefinite matrix from round-off at tiny
+    λ). Either way one copy of A is all it holds. ``approximate`` (A is a float32 JᵀJ, the
+    solver a preconditioner): instead of the eigendecomposition (much slower than Cholesky)
+    the diagonal is raised by 1e-7, 1e-6, ... of its largest entry until Cholesky succeeds, the
     size of float32's round-off in A."""
     import scipy.linalg as sl
     from scipy.linalg import lapack
@@ -745,11 +1014,16 @@ def _spd_factor(A: NDArray, shift: NDArray, approximate: bool = False) -> tuple[
         top = float(np.max(np.abs(np.diagonal(A)))) if A.size else 0.0
         extras += [top * 10.0 ** e for e in range(-7, -1)] if top > 0 else []
     for extra in extras:
+        c = None    # the failed factor goes before the next copy is made
         c, info = lapack.dpotrf(shifted(extra), lower=0, overwrite_a=1, clean=0)
         if info == 0 and np.all(np.isfinite(np.diagonal(c))):
             return (lambda b: lapack.dpotrs(c, b, lower=0)[0]), "cholesky"
+    c = None
     M = shifted()
-    w, V = sl.eigh(M, lower=False, check_finite=False, overwrite_a=True)
-    keep = w > max(float(w[-1]), 0.0) * M.shape[0] * np.finfo(np.float64).eps
-    Vk, wk = V[:, keep], w[keep]
+    n = M.shape[0]
+    w, V = sl.eigh(M, lower=False, check_finite=False, overwrite_a=True, driver="ev")
+    del M
+    keep = w > max(float(w[-1]), 0.0) * n * np.finfo(np.float64).eps
+    first = int(np.argmax(keep)) if keep.any() else n   # w ascends: the kept ones are a tail
+    Vk, wk = V[:, first:], w[first:]
     return (lambda b: Vk @ ((Vk.T @ b) / wk)), "eigh"

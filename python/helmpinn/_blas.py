@@ -1,0 +1,36 @@
+"""The BLAS thread limit, in one place: :func:`blas_limit` (used by the optimisers' linear algebra)."""
+from __future__ import annotations
+
+import contextlib
+import os
+
+__all__ = ["blas_limit", "auto_blas_threads"]
+
+
+def auto_blas_threads() -> int:
+    """helmpinn's thread count (:func:`helmpinn.get_num_threads`) when the machine looks idle
+    apart from this process (1-minute load average below that count + 0.75: this process's own
+    threads count in it), else 1: BLAS threads that share their cores with other work spin
+    against it and against the engine's OpenMP threads."""
+    from . import _core
+
+    threads = _core.get_num_threads()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):   # no load average on this platform
+        return threads
+    return threads if load < threads + 0.75 else 1
+
+
+def blas_limit(n: int | str | None) -> contextlib.AbstractContextManager:
+    """A block in which the BLAS (NumPy's, SciPy's) uses at most ``n`` threads (threadpoolctl):
+    ``n`` an int >= 1, "auto" (:func:`auto_blas_threads`, decided now) or None (no limit)."""
+    if n == "auto":
+        n = auto_blas_threads()
+    if n is None:
+        return contextlib.nullcontext()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - a source tree without the dependency installed
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=int(n), user_api="blas")
