@@ -290,3 +290,19 @@ if __name__ == "__main__":
         # exit); where only one rank raised this waits, and the test reports a hang
         world.Barrier()
         raise
+
+
+def test_a_shard_keeps_the_general_operator_and_its_weights():
+    """sample_shard hands each rank the interior draw whole: a PML problem's operator
+    coefficients (a_pde, b_pde) and anything else of the PDE rows survive the split (they were
+    dropped, so data-parallel PML runs trained the plain Laplacian)."""
+    import helmpinn as hp
+    from helmpinn import distributed
+
+    problem = hp.get_problem("scatter-soft")
+    shard = distributed.sample_shard(problem, 64, 16, np.random.default_rng(1), np.random.default_rng(2),
+                                     "uniform", 0, 2)
+    whole = problem.sample(32, 0, np.random.default_rng(1), "uniform")
+    assert shard.a_pde is not None and shard.b_pde is not None
+    np.testing.assert_array_equal(shard.a_pde, whole.a_pde)
+    np.testing.assert_array_equal(shard.x_pde, whole.x_pde)

@@ -31,6 +31,7 @@ an MPICH from the package registry), or build mpi4py against a cluster's MPI (RE
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import zlib
 from typing import Any, Iterator, Mapping
@@ -414,12 +415,12 @@ def sample_shard(problem: Problem, pde_points: int, bc_points: int, own: np.rand
         edge = problem.sample(0, bc_points, shared, method)
         pick = slice(rank, None, size)
         arr = lambda a: a if np.ndim(a) == 0 else np.ascontiguousarray(a[pick])  # noqa: E731
-        ts = TrainingSet(
-            x_pde=inner.x_pde, kappa=inner.kappa, f=inner.f,
-            x_data=arr(edge.x_data), y=arr(edge.y),
+        # Every PDE field of the interior draw (the operator's coefficients, importance
+        # weights folded into them) with this rank's share of the boundary and data points.
+        ts = dataclasses.replace(
+            inner, x_data=arr(edge.x_data), y=arr(edge.y),
             x_bc=arr(edge.x_bc), n_bc=arr(edge.n_bc), alpha=arr(edge.alpha),
-            g=None if edge.g is None else arr(edge.g),
-        )
+            g=None if edge.g is None else arr(edge.g))
         ts.sizes = {"pde": len(ts.x_pde), "data": len(ts.x_data), "bc": len(ts.x_bc)}
     return ts
 
