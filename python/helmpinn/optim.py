@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import _core, _device
+from ._blas import blas_limit
 from .batch import Batch
 
 __all__ = ["Schedule", "constant", "exponential", "cosine", "make_schedule", "SCHEDULES",
@@ -159,16 +159,6 @@ class LBFGSResult:
     message: str
 
 
-def _one_blas_thread() -> contextlib.AbstractContextManager:
-    """Limits the BLAS (NumPy's, SciPy's) to one thread inside the block, when threadpoolctl
-    (a dependency of the package) is importable."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a source tree without the dependency installed
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
-
-
 def lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Batch | Mapping[str, Any], maxiter: int, *,
           weights: Mapping[str, float] | None = None, train_fourier: bool = True,
           batch_size: int = 4096, callback: Callable[[int, float, NDArray], Any] | None = None
@@ -234,7 +224,7 @@ def minimize_lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Batch | Mappin
 
     # L-BFGS-B's vector algebra goes through the BLAS; left threaded, the BLAS's worker threads
     # spin between its calls on the cores value_and_grad needs (2x slower at 25k parameters).
-    with _one_blas_thread():
+    with blas_limit(1):
         res = minimize(fun, best["x"].copy(), jac=True, method="L-BFGS-B", callback=cb,
                        options={"maxiter": int(maxiter), "maxfun": int(maxiter) * 2 + 20,
                                 "maxcor": int(maxcor), "ftol": 0.0, "gtol": 0.0})

@@ -239,14 +239,17 @@ class Trainer:
     def resample(self) -> None:
         """Draw fresh collocation points (for the next step)."""
         self._draw_state = self.rng.bit_generator.state
-        if self.comm is None:
-            self.training_set = self.problem.sample(self.pde_points, self.bc_points, self.rng,
-                                                    self.sampling)
-        else:
-            self.training_set = distributed.sample_shard(
-                self.problem, self.pde_points, self.bc_points, self.rng, self._shared_rng,
-                self.sampling, self.rank, self._ranks)
-        batch = self.training_set.to_batch(self.model.dtype)
+        # A failure on one rank (a MemoryError, bad data) is raised on every rank at the end of
+        # the block, not left for the others to wait at the next collective.
+        with distributed.collective(self.comm, "Trainer.resample"):
+            if self.comm is None:
+                self.training_set = self.problem.sample(self.pde_points, self.bc_points, self.rng,
+                                                        self.sampling)
+            else:
+                self.training_set = distributed.sample_shard(
+                    self.problem, self.pde_points, self.bc_points, self.rng, self._shared_rng,
+                    self.sampling, self.rank, self._ranks)
+            batch = self.training_set.to_batch(self.model.dtype)
         if self.comm is not None:  # this rank's shard, with the global counts of the draw
             batch = distributed.shard_batch(batch, distributed.global_counts(self.comm, batch))
         if self.device != "cpu":   # one copy of the draw into device buffers
@@ -264,7 +267,10 @@ class Trainer:
         """Relative L2 error on the test grid (None without an exact solution)."""
         if self.u_test is None:
             return None
-        err = relative_l2(self.model.predict(self.x_test), self.u_test) if self.rank == 0 else None
+        err = None
+        with distributed.collective(self.comm, "Trainer.evaluate"):
+            if self.rank == 0:
+                err = relative_l2(self.model.predict(self.x_test), self.u_test)
         if self.comm is not None:  # rank 0's, so that every rank takes the same decisions
             err = self.comm.bcast(err, root=0)
         self.last_error = err
