@@ -200,7 +200,7 @@ def _check_options(args: argparse.Namespace) -> None:
     for name, typ in _problem_option_names().items():  # the problem checks the range
         value = getattr(args, name, None)
         if typ in (int, float) and value is not None and not math.isfinite(value):
-            raise _UsageError(f"{_flag(name)} must be a finite number, got {value:g}")
+            raise _UsageError(f"--{name} must be a finite number, got {value:g}")  # as the parser spells it
     if args.threads is not None and args.threads > _MAX_THREADS_PER_CPU * _cpus():
         raise _UsageError(f"--threads {args.threads}: at most {_MAX_THREADS_PER_CPU * _cpus()} "
                           f"({_MAX_THREADS_PER_CPU} per CPU this process may use, {_cpus()})")
@@ -284,12 +284,10 @@ def _new_run(args: argparse.Namespace):
         raise _UsageError("--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm")
     try:
         spec = _core.ModelSpec(problem.dim, settings["fourier"], settings["hidden"], settings["layers"])
-    except (ValueError, TypeError, OverflowError):
-        spec = None
-    if spec is None or spec.num_params <= 0:
+    except (ValueError, TypeError, OverflowError) as exc:
+        why = str(exc) if isinstance(exc, ValueError) else f"each must be an integer below {2**31}"
         raise _UsageError(f"invalid model (--fourier {settings['fourier']}, --hidden {settings['hidden']}, "
-                          f"--layers {settings['layers']}): each must be a positive integer the core "
-                          f"accepts (at most {2**31 - 1})") from None
+                          f"--layers {settings['layers']}): {why}") from None
     _check_memory(settings, problem, spec, args.threads)
     with np.errstate(over="ignore"):  # an overflow is reported below, naming the option
         model = Model.create(problem.dim, settings["fourier"], settings["hidden"], settings["layers"],
@@ -310,7 +308,8 @@ def _check_memory(settings: dict[str, Any], problem, spec, threads: int | None) 
     memory available (:func:`helmpinn.runfiles.check_memory`), before anything is allocated."""
     from . import _core
 
-    threads = threads or _core.get_num_threads()
+    # a CPU workspace has scratch rows for as many threads as OpenMP runs or there are CPUs
+    threads = max(threads or _core.get_num_threads(), _cpus())
     sizes = runfiles.training_memory(
         problem.dim, settings["points"], settings["bc_points"], spec.num_params, settings["dtype"],
         runfiles.workspace_bytes(spec, settings["dtype"], threads=threads))

@@ -366,15 +366,15 @@ def available_memory() -> int | None:
 
 
 def workspace_bytes(spec: Any, dtype: str, batch_size: int = 4096, threads: int = 1) -> int:
-    """The host memory of a CPU Workspace of ``spec`` (the core's own sizing, in
-    ``cpp/src/common/workspace.cpp``: ``workspace_elements``, which refuses a workspace larger
-    than the machine; this is the same sum, so that it can be added to the rest before
-    anything is allocated)."""
+    """The host memory of a CPU Workspace of ``spec``: the sum the core checks before it
+    allocates (``workspace_elements`` in ``cpp/src/common/workspace.cpp``), with each thread's
+    tile rows as the CPU backend sizes them (``2d + 1`` streams where that is more than
+    ``d + 2``), so that it can be added to the rest before anything is allocated."""
     d, m, h, layers = spec.in_dim, spec.ff_dim, spec.hidden_dim, spec.num_hidden_layers
-    s, tile, maxw = d + 2, 64, max(2 * m, h)
+    s, sx, tile, maxw = d + 2, max(d + 2, 2 * d + 1), 64, max(2 * m, h)
     widths = 2 * layers * h + 2 * m + 2
     elements = batch_size * (s * widths + 3 * d + 2) + 35 * spec.num_params + (d + 1) * m
-    elements += max(threads, 1) * (s * tile * (7 * maxw + widths) + tile * (d + 2) + 16)
+    elements += max(threads, 1) * (sx * tile * (7 * maxw + widths) + tile * (d + 2) + 16)
     return elements * (4 if dtype == "float32" else 8)
 
 
