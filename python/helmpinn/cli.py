@@ -255,7 +255,8 @@ def _new_run(args: argparse.Namespace):
         s = default_settings(problem)
         s.update(_second_order_defaults(problem, optimizer))
     except (ValueError, ArithmeticError) as exc:
-        raise _UsageError(f"problem {args.problem!r} with {_options_str(problem.options)}: {exc}") from None
+        why = str(exc) if isinstance(exc, ValueError) else "the settings derived from them overflow"
+        raise _UsageError(f"problem {args.problem!r} with {_options_str(problem.options)}: {why}") from None
     pick = lambda key, value: s[key] if value is None else value  # noqa: E731
     seed = 0 if args.seed is None else args.seed
     settings = {
