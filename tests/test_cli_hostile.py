@@ -273,6 +273,28 @@ def test_a_file_changed_since_helmpinn_wrote_it_is_not_replaced(tmp_path, capsys
     assert _train(out) == 0
 
 
+def test_outputs_without_a_record_are_not_replaced(tmp_path, capsys):
+    """A folder of an older helmpinn (no manifest): named as such, and left as it is."""
+    out = tmp_path / "run"
+    assert _train(out) == 0
+    (out / ".helmpinn-manifest.json").unlink()
+    previous = _files(out)
+    capsys.readouterr()
+    assert _train(out) == 2
+    err = capsys.readouterr().err
+    _one_line(err)
+    assert "model.npz there was not written by helmpinn (or by a helmpinn older than its record" in err
+    assert _files(out) == previous
+
+
+def test_resume_of_a_folder_without_a_model_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    assert main(["train", "--resume", str(out), "--steps", "5"]) == 2
+    assert "no model.npz there" in capsys.readouterr().err
+    assert os.listdir(out) == []
+
+
 @pytest.mark.parametrize("name", ["model.npz", "metrics.json", "solution.png", "error.png", "history.png"])
 def test_a_directory_under_an_output_name_fails_before_training(tmp_path, capsys, name, monkeypatch):
     from helmpinn.trainer import Trainer

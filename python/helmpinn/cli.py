@@ -155,8 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "parameters to the CPU for L-BFGS and back; --optimizer lm is CPU only); "
                         "saved with the run, so --resume continues on the same device")
     o.add_argument("--threads", type=int, default=None, help="CPU threads (default: OpenMP's)")
-    o.add_argument("--out", default=None, help="output folder (default helmpinn-out); files of a previous "
-                   "run there are replaced")
+    o.add_argument("--out", default=None, help="output folder (default helmpinn-out), locked while the run "
+                   "lasts; a previous run's files there are replaced once this run has its model, and files "
+                   "helmpinn did not write are never touched")
     o.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     o.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
@@ -346,6 +347,8 @@ def _check_resume(args: argparse.Namespace, given: list[str]) -> None:
         raise _UsageError("--resume DIR writes into DIR; --out cannot name another folder")
     if not os.path.isdir(args.resume):
         raise _UsageError(f"--resume {args.resume!r}: no such folder")
+    if not os.path.lexists(os.path.join(args.resume, "model.npz")):
+        raise _UsageError(f"--resume {args.resume!r}: no model.npz there (no checkpoint of a run to continue)")
 
 
 def _resumed_run(args: argparse.Namespace):
@@ -356,8 +359,6 @@ def _resumed_run(args: argparse.Namespace):
 
     folder = args.resume
     path = os.path.join(folder, "model.npz")
-    if not os.path.lexists(path):
-        raise _UsageError(f"--resume {folder!r}: no model.npz there (no checkpoint of a run to continue)")
     try:
         model = Model.load(path)
     except ValueError as exc:

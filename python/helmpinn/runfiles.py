@@ -194,9 +194,10 @@ class RunFolder:
                 self._files[name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
                 continue
             if not self.owns(name):
-                raise OutputError(f"{where} was not written by helmpinn (or was changed since: no "
-                                  f"matching record in {MANIFEST_NAME}); helmpinn does not replace it: "
-                                  f"move it away or choose another folder")
+                why = ("or was changed since: no matching record in " if self._files else
+                       "or by a helmpinn older than its record of them: there is no ")
+                raise OutputError(f"{where} was not written by helmpinn ({why}{MANIFEST_NAME}); helmpinn "
+                                  f"does not replace it: move it away or choose another folder")
 
     def claim(self, name: str) -> None:
         """Record that this run writes ``name`` from time to time (a checkpoint), so that it
