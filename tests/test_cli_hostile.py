@@ -330,6 +330,37 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_anything(tmp_path, ca
     assert not (tmp_path / "new").exists(), "refused before the folder is made"
 
 
+def test_lm_matrices_are_counted_before_anything(tmp_path, capsys, monkeypatch):
+    """--optimizer lm: LM's own estimate of its system (helmpinn.lm.choose_solver and
+    memory_estimate) is part of the refusal, and LM's refusal of a dense solver is a usage error."""
+    from helmpinn import lm
+
+    seen = []
+
+    def choose_solver(P, R, solver="auto", *, max_matrix_bytes=2 << 30, **memory):
+        seen.append((P, R, solver, max_matrix_bytes, memory))
+        if solver == "dual":
+            raise ValueError("solver 'dual' needs about 1 TiB")
+        return "primal"
+
+    monkeypatch.setattr(lm, "choose_solver", choose_solver, raising=False)
+    monkeypatch.setattr(lm, "memory_estimate", lambda P, R, solver, **memory: 1 << 50, raising=False)
+    out = tmp_path / "run"
+    args = ["train", "--problem", "dirichlet2d", "--optimizer", "lm", "--points", "64", "--bc-points", "16",
+            "--hidden", "8", "--fourier", "4", "--steps", "2", "--quiet", "--no-plots", "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    _one_line(err)
+    assert "LM's primal system 1024.0 TiB" in err and "workspace" in err
+    assert seen[0][1] == 2 * (64 + 16) and seen[0][2] == "auto"
+    assert seen[0][4]["dtype"] == "float64" and seen[0][4]["gram"] in ("float64", "float32")
+    assert main([*args, "--lm-solver", "dual"]) == 2
+    err = capsys.readouterr().err
+    _one_line(err)
+    assert "--optimizer lm: solver 'dual' needs about 1 TiB" in err
+    assert not out.exists()
+
+
 def test_memory_estimate_adds_up():
     sizes = runfiles.training_memory(2, 1000, 100, 500, "float32", 12345)
     assert sizes["workspace"] == 12345 and sizes["parameters"] == 8 * 500 * 4

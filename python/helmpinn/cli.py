@@ -327,14 +327,25 @@ def _check_memory(settings: dict[str, Any], problem, spec, threads: int | None) 
 
 
 def _lm_memory(settings: dict[str, Any], problem, spec) -> dict[str, int]:
-    """Levenberg-Marquardt's own matrices (J, JᵀJ or JJᵀ) by name, from helmpinn.lm's estimate
-    when it has one (``lm.memory_estimate``); else none (LM checks them itself)."""
+    """Levenberg-Marquardt's own matrices (J, JᵀJ or JJᵀ and their factors) for this run, by
+    the solver it will use: ``helmpinn.lm.choose_solver`` and ``memory_estimate`` where this
+    helmpinn.lm has them (an explicit dense solver over LM's budget is refused here, before
+    anything is written); without them, none (LM then checks its matrices as it makes them)."""
     from . import lm
 
-    estimate = getattr(lm, "memory_estimate", None)
-    if estimate is None:
+    estimate, choose = getattr(lm, "memory_estimate", None), getattr(lm, "choose_solver", None)
+    if estimate is None or choose is None:
         return {}
-    return dict(estimate(problem=problem, spec=spec, settings=settings))
+    opts = settings["lm"]
+    params, rows = spec.num_params, 2 * (int(settings["points"]) + int(settings["bc_points"]))  # (re, im) rows
+    memory = {"gram": opts.get("gram", "float64"), "damping": opts.get("damping", "identity"),
+              "dtype": settings["dtype"]}
+    try:
+        solver = choose(params, rows, opts.get("solver", "auto"),
+                        max_matrix_bytes=opts.get("max_matrix_bytes", 2 << 30), **memory)
+        return {f"LM's {solver} system": int(estimate(params, rows, solver, **memory))}
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(f"--optimizer lm: {exc}") from None
 
 
 def _check_resume(args: argparse.Namespace, given: list[str]) -> None:
