@@ -171,9 +171,9 @@ def test_new_run_keeps_the_previous_files_until_its_model_exists(tmp_path, monke
     seen = {}
     fit = Trainer.fit
 
-    def watching_fit(self, steps):
+    def watching_fit(self, *args, **kwargs):
         seen.update(_files(out))
-        return fit(self, steps)
+        return fit(self, *args, **kwargs)
 
     monkeypatch.setattr(Trainer, "fit", watching_fit)
     assert _train(out, steps=4) == 0
@@ -221,9 +221,9 @@ def test_resume_keeps_the_history_whatever_stops_it(tmp_path, monkeypatch):
     seen = []
     fit = Trainer.fit
 
-    def watching_fit(self, steps):
+    def watching_fit(self, *args, **kwargs):
         seen.append((out / "metrics.json").read_bytes())
-        return fit(self, steps)
+        return fit(self, *args, **kwargs)
 
     def killed(*a, **k):  # the process dies after training, before any report
         raise KeyboardInterrupt
@@ -301,7 +301,7 @@ def test_a_directory_under_an_output_name_fails_before_training(tmp_path, capsys
 
     out = tmp_path / "run"
     (out / name).mkdir(parents=True)
-    monkeypatch.setattr(Trainer, "fit", lambda *a: pytest.fail("trained"))
+    monkeypatch.setattr(Trainer, "fit", lambda *a, **k: pytest.fail("trained"))
     assert main(["train", "--problem", "plane1d", *TINY[:-1], "--steps", "2", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     _one_line(err)
