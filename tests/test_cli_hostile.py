@@ -159,6 +159,31 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path):
     assert json.loads((out / "metrics.json").read_text())["history"]["step"] == list(range(1, stopped + 4))
 
 
+def test_a_second_sigterm_ends_the_process_at_once():
+    """The first SIGTERM asks the trainer to stop; a second one ends the process (as SIGTERM does
+    by default), for a stop that takes too long."""
+    code = """if True:
+        import os, signal, sys, time
+        from helmpinn.cli import _stop_on_sigterm
+
+        class Trainer:
+            def request_stop(self, reason):
+                print("stop requested:", reason, flush=True)
+
+        with _stop_on_sigterm(Trainer()) as seen:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+            print("first seen:", seen, flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        print("still alive", flush=True)
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
+    assert r.returncode == -signal.SIGTERM, (r.returncode, r.stdout, r.stderr)
+    assert "stop requested: terminated" in r.stdout and "first seen: [True]" in r.stdout
+    assert "still alive" not in r.stdout
+
+
 # -- item 5b: nothing moved aside before something better exists -----------------------------------
 def test_new_run_keeps_the_previous_files_until_its_model_exists(tmp_path, monkeypatch):
     from helmpinn.trainer import Trainer

@@ -479,16 +479,21 @@ def _previous_history(out: str, done: int, settings: dict[str, Any]):
 @contextlib.contextmanager
 def _stop_on_sigterm(trainer):
     """SIGTERM, as Ctrl-C: the trainer stops after the current step (its checkpoint and the
-    report are written) and the run exits with status 143. Yields a list that gets True when
-    the signal came. (The main thread of a single process only: under MPI the ranks must stop
-    together, and SIGTERM ends the job as before.)"""
+    report are written) and the run exits with status 143; a second SIGTERM ends the process
+    at once, as SIGTERM does by default. Yields a list that gets True when the signal came.
+    (The main thread of a single process only: under MPI the ranks must stop together, and
+    SIGTERM ends the job as before.)"""
     seen: list[bool] = []
 
     def on_sigterm(signum, frame):
-        if not seen:
-            seen.append(True)
-            trainer.request_stop("terminated")
-            print("\nhelmpinn: terminated (SIGTERM); stopping after the current step", file=sys.stderr, flush=True)
+        if seen:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        seen.append(True)
+        trainer.request_stop("terminated")
+        print("\nhelmpinn: terminated (SIGTERM); stopping after the current step (SIGTERM again to end "
+              "at once)", file=sys.stderr, flush=True)
 
     try:
         previous = signal.signal(signal.SIGTERM, on_sigterm)
