@@ -5,7 +5,6 @@ file names; and a fuzz of option combinations (each run in-process, a few steps)
 import contextlib
 import io
 import json
-import math
 import os
 import signal
 import subprocess

@@ -317,9 +317,7 @@ def _check_memory(settings: dict[str, Any], problem, spec, threads: int | None) 
         runfiles.workspace_bytes(spec, settings["dtype"], threads=threads))
     if settings.get("optimizer") == "lm":
         sizes.update(_lm_memory(settings, problem, spec))
-    what = ", ".join(f"{_flag(k)} {settings[v]}" for k, v in (("points", "points"), ("bc_points", "bc_points"),
-                                                               ("hidden", "hidden"), ("layers", "layers"),
-                                                               ("fourier", "fourier")))
+    what = ", ".join(f"{_flag(k)} {settings[k]}" for k in ("points", "bc_points", "hidden", "layers", "fourier"))
     try:
         runfiles.check_memory(sizes, f"this run ({what}, {settings['dtype']})")
     except runfiles.MemoryBudgetError as exc:
