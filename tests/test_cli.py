@@ -31,7 +31,9 @@ def test_train_writes_every_file(tmp_path):
     assert rc == 0
     for name in ("model.npz", "metrics.json", "solution.png", "error.png", "history.png"):
         assert (out / name).stat().st_size > 0, name
-    assert sorted(os.listdir(out)) == ["error.png", "history.png", "metrics.json", "model.npz", "solution.png"]
+    # the five outputs, the record of what helmpinn wrote and the lock file, nothing else
+    assert sorted(os.listdir(out)) == [".helmpinn-manifest.json", ".helmpinn.lock", "error.png", "history.png",
+                                       "metrics.json", "model.npz", "solution.png"]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps"] == 40 and metrics["settings"]["problem_options"] == {"k": 5.0}
     assert metrics["wall_time_s"] > 0 and metrics["steps_per_s"] > 0

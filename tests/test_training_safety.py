@@ -16,6 +16,8 @@ from helmpinn.model import Model
 
 TINY = ["--hidden", "16", "--layers", "2", "--fourier", "8", "--points", "64", "--eval-every", "10",
         "--quiet", "--no-plots"]
+#: What helmpinn train keeps in its output folder besides the outputs (helmpinn.runfiles).
+BOOKKEEPING = [".helmpinn-manifest.json", ".helmpinn.lock"]
 
 
 def _saved_model(tmp_path):
@@ -112,14 +114,15 @@ def test_reused_out_keeps_user_files_and_drops_stale_outputs(tmp_path):
     assert (out / "history.png").exists()
     (out / "notes.txt").write_text("my notes")
     (out / ".tmp-model.npz-0123456789ab.npz").write_bytes(b"half a save")  # a SIGKILL during a save
-    (out / ".tmp-abcd1234.npz").write_bytes(b"older naming")
+    (out / ".tmp-abcd1234.npz").write_bytes(b"not a name helmpinn gives")  # a user's, kept
     os.mkdir(out / "mine")
     # a misused second run removes nothing
     assert main(["train", "--problem", "plane1d", *TINY, "--steps", "0", "--out", str(out)]) == 2
     assert (out / "model.npz").exists() and (out / "history.png").exists()
     # a new run replaces the previous run's files: no figure of it is left beside the new metrics
     assert main(["train", "--problem", "plane1d", "--k", "5", *TINY, "--steps", "4", "--out", str(out)]) == 0
-    assert sorted(os.listdir(out)) == ["metrics.json", "mine", "model.npz", "notes.txt"]
+    assert sorted(os.listdir(out)) == [*BOOKKEEPING, ".tmp-abcd1234.npz", "metrics.json", "mine", "model.npz",
+                                       "notes.txt"]
     assert (out / "notes.txt").read_text() == "my notes"
     assert Model.load(out / "model.npz").optimizer_state["step"] == 4
     assert json.loads((out / "metrics.json").read_text())["final_step"] == 4
@@ -133,7 +136,7 @@ def test_cli_outputs_have_the_same_permissions(tmp_path):
     finally:
         os.umask(old)
     modes = {name: os.stat(out / name).st_mode & 0o777 for name in os.listdir(out)}
-    assert modes == {"model.npz": 0o644, "metrics.json": 0o644}
+    assert modes == {"model.npz": 0o644, "metrics.json": 0o644, **{name: 0o644 for name in BOOKKEEPING}}
 
 
 # -- diverging runs -----------------------------------------------------------------------------
@@ -184,7 +187,7 @@ def test_untrained_weights_are_not_written_as_a_result(tmp_path, capsys, monkeyp
     out = tmp_path / "run"
     assert main(["train", "--problem", "plane1d", *TINY, "--steps", "20", "--out", str(out)]) == 1
     assert "no model was written" in capsys.readouterr().err
-    assert sorted(os.listdir(out)) == ["metrics.json"]
+    assert sorted(os.listdir(out)) == [*BOOKKEEPING, "metrics.json"]
 
 
 # -- Ctrl-C and --resume ------------------------------------------------------------------------

@@ -5,36 +5,65 @@ problem (:func:`helmpinn.trainer.default_settings`; every one can be overridden)
 ``OUT/model.npz``, ``OUT/metrics.json`` and PNG figures (``solution.png``, ``error.png``,
 ``history.png``).
 
-Every option is checked, and the output folder is created and tried for writing, before
-anything is trained or removed; misuse exits with status 2 and one line on stderr. A new run
-removes the files a previous run left in OUT under those five names (and temporary files of an
-interrupted save, ``.tmp-*.npz``), never any other file. Ctrl-C stops after the current step,
-saves the checkpoint and the report and exits with status 130; ``helmpinn train --resume OUT``
-continues that run with its saved settings (its ``--device`` included). ``--device cuda`` trains
-on the first GPU; without a CUDA build or a visible GPU, or with ``--optimizer lm`` (CPU only),
-it is refused (status 2) before anything is written. A run that diverges (non-finite loss or
-parameters) keeps the last good checkpoint, writes no model without one, and exits with status 1.
+Every option is checked before anything is written: numbers must be finite and in range (a
+problem's own options included; ``--threads`` at most 4 times the CPUs this process may use),
+and the memory the run needs (the points arrays, the training set, the core's workspace, the
+parameters: :func:`helmpinn.runfiles.training_memory`) must be within 80% of the memory
+available, or the run is refused naming the sizes. Misuse exits with status 2 and one line on
+stderr. The output folder (:mod:`helmpinn.runfiles`) is then created and tried for writing and
+locked for the whole run (``OUT/.helmpinn.lock``): a second run into the same folder, ``--resume``
+included, is refused (status 2) without touching anything.
+
+No work is lost, however a run stops. Every file is written to a temporary file in OUT and
+renamed into place; the previous run's model, report and figures stay until this run has its
+model (the first checkpoint), and then only the previous files this run did not replace are
+removed. Only files helmpinn wrote are ever replaced or removed: ``OUT/.helmpinn-manifest.json``
+records them, and a file under one of helmpinn's names that it did not write (a user's own
+``metrics.json``, a directory named ``model.npz``) makes the run stop before training with a
+message naming it; temporary files are removed only under the exact names helmpinn gives them.
+Ctrl-C (SIGINT) stops after the current step, saves the checkpoint and the report and exits
+with status 130; SIGTERM (how batch schedulers stop a job) does the same and exits with status
+143 (in a single process; under MPI it ends the job as it always has). ``helmpinn train --resume
+OUT`` continues that run with its saved settings (its ``--device`` included), keeping its
+history. ``--device cuda`` trains on the first GPU; without a CUDA build or a visible GPU, or
+with ``--optimizer lm`` (CPU only), it is refused (status 2) before anything is written. A run
+that diverges (non-finite loss or parameters) keeps the last good checkpoint and exits with
+status 1; without a checkpoint it writes no model, and a previous run's model in OUT stays with
+its report (this run's report then goes to ``diverged-metrics.json``).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
 from typing import Any, Sequence
 
+import numpy as np
+
+from . import runfiles
+
 __all__ = ["main", "build_parser"]
 
-#: The files ``helmpinn train`` writes into its output folder (a new run removes old ones).
+#: The files ``helmpinn train`` writes into its output folder (a new run replaces old ones).
 OUTPUTS = ("model.npz", "metrics.json", "solution.png", "error.png", "history.png")
 _FIGURES = ("solution.png", "error.png", "history.png")
+#: The report of a new run that diverged before its first checkpoint, beside a previous run's
+#: model and report (which stay).
+_DIVERGED_REPORT = "diverged-metrics.json"
+_ALL_OUTPUTS = OUTPUTS + (_DIVERGED_REPORT,)
+#: The largest metrics.json --resume reads (the history of a few million steps).
+_MAX_REPORT_BYTES = 1 << 30
 #: Options that may be given with ``--resume`` (every other setting comes from the checkpoint).
 _RESUME_OPTIONS = ("steps", "checkpoint_every", "threads", "quiet", "no_plots")
 _INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+_TERMINATED = 143   # 128 + SIGTERM
 
 
 class _UsageError(Exception):
@@ -127,8 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "parameters to the CPU for L-BFGS and back; --optimizer lm is CPU only); "
                         "saved with the run, so --resume continues on the same device")
     o.add_argument("--threads", type=int, default=None, help="CPU threads (default: OpenMP's)")
-    o.add_argument("--out", default=None, help="output folder (default helmpinn-out); files of a previous "
-                   "run there are replaced")
+    o.add_argument("--out", default=None, help="output folder (default helmpinn-out), locked while the run "
+                   "lasts; a previous run's files there are replaced once this run has its model, and files "
+                   "helmpinn did not write are never touched")
     o.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     o.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
@@ -169,6 +199,24 @@ def _check_options(args: argparse.Namespace) -> None:
         if not math.isfinite(value) or value < 0 or (value == 0 and name in _POSITIVE):
             need = "a positive" if name in _POSITIVE else "a non-negative"
             raise _UsageError(f"{_flag(name)} must be {need} finite number, got {value:g}")
+    for name, typ in _problem_option_names().items():  # the problem checks the range
+        value = getattr(args, name, None)
+        if typ in (int, float) and value is not None and not math.isfinite(value):
+            raise _UsageError(f"--{name} must be a finite number, got {value:g}")  # as the parser spells it
+    if args.threads is not None and args.threads > _MAX_THREADS_PER_CPU * _cpus():
+        raise _UsageError(f"--threads {args.threads}: at most {_MAX_THREADS_PER_CPU * _cpus()} "
+                          f"({_MAX_THREADS_PER_CPU} per CPU this process may use, {_cpus()})")
+
+
+_MAX_THREADS_PER_CPU = 4
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity set where the system has one)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return max(os.cpu_count() or 1, 1)
 
 
 def _given(args: argparse.Namespace) -> list[str]:
@@ -204,9 +252,13 @@ def _new_run(args: argparse.Namespace):
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"problem {args.problem!r}: {exc}") from None
 
-    s = default_settings(problem)
     optimizer = args.optimizer or "adam"
-    s.update(_second_order_defaults(problem, optimizer))
+    try:  # settings derived from the problem's numbers (an extreme --k overflows them)
+        s = default_settings(problem)
+        s.update(_second_order_defaults(problem, optimizer))
+    except (ValueError, ArithmeticError) as exc:
+        why = str(exc) if isinstance(exc, ValueError) else "the settings derived from them overflow"
+        raise _UsageError(f"problem {args.problem!r} with {_options_str(problem.options)}: {why}") from None
     optimizer = s["optimizer"]   # "auto" is resolved to the optimiser it picked
     pick = lambda key, value: s[key] if value is None else value  # noqa: E731
     seed = 0 if args.seed is None else args.seed
@@ -235,30 +287,89 @@ def _new_run(args: argparse.Namespace):
     elif args.lm_solver is not None or args.lm_geodesic is not None or args.lm_gram is not None:
         raise _UsageError("--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm")
     try:
-        _core.ModelSpec(problem.dim, settings["fourier"], settings["hidden"], settings["layers"])
-    except ValueError as exc:
+        spec = _core.ModelSpec(problem.dim, settings["fourier"], settings["hidden"], settings["layers"])
+    except (ValueError, TypeError, OverflowError) as exc:
+        why = str(exc) if isinstance(exc, ValueError) else f"each must be an integer below {2**31}"
         raise _UsageError(f"invalid model (--fourier {settings['fourier']}, --hidden {settings['hidden']}, "
-                          f"--layers {settings['layers']}): {exc}") from None
-    model = Model.create(problem.dim, settings["fourier"], settings["hidden"], settings["layers"],
-                         dtype=settings["dtype"], seed=seed, fourier_sigma=settings["sigma"])
+                          f"--layers {settings['layers']}): {why}") from None
+    _check_memory(settings, problem, spec, args.threads)
+    with np.errstate(over="ignore"):  # an overflow is reported below, naming the option
+        model = Model.create(problem.dim, settings["fourier"], settings["hidden"], settings["layers"],
+                             dtype=settings["dtype"], seed=seed, fourier_sigma=settings["sigma"])
+    if not np.all(np.isfinite(model.params)):
+        raise _UsageError(f"--sigma {settings['sigma']:g}: the Fourier frequencies drawn with it are not "
+                          f"finite in {settings['dtype']}; give a smaller --sigma (or --k)")
     return settings, problem, model
 
 
-def _resumed_run(args: argparse.Namespace, given: list[str]):
-    """Settings, problem and the checkpointed model of the run in ``args.resume``."""
-    from .model import Model
-    from .problems import get_problem
+def _options_str(options: dict[str, Any]) -> str:
+    return " ".join(f"--{k} {v:g}" if isinstance(v, (int, float)) else f"--{k} {v}" for k, v in options.items()) \
+        or "its defaults"
 
+
+def _check_memory(settings: dict[str, Any], problem, spec, threads: int | None) -> None:
+    """Refuse a run whose points, training set, workspace and parameters would not fit in the
+    memory available (:func:`helmpinn.runfiles.check_memory`), before anything is allocated."""
+    from . import _core
+
+    # a CPU workspace has scratch rows for as many threads as OpenMP runs or there are CPUs
+    threads = max(threads or _core.get_num_threads(), _cpus())
+    sizes = runfiles.training_memory(
+        problem.dim, settings["points"], settings["bc_points"], spec.num_params, settings["dtype"],
+        runfiles.workspace_bytes(spec, settings["dtype"], threads=threads))
+    if settings.get("optimizer") == "lm":
+        sizes.update(_lm_memory(settings, problem, spec))
+    what = ", ".join(f"{_flag(k)} {settings[k]}" for k in ("points", "bc_points", "hidden", "layers", "fourier"))
+    try:
+        runfiles.check_memory(sizes, f"this run ({what}, {settings['dtype']})")
+    except runfiles.MemoryBudgetError as exc:
+        raise _UsageError(str(exc)) from None
+
+
+def _lm_memory(settings: dict[str, Any], problem, spec) -> dict[str, int]:
+    """Levenberg-Marquardt's own matrices (J, JᵀJ or JJᵀ and their factors) for this run, by
+    the solver it will use: ``helmpinn.lm.choose_solver`` and ``memory_estimate`` where this
+    helmpinn.lm has them (an explicit dense solver over LM's budget is refused here, before
+    anything is written); without them, none (LM then checks its matrices as it makes them)."""
+    from . import lm
+
+    estimate, choose = getattr(lm, "memory_estimate", None), getattr(lm, "choose_solver", None)
+    if estimate is None or choose is None:
+        return {}
+    opts = settings["lm"]
+    params, rows = spec.num_params, 2 * (int(settings["points"]) + int(settings["bc_points"]))  # (re, im) rows
+    memory = {"gram": opts.get("gram", "float64"), "damping": opts.get("damping", "identity"),
+              "dtype": settings["dtype"]}
+    try:
+        solver = choose(params, rows, opts.get("solver", "auto"),
+                        max_matrix_bytes=opts.get("max_matrix_bytes", 2 << 30), **memory)
+        return {f"LM's {solver} system": int(estimate(params, rows, solver, **memory))}
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(f"--optimizer lm: {exc}") from None
+
+
+def _check_resume(args: argparse.Namespace, given: list[str]) -> None:
+    """--resume DIR: only the options a resumed run takes, and a folder DIR."""
     extra = [k for k in given if k not in _RESUME_OPTIONS]
     if extra:
         raise _UsageError(f"--resume continues a run with its saved settings; {', '.join(map(_flag, extra))} "
                           f"cannot be given with it (allowed: {', '.join(map(_flag, _RESUME_OPTIONS))})")
+    if args.out is not None and os.path.abspath(args.out) != os.path.abspath(args.resume):
+        raise _UsageError("--resume DIR writes into DIR; --out cannot name another folder")
+    if not os.path.isdir(args.resume):
+        raise _UsageError(f"--resume {args.resume!r}: no such folder")
+    if not os.path.lexists(os.path.join(args.resume, "model.npz")):
+        raise _UsageError(f"--resume {args.resume!r}: no model.npz there (no checkpoint of a run to continue)")
+
+
+def _resumed_run(args: argparse.Namespace):
+    """Settings, problem and the checkpointed model of the run in ``args.resume`` (checked by
+    :func:`_check_resume`, and locked)."""
+    from .model import Model
+    from .problems import get_problem
+
     folder = args.resume
     path = os.path.join(folder, "model.npz")
-    if not os.path.isdir(folder):
-        raise _UsageError(f"--resume {folder!r}: no such folder")
-    if not os.path.exists(path):
-        raise _UsageError(f"--resume {folder!r}: no model.npz there (no checkpoint of a run to continue)")
     try:
         model = Model.load(path)
     except ValueError as exc:
@@ -285,6 +396,7 @@ def _resumed_run(args: argparse.Namespace, given: list[str]):
         problem = get_problem(settings["problem"], **settings["problem_options"])
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"--resume: {path}: problem {settings['problem']!r}: {exc}") from None
+    _check_memory(settings, problem, model.spec, args.threads)
     return settings, problem, model, done
 
 
@@ -325,43 +437,93 @@ def _prepare_out(out: str) -> None:
         raise _UsageError(f"--out {out!r}: cannot write there ({exc.strerror or exc})") from None
 
 
-def _clear_outputs(out: str, names: Sequence[str]) -> list[str]:
-    """Remove helmpinn's own files ``names`` and stale temporary saves from ``out``; nothing else."""
-    from .model import TEMP_PREFIX
-
-    stale = [n for n in os.listdir(out) if n.startswith(TEMP_PREFIX) and n.endswith(".npz")]
-    removed = []
-    for name in [*names, *stale]:
-        path = os.path.join(out, name)
-        if os.path.isfile(path) or os.path.islink(path):
-            try:
-                os.unlink(path)
-            except OSError as exc:
-                raise _UsageError(f"--out {out!r}: cannot replace {name} ({exc.strerror or exc})") from None
-            removed.append(name)
-    return removed
+def _lock(out: str, flag: str, held: contextlib.ExitStack) -> runfiles.RunFolder:
+    """Lock ``out`` for this run until ``held`` closes (the end of :func:`main`)."""
+    try:
+        return held.enter_context(runfiles.RunFolder.acquire(out, flag))
+    except runfiles.OutputError as exc:
+        raise _UsageError(str(exc)) from None
 
 
-def _previous_history(out: str, done: int):
-    """The history (and training time) in ``out/metrics.json`` up to step ``done``, when that report
-    belongs to the checkpoint being resumed; else an empty history."""
+def _check_outputs(folder: runfiles.RunFolder, names: Sequence[str], adopt: Sequence[str] = ()) -> None:
+    try:
+        folder.check_outputs(names, adopt)
+    except runfiles.OutputError as exc:
+        raise _UsageError(str(exc)) from None
+
+
+_SAME_RUN = ("problem", "problem_options", "seed", "hidden", "layers", "fourier", "sigma", "dtype", "optimizer")
+
+
+def _previous_history(out: str, done: int, settings: dict[str, Any]):
+    """The history (and training time) in ``out/metrics.json`` up to step ``done``, when that
+    report is of the run being resumed (its settings; at step ``done``, or earlier when a later
+    leg was killed before its report), and whether it was; else an empty history. Only a
+    regular file of at most ``_MAX_REPORT_BYTES`` is read."""
     from .trainer import History
 
     try:
-        with open(os.path.join(out, "metrics.json")) as fh:
-            old = json.load(fh)
-        if old.get("final_step") != done:
-            return History(), 0.0
+        old = json.loads(runfiles.read_regular(os.path.join(out, "metrics.json"), _MAX_REPORT_BYTES))
+        final, saved = old["final_step"], old["settings"]
+        if not isinstance(final, int) or final > done or any(saved.get(k) != settings.get(k) for k in _SAME_RUN):
+            return History(), 0.0, False
         h = old["history"]
         keep = [i for i, st in enumerate(h["step"]) if st <= done]
         keep_eval = [i for i, st in enumerate(h["eval_step"]) if st <= done]
         fields = {k: [h[k][i] for i in (keep_eval if k.startswith("eval_") else keep)] for k in History().as_dict()}
-        return History(**fields), float(old.get("train_time_s") or 0.0)
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return History(), 0.0
+        return History(**fields), float(old.get("train_time_s") or 0.0), True
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return History(), 0.0, False
 
 
-def _cmd_train(args: argparse.Namespace) -> int:
+@contextlib.contextmanager
+def _stop_on_sigterm(trainer):
+    """SIGTERM, as Ctrl-C: the trainer stops after the current step (its checkpoint and the
+    report are written) and the run exits with status 143; a second SIGTERM ends the process
+    at once, as SIGTERM does by default. Yields a list that gets True when the signal came.
+    (The main thread of a single process only: under MPI the ranks must stop together, and
+    SIGTERM ends the job as before.)"""
+    seen: list[bool] = []
+
+    def on_sigterm(signum, frame):
+        if seen:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        seen.append(True)
+        trainer.request_stop("terminated")
+        print("\nhelmpinn: terminated (SIGTERM); stopping after the current step (SIGTERM again to end "
+              "at once)", file=sys.stderr, flush=True)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread
+        yield seen
+        return
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _write_figures(folder: runfiles.RunFolder, problem, model, history) -> list[str]:
+    """The figures, drawn into a temporary folder in OUT and each renamed into place."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("helmpinn: matplotlib is not installed, so no figures were written "
+              "(pip install matplotlib)", file=sys.stderr)
+        return []
+    from .plots import plot_all
+
+    tmp = folder.figure_dir()
+    try:
+        return [folder.replace(os.path.basename(f), f) for f in plot_all(problem, model, history, tmp)]
+    finally:
+        runfiles.remove_tree(tmp)
+
+
+def _cmd_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     from . import _core
     from .trainer import Trainer
 
@@ -374,15 +536,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"helmpinn: {exc}", file=sys.stderr)
         return 2
     rank, ranks = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
-    quiet = args.quiet or rank != 0  # rank 0 alone prints and writes files
+    quiet = args.quiet or rank != 0  # rank 0 alone prints, writes files and holds the folder's lock
     failed = False
+    folder, before, same_run = None, None, False
     try:
         _check_options(args)
         if args.resume is not None:
-            if args.out is not None and os.path.abspath(args.out) != os.path.abspath(args.resume):
-                raise _UsageError("--resume DIR writes into DIR; --out cannot name another folder")
-            settings, problem, model, done = _resumed_run(args, _given(args))
+            _check_resume(args, _given(args))
             out = args.resume
+            folder = _lock(out, "--resume", held) if rank == 0 else None
+            settings, problem, model, done = _resumed_run(args)
         else:
             settings, problem, model = _new_run(args)
             done = 0
@@ -394,8 +557,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise _UsageError(f"--lm-solver {settings['lm']['solver']}: over several MPI ranks LM sums JᵀJ "
                               "over the ranks, so only the primal solver (or auto) is available")
         _check_device(settings, ranks, args.resume)
-        if rank == 0:
+        if rank == 0 and folder is None:
             _prepare_out(out)
+            folder = _lock(out, "--out", held)
         if args.threads is not None:
             _core.set_num_threads(args.threads)
         elif comm is not None:  # ranks x threads must not oversubscribe a node's cores
@@ -418,9 +582,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise _UsageError(str(exc)) from None
         if done:
-            trainer.history, trainer.train_time = _previous_history(out, done)
-        # Only now, with every check passed, is anything of a previous run removed.
-        removed = _clear_outputs(out, _FIGURES + ("metrics.json",) if done else OUTPUTS) if rank == 0 else []
+            trainer.history, trainer.train_time, same_run = _previous_history(out, done, settings)
+        if folder is not None:
+            # What this run writes must be helmpinn's to replace; the checkpoint (and the report
+            # of the run) being resumed are.
+            adopt = ("model.npz", "metrics.json") if done and same_run else ("model.npz",) if done else ()
+            writes = _ALL_OUTPUTS if not args.no_plots else tuple(n for n in _ALL_OUTPUTS if n not in _FIGURES)
+            _check_outputs(folder, writes, adopt)
+            folder.remove_stale_temps(_ALL_OUTPUTS)
+            before = folder.signature("model.npz")  # the previous run's model, kept until replaced
+            folder.claim("model.npz")
     except _UsageError as exc:
         if not quiet or rank == 0:
             print(f"helmpinn: {exc}", file=sys.stderr)
@@ -430,17 +601,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if failed:
         return 2
     if not quiet:
-        if removed and not done:
-            print(f"helmpinn: replacing the previous run's {', '.join(removed)} in {out}", file=sys.stderr)
         what = f"resuming at step {done} of" if done else "training for"
         print(f"helmpinn: {problem!r}\nhelmpinn: {model!r}, {settings['threads']} threads, "
               f"{what} {settings['steps']} steps, {trainer.pde_points} + {trainer.bc_points} points"
               + (f", {ranks} MPI ranks" if ranks > 1 else ""), file=sys.stderr)
+    terminated = held.enter_context(_stop_on_sigterm(trainer)) if ranks == 1 else []
 
     try:
         history, polish = _fit(trainer, settings, done)
     except ValueError as exc:  # non-finite training data, named by the core
         print(f"helmpinn: {exc}", file=sys.stderr)
+        if folder is not None:
+            folder.record("model.npz")
         return 1
     interrupted = trainer.stop_requested is not None
     main_time = trainer.train_time   # the optimiser's (Adam, L-BFGS or LM), before any --lbfgs polish
@@ -451,7 +623,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         polish = trainer.polish(settings["lbfgs"])   # checkpointed at its end, as every fit
     error = trainer.evaluate()
     wall = time.perf_counter() - t_start  # set-up, training and polish; not the figures
-    have_model = os.path.exists(model_path)  # a diverged run keeps only a good checkpoint
+    # This run's model: the resumed run's checkpoint, or one this run wrote (a diverged new
+    # run may have none; a previous run's model then stays where it was)
+    have_model = folder is not None and (bool(done) or folder.signature("model.npz") != before)
 
     metrics = {
         "settings": settings,
@@ -480,37 +654,48 @@ def _cmd_train(args: argparse.Namespace) -> int:
     }
     if rank != 0:  # rank 0 alone writes the report and the figures
         return 1 if trainer.diverged else 0
-    metrics_path = os.path.join(out, "metrics.json")
-    with open(metrics_path, "w") as fh:
-        json.dump(_finite(metrics), fh, indent=1)
-    figures = []
-    if not args.no_plots and have_model:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            print("helmpinn: matplotlib is not installed, so no figures were written "
-                  "(pip install matplotlib)", file=sys.stderr)
-        else:
-            from .plots import plot_all
-
-            figures = plot_all(problem, model, history.as_dict(), out)
+    status = _write_outputs(folder, metrics, problem, model, history.as_dict(), have_model=have_model,
+                            kept_previous=not have_model and before is not None, plots=not args.no_plots)
+    metrics_path = os.path.join(out, status["report"])
     if trainer.diverged:
         kept = (f"kept the last good checkpoint {model_path} (step {trainer.step})" if have_model else
                 "no model was written (no checkpoint before the divergence; --checkpoint-every N keeps one)")
+        if status["kept_previous"]:
+            kept += f"; the previous run's {', '.join(status['kept_previous'])} in {out} are left as they were"
         print(f"helmpinn: training diverged: {trainer.stop_reason}; {kept}; wrote {metrics_path}. "
               f"A smaller --lr (this run: {settings['lr']:g}) may help", file=sys.stderr)
         return 1
     if interrupted:
-        print(f"helmpinn: interrupted at step {trainer.step} of {settings['steps']}; wrote {model_path}, "
+        how = "terminated" if terminated else "interrupted"
+        print(f"helmpinn: {how} at step {trainer.step} of {settings['steps']}; wrote {model_path}, "
               f"{metrics_path}; continue with: helmpinn train --resume {out}", file=sys.stderr)
-        return _INTERRUPTED
+        return _TERMINATED if terminated else _INTERRUPTED
     if not quiet:
         err_s = "n/a" if error is None else f"{error:.3e}"
         print(f"helmpinn: relative L2 error {err_s} after {trainer.step} steps, "
               f"{trainer.train_time:.1f} s ({_rate(metrics['steps_per_s'])}); "
               f"wrote {model_path}, {metrics_path}"
-              + "".join(f", {f}" for f in figures), file=sys.stderr)
-    return 0
+              + "".join(f", {f}" for f in status["figures"])
+              + (f"; removed the previous run's {', '.join(status['removed'])}" if status["removed"] else ""),
+              file=sys.stderr)
+    return _TERMINATED if terminated else 0
+
+
+def _write_outputs(folder: runfiles.RunFolder, metrics: dict[str, Any], problem, model, history,
+                   *, have_model: bool, kept_previous: bool, plots: bool) -> dict[str, Any]:
+    """The report and the figures, each written atomically; then the previous run's files this
+    run did not replace are removed (only once this run has its model). A new run without a
+    model beside a previous run's model leaves that run's files as they are and writes its
+    report to ``diverged-metrics.json``."""
+    report = _DIVERGED_REPORT if kept_previous else "metrics.json"
+    folder.write(report, json.dumps(_finite(metrics), indent=1).encode())
+    figures = _write_figures(folder, problem, model, history) if plots and have_model else []
+    written = {"model.npz", report, *map(os.path.basename, figures)}
+    removed = folder.remove(n for n in _ALL_OUTPUTS if n not in written) if have_model else []
+    folder.record("model.npz")  # as it is now (no longer claimed by a running run)
+    kept = [n for n in OUTPUTS if kept_previous and n not in written and folder.owns(n)]
+    return {"report": report, "figures": figures, "removed": removed,
+            "kept_previous": ["model.npz", *kept] if kept_previous else []}
 
 
 def _second_order_defaults(problem, optimizer: str) -> dict[str, Any]:
@@ -566,11 +751,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "problems":
         return _cmd_problems()
+    from .distributed import abort_on_error, launch_comm
+
     try:
-        return _cmd_train(args)
-    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
-        print("\nhelmpinn: aborted (the last checkpoint, if any, is in the output folder)", file=sys.stderr)
-        return _INTERRUPTED
+        comm = launch_comm()
+    except RuntimeError:  # mpi4py missing under a launcher: _cmd_train says so
+        comm = None
+    # Under several MPI ranks an exception that escapes everything on one rank ends the job on
+    # every rank (with the message) instead of leaving the others waiting in a collective.
+    with abort_on_error(comm):
+        try:
+            with contextlib.ExitStack() as held:  # the output folder's lock, the SIGTERM handler
+                return _cmd_train(args, held)
+        except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
+            print("\nhelmpinn: aborted (the last checkpoint, if any, is in the output folder)",
+                  file=sys.stderr)
+            return _INTERRUPTED
 
 
 if __name__ == "__main__":

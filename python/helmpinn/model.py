@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import zipfile
 import zlib
 from typing import Any, Mapping
@@ -30,8 +31,10 @@ __all__ = ["Model", "FORMAT_VERSION", "TEMP_PREFIX"]
 FORMAT_VERSION = 1
 _DTYPES = ("float32", "float64")
 #: Name prefix of the temporary file :meth:`Model.save` writes before renaming it into place.
-#: A process killed during a save leaves one behind; ``helmpinn train`` removes them.
+#: A process killed during a save leaves one behind; ``helmpinn train`` removes those of its
+#: own outputs (``.tmp-model.npz-<12 hex digits>.npz``, :mod:`helmpinn.runfiles`).
 TEMP_PREFIX = ".tmp-"
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -332,20 +335,39 @@ def _state_on_host(state: Mapping[str, Any], copy: bool = True) -> dict[str, Any
 def _read_npz(path: str) -> dict[str, np.ndarray]:
     """Every array of the .npz at ``path``, read eagerly, so that a truncated or corrupted file
     (a bad zip directory, a CRC mismatch, a short member, a mangled header) fails here with the
-    path named."""
+    path named. Only a regular file is read (opened without blocking, then checked, so that a
+    FIFO or a device under the name neither hangs nor is read without end), and only a zip
+    archive (anything else is named as what it is, not handed to NumPy's pickle advice)."""
     try:
-        # Our own file object: np.load leaks the one it opens when the zip directory is bad.
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError as exc:
+        raise ValueError(f"{path}: no such file") from exc
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    # Our own file object: np.load leaks the one it opens when the zip directory is bad.
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file (a directory, FIFO or device); "
+                             f"not a helmpinn model file")
+        head = fh.read(len(_NPY_MAGIC))
+        fh.seek(0)
+        if head == _NPY_MAGIC:
+            raise ValueError(f"{path}: a single .npy array, not an .npz archive; not a helmpinn model file")
+        if not head.startswith(b"PK"):
+            what = "it is empty" if not head else f"it starts with {head!r}"
+            raise ValueError(f"{path}: not a helmpinn model file: not an .npz (zip) archive ({what}); "
+                             f"it may be truncated or corrupted")
+        try:
             npz = np.load(fh, allow_pickle=False)
             if not isinstance(npz, np.lib.npyio.NpzFile):
                 raise ValueError("a single .npy array, not an .npz archive")
             with npz:
                 return {key: npz[key] for key in npz.files}
-    except FileNotFoundError as exc:
-        raise ValueError(f"{path}: no such file") from exc
-    except (OSError, EOFError, ValueError, NotImplementedError, zipfile.BadZipFile, zlib.error) as exc:
-        raise ValueError(f"{path}: not a readable helmpinn model file; it may be truncated or "
-                         f"corrupted ({type(exc).__name__}: {exc})") from exc
+        except (OSError, EOFError, ValueError, NotImplementedError, zipfile.BadZipFile, zlib.error) as exc:
+            why = (f"{type(exc).__name__}: {exc}" if "pickle" not in str(exc)
+                   else "it holds an object (pickled) array, which a helmpinn model never does")
+            raise ValueError(f"{path}: not a readable helmpinn model file; it may be truncated or "
+                             f"corrupted ({why})") from exc
 
 
 def _create_temp(folder: str, name: str) -> tuple[int, str]:
