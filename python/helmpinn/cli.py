@@ -1,6 +1,7 @@
 """Command line: ``helmpinn train --problem NAME ...`` and ``helmpinn problems``.
 
-``helmpinn train`` builds a built-in problem, trains a model with settings derived from the
+``helmpinn train`` builds a built-in problem (or a user's, ``--problem path/to/file.py:make``:
+:func:`helmpinn.registry.get_problem`), trains a model with settings derived from the
 problem (:func:`helmpinn.trainer.default_settings`; every one can be overridden) and writes
 ``OUT/model.npz``, ``OUT/metrics.json`` and PNG figures (``solution.png``, ``error.png``,
 ``history.png``).

@@ -1,7 +1,7 @@
 """Media given on grids: :class:`GridField`, a coefficient sampled on a regular 1/2/3-D grid.
 
 A GridField is a callable ``x [N, d] -> [N]`` and works wherever a :class:`~helmpinn.Problem`
-takes a callable coefficient (``kappa``, ``velocity``, ``density``, ``a``, ``c``, ``source``).
+takes a callable coefficient (``kappa``, ``velocity``, ``density``, ``a``, ``source``).
 Between the grid nodes it is the cubic B-spline interpolant (not-a-knot ends, through
 ``scipy.interpolate.make_interp_spline`` along each axis), so its first and second derivatives
 are continuous and available (:meth:`GridField.gradient`, :meth:`GridField.hessian`,
