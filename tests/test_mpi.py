@@ -57,6 +57,13 @@ def _launch(case: str, out, *, timeout: float = 120, env: dict | None = None) ->
 
 
 # -- the tests (one process) -----------------------------------------------------------------------
+def test_cli_lm_over_ranks_takes_cg_and_refuses_dual(tmp_path):
+    """LM over MPI sums JᵀJ (primal) or the matrix-free products (cg) over the ranks: the CLI
+    accepts --lm-solver cg there and refuses dual with exit status 2."""
+    _launch("cli_lm_solvers", tmp_path)
+    assert json.loads((tmp_path / "codes.json").read_text()) == [0, 2]
+
+
 def test_sharded_value_and_grad_equals_union(tmp_path):
     """Uneven shards, every term, ranks without some terms or without any point: the loss, its
     terms and the gradient on every rank equal one process's on the union (1e-12 relative);
@@ -404,6 +411,19 @@ def _worker_cli(comm, out: str) -> None:
             json.dump({str(r): w for r, w in enumerate(everyone)}, fh)
 
 
+def _worker_cli_lm_solvers(comm, out: str) -> None:
+    """`helmpinn train --optimizer lm` over the ranks: cg runs, dual is refused (exit 2)."""
+    from helmpinn.cli import main
+
+    args = ["train", "--problem", "plane1d", "--optimizer", "lm", "--steps", "2", "--points", "64",
+            "--quiet", "--no-plots"]
+    codes = [main([*args, "--lm-solver", "cg", "--out", os.path.join(out, "cg")]),
+             main([*args, "--lm-solver", "dual", "--out", os.path.join(out, "dual")])]
+    if comm.Get_rank() == 0:
+        with open(os.path.join(out, "codes.json"), "w") as fh:
+            json.dump(codes, fh)
+
+
 if __name__ == "__main__":
     from mpi4py import MPI
 
@@ -412,7 +432,7 @@ if __name__ == "__main__":
         {"value_and_grad": _worker_value_and_grad, "adam": _worker_adam, "lm": _worker_lm,
          "lm32": lambda comm, out: _worker_lm(comm, out, gram="float32"),
          "lmcg": lambda comm, out: _worker_lm(comm, out, solver="cg"),
-         "cli": _worker_cli}[case](MPI.COMM_WORLD, folder)
+         "cli": _worker_cli, "cli_lm_solvers": _worker_cli_lm_solvers}[case](MPI.COMM_WORLD, folder)
     except BaseException:  # fail the whole job now rather than leave the other ranks waiting
         import traceback
 

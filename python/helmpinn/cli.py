@@ -333,14 +333,17 @@ def _lm_memory(settings: dict[str, Any], problem, spec) -> dict[str, int]:
     helmpinn.lm has them (an explicit dense solver over LM's budget is refused here, before
     anything is written); without them, none (LM then checks its matrices as it makes them)."""
     from . import lm
+    from .distributed import launched_size
 
     estimate, choose = getattr(lm, "memory_estimate", None), getattr(lm, "choose_solver", None)
     if estimate is None or choose is None:
         return {}
     opts = settings["lm"]
-    params, rows = spec.num_params, 2 * (int(settings["points"]) + int(settings["bc_points"]))  # (re, im) rows
+    ranks = launched_size()   # under mpiexec each rank holds its share of the rows
+    total = 2 * (int(settings["points"]) + int(settings["bc_points"]))  # (re, im) rows
+    params, rows = spec.num_params, -(-total // ranks)
     memory = {"gram": opts.get("gram", "float64"), "damping": opts.get("damping", "identity"),
-              "dtype": settings["dtype"]}
+              "dtype": settings["dtype"], "ranks": ranks}
     try:
         solver = choose(params, rows, opts.get("solver", "auto"),
                         max_matrix_bytes=opts.get("max_matrix_bytes", 2 << 30), **memory)
@@ -554,9 +557,10 @@ def _cmd_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         if ranks > 1 and (settings["lbfgs"] or settings.get("optimizer") == "lbfgs"):
             raise _UsageError("L-BFGS runs on one process; with several MPI ranks use --optimizer "
                               "adam (and --lbfgs 0) or lm")
-        if ranks > 1 and settings.get("optimizer") == "lm" and settings["lm"]["solver"] not in ("auto", "primal"):
-            raise _UsageError(f"--lm-solver {settings['lm']['solver']}: over several MPI ranks LM sums JᵀJ "
-                              "over the ranks, so only the primal solver (or auto) is available")
+        if ranks > 1 and settings.get("optimizer") == "lm" and settings["lm"]["solver"] == "dual":
+            raise _UsageError("--lm-solver dual: over several MPI ranks LM sums JᵀJ (primal) or the "
+                              "matrix-free products (cg) over the ranks; JJᵀ would need every rank's "
+                              "rows, so use primal, cg or auto")
         _check_device(settings, ranks, args.resume)
         if rank == 0 and folder is None:
             _prepare_out(out)
