@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _core, _device
 
-__all__ = ["Batch", "KEYWORDS", "TERM_KEYWORDS"]
+__all__ = ["Batch", "KEYWORDS", "TERM_KEYWORDS", "TERMS", "POINTS", "WEIGHTS"]
 
 # The loss terms and their arrays, from the core's table (helmpinn._core.loss_terms()): nothing
 # here names a term or an array.
@@ -38,8 +38,13 @@ _TERMS = _core.loss_terms()
 TERM_KEYWORDS = {t["term"]: tuple(a["keyword"] for a in t["arrays"]) for t in _TERMS}
 # The core's array keywords, in the order the terms take them, and counts.
 KEYWORDS = tuple(k for keys in TERM_KEYWORDS.values() for k in keys) + ("counts",)
+# The term names in order ("pde", "data", "bc": the keys of counts= and of LossBreakdown), each
+# term's points keyword ("x_pde", ...) and its weight keyword ("w_pde", ...).
+TERMS = tuple(TERM_KEYWORDS)
+POINTS = {t: keys[0] for t, keys in TERM_KEYWORDS.items()}
+WEIGHTS = {t["term"]: t["weight"] for t in _TERMS}
 _ARRAYS = {a["keyword"]: a for t in _TERMS for a in t["arrays"]}
-_POINTS = {t: keys[0] for t, keys in TERM_KEYWORDS.items()}
+_POINTS = POINTS
 
 
 def _is_device_array(a: Any) -> bool:
