@@ -64,7 +64,7 @@ Checked<T> check_array(py::handle obj, const char* name, const Shape& pattern, b
         throw py::type_error(std::string(name) + ": expected a numpy " + want + ", got " +
                              std::string(py::str(py::type::of(obj).attr("__name__"))));
     auto arr = py::reinterpret_borrow<py::array>(obj);
-    if (!arr.dtype().is(py::dtype::of<T>()))
+    if (!arr.dtype().equal(py::dtype::of<T>()))
         throw py::type_error(std::string(name) + ": expected a " + want + ", got dtype " +
                              std::string(py::str(arr.dtype())));
     Shape shape(arr.shape(), arr.shape() + arr.ndim());

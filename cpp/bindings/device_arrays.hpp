@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "guard.hpp"  // first: the casters of the classes bound here
 #include "arrays.hpp"
 #include "helmpinn/runtime.hpp"
 
@@ -467,8 +468,8 @@ public:
     static std::unique_ptr<DeviceArray> from_host(py::handle obj, int device) {
         py::array arr = py::array::ensure(obj);
         if (!arr) throw py::type_error("DeviceArray.from_host: expected an array-like");
-        const bool f32 = arr.dtype().is(py::dtype::of<float>());
-        if (!f32 && !arr.dtype().is(py::dtype::of<double>()))
+        const bool f32 = arr.dtype().equal(py::dtype::of<float>());
+        if (!f32 && !arr.dtype().equal(py::dtype::of<double>()))
             throw py::type_error("DeviceArray.from_host: expected a float32 or float64 array, got dtype " +
                                  std::string(py::str(arr.dtype())));
         arr = py::module_::import("numpy").attr("ascontiguousarray")(arr);
@@ -489,7 +490,7 @@ public:
     void copy_from_host(py::handle obj) {
         py::array arr = py::array::ensure(obj);
         if (!arr) throw py::type_error("DeviceArray.copy_from_host: expected an array-like");
-        if (!arr.dtype().is(dtype()))
+        if (!arr.dtype().equal(dtype()))
             throw py::type_error("DeviceArray.copy_from_host: expected a " +
                                  std::string(itemsize_ == 4 ? "float32" : "float64") +
                                  " array, got dtype " + std::string(py::str(arr.dtype())));

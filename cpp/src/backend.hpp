@@ -38,17 +38,13 @@ public:
 /// means per term over its count (0 for an absent term) and their weighted total.
 template <typename T>
 LossBreakdown loss_breakdown(const double sums[terms::kNumTerms], const LossInputs<T>& in) {
-    double mean[terms::kNumTerms], total = 0.0;
+    LossBreakdown out;
     for (int t = 0; t < terms::kNumTerms; ++t) {
         const terms::TermPoints<T> tp = terms::term_points(in, t);
-        mean[t] = tp.n ? sums[t] / double(tp.count) : 0.0;
-        total += double(tp.w) * mean[t];
+        const double mean = tp.n ? sums[t] / double(tp.count) : 0.0;
+        out.*terms::term_table<T>()[t].mean = mean;
+        out.total += double(tp.w) * mean;
     }
-    LossBreakdown out;
-    out.pde = mean[terms::kPde];
-    out.data = mean[terms::kData];
-    out.bc = mean[terms::kBc];
-    out.total = total;
     return out;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../src/common/loss_terms.hpp"  // the loss-term table (private to the core)
 #include "check.hpp"
 
 namespace {
@@ -188,6 +189,17 @@ void workspace_calls(const char* tname) {
         in.kappa_const = nan;
         expect_throw<std::invalid_argument>(pre + "value_and_grad(check_finite, kappa_const=NaN)",
                                             "kappa", [&] { vg(in); });
+        // jvp's v and vjp's w are scanned too (named v, w)
+        LossInputs<T> ok = good;
+        ok.check_finite = true;
+        const std::size_t R = ws.num_residuals(ok);
+        std::vector<T> v(P, T(0)), w(R, T(0)), out(R > P ? R : P);
+        v[1] = nan;
+        w[2] = nan;
+        expect_throw<std::invalid_argument>(pre + "jvp(check_finite, NaN in v)", "v contains NaN",
+                                            [&] { ws.jvp(th.data(), v.data(), ok, out.data()); });
+        expect_throw<std::invalid_argument>(pre + "vjp(check_finite, NaN in w)", "w contains NaN",
+                                            [&] { ws.vjp(th.data(), w.data(), ok, out.data()); });
     }
     untouched = true;
     for (T v : g) untouched = untouched && v == T(777);
@@ -382,9 +394,36 @@ void cuda_stub() {
     }
 }
 
+// The loss-term table: each term's arrays are one run, its points first (the binding and the
+// checks rely on it), at most kMaxTermArrays; an entry outside the table is an error, never the
+// Robin term.
+void term_table() {
+    namespace terms = helmpinn::terms;
+    const auto* arrays = terms::array_table<double>();
+    int previous = -1;
+    for (int a = 0; a < terms::num_arrays<double>(); ++a) {
+        const int t = arrays[a].term;
+        CHECK(t == previous || t == previous + 1, "array " << arrays[a].name << " out of order");
+        if (t != previous)
+            CHECK(arrays[a].array == terms::term_table<double>()[t].x &&
+                      arrays[a].extent == terms::Extent::d && arrays[a].required,
+                  "array " << arrays[a].name << " should be term " << t << "'s points");
+        previous = t;
+    }
+    CHECK(previous == terms::kNumTerms - 1, "the array table covers " << previous + 1 << " terms");
+    LossInputs<double> in;
+    for (int t = 0; t < terms::kNumTerms; ++t) {
+        terms::TermArray<double> out[terms::kMaxTermArrays];
+        CHECK(terms::term_arrays(in, t, 2, out) <= terms::kMaxTermArrays, "term " << t);
+    }
+    expect_throw<std::logic_error>("with_term(99)", "out of range",
+                                   [] { terms::with_term(99, [](auto) {}); });
+}
+
 }  // namespace
 
 int main() {
+    term_table();
     specs();
     workspace_calls<float>("float");
     workspace_calls<double>("double");

@@ -3,16 +3,22 @@
 Every array argument is checked before any work: dtype (float32 or float64, the same for all
 arrays of one call, matching the Workspace), shape, C-contiguity and, for outputs, writability.
 A wrong array raises TypeError (dtype) or ValueError (shape, layout) naming the argument and
-what was expected. The GIL is released while C++ computes.
+what was expected. A dtype is compared by value (kind, size, byte order), so arrays that went
+through pickle are accepted. The GIL is released while C++ computes. An object of any class
+here made by ``Class.__new__`` without ``__init__`` raises TypeError when used.
 """
-from typing import Literal, overload
+from typing import Literal, Protocol, TypedDict, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
-from .batch import Batch
-
 __version__: str
+
+class BatchLike(Protocol):
+    """What batch= takes (helmpinn.Batch is one): the array keywords it holds (and optionally
+    "counts"), and its dtype. The core reads nothing else from it."""
+    def __helmpinn_batch__(self) -> tuple[dict[str, object], np.dtype]: ...
+
 
 Float = np.float32 | np.float64
 DTypeName = Literal["float32", "float64"]
@@ -149,7 +155,8 @@ class Workspace:
     # python/helmpinn/batch.py: the arrays below converted once, the same object reused step
     # after step; a Batch of another dtype than the workspace's raises TypeError) or as the
     # keywords themselves; batch= with any of x_pde ... g_bc or counts raises TypeError naming
-    # them. The options (w_*, train_fourier, check_finite) are keywords either way:
+    # them. The options (w_*, train_fourier, check_finite) are keywords either way. The terms and
+    # their keywords are the core's table (loss_terms()):
     #   batch: helmpinn.Batch | None = None
     #   x_pde [N_pde, d], kappa (float or [N_pde]), f [N_pde, 2]        PDE term
     #   a_pde, b_pde (complex or [N_pde, d, 2]), c_pde (complex or [N_pde, 2]): the general
@@ -162,17 +169,19 @@ class Workspace:
     #   counts: {"pde": n, "data": m, "bc": q}   global counts: each mean divides by these
     #                                             instead of the local points (data parallel)
     #   train_fourier: bool = True                False: B frozen, its gradient/columns are 0
-    #   check_finite: bool = False                scan inputs, ValueError naming a NaN/Inf array
-    # An unknown keyword raises TypeError naming it.
+    #   check_finite: bool = False                scan inputs (and jvp's v, vjp's w), ValueError
+    #                                             naming a NaN/Inf array
+    # An unknown keyword raises TypeError naming it. A constant that overflows the workspace's
+    # dtype (1e39 in float32) raises ValueError naming it.
     @overload
     def value_and_grad(self, params: NDArray[Float], grad: NDArray[Float], *,
                        grad_kappa: NDArray[Float] | None = None, breakdown: Literal[False] = False,
-                       stream: int | object | None = None, batch: Batch | None = None,
+                       stream: int | object | None = None, batch: BatchLike | None = None,
                        **batch_keywords: object) -> float: ...
     @overload
     def value_and_grad(self, params: NDArray[Float], grad: NDArray[Float], *,
                        grad_kappa: NDArray[Float] | None = None, breakdown: Literal[True],
-                       stream: int | object | None = None, batch: Batch | None = None,
+                       stream: int | object | None = None, batch: BatchLike | None = None,
                        **batch_keywords: object) -> LossBreakdown:
         """Loss of the given terms; writes d(loss)/d(params) into grad (overwritten). With
         grad_kappa [N_pde] also d(loss)/d(kappa_i) at every PDE point (inverse problems);
@@ -181,26 +190,27 @@ class Workspace:
     # boundary points, each point as (re, im), each scaled by sqrt(w_term / count_term): the
     # loss is exactly r @ r and its gradient 2 J^T r. Outputs are allocated when out is None.
     def residuals(self, params: NDArray[Float], *, out: NDArray[Float] | None = None,
-                  stream: int | object | None = None, batch: Batch | None = None,
+                  stream: int | object | None = None, batch: BatchLike | None = None,
                   **batch_keywords: object) -> NDArray[Float]:
         """r [R]."""
     def jacobian(self, params: NDArray[Float], *, out: NDArray[Float] | None = None,
                  rows: tuple[int, int] | None = None, stream: int | object | None = None,
-                 batch: Batch | None = None, **batch_keywords: object) -> NDArray[Float]:
+                 batch: BatchLike | None = None, **batch_keywords: object) -> NDArray[Float]:
         """J = dr/dparams [R, P] (row-major, parameter layout), or rows=(start, stop) of it
         [stop - start, P]: any R in bounded memory, a range at a time."""
     def jvp(self, params: NDArray[Float], v: NDArray[Float], *,
             out: NDArray[Float] | None = None, stream: int | object | None = None,
-            batch: Batch | None = None, **batch_keywords: object) -> NDArray[Float]:
+            batch: BatchLike | None = None, **batch_keywords: object) -> NDArray[Float]:
         """J v [R] for v [P]."""
     def vjp(self, params: NDArray[Float], w: NDArray[Float], *,
             out: NDArray[Float] | None = None, stream: int | object | None = None,
-            batch: Batch | None = None, **batch_keywords: object) -> NDArray[Float]:
+            batch: BatchLike | None = None, **batch_keywords: object) -> NDArray[Float]:
         """J^T w [P] for w [R]."""
 
 class LossBreakdown:
     """The loss of one value_and_grad call: total = w_pde*pde + w_data*data + w_bc*bc, each
-    term its unweighted mean over its count (0 when absent). float(b) is b.total."""
+    term its unweighted mean over its count (0 when absent). float(b) is b.total; one property
+    per term of loss_terms()."""
     @property
     def total(self) -> float: ...
     @property
@@ -235,6 +245,22 @@ def adam_step(params: Array, grad: Array, m: Array, v: Array, step: int, lr: flo
 
     Raises ValueError (buffers untouched) for step < 1, eps <= 0, beta1 or beta2 outside
     [0, 1), or an lr or weight_decay that is negative or not finite."""
+
+class ArrayEntry(TypedDict):
+    keyword: str                        # the batch keyword (and LossInputs field)
+    shape: tuple[str | int, ...]        # "N" points, "d" dimensions, 2 a complex value (re, im)
+    required: bool                      # needed whenever the term has points
+    constant: Literal["real", "complex"] | None   # what may stand in for the array
+    operator: bool                      # giving it selects the general operator
+
+class TermEntry(TypedDict):
+    term: str                           # "pde", "data", "bc": keys of counts= and LossBreakdown
+    weight: str                         # its weight's keyword, "w_pde", ...
+    arrays: list[ArrayEntry]            # in order, the term's points first
+
+def loss_terms() -> list[TermEntry]:
+    """The core's loss-term table: every term and its arrays, in order (helmpinn.batch's
+    KEYWORDS and TERM_KEYWORDS come from it)."""
 
 def has_openmp() -> bool: ...
 def has_cuda() -> bool: ...

@@ -21,28 +21,30 @@ are, unconverted, for the core to check.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
 
-from . import _device
+from . import _core, _device
 
-__all__ = ["Batch", "KEYWORDS", "TERM_KEYWORDS"]
+__all__ = ["Batch", "KEYWORDS", "TERM_KEYWORDS", "TERMS", "POINTS", "WEIGHTS"]
 
-# The core's array keywords, in the order the terms take them.
-KEYWORDS = ("x_pde", "kappa", "f", "a_pde", "b_pde", "c_pde", "x_data", "y", "x_bc", "n_bc",
-            "alpha_bc", "g_bc", "counts")
-# The keywords of each term (a term is present when its points are).
-TERM_KEYWORDS = {"pde": ("x_pde", "kappa", "f", "a_pde", "b_pde", "c_pde"),
-                 "data": ("x_data", "y"),
-                 "bc": ("x_bc", "n_bc", "alpha_bc", "g_bc")}
-_POINTS = {"pde": "x_pde", "data": "x_data", "bc": "x_bc"}
-_REAL_ROWS = ("x_pde", "x_data", "x_bc", "n_bc")      # real [N, d]
-_PAIRS = ("f", "y", "g_bc")                          # complex [N] or real pairs [N, 2]
-_COEFFICIENTS = ("a_pde", "b_pde", "c_pde", "alpha_bc")  # a complex constant or an array
+# The loss terms and their arrays, from the core's table (helmpinn._core.loss_terms()): nothing
+# here names a term or an array.
+_TERMS = _core.loss_terms()
+# The keywords of each term in the core's order, its points first (a term is present when its
+# points are).
+TERM_KEYWORDS = {t["term"]: tuple(a["keyword"] for a in t["arrays"]) for t in _TERMS}
+# The core's array keywords, in the order the terms take them, and counts.
+KEYWORDS = tuple(k for keys in TERM_KEYWORDS.values() for k in keys) + ("counts",)
+# The term names in order ("pde", "data", "bc": the keys of counts= and of LossBreakdown), each
+# term's points keyword ("x_pde", ...) and its weight keyword ("w_pde", ...).
+TERMS = tuple(TERM_KEYWORDS)
+POINTS = {t: keys[0] for t, keys in TERM_KEYWORDS.items()}
+WEIGHTS = {t["term"]: t["weight"] for t in _TERMS}
+_ARRAYS = {a["keyword"]: a for t in _TERMS for a in t["arrays"]}
+_POINTS = POINTS
 
 
 def _is_device_array(a: Any) -> bool:
@@ -50,12 +52,23 @@ def _is_device_array(a: Any) -> bool:
                                               or hasattr(a, "__dlpack__"))
 
 
-def _frozen(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def _frozen(name: str, a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``a`` as a read-only C-contiguous array of ``dtype``: ``a`` itself when it already is one,
-    else a read-only view of the converted array (no copy when only the flag differs)."""
+    else a read-only view of the converted array (no copy when only the flag differs).
+    ValueError when a finite value does not fit ``dtype`` (1e39 in float32), as the core says
+    of the scalars it converts, instead of an Inf."""
     if a.dtype == dtype and a.flags.c_contiguous and not a.flags.writeable:
         return a
-    out = np.ascontiguousarray(a, dtype=dtype).view()
+    with np.errstate(over="ignore"):
+        out = np.ascontiguousarray(a, dtype=dtype)
+    if out.dtype.itemsize < a.dtype.itemsize or a.dtype.kind in "iu":
+        bad = np.flatnonzero(np.isinf(out) & np.isfinite(a))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"{name}: {float(a.reshape(-1)[i]):.9g} (at flat index {i}) "
+                             f"overflows {dtype.name} (largest finite value "
+                             f"{float(np.finfo(dtype).max):.9g})")
+    out = out.view()
     out.flags.writeable = False
     return out
 
@@ -67,17 +80,37 @@ def _array(name: str, value: Any, dtype: np.dtype, *, complex_ok: bool) -> Any:
     if np.iscomplexobj(a):
         if not complex_ok:
             raise TypeError(f"{name}: expected real values, got {a.dtype}")
-        pairs = np.empty(a.shape + (2,), dtype=dtype)
-        pairs[..., 0] = a.real
-        pairs[..., 1] = a.imag
-        a = pairs
+        a = np.stack([a.real, a.imag], axis=-1)   # (re, im) pairs, converted below
     elif not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
         raise TypeError(f"{name}: expected an array of numbers, got dtype {a.dtype}")
-    return _frozen(a, dtype)
+    return _frozen(name, a, dtype)
+
+
+def _entry(key: str, value: Any, dtype: np.dtype) -> Any:
+    """One array keyword's value, converted as the core's table describes it: the points real
+    ``[N, d]``; a value per point complex (``[N]``, converted to ``[N, 2]`` pairs) where the core
+    takes pairs; a real or complex constant where one may stand in for the array."""
+    info = _ARRAYS[key]
+    constant = info["constant"]
+    if constant is not None and np.ndim(value) == 0 and not _is_device_array(value):
+        if constant == "real":
+            if np.iscomplexobj(value):
+                raise TypeError(f"{key}: expected a real number or a real array, got a complex "
+                                f"value")
+            return float(value)
+        try:
+            return complex(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{key}: expected a complex number or an array, got "
+                            f"{type(value).__name__}") from None
+    value = _array(key, value, dtype, complex_ok=info["shape"][-1] == 2)
+    if info["shape"] == ("N", "d") and isinstance(value, np.ndarray) and value.ndim != 2:
+        raise ValueError(f"{key}: expected an array of shape (N, d), got shape {value.shape}")
+    return value
 
 
 def _default_dtype(values: Mapping[str, Any]) -> np.dtype:
-    for key in ("x_pde", "x_data", "x_bc"):
+    for key in _POINTS.values():
         a = values.get(key)
         dt = getattr(a, "dtype", None)
         if dt is not None and np.dtype(dt) in (np.float32, np.float64):
@@ -85,10 +118,10 @@ def _default_dtype(values: Mapping[str, Any]) -> np.dtype:
     return np.dtype(np.float64)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Batch(Mapping):
     """The inputs of every loss term, converted once to C-contiguous arrays of ``dtype``.
 
+    The keywords are the core's (:func:`helmpinn._core.loss_terms`, in ``TERM_KEYWORDS``).
     PDE term: ``x_pde [N, d]``, ``kappa`` (a float or ``[N]``), ``f`` (complex ``[N]`` or real
     pairs ``[N, 2]``); the general operator's ``a_pde``, ``b_pde`` (complex ``[N, d]``, pairs
     ``[N, d, 2]`` or a complex constant) and ``c_pde`` (complex ``[N]``, pairs or a constant).
@@ -98,63 +131,39 @@ class Batch(Mapping):
     points of each term, ``{"pde": n, "data": m, "bc": q}``, when these are one shard of a
     larger set (data-parallel training). ``dtype``: "float32" or "float64" (None: that of the
     first point array given, float64 if none is float32 or float64); it must match the
-    workspace's.
+    workspace's. A value that overflows ``dtype`` is a ValueError naming its keyword.
 
-    Shapes are checked by the core when the Batch is used, with errors naming the keyword.
+    Each keyword is also an attribute (None when not given). Shapes are checked by the core when
+    the Batch is used, with errors naming the keyword. The core reads a Batch through
+    ``__helmpinn_batch__()``: ``(the dict of its keywords, its dtype)``.
     """
 
-    x_pde: Any = None
-    kappa: Any = None
-    f: Any = None
-    a_pde: Any = None
-    b_pde: Any = None
-    c_pde: Any = None
-    x_data: Any = None
-    y: Any = None
-    x_bc: Any = None
-    n_bc: Any = None
-    alpha_bc: Any = None
-    g_bc: Any = None
-    counts: Mapping[str, int] | None = None
-    dtype: Any = None
-    _keywords: dict[str, Any] = field(init=False, compare=False)
-
-    def __post_init__(self) -> None:
-        given = {k: getattr(self, k) for k in KEYWORDS if getattr(self, k) is not None}
-        dtype = _default_dtype(given) if self.dtype is None else np.dtype(self.dtype)
+    def __init__(self, *, dtype: Any = None, counts: Mapping[str, int] | None = None,
+                 **arrays: Any) -> None:
+        unknown = sorted(set(arrays) - set(_ARRAYS))
+        if unknown:
+            raise TypeError(f"Batch: unknown entries {', '.join(unknown)} (expected some of "
+                            f"{', '.join(KEYWORDS)}, dtype)")
+        given = {k: arrays[k] for k in _ARRAYS if arrays.get(k) is not None}
+        dtype = _default_dtype(given) if dtype is None else np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise TypeError(f"dtype: expected float32 or float64, got {dtype}")
-        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
-        set_("dtype", dtype)
-        for key, value in given.items():
-            if key in _REAL_ROWS:
-                value = _array(key, value, dtype, complex_ok=False)
-                if isinstance(value, np.ndarray) and value.ndim != 2:
-                    raise ValueError(f"{key}: expected an array of shape (N, d), got shape {value.shape}")
-            elif key in _PAIRS:
-                value = _array(key, value, dtype, complex_ok=True)
-            elif key in _COEFFICIENTS:
-                if np.ndim(value) == 0 and not _is_device_array(value):
-                    try:
-                        value = complex(value)
-                    except (TypeError, ValueError):
-                        raise TypeError(f"{key}: expected a complex number or an array, got "
-                                        f"{type(value).__name__}") from None
-                else:
-                    value = _array(key, value, dtype, complex_ok=True)
-            elif key == "kappa":
-                if np.ndim(value) == 0 and not _is_device_array(value):
-                    if np.iscomplexobj(value):
-                        raise TypeError("kappa: expected a real number (k²) or a real array; "
-                                        "a complex coefficient goes in c_pde")
-                    value = float(value)
-                else:
-                    value = _array(key, value, dtype, complex_ok=False)
-            elif key == "counts":
-                value = _counts(value)
-            set_(key, value)
-            given[key] = value
-        set_("_keywords", given)
+        keywords = {k: _entry(k, v, dtype) for k, v in given.items()}
+        if counts is not None:
+            keywords["counts"] = _counts(counts)
+        self.__dict__.update(dtype=dtype, _keywords=keywords)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in KEYWORDS:
+            return self.__dict__.get("_keywords", {}).get(name)
+        raise AttributeError(f"'Batch' object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Batch is immutable: use batch.replace({name}=...)")
+
+    def __helmpinn_batch__(self) -> tuple[dict[str, Any], np.dtype]:
+        """What the core reads: the keywords held (a new dict) and the dtype."""
+        return dict(self._keywords), self.dtype
 
     # -- the mapping of keywords ----------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
@@ -170,8 +179,8 @@ class Batch(Mapping):
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
-        n = self.sizes
-        return (f"Batch(pde={n['pde']}, data={n['data']}, bc={n['bc']}, dtype={self.dtype.name}"
+        sizes = ", ".join(f"{t}={n}" for t, n in self.sizes.items())
+        return (f"Batch({sizes}, dtype={self.dtype.name}"
                 + (f", counts={self.counts}" if self.counts is not None else "") + ")")
 
     # -- derived ---------------------------------------------------------------------------------
@@ -213,13 +222,13 @@ class Batch(Mapping):
                 v = _host_copy(k, v)
             if isinstance(v, np.ndarray):
                 changes[k] = _device.upload(v, where)
-        return dataclasses.replace(self, **changes)
+        return self.replace(**changes)
 
     def to_host(self) -> "Batch":
         """This Batch with every helmpinn DeviceArray copied back to NumPy (itself when it holds
         none); TypeError for other device arrays, which helmpinn cannot copy."""
         changes = {k: _host_copy(k, v) for k, v in self._keywords.items() if _is_device_array(v)}
-        return dataclasses.replace(self, **changes) if changes else self
+        return self.replace(**changes) if changes else self
 
     def replace(self, **changes: Any) -> "Batch":
         """A Batch with some entries changed (None removes one); the others are the same arrays,
@@ -227,7 +236,9 @@ class Batch(Mapping):
         unknown = sorted(set(changes) - set(KEYWORDS) - {"dtype"})
         if unknown:
             raise TypeError(f"Batch.replace: unknown entries {', '.join(unknown)}")
-        return dataclasses.replace(self, **changes)
+        entries = {**self._keywords, **changes}
+        entries.setdefault("dtype", self.dtype)
+        return Batch(**entries)
 
     def astype(self, dtype: Any) -> "Batch":
         """This Batch in ``dtype`` (itself when it is already). A Batch on a GPU is converted on
@@ -257,12 +268,14 @@ def _host_copy(name: str, value: Any) -> np.ndarray:
 
 
 def _counts(value: Any) -> dict[str, int]:
+    terms = ", ".join(repr(t) for t in _POINTS)
     if not isinstance(value, Mapping):
-        raise TypeError("counts: expected a dict like {'pde': n, 'data': m, 'bc': q}")
+        raise TypeError("counts: expected a dict like {" + ", ".join(f"{t!r}: n" for t in _POINTS)
+                        + "}")
     out = {}
     for key, v in value.items():
         if key not in _POINTS:
-            raise ValueError(f"counts: unknown term {key!r} (expected 'pde', 'data', 'bc')")
+            raise ValueError(f"counts: unknown term {key!r} (expected {terms})")
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ValueError(f"counts[{key!r}]: expected an integer >= 0, got {v!r}")
         out[key] = int(v)

@@ -73,7 +73,7 @@ struct LossInputs {
     /// to the loss and gradient of all points exactly. A count must be 0 or >= the term's n.
     std::size_t count_pde = 0, count_data = 0, count_bc = 0;
     bool train_fourier = true;   ///< false: B is frozen, its gradient is written as 0
-    bool check_finite = false;   ///< true: scan inputs and throw naming any NaN/Inf array
+    bool check_finite = false;   ///< true: scan inputs (and jvp's v, vjp's w) and throw naming any NaN/Inf array
 };
 
 /// The loss of one value_and_grad call: total = w_pde*pde + w_data*data + w_bc*bc, where each
@@ -181,7 +181,9 @@ public:
     void zero_grad(void* stream = nullptr);
 
 private:
-    void check_inputs(const char* op, const T* params, const LossInputs<T>& in, bool residual);
+    void check_inputs(const char* op, const T* params, const LossInputs<T>& in, bool residual,
+                      const T* extra = nullptr, std::size_t extra_size = 0,
+                      const char* extra_name = nullptr);
     ModelSpec spec_;
     std::size_t batch_size_;
     Device device_;

@@ -12,9 +12,11 @@
 //   jacobian, jvp    w = sqrt(w_t / N_t) e_c     (one output component c = re, im at a time)
 //
 // with N_t the term's count (LossInputs::count_*, or its number of points). A new term is one
-// more struct here, one more case in the with_term switch, its fields in LossInputs, and its
-// arrays in term_arrays; backends iterate kNumTerms and need no edit. A term may have more than
-// one entry (the PDE term: the Laplacian, or the general operator); term_entry picks it.
+// more struct here, one more case in the with_term switch, its fields in LossInputs and
+// LossBreakdown, one row in term_table and its arrays' rows in array_table (below); the
+// backends, the argument checks and the Python binding iterate those tables and need no edit.
+// A term may have more than one entry (the PDE term: the Laplacian, or the general operator);
+// term_entry picks it.
 //
 // Functions are inline for host and device code (stream_math.hpp's HELMPINN_HD). u and ubar are
 // "stream-strided": stream s of the point at u[s * ss], its components re, im at +0 and +1.
@@ -22,6 +24,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <stdexcept>
 
 #include "helmpinn/workspace.hpp"
 #include "stream_math.hpp"
@@ -206,8 +209,96 @@ HELMPINN_HD void with_term(int e, F&& f) {
         case kPdeLaplacian: f(Pde{}); break;
         case kDataMisfit: f(Data{}); break;
         case kPdeOperator: f(PdeOperator{}); break;
-        default: f(Robin{}); break;
+        case kRobinBc: f(Robin{}); break;
+        default:  // not an entry of the table: a programming error, never a silent Robin term
+#ifdef __CUDA_ARCH__
+            __trap();
+#else
+            throw std::logic_error("helmpinn: loss-term entry out of range");
+#endif
     }
+}
+
+// ---- The tables: each term and each of its arrays, described once -----------------------------
+// Host code only (the argument checks, the backends' launch planning, the Python binding):
+// kernels read LossInputs' fields through the entries above.
+
+/// One term: its name, its weight's keyword, its fields in LossInputs (points, global count,
+/// weight) and its mean in LossBreakdown.
+template <typename T>
+struct TermInfo {
+    const char* name;
+    const char* weight_name;
+    const T* LossInputs<T>::*x;
+    std::size_t LossInputs<T>::*num;
+    std::size_t LossInputs<T>::*count;
+    T LossInputs<T>::*weight;
+    double LossBreakdown::*mean;
+};
+
+/// An array's shape: N rows of d, 1, 2 (a complex value as (re, im)) or d x 2 values; N is the
+/// number of points of its term.
+enum class Extent : int { d, one, two, d_two };
+/// What may stand in for the array: nothing, a real constant, a complex constant.
+enum class Constant : int { none, real, complex };
+
+/// One array of a term: its keyword (the Python and LossInputs name), its term, its shape per
+/// point, whether the term needs it, the constant that may stand in for it (and its field in
+/// LossInputs), and whether giving it selects the term's second entry (the general operator).
+/// The term's first array holds its points (TermInfo::x, shape [N, d]).
+template <typename T>
+struct ArrayInfo {
+    const char* name;
+    int term;
+    Extent extent;
+    bool required;
+    Constant constant;
+    bool selects_operator;
+    const T* LossInputs<T>::*array;
+    T LossInputs<T>::*real_const;          ///< Constant::real
+    T (LossInputs<T>::*complex_const)[2];  ///< Constant::complex
+};
+
+template <typename T>
+struct Tables {
+    using In = LossInputs<T>;
+    static constexpr TermInfo<T> terms[kNumTerms] = {
+        {"pde", "w_pde", &In::x_pde, &In::num_pde, &In::count_pde, &In::w_pde, &LossBreakdown::pde},
+        {"data", "w_data", &In::x_data, &In::num_data, &In::count_data, &In::w_data, &LossBreakdown::data},
+        {"bc", "w_bc", &In::x_bc, &In::num_bc, &In::count_bc, &In::w_bc, &LossBreakdown::bc},
+    };
+    static constexpr ArrayInfo<T> arrays[] = {
+        {"x_pde", kPde, Extent::d, true, Constant::none, false, &In::x_pde, nullptr, nullptr},
+        // kappa: required without the operator; with it, c_pde or kappa (a real c) gives c.
+        {"kappa", kPde, Extent::one, false, Constant::real, false, &In::kappa, &In::kappa_const, nullptr},
+        {"f", kPde, Extent::two, false, Constant::none, false, &In::f, nullptr, nullptr},
+        {"a_pde", kPde, Extent::d_two, false, Constant::complex, true, &In::a_pde, nullptr, &In::a_const},
+        {"b_pde", kPde, Extent::d_two, false, Constant::complex, true, &In::b_pde, nullptr, &In::b_const},
+        {"c_pde", kPde, Extent::two, false, Constant::complex, true, &In::c_pde, nullptr, &In::c_const},
+        {"x_data", kData, Extent::d, true, Constant::none, false, &In::x_data, nullptr, nullptr},
+        {"y", kData, Extent::two, true, Constant::none, false, &In::y, nullptr, nullptr},
+        {"x_bc", kBc, Extent::d, true, Constant::none, false, &In::x_bc, nullptr, nullptr},
+        {"n_bc", kBc, Extent::d, true, Constant::none, false, &In::normal_bc, nullptr, nullptr},
+        {"alpha_bc", kBc, Extent::two, false, Constant::complex, false, &In::alpha_bc, nullptr, &In::alpha_const},
+        {"g_bc", kBc, Extent::two, false, Constant::none, false, &In::g_bc, nullptr, nullptr},
+    };
+};
+
+/// The term table (indexed by Term) and the array table (terms in order, each term's points
+/// first).
+template <typename T>
+constexpr const TermInfo<T>* term_table() { return Tables<T>::terms; }
+template <typename T>
+constexpr int num_arrays() { return int(sizeof(Tables<T>::arrays) / sizeof(Tables<T>::arrays[0])); }
+template <typename T>
+constexpr const ArrayInfo<T>* array_table() { return Tables<T>::arrays; }
+
+/// The most arrays one term has.
+constexpr int kMaxTermArrays = 6;
+
+/// Values per point of an array of `extent` in dimension d.
+inline std::size_t extent_size(Extent e, std::size_t d) {
+    return e == Extent::d ? d : e == Extent::one ? 1 : e == Extent::two ? 2 : 2 * d;
 }
 
 /// The points of term t in `in`: coordinates, number, weight and the count its mean divides by.
@@ -220,16 +311,13 @@ struct TermPoints {
 };
 
 template <typename T>
-HELMPINN_HD TermPoints<T> term_points(const LossInputs<T>& in, int t) {
+TermPoints<T> term_points(const LossInputs<T>& in, int t) {
+    const TermInfo<T>& info = term_table<T>()[t];
     TermPoints<T> tp;
-    std::size_t given = 0;
-    if (t == kPde) {
-        tp.x = in.x_pde, tp.n = in.num_pde, tp.w = in.w_pde, given = in.count_pde;
-    } else if (t == kData) {
-        tp.x = in.x_data, tp.n = in.num_data, tp.w = in.w_data, given = in.count_data;
-    } else {
-        tp.x = in.x_bc, tp.n = in.num_bc, tp.w = in.w_bc, given = in.count_bc;
-    }
+    tp.x = in.*info.x;
+    tp.n = in.*info.num;
+    tp.w = in.*info.weight;
+    const std::size_t given = in.*info.count;
     tp.count = given ? given : tp.n;
     return tp;
 }
@@ -244,7 +332,9 @@ HELMPINN_HD int term_streams(int t, int d) {
 /// Number of residual rows of `in`: 2 per point of every term.
 template <typename T>
 std::size_t num_residuals(const LossInputs<T>& in) {
-    return 2 * (in.num_pde + in.num_data + in.num_bc);
+    std::size_t n = 0;
+    for (int t = 0; t < kNumTerms; ++t) n += in.*term_table<T>()[t].num;
+    return 2 * n;
 }
 
 /// One array of a term, for the argument checks above the backends: its pointer, its number of
@@ -257,28 +347,33 @@ struct TermArray {
     bool required;
 };
 
-/// Every array of term t (at most 6), in the order check_finite reports them; returns how many.
+/// Every array of term t (at most kMaxTermArrays), in the table's order (the order check_finite
+/// reports them in); returns how many.
 template <typename T>
 int term_arrays(const LossInputs<T>& in, int t, std::size_t d, TermArray<T>* out) {
-    if (t == kPde) {
-        out[0] = {in.x_pde, in.num_pde * d, "x_pde", true};
-        out[1] = {in.kappa, in.num_pde, "kappa", false};
-        out[2] = {in.f, in.num_pde * 2, "f", false};
-        out[3] = {in.a_pde, in.num_pde * d * 2, "a_pde", false};
-        out[4] = {in.b_pde, in.num_pde * d * 2, "b_pde", false};
-        out[5] = {in.c_pde, in.num_pde * 2, "c_pde", false};
-        return 6;
+    const std::size_t n = in.*term_table<T>()[t].num;
+    int k = 0;
+    for (int a = 0; a < num_arrays<T>(); ++a) {
+        const ArrayInfo<T>& info = array_table<T>()[a];
+        if (info.term != t) continue;
+        out[k++] = {in.*info.array, n * extent_size(info.extent, d), info.name, info.required};
     }
-    if (t == kData) {
-        out[0] = {in.x_data, in.num_data * d, "x_data", true};
-        out[1] = {in.y, in.num_data * 2, "y", true};
-        return 2;
+    return k;
+}
+
+/// Calls f(name, values, count) for every scalar of `in` that check_finite scans besides the
+/// arrays: the constants that stand in for arrays (the table's order), then each term's weight.
+template <typename T, typename F>
+void for_each_scalar(const LossInputs<T>& in, F&& f) {
+    for (int a = 0; a < num_arrays<T>(); ++a) {
+        const ArrayInfo<T>& info = array_table<T>()[a];
+        if (info.constant == Constant::real) f(info.name, &(in.*info.real_const), 1);
+        if (info.constant == Constant::complex) f(info.name, in.*info.complex_const, 2);
     }
-    out[0] = {in.x_bc, in.num_bc * d, "x_bc", true};
-    out[1] = {in.normal_bc, in.num_bc * d, "n_bc", true};
-    out[2] = {in.alpha_bc, in.num_bc * 2, "alpha_bc", false};
-    out[3] = {in.g_bc, in.num_bc * 2, "g_bc", false};
-    return 4;
+    for (int t = 0; t < kNumTerms; ++t) {
+        const TermInfo<T>& info = term_table<T>()[t];
+        f(info.weight_name, &(in.*info.weight), 1);
+    }
 }
 
 /// The scales of one term: c = 2 w / N (the loss seed's), s = sqrt(w / N) (a residual row's).

@@ -27,10 +27,9 @@ void require_finite(const T* p, std::size_t n, const char* name) {
                                         std::to_string(k) + ")");
 }
 
+template <typename T>
 const char* term_name(int t) {
-    const char* name = "";
-    terms::with_term(t, [&](auto e) { name = decltype(e)::name; });
-    return name;
+    return terms::term_table<T>()[t].name;
 }
 
 // Elements the CPU backend allocates for `spec` and `batch` points (cpu_backend.cpp's
@@ -133,15 +132,18 @@ void Workspace<T>::forward(const T* params, const T* x, std::size_t n, int deriv
 // The checks every loss-level operation shares, before any work (outputs untouched): each
 // term's required arrays, its count, and (check_finite) every array's values, in the table's
 // order. `residual`: the residual level, whose rows are scaled by sqrt(w), needs w >= 0.
+// `extra` (extra_size values, named extra_name): the call's other input (jvp's v, vjp's w),
+// scanned after the terms' arrays.
 template <typename T>
 void Workspace<T>::check_inputs(const char* op, const T* params, const LossInputs<T>& in,
-                                bool residual) {
+                                bool residual, const T* extra, std::size_t extra_size,
+                                const char* extra_name) {
     using namespace terms;
     if (!params) throw std::invalid_argument(std::string(op) + ": params is null");
     const std::size_t d = std::size_t(spec_.in_dim);
     for (int t = 0; t < kNumTerms; ++t) {
         const TermPoints<T> tp = term_points(in, t);
-        TermArray<T> arrays[6];
+        TermArray<T> arrays[kMaxTermArrays];
         const int na = term_arrays(in, t, d, arrays);
         if (tp.n)
             for (int k = 0; k < na; ++k)
@@ -149,14 +151,14 @@ void Workspace<T>::check_inputs(const char* op, const T* params, const LossInput
                     throw std::invalid_argument(std::string(op) + ": " + arrays[k].name +
                                                 " is required but null (" +
                                                 std::to_string(tp.n) + " " +
-                                                term_name(t) + " points)");
+                                                term_name<T>(t) + " points)");
         if (tp.count < tp.n)
-            throw std::invalid_argument(std::string(op) + ": the " + term_name(t) +
+            throw std::invalid_argument(std::string(op) + ": the " + term_name<T>(t) +
                                         " count (" + std::to_string(tp.count) +
                                         ") is below its number of points (" +
                                         std::to_string(tp.n) + ")");
         if (residual && !(tp.w >= T(0)))
-            throw std::invalid_argument(std::string(op) + ": w_" + term_name(t) +
+            throw std::invalid_argument(std::string(op) + ": " + term_table<T>()[t].weight_name +
                                         " must be >= 0 (residual rows are scaled by sqrt(w))");
     }
     if (in.num_pde) {
@@ -174,18 +176,12 @@ void Workspace<T>::check_inputs(const char* op, const T* params, const LossInput
     if (!in.check_finite || device_ != Device::cpu) return;
     require_finite(params, spec_.num_params(), "params");
     for (int t = 0; t < kNumTerms; ++t) {
-        TermArray<T> arrays[6];
+        TermArray<T> arrays[kMaxTermArrays];
         const int na = term_arrays(in, t, d, arrays);
         for (int k = 0; k < na; ++k) require_finite(arrays[k].p, arrays[k].size, arrays[k].name);
     }
-    require_finite(&in.kappa_const, 1, "kappa");
-    require_finite(in.alpha_const, 2, "alpha_bc");
-    require_finite(in.a_const, 2, "a_pde");
-    require_finite(in.b_const, 2, "b_pde");
-    require_finite(in.c_const, 2, "c_pde");
-    require_finite(&in.w_pde, 1, "w_pde");
-    require_finite(&in.w_data, 1, "w_data");
-    require_finite(&in.w_bc, 1, "w_bc");
+    require_finite(extra, extra_size, extra_name);
+    for_each_scalar(in, [](const char* name, const T* v, int n) { require_finite(v, n, name); });
 }
 
 template <typename T>
@@ -233,8 +229,8 @@ void Workspace<T>::jacobian(const T* params, const LossInputs<T>& in, std::size_
 template <typename T>
 void Workspace<T>::jvp(const T* params, const T* v, const LossInputs<T>& in, T* Jv,
                        void* stream) {
-    check_inputs("jvp", params, in, true);
     require(v != nullptr, "jvp: v is null");
+    check_inputs("jvp", params, in, true, v, spec_.num_params(), "v");
     const std::size_t R = num_residuals(in);
     require(R == 0 || Jv != nullptr, "jvp: out is null");
     impl_->rows(RowOp::jvp, params, in, 0, R, v, Jv, stream);
@@ -243,8 +239,8 @@ void Workspace<T>::jvp(const T* params, const T* v, const LossInputs<T>& in, T* 
 template <typename T>
 void Workspace<T>::vjp(const T* params, const T* w, const LossInputs<T>& in, T* JTw,
                        void* stream) {
-    check_inputs("vjp", params, in, true);
     require(w != nullptr || num_residuals(in) == 0, "vjp: w is null");
+    check_inputs("vjp", params, in, true, w, num_residuals(in), "w");
     require(JTw != nullptr, "vjp: out is null");
     impl_->vjp(params, w, in, JTw, stream);
 }

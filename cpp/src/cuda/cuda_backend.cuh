@@ -193,7 +193,8 @@ public:
                            : op == RowOp::jacobian ? "jacobian: kernel launch"
                                                    : "jvp: kernel launch";
         after_last_use(s);
-        if (in.check_finite) check_finite(params, in, s);
+        if (in.check_finite)
+            check_finite(params, in, s, op == RowOp::jvp ? v : nullptr, np_, "v");
         prep(params, s);
         const NetArgs<T> net = net_args(params);
         RowLaunch<T> ra;
@@ -514,7 +515,7 @@ private:
     // (stream-ordered; nothing is copied to the host here).
     void reduce(const T* params, T* grad, const LossInputs<T>& in, LossOutputs<T>& out,
                 const T* w, cudaStream_t s) {
-        if (in.check_finite) check_finite(params, in, s);
+        if (in.check_finite) check_finite(params, in, s, w, terms::num_residuals(in), "w");
         prep(params, s);
 
         int used = 0;
@@ -697,25 +698,31 @@ private:
     }
 
     // check_finite on device arrays: one scan kernel, one small copy, then the scalars on the host.
-    // Messages and order as the CPU backend's (Workspace::value_and_grad).
-    void check_finite(const T* params, const LossInputs<T>& in, cudaStream_t s) {
-        // params, then every term's arrays in the loss-term table's order.
+    // Messages and order as the CPU backend's (Workspace::check_inputs). `extra` (extra_n
+    // values, named extra_name): the call's other input (jvp's v, vjp's w), scanned last.
+    void check_finite(const T* params, const LossInputs<T>& in, cudaStream_t s,
+                      const T* extra = nullptr, std::size_t extra_n = 0,
+                      const char* extra_name = nullptr) {
+        // params, then every term's arrays in the loss-term table's order, then extra.
         const char* names[kMaxChecked] = {"params"};
         FiniteArgs<T> a;
         a.p[0] = params;
         a.n[0] = np_;
         int na = 1;
+        auto add = [&](const T* p, std::size_t n, const char* name) {
+            if (na >= kMaxChecked)
+                throw std::logic_error("check_finite: raise kMaxChecked (fused.cuh)");
+            names[na] = name;
+            a.p[na] = n ? p : nullptr;
+            a.n[na] = n;
+            ++na;
+        };
         for (int t = 0; t < terms::kNumTerms; ++t) {
-            terms::TermArray<T> arrays[6];
+            terms::TermArray<T> arrays[terms::kMaxTermArrays];
             const int k = terms::term_arrays(in, t, std::size_t(d_), arrays);
-            for (int j = 0; j < k; ++j, ++na) {
-                if (na >= kMaxChecked)
-                    throw std::logic_error("check_finite: raise kMaxChecked (fused.cuh)");
-                names[na] = arrays[j].name;
-                a.p[na] = arrays[j].size ? arrays[j].p : nullptr;
-                a.n[na] = arrays[j].size;
-            }
+            for (int j = 0; j < k; ++j) add(arrays[j].p, arrays[j].size, arrays[j].name);
         }
+        if (extra) add(extra, extra_n, extra_name);
         unsigned long long most = 0;
         for (int k = 0; k < na; ++k)
             if (a.p[k]) most = std::max<unsigned long long>(most, a.n[k]);
@@ -735,26 +742,13 @@ private:
                 throw std::invalid_argument(std::string(names[k]) +
                                             " contains NaN or Inf (at flat index " +
                                             std::to_string(host_flags_.data()[k]) + ")");
-        auto scalar = [](T v, const char* name) {
-            if (!std::isfinite(v))
-                throw std::invalid_argument(std::string(name) +
-                                            " contains NaN or Inf (at flat index 0)");
-        };
-        scalar(in.kappa_const, "kappa");
-        scalar(in.alpha_const[0], "alpha_bc");
-        if (!std::isfinite(in.alpha_const[1]))
-            throw std::invalid_argument("alpha_bc contains NaN or Inf (at flat index 1)");
-        const std::pair<const T*, const char*> pairs[] = {
-            {in.a_const, "a_pde"}, {in.b_const, "b_pde"}, {in.c_const, "c_pde"}};
-        for (const auto& [v, name] : pairs)
-            for (int k = 0; k < 2; ++k)
+        terms::for_each_scalar(in, [](const char* name, const T* v, int n) {
+            for (int k = 0; k < n; ++k)
                 if (!std::isfinite(v[k]))
                     throw std::invalid_argument(std::string(name) +
                                                 " contains NaN or Inf (at flat index " +
                                                 std::to_string(k) + ")");
-        scalar(in.w_pde, "w_pde");
-        scalar(in.w_data, "w_data");
-        scalar(in.w_bc, "w_bc");
+        });
     }
 
     ModelSpec sp_;

@@ -690,7 +690,8 @@ __global__ void reduce_kernel(const T* __restrict__ slot_grad, int used, long lo
 
 /// check_finite: first_bad[a] = smallest flat index of a NaN/Inf in array a (integer atomics;
 /// the minimum does not depend on scheduling). first_bad starts at all ones.
-constexpr int kMaxChecked = 13;  // params and every array of terms::term_arrays
+// params, every array of the loss-term table, jvp's v / vjp's w
+constexpr int kMaxChecked = 2 + terms::num_arrays<float>();
 template <typename T>
 struct FiniteArgs {
     const T* p[kMaxChecked] = {};
