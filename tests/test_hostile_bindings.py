@@ -180,6 +180,17 @@ def test_a_model_that_went_through_pickle_predicts():
         np.testing.assert_array_equal(other.predict(x), model.predict(x))
 
 
+def test_a_model_that_has_predicted_still_pickles_and_deep_copies():
+    """predict() caches a Workspace (native buffers, not picklable): pickling and deepcopy leave
+    the cache out and the copy rebuilds it."""
+    model = hp.Model.create(2, 4, 6, 1, dtype="float64", seed=0)
+    x = np.random.default_rng(1).uniform(-1, 1, (9, 2))
+    want = model.predict(x)
+    for other in (_roundtrip(model), copy.deepcopy(model)):
+        np.testing.assert_array_equal(other.predict(x), want)
+    assert model._ws is not None   # the original keeps its cache
+
+
 # ----------------------------------------------------------------- item 12: check_finite v and w
 @pytest.mark.parametrize("op", ["jvp", "vjp"])
 def test_check_finite_scans_jvp_v_and_vjp_w(op):

@@ -101,7 +101,7 @@ def test_load_validates(tmp_path):
         Model.load(broken("optm", **{"opt/m": np.zeros(3, np.float32)}))
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip file")
-    with pytest.raises(ValueError, match="not a readable helmpinn model"):
+    with pytest.raises(ValueError, match="not a helmpinn model file: not an .npz"):
         Model.load(junk)
 
 

@@ -38,15 +38,14 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from .batch import TERM_KEYWORDS, Batch
+from .batch import POINTS, TERM_KEYWORDS, TERMS, Batch
 from .problems import Problem, TrainingSet
 
 __all__ = ["value_and_grad", "global_counts", "local_counts", "shard_batch", "sample_shard", "shard_size",
            "rank_generators", "check_replicas", "launch_comm", "launched_size", "threads_per_rank",
            "agree", "collective", "abort_on_error", "CollectiveError"]
 
-TERMS = ("pde", "data", "bc")
-_POINTS = {"pde": "x_pde", "data": "x_data", "bc": "x_bc"}
+_POINTS = POINTS   # each term's points keyword, from the core's loss-term table
 
 
 def _mpi():
@@ -268,8 +267,7 @@ def value_and_grad(ws, comm, theta, grad, *, batch: Batch | None = None,
         if batch is not None:
             if not isinstance(batch, Batch):
                 raise TypeError(f"batch: expected a helmpinn.Batch, got {type(batch).__name__}")
-            clash = [k for k in local_batch if k in TERM_KEYWORDS["pde"] + TERM_KEYWORDS["data"]
-                     + TERM_KEYWORDS["bc"]]
+            clash = [k for k in local_batch if any(k in keys for keys in TERM_KEYWORDS.values())]
             if clash:
                 raise TypeError(f"{what}: batch= given together with {', '.join(clash)}; pass the "
                                 "points either in the Batch or as keywords, not both")
@@ -293,7 +291,8 @@ def value_and_grad(ws, comm, theta, grad, *, batch: Batch | None = None,
     _agree_on_model(table[:, 7:10], what)
 
     # 2. The local pass, its failure agreed with the four numbers every rank needs anyway.
-    part = np.zeros(5)  # loss, pde, data, bc, failed
+    failed = len(TERMS) + 1
+    part = np.zeros(failed + 1)  # the loss, each term's mean, whether a rank failed
     try:
         if batch is None:
             kw = dict(local_batch)
@@ -310,16 +309,16 @@ def value_and_grad(ws, comm, theta, grad, *, batch: Batch | None = None,
                 batch = shard_batch(batch, n_global)
             kw = dict(local_batch, batch=batch)
         b = ws.value_and_grad(theta, grad, breakdown=True, **kw)
-        part[:4] = [b.total, b.pde, b.data, b.bc]
+        part[:len(TERMS) + 1] = [b.total, *(getattr(b, t) for t in TERMS)]
     except Exception as exc:  # reported to every rank below, so that no rank waits forever
         error = exc
-        part[4] = 1.0
+        part[failed] = 1.0
     comm.Allreduce(MPI.IN_PLACE, part, op=MPI.SUM)
-    if part[4]:
+    if part[failed]:
         _raise_agreed(comm, error, what)
     _allreduce_grad(comm, grad, cuda_aware)
     if breakdown:
-        return {"total": float(part[0]), **{t: float(v) for t, v in zip(TERMS, part[1:4])}}
+        return {"total": float(part[0]), **{t: float(v) for t, v in zip(TERMS, part[1:failed])}}
     return float(part[0])
 
 
@@ -421,7 +420,7 @@ def sample_shard(problem: Problem, pde_points: int, bc_points: int, own: np.rand
             inner, x_data=arr(edge.x_data), y=arr(edge.y),
             x_bc=arr(edge.x_bc), n_bc=arr(edge.n_bc), alpha=arr(edge.alpha),
             g=None if edge.g is None else arr(edge.g))
-        ts.sizes = {"pde": len(ts.x_pde), "data": len(ts.x_data), "bc": len(ts.x_bc)}
+        ts.sizes = {t: len(getattr(ts, POINTS[t])) for t in TERMS}
     return ts
 
 

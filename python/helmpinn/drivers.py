@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 import numpy as np
 
 from . import _device
+from .batch import TERMS
 from .optim import SCHEDULES, Adam, Schedule, make_schedule, minimize_lbfgs
 
 if TYPE_CHECKING:
@@ -325,7 +326,7 @@ class LMDriver(Driver):
         except NonFiniteLoss as exc:
             raise NonFiniteStep(str(exc)) from exc
         # the unweighted term means from the residuals (PDE, data, bc rows, in order)
-        r2, row, sums = info.residuals ** 2, 0, np.zeros(3)
+        r2, row, sums = info.residuals ** 2, 0, np.zeros(len(TERMS))
         for i, n in enumerate(run.batch.sizes.values()):
             n *= 2
             sums[i] = np.sum(r2[row:row + n])
@@ -333,7 +334,7 @@ class LMDriver(Driver):
         if run.comm is not None:   # the ranks' rows together
             sums = run.comm.allreduce(sums)
         terms = {}
-        for term, s in zip(("pde", "data", "bc"), sums):
+        for term, s in zip(TERMS, sums):
             w = run.weights[term]
             terms[term] = float(s) / w if w > 0 else 0.0
         stop = None

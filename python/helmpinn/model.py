@@ -162,6 +162,13 @@ class Model:
         where = "" if self.device == "cpu" else f", device='{self.device}'"
         return f"Model({_spec_str(self.spec)}, {self.num_params} params, {self.dtype.name}{where})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling and ``copy.deepcopy`` leave out the cached Workspace (rebuilt by the next
+        :meth:`predict`; a Workspace holds native buffers and is not picklable)."""
+        state = self.__dict__.copy()
+        state["_ws"] = None
+        return state
+
     def copy(self) -> "Model":
         """An independent copy on the same device (optimiser state copied to the host)."""
         return Model(self.spec, self.params_host(), optimizer_state=_state_on_host(self.optimizer_state),

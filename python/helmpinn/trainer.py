@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _core, _device, distributed
 from ._compat import UNSET, renamed
-from .batch import Batch
+from .batch import TERMS, WEIGHTS, Batch
 from .defaults import auto_weights, default_settings
 from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, NonFiniteStep, \
     StepInfo, make_driver
@@ -163,9 +163,9 @@ class Trainer:
         self.sampling = sampling
         self.resample_every = int(resample_every)
         self.weights = {**auto_weights(problem), **dict(weights or {})}
-        unknown = set(self.weights) - {"pde", "data", "bc"}
+        unknown = set(self.weights) - set(TERMS)
         if unknown:
-            raise ValueError(f"weights: unknown terms {sorted(unknown)}; use 'pde', 'data', 'bc'")
+            raise ValueError(f"weights: unknown terms {sorted(unknown)}; use {', '.join(map(repr, TERMS))}")
         self.train_fourier = bool(train_fourier)
         self.eval_every = int(eval_every)
         self.target_error = target_error
@@ -195,8 +195,8 @@ class Trainer:
         self._batch_size = int(batch_size)
         self.workspace = _core.Workspace(model.spec, batch_size, model.dtype.name, device=self.device)
         self.grad = _device.zeros(model.num_params, model.dtype, self.device)
-        self._loss_kw = dict(w_pde=float(self.weights["pde"]), w_data=float(self.weights["data"]),
-                             w_bc=float(self.weights["bc"]), train_fourier=self.train_fourier)
+        self._loss_kw = {**{WEIGHTS[t]: float(self.weights[t]) for t in TERMS},
+                         "train_fourier": self.train_fourier}
         self.training_set: TrainingSet | None = None
         # The current draw's points as the core takes them: converted once per draw (resample),
         # then the same object at every step.
@@ -309,7 +309,7 @@ class Trainer:
             if self.comm is None:
                 b = self.workspace.value_and_grad(self.model.params, self.grad, breakdown=True,
                                                   batch=self.batch, **kw)
-                terms = {"total": b.total, "pde": b.pde, "data": b.data, "bc": b.bc}
+                terms = {"total": b.total, **{t: getattr(b, t) for t in TERMS}}
             else:
                 terms = distributed.value_and_grad(self.workspace, self.comm, self.model.params,
                                                    self.grad, batch=self.batch, breakdown=True, **kw)
@@ -319,7 +319,7 @@ class Trainer:
             raise ValueError(f"step {self.step + 1}: the training data drawn from problem {self.problem.name!r} "
                              f"are not finite: {exc}") from exc
         self._check_inputs = False
-        return terms["total"], {k: terms[k] for k in ("pde", "data", "bc")}
+        return terms["total"], {k: terms[k] for k in TERMS}
 
     def _params_finite(self) -> bool:
         """Every parameter finite (on a GPU: checked on a host copy)."""
@@ -516,7 +516,7 @@ class Trainer:
         h = self.history
         h.step.append(step)
         h.loss.append(info.loss)
-        for term in ("pde", "data", "bc"):
+        for term in TERMS:
             getattr(h, term).append(info.terms.get(term, math.nan))
         h.lr.append(info.rate)
         self.step = step
@@ -595,7 +595,7 @@ class Trainer:
 
     def _status(self, info: StepInfo) -> str:
         t = info.terms
-        s = f"loss={info.loss:.3e}" + "".join(f" {k}={t[k]:.2e}" for k in ("pde", "data", "bc") if k in t)
+        s = f"loss={info.loss:.3e}" + "".join(f" {k}={t[k]:.2e}" for k in TERMS if k in t)
         if info.status:
             s += " " + info.status
         if self.last_error is not None:
