@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn.defaults import (ADAM_POINTS_PER_WAVELENGTH, LM_POINTS_PER_WAVELENGTH, auto_weights,
+from helmpinn.defaults import (ADAM_POINTS_PER_WAVELENGTH, BOUNDARY_SHARE, LM_POINTS_PER_WAVELENGTH, auto_weights,
                                default_settings, fourier_sigma, lm_settings, run_settings, wavelengths)
 from helmpinn.geometry import Box, BoxMinusBall, Disk
 
@@ -34,19 +34,19 @@ def _weighted_terms(p, e):
 @pytest.mark.parametrize("k", [4.0, 8.0, 32.0])
 def test_weights_put_every_term_on_the_same_scale_for_the_same_error(k):
     """An error e of relative size 1 on the wavelength's scale (a plane wave at 1.5 k, off the
-    axes) costs about k² in every term: the PDE term (residual 1.25 k² e, weight 1/k²), the
-    Dirichlet data term (e, weight k²), Neumann (about k e, weight 1) and Sommerfeld (about
-    k e, weight 1/2). The former weights (data 100, bc 100/k²) are off by k²/100 or more: their
-    spread is 8 at k = 4 and 16 at k = 32."""
+    axes) costs about k² in the PDE term (residual 1.25 k² e, weight 1/k²) and BOUNDARY_SHARE
+    (1/2) of that in every boundary term: the Dirichlet data term (e, weight k²/2), Neumann
+    (about k e, weight 1/2) and Sommerfeld (about k e, weight 1/4). With the former weights
+    (data 100, bc 100/k²) the spread of these ratios is 16 at k = 4 and 8 at k = 32."""
     p = _mixed_problem(k)
     d = 1.5 * k * np.array([math.cos(0.3), math.sin(0.3)])
-    terms = _weighted_terms(p, lambda x: np.exp(1j * (x @ d)))
+    terms = _weighted_terms(p, lambda x: np.exp(1j * (x @ d))) / [1, BOUNDARY_SHARE, BOUNDARY_SHARE, BOUNDARY_SHARE]
     assert terms.max() / terms.min() < 4, terms
     assert np.all((terms / k**2 > 0.2) & (terms / k**2 < 5)), terms / k**2   # about k² e² each
     w = auto_weights(p)
-    assert w["pde"] == pytest.approx(1 / k**2) and w["data"] == pytest.approx(k**2)
+    assert w["pde"] == pytest.approx(1 / k**2) and w["data"] == pytest.approx(k**2 / 2)
     # ᾱ² over the Robin sides by measure: one Neumann side (|α| = 0), two Sommerfeld (|α| = k)
-    assert w["bc"] == pytest.approx(1 / (1 + 2 / 3), rel=0.1)
+    assert w["bc"] == pytest.approx(0.5 / (1 + 2 / 3), rel=0.1)
 
 
 def test_weights_of_each_boundary_kind():
@@ -56,12 +56,12 @@ def test_weights_of_each_boundary_kind():
     sommerfeld = hp.Problem(box, kappa=k * k, bcs={"*": hp.Sommerfeld(k)})
     local = hp.Problem(box, kappa=k * k, bcs={"*": hp.Sommerfeld(lambda x: np.full(len(x), k))})
     dirichlet = hp.Problem(box, kappa=k * k, bcs={"*": hp.Dirichlet(0)})
-    assert auto_weights(neumann) == pytest.approx({"pde": 1 / k**2, "data": k**2, "bc": 1.0})
-    assert auto_weights(sommerfeld)["bc"] == pytest.approx(0.5)
-    assert auto_weights(local)["bc"] == pytest.approx(0.5)      # α given as a callable
-    assert auto_weights(dirichlet)["data"] == pytest.approx(k**2)
-    # scatter-hard takes the rule's weights (they were its hand-set hints: data k², bc 1)
-    assert auto_weights(hp.get_problem("scatter-hard", k=3.0)) == pytest.approx({"pde": 1 / 9, "data": 9.0, "bc": 1.0})
+    assert auto_weights(neumann) == pytest.approx({"pde": 1 / k**2, "data": k**2 / 2, "bc": 0.5})
+    assert auto_weights(sommerfeld)["bc"] == pytest.approx(0.25)
+    assert auto_weights(local)["bc"] == pytest.approx(0.25)      # α given as a callable
+    assert auto_weights(dirichlet)["data"] == pytest.approx(k**2 / 2)
+    # scatter-hard takes the rule's weights (half its former hand-set hints data k², bc 1)
+    assert auto_weights(hp.get_problem("scatter-hard", k=3.0)) == pytest.approx({"pde": 1 / 9, "data": 4.5, "bc": 0.5})
     # hints still replace an entry
     hinted = hp.Problem(box, kappa=k * k, bcs={"*": hp.Neumann()}, hints={"weights": {"bc": 0.1}})
     assert auto_weights(hinted)["bc"] == 0.1

@@ -11,14 +11,18 @@ The rules, from two numbers of the problem:
   the field there too, and the points are drawn there) spans along each dimension,
   ``k (hi_i − lo_i) / 2π`` over its bounding box: :func:`wavelengths`.
 
-**Loss weights** (:func:`auto_weights`): each term weighted so that the same error e (a field
-error of relative size e, varying on the wavelength's scale) costs the same, about ``k² e²``, in
-every term. The PDE residual of such an error is about ``k² e``, so its weight is 1/k²; a
-Dirichlet residual (the data term: Dirichlet parts, a PML's outer wall and data points) is
-e, weight k²; a Robin residual ``∂e/∂n + α e`` is about ``sqrt(k² + |α|²) e``, weight
-``k² / (k² + ᾱ²)`` with ᾱ the root mean square of |α| over the Robin parts: 1 for Neumann, 1/2
-for Sommerfeld (α = −ik). The core has one weight for all Robin rows; parts whose |α| differ by
-a factor of a few stay within that factor squared, so no per-point weight is needed.
+**Loss weights** (:func:`auto_weights`): each term weighted by what the same error e (a field
+error of relative size e, varying on the wavelength's scale) costs in it. The PDE residual of
+such an error is about ``k² e``, so its weight is 1/k² (a cost of ``k² e²``); a Dirichlet
+residual (the data term: Dirichlet parts, a PML's outer wall and data points) is e; a Robin
+residual ``∂e/∂n + α e`` is about ``sqrt(k² + |α|²) e``, with ᾱ the root mean square of |α| over
+the Robin parts. Every boundary term is weighted to cost half the PDE term's ``k² e²``: data
+``k²/2``, bc ``k² / (2 (k² + ᾱ²))`` (1/2 for Neumann, 1/4 for Sommerfeld, α = −ik). The
+boundary values are the easier part to fit; at equal costs Adam spends more of its steps on
+them and the interior error falls more slowly; at many times it (as the former fixed weights,
+data 100 and bc 100/k², did for k = 2: 25 times) the optimiser first fits the boundary with a
+field that dies out a short way inside, and leaves that state only slowly. The core has one weight for all Robin rows; parts whose |α| differ by a
+factor of a few stay within that factor squared, so no per-point weight is needed.
 
 **Fourier scale** (:func:`fourier_sigma`): ``B ~ N(0, σ²)`` with ``σ = k / (2π sqrt(d))``, so
 that the features' angular frequencies have a root mean square of k in any dimension.
@@ -62,11 +66,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["OPTIMIZERS", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH", "scale_wavenumber",
+__all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH", "scale_wavenumber",
            "wavelengths", "fourier_sigma", "auto_weights", "default_settings", "lm_settings", "run_settings"]
 
 #: The optimisers a run (and ``helmpinn train --optimizer``) can use by name.
 OPTIMIZERS = ("adam", "lbfgs", "lm")
+
+#: What a boundary term costs for an error, as a share of what the PDE term costs for it (see
+#: :func:`auto_weights`).
+BOUNDARY_SHARE = 0.5
 
 #: Adam's PDE points per wavelength per dimension (redrawn every ``resample_every`` steps), by
 #: dimension, and the fewest PDE points per draw.
@@ -129,17 +137,17 @@ def _robin_alpha_rms(problem: Any) -> float | None:
 
 
 def auto_weights(problem: Any) -> dict[str, float]:
-    """Default loss weights: ``pde = 1/k²``, ``data = k²``, ``bc = k² / (k² + ᾱ²)``.
+    """Default loss weights: ``pde = 1/k²``, ``data = k²/2``, ``bc = k² / (2 (k² + ᾱ²))``.
 
-    k is :func:`scale_wavenumber`, ᾱ the root mean square of |α| over the Robin parts. Each
-    term then costs about ``k² e²`` for the same relative error e of the field (the module
-    docstring: a PDE residual of about ``k² e``, a Dirichlet or data residual e, a Robin residual
-    about ``sqrt(k² + |α|²) e``): Neumann parts get 1, Sommerfeld parts 1/2. A problem's
-    ``hints["weights"]`` replace any of them.
+    k is :func:`scale_wavenumber`, ᾱ the root mean square of |α| over the Robin parts. For the
+    same relative error e of the field the PDE term then costs about ``k² e²`` and each boundary
+    term half of that (the module docstring: a PDE residual of about ``k² e``, a Dirichlet or
+    data residual e, a Robin residual about ``sqrt(k² + |α|²) e``): Neumann parts get 1/2,
+    Sommerfeld parts 1/4. A problem's ``hints["weights"]`` replace any of them.
     """
     k = scale_wavenumber(problem)
     alpha = _robin_alpha_rms(problem) or 0.0
-    weights = {"pde": 1.0 / k**2, "data": k**2, "bc": k**2 / (k**2 + alpha**2)}
+    weights = {"pde": 1.0 / k**2, "data": BOUNDARY_SHARE * k**2, "bc": BOUNDARY_SHARE * k**2 / (k**2 + alpha**2)}
     return _apply_hints(weights, getattr(problem, "hints", {}).get("weights"), "weights")
 
 
