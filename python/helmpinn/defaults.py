@@ -21,17 +21,19 @@ the Robin parts. Every boundary term is weighted to cost half the PDE term's ``k
 boundary values are the easier part to fit; at equal costs Adam spends more of its steps on
 them and the interior error falls more slowly; at many times it (as the former fixed weights,
 data 100 and bc 100/k², did for k = 2: 25 times) the optimiser first fits the boundary with a
-field that dies out a short way inside, and leaves that state only slowly. The core has one weight for all Robin rows; parts whose |α| differ by a
-factor of a few stay within that factor squared, so no per-point weight is needed.
+field that dies out a short way inside, and leaves that state only slowly. The core has one
+weight for all Robin rows; parts whose |α| differ by a factor of a few stay within that factor
+squared, so no per-point weight is needed.
 
 **Fourier scale** (:func:`fourier_sigma`): ``B ~ N(0, σ²)`` with ``σ = k / (2π sqrt(d))``, so
 that the features' angular frequencies have a root mean square of k in any dimension.
 
-**Points**, from the wavelengths: ``ppw^d`` points per cubic wavelength of the sampled domain
-(ppw points per wavelength per dimension, :data:`ADAM_POINTS_PER_WAVELENGTH` for Adam's
-redrawn points, :data:`LM_POINTS_PER_WAVELENGTH` for Levenberg-Marquardt's fixed ones), never
-fewer than a floor per dimension; LM's also at least 1.1 P in 2-D and 3-D (R = 2 × points
-residuals above P parameters). Boundary points in proportion (Adam: 1/8 of the PDE points in 2-D, 3/16 in 3-D;
+**Points**, from the wavelengths: ``ppw^d`` points per cubic wavelength of the sampled domain,
+ppw points per wavelength per dimension: for Adam's redrawn points 64 / 16 / 8 in 1-D / 2-D /
+3-D (:data:`ADAM_POINTS_PER_WAVELENGTH`, at least 512 / 2048 / 4096 points), for
+Levenberg-Marquardt's fixed ones 100 / 27 / 9 (:data:`LM_POINTS_PER_WAVELENGTH`, at least
+400 / 3000 / 4000 points, and 1.1 P in 2-D and 3-D: R = 2 × points residuals above P
+parameters). Boundary points in proportion (Adam: 1/8 of the PDE points in 2-D, 3/16 in 3-D;
 LM: 1/4 in 2-D, 1/3 in 3-D; 2 in 1-D, the two ends).
 
 **Network**: Adam's is 2 × 64 on 32 frequencies; LM's (:func:`lm_settings`) grows with the most
@@ -66,8 +68,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH", "scale_wavenumber",
-           "wavelengths", "fourier_sigma", "auto_weights", "default_settings", "lm_settings", "run_settings"]
+__all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH",
+           "scale_wavenumber", "wavelengths", "fourier_sigma", "auto_weights", "default_settings",
+           "lm_settings", "run_settings"]
 
 #: The optimisers a run (and ``helmpinn train --optimizer``) can use by name.
 OPTIMIZERS = ("adam", "lbfgs", "lm")
