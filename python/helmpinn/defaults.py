@@ -1,51 +1,156 @@
-"""Default settings of a training run, in one place: the model, the points and each optimiser's
-run settings, chosen from a problem's wavenumber and dimension (what ``helmpinn train`` and
-:class:`~helmpinn.Trainer` take when an option is not given).
+"""Default settings of a training run, in one place: the loss weights, the model, the points and
+each optimiser's run settings, chosen from the problem alone (what :func:`helmpinn.solve`,
+``helmpinn train`` and :class:`~helmpinn.Trainer` take when an option is not given). A user's
+:class:`~helmpinn.Problem` gets the same treatment as a built-in one.
+
+The rules, from two numbers of the problem:
+
+- k, the problem's largest wavenumber (``problem.wavenumber``), at least π/L (L the largest
+  extent of the sampled domain: an error spans at least half a wave of it): :func:`scale_wavenumber`;
+- the number of wavelengths the sampled domain (a PML's layer included: the network represents
+  the field there too, and the points are drawn there) spans along each dimension,
+  ``k (hi_i − lo_i) / 2π`` over its bounding box: :func:`wavelengths`.
+
+**Loss weights** (:func:`auto_weights`): each term weighted by what the same error e (a field
+error of relative size e, varying on the wavelength's scale) costs in it. The PDE residual of
+such an error is about ``k² e``, so its weight is 1/k² (a cost of ``k² e²``); a Dirichlet
+residual (the data term: Dirichlet parts, a PML's outer wall and data points) is e; a Robin
+residual ``∂e/∂n + α e`` is about ``sqrt(k² + |α|²) e``, with ᾱ the root mean square of |α| over
+the Robin parts. Every boundary term is weighted to cost half the PDE term's ``k² e²``: data
+``k²/2``, bc ``k² / (2 (k² + ᾱ²))`` (1/2 for Neumann, 1/4 for Sommerfeld, α = −ik). The
+boundary values are the easier part to fit; at equal costs Adam spends more of its steps on
+them and the interior error falls more slowly; at many times it (as the former fixed weights,
+data 100 and bc 100/k², did for k = 2: 25 times) the optimiser first fits the boundary with a
+field that dies out a short way inside, and leaves that state only slowly. The core has one
+weight for all Robin rows; parts whose |α| differ by a factor of a few stay within that factor
+squared, so no per-point weight is needed.
+
+**Fourier scale** (:func:`fourier_sigma`): ``B ~ N(0, σ²)`` with ``σ = k / (2π sqrt(d))``, so
+that the features' angular frequencies have a root mean square of k in any dimension.
+
+**Points**, from the wavelengths: ``ppw^d`` points per cubic wavelength of the sampled domain,
+ppw points per wavelength per dimension: for Adam's redrawn points 64 / 16 / 8 in 1-D / 2-D /
+3-D (:data:`ADAM_POINTS_PER_WAVELENGTH`, at least 512 / 2048 / 4096 points), for
+Levenberg-Marquardt's fixed ones 100 / 27 / 9 (:data:`LM_POINTS_PER_WAVELENGTH`, at least
+400 / 3000 / 4000 points, and 1.1 P in 2-D and 3-D: R = 2 × points residuals above P
+parameters). Boundary points in proportion (Adam: 1/8 of the PDE points in 2-D, 3/16 in 3-D;
+LM: 1/4 in 2-D, 1/3 in 3-D; 2 in 1-D, the two ends).
+
+**Network**: Adam's is 2 × 64 on 32 frequencies; LM's (:func:`lm_settings`) grows with the most
+wavelengths w along one dimension (1-D: m 16, 2 × 32 up to w = 5, m 32, 2 × 64 up to 20, then
+m 32, 2 × 96; 2-D and 3-D: m 16, 2 × 32 up to 2.5, m 24, 2 × 48 up to 5, then m 32, 2 × 64),
+since LM's cost grows as P² to P³.
+
+**Optimiser**: :func:`run_settings` with "auto" (:func:`helmpinn.solve`) takes LM where its
+dense system fits a memory budget, else an Adam warm start then matrix-free LM.
+
+Functions:
 
 - :func:`fourier_sigma`: the scale of the Fourier frequencies B.
 - :func:`auto_weights`: the loss weights.
+- :func:`wavelengths`: the wavelengths the sampled domain spans per dimension.
 - :func:`default_settings`: Adam's run (the CLI's default optimiser).
+- :func:`lm_settings`: LM's network, points and options (:func:`helmpinn.lm.lm_defaults`).
 - :func:`run_settings`: the run of any optimiser ("adam", "lbfgs", "lm", or "auto": LM, after an
   Adam warm start when its dense system is too large): Adam's settings with what the optimiser
-  changes (L-BFGS: float64 on fixed points; LM: :func:`helmpinn.lm.lm_defaults`), the Adam warm
-  start, and the optimiser's own options.
+  changes (L-BFGS: float64 on fixed points; LM: :func:`lm_settings`), the Adam warm start, and
+  the optimiser's own options.
 
 The optimisers' own options and their defaults are their settings tables in
 :mod:`helmpinn.drivers` (``AdamSettings``, ``LBFGSSettings``, ``LMSettings``).
-A problem's ``hints`` replace any entry (``hints["weights"]``, ``hints["adam"]``, ``hints["lm"]``).
+A problem's ``hints`` still replace any entry (``hints["weights"]``, ``hints["adam"]``,
+``hints["lm"]``), for what the rules do not capture.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Mapping
 
-__all__ = ["OPTIMIZERS", "fourier_sigma", "auto_weights", "default_settings", "run_settings"]
+import numpy as np
+
+__all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH",
+           "scale_wavenumber", "wavelengths", "fourier_sigma", "auto_weights", "default_settings",
+           "lm_settings", "run_settings"]
 
 #: The optimisers a run (and ``helmpinn train --optimizer``) can use by name.
 OPTIMIZERS = ("adam", "lbfgs", "lm")
 
+#: What a boundary term costs for an error, as a share of what the PDE term costs for it (see
+#: :func:`auto_weights`).
+BOUNDARY_SHARE = 0.5
+
+#: Adam's PDE points per wavelength per dimension (redrawn every ``resample_every`` steps), by
+#: dimension, and the fewest PDE points per draw.
+ADAM_POINTS_PER_WAVELENGTH = {1: 64, 2: 16, 3: 8}
+_ADAM_MIN_POINTS = {1: 512, 2: 2048, 3: 4096}
+
+#: Levenberg-Marquardt's fixed PDE points per wavelength per dimension, by dimension, and the
+#: fewest PDE points.
+LM_POINTS_PER_WAVELENGTH = {1: 100, 2: 27, 3: 9}
+_LM_MIN_POINTS = {1: 400, 2: 3000, 3: 4000}
+
+
+def _extent(problem: Any) -> np.ndarray:
+    """The sampled domain's bounding-box extent per dimension (a PML's layer included)."""
+    lo, hi = getattr(problem, "sampling_domain", problem.domain).bounds
+    return np.asarray(hi, np.float64) - np.asarray(lo, np.float64)
+
+
+def scale_wavenumber(problem: Any) -> float:
+    """k of the rules: the problem's wavenumber, at least π/L (L the sampled domain's largest
+    extent: an error spans at least half a wave of the domain)."""
+    return max(float(problem.wavenumber), math.pi / float(np.max(_extent(problem))))
+
+
+def wavelengths(problem: Any) -> np.ndarray:
+    """The number of wavelengths ``k L_i / 2π`` the sampled domain (a PML's layer included) spans
+    along each dimension i, k from :func:`scale_wavenumber` (so at least 1/2)."""
+    return scale_wavenumber(problem) * _extent(problem) / (2 * math.pi)
+
+
+def _points(problem: Any, per_wavelength: Mapping[int, float], floor: Mapping[int, int], step: int) -> int:
+    """``max(floor, ppw^d × Π wavelengths)``, rounded up to a multiple of ``step``."""
+    d = int(problem.dim)
+    n = max(floor[min(d, 3)], per_wavelength[min(d, 3)] ** d * float(np.prod(wavelengths(problem))))
+    return int(step * math.ceil(n / step))
+
 
 def fourier_sigma(problem: Any) -> float:
     """``sigma = k / (2π sqrt(d))``, the standard deviation of the entries of B ~ N(0, sigma²):
-    the features' angular frequencies ``2π|B|`` then have a root mean square of k (the problem's
-    largest wavenumber, at least 1) in any dimension d."""
-    k = max(float(problem.wavenumber), 1.0)
-    return k / (2 * math.pi * math.sqrt(int(problem.dim)))
+    the features' angular frequencies ``2π|B|`` then have a root mean square of k
+    (:func:`scale_wavenumber`) in any dimension d."""
+    return scale_wavenumber(problem) / (2 * math.pi * math.sqrt(int(problem.dim)))
+
+
+def _robin_alpha_rms(problem: Any) -> float | None:
+    """The root mean square of |α| over the problem's Robin parts, by their measure (256
+    boundary points; None without a Robin part)."""
+    from .problems import Dirichlet
+
+    robin = {part: bc for part, bc in getattr(problem, "bcs", {}).items()
+             if bc is not None and not isinstance(bc, Dirichlet)}
+    if not robin:
+        return None
+    sample = problem.domain.sample_boundary(256, np.random.default_rng(0), "uniform")
+    values = [np.abs(bc.alpha_values(sample.x[sample.parts == part])) for part, bc in robin.items()]
+    values = np.concatenate(values)
+    if not len(values):   # parts too small for any of the points: their constants, if any
+        values = np.array([abs(complex(bc.alpha)) for bc in robin.values() if not callable(bc.alpha)] or [0.0])
+    return float(np.sqrt(np.mean(values**2)))
 
 
 def auto_weights(problem: Any) -> dict[str, float]:
-    """Default loss weights from the problem's largest wavenumber k (at least 1):
-    ``pde = 1/k²``, ``data = 100``, ``bc = 100/k²``.
+    """Default loss weights: ``pde = 1/k²``, ``data = k²/2``, ``bc = k² / (2 (k² + ᾱ²))``.
 
-    A Robin residual of an error e is about k e, so the bc term is scaled by 1/k² to sit with
-    the data term. The PDE term, whose residual is about k² e, is scaled by only 1/k², which
-    weights interior errors k²/100 times more than boundary errors. Measured on plane1d (k = 20)
-    and dirichlet2d (n = 2), this converges much faster than putting every term on the scale of
-    the squared error (pde = 1/k⁴), with which Adam stalls far from the solution. A problem's
-    ``hints["weights"]`` replace any of them.
+    k is :func:`scale_wavenumber`, ᾱ the root mean square of |α| over the Robin parts. For the
+    same relative error e of the field the PDE term then costs about ``k² e²`` and each boundary
+    term half of that (the module docstring: a PDE residual of about ``k² e``, a Dirichlet or
+    data residual e, a Robin residual about ``sqrt(k² + |α|²) e``): Neumann parts get 1/2,
+    Sommerfeld parts 1/4. A problem's ``hints["weights"]`` replace any of them.
     """
-    k = max(problem.wavenumber, 1.0)
-    weights = {"pde": 1.0 / k**2, "data": 100.0, "bc": 100.0 / k**2}
+    k = scale_wavenumber(problem)
+    alpha = _robin_alpha_rms(problem) or 0.0
+    weights = {"pde": 1.0 / k**2, "data": BOUNDARY_SHARE * k**2, "bc": BOUNDARY_SHARE * k**2 / (k**2 + alpha**2)}
     return _apply_hints(weights, getattr(problem, "hints", {}).get("weights"), "weights")
 
 
@@ -62,12 +167,16 @@ def default_settings(problem: Any) -> dict[str, Any]:
 
     Fourier frequencies from :func:`fourier_sigma`; a float32 network of 2 × 64 on 32
     frequencies; 2000 steps with a cosine schedule (Adam's own defaults, ``AdamSettings``);
-    Sobol points redrawn every 100 steps. A problem's ``hints["adam"]`` replace any setting.
+    Sobol points redrawn every 100 steps, :data:`ADAM_POINTS_PER_WAVELENGTH` per wavelength per
+    dimension (at least 512 / 2048 / 4096 in 1-D / 2-D / 3-D, a multiple of 256), boundary points
+    1/8 of them in 2-D, 3/16 in 3-D, 2 in 1-D; the weights of :func:`auto_weights`. A problem's
+    ``hints["adam"]`` replace any setting.
     """
     from .drivers import AdamSettings
 
     adam = AdamSettings()
     d = problem.dim
+    pde_points = _points(problem, ADAM_POINTS_PER_WAVELENGTH, _ADAM_MIN_POINTS, 256)
     settings: dict[str, Any] = {
         "ff_dim": 32,
         "hidden": 64,
@@ -78,8 +187,8 @@ def default_settings(problem: Any) -> dict[str, Any]:
         "lr": adam.lr,
         "schedule": adam.schedule,
         "betas": adam.betas,
-        "pde_points": {1: 512, 2: 2048}.get(d, 4096),
-        "bc_points": {1: 2, 2: 256}.get(d, 768),
+        "pde_points": pde_points,
+        "bc_points": {1: 2, 2: pde_points // 8}.get(d, 3 * pde_points // 16),
         "sampling": "sobol",
         "resample_every": 100,
         "eval_every": 100,
@@ -89,12 +198,51 @@ def default_settings(problem: Any) -> dict[str, Any]:
     return _apply_hints(settings, getattr(problem, "hints", {}).get("adam"), "adam")
 
 
+def lm_settings(problem: Any) -> dict[str, Any]:
+    """Model and training settings of a Levenberg-Marquardt run on ``problem``
+    (:func:`helmpinn.lm.lm_defaults`, ``helmpinn train --optimizer lm``).
+
+    A small network from the most wavelengths w the sampled domain spans along one dimension
+    (:func:`wavelengths`; the table in the module docstring: LM's cost grows as P² to P³, and a
+    few thousand parameters reach 1e-6 on the built-in problems), float64, the Fourier scale of
+    :func:`fourier_sigma`, fixed Sobol points (no refresh: the Gauss-Newton model is of one
+    least-squares problem): :data:`LM_POINTS_PER_WAVELENGTH` per wavelength per dimension, at
+    least 400 / 3000 / 4000 in 1-D / 2-D / 3-D and, in 2-D and 3-D, 1.1 P (a multiple of 500 there,
+    of 100 in 1-D), no Adam warm start (LM from the initialisation converges in tens of
+    iterations), and a stopping rule: ``iterations`` at most, or the loss falling by less than
+    ``stall_factor`` over ``stall_window`` iterations, or the damping at its maximum. A problem's
+    ``hints["lm"]`` replace any of them (a network size given there sets the points from its P).
+    """
+    from . import _core
+
+    d = int(problem.dim)
+    waves = float(np.max(wavelengths(problem)))
+    if d == 1:
+        ff, hidden = (16, 32) if waves <= 5 else (32, 64) if waves <= 20 else (32, 96)
+    else:
+        ff, hidden = (16, 32) if waves <= 2.5 else (24, 48) if waves <= 5 else (32, 64)
+    layers = 2
+    hints = dict(getattr(problem, "hints", {}).get("lm") or {})
+    ff, hidden, layers = hints.get("ff_dim", ff), hints.get("hidden", hidden), hints.get("layers", layers)
+    P = _core.ModelSpec(d, ff, hidden, layers).num_params
+    step = 100 if d == 1 else 500
+    pde_points = max(_points(problem, LM_POINTS_PER_WAVELENGTH, _LM_MIN_POINTS, step),
+                     0 if d == 1 else int(step * math.ceil(1.1 * P / step)))
+    bc_points = 2 if d == 1 else pde_points // 4 if d == 2 else pde_points // 3
+    settings = {"ff_dim": ff, "hidden": hidden, "layers": layers, "sigma": fourier_sigma(problem),
+                "dtype": "float64", "iterations": 200, "pde_points": pde_points, "bc_points": bc_points,
+                "sampling": "sobol", "resample_every": 0, "eval_every": 5, "warm_start": 0,
+                "solver": "auto", "damping": "identity", "update": "fixed", "lam": 1e-3, "geodesic": True,
+                "gram": "float64", "stall_window": 10, "stall_factor": 0.99}
+    return _apply_hints(settings, hints, "lm")
+
+
 def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 << 30) -> dict[str, Any]:
     """The settings ``helmpinn train --optimizer OPTIMIZER`` starts from on ``problem``.
 
     Adam's (:func:`default_settings`) plus ``optimizer`` and ``warm_start`` (Adam steps before
     L-BFGS or LM; 0), changed by the optimiser: "lbfgs" trains a float64 model on fixed points
-    (2000 iterations, the error every 50), "lm" takes :func:`helmpinn.lm.lm_defaults` (its
+    (2000 iterations, the error every 50), "lm" takes :func:`lm_settings` (its
     network, points and precision) and its options under ``settings["lm"]`` (keywords of
     :class:`helmpinn.drivers.LMDriver`). "auto" (:func:`helmpinn.solve`) is "lm" when the
     dense system fits ``memory_bytes`` (8 bytes × (P·R + P²), P parameters and R residuals),
@@ -116,9 +264,9 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
     if optimizer == "lbfgs":
         settings.update(dtype="float64", steps=2000, resample_every=0, eval_every=50, lbfgs=0)
     elif optimizer == "lm":
-        from .lm import lm_defaults, lm_options
+        from .lm import lm_options
 
-        d = lm_defaults(problem)
+        d = lm_settings(problem)
         settings.update({k: d[k] for k in ("ff_dim", "hidden", "layers", "sigma", "dtype", "pde_points",
                                             "bc_points", "sampling", "resample_every", "eval_every",
                                             "warm_start")})

@@ -101,45 +101,11 @@ class NonFiniteLoss(FloatingPointError):
 
 # -- defaults per problem ------------------------------------------------------------------------
 def lm_defaults(problem: Any) -> dict[str, Any]:
-    """Model and training settings for ``helmpinn train --optimizer lm`` on ``problem``.
+    """Model and training settings for ``helmpinn train --optimizer lm`` on ``problem``: the
+    rules of :func:`helmpinn.defaults.lm_settings` (network, points, options from the problem)."""
+    from .defaults import lm_settings
 
-    From the problem's largest wavenumber k (``waves = k / 2π`` oscillations per unit length) and
-    dimension d: a small network (LM's cost grows as P² to P³, and a few thousand parameters
-    already reach 1e-6 on the built-in problems), float64, fixed Sobol points (no refresh: the
-    Gauss-Newton model is of one least-squares problem) with residuals R = 2 × points well above
-    P in 2-D and 3-D, no Adam warm start (LM from the initialisation converges in tens of
-    iterations), and a stopping rule: ``iterations`` at most, or the loss falling by less than
-    ``stall_factor`` over ``stall_window`` iterations, or the damping at its maximum. A problem's
-    ``hints["lm"]`` replace any of them (a network size given there sets the points from its P).
-    """
-    from . import _core
-
-    k = max(float(problem.wavenumber), 1.0)
-    d = int(problem.dim)
-    waves = k / (2 * math.pi)
-    if d == 1:
-        ff, hidden = (16, 32) if waves <= 5 else (32, 64) if waves <= 20 else (32, 96)
-    else:
-        ff, hidden = (16, 32) if waves <= 2.5 else (24, 48) if waves <= 5 else (32, 64)
-    layers = 2
-    hints = dict(getattr(problem, "hints", {}).get("lm") or {})
-    ff, hidden, layers = hints.get("ff_dim", ff), hints.get("hidden", hidden), hints.get("layers", layers)
-    P = _core.ModelSpec(d, ff, hidden, layers).num_params
-    if d == 1:
-        pde_points, bc_points = max(400, 100 * int(math.ceil(0.95 * waves))), 2
-    else:
-        pde_points = max(3000 if d == 2 else 4000, 500 * int(math.ceil(1.1 * P / 500)))
-        bc_points = pde_points // 4 if d == 2 else pde_points // 3
-    settings = {"ff_dim": ff, "hidden": hidden, "layers": layers,
-                "sigma": k / (2 * math.pi * math.sqrt(d)), "dtype": "float64",
-                "iterations": 200, "pde_points": pde_points, "bc_points": bc_points, "sampling": "sobol",
-                "resample_every": 0, "eval_every": 5, "warm_start": 0,
-                "solver": "auto", "damping": "identity", "update": "fixed", "lam": 1e-3, "geodesic": True,
-                "gram": "float64", "stall_window": 10, "stall_factor": 0.99}
-    unknown = set(hints) - set(settings)
-    if unknown:
-        raise ValueError(f"problem hints['lm']: unknown keys {sorted(unknown)}; known: {sorted(settings)}")
-    return {**settings, **hints}
+    return lm_settings(problem)
 
 
 #: The entries of :func:`lm_defaults` that are options of :meth:`helmpinn.Trainer.fit_lm`.

@@ -1,0 +1,128 @@
+"""helmpinn.defaults: the rules that give every problem, built-in or a user's, its loss weights,
+points and network (the module docstring states them)."""
+import math
+
+import numpy as np
+import pytest
+
+import helmpinn as hp
+from helmpinn.defaults import (ADAM_POINTS_PER_WAVELENGTH, BOUNDARY_SHARE, LM_POINTS_PER_WAVELENGTH, auto_weights,
+                               default_settings, fourier_sigma, lm_settings, run_settings, wavelengths)
+from helmpinn.geometry import Box, BoxMinusBall, Disk
+
+
+def _mixed_problem(k):
+    """[0, 1]² with every kind of condition and zero data: Dirichlet (x = 0), Neumann (x = 1),
+    Sommerfeld (y = 0 and y = 1); no source, so the residuals of a field e are those of the
+    error e added to an exact solution."""
+    return hp.Problem(Box([0, 0], [1, 1]), kappa=k * k,
+                      bcs={"xmin": hp.Dirichlet(0.0), "xmax": hp.Neumann(), ("ymin", "ymax"): hp.Sommerfeld(k)})
+
+
+def _weighted_terms(p, e):
+    """Each term's weighted mean square for the field e (a relative error of size 1)."""
+    w = auto_weights(p)
+    x = p.domain.sample_interior(2000, np.random.default_rng(1))
+    pde = w["pde"] * np.mean(np.abs(p.pde_residual_fd(x, h=1e-4, u=e)) ** 2)
+    bc = p.bc_residuals_fd(n=2000, h=1e-6, u=e)
+    data = w["data"] * np.mean(np.abs(bc["xmin"]) ** 2)
+    neumann = w["bc"] * np.mean(np.abs(bc["xmax"]) ** 2)
+    sommerfeld = w["bc"] * np.mean(np.abs(np.concatenate([bc["ymin"], bc["ymax"]])) ** 2)
+    return np.array([pde, data, neumann, sommerfeld])
+
+
+@pytest.mark.parametrize("k", [4.0, 8.0, 32.0])
+def test_weights_put_every_term_on_the_same_scale_for_the_same_error(k):
+    """An error e of relative size 1 on the wavelength's scale (a plane wave at 1.5 k, off the
+    axes) costs about k² in the PDE term (residual 1.25 k² e, weight 1/k²) and BOUNDARY_SHARE
+    (1/2) of that in every boundary term: the Dirichlet data term (e, weight k²/2), Neumann
+    (about k e, weight 1/2) and Sommerfeld (about k e, weight 1/4). With the former weights
+    (data 100, bc 100/k²) the spread of these ratios is 16 at k = 4 and 8 at k = 32."""
+    p = _mixed_problem(k)
+    d = 1.5 * k * np.array([math.cos(0.3), math.sin(0.3)])
+    terms = _weighted_terms(p, lambda x: np.exp(1j * (x @ d))) / [1, BOUNDARY_SHARE, BOUNDARY_SHARE, BOUNDARY_SHARE]
+    assert terms.max() / terms.min() < 4, terms
+    assert np.all((terms / k**2 > 0.2) & (terms / k**2 < 5)), terms / k**2   # about k² e² each
+    w = auto_weights(p)
+    assert w["pde"] == pytest.approx(1 / k**2) and w["data"] == pytest.approx(k**2 / 2)
+    # ᾱ² over the Robin sides by measure: one Neumann side (|α| = 0), two Sommerfeld (|α| = k)
+    assert w["bc"] == pytest.approx(0.5 / (1 + 2 / 3), rel=0.1)
+
+
+def test_weights_of_each_boundary_kind():
+    box = Box([0, 0], [2, 2])
+    k = 5.0
+    neumann = hp.Problem(box, kappa=k * k, bcs={"*": hp.Neumann()})
+    sommerfeld = hp.Problem(box, kappa=k * k, bcs={"*": hp.Sommerfeld(k)})
+    local = hp.Problem(box, kappa=k * k, bcs={"*": hp.Sommerfeld(lambda x: np.full(len(x), k))})
+    dirichlet = hp.Problem(box, kappa=k * k, bcs={"*": hp.Dirichlet(0)})
+    assert auto_weights(neumann) == pytest.approx({"pde": 1 / k**2, "data": k**2 / 2, "bc": 0.5})
+    assert auto_weights(sommerfeld)["bc"] == pytest.approx(0.25)
+    assert auto_weights(local)["bc"] == pytest.approx(0.25)      # α given as a callable
+    assert auto_weights(dirichlet)["data"] == pytest.approx(k**2 / 2)
+    # scatter-hard takes the rule's weights (half its former hand-set hints data k², bc 1)
+    assert auto_weights(hp.get_problem("scatter-hard", k=3.0)) == pytest.approx({"pde": 1 / 9, "data": 4.5, "bc": 0.5})
+    # hints still replace an entry
+    hinted = hp.Problem(box, kappa=k * k, bcs={"*": hp.Neumann()}, hints={"weights": {"bc": 0.1}})
+    assert auto_weights(hinted)["bc"] == 0.1
+
+
+def test_wavelengths_count_the_sampled_domain_with_its_layer():
+    k = 2 * math.pi                          # wavelength 1
+    box = Box([-1, -1], [1, 1])
+    plain = hp.Problem(box, kappa=k * k, bcs={"*": hp.Dirichlet(0)})
+    layered = hp.Problem(box, kappa=k * k, pml=hp.PML(1.0))
+    np.testing.assert_allclose(wavelengths(plain), [2, 2])
+    np.testing.assert_allclose(wavelengths(layered), [4, 4])
+    # a wavenumber too small for the domain counts as half a wave across it
+    tiny = hp.Problem(box, kappa=1e-6, bcs={"*": hp.Dirichlet(0)})
+    np.testing.assert_allclose(wavelengths(tiny), [0.5, 0.5])
+    assert fourier_sigma(plain) == pytest.approx(k / (2 * math.pi * math.sqrt(2)))
+
+
+def _square(k, side=1.0, dim=2):
+    lo, hi = [0.0] * dim, [side] * dim
+    dom = hp.geometry.Interval(0.0, side) if dim == 1 else Box(lo, hi)
+    return hp.Problem(dom, kappa=k * k, bcs={"*": hp.Dirichlet(0)})
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_points_and_network_grow_with_the_wavelengths(dim):
+    """Points: ppw^d per cubic wavelength (ppw by dimension, stated in the module), never below
+    the floor; LM's network never shrinks as the wavelengths grow; the same k on a larger domain
+    gets more points."""
+    ks = [1.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0][: 7 if dim < 3 else 5]
+    adam = [default_settings(_square(k, dim=dim))["pde_points"] for k in ks]
+    lm = [lm_settings(_square(k, dim=dim)) for k in ks]
+    sizes = [hp.ModelSpec(dim, s["ff_dim"], s["hidden"], s["layers"]).num_params for s in lm]
+    assert adam == sorted(adam) and [s["pde_points"] for s in lm] == sorted(s["pde_points"] for s in lm)
+    assert sizes == sorted(sizes) and sizes[-1] > sizes[0]
+    assert adam[-1] > adam[0] and lm[-1]["pde_points"] > lm[0]["pde_points"]
+    for k, a, s in zip(ks, adam, lm):
+        cells = (k / (2 * math.pi)) ** dim
+        assert a >= ADAM_POINTS_PER_WAVELENGTH[dim] ** dim * cells
+        assert s["pde_points"] >= LM_POINTS_PER_WAVELENGTH[dim] ** dim * cells
+        if dim > 1:   # R = 2 × points residuals above the P parameters
+            assert 2 * s["pde_points"] > 2 * hp.ModelSpec(dim, s["ff_dim"], s["hidden"], s["layers"]).num_params
+    k = 20.0
+    assert lm_settings(_square(k, side=2.0, dim=dim))["pde_points"] > lm_settings(_square(k, dim=dim))["pde_points"]
+
+
+def test_a_users_problem_gets_what_the_built_in_gets():
+    """The sound-hard cylinder written by hand with Problem (no hints) takes the built-in's loss
+    weights and LM network; the built-in keeps only the hints the rules do not give."""
+    k, radius = 2.0, math.pi / 4
+    dom = BoxMinusBall(Box([-math.pi, -math.pi], [math.pi, math.pi]), Disk((0.0, 0.0), radius))
+    user = hp.Problem(dom, kappa=k * k, pml=hp.PML(1.0),
+                      bcs={"scatterer": hp.Neumann(lambda x, n: -1j * k * n[:, 0] * np.exp(1j * k * x[:, 0]))})
+    built = hp.get_problem("scatter-hard")
+    assert "weights" not in built.hints and not {"ff_dim", "hidden", "layers"} & set(built.hints["lm"])
+    assert auto_weights(user) == auto_weights(built)
+    u, b = run_settings(user, "lm"), run_settings(built, "lm")
+    assert (u["ff_dim"], u["hidden"], u["layers"], u["sigma"]) == (b["ff_dim"], b["hidden"], b["layers"], b["sigma"])
+    assert (u["ff_dim"], u["hidden"]) == (24, 48)    # 2.6 wavelengths across the box and its layer
+
+
+def test_lm_defaults_is_the_rule():
+    p = hp.get_problem("dirichlet2d")
+    assert hp.lm.lm_defaults(p) == lm_settings(p)
