@@ -4,7 +4,7 @@ solutions: the homogeneous 4 Hz model and Marmousi at 3 Hz.
 
     python benchmarks/bench_seismic.py --data DIR --case homogeneous4hz|marmousi3hz
         [--time-limit 600] [--optimizer lm|adam] [--source point|grid|background]
-        [--points N] [--pml-share S] [--ff-dim M --hidden H --layers L] [--seed 0]
+        [--points N] [--pml-nodes N] [--pml-share S] [--ff-dim M --hidden H --layers L] [--steps N] [--seed 0]
         [--fd-only] [--json out.json]
 
 Data. The authors publish their models, absorbing-layer coefficients and finite-difference
@@ -193,15 +193,23 @@ def far_field_factor(case: SongCase) -> float:
     return float(truncated / math.exp(-0.5 * (k * case.source_width) ** 2))
 
 
-def build_problem(case: SongCase, source: str = "point", pml_share: float | None = None):
+def build_problem(case: SongCase, source: str = "point", pml_share: float | None = None,
+                  pml_nodes: int | None = None):
     """The helmpinn Problem of ``case`` in helmpinn's convention (the complex conjugate of
-    theirs), with its source in the form ``source`` (see the module docstring)."""
+    theirs), with its source in the form ``source`` (see the module docstring). The PML spans
+    their layer with their strength; ``pml_nodes`` (1 to their layer's nodes) makes it that many
+    node spacings thick instead, with helmpinn's default strength."""
     import helmpinn as hp
 
     lo, hi = case.box
     k = case.omega / float(case.velocity.min())
     velocity = hp.GridField(case.velocity, origin=(0.0, 0.0), spacing=case.h)
-    pml = hp.PML(case.layer_nodes * case.h, strength=case.stretch * k, power=2)  # σ₀/k = their σ/ω
+    if pml_nodes is None or pml_nodes == case.layer_nodes:
+        pml = hp.PML(case.layer_nodes * case.h, strength=case.stretch * k, power=2)  # σ₀/k = their σ/ω
+    elif 1 <= pml_nodes < case.layer_nodes:
+        pml = hp.PML(pml_nodes * case.h, power=2)
+    else:
+        raise ValueError(f"--pml-nodes: expected 1 to {case.layer_nodes}, got {pml_nodes}")
     i, j = case.source_node
     x0 = (i * case.h, j * case.h)
     mass = complex(np.sum(np.conj(case.source))) * case.h**2
@@ -259,22 +267,27 @@ def compare_fd(case: SongCase, problem) -> dict:
     t0 = time.perf_counter()
     sol = fd_solve(problem, case.h)
     seconds = time.perf_counter() - t0
-    if sol.values.shape != case.shape:
-        raise RuntimeError(f"fd_solve's grid {sol.values.shape} is not theirs {case.shape}")
+    # fd_solve's grid is theirs, or its part inside a thinner PML: put it on their nodes.
+    start = np.rint(np.array([a[0] for a in sol.axes]) / case.h).astype(int)
+    if not all(np.allclose(a, (s + np.arange(len(a))) * case.h) for a, s in zip(sol.axes, start)):
+        raise RuntimeError("fd_solve's grid is not a part of theirs")
+    values = np.full(case.shape, np.nan, np.complex128)
+    values[start[0]:start[0] + len(sol.axes[0]), start[1]:start[1] + len(sol.axes[1])] = sol.values
     mask = error_masks(case, problem)["away"]
-    ours = problem.total_field(case.nodes[mask.ravel()], sol.values[mask])
+    ours = problem.total_field(case.nodes[mask.ravel()], values[mask])
     theirs = np.conj(case.field[mask])          # in helmpinn's convention
     factor = complex(np.vdot(ours, theirs) / np.vdot(ours, ours))
-    return {"fd_seconds": seconds, "fd_vs_theirs": errors(case, problem, sol.values),
+    return {"fd_seconds": seconds, "fd_vs_theirs": errors(case, problem, values),
             "best_factor": [factor.real, factor.imag],
             "fd_vs_theirs_away_after_factor": relative_error(factor * ours, theirs),
-            "solution": sol}
+            "solution": values}
 
 
 def train(case: SongCase, problem, *, optimizer: str, time_limit: float, points: int | None,
           ff_dim: int | None, hidden: int | None, layers: int | None, seed: int,
-          fd=None, progress: bool = True) -> dict:
-    """Train a network on ``problem`` for ``time_limit`` seconds; errors at the nodes."""
+          steps: int | None = None, fd: np.ndarray | None = None, progress: bool = True) -> dict:
+    """Train a network on ``problem`` for ``time_limit`` seconds; errors at the nodes (also
+    against ``fd``, fd_solve's values on their nodes)."""
     import helmpinn as hp
     from helmpinn.lm import lm_defaults, lm_options
 
@@ -292,8 +305,16 @@ def train(case: SongCase, problem, *, optimizer: str, time_limit: float, points:
                             fourier_sigma=d["sigma"])
     start = time.perf_counter()
 
+    shown = [0]
+
     def clock(trainer, step):
-        if time.perf_counter() - start > time_limit:
+        elapsed = time.perf_counter() - start
+        h = trainer.history
+        if not progress and len(h.eval_step) > shown[0]:   # a log line per error evaluation
+            shown[0] = len(h.eval_step)
+            print(f"  step {h.eval_step[-1]}: loss {h.loss[-1]:.3e}, error vs theirs (test grid) "
+                  f"{h.eval_error[-1]:.3e}, {elapsed:.0f} s", flush=True)
+        if elapsed > time_limit:
             trainer.request_stop(f"time limit of {time_limit:g} s")
 
     trainer = hp.Trainer(problem, model, pde_points=d["pde_points"], bc_points=d["bc_points"],
@@ -304,7 +325,7 @@ def train(case: SongCase, problem, *, optimizer: str, time_limit: float, points:
     if optimizer == "lm":
         trainer.fit_lm(100_000, **lm_options(d))
     else:
-        trainer.fit(10_000_000)
+        trainer.fit(d["steps"] if steps is None else steps)   # the cosine schedule spans them
     wall = time.perf_counter() - start
     values = model.predict(case.nodes).reshape(case.shape)
     out = {"optimizer": optimizer, "params": int(model.num_params), "pde_points": d["pde_points"],
@@ -315,7 +336,7 @@ def train(case: SongCase, problem, *, optimizer: str, time_limit: float, points:
            "history": {"step": trainer.history.eval_step, "error": trainer.history.eval_error,
                        "time": trainer.history.eval_time}}
     if fd is not None:
-        out["error_vs_fd_solve"] = {name: relative_error(values[m], fd.values[m])
+        out["error_vs_fd_solve"] = {name: relative_error(values[m], fd[m])
                                     for name, m in error_masks(case, problem).items()}
     return out
 
@@ -345,10 +366,15 @@ def main(argv=None) -> int:
     p.add_argument("--optimizer", choices=("lm", "adam"), default="lm")
     p.add_argument("--source", choices=("point", "grid", "background"), default="point")
     p.add_argument("--points", type=int, default=None, help="PDE points (default: the optimiser's)")
+    p.add_argument("--pml-nodes", type=int, default=None,
+                   help="a thinner PML of this many node spacings (helmpinn's default strength); "
+                        "default: their layer, their strength")
     p.add_argument("--pml-share", type=float, default=None, help="share of PDE points in the layer")
     p.add_argument("--ff-dim", type=int, default=None)
     p.add_argument("--hidden", type=int, default=None)
     p.add_argument("--layers", type=int, default=None)
+    p.add_argument("--steps", type=int, default=None,
+                   help="Adam: steps of its schedule (default: default_settings'); the time limit may stop it first")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fd-only", action="store_true", help="only the finite-difference comparison")
     p.add_argument("--no-progress", action="store_true")
@@ -359,7 +385,7 @@ def main(argv=None) -> int:
 
     case = load_case(a.data, a.case)
     info = describe(case)
-    problem = build_problem(case, a.source, a.pml_share)
+    problem = build_problem(case, a.source, a.pml_share, a.pml_nodes)
     print(json.dumps(info, indent=1))
     fd = compare_fd(case, problem)
     solution = fd.pop("solution")
@@ -369,7 +395,7 @@ def main(argv=None) -> int:
           f"({fd['fd_seconds']:.1f} s)")
     if not a.fd_only:
         result = train(case, problem, optimizer=a.optimizer, time_limit=a.time_limit, points=a.points,
-                       ff_dim=a.ff_dim, hidden=a.hidden, layers=a.layers, seed=a.seed, fd=solution,
+                       ff_dim=a.ff_dim, hidden=a.hidden, layers=a.layers, seed=a.seed, steps=a.steps, fd=solution,
                        progress=not a.no_progress)
         info["training"] = result
         print(f"{a.optimizer}: {result['steps']} steps, {result['wall_s']:.0f} s wall "

@@ -119,3 +119,14 @@ def test_training_stops_at_the_time_limit_and_reports(bench, mini, tmp_path):
 def test_missing_data_names_the_file(bench, tmp_path):
     with pytest.raises(FileNotFoundError, match="Homo_4Hz_singlesource_ps.mat"):
         bench.load_case(tmp_path, "homogeneous4hz")
+
+
+def test_a_thinner_pml_is_compared_on_their_nodes(bench, mini):
+    folder, _ = mini
+    case = bench.load_case(folder, "mini")
+    problem = bench.build_problem(case, "grid", pml_nodes=8)
+    assert problem.pml.width == pytest.approx(8 * H)
+    result = bench.compare_fd(case, problem)
+    assert result["fd_vs_theirs"]["away"] < 2e-2   # on shifted nodes it would be O(1)
+    with pytest.raises(ValueError, match="--pml-nodes"):
+        bench.build_problem(case, "grid", pml_nodes=LAYER + 1)
