@@ -28,7 +28,8 @@ stretching of the time convention e^{+iωt}. helmpinn's is e^{−iωt} (``s = 1 
 problem posed here is the complex conjugate of theirs: source ``conj(Ps)``, and their ``U`` is
 the conjugate of helmpinn's u. The PML is helmpinn's own :class:`~helmpinn.PML` over their
 layer's extent (50 nodes) with their strength (σ/ω at the wall, read from ``C``) and profile
-power 2. Coordinates are (x, z) in km, z the depth; the velocity is ``1/sqrt(m)`` in km/s as a
+power 2 (``--pml-nodes N``: a thinner layer of N nodes with helmpinn's default strength, still
+compared on their nodes: fewer wavelengths for the network). Coordinates are (x, z) in km, z the depth; the velocity is ``1/sqrt(m)`` in km/s as a
 :class:`~helmpinn.GridField` over the whole grid.
 
 Sources (``--source``): their ``Ps`` is a point source smoothed by a Gaussian of 3 nodes
@@ -312,8 +313,8 @@ def train(case: SongCase, problem, *, optimizer: str, time_limit: float, points:
         h = trainer.history
         if not progress and len(h.eval_step) > shown[0]:   # a log line per error evaluation
             shown[0] = len(h.eval_step)
-            print(f"  step {h.eval_step[-1]}: loss {h.loss[-1]:.3e}, error of the unknown vs theirs on the test grid "
-                  f"{h.eval_error[-1]:.3e}, {elapsed:.0f} s", flush=True)
+            print(f"  step {h.eval_step[-1]}: loss {h.loss[-1]:.3e}, error of the unknown vs theirs "
+                  f"on the test grid {h.eval_error[-1]:.3e}, {elapsed:.0f} s", flush=True)
         if elapsed > time_limit:
             trainer.request_stop(f"time limit of {time_limit:g} s")
 
@@ -331,7 +332,8 @@ def train(case: SongCase, problem, *, optimizer: str, time_limit: float, points:
     out = {"optimizer": optimizer, "params": int(model.num_params), "pde_points": d["pde_points"],
            "bc_points": d["bc_points"], "network": [d["ff_dim"], d["hidden"], d["layers"]],
            "steps": int(trainer.step), "wall_s": wall, "train_s": trainer.train_time,
-           "stop_reason": trainer.stop_reason, "final_loss": trainer.history.loss[-1] if trainer.history.loss else None,
+           "stop_reason": trainer.stop_reason,
+           "final_loss": trainer.history.loss[-1] if trainer.history.loss else None,
            "error_vs_theirs": errors(case, problem, values),
            "history": {"step": trainer.history.eval_step, "error": trainer.history.eval_error,
                        "time": trainer.history.eval_time}}
@@ -377,7 +379,8 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=None)
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--steps", type=int, default=None,
-                   help="Adam: steps of its schedule (default: default_settings'); the time limit may stop it first")
+                   help="Adam: steps of its schedule (default: default_settings'); the time "
+                        "limit may stop it first")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fd-only", action="store_true", help="only the finite-difference comparison")
     p.add_argument("--no-progress", action="store_true")
@@ -398,8 +401,8 @@ def main(argv=None) -> int:
           f"({fd['fd_seconds']:.1f} s)")
     if not a.fd_only:
         result = train(case, problem, optimizer=a.optimizer, time_limit=a.time_limit, points=a.points,
-                       ff_dim=a.ff_dim, hidden=a.hidden, layers=a.layers, seed=a.seed, steps=a.steps, fd=solution,
-                       progress=not a.no_progress)
+                       ff_dim=a.ff_dim, hidden=a.hidden, layers=a.layers, seed=a.seed,
+                       steps=a.steps, fd=solution, progress=not a.no_progress)
         info["training"] = result
         print(f"{a.optimizer}: {result['steps']} steps, {result['wall_s']:.0f} s wall "
               f"({result['stop_reason']}); P = {result['params']}, {result['pde_points']} PDE points; "
