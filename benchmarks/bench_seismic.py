@@ -4,8 +4,8 @@ solutions: the homogeneous 4 Hz model and Marmousi at 3 Hz.
 
     python benchmarks/bench_seismic.py --data DIR --case homogeneous4hz|marmousi3hz
         [--time-limit 600] [--optimizer lm|adam] [--source point|grid|background]
-        [--points N] [--pml-nodes N] [--pml-share S] [--ff-dim M --hidden H --layers L] [--steps N] [--seed 0]
-        [--fd-only] [--json out.json]
+        [--points N] [--pml-nodes N] [--pml-share S] [--ff-dim M --hidden H --layers L]
+        [--steps N] [--seed 0] [--fd-only] [--no-progress] [--json out.json]
 
 Data. The authors publish their models, absorbing-layer coefficients and finite-difference
 solutions in the public repository songc0a/PINN-Helmholtz-solver-adaptive-sine (its README
@@ -29,8 +29,9 @@ problem posed here is the complex conjugate of theirs: source ``conj(Ps)``, and 
 the conjugate of helmpinn's u. The PML is helmpinn's own :class:`~helmpinn.PML` over their
 layer's extent (50 nodes) with their strength (σ/ω at the wall, read from ``C``) and profile
 power 2 (``--pml-nodes N``: a thinner layer of N nodes with helmpinn's default strength, still
-compared on their nodes: fewer wavelengths for the network). Coordinates are (x, z) in km, z the depth; the velocity is ``1/sqrt(m)`` in km/s as a
-:class:`~helmpinn.GridField` over the whole grid.
+compared on their nodes: fewer wavelengths for the network). Coordinates are (x, z) in km, z
+the depth; the velocity is ``1/sqrt(m)`` in km/s as a :class:`~helmpinn.GridField` over the
+whole grid.
 
 Sources (``--source``): their ``Ps`` is a point source smoothed by a Gaussian of 3 nodes
 truncated at ±6 nodes, times a complex Ricker amplitude.
@@ -50,8 +51,9 @@ their solution on the physical domain (their layer left out), with the complex f
 best; (2) a network trained for ``--time-limit`` seconds of wall clock (``lm``: Levenberg-
 Marquardt with :func:`helmpinn.lm.lm_defaults` and ``--points``; ``adam``:
 :func:`helmpinn.default_settings`), its relative L2 error against their solution (and against
-``fd_solve``) at their nodes of the physical domain. Wall-clock numbers depend on the machine and
-its load.
+``fd_solve``) at their nodes of the physical domain: ``interior`` (all of them) and ``away``
+(leaving out a disc of 4 source widths around the source). Wall-clock numbers depend on the
+machine and its load.
 """
 from __future__ import annotations
 
