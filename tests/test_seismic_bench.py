@@ -1,0 +1,132 @@
+"""The plumbing of benchmarks/bench_seismic.py on a small synthetic data set in Song et al.'s
+format (no network access, no real data): reading, the posed problem's convention and source
+factor, the finite-difference comparison and a short training run."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+from scipy import io
+from scipy.special import hankel2
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FREQ, V, H, N, LAYER, SIGMA_NODES, TAPS, STRETCH = 2.0, 2.0, 0.05, 61, 12, 2.0, 4, 3.0
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_seismic", ROOT / "benchmarks" / "bench_seismic.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_seismic"] = module   # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop("bench_seismic", None)
+
+
+def _their_layer(n: int, layer: int, stretch: float) -> np.ndarray:
+    """Their e = 1 − i σ/ω along one axis: quadratic, zero from node layer − 1 to n − layer."""
+    i = np.arange(n)
+    depth = np.maximum(np.maximum(layer - 1 - i, i - (n - layer)), 0) / layer
+    return 1 - 1j * stretch * depth**2
+
+
+def _write_case(path: pathlib.Path, conjugate: bool = False) -> np.ndarray:
+    """A homogeneous mini case: a truncated Gaussian source at the centre and, as their solution,
+    the free-space field of e^{+iωt} (outgoing H0⁽²⁾): ΔU + k²U = Ps. Returns U [nx, nz]."""
+    k = 2 * math.pi * FREQ / V
+    ix, iz = np.indices((N, N))
+    c = N // 2
+    taps = (np.abs(ix - c) <= TAPS) & (np.abs(iz - c) <= TAPS)
+    kernel = np.where(taps, np.exp(-((ix - c) ** 2 + (iz - c) ** 2) / (2 * SIGMA_NODES**2)), 0.0)
+    ps = (3.0 - 4.0j) * kernel / kernel.sum() / H**2
+    x, z = ix * H, iz * H
+    u = np.zeros((N, N), np.complex128)
+    for i, j in zip(*np.nonzero(taps)):
+        r = np.maximum(np.hypot(x - x[i, j], z - z[i, j]), 1e-3 * H)
+        u += H * H * ps[i, j] * 0.25j * hankel2(0, k * r)
+    if conjugate:
+        u = np.conj(u)
+    e = _their_layer(N, LAYER, STRETCH)   # a strong layer: it is only 0.6 wavelengths thick
+    col = lambda a: np.asarray(a).reshape(-1, 1)   # noqa: E731  ([ix, iz] in C order: z fastest, as theirs)
+    io.savemat(path, {"x_star": col(x), "z_star": col(z), "m": col(np.full((N, N), V**-2.0)),
+                      "Ps": col(ps), "C": col(e[:, None] * e[None, :]),
+                      "U_real": col(u.real), "U_imag": col(u.imag)})
+    return u
+
+
+@pytest.fixture
+def mini(bench, tmp_path, monkeypatch):
+    monkeypatch.setitem(bench.CASES, "mini", {"file": "mini.mat", "frequency": FREQ, "layer_nodes": LAYER})
+    u = _write_case(tmp_path / "mini.mat")
+    return tmp_path, u
+
+
+def test_load_case_reads_their_layout(bench, mini):
+    folder, u = mini
+    case = bench.load_case(folder, "mini")
+    assert case.shape == (N, N) and case.h == pytest.approx(H)
+    assert case.stretch == pytest.approx(STRETCH) and case.source_width == pytest.approx(SIGMA_NODES * H)
+    assert case.source_node == (N // 2, N // 2)
+    np.testing.assert_allclose(case.field, u)
+    np.testing.assert_allclose(case.velocity, V)
+    lo, hi = case.box
+    np.testing.assert_allclose(lo, LAYER * H)
+    np.testing.assert_allclose(hi, (N - 1 - LAYER) * H)
+
+
+@pytest.mark.parametrize("source", ["point", "grid", "background"])
+def test_fd_solve_of_the_posed_problem_matches_their_convention(bench, mini, source):
+    folder, _ = mini
+    case = bench.load_case(folder, "mini")
+    problem = bench.build_problem(case, source)
+    result = bench.compare_fd(case, problem)
+    # The conjugated problem and the source amplitude (with the truncation's far-field factor)
+    # reproduce the e^{+iωt} free-space field away from the source.
+    assert result["fd_vs_theirs"]["away"] < 1e-2
+    assert abs(complex(*result["best_factor"]) - 1) < 1e-2
+
+
+def test_a_wrong_convention_is_detected(bench, tmp_path, monkeypatch):
+    # Their field in the other time convention (outgoing H0⁽¹⁾): the comparison must show it.
+    monkeypatch.setitem(bench.CASES, "mini", {"file": "mini.mat", "frequency": FREQ, "layer_nodes": LAYER})
+    _write_case(tmp_path / "mini.mat", conjugate=True)
+    case = bench.load_case(tmp_path, "mini")
+    result = bench.compare_fd(case, bench.build_problem(case, "grid"))
+    assert result["fd_vs_theirs"]["away"] > 0.5
+
+
+def test_training_stops_at_the_time_limit_and_reports(bench, mini, tmp_path):
+    folder, _ = mini
+    out = tmp_path / "out.json"
+    assert bench.main(["--data", str(folder), "--case", "mini", "--time-limit", "0.01",
+                       "--points", "300", "--ff-dim", "4", "--hidden", "8", "--no-progress",
+                       "--json", str(out)]) == 0
+    info = json.loads(out.read_text())
+    t = info["training"]
+    assert t["steps"] == 1 and "time limit" in t["stop_reason"]
+    assert set(t["error_vs_theirs"]) == {"interior", "away"}
+    assert all(np.isfinite(v) for v in t["error_vs_theirs"].values())
+    assert info["wavelengths_across_at_vmin"] == pytest.approx([(N - 1 - 2 * LAYER) * H * FREQ / V] * 2)
+
+
+def test_missing_data_names_the_file(bench, tmp_path):
+    with pytest.raises(FileNotFoundError, match="Homo_4Hz_singlesource_ps.mat"):
+        bench.load_case(tmp_path, "homogeneous4hz")
+
+
+def test_a_thinner_pml_is_compared_on_their_nodes(bench, mini):
+    folder, _ = mini
+    case = bench.load_case(folder, "mini")
+    problem = bench.build_problem(case, "grid", pml_nodes=8)
+    assert problem.pml.width == pytest.approx(8 * H)
+    result = bench.compare_fd(case, problem)
+    assert result["fd_vs_theirs"]["away"] < 2e-2   # on shifted nodes it would be O(1)
+    with pytest.raises(ValueError, match="--pml-nodes"):
+        bench.build_problem(case, "grid", pml_nodes=LAYER + 1)
