@@ -162,8 +162,9 @@ st_env() {
     nvidia-smi || echo "nvidia-smi failed (exit $?)"
     command -v nvcc >/dev/null && nvcc --version | tail -2
   fi
-  local need=()
-  for m in numpy pybind11 pytest; do py_has "$m" || need+=("$m"); done
+  local need=() m mods=(numpy pybind11 pytest)
+  is_dry && mods=(numpy pytest)            # pybind11 is for the build, which a dry run stubs
+  for m in "${mods[@]}"; do py_has "$m" || need+=("$m"); done
   if (( ${#need[@]} )); then
     STAGE_NOTE+="missing Python packages: ${need[*]} (carry wheels in .whl/)"
     rc=1

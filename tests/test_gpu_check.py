@@ -105,6 +105,19 @@ def test_dry_run_deadline_skips_what_it_cannot_finish(tmp_path):
     assert len(list(out.iterdir())) <= 6
 
 
+def test_dry_run_needs_no_pybind11(tmp_path):
+    """pybind11 is a build requirement (pip's isolated build environment has it, a fresh venv
+    with the test extras does not): the dry run, which builds nothing, must not ask for it."""
+    shadow = tmp_path / "shadow" / "pybind11"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('pybind11 hidden by the test')\n")
+    path = os.pathsep.join(p for p in (str(shadow.parent), os.environ.get("PYTHONPATH")) if p)
+    res, out, took, results = dry_run(tmp_path, PYTHONPATH=path)
+    by = {s["stage"]: s for s in results["stages"]}
+    assert by["env"]["status"] == "ok (stub)", (by["env"], res.stdout[-2000:])
+    assert res.returncode == 0, res.stdout[-3000:]
+
+
 def test_unknown_argument_is_refused(tmp_path):
     res = subprocess.run(["bash", str(SCRIPT), "--dryrun"], capture_output=True, text=True,
                          env={**os.environ, "OUT": str(tmp_path / "o"), "BUILD": str(tmp_path / "b")})
