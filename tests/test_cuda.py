@@ -220,7 +220,7 @@ def _emulation_sources():
     CMake builds the core and the helmpinn_cuda_emulation_check target from (one list, so that a
     new core file is not silently missing here); the CUDA backend comes in through the driver,
     which includes its kernels."""
-    driver = ROOT / "cpp/src/cuda/emulation/emu_check.cpp"
+    driver = ROOT / "cpp/tests/cuda/emu_check.cpp"
     listing = ROOT / "cpp/src/host_sources.txt"
     if not driver.exists() or not listing.exists():
         return None
@@ -242,14 +242,14 @@ def _built_emulation_check() -> Path | None:
     if not found or not found[-1].is_file():
         return None
     exe = found[-1]
-    newest = max(p.stat().st_mtime for d in ("cpp/src", "cpp/include") for p in (ROOT / d).rglob("*")
+    newest = max(p.stat().st_mtime for d in ("cpp/src", "cpp/include", "cpp/tests/cuda") for p in (ROOT / d).rglob("*")
                  if p.is_file())
     return exe if exe.stat().st_mtime >= newest else None
 
 
 @pytest.fixture(scope="module")
 def emu_check(tmp_path_factory):
-    """The CPU emulation of the CUDA backend (cpp/src/cuda/emulation/emu_check.cpp): the CMake
+    """The CPU emulation of the CUDA backend (cpp/tests/cuda/emu_check.cpp): the CMake
     target when it is built and up to date, else built here from the same source list."""
     srcs = _emulation_sources()
     if srcs is None:
