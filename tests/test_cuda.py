@@ -16,21 +16,21 @@ Without a GPU (any machine):
   * The seed primitives on CUDA arrays refuse a call without out= and, where CUDA cannot be
     used, say why naming the argument; `stream=` is refused with host arrays.
 
-With a GPU: forward (u / grad u / lap u, d = 1, 2, 3, float32 and float64) and the caches of
-a device="cuda" Workspace are compared with the CPU backend on the same random inputs (float64:
+With a GPU: forward (u / grad u / lap u, d = 1, 2, 3, float32 and float64) and the caches of a
+device="cuda" Workspace are compared with the CPU backend on the same random inputs (float64:
 relative error < 1e-10; float32: < 1e-4) and forward with the float64 reference; value_and_grad
-(every term together) on realistic and wide shapes, under the tuning knobs (tile size, global
-scratch), in several chunk sizes, and with workspaces of different sizes side by side, against
-the CPU; two runs are bitwise identical; results are written zero-copy into caller-provided
-device arrays (helmpinn's DeviceArray, and PyTorch / CuPy when importable); host arrays and
-wrong device arrays are refused with errors naming the argument. The loss of each term and
-their combinations (constants and per-point coefficients, frozen B, counts, the general
-operator), the gradient and the residual level against the CPU are the loss-case table's, in
-tests/test_backend_cases.py (test_cuda_against_cpu). The seed primitives (mse_backward, layer_backward, fourier_backward, adam_step) on
-helmpinn / PyTorch / CuPy device arrays agree with NumPy, are bitwise reproducible, run on a
-given stream, and refuse host arrays and bad arguments naming them.
-GPU tests skip with the reason when there is no device, and FAIL instead when
-HELMPINN_REQUIRE_GPU=1 (for runs on a GPU machine).
+(every term together) on realistic and wide shapes and on a cache above 2^31 elements, under the
+tuning knobs (tile size, global scratch), in several chunk sizes, and with workspaces of
+different sizes side by side, against the CPU; two runs are bitwise identical; results are
+written zero-copy into caller-provided device arrays (helmpinn's DeviceArray, and PyTorch / CuPy
+when importable); host arrays and wrong device arrays are refused with errors naming the
+argument. The loss of each term and their combinations (constants and per-point coefficients,
+frozen B, counts, the general operator), the gradient and the residual level against the CPU are
+the loss-case table's, in tests/test_backend_cases.py (test_cuda_against_cpu). The seed
+primitives (mse_backward, layer_backward, fourier_backward, adam_step) on helmpinn / PyTorch /
+CuPy device arrays agree with NumPy, are bitwise reproducible, run on a given stream, and refuse
+host arrays and bad arguments naming them. GPU tests skip with the reason when there is no
+device, and FAIL instead when HELMPINN_REQUIRE_GPU=1 (for runs on a GPU machine).
 """
 
 from __future__ import annotations
@@ -360,6 +360,31 @@ def test_wide_layers_use_global_scratch(gpu, rng, make_inputs):
     theta = R.random_params(shape, rng, fourier_sigma=0.3)
     terms = make_inputs(2, n_pde=70, n_data=20, n_bc=30, kappa="array", alpha="array")
     _compare_value_and_grad(shape, theta, terms, "float64", batch=64)
+
+
+def test_cache_above_2_31_elements(gpu, rng):
+    """A workspace whose Fourier cache has more than 2^31 elements (d = 1, 2m = 512 features,
+    3 streams: 3 B 512 > 2^31 floats, 8.6 GB), so its indices must be 64-bit: forward at sampled
+    rows (the last included, whose Laplacian reads past element 2^31) and value_and_grad over
+    every point against the CPU. Needs about 10 GB of device memory."""
+    shape = (1, 256, 8, 1)
+    B = 2**31 // (3 * 512) + 1024
+    spec = helmpinn.ModelSpec(*shape)
+    theta = rng.normal(0, 0.5, spec.num_params).astype(np.float32)
+    x = rng.uniform(-1, 1, (B, 1)).astype(np.float32)
+    ws = helmpinn.Workspace(spec, B, dtype="float32", device="cuda")
+    out = [host(a) for a in ws.forward(dev(theta), dev(x), 2)]
+    idx = np.unique(np.concatenate([rng.integers(0, B, 200), [0, B - 1]]))
+    ref = helmpinn.Workspace(spec, len(idx), dtype="float32").forward(theta, x[idx], 2)
+    for name, a, b in zip(("u", "grad u", "lap u"), out, ref):
+        assert R.rel_err(a[idx], b) < 1e-4, name
+    f = rng.normal(size=(B, 2)).astype(np.float32)
+    g = dev(np.zeros(spec.num_params, np.float32))
+    v = ws.value_and_grad(dev(theta), g, x_pde=dev(x), kappa=30.0, f=dev(f))
+    g_cpu = np.empty(spec.num_params, np.float32)
+    v_cpu = helmpinn.Workspace(spec, 4096, dtype="float32").value_and_grad(
+        theta, g_cpu, x_pde=x, kappa=30.0, f=f)
+    assert v == pytest.approx(v_cpu, rel=1e-3) and R.rel_err(host(g), g_cpu) < 1e-3
 
 
 @pytest.mark.parametrize("env", [{"HELMPINN_CUDA_TILE": "5"}, {"HELMPINN_CUDA_SCRATCH": "global"},
