@@ -1,4 +1,4 @@
-"""The loss-case table (cpp/src/cuda/emulation/loss_cases.inc), ONE table for every backend:
+"""The loss-case table (cpp/tests/cuda/loss_cases.inc), ONE table for every backend:
 
 * cpu:  the CPU backend against the float64 NumPy reference (residuals and loss to 1e-12; the
         gradient and Jacobian against central differences of the reference; frozen B: its
@@ -33,7 +33,7 @@ import reference as R
 from conftest import SPECS
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE = ROOT / "cpp/src/cuda/emulation/loss_cases.inc"
+TABLE = ROOT / "cpp/tests/cuda/loss_cases.inc"
 TOL = {"float64": 1e-11, "float32": 1e-4}
 FIELDS = ("check", "terms", "variant", "train_fourier", "counts", "op", "quick")
 

@@ -5,39 +5,38 @@ Without a GPU (any machine):
     clear RuntimeError ("built without CUDA support" in a stub build; "CUDA device N is not
     available" when there is no such device); `stream=` is refused on CPU workspaces.
   * The CUDA kernels and the backend's host logic run under a CPU emulation of CUDA
-    (cpp/src/cuda/emulation): the CMake target helmpinn_cuda_emulation_check when built and up to
-    date, else compiled here with the system C++ compiler from cpp/src/host_sources.txt (the list
-    CMake uses), and compared with the CPU backend (forward, every loss term, chunking, partial tiles, shared-memory and
-    global-scratch buffers, odd tiles, bitwise reproducibility, check_finite), and the device
-    seed primitives with the host ones; and the residual level (residuals, Jacobian rows, jvp,
-    vjp, grad_kappa, counts); the loss cases are the table loss_cases.inc, which
+    (cpp/src/cuda/emulation; the checker cpp/tests/cuda/emu_check.cpp, the CMake target
+    helmpinn_cuda_emulation_check of the C++ test build that tests/test_cpp.py uses) and are
+    compared with the CPU backend (forward, every loss term, chunking, partial tiles,
+    shared-memory and global-scratch buffers, odd tiles, bitwise reproducibility, check_finite),
+    and the device seed primitives with the host ones; and the residual level (residuals,
+    Jacobian rows, jvp, vjp, grad_kappa, counts); the loss cases are the table loss_cases.inc, which
     tests/test_backend_cases.py runs on a real GPU; and the core's CUDA runtime API (device
     scope, pointer queries, device buffers, copies, stream ordering) on two emulated devices.
   * The seed primitives on CUDA arrays refuse a call without out= and, where CUDA cannot be
     used, say why naming the argument; `stream=` is refused with host arrays.
 
-With a GPU: forward (u / grad u / lap u, d = 1, 2, 3, float32 and float64) and the caches of
-a device="cuda" Workspace are compared with the CPU backend on the same random inputs (float64:
+With a GPU: forward (u / grad u / lap u, d = 1, 2, 3, float32 and float64) and the caches of a
+device="cuda" Workspace are compared with the CPU backend on the same random inputs (float64:
 relative error < 1e-10; float32: < 1e-4) and forward with the float64 reference; value_and_grad
-(every term together) on realistic and wide shapes, under the tuning knobs (tile size, global
-scratch), in several chunk sizes, and with workspaces of different sizes side by side, against
-the CPU; two runs are bitwise identical; results are written zero-copy into caller-provided
-device arrays (helmpinn's DeviceArray, and PyTorch / CuPy when importable); host arrays and
-wrong device arrays are refused with errors naming the argument. The loss of each term and
-their combinations (constants and per-point coefficients, frozen B, counts, the general
-operator), the gradient and the residual level against the CPU are the loss-case table's, in
-tests/test_backend_cases.py (test_cuda_against_cpu). The seed primitives (mse_backward, layer_backward, fourier_backward, adam_step) on
-helmpinn / PyTorch / CuPy device arrays agree with NumPy, are bitwise reproducible, run on a
-given stream, and refuse host arrays and bad arguments naming them.
-GPU tests skip with the reason when there is no device, and FAIL instead when
-HELMPINN_REQUIRE_GPU=1 (for runs on a GPU machine).
+(every term together) on realistic and wide shapes and on a cache above 2^31 elements, under the
+tuning knobs (tile size, global scratch), in several chunk sizes, and with workspaces of
+different sizes side by side, against the CPU; two runs are bitwise identical; results are
+written zero-copy into caller-provided device arrays (helmpinn's DeviceArray, and PyTorch / CuPy
+when importable); host arrays and wrong device arrays are refused with errors naming the
+argument. The loss of each term and their combinations (constants and per-point coefficients,
+frozen B, counts, the general operator), the gradient and the residual level against the CPU are
+the loss-case table's, in tests/test_backend_cases.py (test_cuda_against_cpu). The seed
+primitives (mse_backward, layer_backward, fourier_backward, adam_step) on helmpinn / PyTorch /
+CuPy device arrays agree with NumPy, are bitwise reproducible, run on a given stream, and refuse
+host arrays and bad arguments naming them. GPU tests skip with the reason when there is no
+device, and FAIL instead when HELMPINN_REQUIRE_GPU=1 (for runs on a GPU machine).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -169,9 +168,11 @@ def test_has_cuda_and_device_count_are_consistent():
     else:
         assert isinstance(err, str) and (err.startswith("cudaGetDeviceCount: cudaError")
                                          or err == "no CUDA device found"), err
-    expect = os.environ.get("HELMPINN_EXPECT_CUDA")    # set by CI to what the build should be
+    # .ci/run sets HELMPINN_EXPECT_CUDA=1 where nvcc is on the PATH: the README's install must
+    # then have built the CUDA backend (a CMake that silently lost nvcc fails here).
+    expect = os.environ.get("HELMPINN_EXPECT_CUDA")
     if expect is not None:
-        assert helmpinn.has_cuda() == (expect == "1")
+        assert helmpinn.has_cuda() == (expect == "1"), f"HELMPINN_EXPECT_CUDA={expect}"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -220,7 +221,7 @@ def _emulation_sources():
     CMake builds the core and the helmpinn_cuda_emulation_check target from (one list, so that a
     new core file is not silently missing here); the CUDA backend comes in through the driver,
     which includes its kernels."""
-    driver = ROOT / "cpp/src/cuda/emulation/emu_check.cpp"
+    driver = ROOT / "cpp/tests/cuda/emu_check.cpp"
     listing = ROOT / "cpp/src/host_sources.txt"
     if not driver.exists() or not listing.exists():
         return None
@@ -232,45 +233,28 @@ def _emulation_sources():
     return [driver, *srcs]
 
 
-def _built_emulation_check() -> Path | None:
-    """The CMake target helmpinn_cuda_emulation_check (HELMPINN_BUILD_TESTS=ON) when one is built
-    and newer than every C++ source and header: HELMPINN_EMU_CHECK names it, else the newest
-    under a build directory of this checkout (<build>/cpp/tests/). A stale one is not used."""
-    named = os.environ.get("HELMPINN_EMU_CHECK")
-    found = [Path(named)] if named else sorted(
-        ROOT.glob("*/cpp/tests/helmpinn_cuda_emulation_check"), key=lambda p: p.stat().st_mtime)
-    if not found or not found[-1].is_file():
-        return None
-    exe = found[-1]
-    newest = max(p.stat().st_mtime for d in ("cpp/src", "cpp/include") for p in (ROOT / d).rglob("*")
-                 if p.is_file())
-    return exe if exe.stat().st_mtime >= newest else None
-
-
 @pytest.fixture(scope="module")
 def emu_check(tmp_path_factory):
-    """The CPU emulation of the CUDA backend (cpp/src/cuda/emulation/emu_check.cpp): the CMake
-    target when it is built and up to date, else built here from the same source list."""
-    srcs = _emulation_sources()
-    if srcs is None:
+    """The CPU emulation of the CUDA backend (cpp/tests/cuda/emu_check.cpp): HELMPINN_EMU_CHECK
+    when set, else the CMake target helmpinn_cuda_emulation_check of the C++ test build that
+    tests/test_cpp.py uses (HELMPINN_TEST_BUILD_DIR, or the one built once a session)."""
+    if _emulation_sources() is None:
         pytest.skip("the C++ sources are not next to the tests (installed package)")
-    built = _built_emulation_check()
-    if built is not None:
-        return built
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no C++ compiler to build the CUDA emulation")
-    tmp = tmp_path_factory.mktemp("cuda_emulation")
-    probe = tmp / "probe.cpp"
-    probe.write_text("#include <barrier>\nint main() { std::barrier<> b(1); b.arrive_and_wait(); }\n")
-    if subprocess.run([cxx, "-std=c++20", "-pthread", str(probe), "-o", str(tmp / "probe")],
-                      capture_output=True).returncode != 0:
-        pytest.skip(f"{cxx} has no C++20 <barrier>, which the CUDA emulation needs")
-    exe = tmp / "emu_check"
-    cmd = [cxx, "-std=c++20", "-O1", "-pthread", "-DHELMPINN_CUDA_EMULATION",
-           f"-I{ROOT / 'cpp/include'}", f"-I{ROOT / 'cpp/src'}", *map(str, srcs), "-o", str(exe)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    assert res.returncode == 0, "building the CUDA emulation failed:\n" + res.stderr[-4000:]
+    if os.environ.get("HELMPINN_EMU_CHECK"):
+        return Path(os.environ["HELMPINN_EMU_CHECK"])
+    import test_cpp  # noqa: PLC0415  (tests/ is on sys.path: conftest.py)
+    reason = test_cpp._why_not()
+    if reason:
+        pytest.skip(f"the CUDA emulation cannot be built: {reason}")
+    base = tmp_path_factory.getbasetemp() / "helmpinn-cxx"
+    base.mkdir(exist_ok=True)
+    tree = test_cpp.cxx_build_tree(base, build_it=False)
+    if "HELMPINN_HAS_CXX20_BARRIER:INTERNAL=1" not in (tree / "CMakeCache.txt").read_text():
+        pytest.skip("the C++ compiler has no C++20 <barrier> (or no threads), which the CUDA "
+                    "emulation needs")
+    tree = test_cpp.cxx_build_tree(base, target="helmpinn_cuda_emulation_check")
+    exe = tree / "cpp" / "tests" / "helmpinn_cuda_emulation_check"
+    assert exe.is_file(), f"{exe} was not built"
     return exe
 
 
@@ -360,6 +344,31 @@ def test_wide_layers_use_global_scratch(gpu, rng, make_inputs):
     theta = R.random_params(shape, rng, fourier_sigma=0.3)
     terms = make_inputs(2, n_pde=70, n_data=20, n_bc=30, kappa="array", alpha="array")
     _compare_value_and_grad(shape, theta, terms, "float64", batch=64)
+
+
+def test_cache_above_2_31_elements(gpu, rng):
+    """A workspace whose Fourier cache has more than 2^31 elements (d = 1, 2m = 512 features,
+    3 streams: 3 B 512 > 2^31 floats, 8.6 GB), so its indices must be 64-bit: forward at sampled
+    rows (the last included, whose Laplacian reads past element 2^31) and value_and_grad over
+    every point against the CPU. Needs about 10 GB of device memory."""
+    shape = (1, 256, 8, 1)
+    B = 2**31 // (3 * 512) + 1024
+    spec = helmpinn.ModelSpec(*shape)
+    theta = rng.normal(0, 0.5, spec.num_params).astype(np.float32)
+    x = rng.uniform(-1, 1, (B, 1)).astype(np.float32)
+    ws = helmpinn.Workspace(spec, B, dtype="float32", device="cuda")
+    out = [host(a) for a in ws.forward(dev(theta), dev(x), 2)]
+    idx = np.unique(np.concatenate([rng.integers(0, B, 200), [0, B - 1]]))
+    ref = helmpinn.Workspace(spec, len(idx), dtype="float32").forward(theta, x[idx], 2)
+    for name, a, b in zip(("u", "grad u", "lap u"), out, ref):
+        assert R.rel_err(a[idx], b) < 1e-4, name
+    f = rng.normal(size=(B, 2)).astype(np.float32)
+    g = dev(np.zeros(spec.num_params, np.float32))
+    v = ws.value_and_grad(dev(theta), g, x_pde=dev(x), kappa=30.0, f=dev(f))
+    g_cpu = np.empty(spec.num_params, np.float32)
+    v_cpu = helmpinn.Workspace(spec, 4096, dtype="float32").value_and_grad(
+        theta, g_cpu, x_pde=x, kappa=30.0, f=f)
+    assert v == pytest.approx(v_cpu, rel=1e-3) and R.rel_err(host(g), g_cpu) < 1e-3
 
 
 @pytest.mark.parametrize("env", [{"HELMPINN_CUDA_TILE": "5"}, {"HELMPINN_CUDA_SCRATCH": "global"},

@@ -7,7 +7,7 @@ chunks of 64 (float64: relative error < 1e-11; float32: < 1e-4).
 Every loss case at the residual level (residuals; the Jacobian whole and by row ranges across
 the terms; jvp, vjp bitwise twice; value_and_grad's grad_kappa and breakdown; frozen Fourier
 features; activation buffers in shared memory and in global scratch) is in the table
-cpp/src/cuda/emulation/loss_cases.inc, run on a GPU by tests/test_backend_cases.py
+cpp/tests/cuda/loss_cases.inc, run on a GPU by tests/test_backend_cases.py
 (test_cuda_against_cpu). The helpers here (dev, host, split, close, TOL) are also
 tests/test_cuda_operator.py's.
 

@@ -1,175 +1,147 @@
-"""benchmarks/gpu_check.sh, the one script a GPU machine runs (issue 17), tested here with its GPU
-steps stubbed (--dry-run): every stage runs in order and records its exit code, a failing stage
-does not end the run, the first failing test is rerun with CUDA_LAUNCH_BLOCKING=1, a sanitizer
-that refuses the device is reported apart from findings, the deadline turns the stages it
-leaves no time for into "skipped (deadline)", and $OUT holds at most 6 files, summary.md among
-them, which says on its first line that nothing was measured. And the parsers the summary
-rests on (pytest, compute-sanitizer and ptxas output)."""
+"""The GPU scripts, tested without a GPU: benchmarks/gpu_check.sh --dry-run (every stage in
+order, the real GPU test selection collected, the other scripts in their dry-run modes, a
+summary that says nothing was measured; no pybind11 needed), gpu_sanitize.sh's verdicts on a
+stand-in compute-sanitizer (COMPUTE_SANITIZER) that prints what the real tool prints, and
+gpu_bench.py refusing to measure without a GPU."""
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+import helmpinn
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
-STAGES = ["env", "build", "tests", "agreement", "sanitize", "bench", "scale", "peers"]
+BENCH = ROOT / "benchmarks"
 
-pytestmark = pytest.mark.skipif(not SCRIPT.exists() or shutil.which("bash") is None,
-                                reason="benchmarks/gpu_check.sh or bash not available")
-
-
-def _summary_module():
-    spec = importlib.util.spec_from_file_location("gpu_summary", ROOT / "benchmarks" / "gpu_summary.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+pytestmark = pytest.mark.skipif(not (BENCH / "gpu_check.sh").exists() or shutil.which("bash") is None,
+                                reason="benchmarks/ (a source checkout) or bash not available")
 
 
-def dry_run(tmp_path: Path, **env) -> tuple[subprocess.CompletedProcess, Path, float, dict]:
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "HELMPINN_REQUIRE_GPU")}
+    return {**env, "PYTHON": sys.executable, **extra}
+
+
+def _hide_pybind11(tmp_path: Path) -> str:
+    """A PYTHONPATH on which `import pybind11` fails (as in a fresh venv with the test extras)."""
+    shadow = tmp_path / "shadow" / "pybind11"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('pybind11 hidden by the test')\n")
+    return os.pathsep.join(p for p in (str(shadow.parent), os.environ.get("PYTHONPATH")) if p)
+
+
+def test_dry_run_runs_every_stage_and_measures_nothing(tmp_path):
     out = tmp_path / "out"
-    full = {**os.environ, "OUT": str(out), "BUILD": str(tmp_path / "build"),
-            "PYTHON": sys.executable, "GPU_CHECK_COMMIT": "test", **env}
-    for k in ("GPU_CHECK_STUB_FAIL", "GPU_CHECK_STUB_REFUSE", "GPU_CHECK_STUB_FIND"):
-        if k not in env:
-            full.pop(k, None)
-    t0 = time.monotonic()
-    res = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True,
-                         env=full, timeout=300)
-    took = time.monotonic() - t0
-    results = json.loads((out / "results.json").read_text())
-    return res, out, took, results
-
-
-def test_dry_run_with_failures_runs_every_stage_in_order(tmp_path):
-    res, out, took, results = dry_run(
-        tmp_path, GPU_CHECK_STUB_FAIL="tests", GPU_CHECK_STUB_REFUSE="initcheck",
-        GPU_CHECK_STUB_FIND="racecheck")
+    res = subprocess.run(["bash", str(BENCH / "gpu_check.sh"), "--dry-run"], capture_output=True,
+                         text=True, timeout=300,
+                         env=_env(OUT=str(out), BUILD=str(tmp_path / "b"),
+                                  PYTHONPATH=_hide_pybind11(tmp_path)))
     log = res.stdout + res.stderr
-    files = sorted(p.name for p in out.iterdir())
-    assert len(files) <= 6 and "summary.md" in files, files
-    assert all((out / f).is_file() for f in files)
-    assert took < 120, f"the dry run took {took:.0f} s"
-    stages = results["stages"]
-    assert [s["stage"] for s in stages] == STAGES, log[-3000:]
-    by = {s["stage"]: s for s in stages}
-    # The failing test stage is recorded with its exit code, and the run went on to the end.
-    assert by["tests"]["status"] == "failed (stub)" and by["tests"]["rc"] not in ("0", "-")
-    for name in ("env", "build", "agreement", "bench", "scale", "peers"):
-        assert by[name]["status"] == "ok (stub)", (name, by[name], log[-3000:])
-    assert by["sanitize"]["status"] == "failed (stub)"
-    assert res.returncode == 1                       # not every stage passed
-    # The first failure again with CUDA_LAUNCH_BLOCKING=1.
+    assert res.returncode == 0, log[-4000:]
+    rows = [line.split("\t") for line in (out / "stages.tsv").read_text().splitlines()[1:]]
+    assert [r[0] for r in rows] == ["build", "tests", "sanitize", "bench"], rows
+    assert all(r[1] == "DRY RUN, ok" and r[2] == "0" for r in rows), rows
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("**DRY RUN: nothing ran on a GPU; no number in this file was measured")
+    # The build it would run: CUDA on, ptxas -v; the tests: the real GPU selection, collected.
+    assert "HELMPINN_ENABLE_CUDA=ON" in log and "HELMPINN_CUDA_VERBOSE=ON" in log
     tests_log = (out / "tests.log").read_text()
-    assert "rerun with CUDA_LAUNCH_BLOCKING=1: test_stub_gpu.py::test_stub_fails" in tests_log
-    reruns = [r for r in results["records"] if r.get("kind") == "rerun"]
-    assert [r["test"] for r in reruns] == ["test_stub_gpu.py::test_stub_fails"] and reruns[0]["rc"] != 0
-    # Sanitizers: a finding, a refusal (nothing checked) and two clean runs, told apart.
-    verdicts = {r["tool"]: r["verdict"] for r in results["records"] if r.get("kind") == "sanitizer"}
-    assert verdicts == {"memcheck": "clean", "racecheck": "findings", "synccheck": "clean",
-                        "initcheck": "refused"}
-    summary = (out / "summary.md").read_text()
-    assert summary.startswith("**DRY RUN: every GPU step was stubbed. No number in this file was measured")
-    assert "initcheck: refused (nothing checked" in summary
-    assert "racecheck: findings (1 errors" in summary
-    assert "- sanitizers clean (all four ran): not measured (stub)" in summary
-    assert "1 passed, 1 failed, 0 errors, 1 skipped (stub)" in summary
-    # The summary is what the run ends with (the device tool returns the output's tail).
-    assert res.stdout.rstrip().endswith(summary.rstrip().splitlines()[-1])
-    assert (out / "run.log").read_text().count("==== [") >= len(STAGES)
-
-
-def test_dry_run_deadline_skips_what_it_cannot_finish(tmp_path):
-    # 25 s, 10 of them kept for the summary, and every stubbed stage taking 4 s: env runs, the
-    # stages that need more than what is left are reported as skipped, in order, and the run
-    # ends near its deadline.
-    res, out, took, results = dry_run(tmp_path, GPU_CHECK_DEADLINE_S="25", GPU_CHECK_STUB_SLEEP="4")
-    stages = results["stages"]
-    assert [s["stage"] for s in stages] == STAGES, res.stdout[-3000:]
-    assert stages[0]["status"] == "ok (stub)"
-    skipped = [s["stage"] for s in stages if s["status"] == "skipped (deadline)"]
-    assert "peers" in skipped and "build" in skipped, stages
-    assert all("s left, needs" in s["note"] for s in stages if s["stage"] in skipped)
-    assert took < 25 + 20, f"the run took {took:.0f} s with a 25 s deadline"
-    assert res.returncode == 1
-    summary = (out / "summary.md").read_text()
-    assert "| peers | skipped (deadline) | - | 0 |" in summary
-    assert "speed, b at 65,536 points | not measured" in summary
-    assert len(list(out.iterdir())) <= 6
+    for f in ("test_cuda.py", "test_device.py", "test_backend_cases.py", "test_cuda_residuals.py",
+              "test_cuda_operator.py", "test_cli.py::test_train_on_gpu"):
+        assert f in tests_log, f
+    assert "under_cpu_emulation" not in tests_log        # CI runs those, not the GPU machine
+    # The sanitizer would run every tool with HELMPINN_REQUIRE_GPU=1; the bench names its configs.
+    for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
+        assert f"HELMPINN_REQUIRE_GPU=1 compute-sanitizer --tool {tool}" in log.replace(
+            str(shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"),
+            "compute-sanitizer"), tool
+    assert "DRY RUN, not measured: b1m" in log
+    assert sorted(p.name for p in out.iterdir()) == ["stages.tsv", "summary.md", "tests.log"]
 
 
 def test_unknown_argument_is_refused(tmp_path):
-    res = subprocess.run(["bash", str(SCRIPT), "--dryrun"], capture_output=True, text=True,
-                         env={**os.environ, "OUT": str(tmp_path / "o"), "BUILD": str(tmp_path / "b")})
+    res = subprocess.run(["bash", str(BENCH / "gpu_check.sh"), "--dryrun"], capture_output=True,
+                         text=True, env=_env(OUT=str(tmp_path / "o"), BUILD=str(tmp_path / "b")))
     assert res.returncode == 2 and "unknown argument '--dryrun'" in res.stderr
     assert not (tmp_path / "o").exists()
 
 
-# ------------------------------------------------------------------ the parsers
+# ------------------------------------------------------------------ gpu_sanitize.sh's verdicts
+
+CLEAN = "========= COMPUTE-SANITIZER\n1 passed in 2.0s\n========= ERROR SUMMARY: 0 errors\n"
+FOUND = ("========= COMPUTE-SANITIZER\n========= Invalid __global__ read of size 8 bytes\n"
+         "=========     at helmpinn::cuda::train_kernel\n1 passed\n========= ERROR SUMMARY: 2 errors\n")
+RACE = ("========= COMPUTE-SANITIZER\n========= Race reported between Write access at x and Read\n"
+        "========= RACECHECK SUMMARY: 3 hazards displayed (1 error, 2 warnings)\n")
+REFUSED = ("========= COMPUTE-SANITIZER\n========= Error: Device not supported. Please refer to the "
+           "documentation\nE   Failed: HELMPINN_REQUIRE_GPU=1 but no CUDA device visible: "
+           "cudaGetDeviceCount: cudaErrorUnknown\n========= ERROR SUMMARY: 0 errors\n")
+NO_SUMMARY = "========= COMPUTE-SANITIZER\n1 failed\n"
 
 
-def test_sanitizer_verdicts():
-    S = _summary_module()
-    refused = ("========= COMPUTE-SANITIZER\n========= Error: Device not supported. Please refer\n"
-               "NO DEVICE: cudaGetDeviceCount: cudaErrorUnknown (unknown error)\n"
-               "========= ERROR SUMMARY: 0 errors\n")
-    v = S.parse_sanitizer(refused, 2)
-    assert v["verdict"] == "refused" and "Device not supported" in v["reason_line"]
-    clean = "float32 ok\nCASE DONE\n========= ERROR SUMMARY: 0 errors\n"
-    assert S.parse_sanitizer(clean, 0)["verdict"] == "clean"
-    # 0 errors but the case did not finish: not clean.
-    assert S.parse_sanitizer("float32 ok\n========= ERROR SUMMARY: 0 errors\n", 1)["verdict"] == "incomplete"
-    assert S.parse_sanitizer("float32 ok\n", 124)["verdict"] == "timed out"
-    found = ("========= Invalid __global__ read of size 8 bytes\n=========     at train_kernel\n"
-             "CASE DONE\n========= ERROR SUMMARY: 2 errors\n")
-    v = S.parse_sanitizer(found, 3)
-    assert v["verdict"] == "findings" and v["errors"] == 2 and "Invalid __global__ read" in v["first"]
-    race = ("CASE DONE\n========= RACECHECK SUMMARY: 3 hazards displayed (1 error, 2 warnings)\n")
-    v = S.parse_sanitizer(race, 0)
-    assert v["verdict"] == "findings" and v["errors"] == 1 and v["warnings"] == 2
-    race0 = "CASE DONE\n========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n"
-    assert S.parse_sanitizer(race0, 0)["verdict"] == "clean"
+def _fake_sanitizer(tmp_path: Path, outputs: dict[str, tuple[str, int]]) -> Path:
+    """A compute-sanitizer stand-in: prints outputs[tool] and exits with its code (the command it
+    is given is not run)."""
+    for tool, (text, _) in outputs.items():
+        (tmp_path / f"{tool}.txt").write_text(text)
+    cases = "".join(f"  {tool}) code={rc} ;;\n" for tool, (_, rc) in outputs.items())
+    fake = tmp_path / "fake-sanitizer"
+    fake.write_text(f'#!/usr/bin/env bash\ntool=$2\ncase $tool in\n{cases}esac\n'
+                    f'cat "{tmp_path}/$tool.txt"\nexit $code\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return fake
 
 
-def test_pytest_parse_finds_failures_and_a_hung_test():
-    S = _summary_module()
-    text = ("tests/test_cuda.py::test_a[x] PASSED [ 10%]\n"
-            "tests/test_cuda.py::test_b SKIPPED (needs two GPUs) [ 20%]\n"
-            "tests/test_cuda.py::test_c[float64] FAILED [ 30%]\n"
-            "tests/test_cuda.py::test_d PASSED [ 40%]\n"
-            "tests/test_cuda.py::test_e +++++++++++++++++++ Timeout +++++++++++++++++++\n"
-            "~~~ Stack of MainThread ~~~\n")
-    r = S.parse_pytest(text)
-    assert (r["passed"], r["failed"], r["skipped"]) == (2, 1, 1)
-    assert r["first_failed"] == "tests/test_cuda.py::test_c[float64]"
-    assert r["hung"] == "tests/test_cuda.py::test_e"
-    # Only a hang: the hung test is the one to rerun.
-    r = S.parse_pytest("tests/test_cuda.py::test_a PASSED\ntests/test_cuda.py::test_e \n")
-    assert r["first_failed"] == r["hung"] == "tests/test_cuda.py::test_e"
-    r = S.parse_pytest("tests/test_cuda.py::test_a PASSED [100%]\n=== 1 passed in 0.1s ===\n")
-    assert r["first_failed"] is None and r["hung"] is None and r["passed"] == 1
+def test_sanitizer_verdicts(tmp_path):
+    fake = _fake_sanitizer(tmp_path, {"memcheck": (CLEAN, 0), "initcheck": (FOUND, 99),
+                                      "racecheck": (RACE, 99), "synccheck": (REFUSED, 1),
+                                      "leakcheck": (NO_SUMMARY, 1)})
+    out = tmp_path / "out"
+    res = subprocess.run(["bash", str(BENCH / "gpu_sanitize.sh"), "--tools",
+                          "memcheck,initcheck,racecheck,synccheck,leakcheck"],
+                         capture_output=True, text=True, timeout=60,
+                         env=_env(OUT=str(out), COMPUTE_SANITIZER=str(fake)))
+    verdicts = dict(line.split(": ", 1) for line in res.stdout.splitlines())
+    assert verdicts["memcheck"] == "clean"
+    assert verdicts["initcheck"].startswith("findings (2 errors, 0 hazards): ========= Invalid __global__ read")
+    assert verdicts["racecheck"].startswith("findings (0 errors, 3 hazards): ========= Race reported")
+    assert verdicts["synccheck"].startswith("refused (nothing checked): ========= Error: Device not supported")
+    assert verdicts["leakcheck"] == "incomplete (exit 1, no summary line)"
+    assert res.returncode == 1
+    log = (out / "sanitize.log").read_text()
+    heads = re.findall(r"^==== (\w+) \(exit (\d+)\): ", log, re.M)
+    assert heads == [("memcheck", "0"), ("initcheck", "99"), ("racecheck", "99"),
+                     ("synccheck", "1"), ("leakcheck", "1")], log
+    assert "Invalid __global__ read" in log
 
 
-def test_ptxas_parse():
-    S = _summary_module()
-    log = ("ptxas info    : Compiling entry function '_ZN8helmpinn4cuda12train_kernelIdLi3ELb0EEEvNS0_7N' for 'sm_90'\n"
-           "ptxas info    : Function properties for _ZN8helmpinn4cuda12train_kernelIdLi3ELb0EEEvNS0_7N\n"
-           "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
-           "ptxas info    : Used 168 registers, used 1 barriers, 16 bytes smem\n"
-           "ptxas info    : Compiling entry function '_ZN8helmpinn4cuda14forward_kernelIfLi1ELb1EEEvX' for 'sm_90'\n"
-           "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
-           "ptxas info    : Used 120 registers, used 1 barriers\n"
-           "ptxas info    : Compiling entry function '_ZN8helmpinn4cuda13reduce_kernelIfEEvPKT_' for 'sm_90'\n"
-           "ptxas info    : Used 30 registers\n")
-    r = S.parse_ptxas(log)
-    assert set(r["kernels"]) == {"train_kernel<double,d=3,shared> [sm_90]",
-                                 "forward_kernel<float,d=1,global> [sm_90]", "reduce_kernel<float> [sm_90]"}
-    assert r["fused_registers"] == [120, 168] and r["fused_spill_bytes"] == 8
-    assert r["fused_static_smem"] == 16 and r["fused_count"] == 2
+def test_sanitizer_all_clean_exits_0_and_a_failed_test_is_not_clean(tmp_path):
+    fake = _fake_sanitizer(tmp_path, {"memcheck": (CLEAN, 0), "racecheck": (CLEAN, 0)})
+    run = lambda *a: subprocess.run(["bash", str(BENCH / "gpu_sanitize.sh"), *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=60,
+                                    env=_env(OUT=str(tmp_path / "o"), COMPUTE_SANITIZER=str(fake)))
+    res = run("--tools", "memcheck,racecheck")
+    assert res.returncode == 0 and res.stdout == "memcheck: clean\nracecheck: clean\n", res.stdout
+    # 0 errors, but the tests under the tool failed: not clean.
+    fake = _fake_sanitizer(tmp_path, {"memcheck": (CLEAN.replace("1 passed", "1 failed"), 1)})
+    res = run("--tools", "memcheck")
+    assert res.returncode == 1 and res.stdout == "memcheck: incomplete (exit 1)\n", res.stdout
+
+
+@pytest.mark.skipif(helmpinn.has_cuda() and helmpinn.cuda_device_count() > 0,
+                    reason="a GPU is visible: the benchmark would measure")
+def test_bench_refuses_without_a_gpu():
+    res = subprocess.run([sys.executable, str(BENCH / "gpu_bench.py"), "--configs", "a"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "no usable GPU" in res.stderr and "nothing measured" in res.stderr
+    assert res.stdout == ""
+    bad = subprocess.run([sys.executable, str(BENCH / "gpu_bench.py"), "--configs", "z"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--configs: unknown ['z']" in bad.stderr

@@ -8,7 +8,7 @@
 // than the runtime, a tool such as compute-sanitizer refusing the device, ...).
 //
 // Compiled by nvcc in a CUDA build, and by the host compiler under the CPU emulation of CUDA
-// (emulation/emu_check.cpp includes this file).
+// (cpp/tests/cuda/emu_check.cpp includes this file).
 #include <cstdint>
 #include <mutex>
 #include <string>

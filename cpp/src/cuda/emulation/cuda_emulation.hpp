@@ -1,5 +1,5 @@
 // A CPU emulation of the little of CUDA that the backend uses, for testing the kernels on a
-// machine without a GPU (HELMPINN_CUDA_EMULATION; see emulation/emu_check.cpp).
+// machine without a GPU (HELMPINN_CUDA_EMULATION; see cpp/tests/cuda/emu_check.cpp).
 //
 // The kernels compile as ordinary C++: a launch runs the grid's blocks one after another, each
 // block as blockDim.x OS threads, with __syncthreads and __syncwarp as real barriers over the

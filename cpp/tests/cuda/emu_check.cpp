@@ -4,7 +4,7 @@
 //
 // Build and run (tests/test_cuda.py does this; no GPU or CUDA toolkit needed):
 //     c++ -std=c++20 -O2 -pthread -DHELMPINN_CUDA_EMULATION \
-//         -Icpp/include -Icpp/src cpp/src/cuda/emulation/emu_check.cpp \
+//         -Icpp/include -Icpp/src cpp/tests/cuda/emu_check.cpp \
 //         cpp/src/common/workspace.cpp cpp/src/common/spec.cpp cpp/src/cpu/cpu_backend.cpp \
 //         cpp/src/cpu/dispatch.cpp cpp/src/cpu/primitives.cpp cpp/src/common/primitives.cpp \
 //         cpp/src/common/checked.cpp -o emu_check && ./emu_check
