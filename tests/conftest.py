@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -121,3 +123,29 @@ def cast_inputs(terms: dict, dtype) -> dict:
 @pytest.fixture
 def cast():
     return cast_inputs
+
+
+def mpiexec_command(ranks: int) -> list[str]:
+    """``[mpiexec, ..., "-n", ranks]`` for the tests that launch MPI jobs: the mpiexec installed
+    next to this Python (the mpich wheel of the [mpi] extra) first, with Open MPI's flags for
+    root and for more ranks than cores. Skips, saying why, where mpi4py or mpiexec is missing;
+    fails instead under CI, which installs the [mpi] extra."""
+    missing = []
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        missing.append("mpi4py is not installed")
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    mpiexec = here if os.access(here, os.X_OK) else shutil.which("mpiexec")
+    if mpiexec is None:
+        missing.append("no mpiexec on PATH")
+    if missing:
+        msg = "; ".join(missing) + ' (pip install ".[mpi]")'
+        if os.environ.get("CI"):
+            pytest.fail("CI installs the [mpi] extra, but " + msg)
+        pytest.skip(msg)
+    cmd = [mpiexec]
+    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
+    if "Open MPI" in version or "OpenRTE" in version:  # refuses root and more ranks than cores
+        cmd += ["--allow-run-as-root", "--oversubscribe"]
+    return cmd + ["-n", str(ranks)]

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import mpiexec_command
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -64,26 +64,8 @@ def test_every_example_is_tested():
     assert scripts == set(SCRIPTS) | {"mpi_train.py"}, "add new examples to tests/test_examples.py"
 
 
-def _mpiexec() -> str | None:
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
-
-
 def test_example_mpi(tmp_path):
-    missing = []
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        missing.append("mpi4py is not installed")
-    mpiexec = _mpiexec()
-    if mpiexec is None:
-        missing.append("no mpiexec on PATH")
-    if missing:
-        msg = "; ".join(missing) + ' (pip install ".[mpi]")'
-        if os.environ.get("CI"):
-            pytest.fail("CI installs the [mpi] extra, but " + msg)
-        pytest.skip(msg)
-    out = _run([mpiexec, "-n", "2", sys.executable, str(EXAMPLES / "mpi_train.py")], cwd=tmp_path)
+    out = _run([*mpiexec_command(2), sys.executable, str(EXAMPLES / "mpi_train.py")], cwd=tmp_path)
     assert re.search(r"^2 ranks: relative L2 error \d\.\d\de[-+]\d\d after 20 steps$", out, re.M), out
     assert out.count("relative L2 error") == 1, f"only rank 0 prints:\n{out}"
 

@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import mpiexec_command
 
 RANKS = 2
 HERE = os.path.abspath(__file__)
@@ -25,24 +26,7 @@ TIMEOUT = 60
 
 
 def _launch(case: str, tmp_path) -> subprocess.CompletedProcess:
-    from test_mpi import _mpiexec
-
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        mpiexec = None
-    else:
-        mpiexec = _mpiexec()
-    if mpiexec is None:
-        msg = 'mpi4py or mpiexec is missing (pip install ".[mpi]")'
-        if os.environ.get("CI"):
-            pytest.fail("CI installs the [mpi] extra, but " + msg)
-        pytest.skip(msg)
-    cmd = [mpiexec]
-    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
-    if "Open MPI" in version or "OpenRTE" in version:
-        cmd += ["--allow-run-as-root", "--oversubscribe"]
-    cmd += ["-n", str(RANKS), sys.executable, HERE, case, os.fspath(tmp_path)]
+    cmd = [*mpiexec_command(RANKS), sys.executable, HERE, case, os.fspath(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

@@ -9,42 +9,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from conftest import mpiexec_command
 
 RANKS = 2
 HERE = os.path.abspath(__file__)
 
 
-def _mpiexec() -> str | None:
-    # The mpiexec installed next to this Python (the mpich wheel of the [mpi] extra) first.
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
-
-
 def _launch(case: str, out, *, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    missing = []
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        missing.append("mpi4py is not installed")
-    mpiexec = _mpiexec()
-    if mpiexec is None:
-        missing.append("no mpiexec on PATH")
-    if missing:
-        msg = "; ".join(missing) + ' (pip install ".[mpi]")'
-        if os.environ.get("CI"):
-            pytest.fail("CI installs the [mpi] extra, but " + msg)
-        pytest.skip(msg)
-    cmd = [mpiexec]
-    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
-    if "Open MPI" in version or "OpenRTE" in version:  # refuses root and more ranks than cores
-        cmd += ["--allow-run-as-root", "--oversubscribe"]
-    cmd += ["-n", str(RANKS), sys.executable, HERE, case, os.fspath(out)]
+    cmd = [*mpiexec_command(RANKS), sys.executable, HERE, case, os.fspath(out)]
     run_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     run_env = {k: v for k, v in run_env.items() if v is not None}
     try:
