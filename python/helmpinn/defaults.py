@@ -16,10 +16,12 @@ error of relative size e, varying on the wavelength's scale) costs in it. The PD
 such an error is about ``k² e``, so its weight is 1/k² (a cost of ``k² e²``); a Dirichlet
 residual (the data term: Dirichlet parts, a PML's outer wall and data points) is e; a Robin
 residual ``∂e/∂n + α e`` is about ``sqrt(k² + |α|²) e``, with ᾱ the root mean square of |α| over
-the Robin parts. Every boundary term is weighted to cost half the PDE term's ``k² e²``: data
-``k²/2``, bc ``k² / (2 (k² + ᾱ²))`` (1/2 for Neumann, 1/4 for Sommerfeld, α = −ik). The
+the Robin parts. For Adam every boundary term is weighted to cost half the PDE term's ``k² e²``:
+data ``k²/2``, bc ``k² / (2 (k² + ᾱ²))`` (1/2 for Neumann, 1/4 for Sommerfeld, α = −ik); for
+Levenberg-Marquardt the same cost as the PDE term (data ``k²``, bc ``k² / (k² + ᾱ²)``). The
 boundary values are the easier part to fit; at equal costs Adam spends more of its steps on
-them and the interior error falls more slowly; at many times it (as the former fixed weights,
+them and the interior error falls more slowly, while Gauss-Newton steps, which solve for every
+row at once, converge faster with the boundary rows at full weight; at many times it (as the former fixed weights,
 data 100 and bc 100/k², did for k = 2: 25 times) the optimiser first fits the boundary with a
 field that dies out a short way inside, and leaves that state only slowly. The core has one
 weight for all Robin rows; parts whose |α| differ by a factor of a few stay within that factor
@@ -68,7 +70,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH",
+__all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "LM_BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH",
            "scale_wavenumber", "wavelengths", "fourier_sigma", "auto_weights", "default_settings",
            "lm_settings", "run_settings"]
 
@@ -76,8 +78,9 @@ __all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POI
 OPTIMIZERS = ("adam", "lbfgs", "lm")
 
 #: What a boundary term costs for an error, as a share of what the PDE term costs for it (see
-#: :func:`auto_weights`).
+#: :func:`auto_weights`): for Adam, and for Levenberg-Marquardt (:func:`lm_settings`).
 BOUNDARY_SHARE = 0.5
+LM_BOUNDARY_SHARE = 1.0
 
 #: Adam's PDE points per wavelength per dimension (redrawn every ``resample_every`` steps), by
 #: dimension, and the fewest PDE points per draw.
@@ -139,8 +142,10 @@ def _robin_alpha_rms(problem: Any) -> float | None:
     return float(np.sqrt(np.mean(values**2)))
 
 
-def auto_weights(problem: Any) -> dict[str, float]:
-    """Default loss weights: ``pde = 1/k²``, ``data = k²/2``, ``bc = k² / (2 (k² + ᾱ²))``.
+def auto_weights(problem: Any, share: float = BOUNDARY_SHARE) -> dict[str, float]:
+    """Default loss weights: ``pde = 1/k²``, ``data = s k²``, ``bc = s k² / (k² + ᾱ²)`` with the
+    boundary share ``s`` (:data:`BOUNDARY_SHARE`, 1/2, for Adam; Levenberg-Marquardt's
+    :func:`lm_settings` uses :data:`LM_BOUNDARY_SHARE`, 1).
 
     k is :func:`scale_wavenumber`, ᾱ the root mean square of |α| over the Robin parts. For the
     same relative error e of the field the PDE term then costs about ``k² e²`` and each boundary
@@ -150,7 +155,7 @@ def auto_weights(problem: Any) -> dict[str, float]:
     """
     k = scale_wavenumber(problem)
     alpha = _robin_alpha_rms(problem) or 0.0
-    weights = {"pde": 1.0 / k**2, "data": BOUNDARY_SHARE * k**2, "bc": BOUNDARY_SHARE * k**2 / (k**2 + alpha**2)}
+    weights = {"pde": 1.0 / k**2, "data": share * k**2, "bc": share * k**2 / (k**2 + alpha**2)}
     return _apply_hints(weights, getattr(problem, "hints", {}).get("weights"), "weights")
 
 
@@ -233,7 +238,8 @@ def lm_settings(problem: Any) -> dict[str, Any]:
                 "dtype": "float64", "iterations": 200, "pde_points": pde_points, "bc_points": bc_points,
                 "sampling": "sobol", "resample_every": 0, "eval_every": 5, "warm_start": 0,
                 "solver": "auto", "damping": "identity", "update": "fixed", "lam": 1e-3, "geodesic": True,
-                "gram": "float64", "stall_window": 10, "stall_factor": 0.99}
+                "gram": "float64", "stall_window": 10, "stall_factor": 0.99,
+                "weights": auto_weights(problem, LM_BOUNDARY_SHARE)}
     return _apply_hints(settings, hints, "lm")
 
 
@@ -269,6 +275,6 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
         d = lm_settings(problem)
         settings.update({k: d[k] for k in ("ff_dim", "hidden", "layers", "sigma", "dtype", "pde_points",
                                             "bc_points", "sampling", "resample_every", "eval_every",
-                                            "warm_start")})
+                                            "warm_start", "weights")})
         settings.update(steps=d["iterations"], lbfgs=0, lm=lm_options(d))
     return settings
