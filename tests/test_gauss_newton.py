@@ -11,20 +11,24 @@ from test_decomposition import make_case
 
 @pytest.mark.parametrize("coarse", [None, "last_layer"])
 @pytest.mark.parametrize("products", ["core", "blocks"])
-@pytest.mark.parametrize("damping", ["identity", "marquardt"])
-def test_cg_step_equals_dense(coarse, products, damping):
+@pytest.mark.parametrize("damping,gram", [("identity", "float32"), ("marquardt", "float64")])
+def test_cg_step_equals_dense(coarse, products, damping, gram):
     model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
     res = model.residuals_for(rows)
     theta = model.params.copy()
-    gn = MatrixFreeGN(res, coarse=coarse, products=products, damping=damping, cg_tol=1e-12, cg_maxiter=2000)
+    gn = MatrixFreeGN(res, coarse=coarse, products=products, damping=damping, cg_tol=1e-12, cg_maxiter=2000,
+                      gram=gram)
     J = res.jacobian(theta)
     r = res.residuals(theta)
     G = J.T @ J
     lam = 1e-2 * float(np.mean(np.diag(G)))   # fewer rows than parameters here: keep the system tame
     delta, it = gn.direction(theta, lam)
     D = np.ones(len(theta)) if damping == "identity" else np.maximum(np.diag(G), 1e-12 * np.diag(G).max())
-    dense = np.linalg.solve(G + lam * np.diag(D), J.T @ r)
-    assert np.linalg.norm(delta - dense) < 1e-8 * np.linalg.norm(dense)
+    A, b = G + lam * np.diag(D), J.T @ r
+    dense = np.linalg.solve(A, b)
+    # CG's relative residual 1e-12; the error it allows is cond(A) times that (cond ~ 1e5 here)
+    assert np.linalg.norm(A @ delta - b) < 1e-11 * np.linalg.norm(b)
+    assert np.linalg.norm(delta - dense) < 1e-6 * np.linalg.norm(dense)
     assert 1 <= it < 2000
 
 
@@ -35,7 +39,7 @@ def test_preconditioner_is_the_block_inverse_without_coarse():
     model = DecomposedModel.create([0.0], [1.0], [(1,)], ff_dim=4, hidden_dim=6, wavenumber=3.0)
     x = rng.uniform(0, 1, (30, 1))
     rows = Rows(x, 1.0, 0.0, 9.0, rng.normal(size=30), "pde")
-    gn = MatrixFreeGN(model.residuals_for(rows), coarse=None, cg_tol=1e-10)
+    gn = MatrixFreeGN(model.residuals_for(rows), coarse=None, cg_tol=1e-10, gram="float64")
     _, it = gn.direction(model.params, 1e-2)
     assert it == 1
 
