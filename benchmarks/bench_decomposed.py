@@ -79,7 +79,7 @@ def main():
     ap.add_argument("--cg-maxiter", type=int, default=200)
     ap.add_argument("--coarse", choices=["last_layer", "none"], default="last_layer")
     ap.add_argument("--products", choices=["core", "blocks"], default="core")
-    ap.add_argument("--damping", choices=["identity", "marquardt"], default="identity")
+    ap.add_argument("--damping", choices=["identity", "marquardt"], default="marquardt")
     ap.add_argument("--geodesic", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()

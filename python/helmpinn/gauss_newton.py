@@ -21,8 +21,10 @@ and factored once per trial.
 
 **Damping** as :class:`helmpinn.LevenbergMarquardt`: a trial is accepted when the loss falls and
 the linear model predicted a decrease (``rho`` the ratio); then ``λ /= 3``, else ``λ *= 4`` and
-another trial with the same linearisation. ``damping="identity"`` (D = 1, the initial ``lam``
-relative to the mean of ``diag(JᵀJ)``) or ``"marquardt"`` (D = diag(JᵀJ)). Optional geodesic
+another trial with the same linearisation. ``damping="marquardt"`` (default, D = diag(JᵀJ):
+every subnetwork's parameters damped on their own scale, which the decomposed models need far
+more than one network does) or ``"identity"`` (D = 1, the initial ``lam`` relative to the mean
+of ``diag(JᵀJ)``, :mod:`helmpinn.lm`'s default). Optional geodesic
 acceleration (``geodesic=True``) as in :mod:`helmpinn.lm`, one more CG solve per trial.
 
 The step is a function of the parameters only (:meth:`MatrixFreeGN.step`), so a run loop's
@@ -70,10 +72,11 @@ def _gram(J: NDArray, dtype: str = "float64") -> NDArray:
     """JᵀJ (upper and lower, float64) by dsyrk, or ssyrk for ``dtype="float32"``."""
     if J.shape[0] == 0:
         return np.zeros((J.shape[1],) * 2)
+    Jt = J.T   # Fortran order for a C-ordered J: no copy for dsyrk (A Aᵀ with A = Jᵀ)
     if dtype == "float32":
-        G = blas.ssyrk(1.0, np.asfortranarray(J, dtype=np.float32), trans=1, lower=0).astype(np.float64)
+        G = blas.ssyrk(1.0, np.asfortranarray(Jt, dtype=np.float32), trans=0, lower=0).astype(np.float64)
     else:
-        G = blas.dsyrk(1.0, np.asfortranarray(J), trans=1, lower=0)
+        G = blas.dsyrk(1.0, np.asfortranarray(Jt), trans=0, lower=0)
     return np.triu(G) + np.triu(G, 1).T
 
 
@@ -95,7 +98,7 @@ class MatrixFreeGN:
 
     ``residuals``: a :class:`~helmpinn.decomposition.DecomposedResiduals`. Options: ``lam``
     (initial λ; relative to the mean of diag(JᵀJ) with ``damping="identity"``), ``damping``
-    ("identity" or "marquardt"), ``lam_min`` / ``lam_max``, ``max_trials``, ``cg_tol`` (CG stops
+    ("marquardt" or "identity"), ``lam_min`` / ``lam_max``, ``max_trials``, ``cg_tol`` (CG stops
     at ``‖residual‖ <= cg_tol ‖Jᵀr‖``), ``cg_maxiter``, ``coarse`` ("last_layer" or None),
     ``products`` ("core": jvp/vjp by the core, memory O(R + P); "blocks": the Jacobian blocks
     kept, memory Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
@@ -103,7 +106,7 @@ class MatrixFreeGN:
     precondition, CG solves the float64 system; or "float64").
     """
 
-    def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "identity",
+    def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
                  lam_min: float = 1e-15, lam_max: float = 1e12, max_trials: int = 10,
                  cg_tol: float = 1e-3, cg_maxiter: int = 200, coarse: str | None = "last_layer",
                  products: str = "core", geodesic: bool = False, geodesic_h: float = 0.1,
