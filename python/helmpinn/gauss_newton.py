@@ -8,7 +8,9 @@ One iteration linearises the residuals ``r(θ)`` of a
 by preconditioned conjugate gradients through the subnetworks' ``jvp`` and ``vjp`` (one core
 call per subnetwork per product), or through the Jacobian blocks kept from the linearisation
 (``products="blocks"``: two BLAS matrix-vector products per subnetwork, memory ``Σ_j R_j P_j``).
-No matrix over all parameters is formed.
+No matrix over all parameters is formed: with ``products="core"`` the linearisation holds one
+Jacobian block at a time, the blocks' Gram matrices (``Σ_j P_j²``), their output-layer columns
+and the coarse matrix.
 
 **Preconditioner** (two-level additive Schwarz). Each subnetwork's diagonal block
 ``G_j = J_jᵀJ_j`` (its Jacobian block's Gram matrix, ``P_j × P_j``) plus ``λD_j`` is factored by
@@ -194,37 +196,40 @@ class MatrixFreeGN:
             r = self._next[1]
         else:
             r = res.residuals(theta)
-        grams, blocks = [], []
+        grams, blocks, zcols = [], [], []
+        keep = self.products == "blocks"
         for j in range(len(res.parts)):
             J = res.block(theta, j)
             t1 = time.perf_counter()
             grams.append(_gram(J, self.gram))
             times["gram"] += time.perf_counter() - t1
-            blocks.append(J)
+            if keep:
+                blocks.append(J)
+            if self._coarse_index is not None:   # only the output layers' columns stay
+                zcols.append(np.ascontiguousarray(J[:, self._coarse_index[j]]))
+            del J
         diag = np.zeros(res.num_params)
         for p, G in zip(res.parts, grams):
             diag[p["slice"]] = np.diag(G)
-        s = {"theta": theta, "r": r, "grams": grams, "diag": diag, "blocks": blocks}
+        s = {"theta": theta, "r": r, "grams": grams, "diag": diag, "blocks": blocks if keep else None}
         s["g"] = self._vjp(s, r)
         if self._coarse_index is not None:
             t1 = time.perf_counter()
-            s["coarse"] = self._coarse_gram(blocks)
+            s["coarse"] = self._coarse_gram(zcols)
             times["gram"] += time.perf_counter() - t1
-        if self.products != "blocks":
-            s["blocks"] = None           # memory: only the Gram blocks stay
         times["jacobian"] += time.perf_counter() - t0 - times["gram"]
         return s
 
-    def _coarse_gram(self, blocks: list[NDArray]) -> tuple[NDArray, NDArray]:
-        """``(Gc, idx)``: ``J_Zᵀ J_Z`` over the output layers' columns ``idx`` (global)."""
+    def _coarse_gram(self, zcols: list[NDArray]) -> tuple[NDArray, NDArray]:
+        """``(Gc, idx)``: ``J_Zᵀ J_Z`` over the output layers' columns ``idx`` (global), from each
+        block's columns ``zcols[j]`` summed over the rows the blocks share."""
         zi = self._coarse_index
         offs = np.concatenate([[0], np.cumsum([len(z) for z in zi])])
         Gc = np.zeros((offs[-1], offs[-1]))
         for i, j, pi, pj in self.res.overlaps():
-            Ji, Jj = blocks[i], blocks[j]
             ri = np.stack([2 * pi, 2 * pi + 1], 1).ravel()
             rj = np.stack([2 * pj, 2 * pj + 1], 1).ravel()
-            B = Ji[np.ix_(ri, zi[i])].T @ Jj[np.ix_(rj, zi[j])]
+            B = zcols[i][ri].T @ zcols[j][rj]
             Gc[offs[i]:offs[i + 1], offs[j]:offs[j + 1]] += B
             if i != j:
                 Gc[offs[j]:offs[j + 1], offs[i]:offs[i + 1]] += B.T
