@@ -74,3 +74,19 @@ def test_options_checked():
     gn = MatrixFreeGN(res)
     with pytest.raises(ValueError, match="theta"):
         gn.step(np.zeros(3))
+
+
+def test_coarse_matrix_is_the_restricted_gram():
+    """The coarse matrix assembled over the overlaps equals Zᵀ JᵀJ Z from the dense Jacobian
+    (Z: every subnetwork's output-layer parameters), with blocks freed after their Gram."""
+    model, rows, _ = make_case(2, pml=True, hard=True, seed=6)
+    res = model.residuals_for(rows)
+    gn = MatrixFreeGN(res, coarse="last_layer", gram="float64")
+    s = gn.linearize(model.params, {"jacobian": 0.0, "gram": 0.0})
+    Gc, idx = s["coarse"]
+    J = res.jacobian(model.params)
+    L = model.specs[0].num_hidden_layers
+    per = 2 * model.specs[0].hidden_dim + 2
+    assert len(idx) == per * len(model) and s["blocks"] is None
+    assert np.allclose(Gc, (J[:, idx].T @ J[:, idx]), rtol=1e-12, atol=1e-12 * np.abs(Gc).max())
+    assert L == 1
