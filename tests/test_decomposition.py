@@ -210,3 +210,27 @@ def test_subnetwork_shares_params():
     net.params[0] += 1.0
     assert model.params[model.subdomains[1]["slice"]][0] == net.params[0]
     assert math.isfinite(float(np.abs(model.predict(rows.x)).max()))
+
+
+def test_rows_from_problem_match_the_core_loss():
+    """Rows of a problem's draw, on a one-subdomain model with ω = 1, give the core's own
+    residuals of that network on the same TrainingSet (PML coefficients, wall data rows)."""
+    import helmpinn as hp
+    prob = hp.get_problem("free-source", wavelengths=1.0, s=0.2)
+    ts = prob.sample(60, 16, 0, "uniform")
+    rows = Rows.from_training_set(ts, {"pde": 1.0, "data": 3.0})
+    lo, hi = prob.sampling_domain.bounds
+    model = DecomposedModel.create(lo, hi, [(1, 1)], ff_dim=4, hidden_dim=6, wavenumber=prob.wavenumber)
+    r = model.residuals_for(rows).residuals(model.params)
+    # the same network in global coordinates: x = c + h ξ, so B_global = B / h, the rest equal
+    sd = model.subdomains[0]
+    spec = model.specs[0]
+    theta = model.params.copy()
+    v = spec.views(theta)
+    v["B"][...] = v["B"] / sd["half"][:, None]
+    # and shift the phase: sin(2π (x − c)·B) needs the centre at 0 here
+    assert np.allclose(sd["centre"], 0.0)
+    ws = hp.Workspace(spec, 256, dtype="float64")
+    r_core = np.asarray(ws.residuals(theta, batch=ts.to_batch("float64"), w_data=3.0))
+    assert np.allclose(r, r_core, rtol=1e-10, atol=1e-10 * np.abs(r_core).max())
+    assert len(Rows.from_problem(prob, 10, 4, 0)) == 14

@@ -212,6 +212,15 @@ class Rows:
         return cls.concat(parts)
 
     @classmethod
+    def from_problem(cls, problem: Any, pde_points: int, bc_points: int, rng: Any = None, *,
+                     method: str = "sobol", weights: Mapping[str, float] | None = None,
+                     drop: Sequence[str] = ()) -> "Rows":
+        """The rows of one draw of ``problem.sample(pde_points, bc_points, rng, method)``
+        (PML and density coefficients included; see :meth:`from_training_set`)."""
+        return cls.from_training_set(problem.sample(pde_points, bc_points, rng, method),
+                                     weights, drop=drop)
+
+    @classmethod
     def concat(cls, parts: Sequence["Rows"]) -> "Rows":
         return cls(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("x", "a", "b", "c", "f", "term")))
 
