@@ -1,0 +1,545 @@
+"""Domain-decomposed networks: ``u = g + φ Σ_j ω_j N_j`` over overlapping subdomains (FBPINNs).
+
+A :class:`DecomposedModel` covers a box ``[lo, hi]`` (1-, 2- or 3-D; with a PML, the box of the
+layer's outer wall) by one or more **levels**, each a regular grid of overlapping subdomains.
+Along each axis a level has ``n`` subdomains of centres ``lo + (i + ½)Δ`` (``Δ = (hi − lo)/n``)
+and half-widths ``h = ½Δ(1 + overlap)``; subdomain j's window is the product over axes of
+normalised bumps
+
+    ω_j(x) = Π_a v_{i_a}(x_a) / Σ_i v_i(x_a),   v_i(x) = exp(−1/(1 − t²)), t = (x − c_i)/h (|t| < 1),
+
+smooth (C^∞), zero outside the subdomain, and a partition of unity on the box (Σ_j ω_j = 1 on
+each level). A level of grid ``(1, …, 1)`` is one network over the whole box (ω = 1), the coarse
+level of multilevel FBPINNs; the levels add (``u = Σ_levels Σ_j ω_j N_j``). Each subdomain has
+its own small Fourier-feature network ``N_j`` (a :class:`helmpinn.Model` of its level's
+:class:`~helmpinn.ModelSpec`) in local, normalised coordinates ``ξ = (x − c_j)/h_j``.
+
+**Residuals through the core.** Every residual row of the loss is a linear operator applied to u,
+
+    r = s (Σ_a a_a ∂²u/∂x_a² + Σ_a b_a ∂u/∂x_a + c u − f)
+
+(:class:`Rows`: PDE rows carry the PML / density coefficients, Dirichlet data rows have
+``a = b = 0, c = 1``, Robin rows ``a = 0, b = n, c = α``; ``s`` is the row's loss scale). With
+``ψ_j = φ ω_j`` the product rule makes the operator on ``ψ_j N_j`` the core's general operator
+(docs/MATH.md) on ``N_j`` with per-point coefficients, in local coordinates
+
+    a′_a = s a_a ψ / h_a²,    b′_a = s (2 a_a ∂_aψ + b_a ψ) / h_a,
+    c′ = s (Σ_a a_a ∂²_aψ + Σ_a b_a ∂_aψ + c ψ),
+
+so each subnetwork's residual contribution, Jacobian block, ``J v`` and ``Jᵀw`` are one core call
+(:class:`DecomposedResiduals`) on the points its subdomain covers, and a row of the model's
+residual is the sum over the subdomains that cover its point, minus ``s f``. The Jacobian is
+block-sparse: a point sees only the few subdomains that cover it.
+
+**Hard Dirichlet constraint.** ``constraint=BoxConstraint(lo, hi, scale)`` multiplies the sum by
+``φ = Π_a tanh((x_a − lo_a)/scale) tanh((hi_a − x_a)/scale)`` (u = 0 on the box's faces, the
+FBPINN papers' choice with ``scale = 1/k``); the lift g is zero (homogeneous conditions only).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from . import _core
+from .batch import Batch
+from .model import Model
+from .params import init_params
+
+__all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals",
+           "FORMAT", "WINDOW_CUTOFF"]
+
+#: The ``kind`` written into a saved decomposed model.
+FORMAT = "helmpinn-decomposed-1"
+#: Window values below this count as outside a subdomain (its network is not evaluated there).
+WINDOW_CUTOFF = 1e-13
+
+
+def _bump(t: NDArray) -> tuple[NDArray, NDArray, NDArray]:
+    """``exp(−1/(1 − t²))`` on |t| < 1 (0 elsewhere) and its first two derivatives in t."""
+    v, d1, d2 = np.zeros_like(t), np.zeros_like(t), np.zeros_like(t)
+    inside = np.abs(t) < 1.0
+    ti = t[inside]
+    q = 1.0 - ti * ti
+    e = np.exp(-1.0 / q)
+    g1 = -2.0 * ti / q ** 2                   # d/dt of −1/q
+    g2 = -2.0 / q ** 2 - 8.0 * ti * ti / q ** 3
+    v[inside], d1[inside], d2[inside] = e, e * g1, e * (g1 * g1 + g2)
+    return v, d1, d2
+
+
+class Level:
+    """A regular grid of ``grid[a]`` overlapping subdomains along each axis of ``[lo, hi]``.
+
+    ``overlap`` (> 0): each subdomain's width is ``(1 + overlap)`` times the grid's spacing.
+    """
+
+    def __init__(self, lo: ArrayLike, hi: ArrayLike, grid: Sequence[int], overlap: float = 0.5):
+        self.lo, self.hi = np.asarray(lo, np.float64).reshape(-1), np.asarray(hi, np.float64).reshape(-1)
+        d = len(self.lo)
+        if d not in (1, 2, 3) or self.hi.shape != (d,) or not np.all(self.hi > self.lo):
+            raise ValueError(f"lo, hi: expected 1 to 3 coordinates each with hi > lo, got {self.lo}, {self.hi}")
+        grid = tuple(int(n) for n in np.atleast_1d(grid))
+        if len(grid) != d or min(grid) < 1:
+            raise ValueError(f"grid: expected {d} counts >= 1 (one per axis), got {grid}")
+        overlap = float(overlap)
+        if not (math.isfinite(overlap) and 0 < overlap <= 4):
+            raise ValueError(f"overlap: expected a number in (0, 4], got {overlap}")
+        self.grid, self.overlap, self.dim = grid, overlap, d
+        spacing = (self.hi - self.lo) / np.array(grid)
+        self.half = 0.5 * spacing * (1.0 + overlap)
+        self.centres = [self.lo[a] + (np.arange(grid[a]) + 0.5) * spacing[a] for a in range(d)]
+        self.indices = list(np.ndindex(*grid))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def config(self) -> dict[str, Any]:
+        return {"grid": list(self.grid), "overlap": self.overlap}
+
+    def axis_windows(self, x: NDArray) -> list[tuple[NDArray, NDArray, NDArray]]:
+        """Per axis, the normalised 1-D windows and their first and second derivatives in x,
+        each ``[grid[a], N]``."""
+        out = []
+        for a in range(self.dim):
+            c, h = self.centres[a], self.half[a]
+            v, d1, d2 = _bump((x[None, :, a] - c[:, None]) / h)
+            d1, d2 = d1 / h, d2 / (h * h)
+            S, S1, S2 = v.sum(0), d1.sum(0), d2.sum(0)
+            w = v / S
+            w1 = (d1 - w * S1) / S
+            w2 = (d2 - 2.0 * w1 * S1 - w * S2) / S
+            out.append((w, w1, w2))
+        return out
+
+    def centre(self, index: tuple[int, ...]) -> NDArray:
+        return np.array([self.centres[a][i] for a, i in enumerate(index)])
+
+
+class BoxConstraint:
+    """``φ = Π_a tanh((x_a − lo_a)/scale) tanh((hi_a − x_a)/scale)``: zero on the faces of
+    ``[lo, hi]``, about 1 more than ``scale`` inside (the hard constraint ``u = φ Σ ω_j N_j``)."""
+
+    def __init__(self, lo: ArrayLike, hi: ArrayLike, scale: float):
+        self.lo, self.hi = np.asarray(lo, np.float64).reshape(-1), np.asarray(hi, np.float64).reshape(-1)
+        if self.lo.shape != self.hi.shape or not np.all(self.hi > self.lo):
+            raise ValueError(f"BoxConstraint: expected lo < hi of the same length, got {self.lo}, {self.hi}")
+        scale = float(scale)
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"BoxConstraint: scale must be a positive number, got {scale}")
+        self.scale = scale
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": "box", "lo": self.lo.tolist(), "hi": self.hi.tolist(), "scale": self.scale}
+
+    def __call__(self, x: NDArray) -> tuple[NDArray, NDArray, NDArray]:
+        """``(φ [N], ∂_aφ [N, d], ∂²_aφ [N, d])`` at x."""
+        s = self.scale
+        p = np.tanh((x - self.lo) / s)
+        q = np.tanh((self.hi - x) / s)
+        p1, q1 = (1 - p * p) / s, -(1 - q * q) / s
+        p2, q2 = -2 * p * (1 - p * p) / s ** 2, -2 * q * (1 - q * q) / s ** 2
+        t, t1, t2 = p * q, p1 * q + p * q1, p2 * q + 2 * p1 * q1 + p * q2   # per axis [N, d]
+        phi = np.prod(t, axis=1)
+        d = x.shape[1]
+        d1, d2 = np.empty_like(x), np.empty_like(x)
+        for a in range(d):
+            rest = np.prod(np.delete(t, a, axis=1), axis=1) if d > 1 else np.ones(len(x))
+            d1[:, a], d2[:, a] = t1[:, a] * rest, t2[:, a] * rest
+        return phi, d1, d2
+
+
+@dataclass
+class Rows:
+    """Residual rows ``s (Σ a_a u_aa + Σ b_a u_a + c u − f)`` at points x, already scaled:
+    ``x [N, d]``, ``a, b`` complex ``[N, d]``, ``c, f`` complex ``[N]`` (every one times the row's
+    loss scale s), ``term`` the loss term of each row ("pde", "data", "bc")."""
+
+    x: NDArray[np.float64]
+    a: NDArray[np.complex128]
+    b: NDArray[np.complex128]
+    c: NDArray[np.complex128]
+    f: NDArray[np.complex128]
+    term: NDArray[np.str_]
+
+    def __post_init__(self) -> None:
+        self.x = np.ascontiguousarray(self.x, np.float64)
+        n, d = self.x.shape
+        for name in ("a", "b"):
+            v = np.broadcast_to(np.asarray(getattr(self, name), np.complex128), (n, d)).copy()
+            setattr(self, name, v)
+        for name in ("c", "f"):
+            setattr(self, name, np.broadcast_to(np.asarray(getattr(self, name), np.complex128), (n,)).copy())
+        self.term = np.broadcast_to(np.asarray(self.term), (n,)).copy()
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    @classmethod
+    def from_training_set(cls, ts: Any, weights: Mapping[str, float] | None = None, *,
+                          drop: Sequence[str] = ()) -> "Rows":
+        """The rows of a :class:`~helmpinn.problems.TrainingSet`: each term scaled by
+        ``sqrt(w_t / N_t)`` (the core's loss scaling; ``weights`` default 1 each). ``drop``:
+        terms to leave out (e.g. ``("data",)`` when a hard constraint holds the Dirichlet data)."""
+        w = {"pde": 1.0, "data": 1.0, "bc": 1.0, **dict(weights or {})}
+        parts = []
+        d = ts.x_pde.shape[1]
+        n = len(ts.x_pde)
+        if n and "pde" not in drop:
+            s = math.sqrt(w["pde"] / n)
+            a = np.ones((n, d)) if ts.a_pde is None else ts.a_pde
+            b = np.zeros((n, d)) if ts.b_pde is None else ts.b_pde
+            f = np.zeros(n) if ts.f is None else ts.f
+            parts.append(cls(ts.x_pde, s * np.asarray(a), s * np.asarray(b), s * np.asarray(ts.kappa),
+                             s * np.asarray(f), "pde"))
+        m = len(ts.x_data)
+        if m and "data" not in drop:
+            s = math.sqrt(w["data"] / m)
+            parts.append(cls(ts.x_data, 0.0, 0.0, s, s * np.asarray(ts.y), "data"))
+        q = len(ts.x_bc)
+        if q and "bc" not in drop:
+            s = math.sqrt(w["bc"] / q)
+            g = np.zeros(q) if ts.g is None else ts.g
+            parts.append(cls(ts.x_bc, 0.0, s * ts.n_bc, s * np.asarray(ts.alpha), s * np.asarray(g), "bc"))
+        if not parts:
+            raise ValueError("from_training_set: no rows (every term empty or dropped)")
+        return cls.concat(parts)
+
+    @classmethod
+    def from_problem(cls, problem: Any, pde_points: int, bc_points: int, rng: Any = None, *,
+                     method: str = "sobol", weights: Mapping[str, float] | None = None,
+                     drop: Sequence[str] = ()) -> "Rows":
+        """The rows of one draw of ``problem.sample(pde_points, bc_points, rng, method)``
+        (PML and density coefficients included; see :meth:`from_training_set`)."""
+        return cls.from_training_set(problem.sample(pde_points, bc_points, rng, method),
+                                     weights, drop=drop)
+
+    @classmethod
+    def concat(cls, parts: Sequence["Rows"]) -> "Rows":
+        return cls(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("x", "a", "b", "c", "f", "term")))
+
+
+def _spec_config(spec: _core.ModelSpec) -> list[int]:
+    return [spec.in_dim, spec.ff_dim, spec.hidden_dim, spec.num_hidden_layers]
+
+
+class DecomposedModel:
+    """``u = φ Σ_levels Σ_j ω_j N_j((x − c_j)/h_j)`` on the box ``[lo, hi]`` (module docstring).
+
+    ``levels``: :class:`Level` objects (each with the same box); ``specs``: one
+    :class:`~helmpinn.ModelSpec` per level (its subnetworks' shape); ``params``: the flat float64
+    vector of every subnetwork's parameters, level by level, subdomain by subdomain (C order of
+    the grid); ``constraint``: None or a :class:`BoxConstraint`. Use :meth:`create` for a freshly
+    initialised model.
+    """
+
+    def __init__(self, levels: Sequence[Level], specs: Sequence[_core.ModelSpec], params: ArrayLike,
+                 constraint: BoxConstraint | None = None, metadata: Mapping[str, Any] | None = None):
+        if not levels:
+            raise ValueError("levels: expected at least one Level")
+        if len(specs) != len(levels):
+            raise ValueError(f"specs: expected one ModelSpec per level ({len(levels)}), got {len(specs)}")
+        d = levels[0].dim
+        for lv in levels:
+            if not isinstance(lv, Level):
+                raise TypeError(f"levels: expected helmpinn.decomposition.Level objects, got {type(lv).__name__}")
+            if lv.dim != d or not (np.array_equal(lv.lo, levels[0].lo) and np.array_equal(lv.hi, levels[0].hi)):
+                raise ValueError("levels: every level must cover the same box")
+        for s in specs:
+            if s.in_dim != d:
+                raise ValueError(f"specs: expected in_dim {d} (the box's dimension), got {s.in_dim}")
+        if constraint is not None and (not isinstance(constraint, BoxConstraint) or len(constraint.lo) != d):
+            raise TypeError(f"constraint: expected None or a BoxConstraint in {d} dimensions")
+        self.levels, self.specs, self.constraint = list(levels), list(specs), constraint
+        self.lo, self.hi, self.dim = levels[0].lo, levels[0].hi, d
+        self.metadata = dict(metadata or {})
+        self.subdomains: list[dict[str, Any]] = []
+        off = 0
+        for li, (lv, spec) in enumerate(zip(levels, specs)):
+            for index in lv.indices:
+                P = spec.num_params
+                self.subdomains.append({"level": li, "index": index, "centre": lv.centre(index),
+                                        "half": lv.half, "slice": slice(off, off + P)})
+                off += P
+        params = np.asarray(params)
+        if params.shape != (off,) or not np.issubdtype(params.dtype, np.floating):
+            raise ValueError(f"params: expected a float vector of {off} parameters, got {params.dtype} {params.shape}")
+        self.params = np.ascontiguousarray(params, np.float64).copy()
+        self._ws: dict[int, _core.Workspace] = {}
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def create(cls, lo: ArrayLike, hi: ArrayLike, grids: Sequence[Sequence[int]] = ((4, 4),), *,
+               overlap: float = 0.5, ff_dim: int = 16, hidden_dim: int = 32, num_hidden_layers: int = 1,
+               wavenumber: float = 1.0, constraint: BoxConstraint | None = None,
+               seed: int = 0) -> "DecomposedModel":
+        """Fresh subnetworks on each level of ``grids`` (one grid of counts per level); Fourier
+        frequencies ``B ~ N(0, σ²)`` with ``σ = wavenumber h / (2π)`` (the wave's cycles per unit
+        of the subdomain's local coordinates, h its mean half-width)."""
+        lo = np.asarray(lo, np.float64).reshape(-1)
+        levels = [Level(lo, hi, g, overlap) for g in grids]
+        spec = _core.ModelSpec(len(lo), int(ff_dim), int(hidden_dim), int(num_hidden_layers))
+        rng = np.random.default_rng(seed)
+        parts = []
+        for lv in levels:
+            sigma = max(float(wavenumber), 1e-12) * float(np.mean(lv.half)) / (2 * math.pi)
+            for _ in lv.indices:
+                parts.append(init_params(spec, dtype="float64", seed=int(rng.integers(1 << 31)),
+                                         fourier_sigma=sigma))
+        return cls(levels, [spec] * len(levels), np.concatenate(parts), constraint)
+
+    @property
+    def num_params(self) -> int:
+        return len(self.params)
+
+    def __len__(self) -> int:
+        return len(self.subdomains)
+
+    def __repr__(self) -> str:
+        grids = " + ".join("x".join(map(str, lv.grid)) for lv in self.levels)
+        return (f"DecomposedModel({grids} subdomains on [{self.lo.tolist()}, {self.hi.tolist()}], "
+                f"{self.num_params} parameters{', hard constraint' if self.constraint else ''})")
+
+    def subnetwork(self, j: int) -> Model:
+        """Subdomain j's network as a :class:`helmpinn.Model` whose params share this model's."""
+        sd = self.subdomains[j]
+        return Model(self.specs[sd["level"]], self.params[sd["slice"]])
+
+    def workspace(self, level: int) -> _core.Workspace:
+        if level not in self._ws:
+            self._ws[level] = _core.Workspace(self.specs[level], 2048, dtype="float64")
+        return self._ws[level]
+
+    # -- the windows ---------------------------------------------------------------------------
+    def _check_points(self, x: ArrayLike, name: str = "x") -> NDArray[np.float64]:
+        x = np.ascontiguousarray(np.asarray(x, np.float64))
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(f"{name}: expected points of shape (N, {self.dim}), got shape {x.shape}")
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f"{name}: contains NaN or Inf")
+        tol = 1e-9 * float(np.max(self.hi - self.lo))
+        if len(x) and (np.any(x < self.lo - tol) or np.any(x > self.hi + tol)):
+            raise ValueError(f"{name}: points outside the decomposition's box "
+                             f"[{self.lo.tolist()}, {self.hi.tolist()}]")
+        return x
+
+    def pieces(self, x: ArrayLike, derivatives: bool = True
+               ) -> Iterator[tuple[int, NDArray, NDArray, NDArray | None, NDArray | None, NDArray]]:
+        """For each subdomain j: ``(j, idx, ψ, ∂ψ, ∂²ψ, ξ)`` at the points ``x[idx]`` it covers:
+        ``ψ = φ ω_j`` [m], its first and second partials in x [m, d] (None without
+        ``derivatives``), and the local coordinates ξ [m, d]."""
+        x = self._check_points(x)
+        phi = self.constraint(x) if self.constraint is not None else None
+        j = 0
+        for li, lv in enumerate(self.levels):
+            ax = lv.axis_windows(x)
+            for index in lv.indices:
+                om = np.ones(len(x))
+                for a, i in enumerate(index):
+                    om = om * ax[a][0][i]
+                idx = np.nonzero(om > WINDOW_CUTOFF)[0]
+                om = om[idx]
+                d1 = d2 = None
+                if derivatives:
+                    w0 = np.stack([ax[a][0][i][idx] for a, i in enumerate(index)], 1)
+                    w1 = np.stack([ax[a][1][i][idx] for a, i in enumerate(index)], 1)
+                    w2 = np.stack([ax[a][2][i][idx] for a, i in enumerate(index)], 1)
+                    rest = np.where(w0 > 0, om[:, None] / np.where(w0 > 0, w0, 1.0), 0.0)
+                    d1, d2 = w1 * rest, w2 * rest
+                psi = om
+                if phi is not None:
+                    p, p1, p2 = phi[0][idx], phi[1][idx], phi[2][idx]
+                    psi = p * om
+                    if derivatives:
+                        d2 = p2 * om[:, None] + 2 * p1 * d1 + p[:, None] * d2
+                        d1 = p1 * om[:, None] + p[:, None] * d1
+                xi = (x[idx] - lv.centre(index)) / lv.half
+                yield j, idx, psi, d1, d2, np.ascontiguousarray(xi)
+                j += 1
+
+    def window_sums(self, x: ArrayLike) -> NDArray[np.float64]:
+        """``[levels, N]``: each level's Σ_j ω_j at x (1 on the box; without the constraint)."""
+        x = self._check_points(x)
+        return np.array([np.prod([w[0].sum(0) for w in lv.axis_windows(x)], axis=0) for lv in self.levels])
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def predict(self, x: ArrayLike, params: ArrayLike | None = None) -> NDArray[np.complex128]:
+        """u at x [N, d] (complex [N]); ``params`` other than the model's own optional."""
+        theta = self.params if params is None else np.ascontiguousarray(params, np.float64)
+        if theta.shape != self.params.shape:
+            raise ValueError(f"params: expected {self.num_params} parameters, got shape {theta.shape}")
+        x = self._check_points(x)
+        u = np.zeros(len(x), np.complex128)
+        for j, idx, psi, _, _, xi in self.pieces(x, derivatives=False):
+            if len(idx) == 0:
+                continue
+            sd = self.subdomains[j]
+            val = np.asarray(self.workspace(sd["level"]).forward(theta[sd["slice"]], xi, 0))
+            u[idx] += psi * (val[:, 0] + 1j * val[:, 1])
+        return u
+
+    def residuals_for(self, rows: Rows) -> "DecomposedResiduals":
+        """The residual operations of this model on ``rows``."""
+        return DecomposedResiduals(self, rows)
+
+    # -- files ---------------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        return {"kind": FORMAT, "lo": self.lo.tolist(), "hi": self.hi.tolist(),
+                "levels": [lv.config() for lv in self.levels],
+                "specs": [_spec_config(s) for s in self.specs],
+                "constraint": None if self.constraint is None else self.constraint.config(),
+                "metadata": self.metadata}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write params and configuration to one ``.npz`` atomically (a temporary file in the
+        same folder, then ``os.replace``)."""
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        tmp = os.path.join(folder, f".tmp-{os.path.basename(path)}-{secrets.token_hex(4)}.npz")
+        try:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, params=self.params, config=np.array(json.dumps(self.config())))
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "DecomposedModel":
+        """A model written by :meth:`save`; ValueError naming the file and what is wrong."""
+        path = os.fspath(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                params = np.array(z["params"])
+                cfg = json.loads(str(z["config"]))
+        except FileNotFoundError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any unreadable content is one error for the user
+            raise ValueError(f"{path}: not a readable decomposed model ({type(e).__name__}: {e})") from None
+        if not isinstance(cfg, dict) or cfg.get("kind") != FORMAT:
+            raise ValueError(f"{path}: not a decomposed model of format {FORMAT!r}")
+        try:
+            levels = [Level(cfg["lo"], cfg["hi"], lv["grid"], lv["overlap"]) for lv in cfg["levels"]]
+            specs = [_core.ModelSpec(*map(int, s)) for s in cfg["specs"]]
+            c = cfg["constraint"]
+            constraint = None if c is None else BoxConstraint(c["lo"], c["hi"], c["scale"])
+            return cls(levels, specs, params, constraint, cfg.get("metadata"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{path}: inconsistent decomposed model ({type(e).__name__}: {e})") from None
+
+
+class DecomposedResiduals:
+    """The residual vector of a :class:`DecomposedModel` on :class:`Rows` and its products.
+
+    ``r [2N]`` (each row as (re, im)), ``jvp``, ``vjp`` and the Jacobian's blocks, each one core
+    call per subnetwork on the points its subdomain covers (the Batches are built here once; the
+    core's row scale ``sqrt(w_pde/m)`` is made 1 by ``w_pde = m``, the rows carry their own).
+    Follows :class:`helmpinn.lm.Residuals` (``residuals``, ``jacobian``, ``jvp``, ``vjp``), so
+    :class:`helmpinn.LevenbergMarquardt` can run on it too; ``jacobian`` is dense (small cases).
+    """
+
+    def __init__(self, model: DecomposedModel, rows: Rows):
+        if not isinstance(rows, Rows):
+            raise TypeError(f"rows: expected helmpinn.decomposition.Rows, got {type(rows).__name__}")
+        self.model, self.rows = model, rows
+        n = len(rows)
+        self.num_params = model.num_params
+        self.num_residuals = 2 * n
+        self.target = np.empty(2 * n)
+        self.target[0::2], self.target[1::2] = rows.f.real, rows.f.imag
+        self.parts: list[dict[str, Any]] = []
+        for j, idx, psi, d1, d2, xi in model.pieces(rows.x):
+            sd = model.subdomains[j]
+            h = sd["half"]
+            a, b, c = rows.a[idx], rows.b[idx], rows.c[idx]
+            A = a * psi[:, None] / h ** 2
+            B = (2.0 * a * d1 + b * psi[:, None]) / h
+            C = (a * d2).sum(1) + (b * d1).sum(1) + c * psi
+            m = len(idx)
+            r_idx = np.empty(2 * m, np.int64)
+            r_idx[0::2], r_idx[1::2] = 2 * idx, 2 * idx + 1
+            batch = None
+            if m:
+                batch = Batch(x_pde=xi, a_pde=A, b_pde=B, c_pde=C, f=np.zeros((m, 2)),
+                              dtype="float64")
+            self.parts.append({"j": j, "level": sd["level"], "slice": sd["slice"], "idx": idx,
+                               "rows": r_idx, "batch": batch})
+
+    def _ws(self, part):
+        return self.model.workspace(part["level"])
+
+    def residuals(self, theta: NDArray) -> NDArray:
+        """r(θ) [2N]."""
+        r = -self.target
+        for p in self.parts:
+            if p["batch"] is not None:
+                r[p["rows"]] += self._ws(p).residuals(theta[p["slice"]], batch=p["batch"], w_pde=len(p["idx"]))
+        return r
+
+    def jvp(self, theta: NDArray, v: NDArray) -> NDArray:
+        """J v [2N] for v [P]."""
+        out = np.zeros(self.num_residuals)
+        v = np.asarray(v, np.float64)
+        for p in self.parts:
+            if p["batch"] is not None:
+                out[p["rows"]] += self._ws(p).jvp(theta[p["slice"]], np.ascontiguousarray(v[p["slice"]]),
+                                                  batch=p["batch"], w_pde=len(p["idx"]))
+        return out
+
+    def vjp(self, theta: NDArray, w: NDArray) -> NDArray:
+        """Jᵀ w [P] for w [2N]."""
+        out = np.zeros(self.num_params)
+        w = np.asarray(w, np.float64)
+        for p in self.parts:
+            if p["batch"] is not None:
+                out[p["slice"]] = self._ws(p).vjp(theta[p["slice"]], np.ascontiguousarray(w[p["rows"]]),
+                                                  batch=p["batch"], w_pde=len(p["idx"]))
+        return out
+
+    def block(self, theta: NDArray, j: int) -> NDArray:
+        """Subnetwork j's Jacobian block ``∂r[rows_j]/∂θ_j`` [2 m_j, P_j] (rows ``parts[j]["rows"]``)."""
+        p = self.parts[j]
+        P = p["slice"].stop - p["slice"].start
+        if p["batch"] is None:
+            return np.zeros((0, P))
+        return np.asarray(self._ws(p).jacobian(theta[p["slice"]], batch=p["batch"], w_pde=len(p["idx"])))
+
+    def jacobian(self, theta: NDArray, rows: tuple[int, int] | None = None) -> NDArray:
+        """The dense Jacobian [2N, P] (or rows ``(start, stop)`` of it): for small cases only."""
+        J = np.zeros((self.num_residuals, self.num_params))
+        for j, p in enumerate(self.parts):
+            J[p["rows"], p["slice"]] = self.block(theta, j)
+        return J if rows is None else J[rows[0]:rows[1]]
+
+    def overlaps(self) -> list[tuple[int, int, NDArray, NDArray]]:
+        """``(i, j, pos_i, pos_j)`` for every pair i <= j of parts that share points: the shared
+        points' positions in each part's points (block ``(i, j)`` of ``JᵀJ`` is
+        ``J_i[pos_i rows]ᵀ J_j[pos_j rows]``)."""
+        if not hasattr(self, "_overlaps"):
+            out = []
+            boxes = []
+            for p in self.parts:
+                x = self.rows.x[p["idx"]]
+                boxes.append((x.min(0), x.max(0)) if len(x) else None)
+            for i, pi in enumerate(self.parts):
+                for j in range(i, len(self.parts)):
+                    bi, bj = boxes[i], boxes[j]
+                    if bi is None or bj is None or np.any(bi[1] < bj[0]) or np.any(bj[1] < bi[0]):
+                        continue
+                    _, a, b = np.intersect1d(pi["idx"], self.parts[j]["idx"], assume_unique=True,
+                                             return_indices=True)
+                    if len(a):
+                        out.append((i, j, a, b))
+            self._overlaps = out
+        return self._overlaps
+
+    def term_losses(self, r: NDArray) -> dict[str, float]:
+        """The loss ``Σ r²`` of each term's rows."""
+        sq = r[0::2] ** 2 + r[1::2] ** 2
+        return {t: float(sq[self.rows.term == t].sum()) for t in np.unique(self.rows.term)}

@@ -1,0 +1,362 @@
+"""Matrix-free Gauss-Newton / Levenberg-Marquardt for domain-decomposed models.
+
+One iteration linearises the residuals ``r(θ)`` of a
+:class:`~helmpinn.decomposition.DecomposedResiduals` and solves
+
+    (JᵀJ + λD) δ = Jᵀr,     θ ← θ − δ,
+
+by preconditioned conjugate gradients through the subnetworks' ``jvp`` and ``vjp`` (one core
+call per subnetwork per product), or through the Jacobian blocks kept from the linearisation
+(``products="blocks"``: two BLAS matrix-vector products per subnetwork, memory ``Σ_j R_j P_j``).
+No matrix over all parameters is formed: with ``products="core"`` the linearisation holds one
+Jacobian block at a time, the blocks' Gram matrices (``Σ_j P_j²``), their output-layer columns
+and the coarse matrix.
+
+**Preconditioner** (two-level additive Schwarz). Each subnetwork's diagonal block
+``G_j = J_jᵀJ_j`` (its Jacobian block's Gram matrix, ``P_j × P_j``) plus ``λD_j`` is factored by
+Cholesky once per trial λ; with ``coarse="last_layer"`` (default) a coarse space adds the exact
+Gauss-Newton system restricted to every subnetwork's output layer (``2H + 2`` parameters each):
+the columns ``J_Z`` couple neighbouring subnetworks through the rows they share, so
+``Z(ZᵀAZ)⁻¹Zᵀ`` carries the global coupling of a wave problem that the blocks alone lack. The
+coarse matrix is assembled from the blocks over the overlaps (``DecomposedResiduals.overlaps``)
+and factored once per trial.
+
+**Damping** as :class:`helmpinn.LevenbergMarquardt`: a trial is accepted when the loss falls and
+the linear model predicted a decrease (``rho`` the ratio); then ``λ /= 3``, else ``λ *= 4`` and
+another trial with the same linearisation. ``damping="marquardt"`` (default, D = diag(JᵀJ):
+every subnetwork's parameters damped on their own scale, which the decomposed models need far
+more than one network does) or ``"identity"`` (D = 1, the initial ``lam`` relative to the mean
+of ``diag(JᵀJ)``, :mod:`helmpinn.lm`'s default). Optional geodesic
+acceleration (``geodesic=True``) as in :mod:`helmpinn.lm`, one more CG solve per trial.
+
+The step is a function of the parameters only (:meth:`MatrixFreeGN.step`), so a run loop's
+driver wraps it in a few lines: build the residuals from the run's training set
+(:meth:`~helmpinn.decomposition.DecomposedModel.residuals_for`), call ``step(model.params)``
+each iteration, :meth:`MatrixFreeGN.set_residuals` after a resample, and
+``state_dict``/``load_state_dict`` for checkpoints.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import scipy.linalg as sla
+from numpy.typing import NDArray
+from scipy.linalg import blas
+
+__all__ = ["GNStep", "MatrixFreeGN"]
+
+
+@dataclass
+class GNStep:
+    """What one :meth:`MatrixFreeGN.step` did: ``loss0`` before, ``loss`` after (equal when
+    rejected), ``accepted``, ``lam`` after the update, ``trials``, ``rho`` (actual over predicted
+    decrease of the last trial), ``cg_iterations`` (per trial), ``terms`` (the loss of each term
+    after the step), ``message`` ("" or why no trial was accepted), ``times`` (seconds in
+    "jacobian", "gram", "factor", "cg", "trial")."""
+
+    loss0: float
+    loss: float
+    accepted: bool
+    lam: float
+    trials: int
+    rho: float
+    cg_iterations: list[int]
+    terms: dict[str, float]
+    message: str = ""
+    times: dict[str, float] = field(default_factory=dict)
+
+
+def _gram(J: NDArray, dtype: str = "float64") -> NDArray:
+    """JᵀJ (upper and lower, float64) by dsyrk, or ssyrk for ``dtype="float32"``."""
+    if J.shape[0] == 0:
+        return np.zeros((J.shape[1],) * 2)
+    Jt = J.T   # Fortran order for a C-ordered J: no copy for dsyrk (A Aᵀ with A = Jᵀ)
+    if dtype == "float32":
+        G = blas.ssyrk(1.0, np.asfortranarray(Jt, dtype=np.float32), trans=0, lower=0).astype(np.float64)
+    else:
+        G = blas.dsyrk(1.0, np.asfortranarray(Jt), trans=0, lower=0)
+    return np.triu(G) + np.triu(G, 1).T
+
+
+def _factor(A: NDArray) -> Callable[[NDArray], NDArray]:
+    """A solve with the SPD matrix A by Cholesky; the diagonal raised until it succeeds."""
+    shift = 0.0
+    scale = float(np.mean(np.diag(A))) if A.size else 1.0
+    for _ in range(30):
+        try:
+            c = sla.cho_factor(A + shift * np.eye(len(A)) if shift else A, lower=False, check_finite=False)
+            return lambda b: sla.cho_solve(c, b, check_finite=False)
+        except np.linalg.LinAlgError:
+            shift = max(shift * 10.0, 1e-14 * max(scale, 1e-300))
+    raise np.linalg.LinAlgError("could not factor a preconditioner block (not positive definite)")
+
+
+class MatrixFreeGN:
+    """Levenberg-Marquardt with CG solves preconditioned by subdomain blocks and a coarse level.
+
+    ``residuals``: a :class:`~helmpinn.decomposition.DecomposedResiduals`. Options: ``lam``
+    (initial λ; relative to the mean of diag(JᵀJ) with ``damping="identity"``), ``damping``
+    ("marquardt" or "identity"), ``lam_min`` / ``lam_max``, ``max_trials``, ``cg_tol`` (CG stops
+    at ``‖residual‖ <= cg_tol ‖Jᵀr‖``), ``cg_maxiter``, ``coarse`` ("last_layer" or None),
+    ``products`` ("core": jvp/vjp by the core, memory O(R + P); "blocks": the Jacobian blocks
+    kept, memory Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
+    ("float32", default: the blocks' Gram matrices by ssyrk, twice dsyrk's rate; they only
+    precondition, CG solves the float64 system; or "float64").
+    """
+
+    def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
+                 lam_min: float = 1e-15, lam_max: float = 1e12, max_trials: int = 10,
+                 cg_tol: float = 1e-3, cg_maxiter: int = 200, coarse: str | None = "last_layer",
+                 products: str = "core", geodesic: bool = False, geodesic_h: float = 0.1,
+                 geodesic_alpha: float = 0.75, gram: str = "float32"):
+        if not (math.isfinite(lam) and lam > 0):
+            raise ValueError(f"lam: expected a positive finite number, got {lam}")
+        if damping not in ("identity", "marquardt"):
+            raise ValueError(f"damping: expected 'identity' or 'marquardt', got {damping!r}")
+        if not 0 < lam_min <= lam_max:
+            raise ValueError(f"lam_min, lam_max: need 0 < lam_min <= lam_max, got {lam_min}, {lam_max}")
+        if not 0 < cg_tol < 1:
+            raise ValueError(f"cg_tol: expected a number in (0, 1), got {cg_tol}")
+        if int(cg_maxiter) < 1 or int(max_trials) < 1:
+            raise ValueError(f"cg_maxiter, max_trials: expected integers >= 1, got {cg_maxiter}, {max_trials}")
+        if coarse not in (None, "last_layer"):
+            raise ValueError(f"coarse: expected None or 'last_layer', got {coarse!r}")
+        if gram not in ("float32", "float64"):
+            raise ValueError(f"gram: expected 'float32' or 'float64', got {gram!r}")
+        self.gram = gram
+        if products not in ("core", "blocks"):
+            raise ValueError(f"products: expected 'core' or 'blocks', got {products!r}")
+        self.lam, self.damping = float(lam), damping
+        self.lam_min, self.lam_max = float(lam_min), float(lam_max)
+        self.max_trials, self.cg_tol, self.cg_maxiter = int(max_trials), float(cg_tol), int(cg_maxiter)
+        self.coarse, self.products = coarse, products
+        self.geodesic, self.geodesic_h, self.geodesic_alpha = bool(geodesic), float(geodesic_h), float(geodesic_alpha)
+        self._lam_relative = damping == "identity"
+        self.steps = 0
+        self.set_residuals(residuals)
+
+    # -- state ---------------------------------------------------------------------------------
+    def set_residuals(self, residuals: Any) -> None:
+        """Use new residuals (new points) from the next step on."""
+        self.res = residuals
+        self._next: tuple[bytes, NDArray] | None = None
+        self._coarse_index = self._last_layer() if self.coarse else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"gn_lambda": self.lam, "gn_steps": self.steps, "gn_lam_relative": self._lam_relative}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        lam = float(state["gn_lambda"])
+        if not (math.isfinite(lam) and lam > 0):
+            raise ValueError(f"state: gn_lambda must be positive and finite, got {lam}")
+        self.lam = min(max(lam, self.lam_min), self.lam_max)
+        self.steps = int(state.get("gn_steps", 0))
+        self._lam_relative = bool(state.get("gn_lam_relative", False))
+
+    # -- pieces --------------------------------------------------------------------------------
+    def _last_layer(self) -> list[NDArray]:
+        """Per part, the positions of its output layer's parameters within its block."""
+        out = []
+        model = self.res.model
+        for p in self.res.parts:
+            spec = model.specs[p["level"]]
+            L = spec.num_hidden_layers
+            pos = [np.arange(off, off + int(np.prod(shape))) for name, shape, off in spec.layout()
+                   if name in (f"W{L}", f"b{L}")]
+            out.append(np.concatenate(pos))
+        return out
+
+    def _jvp(self, s: dict, v: NDArray) -> NDArray:
+        if self.products == "blocks":
+            out = np.zeros(self.res.num_residuals)
+            for p, J in zip(self.res.parts, s["blocks"]):
+                if len(J):
+                    out[p["rows"]] += J @ v[p["slice"]]
+            return out
+        return self.res.jvp(s["theta"], v)
+
+    def _vjp(self, s: dict, w: NDArray) -> NDArray:
+        if self.products == "blocks":
+            out = np.zeros(self.res.num_params)
+            for p, J in zip(self.res.parts, s["blocks"]):
+                if len(J):
+                    out[p["slice"]] = J.T @ w[p["rows"]]
+            return out
+        return self.res.vjp(s["theta"], w)
+
+    def linearize(self, theta: NDArray, times: dict[str, float]) -> dict[str, Any]:
+        """r, the blocks' Gram matrices, diag(JᵀJ), Jᵀr and the coarse Gram matrix at θ."""
+        res = self.res
+        t0 = time.perf_counter()
+        if self._next is not None and self._next[0] == theta.tobytes():
+            r = self._next[1]
+        else:
+            r = res.residuals(theta)
+        grams, blocks, zcols = [], [], []
+        keep = self.products == "blocks"
+        for j in range(len(res.parts)):
+            J = res.block(theta, j)
+            t1 = time.perf_counter()
+            grams.append(_gram(J, self.gram))
+            times["gram"] += time.perf_counter() - t1
+            if keep:
+                blocks.append(J)
+            if self._coarse_index is not None:   # only the output layers' columns stay
+                zcols.append(np.ascontiguousarray(J[:, self._coarse_index[j]]))
+            del J
+        diag = np.zeros(res.num_params)
+        for p, G in zip(res.parts, grams):
+            diag[p["slice"]] = np.diag(G)
+        s = {"theta": theta, "r": r, "grams": grams, "diag": diag, "blocks": blocks if keep else None}
+        s["g"] = self._vjp(s, r)
+        if self._coarse_index is not None:
+            t1 = time.perf_counter()
+            s["coarse"] = self._coarse_gram(zcols)
+            times["gram"] += time.perf_counter() - t1
+        times["jacobian"] += time.perf_counter() - t0 - times["gram"]
+        return s
+
+    def _coarse_gram(self, zcols: list[NDArray]) -> tuple[NDArray, NDArray]:
+        """``(Gc, idx)``: ``J_Zᵀ J_Z`` over the output layers' columns ``idx`` (global), from each
+        block's columns ``zcols[j]`` summed over the rows the blocks share."""
+        zi = self._coarse_index
+        offs = np.concatenate([[0], np.cumsum([len(z) for z in zi])])
+        Gc = np.zeros((offs[-1], offs[-1]))
+        for i, j, pi, pj in self.res.overlaps():
+            ri = np.stack([2 * pi, 2 * pi + 1], 1).ravel()
+            rj = np.stack([2 * pj, 2 * pj + 1], 1).ravel()
+            B = zcols[i][ri].T @ zcols[j][rj]
+            Gc[offs[i]:offs[i + 1], offs[j]:offs[j + 1]] += B
+            if i != j:
+                Gc[offs[j]:offs[j + 1], offs[i]:offs[i + 1]] += B.T
+        idx = np.concatenate([p["slice"].start + z for p, z in zip(self.res.parts, zi)])
+        return Gc, idx
+
+    def _D(self, s: dict) -> NDArray:
+        if self.damping == "identity":
+            return np.ones(self.res.num_params)
+        d = s["diag"]
+        return np.maximum(d, 1e-12 * float(d.max()) if d.max() > 0 else 1.0)
+
+    def preconditioner(self, s: dict, lam: float, D: NDArray) -> Callable[[NDArray], NDArray]:
+        """The two-level additive Schwarz preconditioner for ``JᵀJ + λD`` at the linearisation s."""
+        parts = self.res.parts
+        solves = [_factor(G + lam * np.diag(D[p["slice"]])) for p, G in zip(parts, s["grams"])]
+        coarse = None
+        if "coarse" in s:
+            Gc, idx = s["coarse"]
+            coarse = (_factor(Gc + lam * np.diag(D[idx])), idx)
+
+        def apply(v: NDArray) -> NDArray:
+            out = np.empty_like(v)
+            for p, solve in zip(parts, solves):
+                out[p["slice"]] = solve(v[p["slice"]])
+            if coarse is not None:
+                out[coarse[1]] += coarse[0](v[coarse[1]])
+            return out
+        return apply
+
+    def cg(self, s: dict, lam: float, D: NDArray, rhs: NDArray,
+           precond: Callable[[NDArray], NDArray]) -> tuple[NDArray, NDArray, int]:
+        """Preconditioned CG on ``(JᵀJ + λD) x = rhs``: ``(x, J x, iterations)``."""
+        x = np.zeros_like(rhs)
+        Jx = np.zeros(self.res.num_residuals)
+        rr = rhs.copy()
+        z = precond(rr)
+        p = z.copy()
+        rz = float(rr @ z)
+        stop = self.cg_tol * math.sqrt(float(rhs @ rhs))
+        it = 0
+        for it in range(1, self.cg_maxiter + 1):
+            Jp = self._jvp(s, p)
+            Ap = self._vjp(s, Jp) + lam * D * p
+            pAp = float(p @ Ap)
+            if not pAp > 0:
+                break
+            alpha = rz / pAp
+            x += alpha * p
+            Jx += alpha * Jp
+            rr -= alpha * Ap
+            if math.sqrt(float(rr @ rr)) <= stop:
+                break
+            z = precond(rr)
+            rz_new = float(rr @ z)
+            p = z + (rz_new / rz) * p
+            rz = rz_new
+        return x, Jx, it
+
+    def direction(self, theta: NDArray, lam: float | None = None) -> tuple[NDArray, int]:
+        """The step δ of ``(JᵀJ + λD) δ = Jᵀr`` at θ (default: the current λ, absolute) and the
+        CG iterations it took; nothing changes."""
+        times = {"jacobian": 0.0, "gram": 0.0}
+        s = self.linearize(np.ascontiguousarray(theta, np.float64), times)
+        lam = self.lam if lam is None else float(lam)
+        D = self._D(s)
+        delta, _, it = self.cg(s, lam, D, s["g"], self.preconditioner(s, lam, D))
+        return delta, it
+
+    # -- one iteration -------------------------------------------------------------------------
+    def step(self, theta: NDArray) -> GNStep:
+        """One LM iteration in place on ``theta`` (the model's float64 params): trials at
+        growing λ until the loss falls (accepted) or ``max_trials`` / ``lam_max`` (rejected,
+        ``theta`` untouched). FloatingPointError when the loss at ``theta`` is not finite."""
+        if theta.ndim != 1 or theta.shape != (self.res.num_params,) or theta.dtype != np.float64:
+            raise ValueError(f"theta: expected a float64 vector of {self.res.num_params} parameters, "
+                             f"got {theta.dtype} {theta.shape}")
+        times = {"jacobian": 0.0, "gram": 0.0, "factor": 0.0, "cg": 0.0, "trial": 0.0}
+        self.steps += 1
+        s = self.linearize(theta, times)
+        r = s["r"]
+        loss0 = float(r @ r)
+        if not math.isfinite(loss0) or not np.all(np.isfinite(s["diag"])):
+            raise FloatingPointError(f"non-finite loss or Jacobian at the current parameters (loss {loss0})")
+        if self._lam_relative:
+            self.lam = min(max(self.lam * max(float(np.mean(s["diag"])), 1e-300), self.lam_min), self.lam_max)
+            self._lam_relative = False
+        D = self._D(s)
+        its: list[int] = []
+        rho = -math.inf
+        for trial in range(1, self.max_trials + 1):
+            t0 = time.perf_counter()
+            M = self.preconditioner(s, self.lam, D)
+            t1 = time.perf_counter()
+            times["factor"] += t1 - t0
+            delta, Jd, it = self.cg(s, self.lam, D, s["g"], M)
+            its.append(it)
+            t2 = time.perf_counter()
+            times["cg"] += t2 - t1
+            new = theta - delta
+            if self.geodesic:
+                new = self._accelerate(s, D, M, theta, delta, its)
+            r1 = self.res.residuals(new)
+            loss1 = float(r1 @ r1)
+            times["trial"] += time.perf_counter() - t2
+            pred = loss0 - float((r - Jd) @ (r - Jd))
+            rho = (loss0 - loss1) / pred if pred > 0 else -math.inf
+            if math.isfinite(loss1) and loss1 < loss0 and pred > 0:
+                theta[...] = new
+                self.lam = max(self.lam / 3.0, self.lam_min)
+                self._next = (theta.tobytes(), r1)
+                return GNStep(loss0, loss1, True, self.lam, trial, rho, its, self.res.term_losses(r1), "", times)
+            if self.lam >= self.lam_max:
+                return GNStep(loss0, loss0, False, self.lam, trial, rho, its, self.res.term_losses(r),
+                              "damping at lam_max", times)
+            self.lam = min(self.lam * 4.0, self.lam_max)
+        return GNStep(loss0, loss0, False, self.lam, self.max_trials, rho, its, self.res.term_losses(r),
+                      "no decrease in max_trials trials", times)
+
+    def _accelerate(self, s: dict, D: NDArray, M: Callable, theta: NDArray, delta: NDArray,
+                    its: list[int]) -> NDArray:
+        """θ − δ − a/2 with (JᵀJ + λD) a = Jᵀ r_vv (r_vv by central differences along δ), or
+        θ − δ when 2‖a‖ > geodesic_alpha ‖δ‖ (helmpinn.lm)."""
+        h = self.geodesic_h
+        r_vv = (self.res.residuals(theta + h * delta) - 2.0 * s["r"] + self.res.residuals(theta - h * delta)) / (h * h)
+        acc, _, it = self.cg(s, self.lam, D, self._vjp(s, r_vv), M)
+        its[-1] += it
+        if 2.0 * float(np.linalg.norm(acc)) <= self.geodesic_alpha * float(np.linalg.norm(delta)) and np.all(np.isfinite(acc)):
+            return theta - delta - 0.5 * acc
+        return theta - delta

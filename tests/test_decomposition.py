@@ -1,0 +1,236 @@
+"""Domain-decomposed models (helmpinn.decomposition) against an independent NumPy evaluation of
+u = φ Σ_j ω_j N_j: the windows and the constraint written again here, N_j by tests/reference.py,
+the PDE operator by fourth-order finite differences in x, J v by central differences in θ."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import reference as ref
+from helmpinn import ModelSpec
+from helmpinn.decomposition import BoxConstraint, DecomposedModel, Level, Rows
+from helmpinn.pml import PML, operator_coefficients
+
+SPECS = {1: (1, 4, 8, 1), 2: (2, 4, 6, 1), 3: (3, 3, 5, 1)}
+GRIDS = {1: [(3,), (1,)], 2: [(3, 2), (1, 1)], 3: [(2, 2, 1)]}
+
+
+def numpy_u(model_cfg, thetas, x):
+    """u at x [N, d] from scratch: lo, hi, grids, overlap, spec, constraint scale (or None)."""
+    lo, hi, grids, overlap, spec, scale = model_cfg
+    d = len(lo)
+    u = np.zeros(len(x), complex)
+    k = 0
+    for grid in grids:
+        spacing = (hi - lo) / np.array(grid)
+        half = 0.5 * spacing * (1 + overlap)
+        bumps = []
+        for a in range(d):
+            c = lo[a] + (np.arange(grid[a]) + 0.5) * spacing[a]
+            t = (x[None, :, a] - c[:, None]) / half[a]
+            v = np.where(np.abs(t) < 1, np.exp(-1 / np.maximum(1 - t * t, 1e-300)), 0.0)
+            bumps.append((v / v.sum(0), c))
+        for index in np.ndindex(*grid):
+            om = np.prod([bumps[a][0][i] for a, i in enumerate(index)], axis=0)
+            centre = np.array([bumps[a][1][i] for a, i in enumerate(index)])
+            val = ref.network(thetas[k][None], spec, (x - centre) / half, 0)[0]
+            u += np.where(om > 1e-13, om, 0.0) * (val[:, 0] + 1j * val[:, 1])
+            k += 1
+    if scale is not None:
+        u *= np.prod(np.tanh((x - lo) / scale) * np.tanh((hi - x) / scale), axis=1)
+    return u
+
+
+def numpy_residual(cfg, thetas, rows, h=1e-3):
+    """s (Σ a u_aa + Σ b u_a + c u − f) by fourth-order central differences, as (re, im) rows."""
+    x = rows.x
+    u0 = numpy_u(cfg, thetas, x)
+    r = rows.c * u0 - rows.f
+    for a in range(x.shape[1]):
+        e = np.zeros(x.shape[1])
+        e[a] = h
+        up, um = numpy_u(cfg, thetas, x + e), numpy_u(cfg, thetas, x - e)
+        up2, um2 = numpy_u(cfg, thetas, x + 2 * e), numpy_u(cfg, thetas, x - 2 * e)
+        uaa = (-(up2 + um2) + 16 * (up + um) - 30 * u0) / (12 * h * h)
+        ua = (8 * (up - um) - (up2 - um2)) / (12 * h)
+        r += rows.a[:, a] * uaa + rows.b[:, a] * ua
+    out = np.empty(2 * len(x))
+    out[0::2], out[1::2] = r.real, r.imag
+    return out
+
+
+def make_case(d, *, pml=False, hard=False, seed=0):
+    rng = np.random.default_rng(seed)
+    lo, hi = -np.ones(d), np.ones(d) * 1.5
+    grids = GRIDS[d]
+    spec = ModelSpec(*SPECS[d])
+    scale = 0.4 if hard else None
+    constraint = BoxConstraint(lo, hi, scale) if hard else None
+    model = DecomposedModel.create(lo, hi, grids, overlap=0.6, ff_dim=spec.ff_dim, hidden_dim=spec.hidden_dim,
+                                   num_hidden_layers=spec.num_hidden_layers, wavenumber=4.0,
+                                   constraint=constraint, seed=seed)
+    n = {1: 40, 2: 50, 3: 40}[d]
+    margin = 0.01
+    x = rng.uniform(lo + margin, hi - margin, (n, d))
+    k = 3.0
+    if pml:
+        a, b = operator_coefficients(x, pml=PML(0.6), box=(lo + 0.6, hi - 0.6), k=k)
+    else:
+        a, b = np.ones((n, d)), np.zeros((n, d))
+    pde = Rows(x, 0.7 * a, 0.7 * b, 0.7 * k * k, 0.7 * (rng.normal(size=n) + 1j * rng.normal(size=n)), "pde")
+    parts = [pde]
+    if d >= 2:   # data rows (a = b = 0, c = s) and Robin rows (b = s n, c = s α)
+        xd = rng.uniform(lo + margin, hi - margin, (7, d))
+        parts.append(Rows(xd, 0.0, 0.0, 2.0, 2.0 * rng.normal(size=7), "data"))
+        xb = rng.uniform(lo + margin, hi - margin, (6, d))
+        nb = rng.normal(size=(6, d))
+        nb /= np.linalg.norm(nb, axis=1, keepdims=True)
+        parts.append(Rows(xb, 0.0, 1.5 * nb, 1.5 * (0.3 - 2j), 0.0, "bc"))
+    rows = Rows.concat(parts)
+    cfg = (lo, hi, grids, 0.6, spec, scale)
+    return model, rows, cfg
+
+
+def thetas_of(model):
+    return [model.params[sd["slice"]] for sd in model.subdomains]
+
+
+CASES = [(1, False, False), (1, True, True), (2, False, False), (2, True, False), (2, False, True),
+         (2, True, True), (3, True, True)]
+
+
+@pytest.mark.parametrize("d,pml,hard", CASES)
+def test_residuals_match_numpy(d, pml, hard):
+    model, rows, cfg = make_case(d, pml=pml, hard=hard)
+    res = model.residuals_for(rows)
+    r = res.residuals(model.params)
+    r_np = numpy_residual(cfg, thetas_of(model), rows)
+    assert np.abs(r - r_np).max() < 1e-6 * max(1.0, np.abs(r_np).max())
+    # predict is the same u
+    u = model.predict(rows.x)
+    assert np.allclose(u, numpy_u(cfg, thetas_of(model), rows.x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("d,pml,hard", CASES)
+def test_jvp_vjp_jacobian(d, pml, hard):
+    model, rows, cfg = make_case(d, pml=pml, hard=hard, seed=1)
+    res = model.residuals_for(rows)
+    theta = model.params
+    rng = np.random.default_rng(5)
+    v = rng.normal(size=model.num_params)
+    Jv = res.jvp(theta, v)
+    # central differences along v of the independent NumPy residual
+    eps = 1e-4
+
+    def rn(t):
+        return numpy_residual(cfg, [t[sd["slice"]] for sd in model.subdomains], rows)
+    fd = (8 * (rn(theta + eps * v) - rn(theta - eps * v)) - (rn(theta + 2 * eps * v) - rn(theta - 2 * eps * v))) / (12 * eps)
+    assert np.abs(Jv - fd).max() < 1e-5 * max(1.0, np.abs(fd).max())
+    # the dense Jacobian: its columns are central differences of the (checked) residuals
+    J = res.jacobian(theta)
+    Jfd = ref.fd_jacobian(lambda T: np.array([res.residuals(t) for t in T]), theta)
+    assert np.abs(J - Jfd).max() < 1e-7 * max(1.0, np.abs(J).max())
+    assert np.allclose(J @ v, Jv, rtol=0, atol=1e-11 * max(1.0, np.abs(Jv).max()))
+    w = rng.normal(size=res.num_residuals)
+    assert np.allclose(res.vjp(theta, w), J.T @ w, rtol=0, atol=1e-11 * max(1.0, np.abs(J).max() * len(w)))
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_windows_sum_to_one(d):
+    model, rows, cfg = make_case(d)
+    x = np.random.default_rng(3).uniform(model.lo, model.hi, (500, d))
+    x[:d] = model.lo   # the box's corners and faces too
+    x[d:2 * d] = model.hi
+    s = model.window_sums(x)
+    assert s.shape == (len(model.levels), 500)
+    assert np.abs(s - 1).max() < 1e-14
+    # every point is covered by at least one subdomain of each level
+    covered = np.zeros(500, int)
+    for _, idx, *_ in model.pieces(x, derivatives=False):
+        covered[idx] += 1
+    assert covered.min() >= len(model.levels)
+
+
+def test_assembled_gram_product_equals_dense():
+    model, rows, cfg = make_case(2, pml=True, hard=True, seed=2)
+    res = model.residuals_for(rows)
+    theta = model.params
+    v = np.random.default_rng(0).normal(size=model.num_params)
+    J = res.jacobian(theta)
+    assert np.allclose(res.vjp(theta, res.jvp(theta, v)), J.T @ (J @ v), rtol=1e-12, atol=1e-10)
+    # block by block from the overlaps: JᵀJ's block (i, j) = J_i[shared]ᵀ J_j[shared]
+    blocks = [res.block(theta, j) for j in range(len(res.parts))]
+    G = np.zeros((model.num_params,) * 2)
+    for i, j, pi, pj in res.overlaps():
+        ri = np.stack([2 * pi, 2 * pi + 1], 1).ravel()
+        rj = np.stack([2 * pj, 2 * pj + 1], 1).ravel()
+        Bij = blocks[i][ri].T @ blocks[j][rj]
+        si, sj = res.parts[i]["slice"], res.parts[j]["slice"]
+        G[si, sj] += Bij
+        if i != j:
+            G[sj, si] += Bij.T
+    assert np.allclose(G, J.T @ J, rtol=1e-12, atol=1e-10)
+
+
+def test_save_load_predict(tmp_path):
+    model, rows, cfg = make_case(2, hard=True)
+    model.metadata["note"] = "x"
+    p = tmp_path / "m.npz"
+    model.save(p)
+    back = DecomposedModel.load(p)
+    assert np.array_equal(back.params, model.params) and back.metadata == {"note": "x"}
+    assert np.array_equal(back.predict(rows.x), model.predict(rows.x))
+    assert [f.name for f in tmp_path.iterdir()] == ["m.npz"]
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="bad.npz"):
+        DecomposedModel.load(tmp_path / "bad.npz")
+
+
+def test_errors_name_the_argument():
+    model, rows, cfg = make_case(2)
+    with pytest.raises(ValueError, match="outside"):
+        model.predict(np.array([[5.0, 0.0]]))
+    with pytest.raises(ValueError, match="x: expected points"):
+        model.predict(np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="grid"):
+        Level([0, 0], [1, 1], (2,))
+    with pytest.raises(ValueError, match="overlap"):
+        Level([0, 0], [1, 1], (2, 2), overlap=0)
+    with pytest.raises(ValueError, match="params"):
+        model.predict(rows.x, params=np.zeros(3))
+    with pytest.raises(ValueError, match="scale"):
+        BoxConstraint([0], [1], -1)
+
+
+def test_subnetwork_shares_params():
+    model, rows, cfg = make_case(1)
+    net = model.subnetwork(1)
+    net.params[0] += 1.0
+    assert model.params[model.subdomains[1]["slice"]][0] == net.params[0]
+    assert math.isfinite(float(np.abs(model.predict(rows.x)).max()))
+
+
+def test_rows_from_problem_match_the_core_loss():
+    """Rows of a problem's draw, on a one-subdomain model with ω = 1, give the core's own
+    residuals of that network on the same TrainingSet (PML coefficients, wall data rows)."""
+    import helmpinn as hp
+    prob = hp.get_problem("free-source", wavelengths=1.0, s=0.2)
+    ts = prob.sample(60, 16, 0, "uniform")
+    rows = Rows.from_training_set(ts, {"pde": 1.0, "data": 3.0})
+    lo, hi = prob.sampling_domain.bounds
+    model = DecomposedModel.create(lo, hi, [(1, 1)], ff_dim=4, hidden_dim=6, wavenumber=prob.wavenumber)
+    r = model.residuals_for(rows).residuals(model.params)
+    # the same network in global coordinates: x = c + h ξ, so B_global = B / h, the rest equal
+    sd = model.subdomains[0]
+    spec = model.specs[0]
+    theta = model.params.copy()
+    v = spec.views(theta)
+    v["B"][...] = v["B"] / sd["half"][:, None]
+    # and shift the phase: sin(2π (x − c)·B) needs the centre at 0 here
+    assert np.allclose(sd["centre"], 0.0)
+    ws = hp.Workspace(spec, 256, dtype="float64")
+    r_core = np.asarray(ws.residuals(theta, batch=ts.to_batch("float64"), w_data=3.0))
+    assert np.allclose(r, r_core, rtol=1e-10, atol=1e-10 * np.abs(r_core).max())
+    assert len(Rows.from_problem(prob, 10, 4, 0)) == 14

@@ -1,0 +1,92 @@
+"""Matrix-free Gauss-Newton (helmpinn.gauss_newton) on small decomposed models: the
+preconditioned CG step equals the dense Gauss-Newton step, and LM steps lower the loss."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helmpinn.gauss_newton import MatrixFreeGN
+from test_decomposition import make_case
+
+
+@pytest.mark.parametrize("coarse", [None, "last_layer"])
+@pytest.mark.parametrize("products", ["core", "blocks"])
+@pytest.mark.parametrize("damping,gram", [("identity", "float32"), ("marquardt", "float64")])
+def test_cg_step_equals_dense(coarse, products, damping, gram):
+    model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
+    res = model.residuals_for(rows)
+    theta = model.params.copy()
+    gn = MatrixFreeGN(res, coarse=coarse, products=products, damping=damping, cg_tol=1e-12, cg_maxiter=2000,
+                      gram=gram)
+    J = res.jacobian(theta)
+    r = res.residuals(theta)
+    G = J.T @ J
+    lam = 1e-2 * float(np.mean(np.diag(G)))   # fewer rows than parameters here: keep the system tame
+    delta, it = gn.direction(theta, lam)
+    D = np.ones(len(theta)) if damping == "identity" else np.maximum(np.diag(G), 1e-12 * np.diag(G).max())
+    A, b = G + lam * np.diag(D), J.T @ r
+    dense = np.linalg.solve(A, b)
+    # CG's relative residual 1e-12; the error it allows is cond(A) times that (cond ~ 1e5 here)
+    assert np.linalg.norm(A @ delta - b) < 1e-11 * np.linalg.norm(b)
+    assert np.linalg.norm(delta - dense) < 1e-6 * np.linalg.norm(dense)
+    assert 1 <= it < 2000
+
+
+def test_preconditioner_is_the_block_inverse_without_coarse():
+    """With one subdomain the block preconditioner is the exact inverse: CG converges at once."""
+    from helmpinn.decomposition import DecomposedModel, Rows
+    rng = np.random.default_rng(0)
+    model = DecomposedModel.create([0.0], [1.0], [(1,)], ff_dim=4, hidden_dim=6, wavenumber=3.0)
+    x = rng.uniform(0, 1, (30, 1))
+    rows = Rows(x, 1.0, 0.0, 9.0, rng.normal(size=30), "pde")
+    gn = MatrixFreeGN(model.residuals_for(rows), coarse=None, cg_tol=1e-10, gram="float64")
+    _, it = gn.direction(model.params, 1e-2)
+    assert it == 1
+
+
+@pytest.mark.parametrize("geodesic", [False, True])
+def test_steps_lower_the_loss(geodesic):
+    model, rows, _ = make_case(2, pml=True, hard=False, seed=4)
+    res = model.residuals_for(rows)
+    gn = MatrixFreeGN(res, geodesic=geodesic, cg_tol=1e-6)
+    losses = []
+    for _ in range(5):
+        st = gn.step(model.params)
+        losses.append(st.loss)
+        assert st.loss <= st.loss0 and st.cg_iterations and set(st.terms) == {"pde", "data", "bc"}
+        assert np.isclose(sum(st.terms.values()), st.loss, rtol=1e-12)
+    r = res.residuals(model.params)
+    assert np.isclose(float(r @ r), losses[-1], rtol=1e-12)
+    assert losses[-1] < 0.5 * st.loss0 or losses[-1] < losses[0]
+    state = gn.state_dict()
+    gn2 = MatrixFreeGN(res)
+    gn2.load_state_dict(state)
+    assert gn2.lam == gn.lam
+
+
+def test_options_checked():
+    model, rows, _ = make_case(1)
+    res = model.residuals_for(rows)
+    for kw, word in [({"lam": -1}, "lam"), ({"damping": "x"}, "damping"), ({"cg_tol": 2}, "cg_tol"),
+                     ({"coarse": "x"}, "coarse"), ({"products": "x"}, "products")]:
+        with pytest.raises(ValueError, match=word):
+            MatrixFreeGN(res, **kw)
+    gn = MatrixFreeGN(res)
+    with pytest.raises(ValueError, match="theta"):
+        gn.step(np.zeros(3))
+
+
+def test_coarse_matrix_is_the_restricted_gram():
+    """The coarse matrix assembled over the overlaps equals Zᵀ JᵀJ Z from the dense Jacobian
+    (Z: every subnetwork's output-layer parameters), with blocks freed after their Gram."""
+    model, rows, _ = make_case(2, pml=True, hard=True, seed=6)
+    res = model.residuals_for(rows)
+    gn = MatrixFreeGN(res, coarse="last_layer", gram="float64")
+    s = gn.linearize(model.params, {"jacobian": 0.0, "gram": 0.0})
+    Gc, idx = s["coarse"]
+    J = res.jacobian(model.params)
+    L = model.specs[0].num_hidden_layers
+    per = 2 * model.specs[0].hidden_dim + 2
+    assert len(idx) == per * len(model) and s["blocks"] is None
+    assert np.allclose(Gc, (J[:, idx].T @ J[:, idx]), rtol=1e-12, atol=1e-12 * np.abs(Gc).max())
+    assert L == 1
