@@ -243,6 +243,7 @@ def test_registry_is_explicit_with_no_import_circle():
     import helmpinn.problems as problems
     import helmpinn.registry as registry
     import helmpinn.scattering as scattering
+    import helmpinn.waves as waves
 
     def top_level_imports(module):
         tree = ast.parse(pathlib.Path(module.__file__).read_text())
@@ -256,7 +257,8 @@ def test_registry_is_explicit_with_no_import_circle():
     assert not top_level_imports(problems) & {"builtin", "registry", "scattering"}
     assert not top_level_imports(builtin) & {"registry", "scattering"}
     assert not top_level_imports(scattering) & {"registry"}
-    assert registry._REGISTRY == {**builtin.PROBLEMS, **scattering.PROBLEMS}
+    assert not top_level_imports(waves) & {"registry"}
+    assert registry._REGISTRY == {**builtin.PROBLEMS, **scattering.PROBLEMS, **waves.PROBLEMS}
     assert list(registry.problem_names())[:6] == BUILTINS + ["scatter-hard", "scatter-soft"]
     # the old import paths still work
     assert problems.get_problem is registry.get_problem and problems.cube3d is builtin.cube3d

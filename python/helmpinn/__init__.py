@@ -32,8 +32,7 @@ from .optim import Adam, lbfgs
 from .lm import LevenbergMarquardt
 from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld, get_problem, list_problems
 from .pml import PML
-from . import scattering  # registers scatter-hard, scatter-soft
-from . import waves  # registers box-source, free-source
+from . import scattering, waves
 from .trainer import Trainer, default_settings
 from .media import GridField
 from .sources import FreeSpaceSource, PointSource

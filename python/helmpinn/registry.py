@@ -1,8 +1,8 @@
 """Problems by name: the registry behind :func:`get_problem`, :func:`list_problems` and
 ``helmpinn train --problem``.
 
-The registry is explicit: it is built from the ``PROBLEMS`` tables of :mod:`helmpinn.builtin`
-and :mod:`helmpinn.scattering` (name -> ``(factory, one-line description)``), and
+The registry is explicit: it is built from the ``PROBLEMS`` tables of :mod:`helmpinn.builtin`,
+:mod:`helmpinn.scattering` and :mod:`helmpinn.waves` (name -> ``(factory, one-line description)``), and
 :func:`register_problem` adds to it. A factory is ``f(**options) -> Problem``; its options are
 its keyword parameters with their defaults (:func:`problem_options`).
 
@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from . import builtin, scattering
+from . import builtin, scattering, waves
 from .problems import Problem
 
 __all__ = ["get_problem", "list_problems", "problem_names", "problem_options", "register_problem",
@@ -31,6 +31,7 @@ __all__ = ["get_problem", "list_problems", "problem_names", "problem_options", "
 _REGISTRY: dict[str, tuple[Callable[..., Problem], str]] = {
     **builtin.PROBLEMS,
     **scattering.PROBLEMS,
+    **waves.PROBLEMS,
 }
 
 

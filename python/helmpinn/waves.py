@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .geometry import Box
 from .pml import PML
-from .problems import Dirichlet, Problem, register_problem
+from .problems import Dirichlet, Problem
 
 __all__ = ["box_source_solution", "free_source_field", "resonant_modes", "box_source_error"]
 
@@ -100,9 +100,6 @@ def box_source_solution(wavelengths: float = 5.0, sd: float | None = None):
     return lambda x: series(_points2(x))
 
 
-@register_problem("box-source",
-                  "Gaussian source in the Dirichlet box [0,1]^2, the multilevel-FBPINN ladder; "
-                  "sine-series solution (options wavelengths, sd)")
 def box_source(wavelengths: float = 5.0, sd: float | None = None) -> Problem:
     W = _positive("wavelengths", wavelengths)
     sd = 0.25 / W if sd is None else _positive("sd", sd)
@@ -189,9 +186,6 @@ def free_source_field(x: ArrayLike, k: float, s: float) -> NDArray[np.complex128
     return _RadialGreen(_positive("k", k), _positive("s", s))(np.hypot(x[:, 0], x[:, 1]))
 
 
-@register_problem("free-source",
-                  "Gaussian source in free space, [-1,1]^2 inside a PML one wavelength wide; "
-                  "radial Green's-function solution (options wavelengths, s)")
 def free_source(wavelengths: float = 5.0, s: float = 0.05) -> Problem:
     W = _positive("wavelengths", wavelengths)
     s = _positive("s", s)
@@ -201,3 +195,14 @@ def free_source(wavelengths: float = 5.0, s: float = 0.05) -> Problem:
                    source=lambda x: -_gaussian(np.asarray(x, np.float64), 0.0, s).astype(np.complex128),
                    bcs={}, exact=lambda x: green(np.hypot(*_points2(x).T)), wavenumber=k,
                    pml=PML(2.0 * math.pi / k))
+
+
+#: The problems of this module by name (read by :mod:`helmpinn.registry`).
+PROBLEMS = {
+    "box-source": (box_source,
+                   "Gaussian source in the Dirichlet box [0,1]^2, the multilevel-FBPINN ladder; "
+                   "sine-series solution (options wavelengths, sd)"),
+    "free-source": (free_source,
+                    "Gaussian source in free space, [-1,1]^2 inside a PML one wavelength wide; "
+                    "radial Green's-function solution (options wavelengths, s)"),
+}
