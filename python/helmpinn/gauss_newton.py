@@ -47,6 +47,8 @@ import scipy.linalg as sla
 from numpy.typing import NDArray
 from scipy.linalg import blas
 
+from .lm import pcg
+
 __all__ = ["GNStep", "MatrixFreeGN"]
 
 
@@ -262,32 +264,13 @@ class MatrixFreeGN:
 
     def cg(self, s: dict, lam: float, D: NDArray, rhs: NDArray,
            precond: Callable[[NDArray], NDArray]) -> tuple[NDArray, NDArray, int]:
-        """Preconditioned CG on ``(JᵀJ + λD) x = rhs``: ``(x, J x, iterations)``."""
-        x = np.zeros_like(rhs)
-        Jx = np.zeros(self.res.num_residuals)
-        rr = rhs.copy()
-        z = precond(rr)
-        p = z.copy()
-        rz = float(rr @ z)
-        stop = self.cg_tol * math.sqrt(float(rhs @ rhs))
-        it = 0
-        for it in range(1, self.cg_maxiter + 1):
+        """Preconditioned CG on ``(JᵀJ + λD) x = rhs``: ``(x, J x, iterations)``
+        (:func:`helmpinn.lm.pcg`)."""
+        def normal(p: NDArray) -> tuple[NDArray, NDArray]:
             Jp = self._jvp(s, p)
-            Ap = self._vjp(s, Jp) + lam * D * p
-            pAp = float(p @ Ap)
-            if not pAp > 0:
-                break
-            alpha = rz / pAp
-            x += alpha * p
-            Jx += alpha * Jp
-            rr -= alpha * Ap
-            if math.sqrt(float(rr @ rr)) <= stop:
-                break
-            z = precond(rr)
-            rz_new = float(rr @ z)
-            p = z + (rz_new / rz) * p
-            rz = rz_new
-        return x, Jx, it
+            return Jp, self._vjp(s, Jp) + lam * D * p
+
+        return pcg(normal, rhs, self.res.num_residuals, precond, self.cg_tol, self.cg_maxiter)
 
     def direction(self, theta: NDArray, lam: float | None = None) -> tuple[NDArray, int]:
         """The step δ of ``(JᵀJ + λD) δ = Jᵀr`` at θ (default: the current λ, absolute) and the

@@ -87,7 +87,7 @@ from .batch import KEYWORDS, Batch
 
 __all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResiduals", "FunctionResiduals",
            "LevenbergMarquardt", "LMStep", "LMSolve", "LinearSystem", "PrimalSystem", "DualSystem",
-           "CGSystem", "memory_estimate", "choose_solver", "SOLVERS", "DAMPINGS", "UPDATES", "NonFiniteLoss"]
+           "CGSystem", "memory_estimate", "choose_solver", "pcg", "SOLVERS", "DAMPINGS", "UPDATES", "NonFiniteLoss"]
 
 SOLVERS = ("auto", "primal", "dual", "cg")
 GRAMS = ("float64", "float32")
@@ -392,34 +392,53 @@ class _MatrixFree:
             if diag is not None:
                 jacobi = diag + lam * D
                 precond = lambda v: v / jacobi  # noqa: E731
-        x = np.zeros_like(g)
-        Jx = np.zeros(res.num_residuals)
-        rr = g.copy()
-        z = precond(rr) if precond is not None else rr
-        p = z.copy()
-        rz = float(rr @ z)
-        g_norm = math.sqrt(float(g @ g))
-        it = 0
-        for it in range(1, maxiter + 1):
+        def normal(p: NDArray) -> tuple[NDArray, NDArray]:
             with _collective(self.comm, "LM: CG products"):
                 Jp = np.asarray(res.jvp(theta, p.astype(dt)), dtype=np.float64)
                 Ap = np.asarray(res.vjp(theta, Jp.astype(dt)), dtype=np.float64)
             _allsum_array(self.comm, Ap)   # Jᵀ(Jp) over the union of the ranks' rows
             Ap += lam * D * p
-            pAp = float(p @ Ap)
-            if not pAp > 0:
-                break
-            alpha = rz / pAp
-            x += alpha * p
-            Jx += alpha * Jp
-            rr -= alpha * Ap
-            if math.sqrt(float(rr @ rr)) <= tol * g_norm:
-                break
-            z = precond(rr) if precond is not None else rr
-            rz_new = float(rr @ z)
-            p = z + (rz_new / rz) * p
-            rz = rz_new
-        return x, Jx, it
+            return Jp, Ap
+
+        return pcg(normal, g, res.num_residuals, precond, tol, maxiter)
+
+
+def pcg(normal: Callable[[NDArray], tuple[NDArray, NDArray]], rhs: NDArray, num_residuals: int,
+        precond: Callable[[NDArray], NDArray] | None, tol: float, maxiter: int
+        ) -> tuple[NDArray, NDArray, int]:
+    """Preconditioned conjugate gradients on the damped normal equations ``(JᵀJ + λD) x = rhs``,
+    the one CG of LM's matrix-free system and of :class:`helmpinn.gauss_newton.MatrixFreeGN`.
+
+    ``normal(p)`` returns ``(J p, (JᵀJ + λD) p)`` (J p over this process's ``num_residuals``
+    rows); ``precond`` an approximate inverse of the matrix (None: none). Stops when the
+    residual's norm is at most ``tol`` times ``|rhs|``, after ``maxiter`` iterations, or on a
+    direction of non-positive curvature. Returns ``x``, ``J x`` (kept along, so that the caller
+    needs no further product) and the iterations taken.
+    """
+    x = np.zeros_like(rhs)
+    Jx = np.zeros(num_residuals)
+    rr = rhs.copy()
+    z = precond(rr) if precond is not None else rr
+    p = z.copy()
+    rz = float(rr @ z)
+    stop = tol * math.sqrt(float(rhs @ rhs))
+    it = 0
+    for it in range(1, maxiter + 1):
+        Jp, Ap = normal(p)
+        pAp = float(p @ Ap)
+        if not pAp > 0:
+            break
+        alpha = rz / pAp
+        x += alpha * p
+        Jx += alpha * Jp
+        rr -= alpha * Ap
+        if math.sqrt(float(rr @ rr)) <= stop:
+            break
+        z = precond(rr) if precond is not None else rr
+        rz_new = float(rr @ z)
+        p = z + (rz_new / rz) * p
+        rz = rz_new
+    return x, Jx, it
 
 
 @dataclass(eq=False)
