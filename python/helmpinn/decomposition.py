@@ -6,7 +6,7 @@ Along each axis a level has ``n`` subdomains of centres ``lo + (i + ½)Δ`` (``�
 and half-widths ``h = ½Δ(1 + overlap)``; subdomain j's window is the product over axes of
 normalised bumps
 
-    ω_j(x) = Π_a v_{i_a}(x_a) / Σ_i v_i(x_a),   v_i(x) = exp(−1/(1 − t²)), t = (x − c_i)/h (|t| < 1),
+    ω_j(x) = Π_a v_{i_a}(x_a) / Σ_i v_i(x_a),   v_i(x) = exp(−1/(1 − t²)), t = (x − c_i)/h (for ``|t| < 1``),
 
 smooth (C^∞), zero outside the subdomain, and a partition of unity on the box (Σ_j ω_j = 1 on
 each level). A level of grid ``(1, …, 1)`` is one network over the whole box (ω = 1), the coarse
@@ -62,7 +62,7 @@ WINDOW_CUTOFF = 1e-13
 
 
 def _bump(t: NDArray) -> tuple[NDArray, NDArray, NDArray]:
-    """``exp(−1/(1 − t²))`` on |t| < 1 (0 elsewhere) and its first two derivatives in t."""
+    """``exp(−1/(1 − t²))`` on ``|t| < 1`` (0 elsewhere) and its first two derivatives in t."""
     v, d1, d2 = np.zeros_like(t), np.zeros_like(t), np.zeros_like(t)
     inside = np.abs(t) < 1.0
     ti = t[inside]

@@ -15,7 +15,7 @@ The rules, from two numbers of the problem:
 error of relative size e, varying on the wavelength's scale) costs in it. The PDE residual of
 such an error is about ``k² e``, so its weight is 1/k² (a cost of ``k² e²``); a Dirichlet
 residual (the data term: Dirichlet parts, a PML's outer wall and data points) is e; a Robin
-residual ``∂e/∂n + α e`` is about ``sqrt(k² + |α|²) e``, with ᾱ the root mean square of |α| over
+residual ``∂e/∂n + α e`` is about ``sqrt(k² + |α|²) e``, with ᾱ the root mean square of ``|α|`` over
 the Robin parts. For Adam every boundary term is weighted to cost half the PDE term's ``k² e²``:
 data ``k²/2``, bc ``k² / (2 (k² + ᾱ²))`` (1/2 for Neumann, 1/4 for Sommerfeld, α = −ik); for
 Levenberg-Marquardt the same cost as the PDE term (data ``k²``, bc ``k² / (k² + ᾱ²)``). The
@@ -24,7 +24,7 @@ them and the interior error falls more slowly, while Gauss-Newton steps, which s
 row at once, converge faster with the boundary rows at full weight; at many times it (as the former fixed weights,
 data 100 and bc 100/k², did for k = 2: 25 times) the optimiser first fits the boundary with a
 field that dies out a short way inside, and leaves that state only slowly. The core has one
-weight for all Robin rows; parts whose |α| differ by a factor of a few stay within that factor
+weight for all Robin rows; parts whose ``|α|`` differ by a factor of a few stay within that factor
 squared, so no per-point weight is needed.
 
 **Fourier scale** (:func:`fourier_sigma`): ``B ~ N(0, σ²)`` with ``σ = k / (2π sqrt(d))``, so
@@ -126,7 +126,7 @@ def fourier_sigma(problem: Any) -> float:
 
 
 def _robin_alpha_rms(problem: Any) -> float | None:
-    """The root mean square of |α| over the problem's Robin parts, by their measure (256
+    """The root mean square of ``|α|`` over the problem's Robin parts, by their measure (256
     boundary points; None without a Robin part)."""
     from .problems import Dirichlet
 
@@ -147,7 +147,7 @@ def auto_weights(problem: Any, share: float = BOUNDARY_SHARE) -> dict[str, float
     boundary share ``s`` (:data:`BOUNDARY_SHARE`, 1/2, for Adam; Levenberg-Marquardt's
     :func:`lm_settings` uses :data:`LM_BOUNDARY_SHARE`, 1).
 
-    k is :func:`scale_wavenumber`, ᾱ the root mean square of |α| over the Robin parts. For the
+    k is :func:`scale_wavenumber`, ᾱ the root mean square of ``|α|`` over the Robin parts. For the
     same relative error e of the field the PDE term then costs about ``k² e²`` and each boundary
     term half of that (the module docstring: a PDE residual of about ``k² e``, a Dirichlet or
     data residual e, a Robin residual about ``sqrt(k² + |α|²) e``): Neumann parts get 1/2,
