@@ -276,6 +276,9 @@ def value_and_grad(ws, comm, theta, grad, *, batch: Batch | None = None,
         if counts is None and batch is not None and batch.counts is not None:
             counts = batch.counts
         if counts is not None:
+            if not isinstance(counts, Mapping) or set(counts) - set(TERMS):
+                raise TypeError(f"counts: expected a mapping of {', '.join(map(repr, TERMS))} to the "
+                                f"global numbers of points, got {counts!r}")
             given = {t: int(counts.get(t, 0)) for t in TERMS}
             for t in TERMS:
                 if n_local[t] > given[t]:

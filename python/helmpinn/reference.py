@@ -134,14 +134,14 @@ def _grid(problem, h: Any) -> tuple[list[NDArray], NDArray, NDArray]:
     hs = np.broadcast_to(np.asarray(h, dtype=np.float64), (d,)).astype(np.float64)
     if not np.all(np.isfinite(hs) & (hs > 0)):
         raise ValueError(f"fd_solve: h must be positive and finite, got {h!r}")
-    n = np.ceil((hi - lo) / hs - 1e-9).astype(np.int64)
+    intervals = np.ceil((hi - lo) / hs - 1e-9)
+    if float(np.prod(intervals + 1)) > 20_000_000:
+        raise ValueError(f"fd_solve: h = {h!r} gives {float(np.prod(intervals + 1)):.3g} grid nodes, too "
+                         f"many for a sparse direct solve; use a larger h")
+    n = intervals.astype(np.int64)
     if np.any(n < 6):
         raise ValueError(f"fd_solve: h = {h!r} leaves fewer than 6 intervals across the domain "
                          f"{lo.tolist()}..{hi.tolist()}; use a smaller h")
-    nodes = int(np.prod(n + 1))
-    if nodes > 20_000_000:
-        raise ValueError(f"fd_solve: h = {h!r} gives {nodes} grid nodes, too many for a sparse "
-                         f"direct solve; use a larger h")
     axes = [np.linspace(lo[j], hi[j], n[j] + 1) for j in range(d)]
     return axes, (hi - lo) / n, n
 

@@ -44,8 +44,10 @@ class PointSource:
 
     def __init__(self, position: ArrayLike, amplitude: complex = 1.0, width: float | None = None):
         pos = np.atleast_1d(np.asarray(position, np.float64))
-        if pos.ndim != 1 or not 1 <= pos.size <= 3 or not np.all(np.isfinite(pos)):
-            raise ValueError(f"PointSource: position must be 1 to 3 finite coordinates, got {position!r}")
+        # |x| below 1e150: distances (their squares) to the source stay finite
+        if pos.ndim != 1 or not 1 <= pos.size <= 3 or not np.all(np.abs(pos) < 1e150):
+            raise ValueError(f"PointSource: position must be 1 to 3 finite coordinates (below 1e150 "
+                             f"in size), got {position!r}")
         try:
             amp = complex(amplitude)
         except (TypeError, ValueError):
@@ -142,7 +144,7 @@ class FreeSpaceSource:
     def __init__(self, position: ArrayLike, wavenumber: float, amplitude: complex = 1.0):
         probe = PointSource(position, amplitude, width=1.0)  # the same checks of both
         self.position, self.amplitude, self.dim = probe.position, probe.amplitude, probe.dim
-        self.wavenumber = real_number("FreeSpaceSource", "wavenumber", wavenumber, low=0.0)
+        self.wavenumber = real_number("FreeSpaceSource", "wavenumber", wavenumber, low=0.0, high=1e8)
 
     def __repr__(self) -> str:
         return (f"FreeSpaceSource(position={self.position.tolist()}, wavenumber={self.wavenumber!r}, "
@@ -156,6 +158,10 @@ class FreeSpaceSource:
             return g, 1j * k * g, -k * k * g
         if self.dim == 2:
             from scipy.special import hankel1
+
+            if r.size and k * float(np.max(r)) > 1e14:   # SciPy's Hankel functions give NaN there
+                raise ValueError(f"FreeSpaceSource: k0 r = {k * float(np.max(r)):.3g} is beyond the "
+                                 "range where H0(k0 r) is evaluated (1e14)")
 
             h0, h1 = hankel1(0, k * r), hankel1(1, k * r)
             return 0.25j * h0, -0.25j * k * h1, -0.25j * k * k * (h0 - h1 / (k * r))

@@ -1,0 +1,170 @@
+"""Property-based fuzzing (hypothesis) of the Python layer's public classes and functions added
+since the last round: PML and a Problem around it, Batch, LevenbergMarquardt's options,
+distributed.value_and_grad, GridField, PointSource and FreeSpaceSource, fd_solve.
+
+Each argument starts valid and is, at random, replaced by a hostile variant (test_fuzz.hostile
+for arrays; NaN, ±Inf, 0, negative, huge, wrong types for numbers). A call may only return or
+raise TypeError, ValueError, MemoryError, RuntimeError, OverflowError or NotImplementedError with
+a message; when it returns, what it returns is finite where the inputs were.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_fuzz import FUZZ, hostile
+
+import helmpinn as hp
+from helmpinn.geometry import Box, Interval
+
+ALLOWED = (TypeError, ValueError, MemoryError, RuntimeError, OverflowError, NotImplementedError)
+NUMBERS = st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -1.0, 1e-300, 1e300, 2**70, "x",
+                           None, True, [1.0], 0.5, 3.0])
+
+
+def number(draw, valid):
+    """``valid`` or, with probability ~1/2, a hostile number."""
+    return valid if draw(st.booleans()) else draw(NUMBERS)
+
+
+def call(fn, *args, **kwargs):
+    try:
+        return "ok", fn(*args, **kwargs)
+    except ALLOWED as exc:
+        assert str(exc), f"{type(exc).__name__} without a message"
+        return "raised", exc
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_pml_and_problem(data):
+    draw = data.draw
+    how, pml = call(hp.PML, number(draw, 0.5), number(draw, None), number(draw, 2.0))
+    if how != "ok":
+        return
+    kappa = number(draw, 16.0)
+    dim = draw(st.sampled_from([1, 2]))
+    domain = Interval(0.0, 1.0) if dim == 1 else Box([0, 0], [1, 1])
+    how, problem = call(hp.Problem, domain, kappa, bcs={}, pml=pml)
+    if how != "ok":
+        return
+    how, ts = call(problem.sample, 16, 4, np.random.default_rng(0))
+    if how == "ok" and ts.a_pde is not None:
+        assert np.all(np.isfinite(ts.a_pde)) and np.all(np.isfinite(ts.b_pde))
+
+
+@FUZZ
+@given(data=st.data(), dt=st.sampled_from(["float32", "float64", None, "int32"]))
+def test_fuzz_batch(data, dt):
+    draw = data.draw
+    rng = np.random.default_rng(1)
+    n = draw(st.sampled_from([0, 1, 5]))
+    arrays = {"x_pde": rng.uniform(size=(n, 2)), "kappa": 4.0, "x_data": rng.uniform(size=(3, 2)),
+              "y": rng.uniform(size=(3, 2)), "a_pde": rng.uniform(size=(n, 2, 2))}
+    chosen = {k: (hostile(draw, v) if isinstance(v, np.ndarray) else number(draw, v))
+              for k, v in arrays.items() if draw(st.booleans())}
+    how, batch = call(hp.Batch, dtype=dt, **chosen)
+    if how != "ok":
+        return
+    ws = hp.Workspace(hp.ModelSpec(2, 3, 5, 1), 8, batch.dtype.name)
+    theta = hp.init_params(ws.spec, batch.dtype.name, seed=0)
+    grad = np.zeros_like(theta)
+    call(ws.value_and_grad, theta, grad, batch=batch)
+
+
+def _tiny_residuals():
+    from helmpinn.lm import CoreResiduals
+
+    problem = hp.get_problem("plane1d", k=5)
+    ts = problem.sample(30, 2, np.random.default_rng(2))
+    ws = hp.Workspace(hp.ModelSpec(1, 4, 8, 1), 64, "float64")
+    return CoreResiduals(ws, ts.to_batch("float64"), {"pde": 1 / 25, "data": 12.5, "bc": 0.25})
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_levenberg_marquardt_options(data):
+    draw = data.draw
+    options = {
+        "solver": draw(st.sampled_from(["auto", "primal", "dual", "cg", "qr", None])),
+        "damping": draw(st.sampled_from(["identity", "marquardt", "x"])),
+        "update": draw(st.sampled_from(["fixed", "nielsen", "x"])),
+        "lam": number(draw, 1e-3), "max_trials": number(draw, 10), "cg_tol": number(draw, 1e-8),
+        "cg_maxiter": number(draw, 50), "max_matrix_bytes": number(draw, 2 << 30),
+        "gram": draw(st.sampled_from(["float64", "float32", "float16"])),
+        "geodesic": draw(st.booleans()), "refine_maxiter": number(draw, 20),
+    }
+    options = {k: v for k, v in options.items() if draw(st.booleans())}
+    how, lm = call(hp.LevenbergMarquardt, _tiny_residuals(), **options)
+    if how != "ok":
+        return
+    theta = hp.init_params(hp.ModelSpec(1, 4, 8, 1), "float64", seed=0)
+    how, info = call(lm.step, theta)
+    if how == "ok":
+        assert math.isfinite(info.new_loss) and np.all(np.isfinite(theta))
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_distributed_value_and_grad(data):
+    mpi = pytest.importorskip("mpi4py.MPI")
+    from helmpinn import distributed
+
+    draw = data.draw
+    spec = hp.ModelSpec(2, 3, 5, 1)
+    ws = hp.Workspace(spec, 8, "float64")
+    theta = hp.init_params(spec, "float64", seed=0)
+    grad = np.zeros_like(theta)
+    rng = np.random.default_rng(3)
+    kw = {"x_pde": hostile(draw, rng.uniform(size=(4, 2))), "kappa": number(draw, 4.0)}
+    if draw(st.booleans()):
+        kw["counts"] = draw(st.sampled_from([{"pde": 4}, {"pde": 2}, {"pde": -1}, {"x": 1}, "x"]))
+    if draw(st.booleans()):
+        kw["batch"] = draw(st.sampled_from([{}, hp.Batch(x_pde=rng.uniform(size=(2, 2)), kappa=1.0), 3]))
+    how, loss = call(distributed.value_and_grad, ws, mpi.COMM_SELF, theta, grad, **kw)
+    def moderate(v) -> bool:
+        try:
+            a = np.asarray(v, dtype=float)
+        except (TypeError, ValueError):
+            return False
+        return bool(np.all(np.abs(a) < 1e100))   # NaN and Inf fail this too
+
+    # NaN in, NaN out unless check_finite=True; 1e300 overflows the loss
+    if how == "ok" and moderate(kw["x_pde"]) and moderate(kw["kappa"]):
+        assert math.isfinite(loss)
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_media_and_sources(data):
+    from helmpinn.sources import FreeSpaceSource
+
+    draw = data.draw
+    values = hostile(draw, np.linspace(1.0, 2.0, 30).reshape(5, 6))
+    how, field = call(hp.GridField, values, number(draw, 0.0), number(draw, 0.25))
+    if how == "ok":
+        x = np.random.default_rng(4).uniform(0.0, 1.0, size=(7, 2))
+        how, v = call(field, x)
+        if how == "ok":
+            assert np.all(np.isfinite(v))
+    how, src = call(hp.PointSource, [number(draw, 0.5), 0.5], number(draw, 1.0), number(draw, None))
+    how, bg = call(FreeSpaceSource, [0.1, number(draw, 0.2)], number(draw, 3.0), number(draw, 1.0))
+    if how == "ok":
+        how, u = call(bg, np.array([[0.5, 0.5], [0.9, 0.1]]))
+        if how == "ok":
+            assert np.all(np.isfinite(u))
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_fd_solve(data):
+    from helmpinn.reference import fd_solve
+
+    draw = data.draw
+    problem = hp.get_problem("plane1d", k=draw(st.sampled_from([1.0, 5.0])))
+    how, sol = call(fd_solve, problem, number(draw, 0.05), order=draw(st.sampled_from([2, 4, 3, "4"])))
+    if how == "ok":
+        assert np.all(np.isfinite(sol.values))
