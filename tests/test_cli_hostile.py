@@ -143,6 +143,25 @@ def test_two_processes_one_folder(tmp_path):
 
 
 # -- item 5a: SIGTERM -----------------------------------------------------------------------------
+def test_a_sigterm_before_fit_begins_still_stops_the_run():
+    """fit() clears stop requests when it starts; a SIGTERM that came after the CLI installed
+    its handler but before fit began still stops the run after its first step."""
+    import helmpinn as hp
+    from helmpinn.cli import _stop_on_sigterm
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        pytest.skip("SIGTERM is ignored in this process")
+    trainer = hp.Trainer(hp.get_problem("plane1d", k=5), hp.Model.create(1, 4, 8, 1, seed=0),
+                         pde_points=32, progress=False, eval_every=0, val_points=0)
+    with _stop_on_sigterm(trainer) as seen, contextlib.redirect_stderr(io.StringIO()):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        assert seen == [True]
+        trainer.fit(50)
+    assert trainer.step == 1 and "terminated" in trainer.stop_reason
+    assert signal.getsignal(signal.SIGTERM) is not None and not trainer.callbacks
+
+
 def test_sigterm_checkpoints_and_exits_143(tmp_path):
     out = tmp_path / "run"
     proc = _start(out)
@@ -166,6 +185,8 @@ def test_a_second_sigterm_ends_the_process_at_once():
         from helmpinn.cli import _stop_on_sigterm
 
         class Trainer:
+            callbacks = []
+
             def request_stop(self, reason):
                 print("stop requested:", reason, flush=True)
 

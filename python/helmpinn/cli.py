@@ -72,13 +72,15 @@ class _UsageError(Exception):
 
 
 def _problem_option_names() -> dict[str, type]:
-    """Every option any registered problem takes, with its type (from the default)."""
-    from .problems import _REGISTRY
+    """Every option any registered problem takes, with its type (from the default; an option
+    without a default, or with None for "derived from the others", is a number)."""
+    from .registry import _REGISTRY
 
     names: dict[str, type] = {}
     for factory, _ in _REGISTRY.values():
         for p in inspect.signature(factory).parameters.values():
-            names.setdefault(p.name, type(p.default) if p.default is not inspect.Parameter.empty else float)
+            given = p.default not in (inspect.Parameter.empty, None)
+            names.setdefault(p.name, type(p.default) if given else float)
     return names
 
 
@@ -499,15 +501,21 @@ def _stop_on_sigterm(trainer):
         print("\nhelmpinn: terminated (SIGTERM); stopping after the current step (SIGTERM again to end "
               "at once)", file=sys.stderr, flush=True)
 
+    def still_terminated(run, step):  # a SIGTERM before fit() began (fit clears stop requests)
+        if seen and run.stop_requested is None:
+            run.request_stop("terminated")
+
     try:
         previous = signal.signal(signal.SIGTERM, on_sigterm)
     except ValueError:  # not the main thread
         yield seen
         return
+    trainer.callbacks.append(still_terminated)
     try:
         yield seen
     finally:
         signal.signal(signal.SIGTERM, previous)
+        trainer.callbacks.remove(still_terminated)
 
 
 def _write_figures(folder: runfiles.RunFolder, problem, model, history) -> list[str]:
