@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -149,3 +150,13 @@ def mpiexec_command(ranks: int) -> list[str]:
     if "Open MPI" in version or "OpenRTE" in version:  # refuses root and more ranks than cores
         cmd += ["--allow-run-as-root", "--oversubscribe"]
     return cmd + ["-n", str(ranks)]
+
+
+def wait_for(path, proc, timeout: float = 120.0) -> None:
+    """Wait until ``path`` exists while the subprocess ``proc`` runs (a checkpoint of a training
+    run under test); fails if the process ends first or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.05)

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -84,14 +85,6 @@ def _start(out, *extra):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
 
 
-def _wait_for(path, proc, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.05)
-
-
 def _stop(proc, sig):
     try:
         proc.send_signal(sig)
@@ -130,7 +123,7 @@ def test_two_processes_one_folder(tmp_path):
     out = tmp_path / "run"
     proc = _start(out)
     try:
-        _wait_for(out / "model.npz", proc)
+        wait_for(out / "model.npz", proc)
         r = subprocess.run([sys.executable, "-m", "helmpinn", "train", "--problem", "plane1d", *TINY,
                             "--steps", "5", "--out", str(out)], capture_output=True, text=True, env=ENV,
                            timeout=120)
@@ -165,7 +158,7 @@ def test_a_sigterm_before_fit_begins_still_stops_the_run():
 def test_sigterm_checkpoints_and_exits_143(tmp_path):
     out = tmp_path / "run"
     proc = _start(out)
-    _wait_for(out / "model.npz", proc)
+    wait_for(out / "model.npz", proc)
     err = _stop(proc, signal.SIGTERM)
     assert proc.returncode == 143, err
     assert "Traceback" not in err and "terminated at step" in err and f"--resume {out}" in err

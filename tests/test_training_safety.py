@@ -6,10 +6,10 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
+from conftest import wait_for
 
 from helmpinn.cli import main
 from helmpinn.model import Model
@@ -191,14 +191,6 @@ def test_untrained_weights_are_not_written_as_a_result(tmp_path, capsys, monkeyp
 
 
 # -- Ctrl-C and --resume ------------------------------------------------------------------------
-def _wait_for(path, proc, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.05)
-
-
 def test_ctrl_c_saves_and_resume_continues(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -206,7 +198,7 @@ def test_ctrl_c_saves_and_resume_continues(tmp_path):
            "--checkpoint-every", "5", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        _wait_for(out / "model.npz", proc)  # training is under way
+        wait_for(out / "model.npz", proc)  # training is under way
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
