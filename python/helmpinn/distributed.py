@@ -43,7 +43,7 @@ from .problems import Problem, TrainingSet
 
 __all__ = ["value_and_grad", "global_counts", "local_counts", "shard_batch", "sample_shard", "shard_size",
            "rank_generators", "check_replicas", "launch_comm", "launched_size", "threads_per_rank",
-           "agree", "collective", "abort_on_error", "CollectiveError"]
+           "agree", "collective", "abort_on_error", "CollectiveError", "ONE_PROCESS", "check_ranks"]
 
 _POINTS = POINTS   # each term's points keyword, from the core's loss-term table
 
@@ -446,6 +446,26 @@ def check_replicas(comm, params: np.ndarray, step: int | None = None) -> None:
             + ", ".join(f"{r}: {int(c):08x} ({int(n)})" for r, (c, n) in enumerate(table[:, :2]))
             + "); every rank must take the same steps: something changed them on some ranks only "
             "(a callback?), or the MPI library's Allreduce is not deterministic")
+
+
+# -- what runs over several ranks ----------------------------------------------------------------
+#: What does not run over several MPI ranks, and why: an optimiser (``"lbfgs"``) or one of
+#: Levenberg-Marquardt's linear systems (``"lm:dual"``). Everything else does: Adam and LM's
+#: primal and matrix-free (cg) systems sum their gradients, JᵀJ, Jᵀr or products over the ranks.
+#: The CLI, the drivers and :mod:`helmpinn.lm` all ask :func:`check_ranks`.
+ONE_PROCESS = {
+    "lbfgs": "L-BFGS runs on one process (over several MPI ranks each rank would fit only its own "
+             "points): use Adam or Levenberg-Marquardt there",
+    "lm:dual": "Levenberg-Marquardt's dual system (JJᵀ) needs every rank's rows: over several MPI "
+               "ranks use its primal system (JᵀJ summed over the ranks), the matrix-free one (cg) or auto",
+}
+
+
+def check_ranks(what: str, ranks: int, error: type[Exception] = ValueError) -> None:
+    """Raise ``error`` with :data:`ONE_PROCESS`'s reason when ``what`` (an optimiser's name, or
+    ``"lm:SOLVER"``) cannot run over ``ranks`` MPI ranks; otherwise return."""
+    if int(ranks) > 1 and what in ONE_PROCESS:
+        raise error(ONE_PROCESS[what])
 
 
 # -- launching -------------------------------------------------------------------------------------

@@ -214,9 +214,8 @@ class LBFGSDriver(Driver):
         self.result: dict[str, Any] | None = None
 
     def start(self, run: "Trainer", steps: int) -> None:
-        if run.comm is not None and run.comm.Get_size() > 1:
-            raise NotImplementedError("L-BFGS runs on one process; with several ranks each would fit "
-                                      "only its own points")
+        from .distributed import check_ranks
+        check_ranks("lbfgs", 1 if run.comm is None else run.comm.Get_size(), NotImplementedError)
         self.result = None
         self._error_before = run.evaluate()
 

@@ -280,9 +280,8 @@ def choose_solver(P: int, R: int, solver: str = "auto", *, max_matrix_bytes: int
     """
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
-    if int(ranks) > 1 and solver == "dual":
-        raise ValueError("solver 'dual': over several MPI ranks only the primal and the matrix-free "
-                         "(cg) systems are available (JᵀJ or J products summed over the ranks)")
+    from .distributed import check_ranks
+    check_ranks(f"lm:{solver}", ranks)
     budget = int(max_matrix_bytes)
 
     def need(name: str) -> int:
@@ -612,9 +611,8 @@ class LevenbergMarquardt:
             raise ValueError(f"gram must be one of {GRAMS}, got {gram!r}")
         if not 0 < refine_tol < 1 or int(refine_maxiter) < 1:
             raise ValueError(f"need 0 < refine_tol < 1 and refine_maxiter >= 1, got {refine_tol}, {refine_maxiter}")
-        if comm is not None and comm.Get_size() > 1 and solver == "dual":
-            raise ValueError(f"solver {solver!r}: over several MPI ranks only the primal system "
-                             "(JᵀJ and Jᵀr summed over the ranks) and the matrix-free one (cg) are available")
+        from .distributed import check_ranks
+        check_ranks(f"lm:{solver}", 1 if comm is None else comm.Get_size())
         self.comm = comm if comm is not None and comm.Get_size() > 1 else None
         self.res = residuals
         self.damping = damping
