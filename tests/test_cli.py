@@ -150,3 +150,86 @@ def test_train_on_gpu(gpu, tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["settings"]["device"] == "cuda" and metrics["final_step"] == 9
     assert Model.load(out / "model.npz").optimizer_state["step"] == 9
+
+
+USER_FACTORY = '''
+import numpy as np
+import helmpinn as hp
+
+def make(k=3.0, side: int = 1, label="a", mirror=False, shift=None, steps=7):
+    """A plane wave with options no built-in problem has."""
+    shift = 0.0 if shift is None else shift
+    return hp.Problem(hp.geometry.Interval(0, side), kappa=k * k,
+                      bcs={"xmin": hp.Dirichlet(1.0), "xmax": hp.Sommerfeld(k)},
+                      exact=lambda x: np.exp(1j * k * x[:, 0]))
+'''
+
+
+def test_user_factory_options_are_given_as_a_builtins_are(tmp_path, capsys):
+    """--problem file.py:make takes make's own keyword options (--side, --label, --mirror,
+    --shift) as a built-in problem takes its own; an option neither the factory nor train takes
+    is refused naming the factory's options; a non-finite number is refused."""
+    path = tmp_path / "mine.py"
+    path.write_text(USER_FACTORY)
+    spec, out = f"{path}:make", tmp_path / "run"
+    assert main(["train", "--problem", spec, "--k", "4", "--side", "2", "--label", "b", "--mirror", "yes",
+                 "--shift=0.5", *TINY, "--steps", "2", "--no-plots", "--out", str(out)]) == 0
+    options = json.loads((out / "metrics.json").read_text())["settings"]["problem_options"]
+    assert options == {"k": 4.0, "side": 2, "label": "b", "mirror": True, "shift": 0.5, "steps": 7}
+    assert type(options["side"]) is int
+    capsys.readouterr()
+    assert main(["train", "--problem", spec, "--sidee", "2", "--out", str(tmp_path / "bad")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"helmpinn: problem {spec!r} takes no option --sidee "
+        "(it takes --k, --side, --label, --mirror, --shift, --steps)")
+    assert main(["train", "--problem", spec, "--shift", "nan", "--out", str(tmp_path / "bad")]) == 2
+    assert "--shift must be a finite number" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:   # argparse: a word that is not true or false
+        main(["train", "--problem", spec, "--mirror", "maybe", "--out", str(tmp_path / "bad")])
+    assert info.value.code == 2 and "expected true or false, got 'maybe'" in capsys.readouterr().err
+    # a factory that cannot be loaded: one line, status 2
+    assert main(["train", "--problem", f"{tmp_path / 'nothere.py'}:make", "--side", "2"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
+class _TwoRanks:
+    """Rank 0 of a 2-rank communicator, for the checks made before anything runs over it."""
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 2
+
+    def allreduce(self, value):
+        return value
+
+
+@pytest.mark.parametrize("flags,flag,what", [(["--optimizer", "lbfgs"], "--optimizer lbfgs", "lbfgs"),
+                                             (["--lbfgs", "3"], "--lbfgs 3", "lbfgs"),
+                                             (["--optimizer", "lm", "--lm-solver", "dual"], "--lm-solver dual", "lm:dual")])
+def test_what_does_not_run_over_ranks_is_refused_with_one_reason(tmp_path, capsys, monkeypatch, flags, flag, what):
+    """helmpinn.distributed.ONE_PROCESS is the one place that says what runs over several MPI
+    ranks: the CLI (status 2, nothing written), the L-BFGS driver and LM say its words."""
+    import helmpinn as hp
+    from helmpinn import distributed, lm
+    from helmpinn.drivers import LBFGSDriver
+
+    monkeypatch.setattr(distributed, "launch_comm", lambda: _TwoRanks())
+    out = tmp_path / "run"
+    assert main(["train", "--problem", "plane1d", *TINY, *flags, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == f"helmpinn: {flag}: {distributed.ONE_PROCESS[what]}"
+    assert not out.exists()
+    run = type("Run", (), {"comm": _TwoRanks()})()
+    with pytest.raises(NotImplementedError) as info:
+        LBFGSDriver().start(run, 5)
+    assert str(info.value) == distributed.ONE_PROCESS["lbfgs"]
+    with pytest.raises(ValueError) as info:
+        lm.choose_solver(10, 20, "dual", ranks=2)
+    assert str(info.value) == distributed.ONE_PROCESS["lm:dual"]
+    res = lm.FunctionResiduals(lambda x: x - 1.0, lambda x: np.eye(3), 3, 3)
+    with pytest.raises(ValueError) as info:
+        lm.LevenbergMarquardt(res, solver="dual", comm=_TwoRanks())
+    assert str(info.value) == distributed.ONE_PROCESS["lm:dual"]
+    assert hp.distributed.check_ranks("lm:dual", 1) is None and distributed.check_ranks("adam", 2) is None

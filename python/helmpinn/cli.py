@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import json
 import math
 import os
@@ -44,7 +43,7 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -71,17 +70,43 @@ class _UsageError(Exception):
     """Misuse of the command line: reported as one line, exit status 2."""
 
 
-def _problem_option_names() -> dict[str, type]:
-    """Every option any registered problem takes, with its type (from the default; an option
-    without a default, or with None for "derived from the others", is a number)."""
-    from .registry import _REGISTRY
+def _problem_option_names(problem: str | None = None) -> dict[str, type]:
+    """Every option any registered problem takes and, with ``problem`` a user's factory
+    (``file.py:make``, ``package.module:make``), every option that factory takes but one named
+    like an option of train's own (``steps``: the factory's default holds), with its type (from
+    the default; an option without a default, or with None for "derived from the others", is a
+    number)."""
+    from .registry import _is_spec, problem_names, problem_options
+
+    def typed(options: dict[str, Any], skip=()) -> dict[str, type]:
+        return {k: float if v is None else type(v) for k, v in options.items() if k not in skip}
 
     names: dict[str, type] = {}
-    for factory, _ in _REGISTRY.values():
-        for p in inspect.signature(factory).parameters.values():
-            given = p.default not in (inspect.Parameter.empty, None)
-            names.setdefault(p.name, type(p.default) if given else float)
+    for name in problem_names():
+        names = {**typed(problem_options(name)), **names}
+    if _is_spec(problem):
+        own = set(vars(build_parser().parse_args(["train"]))) - set(names)   # train's own options
+        names = {**names, **typed(problem_options(problem), skip=own | set(names))}
     return names
+
+
+def _boolean(text: str) -> bool:
+    """A problem option whose default is True or False, as given on the command line."""
+    words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+    if text.lower() not in words:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return words[text.lower()]
+
+
+def _option_type(typ: type):
+    """How the parser reads a problem option of type ``typ`` (a number: float, converted to an
+    int for an int default by :func:`_make_problem`)."""
+    return float if typ in (int, float) else _boolean if typ is bool else str
+
+
+def _no_option(problem: str, flag: str, accepted: Sequence[str]) -> _UsageError:
+    return _UsageError(f"problem {problem!r} takes no option {flag} "
+                       f"(it takes {', '.join('--' + k for k in accepted) or 'none'})")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -94,7 +119,9 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``problem`` a user's factory (``file.py:make``), its
+    options (:func:`_problem_option_names`) are among ``train``'s, as a built-in problem's are."""
     from .geometry import METHODS
     from .optim import SCHEDULES
 
@@ -113,9 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                         + ", ".join("--" + o.replace("_", "-") for o in _RESUME_OPTIONS)
                         + " may be given with it (--steps: the new total)")
     g = t.add_argument_group("problem options (each problem takes some of them)")
-    for name, typ in _problem_option_names().items():
-        g.add_argument(f"--{name}", type=float if typ in (int, float) else str, default=None,
-                       help=f"problem option {name}")
+    builtin = _problem_option_names()
+    for name, typ in builtin.items():
+        g.add_argument(f"--{name}", type=_option_type(typ), default=None, help=f"problem option {name}")
     m = t.add_argument_group("model (default: chosen from the problem's wavenumber)")
     m.add_argument("--hidden", type=int, help="hidden layer width")
     m.add_argument("--layers", type=int, help="number of tanh hidden layers")
@@ -164,7 +191,40 @@ def build_parser() -> argparse.ArgumentParser:
                    "helmpinn did not write are never touched")
     o.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     o.add_argument("--quiet", action="store_true", help="no progress bar")
+    for name, typ in _problem_option_names(problem).items():
+        if name not in builtin:
+            g.add_argument(f"--{name}", type=_option_type(typ), default=None, help=f"option of {problem}")
     return parser
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line; with ``--problem`` a user's factory, its options are read as a
+    built-in problem's are (:func:`build_parser`). An option no problem nor train takes is
+    refused naming the options the problem takes."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    problem = None
+    if argv[:1] == ["train"]:   # which problem, before the parser that knows its options
+        first = argparse.ArgumentParser(prog="helmpinn train", add_help=False)
+        first.add_argument("--problem")
+        problem = first.parse_known_args(argv[1:])[0].problem
+    try:
+        parser = build_parser(problem)
+    except (ValueError, TypeError) as exc:   # a user's factory that cannot be loaded
+        raise _UsageError(str(exc)) from None
+    args, unknown = parser.parse_known_args(argv)
+    flags = [a.partition("=")[0] for a in unknown if a.startswith("--")]
+    if flags and args.command == "train" and args.problem is not None:
+        from .registry import problem_options
+
+        try:
+            accepted = problem_options(args.problem)
+        except (ValueError, TypeError):
+            accepted = None
+        if accepted is not None:
+            raise _no_option(args.problem, flags[0], list(accepted))
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def _cmd_problems() -> int:
@@ -202,7 +262,7 @@ def _check_options(args: argparse.Namespace) -> None:
         if not math.isfinite(value) or value < 0 or (value == 0 and name in _POSITIVE):
             need = "a positive" if name in _POSITIVE else "a non-negative"
             raise _UsageError(f"{_flag(name)} must be {need} finite number, got {value:g}")
-    for name, typ in _problem_option_names().items():  # the problem checks the range
+    for name, typ in _problem_option_names(args.problem).items():  # the problem checks the range
         value = getattr(args, name, None)
         if typ in (int, float) and value is not None and not math.isfinite(value):
             raise _UsageError(f"--{name} must be a finite number, got {value:g}")  # as the parser spells it
@@ -229,10 +289,14 @@ def _given(args: argparse.Namespace) -> list[str]:
 
 def _new_run(args: argparse.Namespace):
     """Settings, problem and a fresh model from the command line."""
-    from . import _core
-    from .model import Model
-    from .problems import get_problem, problem_options
-    from .trainer import default_settings
+    problem = _make_problem(args)
+    settings = _new_settings(args, problem)
+    return settings, problem, _new_model(settings, problem, args.threads)
+
+
+def _make_problem(args: argparse.Namespace):
+    """The problem ``--problem`` names, built with the problem options given."""
+    from .registry import get_problem, problem_options
 
     if args.problem is None:
         raise _UsageError("--problem is required (or --resume DIR to continue a run)")
@@ -241,24 +305,29 @@ def _new_run(args: argparse.Namespace):
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
     opts: dict[str, Any] = {}
-    for name in _problem_option_names():
+    for name in _problem_option_names(args.problem):
         value = getattr(args, name, None)
         if value is None:
             continue
         if name not in accepted:
-            raise _UsageError(f"problem {args.problem!r} takes no option --{name} "
-                              f"(it takes {', '.join('--' + k for k in accepted) or 'none'})")
+            raise _no_option(args.problem, f"--{name}", list(accepted))
         default = accepted[name]
-        opts[name] = int(value) if isinstance(default, int) and float(value).is_integer() else value
+        integral = isinstance(default, int) and not isinstance(default, bool)
+        opts[name] = int(value) if integral and float(value).is_integer() else value
     try:
-        problem = get_problem(args.problem, **opts)
+        return get_problem(args.problem, **opts)
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"problem {args.problem!r}: {exc}") from None
 
+
+def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
+    """The run's settings: the optimiser's defaults for ``problem``
+    (:func:`helmpinn.defaults.run_settings`), with what the command line gives instead."""
+    from .defaults import run_settings
+
     optimizer = args.optimizer or "adam"
     try:  # settings derived from the problem's numbers (an extreme --k overflows them)
-        s = default_settings(problem)
-        s.update(_second_order_defaults(problem, optimizer))
+        s = run_settings(problem, optimizer)
     except (ValueError, ArithmeticError) as exc:
         why = str(exc) if isinstance(exc, ValueError) else "the settings derived from them overflow"
         raise _UsageError(f"problem {args.problem!r} with {_options_str(problem.options)}: {why}") from None
@@ -289,20 +358,28 @@ def _new_run(args: argparse.Namespace):
             settings["lm"]["gram"] = args.lm_gram
     elif args.lm_solver is not None or args.lm_geodesic is not None or args.lm_gram is not None:
         raise _UsageError("--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm")
+    return settings
+
+
+def _new_model(settings: dict[str, Any], problem, threads: int | None):
+    """A fresh model as ``settings`` say, once the run is known to fit in memory."""
+    from . import _core
+    from .model import Model
+
     try:
         spec = _core.ModelSpec(problem.dim, settings["fourier"], settings["hidden"], settings["layers"])
     except (ValueError, TypeError, OverflowError) as exc:
         why = str(exc) if isinstance(exc, ValueError) else f"each must be an integer below {2**31}"
         raise _UsageError(f"invalid model (--fourier {settings['fourier']}, --hidden {settings['hidden']}, "
                           f"--layers {settings['layers']}): {why}") from None
-    _check_memory(settings, problem, spec, args.threads)
+    _check_memory(settings, problem, spec, threads)
     with np.errstate(over="ignore"):  # an overflow is reported below, naming the option
         model = Model.create(problem.dim, settings["fourier"], settings["hidden"], settings["layers"],
-                             dtype=settings["dtype"], seed=seed, fourier_sigma=settings["sigma"])
+                             dtype=settings["dtype"], seed=settings["seed"], fourier_sigma=settings["sigma"])
     if not np.all(np.isfinite(model.params)):
         raise _UsageError(f"--sigma {settings['sigma']:g}: the Fourier frequencies drawn with it are not "
                           f"finite in {settings['dtype']}; give a smaller --sigma (or --k)")
-    return settings, problem, model
+    return model
 
 
 def _options_str(options: dict[str, Any]) -> str:
@@ -535,98 +612,191 @@ def _write_figures(folder: runfiles.RunFolder, problem, model, history) -> list[
         runfiles.remove_tree(tmp)
 
 
-def _cmd_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
-    from . import _core
-    from .trainer import Trainer
+class _Run:
+    """One ``helmpinn train``: where it runs (``comm``, ``rank`` of ``ranks``), what it trains
+    (settings, problem, model, trainer; ``done``: the step a resumed run continues from, 0 for
+    a new one) and where it writes (``out``; rank 0's locked ``folder``; ``before``: the
+    signature of the previous run's model there, kept until this run replaces it)."""
 
+    def __init__(self, args: argparse.Namespace, comm: Any):
+        self.args, self.comm = args, comm
+        self.rank, self.ranks = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
+        self.quiet = args.quiet or self.rank != 0  # rank 0 alone prints, writes files and holds the lock
+        self.settings: dict[str, Any] = {}
+        self.problem = self.model = self.trainer = None
+        self.done, self.out = 0, ""
+        self.folder: runfiles.RunFolder | None = None
+        self.before: Any = None
+        self.same_run = False
+
+    @property
+    def model_path(self) -> str:
+        return os.path.join(self.out, "model.npz")
+
+
+class _Trained(NamedTuple):
+    """What the training part of a run did: its history, the L-BFGS summary, the optimiser's
+    own time and steps (before any --lbfgs polish), and whether a stop request ended it."""
+
+    history: Any
+    polish: dict[str, Any] | None
+    main_time: float
+    main_steps: int
+    interrupted: bool
+
+
+def _cmd_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     t_start = time.perf_counter()
     try:  # under mpiexec / srun: data-parallel over the ranks (helmpinn.distributed)
-        from .distributed import launch_comm, threads_per_rank
+        from .distributed import launch_comm
 
-        comm = launch_comm()
+        run = _Run(args, launch_comm())
     except RuntimeError as exc:
         print(f"helmpinn: {exc}", file=sys.stderr)
         return 2
-    rank, ranks = (0, 1) if comm is None else (comm.Get_rank(), comm.Get_size())
-    quiet = args.quiet or rank != 0  # rank 0 alone prints, writes files and holds the folder's lock
-    failed = False
-    folder, before, same_run = None, None, False
-    try:
-        _check_options(args)
-        if args.resume is not None:
-            _check_resume(args, _given(args))
-            out = args.resume
-            folder = _lock(out, "--resume", held) if rank == 0 else None
-            settings, problem, model, done = _resumed_run(args)
-        else:
-            settings, problem, model = _new_run(args)
-            done = 0
-            out = "helmpinn-out" if args.out is None else args.out
-        if ranks > 1 and (settings["lbfgs"] or settings.get("optimizer") == "lbfgs"):
-            raise _UsageError("L-BFGS runs on one process; with several MPI ranks use --optimizer "
-                              "adam (and --lbfgs 0) or lm")
-        if ranks > 1 and settings.get("optimizer") == "lm" and settings["lm"]["solver"] == "dual":
-            raise _UsageError("--lm-solver dual: over several MPI ranks LM sums JᵀJ (primal) or the "
-                              "matrix-free products (cg) over the ranks; JJᵀ would need every rank's "
-                              "rows, so use primal, cg or auto")
-        _check_device(settings, ranks, args.resume)
-        if rank == 0 and folder is None:
-            _prepare_out(out)
-            folder = _lock(out, "--out", held)
-        if args.threads is not None:
-            _core.set_num_threads(args.threads)
-        elif comm is not None:  # ranks x threads must not oversubscribe a node's cores
-            _core.set_num_threads(threads_per_rank(comm))
-        settings["threads"] = _core.get_num_threads()
-        settings["ranks"] = ranks
-        model.metadata = {**model.metadata, "problem": problem.name, "problem_options": problem.options,
-                          "settings": settings}
-        model_path = os.path.join(out, "model.npz")
-        try:
-            trainer = Trainer(problem, model, lr=settings["lr"], schedule=settings["schedule"],
-                              betas=settings["betas"], pde_points=settings["points"],
-                              bc_points=settings["bc_points"],
-                              sampling=settings["sampling"], resample_every=settings["resample"],
-                              weights=settings["weights"], train_fourier=settings["train_fourier"],
-                              eval_every=settings["eval_every"], target_error=settings["target"],
-                              checkpoint_every=settings["checkpoint_every"], checkpoint_path=model_path,
-                              progress=not quiet, seed=settings["seed"],
-                              stop_on_interrupt=ranks == 1, comm=comm, device=settings["device"])
-        except ValueError as exc:
-            raise _UsageError(str(exc)) from None
-        if done:
-            trainer.history, trainer.train_time, same_run = _previous_history(out, done, settings)
-        if folder is not None:
-            # What this run writes must be helmpinn's to replace; the checkpoint (and the report
-            # of the run) being resumed are.
-            adopt = ("model.npz", "metrics.json") if done and same_run else ("model.npz",) if done else ()
-            writes = _ALL_OUTPUTS if not args.no_plots else tuple(n for n in _ALL_OUTPUTS if n not in _FIGURES)
-            _check_outputs(folder, writes, adopt)
-            folder.remove_stale_temps(_ALL_OUTPUTS)
-            before = folder.signature("model.npz")  # the previous run's model, kept until replaced
-            folder.claim("model.npz")
-    except _UsageError as exc:
-        if not quiet or rank == 0:
-            print(f"helmpinn: {exc}", file=sys.stderr)
-        failed = True
-    if comm is not None:  # a check that failed on one rank stops every rank
-        failed = comm.allreduce(int(failed)) > 0
-    if failed:
+    if not _set_up(run, held):
         return 2
-    if not quiet:
-        what = f"resuming at step {done} of" if done else "training for"
-        print(f"helmpinn: {problem!r}\nhelmpinn: {model!r}, {settings['threads']} threads, "
-              f"{what} {settings['steps']} steps, {trainer.pde_points} + {trainer.bc_points} points"
-              + (f", {ranks} MPI ranks" if ranks > 1 else ""), file=sys.stderr)
-    terminated = held.enter_context(_stop_on_sigterm(trainer)) if ranks == 1 else []
-
+    _announce(run)
+    terminated = held.enter_context(_stop_on_sigterm(run.trainer)) if run.ranks == 1 else []
     try:
-        history, polish = _fit(trainer, settings, done)
+        trained = _train(run)
     except ValueError as exc:  # non-finite training data, named by the core
         print(f"helmpinn: {exc}", file=sys.stderr)
-        if folder is not None:
-            folder.record("model.npz")
+        if run.folder is not None:
+            run.folder.record("model.npz")
         return 1
+    error = run.trainer.evaluate()
+    wall = time.perf_counter() - t_start  # set-up, training and polish; not the figures
+    # This run's model: the resumed run's checkpoint, or one this run wrote (a diverged new
+    # run may have none; a previous run's model then stays where it was)
+    have_model = run.folder is not None and (bool(run.done) or run.folder.signature("model.npz") != run.before)
+    metrics = _metrics(run, trained, error if have_model else None, wall)
+    if run.rank != 0:  # rank 0 alone writes the report and the figures
+        return 1 if run.trainer.diverged else 0
+    return _finish(run, metrics, trained, error, have_model=have_model, terminated=bool(terminated))
+
+
+def _set_up(run: _Run, held: contextlib.ExitStack) -> bool:
+    """Every check, then rank 0 locks the output folder and claims its files, and the Trainer
+    is built. False, after one line on stderr, when the command line is refused (on every rank
+    when on one)."""
+    failed = False
+    try:
+        _check_options(run.args)
+        _resolve(run, held)
+        _check_ranks(run.settings, run.ranks)
+        _check_device(run.settings, run.ranks, run.args.resume)
+        if run.rank == 0 and run.folder is None:
+            _prepare_out(run.out)
+            run.folder = _lock(run.out, "--out", held)
+        _set_threads(run)
+        run.trainer = _make_trainer(run)
+        if run.done:
+            run.trainer.history, run.trainer.train_time, run.same_run = \
+                _previous_history(run.out, run.done, run.settings)
+        if run.folder is not None:
+            _claim_outputs(run)
+    except _UsageError as exc:
+        if run.rank == 0:
+            print(f"helmpinn: {exc}", file=sys.stderr)
+        failed = True
+    if run.comm is not None:  # a check that failed on one rank stops every rank
+        failed = run.comm.allreduce(int(failed)) > 0
+    return not failed
+
+
+def _resolve(run: _Run, held: contextlib.ExitStack) -> None:
+    """The run's settings, problem, model and output folder: from the command line, or from
+    the checkpoint that ``--resume DIR`` continues (DIR locked first, on rank 0)."""
+    args = run.args
+    if args.resume is not None:
+        _check_resume(args, _given(args))
+        run.out = args.resume
+        run.folder = _lock(run.out, "--resume", held) if run.rank == 0 else None
+        run.settings, run.problem, run.model, run.done = _resumed_run(args)
+    else:
+        run.settings, run.problem, run.model = _new_run(args)
+        run.out = "helmpinn-out" if args.out is None else args.out
+
+
+def _check_ranks(settings: dict[str, Any], ranks: int) -> None:
+    """The optimiser, the --lbfgs polish and LM's solver run over ``ranks`` MPI ranks
+    (:func:`helmpinn.distributed.check_ranks` says which do)."""
+    from .distributed import check_ranks
+
+    optimizer = settings.get("optimizer", "adam")
+    checks = [("lbfgs", f"--lbfgs {settings['lbfgs']}")] if settings["lbfgs"] else []
+    checks.append((optimizer, f"--optimizer {optimizer}"))
+    if optimizer == "lm":
+        checks.append((f"lm:{settings['lm']['solver']}", f"--lm-solver {settings['lm']['solver']}"))
+    for what, flag in checks:
+        try:
+            check_ranks(what, ranks)
+        except ValueError as exc:
+            raise _UsageError(f"{flag}: {exc}") from None
+
+
+def _set_threads(run: _Run) -> None:
+    """--threads, else (under MPI) as many as keep ranks x threads within a node's cores."""
+    from . import _core
+    from .distributed import threads_per_rank
+
+    if run.args.threads is not None:
+        _core.set_num_threads(run.args.threads)
+    elif run.comm is not None:
+        _core.set_num_threads(threads_per_rank(run.comm))
+    run.settings["threads"] = _core.get_num_threads()
+    run.settings["ranks"] = run.ranks
+
+
+def _make_trainer(run: _Run):
+    """The Trainer of ``run.settings``, checkpointing to OUT/model.npz (the settings saved in
+    the model's metadata, for --resume)."""
+    from .trainer import Trainer
+
+    s, model = run.settings, run.model
+    model.metadata = {**model.metadata, "problem": run.problem.name, "problem_options": run.problem.options,
+                      "settings": s}
+    try:
+        return Trainer(run.problem, model, lr=s["lr"], schedule=s["schedule"], betas=s["betas"],
+                       pde_points=s["points"], bc_points=s["bc_points"], sampling=s["sampling"],
+                       resample_every=s["resample"], weights=s["weights"], train_fourier=s["train_fourier"],
+                       eval_every=s["eval_every"], target_error=s["target"],
+                       checkpoint_every=s["checkpoint_every"], checkpoint_path=run.model_path,
+                       progress=not run.quiet, seed=s["seed"], stop_on_interrupt=run.ranks == 1,
+                       comm=run.comm, device=s["device"])
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+
+
+def _claim_outputs(run: _Run) -> None:
+    """What this run writes must be helmpinn's to replace (the checkpoint, and the report of
+    the run, being resumed are); stale temporary files go; model.npz is claimed for this run."""
+    folder, done = run.folder, run.done
+    adopt = ("model.npz", "metrics.json") if done and run.same_run else ("model.npz",) if done else ()
+    writes = _ALL_OUTPUTS if not run.args.no_plots else tuple(n for n in _ALL_OUTPUTS if n not in _FIGURES)
+    _check_outputs(folder, writes, adopt)
+    folder.remove_stale_temps(_ALL_OUTPUTS)
+    run.before = folder.signature("model.npz")  # the previous run's model, kept until replaced
+    folder.claim("model.npz")
+
+
+def _announce(run: _Run) -> None:
+    if run.quiet:
+        return
+    what = f"resuming at step {run.done} of" if run.done else "training for"
+    print(f"helmpinn: {run.problem!r}\nhelmpinn: {run.model!r}, {run.settings['threads']} threads, "
+          f"{what} {run.settings['steps']} steps, {run.trainer.pde_points} + {run.trainer.bc_points} points"
+          + (f", {run.ranks} MPI ranks" if run.ranks > 1 else ""), file=sys.stderr)
+
+
+def _train(run: _Run) -> _Trained:
+    """The optimiser (after its Adam warm start), then the --lbfgs polish unless the run
+    diverged, reached its target or was stopped."""
+    from .solve import train
+
+    trainer, settings = run.trainer, run.settings
+    history, polish = train(trainer, settings, run.done)   # the Adam warm start, then the optimiser's driver
     interrupted = trainer.stop_requested is not None
     main_time = trainer.train_time   # the optimiser's (Adam, L-BFGS or LM), before any --lbfgs polish
     main_steps = len(history.step)
@@ -634,60 +804,70 @@ def _cmd_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     reached = target is not None and trainer.last_error is not None and trainer.last_error < target
     if settings["lbfgs"] and not trainer.diverged and not reached and not interrupted:
         polish = trainer.polish(settings["lbfgs"])   # checkpointed at its end, as every fit
-    error = trainer.evaluate()
-    wall = time.perf_counter() - t_start  # set-up, training and polish; not the figures
-    # This run's model: the resumed run's checkpoint, or one this run wrote (a diverged new
-    # run may have none; a previous run's model then stays where it was)
-    have_model = folder is not None and (bool(done) or folder.signature("model.npz") != before)
+    return _Trained(history, polish, main_time, main_steps, interrupted)
 
-    metrics = {
+
+def _metrics(run: _Run, trained: _Trained, error: float | None, wall: float) -> dict[str, Any]:
+    """The report (metrics.json) of the run; ``error``: the final relative L2 error of this
+    run's model (None without one)."""
+    from . import _core
+
+    trainer, settings, history = run.trainer, run.settings, trained.history
+    main_time, main_steps = trained.main_time, trained.main_steps
+    return {
         "settings": settings,
-        "num_params": model.num_params,
+        "num_params": run.model.num_params,
         "steps": main_steps,
         "final_step": trainer.step,
-        "resumed_from_step": done or None,
+        "resumed_from_step": run.done or None,
         "stop_reason": trainer.stop_reason,
         "diverged": trainer.diverged,
-        "interrupted": interrupted,
+        "interrupted": trained.interrupted,
         "train_time_s": trainer.train_time,
         "main_time_s": main_time,
         "adam_time_s": main_time if settings.get("optimizer", "adam") == "adam" else None,
         "steps_per_s": main_steps / main_time if main_time > 0 else None,
         "wall_time_s": wall,
-        "final": {"relative_l2": error if have_model else None,
+        "final": {"relative_l2": error,
                   "loss": history.loss[-1] if history.loss else None,
                   "pde": history.pde[-1] if history.pde else None,
                   "data": history.data[-1] if history.data else None,
                   "bc": history.bc[-1] if history.bc else None},
         "time_to_1e-2_s": _time_to(history, 1e-2),
-        "lbfgs": polish,
+        "lbfgs": trained.polish,
         "lm": _lm_summary(trainer),
         "history": history.as_dict(),
         "version": getattr(_core, "__version__", None),
     }
-    if rank != 0:  # rank 0 alone writes the report and the figures
-        return 1 if trainer.diverged else 0
-    status = _write_outputs(folder, metrics, problem, model, history.as_dict(), have_model=have_model,
-                            kept_previous=not have_model and before is not None, plots=not args.no_plots)
+
+
+def _finish(run: _Run, metrics: dict[str, Any], trained: _Trained, error: float | None, *, have_model: bool,
+            terminated: bool) -> int:
+    """Rank 0 writes the report and the figures and says how the run ended (``error``: the
+    final relative L2 error); the exit status."""
+    trainer, settings, out = run.trainer, run.settings, run.out
+    status = _write_outputs(run.folder, metrics, run.problem, run.model, trained.history.as_dict(),
+                            have_model=have_model, kept_previous=not have_model and run.before is not None,
+                            plots=not run.args.no_plots)
     metrics_path = os.path.join(out, status["report"])
     if trainer.diverged:
-        kept = (f"kept the last good checkpoint {model_path} (step {trainer.step})" if have_model else
+        kept = (f"kept the last good checkpoint {run.model_path} (step {trainer.step})" if have_model else
                 "no model was written (no checkpoint before the divergence; --checkpoint-every N keeps one)")
         if status["kept_previous"]:
             kept += f"; the previous run's {', '.join(status['kept_previous'])} in {out} are left as they were"
         print(f"helmpinn: training diverged: {trainer.stop_reason}; {kept}; wrote {metrics_path}. "
               f"A smaller --lr (this run: {settings['lr']:g}) may help", file=sys.stderr)
         return 1
-    if interrupted:
+    if trained.interrupted:
         how = "terminated" if terminated else "interrupted"
-        print(f"helmpinn: {how} at step {trainer.step} of {settings['steps']}; wrote {model_path}, "
+        print(f"helmpinn: {how} at step {trainer.step} of {settings['steps']}; wrote {run.model_path}, "
               f"{metrics_path}; continue with: helmpinn train --resume {out}", file=sys.stderr)
         return _TERMINATED if terminated else _INTERRUPTED
-    if not quiet:
+    if not run.quiet:
         err_s = "n/a" if error is None else f"{error:.3e}"
         print(f"helmpinn: relative L2 error {err_s} after {trainer.step} steps, "
               f"{trainer.train_time:.1f} s ({_rate(metrics['steps_per_s'])}); "
-              f"wrote {model_path}, {metrics_path}"
+              f"wrote {run.model_path}, {metrics_path}"
               + "".join(f", {f}" for f in status["figures"])
               + (f"; removed the previous run's {', '.join(status['removed'])}" if status["removed"] else ""),
               file=sys.stderr)
@@ -709,21 +889,6 @@ def _write_outputs(folder: runfiles.RunFolder, metrics: dict[str, Any], problem,
     kept = [n for n in OUTPUTS if kept_previous and n not in written and folder.owns(n)]
     return {"report": report, "figures": figures, "removed": removed,
             "kept_previous": ["model.npz", *kept] if kept_previous else []}
-
-
-def _second_order_defaults(problem, optimizer: str) -> dict[str, Any]:
-    """The run settings of ``--optimizer OPTIMIZER`` (:func:`helmpinn.defaults.run_settings`)."""
-    from .defaults import run_settings
-
-    return run_settings(problem, optimizer)
-
-
-def _fit(trainer, settings: dict[str, Any], done: int):
-    """Train as ``settings`` say (:func:`helmpinn.solve.train`: the Adam warm start, then the
-    optimiser, each through its driver). Returns the history and the L-BFGS summary."""
-    from .solve import train
-
-    return train(trainer, settings, done)
 
 
 def _rate(steps_per_s: float | None) -> str:
@@ -761,7 +926,11 @@ def _finite(obj: Any) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = _parse(argv)
+    except _UsageError as exc:
+        print(f"helmpinn: {exc}", file=sys.stderr)
+        return 2
     if args.command == "problems":
         return _cmd_problems()
     from .distributed import abort_on_error, launch_comm
