@@ -104,13 +104,19 @@ def hostile(draw, valid, pool=()):
     return a
 
 
-def call(fn, *args, **kwargs):
-    """fn(...) -> ("ok", result) or ("raised", exception); anything else propagates."""
-    try:
-        return "ok", fn(*args, **kwargs)
-    except ALLOWED as e:
-        assert str(e), f"{type(e).__name__} without a message"
-        return "raised", e
+def caller(allowed):
+    """``call(fn, *args, **kwargs)`` -> ("ok", result) or ("raised", exception) for an exception
+    of the types ``allowed``, which must have a message; anything else propagates."""
+    def call(fn, *args, **kwargs):
+        try:
+            return "ok", fn(*args, **kwargs)
+        except allowed as e:
+            assert str(e), f"{type(e).__name__} without a message"
+            return "raised", e
+    return call
+
+
+call = caller(ALLOWED)
 
 
 dtypes = st.sampled_from(["float32", "float64"])
