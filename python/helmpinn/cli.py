@@ -1,8 +1,10 @@
 """Command line: ``helmpinn train --problem NAME ...`` and ``helmpinn problems``.
 
 ``helmpinn train`` builds a built-in problem (or a user's, ``--problem path/to/file.py:make``:
-:func:`helmpinn.registry.get_problem`), trains a model with settings derived from the
-problem (:func:`helmpinn.trainer.default_settings`; every one can be overridden) and writes
+:func:`helmpinn.registry.get_problem`) with the options given as ``--NAME VALUE`` (a user's
+factory's keyword options too; an option the problem does not take is refused naming those it
+does), trains a model with settings derived from the problem
+(:func:`helmpinn.defaults.run_settings`; every one can be overridden) and writes
 ``OUT/model.npz``, ``OUT/metrics.json`` and PNG figures (``solution.png``, ``error.png``,
 ``history.png``).
 
