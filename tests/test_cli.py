@@ -180,8 +180,11 @@ def test_user_factory_options_are_given_as_a_builtins_are(tmp_path, capsys):
     capsys.readouterr()
     assert main(["train", "--problem", spec, "--sidee", "2", "--out", str(tmp_path / "bad")]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"helmpinn: problem {spec!r} takes no option --sidee "
+        f"helmpinn: --sidee is an option neither of helmpinn train nor of problem {spec!r} "
         "(it takes --k, --side, --label, --mirror, --shift, --steps)")
+    assert main(["train", "--problem", spec, "--n", "2", "--out", str(tmp_path / "bad")]) == 2
+    assert capsys.readouterr().err.strip() == (   # another problem's option
+        f"helmpinn: problem {spec!r} takes no option --n (it takes --k, --side, --label, --mirror, --shift, --steps)")
     assert main(["train", "--problem", spec, "--shift", "nan", "--out", str(tmp_path / "bad")]) == 2
     assert "--shift must be a finite number" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:   # argparse: a word that is not true or false

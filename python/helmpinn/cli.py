@@ -106,9 +106,8 @@ def _option_type(typ: type):
     return float if typ in (int, float) else _boolean if typ is bool else str
 
 
-def _no_option(problem: str, flag: str, accepted: Sequence[str]) -> _UsageError:
-    return _UsageError(f"problem {problem!r} takes no option {flag} "
-                       f"(it takes {', '.join('--' + k for k in accepted) or 'none'})")
+def _takes(accepted: Sequence[str]) -> str:
+    return f"(it takes {', '.join('--' + k for k in accepted) or 'none'})"
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -223,7 +222,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         except (ValueError, TypeError):
             accepted = None
         if accepted is not None:
-            raise _no_option(args.problem, flags[0], list(accepted))
+            raise _UsageError(f"{flags[0]} is an option neither of helmpinn train nor of problem "
+                              f"{args.problem!r} {_takes(accepted)}")
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return args
@@ -312,7 +312,7 @@ def _make_problem(args: argparse.Namespace):
         if value is None:
             continue
         if name not in accepted:
-            raise _no_option(args.problem, f"--{name}", list(accepted))
+            raise _UsageError(f"problem {args.problem!r} takes no option --{name} {_takes(accepted)}")
         default = accepted[name]
         integral = isinstance(default, int) and not isinstance(default, bool)
         opts[name] = int(value) if integral and float(value).is_integer() else value
