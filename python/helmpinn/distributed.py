@@ -13,6 +13,9 @@ ranks' losses and gradients add up to the full-batch ones exactly:
 - :func:`check_replicas` -- a cheap check that the parameters are the same on every rank;
 - :func:`launch_comm` / :func:`threads_per_rank` -- what ``helmpinn train`` uses under
   ``mpiexec`` / ``srun``.
+- :data:`ONE_PROCESS` / :func:`check_ranks` -- what does not run over several ranks (L-BFGS,
+  Levenberg-Marquardt's dual system), and why: the one place the CLI, the drivers and
+  :mod:`helmpinn.lm` ask.
 
 Errors are collective. A rank that raises while the others go on into a collective would leave
 them waiting forever (or, with mismatched messages, end in MPI's "Message truncated" abort).
