@@ -84,7 +84,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._checks import real_number
+from ._checks import complex_number, real_number
 from ._compat import UNSET, renamed
 from .batch import Batch
 from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
@@ -323,6 +323,7 @@ class Problem:
             self.pml_share = real_number("Problem", "pml_share", pml_share, low=0.0, low_open=False,
                                          high=1.0)
         self.kappa = self._medium(kappa, frequency, velocity)
+        self.velocity = velocity    # as given (None with kappa=): the plots draw it
         self.exact = exact
         self.exact_grad = exact_grad
         self.name = name
@@ -363,13 +364,7 @@ class Problem:
                 raise ValueError(f"{name}: expected {self.dim} finite numbers or a callable "
                                  f"x -> [N, {self.dim}], got {value!r}")
             return v
-        try:
-            v = complex(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"{name}: expected a number or a callable x -> [N], got {value!r}") from None
-        if not (math.isfinite(v.real) and math.isfinite(v.imag)):
-            raise ValueError(f"{name}: must be finite, got {value!r}")
-        return v
+        return complex_number("Problem", name, value, "a number or a callable x -> [N]")
 
     def _medium(self, kappa, frequency, velocity):
         """κ from ``kappa``, or from ``frequency`` and ``velocity`` (κ = (2πf)²/v²)."""
@@ -380,10 +375,7 @@ class Problem:
             if callable(kappa):
                 return kappa
             if isinstance(kappa, (complex, np.complexfloating)) and complex(kappa).imag != 0:
-                v = complex(kappa)
-                if not (math.isfinite(v.real) and math.isfinite(v.imag)):
-                    raise ValueError(f"kappa must be finite, got {kappa!r}")
-                return v
+                return complex_number("Problem", "kappa", kappa)
             return real_number("Problem", "kappa", complex(kappa).real if np.iscomplexobj(kappa) else kappa)
         if kappa is not None:
             raise TypeError("Problem: give kappa or frequency= with velocity=, not both")

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._checks import real_number
+from ._checks import complex_number, real_number
 
 __all__ = ["PointSource", "FreeSpaceSource", "WIDTH_PER_WAVELENGTH", "mixture_density", "sample_mixture"]
 
@@ -48,14 +48,8 @@ class PointSource:
         if pos.ndim != 1 or not 1 <= pos.size <= 3 or not np.all(np.abs(pos) < 1e150):
             raise ValueError(f"PointSource: position must be 1 to 3 finite coordinates (below 1e150 "
                              f"in size), got {position!r}")
-        try:
-            amp = complex(amplitude)
-        except (TypeError, ValueError):
-            raise TypeError(f"PointSource: amplitude must be a complex number, got {amplitude!r}") from None
-        if not (math.isfinite(amp.real) and math.isfinite(amp.imag)):
-            raise ValueError(f"PointSource: amplitude must be finite, got {amplitude!r}")
         self.position = pos
-        self.amplitude = amp
+        self.amplitude = complex_number("PointSource", "amplitude", amplitude)
         self.width = None if width is None else real_number("PointSource", "width", width, low=0.0)
         self.dim = pos.size
 
