@@ -60,8 +60,9 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> str:
 def _medium(problem: Problem, x: np.ndarray) -> tuple[np.ndarray, str] | None:
     """(the medium's values at x, their name) when it varies over x: the velocity when the problem
     was given one, else the local wavenumber sqrt(Re κ); None for a homogeneous medium."""
-    if callable(problem.velocity):
-        values, name = np.asarray(problem.velocity(x), np.float64), "velocity"
+    velocity = getattr(problem, "velocity", None)
+    if callable(velocity):
+        values, name = np.asarray(velocity(x), np.float64), "velocity"
     elif callable(problem.kappa):
         values, name = np.sqrt(np.maximum(np.real(problem.kappa_at(x)), 0.0)), "local wavenumber"
     else:
