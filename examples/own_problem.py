@@ -37,8 +37,7 @@ def main() -> None:
         bcs={"*": hp.Dirichlet(exact)},  # every side: u = exact
         exact=exact,                   # optional: lets the trainer report the error
     )
-    model = hp.Model.create(2, ff_dim=32, hidden_dim=64, num_hidden_layers=2,
-                            fourier_sigma=k / (2 * np.pi))
+    model = hp.Model.create(problem, ff_dim=32, hidden_dim=64, num_hidden_layers=2)  # σ from k
     trainer = hp.Trainer(problem, model, pde_points=256 if QUICK else 4096,
                          bc_points=64 if QUICK else 512, progress=not QUICK)
     trainer.fit(args.steps)

@@ -55,3 +55,35 @@ def test_receiver_errors():
         record(model, np.zeros((3, 3)))
     with pytest.raises(ValueError, match="finite"):
         record(model, np.array([[0.0, np.nan]]))
+
+
+def test_the_plot_draws_amplitude_and_phase_along_the_line(tmp_path):
+    model = hp.Model.create(2, 8, 16, 2, dtype="float64", seed=3)
+    rec = record(model, receiver_line((-1.0, 0.0), (1.0, 0.0), 21))
+    fig = plot_recording(rec, tmp_path / "line.png")
+    amp_ax, phase_ax = fig.axes
+    (amp,), (phase,) = amp_ax.lines, phase_ax.lines
+    np.testing.assert_array_equal(amp.get_xdata(), rec["distance"])
+    np.testing.assert_array_equal(amp.get_ydata(), rec["amplitude"])
+    np.testing.assert_array_equal(phase.get_ydata(), rec["phase"])
+    assert "amplitude" in amp_ax.get_ylabel() and "phase" in phase_ax.get_ylabel()
+
+
+def test_a_receiver_at_the_background_source_records_nan_and_the_rest_is_kept(tmp_path):
+    # a surface survey through the source: receiver 10 of 21 sits exactly on it
+    src = hp.sources.FreeSpaceSource((0.0, 0.5), 4.0)
+    prob = hp.Problem(Box([-1, -1], [1, 1]), kappa=16.0, bcs={}, pml=hp.PML(0.5), background=src)
+    model = hp.Model.create(prob, 8, 16, 2, dtype="float64", seed=4)
+    x = receiver_line((-1.0, 0.5), (1.0, 0.5), 21)
+    rec = record(model, x, prob)
+    bad = np.isnan(rec["u"])
+    assert bad.tolist() == [i == 10 for i in range(21)]
+    assert np.isnan(rec["amplitude"][10]) and np.isnan(rec["phase"][10])
+    ok = ~bad
+    np.testing.assert_allclose(rec["u"][ok], model.predict(x[ok]) + src(x[ok]), rtol=1e-14)
+    np.testing.assert_allclose(rec["amplitude"][ok] * np.exp(1j * rec["phase"][ok]), rec["u"][ok], rtol=1e-12)
+    assert np.all(np.abs(np.diff(rec["phase"][ok])) < math.pi)   # unwrapped across the gap
+    assert np.all(np.isfinite(rec["u_scattered"]))
+    save_recording(tmp_path / "survey.npz", rec)
+    assert np.isnan(load_recording(tmp_path / "survey.npz")["u"][10])
+    plot_recording(rec, tmp_path / "survey.png")

@@ -161,8 +161,16 @@ def test_free_space_field_derivatives_and_equation(d):
     else:
         flux = 4 * math.pi * r * r * src.gradient(np.array([[0.1 + r, 0.1, 0.1]]))[0, 0]
     assert abs(flux - (-(1 - 2j))) < 1e-4
-    with pytest.raises(ValueError, match="singular at its position"):
-        src(np.array([[0.1] * d]))
+    at = np.array([[0.1] * d])
+    assert src.at_source(at).tolist() == [True] and not src.at_source(x).any()
+    if d == 1:   # finite at the source in 1-D: iA/(2k0)
+        assert src(at)[0] == pytest.approx(0.5j * (1 - 2j) / 3.0, rel=1e-15)
+    else:
+        with pytest.raises(ValueError, match=r"u0: x\[1\] = .* is at the source .* where u0 is singular"):
+            src(np.concatenate([x[:1], at]))
+    for what in ("gradient", "second_partials"):
+        with pytest.raises(ValueError, match=f"{what}: x\\[0\\] = .* is at the source"):
+            getattr(src, what)(at)
 
 
 def _medium(x):
@@ -276,3 +284,45 @@ def test_trainer_runs_on_a_scattered_field_problem_with_sources_and_a_grid_mediu
     tr = hp.Trainer(prob, model, lr=1e-2, pde_points=256, bc_points=32, progress=False, eval_every=0)
     hist = tr.fit(30)
     assert np.all(np.isfinite(hist.loss)) and hist.loss[-1] < hist.loss[0]
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_points_a_hair_from_the_source_get_a_clear_error_not_an_overflow(d):
+    # 1e-160 from x0: r is positive but 1/r³ and H1(k r)/r overflow (RuntimeWarning, inf/NaN)
+    src = hp.sources.FreeSpaceSource([0.0] * d, 4.0)
+    x = np.array([[1e-160] + [0.0] * (d - 1)])
+    for what in ("gradient", "second_partials"):
+        with pytest.raises(ValueError, match=f"{what}: x\\[0\\] .* \\(within core_radius 1e-09\\)"):
+            getattr(src, what)(x)
+    far = x + 1.1e-9   # just outside the core: finite values
+    assert np.all(np.isfinite(src.second_partials(far))) and np.all(np.isfinite(src.gradient(far)))
+
+
+def test_a_background_source_on_a_grid_node_trains_evaluates_and_solves():
+    # The source at the box's centre is a node of the test grid, of fd_solve's grid and of the
+    # plots' grid: each used to raise (u0 is infinite there). Now the scattered field's source
+    # takes its limit 0 there, the test points leave the node out, total field and exact are NaN.
+    from helmpinn.reference import fd_solve
+
+    k0 = 6.0
+    src = hp.sources.FreeSpaceSource((0.0, 0.0), k0)
+    prob = hp.Problem(Box([-1, -1], [1, 1]), kappa=k0 * k0, bcs={}, pml=hp.PML(0.5), background=src,
+                      exact=src)     # in free space the total field is u0 (up to the PML's reflection)
+    x = np.array([[0.0, 0.0], [0.5, 0.0], [1e-12, 0.0]])
+    assert prob.at_source(x).tolist() == [True, False, True]
+    np.testing.assert_array_equal(prob.source_at(x), 0)
+    u = prob.total_field(x, np.ones(3))
+    assert np.isnan(u[[0, 2]]).all() and u[1] == 1 + src(x[1:2])[0]
+    e = prob.exact_at(x)
+    assert np.isnan(e[[0, 2]]).all() and e[1] == 0
+    pts = prob.test_points()
+    assert len(pts) == 101 * 101 - 1 and not prob.at_source(pts).any()
+    tr = hp.Trainer(prob, hp.Model.create(prob, 4, 8, 1, dtype="float64"), pde_points=64, bc_points=16,
+                    progress=False)
+    assert np.isfinite(tr.evaluate())
+    sol = fd_solve(prob, 0.1)   # its grid has a node at the source
+    far = np.array([[0.5, 0.5], [-0.7, 0.2]])
+    assert np.all(np.abs(sol(far)) < 0.1 * np.abs(src(far)))   # u_s: small (the PML, the coarse grid)
+    with pytest.raises(ValueError, match=r"data: point 1, \[0.0, 0.0\], is at the background source"):
+        hp.Problem(Box([-1, -1], [1, 1]), kappa=k0 * k0, bcs={}, pml=hp.PML(0.5), background=src,
+                   data=(np.array([[0.5, 0.5], [0.0, 0.0]]), np.zeros(2)))

@@ -29,3 +29,17 @@ def real_number(where: str, name: str, value, *, low: float | None = None, high:
     if bad:
         raise ValueError(f"{where}: {name} must be {want}, got {value!r}")
     return v
+
+
+def complex_number(where: str, name: str, value, expected: str = "a complex number") -> complex:
+    """``value`` as a finite complex, or a TypeError (not a number: "must be ``expected``") or
+    ValueError (not finite) that names ``where`` and ``name``."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{where}: {name} must be {expected}, got {value!r}")
+    try:
+        v = complex(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: {name} must be {expected}, got {value!r}") from None
+    if not (math.isfinite(v.real) and math.isfinite(v.imag)):
+        raise ValueError(f"{where}: {name} must be finite, got {value!r}")
+    return v

@@ -91,14 +91,41 @@ class Model:
         self._ws: _core.Workspace | None = None
 
     @classmethod
-    def create(cls, in_dim: int, ff_dim: int = 32, hidden_dim: int = 64, num_hidden_layers: int = 2,
-               *, dtype: str = "float32", seed: int = 0, fourier_sigma: float = 1.0,
-               device: str = "cpu") -> "Model":
+    def create(cls, in_dim: Any, ff_dim: int = 32, hidden_dim: int = 64, num_hidden_layers: int = 2,
+               *, dtype: str = "float32", seed: int = 0, fourier_sigma: float | str = "auto",
+               problem: Any = None, device: str = "cpu") -> "Model":
         """A freshly initialised model (``helmpinn.init_params``; B ~ N(0, fourier_sigma²)), on
-        ``device`` (initialised on the host, the same numbers on every device, then copied)."""
+        ``device`` (initialised on the host, the same numbers on every device, then copied).
+
+        Parameters
+        ----------
+        in_dim : int or Problem
+            The input dimension d, or a :class:`~helmpinn.Problem` (d is then its ``dim``, and
+            it is the ``problem`` of the Fourier scale).
+        fourier_sigma : float or "auto"
+            The standard deviation of the Fourier frequencies B. "auto" (the default):
+            :func:`helmpinn.defaults.fourier_sigma` of ``problem``, ``k / (2π sqrt(d))`` from its
+            wavenumber k (at least π over the sampled domain's largest extent), so that the
+            features' angular frequencies have a root mean square of k; 1.0 without a problem.
+        problem : Problem, optional
+            The problem the model is for (its dimension must be ``in_dim``).
+        """
         from helmpinn import init_params
 
         device = _device.check(device, "Model.create")
+        if hasattr(in_dim, "wavenumber") and hasattr(in_dim, "dim"):
+            if problem is not None and problem is not in_dim:
+                raise ValueError("Model.create: got a problem both as in_dim and as problem=; give it once")
+            problem, in_dim = in_dim, in_dim.dim
+        if problem is not None and int(in_dim) != int(problem.dim):
+            raise ValueError(f"Model.create: in_dim {in_dim} does not match the problem's dimension "
+                             f"{problem.dim}")
+        if isinstance(fourier_sigma, str):
+            if fourier_sigma != "auto":
+                raise ValueError(f"Model.create: fourier_sigma must be a number or 'auto', got {fourier_sigma!r}")
+            from .defaults import fourier_sigma as sigma_rule
+
+            fourier_sigma = 1.0 if problem is None else sigma_rule(problem)
         spec = _core.ModelSpec(int(in_dim), int(ff_dim), int(hidden_dim), int(num_hidden_layers))
         params = init_params(spec, dtype=_dtype_name(dtype), seed=seed, fourier_sigma=fourier_sigma)
         return cls(spec, params, device=device)

@@ -3,27 +3,72 @@ against the exact solution, and the loss / error curves.
 
 1-D problems get line plots, 2-D problems images over the domain's bounding box (points outside
 the domain blank), 3-D problems the same images on the mid-plane x = const (the y-z plane).
+
+The solution plot draws the medium over the field when it varies (a callable or
+:class:`~helmpinn.media.GridField` ``kappa`` or ``velocity``): contour lines of the velocity when
+the problem was given one, else of the local wavenumber ``k(x) = sqrt(Re κ(x))`` (in 1-D a line on
+a second axis). A homogeneous medium draws none.
+
+Every file is written to a temporary file in the same folder and then moved over the target, so
+an existing figure is replaced only by a whole one.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+import tempfile
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from .model import Model
 from .problems import Problem
 
-__all__ = ["plot_solution", "plot_error", "plot_history", "plot_all"]
+__all__ = ["solution_figure", "plot_solution", "plot_error", "plot_history", "plot_all", "save_figure",
+           "write_atomic"]
 
 
-def _pyplot():
-    import matplotlib
+def _figure(nrows: int = 1, ncols: int = 1, sharex: bool = False, **kw):
+    """A matplotlib Figure outside pyplot (no GUI backend, freed by the garbage collector) and
+    its axes [nrows, ncols]."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    fig = Figure(**kw)
+    return fig, fig.subplots(nrows, ncols, sharex=sharex, squeeze=False)
 
-    return plt
+
+def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], suffix: str = "") -> str:
+    """Calls ``write(binary file)`` on a temporary file in ``path``'s folder, then moves it over
+    ``path``; on any error the temporary file is removed and ``path`` left as it was."""
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> str:
+    """Writes ``fig`` as a PNG to ``path`` (:func:`write_atomic`)."""
+    return write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi), ".png")
+
+
+def _medium(problem: Problem, x: np.ndarray) -> tuple[np.ndarray, str] | None:
+    """(the medium's values at x, their name) when it varies over x: the velocity when the problem
+    was given one, else the local wavenumber sqrt(Re κ); None for a homogeneous medium."""
+    velocity = getattr(problem, "velocity", None)
+    if callable(velocity):
+        values, name = np.asarray(velocity(x), np.float64), "velocity"
+    elif callable(problem.kappa):
+        values, name = np.sqrt(np.maximum(np.real(problem.kappa_at(x)), 0.0)), "local wavenumber"
+    else:
+        return None
+    spread = np.ptp(values) if len(values) else 0.0
+    return (values, name) if spread > 1e-9 * max(float(np.max(np.abs(values))), 1e-300) else None
 
 
 def _slice_grid(problem: Problem, n: int):
@@ -64,7 +109,7 @@ def _evaluate(problem: Problem, model: Model, n: int | None):
     if problem.exact is not None:
         ue = np.full(len(pts), np.nan + 0j)
         ue[inside] = problem.exact_at(pts[inside])
-    return (n, extent, labels, title), u, ue, inside
+    return (n, extent, labels, title, pts), u, ue, inside
 
 
 def _image(ax, fig, values, n, extent, labels, title, cmap="RdBu_r", vmax=None):
@@ -78,66 +123,89 @@ def _image(ax, fig, values, n, extent, labels, title, cmap="RdBu_r", vmax=None):
     fig.colorbar(im, ax=ax, shrink=0.8)
 
 
-def plot_solution(problem: Problem, model: Model, path: str | os.PathLike, n: int | None = None) -> str:
-    """Real and imaginary parts of the PINN solution (and of the exact one when known)."""
-    plt = _pyplot()
+def solution_figure(problem: Problem, model: Model, n: int | None = None):
+    """The matplotlib ``Figure`` of :func:`plot_solution`: real and imaginary parts of the PINN
+    solution (and of the exact one when known), with the medium drawn over them when it varies
+    (the module docstring)."""
     coords, u, ue, inside = _evaluate(problem, model, n)
     if problem.dim == 1:
-        fig, axes = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
-        for ax, part, name in ((axes[0], np.real, "Re u"), (axes[1], np.imag, "Im u")):
+        fig, axes = _figure(2, 1, figsize=(7, 5), sharex=True)
+        for ax, part, name in ((axes[0, 0], np.real, "Re u"), (axes[1, 0], np.imag, "Im u")):
             if ue is not None:
                 ax.plot(coords, part(ue), "k-", lw=2.5, alpha=0.35, label="exact")
             ax.plot(coords, part(u), "C0-", lw=1.2, label="PINN")
             ax.set_ylabel(name)
             ax.legend(loc="upper right", fontsize=8)
-        axes[1].set_xlabel("x")
-        fig.suptitle(f"{problem.name}: solution")
+        axes[1, 0].set_xlabel("x")
+        medium = _medium(problem, coords[:, None])
+        if medium is not None:
+            twin = axes[0, 0].twinx()
+            twin.plot(coords, medium[0], color="0.4", ls=":", lw=1.2, label=medium[1])
+            twin.set_ylabel(medium[1], color="0.4")
     else:
-        npx, extent, labels, title = coords
+        npx, extent, labels, title, pts = coords
         rows = [("PINN", u)] + ([("exact", ue)] if ue is not None else [])
         # one colour scale for every panel, so that the parts compare honestly
         vmax = max(float(np.nanmax(np.abs(np.concatenate([v.real, v.imag])))) for _, v in rows) or 1.0
-        fig, axes = plt.subplots(len(rows), 2, figsize=(9, 4 * len(rows)), squeeze=False)
+        medium = _medium(problem, pts[inside])
+        if medium is not None:
+            grid = np.full(len(pts), np.nan)
+            grid[inside] = medium[0]
+            title += f"; contours: {medium[1]}"
+        fig, axes = _figure(len(rows), 2, figsize=(9, 4 * len(rows)))
         for r, (label, vals) in enumerate(rows):
-            _image(axes[r, 0], fig, vals.real, npx, extent, labels, f"Re u, {label}{title}", vmax=vmax)
-            _image(axes[r, 1], fig, vals.imag, npx, extent, labels, f"Im u, {label}{title}", vmax=vmax)
-        fig.suptitle(f"{problem.name}: solution")
+            for c, (part, name) in enumerate(((vals.real, "Re u"), (vals.imag, "Im u"))):
+                _image(axes[r, c], fig, part, npx, extent, labels, f"{name}, {label}{title}", vmax=vmax)
+                if medium is not None:
+                    _contours(axes[r, c], grid.reshape(npx, npx), extent)
+    fig.suptitle(f"{problem.name}: solution")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return os.fspath(path)
+    return fig
+
+
+def _contours(ax, values: np.ndarray, extent) -> None:
+    """Contour lines of the medium over an image (6 levels, labelled)."""
+    a = np.linspace(extent[0], extent[1], values.shape[1])
+    b = np.linspace(extent[2], extent[3], values.shape[0])
+    lines = ax.contour(a, b, values, levels=6, colors="k", linewidths=0.7, alpha=0.6)
+    ax.clabel(lines, fontsize=6, fmt="%.3g")
+
+
+def plot_solution(problem: Problem, model: Model, path: str | os.PathLike, n: int | None = None) -> str:
+    """Real and imaginary parts of the PINN solution (and of the exact one when known), with the
+    medium drawn over them when it varies (:func:`solution_figure`), written to ``path`` (PNG)."""
+    return save_figure(solution_figure(problem, model, n), path)
 
 
 def plot_error(problem: Problem, model: Model, path: str | os.PathLike, n: int | None = None) -> str | None:
     """|u - u_exact| (None when the problem has no exact solution)."""
     if problem.exact is None:
         return None
-    plt = _pyplot()
     coords, u, ue, inside = _evaluate(problem, model, n)
     err = np.abs(u - ue)
     if problem.dim == 1:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
+        fig, axes = _figure(figsize=(7, 3.5))
+        ax = axes[0, 0]
         ax.semilogy(coords, np.maximum(err, 1e-16), "C3-")
         ax.set_xlabel("x")
         ax.set_ylabel("|u - u_exact|")
     else:
-        npx, extent, labels, title = coords
-        fig, ax = plt.subplots(figsize=(5.5, 4.5))
-        _image(ax, fig, err, npx, extent, labels, f"|u - u_exact|{title}", cmap="viridis")
-    rel = np.sqrt(np.nansum(err**2) / np.nansum(np.abs(ue) ** 2))
-    fig.suptitle(f"{problem.name}: error (relative L2 {rel:.2e} on this grid)", fontsize=10)
+        npx, extent, labels, title, _ = coords
+        fig, axes = _figure(figsize=(5.5, 4.5))
+        _image(axes[0, 0], fig, err, npx, extent, labels, f"|u - u_exact|{title}", cmap="viridis")
+    ref = np.nansum(np.abs(ue) ** 2)
+    what = (f"relative L2 {np.sqrt(np.nansum(err**2) / ref):.2e}" if ref > 0 else
+            f"root mean square {np.sqrt(np.nanmean(err**2)):.2e}, the exact field being 0")
+    fig.suptitle(f"{problem.name}: error ({what} on this grid)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return os.fspath(path)
+    return save_figure(fig, path)
 
 
 def plot_history(history: Mapping[str, Any], path: str | os.PathLike) -> str:
     """Loss terms per step, the validation loss and the relative L2 error at the evaluation steps."""
-    plt = _pyplot()
     errors = [np.nan if e is None else e for e in history.get("eval_error", [])]
     has_err = bool(np.any(np.isfinite(np.asarray(errors, dtype=float))))
-    fig, axes = plt.subplots(1, 2 if has_err else 1, figsize=(11 if has_err else 6, 4), squeeze=False)
+    fig, axes = _figure(1, 2 if has_err else 1, figsize=(11 if has_err else 6, 4))
     ax = axes[0, 0]
     steps = np.asarray(history.get("step", []))
     for key, style in (("loss", "k-"), ("pde", "C0-"), ("data", "C1-"), ("bc", "C2-")):
@@ -160,9 +228,7 @@ def plot_history(history: Mapping[str, Any], path: str | os.PathLike) -> str:
         ax.set_ylabel("relative L2 error")
         ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return os.fspath(path)
+    return save_figure(fig, path)
 
 
 def plot_all(problem: Problem, model: Model, history: Mapping[str, Any], out_dir: str | os.PathLike

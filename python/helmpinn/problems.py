@@ -48,7 +48,10 @@ A :class:`Problem` holds
   operator, PML included, applied to u₀ away from x₀: ``−(κ − k₀²) u₀`` in the physical
   domain), the conditions and data shifted by u₀'s
   (``u_s = −u₀`` on a PML's wall), ``exact`` read as the total field's; the total field is
-  :meth:`Problem.total_field` of the network's ``u_s``;
+  :meth:`Problem.total_field` of the network's ``u_s``. At the source itself (points closer than
+  the source's ``core_radius``, :meth:`Problem.at_source`) u₀ is infinite (2-D, 3-D): the
+  scattered field's source takes its limit 0 there, the total field and ``exact_at`` are NaN,
+  and the test points leave such a point out;
 - ``hints``: optional training defaults measured for this problem, over those derived from its
   wavenumber: ``{"weights": {...}}`` (loss weights, :func:`helmpinn.trainer.auto_weights`),
   ``{"adam": {...}}`` (keys of :func:`helmpinn.trainer.default_settings`), ``{"lm": {...}}``
@@ -81,7 +84,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._checks import real_number
+from ._checks import complex_number, real_number
 from ._compat import UNSET, renamed
 from .batch import Batch
 from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
@@ -320,6 +323,7 @@ class Problem:
             self.pml_share = real_number("Problem", "pml_share", pml_share, low=0.0, low_open=False,
                                          high=1.0)
         self.kappa = self._medium(kappa, frequency, velocity)
+        self.velocity = velocity    # as given (None with kappa=): the plots draw it
         self.exact = exact
         self.exact_grad = exact_grad
         self.name = name
@@ -360,13 +364,7 @@ class Problem:
                 raise ValueError(f"{name}: expected {self.dim} finite numbers or a callable "
                                  f"x -> [N, {self.dim}], got {value!r}")
             return v
-        try:
-            v = complex(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"{name}: expected a number or a callable x -> [N], got {value!r}") from None
-        if not (math.isfinite(v.real) and math.isfinite(v.imag)):
-            raise ValueError(f"{name}: must be finite, got {value!r}")
-        return v
+        return complex_number("Problem", name, value, "a number or a callable x -> [N]")
 
     def _medium(self, kappa, frequency, velocity):
         """κ from ``kappa``, or from ``frequency`` and ``velocity`` (κ = (2πf)²/v²)."""
@@ -377,10 +375,7 @@ class Problem:
             if callable(kappa):
                 return kappa
             if isinstance(kappa, (complex, np.complexfloating)) and complex(kappa).imag != 0:
-                v = complex(kappa)
-                if not (math.isfinite(v.real) and math.isfinite(v.imag)):
-                    raise ValueError(f"kappa must be finite, got {kappa!r}")
-                return v
+                return complex_number("Problem", "kappa", kappa)
             return real_number("Problem", "kappa", complex(kappa).real if np.iscomplexobj(kappa) else kappa)
         if kappa is not None:
             raise TypeError("Problem: give kappa or frequency= with velocity=, not both")
@@ -434,6 +429,10 @@ class Problem:
                             f"{type(background).__name__}")
         if background.dim != self.dim:
             raise ValueError(f"background: a {background.dim}-D source for a {self.dim}-D domain")
+        if self.data is not None and self.dim > 1 and background.at_source(self.data[0]).any():
+            i = int(np.flatnonzero(background.at_source(self.data[0]))[0])
+            raise ValueError(f"data: point {i}, {self.data[0][i].tolist()}, is at the background source, "
+                             f"where the total field is infinite")
         x0 = background.position[None, :]
         if self.in_layer(x0)[0] or not self.sampling_domain.contains(x0)[0]:
             raise ValueError(f"background: the source {x0[0].tolist()} must lie in the physical domain")
@@ -450,19 +449,45 @@ class Problem:
                                  "(a = 1, b = 0: no density variation, a or b there)")
 
     def background_at(self, x: NDArray) -> NDArray[np.complex128]:
-        """u₀ at x (zero without a background)."""
+        """u₀ at x (zero without a background; ValueError at the background source in 2-D and
+        3-D, where u₀ is infinite: :meth:`at_source`)."""
         x = np.asarray(x, np.float64)
         return np.zeros(len(x), np.complex128) if self.background is None else self.background(x)
 
+    def at_source(self, x: NDArray) -> NDArray[np.bool_]:
+        """Which points of x [N, d] are at the background source (closer to it than its
+        ``core_radius``; none without a background)."""
+        x = np.asarray(x, np.float64)
+        return np.zeros(len(x), bool) if self.background is None else self.background.at_source(x)
+
+    def _singular(self, x: NDArray) -> NDArray[np.bool_]:
+        """The points where u₀ is infinite: at the background source in 2-D and 3-D."""
+        return self.at_source(x) if self.dim > 1 else np.zeros(len(x), bool)
+
     def total_field(self, x: NDArray, scattered: ArrayLike) -> NDArray[np.complex128]:
-        """The total field ``u = u_s + u₀`` at x from the network's (scattered) values there."""
-        return np.asarray(scattered, np.complex128) + self.background_at(x)
+        """The total field ``u = u_s + u₀`` at x from the network's (scattered) values there: NaN
+        at the background source in 2-D and 3-D, where u₀ is infinite."""
+        x = np.asarray(x, np.float64)
+        u = np.array(scattered, np.complex128)
+        if self.background is None:
+            return u
+        bad = self._singular(x)
+        u[bad] = np.nan
+        u[~bad] += self.background(x[~bad])
+        return u
 
     def _background_source(self, x: NDArray) -> NDArray[np.complex128]:
         """``−L u₀`` away from the source: the scattered field's source term (module docstring).
         ``Σ_j a_j ∂_jj u₀ = a_1 Δu₀ + Σ_j (a_j − a_1) ∂_jj u₀`` with ``Δu₀ = −k₀² u₀``, so the
         singular second partials are only evaluated where the operator is anisotropic (the
-        layer), and the gradient only where b ≠ 0."""
+        layer), and the gradient only where b ≠ 0. At the source itself (:meth:`at_source`) it is
+        0, its limit where the medium is homogeneous around the source (checked when the problem
+        is built)."""
+        at = self.at_source(x)
+        if at.any():
+            out = np.zeros(len(x), np.complex128)
+            out[~at] = self._background_source(x[~at])
+            return out
         u0 = self.background(x)
         kappa = self.kappa_at(x)
         k0 = self.background.wavenumber
@@ -593,20 +618,33 @@ class Problem:
         return f
 
     def exact_at(self, x: NDArray) -> NDArray[np.complex128]:
-        """The exact solution at x (with a background: the scattered part, ``exact − u₀``)."""
+        """The exact solution at x (with a background: the scattered part, ``exact − u₀``, NaN at
+        the background source in 2-D and 3-D, where both are infinite; ``exact`` is not called
+        there)."""
         if self.exact is None:
             raise ValueError(f"problem {self.name!r} has no exact solution")
-        return _complex_values(self.exact, x) - (0 if self.background is None else self.background_at(x))
+        if self.background is None:
+            return _complex_values(self.exact, x)
+        x = np.asarray(x, np.float64)
+        bad = self._singular(x)
+        if not bad.any():
+            return _complex_values(self.exact, x) - self.background(x)
+        out = np.full(len(x), np.nan + 0j)
+        out[~bad] = self.exact_at(x[~bad])
+        return out
 
     def test_points(self, n_per_dim: int | None = None) -> NDArray[np.float64]:
         """Points of a regular grid inside the domain for error reports (a point cloud's own
-        interior points, without those of a PML)."""
+        interior points, without those of a PML), without those at the background source in 2-D
+        and 3-D (where the exact solution is infinite)."""
         if isinstance(self.domain, PointCloud):
             pts = self.domain.interior
-            return pts[~self.in_layer(pts)] if self.pml is not None else pts
-        if n_per_dim is None:
-            n_per_dim = {1: 1001, 2: 101}.get(self.dim, 31)
-        return self.domain.grid(n_per_dim)[0]
+            pts = pts[~self.in_layer(pts)] if self.pml is not None else pts
+        else:
+            if n_per_dim is None:
+                n_per_dim = {1: 1001, 2: 101}.get(self.dim, 31)
+            pts = self.domain.grid(n_per_dim)[0]
+        return pts[~self._singular(pts)] if self.background is not None else pts
 
     # -- sampling -----------------------------------------------------------------------------
     def _layer_volume(self) -> float:

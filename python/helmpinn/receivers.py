@@ -6,12 +6,13 @@
     plot_recording(rec, "surface.png")
 
 With a problem in its scattered-field form (``Problem(background=...)``) the recording holds the
-total field ``u = u_s + u₀`` and the network's scattered field ``u_s`` beside it.
+total field ``u = u_s + u₀`` and the network's scattered field ``u_s`` beside it; a receiver at
+the background source (2-D, 3-D: :meth:`helmpinn.Problem.at_source`) records NaN as its total field,
+amplitude and phase, since u₀ is infinite there.
 """
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Mapping
 
 import numpy as np
@@ -37,7 +38,9 @@ def record(model, x: ArrayLike, problem=None) -> dict[str, NDArray]:
     """The field of ``model`` at the receivers x [N, d]: a dict of ``x``, ``distance`` (the
     length along the receivers, from the first), ``u`` (complex: the total field, with
     ``problem``'s background added when it has one), ``amplitude`` (``|u|``), ``phase`` (radians,
-    unwrapped along the receivers) and, with a background, ``u_scattered`` (the network's)."""
+    unwrapped along the receivers) and, with a background, ``u_scattered`` (the network's). A
+    receiver at the background source records NaN (u₀ is infinite there; the phase is unwrapped
+    over the others)."""
     x = np.ascontiguousarray(np.asarray(x, np.float64))
     if x.ndim != 2 or x.shape[1] != model.in_dim or len(x) == 0:
         raise ValueError(f"record: receivers must be an array of shape (N, {model.in_dim}) with "
@@ -55,28 +58,28 @@ def record(model, x: ArrayLike, problem=None) -> dict[str, NDArray]:
     else:
         out["u"] = u_net
     out["amplitude"] = np.abs(out["u"])
-    out["phase"] = np.unwrap(np.angle(out["u"]))
+    out["phase"] = _unwrapped_phase(out["u"])
     return out
+
+
+def _unwrapped_phase(u: NDArray[np.complex128]) -> NDArray[np.float64]:
+    """The phase of u unwrapped along the receivers, over its finite values (NaN elsewhere)."""
+    phase = np.full(len(u), np.nan)
+    ok = np.isfinite(u)
+    phase[ok] = np.unwrap(np.angle(u[ok]))
+    return phase
 
 
 def save_recording(path: str | os.PathLike, recording: Mapping[str, Any]) -> None:
     """Write a recording to ``path`` (``.npz``, no pickle): to a temporary file in the same
     folder first, then moved over ``path``, so an existing file is replaced only by a whole one."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    from .plots import write_atomic
+
     arrays = {k: np.asarray(v) for k, v in recording.items()}
     for k, v in arrays.items():
         if v.dtype == object:
             raise TypeError(f"save_recording: {k!r} is not a numeric array")
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-receivers-", suffix=".npz", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, lambda fh: np.savez(fh, **arrays), ".npz")
 
 
 def load_recording(path: str | os.PathLike) -> dict[str, NDArray]:
@@ -85,10 +88,13 @@ def load_recording(path: str | os.PathLike) -> dict[str, NDArray]:
         return {k: data[k] for k in data.files}
 
 
-def plot_recording(recording: Mapping[str, Any], path: str | os.PathLike, *, title: str = "") -> None:
+def plot_recording(recording: Mapping[str, Any], path: str | os.PathLike, *, title: str = ""):
     """A PNG of the amplitude and the (unwrapped) phase against the distance along the receivers
-    (the scattered field's beside the total field's when the recording has both)."""
+    (the scattered field's beside the total field's when the recording has both). Returns the
+    matplotlib ``Figure`` (not attached to pyplot: the garbage collector frees it)."""
     from matplotlib.figure import Figure
+
+    from .plots import save_figure
 
     dist = np.asarray(recording["distance"])
     fig = Figure(figsize=(7, 5), layout="constrained")
@@ -98,21 +104,12 @@ def plot_recording(recording: Mapping[str, Any], path: str | os.PathLike, *, tit
     if "u_scattered" in recording:
         us = np.asarray(recording["u_scattered"])
         ax_amp.plot(dist, np.abs(us), "--", label="scattered")
-        ax_phase.plot(dist, np.unwrap(np.angle(us)), "--")
+        ax_phase.plot(dist, _unwrapped_phase(us), "--")
         ax_amp.legend()
     ax_amp.set_ylabel("amplitude |u|")
     ax_phase.set_ylabel("phase (rad)")
     ax_phase.set_xlabel("distance along the receivers")
     if title:
         ax_amp.set_title(title)
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-receivers-", suffix=".png", dir=folder)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=100)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    save_figure(fig, path, dpi=100)
+    return fig

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._checks import real_number
+from ._checks import complex_number, real_number
 
 __all__ = ["PointSource", "FreeSpaceSource", "WIDTH_PER_WAVELENGTH", "mixture_density", "sample_mixture"]
 
@@ -48,14 +48,8 @@ class PointSource:
         if pos.ndim != 1 or not 1 <= pos.size <= 3 or not np.all(np.abs(pos) < 1e150):
             raise ValueError(f"PointSource: position must be 1 to 3 finite coordinates (below 1e150 "
                              f"in size), got {position!r}")
-        try:
-            amp = complex(amplitude)
-        except (TypeError, ValueError):
-            raise TypeError(f"PointSource: amplitude must be a complex number, got {amplitude!r}") from None
-        if not (math.isfinite(amp.real) and math.isfinite(amp.imag)):
-            raise ValueError(f"PointSource: amplitude must be finite, got {amplitude!r}")
         self.position = pos
-        self.amplitude = amp
+        self.amplitude = complex_number("PointSource", "amplitude", amplitude)
         self.width = None if width is None else real_number("PointSource", "width", width, low=0.0)
         self.dim = pos.size
 
@@ -131,6 +125,15 @@ class FreeSpaceSource:
     form (see the Problem's module docstring): the network solves for ``u_s = u − u₀``, smooth
     where the medium is homogeneous around x₀, instead of the singular total field u.
 
+    **At the source.** Points closer to x₀ than :attr:`core_radius` (``1e-9 (1 + max_i |x₀_i|)``
+    length units: x₀ up to rounding) are "at the source" (:meth:`at_source`). In 2-D and 3-D u₀,
+    its gradient and its second partials are infinite there, and evaluating them at such a point
+    raises ValueError naming the point of ``x``; in 1-D u₀ is finite there (``iA/(2k₀)``) and only
+    its derivatives raise. A :class:`~helmpinn.Problem` handles these points itself: its
+    scattered-field source takes its limit 0 there (the medium is homogeneous around x₀),
+    :meth:`~helmpinn.Problem.total_field` and :meth:`~helmpinn.Problem.exact_at` are NaN there
+    (2-D, 3-D) and its test points leave them out.
+
     Parameters
     ----------
     position : sequence of d floats
@@ -169,29 +172,47 @@ class FreeSpaceSource:
         d1 = 1j * k - 1.0 / r
         return g, g * d1, g * (d1 * d1 + 1.0 / (r * r))
 
-    def _parts(self, x: ArrayLike):
+    @property
+    def core_radius(self) -> float:
+        """Points closer than this to the source are at it (:meth:`at_source`): ``1e-9 (1 +
+        max_i |x₀_i|)``, in length units."""
+        return 1e-9 * (1.0 + float(np.max(np.abs(self.position))))
+
+    def _parts(self, x: ArrayLike, what: str, singular: bool = True):
+        """(x − x₀, r) at x [N, d]; ValueError naming the first point at the source when
+        ``singular`` (the value asked for is infinite there)."""
         x = np.asarray(x, np.float64)
         if x.ndim != 2 or x.shape[1] != self.dim:
             raise ValueError(f"FreeSpaceSource: expected points of shape (N, {self.dim}), got {x.shape}")
         dx = x - self.position
         r = np.sqrt(np.sum(dx * dx, axis=1))
-        if np.any(r == 0):
-            raise ValueError(f"FreeSpaceSource: u₀ is singular at its position {self.position.tolist()}")
+        if singular:
+            near = np.flatnonzero(r < self.core_radius)
+            if near.size:
+                i = int(near[0])
+                raise ValueError(f"FreeSpaceSource.{what}: x[{i}] = {x[i].tolist()} is at the source "
+                                 f"{self.position.tolist()} (within core_radius {self.core_radius:.3g}), "
+                                 f"where {what} is singular; at_source(x) finds such points")
         return dx, r
 
+    def at_source(self, x: ArrayLike) -> NDArray[np.bool_]:
+        """Which points of x [N, d] are at the source: closer to it than :attr:`core_radius`."""
+        return self._parts(x, "at_source", singular=False)[1] < self.core_radius
+
     def __call__(self, x: ArrayLike) -> NDArray[np.complex128]:
-        """u₀ at x [N, d]."""
-        _, r = self._parts(x)
+        """u₀ at x [N, d] (ValueError at the source in 2-D and 3-D: see the class docstring)."""
+        _, r = self._parts(x, "u0", singular=self.dim > 1)
         return self.amplitude * self._radial(r)[0]
 
     def gradient(self, x: ArrayLike) -> NDArray[np.complex128]:
-        """∇u₀ [N, d] at x."""
-        dx, r = self._parts(x)
+        """∇u₀ [N, d] at x (ValueError at the source)."""
+        dx, r = self._parts(x, "gradient")
         return self.amplitude * (self._radial(r)[1] / r)[:, None] * dx
 
     def second_partials(self, x: ArrayLike) -> NDArray[np.complex128]:
-        """The second partials ``∂²u₀/∂x_j²`` [N, d] at x (their sum is ``−k₀² u₀``)."""
-        dx, r = self._parts(x)
+        """The second partials ``∂²u₀/∂x_j²`` [N, d] at x (their sum is ``−k₀² u₀``; ValueError
+        at the source)."""
+        dx, r = self._parts(x, "second_partials")
         _, g1, g2 = self._radial(r)
         e = dx * dx / (r * r)[:, None]
         return self.amplitude * (g2[:, None] * e + (g1 / r)[:, None] * (1.0 - e))
