@@ -124,11 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--freeze-fourier", action="store_true", help="do not train B")
     m.add_argument("--dtype", choices=("float32", "float64"), help="floating point type")
     o = t.add_argument_group("training (default: chosen from the problem)")
-    o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm", "auto"), default=None,
+    o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm", "gn", "auto"), default=None,
                    help="adam (default; fused Adam), lbfgs (SciPy L-BFGS-B, float64), lm (Levenberg-Marquardt "
                         "on the residuals, with its own defaults for model, points and precision: "
-                        "helmpinn.lm.lm_defaults) or auto (helmpinn.solve's choice: lm, after an Adam warm "
-                        "start when its dense system would not fit 2 GiB)")
+                        "helmpinn.lm.lm_defaults), gn (a decomposed model, matrix-free Gauss-Newton: "
+                        "helmpinn.dd_driver) or auto (helmpinn.solve's choice: gn above a few wavelengths, "
+                        "else lm, after an Adam warm start when its dense system would not fit 2 GiB)")
     o.add_argument("--steps", type=int, help="Adam steps, or L-BFGS / LM iterations")
     o.add_argument("--lr", type=float, help="peak learning rate")
     o.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule")
@@ -289,6 +290,8 @@ def _new_run(args: argparse.Namespace):
             settings["lm"]["gram"] = args.lm_gram
     elif args.lm_solver is not None or args.lm_geodesic is not None or args.lm_gram is not None:
         raise _UsageError("--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm")
+    if optimizer == "gn":   # a decomposed model (helmpinn.dd_driver)
+        settings.update(gn=s["gn"], decomposition=s["decomposition"])
     try:
         spec = _core.ModelSpec(problem.dim, settings["fourier"], settings["hidden"], settings["layers"])
     except (ValueError, TypeError, OverflowError) as exc:
@@ -296,6 +299,14 @@ def _new_run(args: argparse.Namespace):
         raise _UsageError(f"invalid model (--fourier {settings['fourier']}, --hidden {settings['hidden']}, "
                           f"--layers {settings['layers']}): {why}") from None
     _check_memory(settings, problem, spec, args.threads)
+    if optimizer == "gn":
+        from .dd_driver import build_decomposed_model
+        try:
+            return settings, problem, build_decomposed_model(problem, settings["decomposition"], settings["fourier"],
+                                                             settings["hidden"], settings["layers"], seed=seed,
+                                                             sigma=settings["sigma"], dtype=settings["dtype"])
+        except ValueError as exc:
+            raise _UsageError(f"--optimizer gn: {exc}") from None
     with np.errstate(over="ignore"):  # an overflow is reported below, naming the option
         model = Model.create(problem.dim, settings["fourier"], settings["hidden"], settings["layers"],
                              dtype=settings["dtype"], seed=seed, fourier_sigma=settings["sigma"])
@@ -371,13 +382,13 @@ def _check_resume(args: argparse.Namespace, given: list[str]) -> None:
 def _resumed_run(args: argparse.Namespace):
     """Settings, problem and the checkpointed model of the run in ``args.resume`` (checked by
     :func:`_check_resume`, and locked)."""
-    from .model import Model
+    from .dd_driver import load_model
     from .problems import get_problem
 
     folder = args.resume
     path = os.path.join(folder, "model.npz")
     try:
-        model = Model.load(path)
+        model = load_model(path)   # one network or a decomposed model
     except ValueError as exc:
         raise _UsageError(f"--resume: {exc}") from None
     settings = model.metadata.get("settings")
@@ -402,7 +413,7 @@ def _resumed_run(args: argparse.Namespace):
         problem = get_problem(settings["problem"], **settings["problem_options"])
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"--resume: {path}: problem {settings['problem']!r}: {exc}") from None
-    _check_memory(settings, problem, model.spec, args.threads)
+    _check_memory(settings, problem, model.specs[0] if hasattr(model, "specs") else model.spec, args.threads)
     return settings, problem, model, done
 
 
@@ -662,6 +673,7 @@ def _cmd_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         "time_to_1e-2_s": _time_to(history, 1e-2),
         "lbfgs": polish,
         "lm": _lm_summary(trainer),
+        "gn": trainer.driver.summary() if getattr(trainer.driver, "name", None) == "gn" else None,
         "history": history.as_dict(),
         "version": getattr(_core, "__version__", None),
     }
@@ -712,16 +724,16 @@ def _write_outputs(folder: runfiles.RunFolder, metrics: dict[str, Any], problem,
 
 
 def _second_order_defaults(problem, optimizer: str) -> dict[str, Any]:
-    """The run settings of ``--optimizer OPTIMIZER`` (:func:`helmpinn.defaults.run_settings`)."""
-    from .defaults import run_settings
+    """The run settings of ``--optimizer OPTIMIZER`` (:func:`helmpinn.solving.plan`)."""
+    from .solving import plan
 
-    return run_settings(problem, optimizer)
+    return plan(problem, optimizer=optimizer)
 
 
 def _fit(trainer, settings: dict[str, Any], done: int):
     """Train as ``settings`` say (:func:`helmpinn.solve.train`: the Adam warm start, then the
     optimiser, each through its driver). Returns the history and the L-BFGS summary."""
-    from .solve import train
+    from .solving import train
 
     return train(trainer, settings, done)
 

@@ -387,7 +387,7 @@ def decomposed_settings(problem: Any, **decomposition: Any) -> dict[str, Any]:
             "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": float(r["overlap"]),
                               "constraint": constraint, "coarse_level": bool(r["coarse_level"]),
                               "lo": np.asarray(lo, float).tolist(), "hi": np.asarray(hi, float).tolist(),
-                              "wavenumber": scale_wavenumber(problem), "num_params": P,
+                              "wavenumber": scale_wavenumber(problem),
                               "points_per_wavelength": float(r["points_per_wavelength"])}}
 
 
