@@ -731,7 +731,7 @@ def _second_order_defaults(problem, optimizer: str) -> dict[str, Any]:
 
 
 def _fit(trainer, settings: dict[str, Any], done: int):
-    """Train as ``settings`` say (:func:`helmpinn.solve.train`: the Adam warm start, then the
+    """Train as ``settings`` say (:func:`helmpinn.solving.train`: the Adam warm start, then the
     optimiser, each through its driver). Returns the history and the L-BFGS summary."""
     from .solving import train
 
