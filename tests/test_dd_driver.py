@@ -215,3 +215,34 @@ def test_cli_auto_and_gn_train_a_decomposed_model(monkeypatch, tmp_path):
     assert main(["train", "--optimizer", "gn", "--steps", "1", "--no-plots", *common[:-1], str(out2)]) == 0
     assert json.loads((out2 / "metrics.json").read_text())["settings"]["optimizer"] == "gn"
     assert main(["train", "--optimizer", "gn", "--dtype", "float32", *common[:-1], str(tmp_path / "x")]) == 2
+
+
+def test_gn_settings_are_checked():
+    with pytest.raises(ValueError, match=r"Gauss-Newton options: unknown \['solver'\]"):
+        GNDriver(solver="cg")
+    with pytest.raises(ValueError, match="stall_window >= 1"):
+        GNDriver(stall_window=0)
+    with pytest.raises(ValueError, match="cg_tol"):
+        p = box()
+        trainer(p, small_model(p)).fit(1, optimizer=GNDriver(cg_tol=2.0))
+
+
+def test_stop_request_time_limit_and_divergence_with_gn():
+    p = box()
+    t = trainer(p, small_model(p), callbacks=[lambda run, step: step == 2 and run.request_stop()])
+    t.fit(5, optimizer="gn")
+    assert t.step == 2 and t.stop_reason == "stop requested at step 2"
+    now = [0.0]
+
+    def tick(run, step):
+        now[0] += 1.0
+    t = trainer(p, small_model(p), callbacks=[tick], time_limit=3.0, clock=lambda: now[0])
+    t.fit(10, optimizer="gn")
+    assert t.step == 3 and t.stop_reason == "time limit 3 s reached at step 3"
+
+    def poison(run, step):   # the next step meets a non-finite loss
+        if step == 2:
+            run.model.params[:] = np.inf
+    t = trainer(p, small_model(p), callbacks=[poison])
+    t.fit(5, optimizer="gn")
+    assert t.diverged and "non-finite" in t.stop_reason and np.all(np.isfinite(t.model.params))

@@ -59,7 +59,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .batch import TERMS
 from .decomposition import FORMAT, BoxConstraint, DecomposedModel, Level, Rows
-from .drivers import DRIVERS, Driver, NonFiniteStep, StepInfo
+from .drivers import DRIVERS, Driver, LMSettings, NonFiniteStep, StepInfo
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -213,9 +213,7 @@ class GNSettings:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if int(self.stall_window) < 1 or not 0 < self.stall_factor <= 1:
-            raise ValueError(f"need stall_window >= 1 and 0 < stall_factor <= 1, got {self.stall_window}, "
-                             f"{self.stall_factor}")
+        LMSettings(self.stall_window, self.stall_factor)   # the same stall rule, checked there
         from .gauss_newton import MatrixFreeGN
 
         known = set(inspect.signature(MatrixFreeGN).parameters) - {"residuals", "comm"}
