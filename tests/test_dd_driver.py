@@ -215,6 +215,8 @@ def test_cli_auto_and_gn_train_a_decomposed_model(monkeypatch, tmp_path):
     assert main(["train", "--optimizer", "gn", "--steps", "1", "--no-plots", *common[:-1], str(out2)]) == 0
     assert json.loads((out2 / "metrics.json").read_text())["settings"]["optimizer"] == "gn"
     assert main(["train", "--optimizer", "gn", "--dtype", "float32", *common[:-1], str(tmp_path / "x")]) == 2
+    assert main(["train", "--optimizer", "gn", "--warm-start", "3", *common[:-1], str(tmp_path / "x")]) == 2
+    assert main(["train", "--optimizer", "gn", "--lbfgs", "3", *common[:-1], str(tmp_path / "x")]) == 2
 
 
 def test_gn_settings_are_checked():

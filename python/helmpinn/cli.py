@@ -292,6 +292,8 @@ def _new_run(args: argparse.Namespace):
         raise _UsageError("--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm")
     if optimizer == "gn":   # a decomposed model (helmpinn.dd_driver)
         settings.update(gn=s["gn"], decomposition=s["decomposition"])
+        if settings["lbfgs"] or settings["warm_start"]:
+            raise _UsageError("--lbfgs and --warm-start train one network; --optimizer gn trains a decomposed model")
     try:
         spec = _core.ModelSpec(problem.dim, settings["fourier"], settings["hidden"], settings["layers"])
     except (ValueError, TypeError, OverflowError) as exc:
