@@ -123,7 +123,7 @@ def test_load_model_reads_both_kinds(tmp_path):
 
 # -- the plan --------------------------------------------------------------------------------------
 def test_threshold_from_the_measurements():
-    assert not dd_driver.should_decompose(box(4.0)) and dd_driver.should_decompose(box(5.0))
+    assert not dd_driver.should_decompose(box(4.5)) and dd_driver.should_decompose(box(5.0))
     free = lambda w: hp.get_problem("free-source", wavelengths=w)   # noqa: E731 - 2 + 2 wavelengths of PML
     assert not dd_driver.should_decompose(free(2.0)) and dd_driver.should_decompose(free(5.0))
     assert not dd_driver.should_decompose(hp.get_problem("plane1d", k=200.0))

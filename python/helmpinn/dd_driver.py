@@ -324,7 +324,8 @@ def should_decompose(problem: Any) -> bool:
     dimension of its sampled domain (:func:`helmpinn.defaults.wavelengths`)."""
     from .defaults import wavelengths
 
-    return float(np.max(wavelengths(problem))) > DECOMPOSE_ABOVE[min(int(problem.dim), 3)]
+    limit = DECOMPOSE_ABOVE[min(int(problem.dim), 3)]
+    return float(np.max(wavelengths(problem))) > limit * (1 + 1e-9)   # at the limit itself: one network
 
 
 def _hard_constraint(problem: Any) -> bool:
