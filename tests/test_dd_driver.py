@@ -3,6 +3,7 @@ checkpoints and resume, the model protocol), the plan of hp.solve (decomposed ab
 threshold, one network below) and the CLI's path to them."""
 import importlib
 import json
+import os
 import sys
 
 import numpy as np
@@ -119,6 +120,9 @@ def test_load_model_reads_both_kinds(tmp_path):
     (tmp_path / "junk.npz").write_bytes(b"not a model")
     with pytest.raises(ValueError, match="junk.npz"):
         load_model(tmp_path / "junk.npz")
+    os.mkfifo(tmp_path / "fifo.npz")   # refused, not opened (a FIFO would block the reader)
+    with pytest.raises(ValueError, match="fifo.npz: not a regular file"):
+        load_model(tmp_path / "fifo.npz")
 
 
 # -- the plan --------------------------------------------------------------------------------------

@@ -189,11 +189,13 @@ def load_model(path: str | os.PathLike) -> Any:
     else :meth:`helmpinn.Model.load`'s (ValueError naming the file when it is neither)."""
     from .model import Model
 
-    try:
-        with np.load(os.fspath(path), allow_pickle=False) as z:
-            kind = json.loads(str(z["config"])).get("kind") if "config" in z.files else None
-    except Exception:   # noqa: BLE001 - not a decomposed model's file: Model.load names what is wrong
-        kind = None
+    kind = None
+    if os.path.isfile(path):   # (a FIFO or device is never opened here: Model.load refuses it)
+        try:
+            with np.load(os.fspath(path), allow_pickle=False) as z:
+                kind = json.loads(str(z["config"])).get("kind") if "config" in z.files else None
+        except Exception:   # noqa: BLE001 - not a decomposed model's file: Model.load names what is wrong
+            kind = None
     if kind == FORMAT:
         return TrainableDecomposedModel.load(path)
     return Model.load(path)
