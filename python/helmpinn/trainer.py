@@ -196,7 +196,8 @@ class Trainer:
         self.device = model.device
         self._batch_size = int(batch_size)
         own_loss = hasattr(model, "loss_function")   # a decomposed model: no core workspace of its own
-        self.workspace = None if own_loss else _core.Workspace(model.spec, batch_size, model.dtype.name, device=self.device)
+        self.workspace = None if own_loss else \
+            _core.Workspace(model.spec, batch_size, model.dtype.name, device=self.device)
         self.grad = _device.zeros(model.num_params, model.dtype, self.device)
         self._loss_kw = {**{WEIGHTS[t]: float(self.weights[t]) for t in TERMS},
                          "train_fourier": self.train_fourier}
