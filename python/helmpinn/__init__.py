@@ -38,7 +38,7 @@ from .media import GridField
 from .sources import FreeSpaceSource, PointSource
 from . import receivers
 from . import defaults, drivers
-from .solve import Solution, solve
+from .solving import Solution, solve
 
 __all__ = [
     "Adam",

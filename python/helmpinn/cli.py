@@ -152,11 +152,12 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     m.add_argument("--freeze-fourier", action="store_true", help="do not train B")
     m.add_argument("--dtype", choices=("float32", "float64"), help="floating point type")
     o = t.add_argument_group("training (default: chosen from the problem)")
-    o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm", "auto"), default=None,
+    o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm", "gn", "auto"), default=None,
                    help="adam (default; fused Adam), lbfgs (SciPy L-BFGS-B, float64), lm (Levenberg-Marquardt "
                         "on the residuals, with its own defaults for model, points and precision: "
-                        "helmpinn.lm.lm_defaults) or auto (helmpinn.solve's choice: lm, after an Adam warm "
-                        "start when its dense system would not fit 2 GiB)")
+                        "helmpinn.lm.lm_defaults), gn (a decomposed model, matrix-free Gauss-Newton: "
+                        "helmpinn.dd_driver) or auto (helmpinn.solve's choice: gn above a few wavelengths, "
+                        "else lm, after an Adam warm start when its dense system would not fit 2 GiB)")
     o.add_argument("--steps", type=int, help="Adam steps, or L-BFGS / LM iterations")
     o.add_argument("--lr", type=float, help="peak learning rate")
     o.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule")
@@ -324,12 +325,12 @@ def _make_problem(args: argparse.Namespace):
 
 def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
     """The run's settings: the optimiser's defaults for ``problem``
-    (:func:`helmpinn.defaults.run_settings`), with what the command line gives instead."""
-    from .defaults import run_settings
+    (:func:`helmpinn.solving.plan`), with what the command line gives instead."""
+    from .solving import plan
 
     optimizer = args.optimizer or "adam"
     try:  # settings derived from the problem's numbers (an extreme --k overflows them)
-        s = run_settings(problem, optimizer)
+        s = plan(problem, optimizer=optimizer)
     except (ValueError, ArithmeticError) as exc:
         why = str(exc) if isinstance(exc, ValueError) else "the settings derived from them overflow"
         raise _UsageError(f"problem {args.problem!r} with {_options_str(problem.options)}: {why}") from None
@@ -360,6 +361,10 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
             settings["lm"]["gram"] = args.lm_gram
     elif args.lm_solver is not None or args.lm_geodesic is not None or args.lm_gram is not None:
         raise _UsageError("--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm")
+    if optimizer == "gn":   # a decomposed model (helmpinn.dd_driver)
+        settings.update(gn=s["gn"], decomposition=s["decomposition"])
+        if settings["lbfgs"] or settings["warm_start"]:
+            raise _UsageError("--lbfgs and --warm-start train one network; --optimizer gn trains a decomposed model")
     return settings
 
 
@@ -375,6 +380,14 @@ def _new_model(settings: dict[str, Any], problem, threads: int | None):
         raise _UsageError(f"invalid model (--fourier {settings['fourier']}, --hidden {settings['hidden']}, "
                           f"--layers {settings['layers']}): {why}") from None
     _check_memory(settings, problem, spec, threads)
+    if settings["optimizer"] == "gn":
+        from .dd_driver import build_decomposed_model
+        try:
+            return build_decomposed_model(problem, settings["decomposition"], settings["fourier"],
+                                          settings["hidden"], settings["layers"], seed=settings["seed"],
+                                          sigma=settings["sigma"], dtype=settings["dtype"])
+        except ValueError as exc:
+            raise _UsageError(f"--optimizer gn: {exc}") from None
     with np.errstate(over="ignore"):  # an overflow is reported below, naming the option
         model = Model.create(problem.dim, settings["fourier"], settings["hidden"], settings["layers"],
                              dtype=settings["dtype"], seed=settings["seed"], fourier_sigma=settings["sigma"])
@@ -450,13 +463,13 @@ def _check_resume(args: argparse.Namespace, given: list[str]) -> None:
 def _resumed_run(args: argparse.Namespace):
     """Settings, problem and the checkpointed model of the run in ``args.resume`` (checked by
     :func:`_check_resume`, and locked)."""
-    from .model import Model
+    from .dd_driver import load_model
     from .problems import get_problem
 
     folder = args.resume
     path = os.path.join(folder, "model.npz")
     try:
-        model = Model.load(path)
+        model = load_model(path)   # one network or a decomposed model
     except ValueError as exc:
         raise _UsageError(f"--resume: {exc}") from None
     settings = model.metadata.get("settings")
@@ -481,7 +494,7 @@ def _resumed_run(args: argparse.Namespace):
         problem = get_problem(settings["problem"], **settings["problem_options"])
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"--resume: {path}: problem {settings['problem']!r}: {exc}") from None
-    _check_memory(settings, problem, model.spec, args.threads)
+    _check_memory(settings, problem, model.specs[0] if hasattr(model, "specs") else model.spec, args.threads)
     return settings, problem, model, done
 
 
@@ -795,7 +808,7 @@ def _announce(run: _Run) -> None:
 def _train(run: _Run) -> _Trained:
     """The optimiser (after its Adam warm start), then the --lbfgs polish unless the run
     diverged, reached its target or was stopped."""
-    from .solve import train
+    from .solving import train
 
     trainer, settings = run.trainer, run.settings
     history, polish = train(trainer, settings, run.done)   # the Adam warm start, then the optimiser's driver
@@ -838,6 +851,7 @@ def _metrics(run: _Run, trained: _Trained, error: float | None, wall: float) -> 
         "time_to_1e-2_s": _time_to(history, 1e-2),
         "lbfgs": trained.polish,
         "lm": _lm_summary(trainer),
+        "gn": trainer.driver.summary() if getattr(trainer.driver, "name", None) == "gn" else None,
         "history": history.as_dict(),
         "version": getattr(_core, "__version__", None),
     }

@@ -23,6 +23,7 @@ import numpy as np
 from . import _core, _device, distributed
 from ._compat import UNSET, renamed
 from .batch import TERMS, WEIGHTS, Batch
+from .dd_driver import trainable
 from .defaults import auto_weights, default_settings
 from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, NonFiniteStep, \
     StepInfo, make_driver
@@ -130,6 +131,7 @@ class Trainer:
                  val_points: int | None = None, time_limit: float | None = None,
                  clock: Callable[[], float] = time.perf_counter,
                  n_pde: int = UNSET, n_bc: int = UNSET):
+        model = trainable(model)   # a DecomposedModel gets the model protocol (helmpinn.dd_driver)
         # The device is checked before anything else; the model is moved once every argument is.
         target = model.device if device is None else _device.check(device, "Trainer")
         pde_points = renamed("Trainer", "pde_points", pde_points, "n_pde", n_pde)
@@ -193,7 +195,9 @@ class Trainer:
         # One workspace and one gradient buffer for the whole run, where the model is.
         self.device = model.device
         self._batch_size = int(batch_size)
-        self.workspace = _core.Workspace(model.spec, batch_size, model.dtype.name, device=self.device)
+        own_loss = hasattr(model, "loss_function")   # a decomposed model: no core workspace of its own
+        self.workspace = None if own_loss else \
+            _core.Workspace(model.spec, batch_size, model.dtype.name, device=self.device)
         self.grad = _device.zeros(model.num_params, model.dtype, self.device)
         self._loss_kw = {**{WEIGHTS[t]: float(self.weights[t]) for t in TERMS},
                          "train_fourier": self.train_fourier}
@@ -283,10 +287,16 @@ class Trainer:
         holds all of them and computes the same value."""
         if not self.val_points:
             return None
+        if callable(self._val):   # a model that computes its own loss
+            self.last_val_loss = self._val(self.model.params)
+            return self.last_val_loss
         if self._val is None:
             seed = [int(self.seed)] if isinstance(self.seed, (int, np.integer)) else []
             rng = np.random.default_rng(np.random.SeedSequence([*seed, 0x76616C]))   # "val"
             ts = self.problem.sample(self.val_points, min(self.bc_points, 128), rng, "uniform")
+            if self.workspace is None:   # a model that computes its own loss (helmpinn.dd_driver)
+                self._val = self.model.loss_function(ts, self.weights)
+                return self.validation_loss()
             batch = ts.to_batch(self.model.dtype)
             if self.device != "cpu":
                 batch = batch.to_device(self.device)
@@ -397,6 +407,7 @@ class Trainer:
         """Run ``steps`` steps (fewer on an early stop) of ``optimizer``: "adam" (None; the
         Trainer's Adam, kept across fits), "lbfgs", "lm" or a :class:`~helmpinn.drivers.Driver`.
         Returns the history."""
+        optimizer = getattr(self.model, "default_optimizer", None) if optimizer is None else optimizer
         if optimizer is None or optimizer == "adam":
             driver: Driver = AdamDriver(AdamSettings(self.lr, self.schedule, self.betas))
         elif isinstance(optimizer, Driver):
@@ -430,6 +441,9 @@ class Trainer:
         if steps < 0:
             raise ValueError(f"{what} must be >= 0, got {steps}")
         self._check_device()
+        if self.workspace is None and not getattr(driver, "trains_own_loss", False):
+            raise TypeError(f"optimizer {driver.name!r} trains one network (helmpinn.Model), not a "
+                            f"{type(self.model).__name__}: use optimizer='gn'")
         if not self._params_finite():
             raise ValueError("the model's parameters contain NaN or Inf; cannot train from them")
         state = self.model.optimizer_state or {}

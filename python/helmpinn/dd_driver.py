@@ -1,0 +1,413 @@
+"""Domain-decomposed models in the run loop: the Gauss-Newton driver, the model protocol the
+:class:`~helmpinn.Trainer` needs, and the decomposition's default sizing.
+
+**The model protocol.** The run loop trains any model with ``params`` (a float vector updated in
+place), ``predict``, ``save(path, optimizer_state=, metadata=)`` / ``load``, ``copy``,
+``params_host`` / ``set_params``, ``optimizer_state``, ``metadata``, ``device`` / ``to``,
+``dtype``, ``in_dim`` and ``num_params``: :class:`helmpinn.Model` has them, and
+:class:`TrainableDecomposedModel` adds them to a
+:class:`~helmpinn.decomposition.DecomposedModel` (float64, CPU). A ``Trainer`` given a plain
+``DecomposedModel`` trains it through :meth:`TrainableDecomposedModel.wrap`, which shares its
+state (the same parameters, trained in place). A decomposed model computes its own loss
+(:meth:`TrainableDecomposedModel.loss_function`), so the Trainer makes no core workspace for it.
+Its file is the decomposition's ``.npz`` (:data:`helmpinn.decomposition.FORMAT`), the
+optimiser state under the metadata key ``"optimizer_state"``; :func:`load_model` reads either
+kind of file.
+
+**The driver.** :class:`GNDriver` (``Trainer.fit(steps, optimizer="gn")``) runs
+:class:`helmpinn.gauss_newton.MatrixFreeGN` on the rows of the run's points
+(:meth:`Rows.from_training_set <helmpinn.decomposition.Rows.from_training_set>` with the run's
+weights): one step is one linearisation and its damped trials. Its :class:`GNStepInfo` carries
+the damping λ (the history's rate), the CG iterations and trials; the progress bar shows them.
+Under a hard constraint the Dirichlet rows that the constraint satisfies identically (zero data
+where φ = 0) are left out.
+
+**Defaults** (:func:`decomposed_settings`, what :func:`helmpinn.solve` and ``helmpinn train
+--optimizer auto`` take above :data:`DECOMPOSE_ABOVE` wavelengths along one dimension of the
+sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
+
+- the threshold: one network trained by Levenberg-Marquardt met its targets at 4 wavelengths
+  (``free-source`` W = 2 with its PML, 8.7e-4) and 4.5 (the layered tutorial's point source,
+  8.9e-4), and failed at 5 (``box-source`` W = 5: 0.29) and 7 (``free-source`` W = 5: 6.4e-2
+  with four times the points), so 2-D and 3-D problems above 4.5 are decomposed (3-D is not
+  measured); 1-D networks reach 4e-6 at 32 wavelengths (``plane1d`` k = 200), so 1-D ones only
+  above 32;
+- one level of ``ceil(0.85 w_a)`` subdomains along each axis
+  (:data:`SUBDOMAINS_PER_WAVELENGTH`; the measured runs' 5 × 5 for 5 wavelengths, 6 × 6 for
+  7), overlap 0.6, no coarse network level (a one-network level did not help the prototype;
+  the solver's coarse space does that work); subnetworks of 16 frequencies and one hidden layer
+  of 32 (1,154 parameters in 2-D);
+- ``max(25^d Π w_a, P/2)`` PDE points (:data:`POINTS_PER_WAVELENGTH`, fixed Sobol points,
+  rounded up to 500; the measured runs' 16,000 for 5 × 5 subnetworks), boundary points 1/20 of
+  them (none under a hard constraint);
+- a hard constraint (:class:`~helmpinn.decomposition.BoxConstraint` of scale 1/k) when the
+  problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
+- Gauss-Newton with Marquardt damping, CG to 1e-3 or 200 iterations, the output-layer coarse
+  space; 200 iterations at most, stopping when the loss falls by less than 1% over 10.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .batch import TERMS
+from .decomposition import FORMAT, BoxConstraint, DecomposedModel, Level, Rows
+from .drivers import DRIVERS, Driver, LMSettings, NonFiniteStep, StepInfo
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+__all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "trainable", "load_model",
+           "decomposed_settings", "should_decompose", "build_decomposed_model", "DECOMPOSE_ABOVE",
+           "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH"]
+
+#: Decompose a problem that spans more than this many wavelengths along one dimension of its
+#: sampled domain, by dimension (module docstring: the measurements behind them).
+DECOMPOSE_ABOVE = {1: 32.0, 2: 4.5, 3: 4.5}
+#: Subdomains per wavelength along each axis of the fine level.
+SUBDOMAINS_PER_WAVELENGTH = 0.85
+#: PDE points per wavelength per dimension of a decomposed run, by dimension.
+POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
+#: The metadata key under which a decomposed model's file keeps its optimiser state.
+STATE_KEY = "optimizer_state"
+
+
+def _jsonable(obj: Any) -> Any:
+    """``obj`` with NumPy scalars and arrays as JSON numbers and lists (complex as [re, im])."""
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return _jsonable(obj.item())
+    if isinstance(obj, complex):
+        return [obj.real, obj.imag]
+    return obj
+
+
+class TrainableDecomposedModel(DecomposedModel):
+    """A :class:`~helmpinn.decomposition.DecomposedModel` with the run loop's model protocol
+    (module docstring): float64 on the CPU, its optimiser state kept in its file's metadata.
+    Construct it as a ``DecomposedModel`` (``create``, ``load``) or wrap one with :meth:`wrap`."""
+
+    #: The optimiser a Trainer runs on it when none is named.
+    default_optimizer: ClassVar[str] = "gn"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.optimizer_state = dict(self.metadata.pop(STATE_KEY, None) or {})
+
+    @classmethod
+    def wrap(cls, model: DecomposedModel) -> "TrainableDecomposedModel":
+        """``model`` itself if it is one already, else a view of it with this protocol that
+        shares its state (the same parameter vector and metadata: training it trains ``model``)."""
+        if isinstance(model, cls):
+            return model
+        if not isinstance(model, DecomposedModel):
+            raise TypeError(f"model: expected a helmpinn.decomposition.DecomposedModel, got {type(model).__name__}")
+        view = cls.__new__(cls)
+        view.__dict__ = model.__dict__
+        if "optimizer_state" not in view.__dict__:
+            view.optimizer_state = dict(view.metadata.pop(STATE_KEY, None) or {})
+        return view
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.params.dtype
+
+    @property
+    def in_dim(self) -> int:
+        return self.dim
+
+    def to(self, device: str) -> "TrainableDecomposedModel":
+        if device != "cpu":
+            raise ValueError(f"device: a decomposed model trains on the CPU (its products are host "
+                             f"arrays), got {device!r}; use device='cpu'")
+        return self
+
+    def params_host(self) -> NDArray[np.float64]:
+        """A copy of the parameters."""
+        return self.params.copy()
+
+    def set_params(self, values: ArrayLike) -> None:
+        """Overwrite the parameters in place."""
+        values = np.asarray(values, np.float64)
+        if values.shape != self.params.shape:
+            raise ValueError(f"set_params: expected shape {self.params.shape}, got {values.shape}")
+        self.params[...] = values
+
+    def copy(self) -> "TrainableDecomposedModel":
+        """An independent copy (parameters, metadata and optimiser state)."""
+        return type(self)(self.levels, self.specs, self.params.copy(), self.constraint,
+                          {**json.loads(json.dumps(_jsonable(self.metadata))),
+                           STATE_KEY: _jsonable(self.optimizer_state)})
+
+    def save(self, path: str | os.PathLike, *, optimizer_state: Mapping[str, Any] | None = None,
+             metadata: Mapping[str, Any] | None = None) -> None:
+        """Write the model (the decomposition's format) with ``optimizer_state`` and ``metadata``
+        (default: its own) in the metadata, atomically; the folder is created if needed."""
+        state = self.optimizer_state if optimizer_state is None else optimizer_state
+        meta = self.metadata if metadata is None else metadata
+        os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
+        own = self.metadata
+        self.metadata = _jsonable({**meta, STATE_KEY: dict(state)})
+        try:
+            super().save(path)
+        finally:
+            self.metadata = own
+
+    def loss_function(self, training_set: Any, weights: Mapping[str, float]) -> Callable[[NDArray], float]:
+        """``θ -> loss`` on the points of ``training_set`` with ``weights`` (the core's loss:
+        each term's weight times its mean squared residual)."""
+        res = self.residuals_for(Rows.from_training_set(training_set, weights))
+        return lambda theta: float(np.sum(res.residuals(theta) ** 2))
+
+
+def trainable(model: Any) -> Any:
+    """``model`` with the run loop's model protocol: a plain ``DecomposedModel`` through
+    :meth:`TrainableDecomposedModel.wrap`, anything else as it is."""
+    if isinstance(model, DecomposedModel) and not isinstance(model, TrainableDecomposedModel):
+        return TrainableDecomposedModel.wrap(model)
+    return model
+
+
+def load_model(path: str | os.PathLike) -> Any:
+    """The model in ``path``: a :class:`TrainableDecomposedModel` for a decomposed model's file,
+    else :meth:`helmpinn.Model.load`'s (ValueError naming the file when it is neither)."""
+    from .model import Model
+
+    kind = None
+    if os.path.isfile(path):   # (a FIFO or device is never opened here: Model.load refuses it)
+        try:
+            with np.load(os.fspath(path), allow_pickle=False) as z:
+                kind = json.loads(str(z["config"])).get("kind") if "config" in z.files else None
+        except Exception:   # noqa: BLE001 - not a decomposed model's file: Model.load names what is wrong
+            kind = None
+    if kind == FORMAT:
+        return TrainableDecomposedModel.load(path)
+    return Model.load(path)
+
+
+# -- the driver ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GNSettings:
+    """The Gauss-Newton run's settings: the stall stop (the loss fell by less than a factor
+    ``stall_factor`` over ``stall_window`` steps) and ``options``, keywords of
+    :class:`helmpinn.gauss_newton.MatrixFreeGN` (``lam``, ``damping``, ``cg_tol``,
+    ``cg_maxiter``, ``coarse``, ``products``, ``geodesic``, ``gram``, ...; its constructor checks
+    them)."""
+
+    stall_window: int = 10
+    stall_factor: float = 0.99
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        LMSettings(self.stall_window, self.stall_factor)   # the same stall rule, checked there
+        from .gauss_newton import MatrixFreeGN
+
+        known = set(inspect.signature(MatrixFreeGN).parameters) - {"residuals", "comm"}
+        unknown = set(self.options) - known
+        if unknown:
+            raise ValueError(f"Gauss-Newton options: unknown {sorted(unknown)}; known: {sorted(known)}")
+
+
+@dataclass
+class GNStepInfo(StepInfo):
+    """:class:`~helmpinn.drivers.StepInfo` with the step's ``cg_iterations`` (per trial),
+    ``trials`` and ``accepted``."""
+
+    cg_iterations: list[int] = field(default_factory=list)
+    trials: int = 0
+    accepted: bool = True
+
+
+class GNDriver(Driver):
+    """Matrix-free Gauss-Newton (:class:`helmpinn.gauss_newton.MatrixFreeGN`) on a decomposed
+    model's residuals at the run's points (module docstring). The history's rate is λ; stops by
+    itself when no trial lowers the loss at the largest damping, and (through the loop) on a
+    stall. Continues λ from a loaded checkpoint; new points rebuild the residuals. CPU, one
+    process. Sets ``run.gn`` (the MatrixFreeGN)."""
+
+    name = "gn"
+    trains_own_loss = True   # a model that computes its own loss (no core workspace in the Trainer)
+
+    def __init__(self, settings: GNSettings | None = None, *, stall_window: int = 10,
+                 stall_factor: float = 0.99, **options: Any):
+        self.settings = settings if settings is not None else GNSettings(stall_window, stall_factor, options)
+        self.stall = (int(self.settings.stall_window), float(self.settings.stall_factor))
+        self.gn: Any = None
+        self.log: list[dict[str, Any]] = []
+
+    def start(self, run: "Trainer", steps: int) -> None:
+        from .gauss_newton import MatrixFreeGN
+
+        if not isinstance(run.model, DecomposedModel):
+            raise TypeError(f"optimizer 'gn': trains a helmpinn.decomposition.DecomposedModel, "
+                            f"got {type(run.model).__name__} (use 'lm' for one network)")
+        if run.comm is not None and run.comm.Get_size() > 1:
+            raise NotImplementedError("optimizer 'gn' runs on one process here (a Trainer with comm= "
+                                      "over several ranks would fit only each rank's points)")
+        self.gn = MatrixFreeGN(run.model.residuals_for(self._rows(run)), **self.settings.options)
+        state = run.model.optimizer_state
+        if state and "gn_lambda" in state:
+            self.gn.load_state_dict(state)
+        run.gn = self.gn
+        self.log = []
+
+    @staticmethod
+    def _rows(run: "Trainer") -> Rows:
+        """The rows of the run's points; with a hard constraint, without the data rows that it
+        satisfies identically (zero data at points where φ = 0)."""
+        rows = Rows.from_training_set(run.training_set, run.weights)
+        constraint = run.model.constraint
+        if constraint is None or not np.any(rows.term == "data"):
+            return rows
+        phi = np.ones(len(rows))
+        data = rows.term == "data"
+        phi[data] = constraint(rows.x[data])[0]
+        keep = ~(data & (phi == 0) & (rows.f == 0))
+        return Rows(*(getattr(rows, k)[keep] for k in ("x", "a", "b", "c", "f", "term")))
+
+    def resampled(self, run: "Trainer") -> None:
+        self.gn.set_residuals(run.model.residuals_for(self._rows(run)))
+
+    def step(self, run: "Trainer") -> GNStepInfo:
+        try:
+            st = self.gn.step(run.model.params)
+        except FloatingPointError as exc:
+            raise NonFiniteStep(str(exc)) from exc
+        terms = {}
+        for term in TERMS:
+            w = run.weights[term]
+            terms[term] = st.terms.get(term, 0.0) / w if w > 0 else 0.0
+        stop = None
+        if st.message == "damping at lam_max":
+            stop = (f"no decrease at the largest damping (λ = {st.lam:.1e}) at step {run.step + 1}: "
+                    "converged or stuck")
+        cg = sum(st.cg_iterations)
+        self.log.append({"loss": st.loss, "lam": st.lam, "cg": list(st.cg_iterations), "trials": st.trials,
+                         "accepted": st.accepted})
+        return GNStepInfo(st.loss, terms, st.lam, f"lam={st.lam:.1e} cg={cg} trials={st.trials}", stop,
+                          dict(st.times), list(st.cg_iterations), st.trials, st.accepted)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.gn.state_dict() if self.gn is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.gn is not None and state and "gn_lambda" in state:
+            self.gn.load_state_dict(state)
+
+    def summary(self) -> dict[str, Any] | None:
+        if self.gn is None:
+            return None
+        return {"steps": len(self.log), "final_lambda": self.gn.lam,
+                "cg_iterations": [sum(e["cg"]) for e in self.log], "trials": [e["trials"] for e in self.log]}
+
+
+DRIVERS.setdefault("gn", GNDriver)   # Trainer.fit(optimizer="gn"), helmpinn.drivers.make_driver("gn")
+
+
+# -- the defaults --------------------------------------------------------------------------------
+def should_decompose(problem: Any) -> bool:
+    """True when ``problem`` spans more than :data:`DECOMPOSE_ABOVE` wavelengths along one
+    dimension of its sampled domain (:func:`helmpinn.defaults.wavelengths`)."""
+    from .defaults import wavelengths
+
+    limit = DECOMPOSE_ABOVE[min(int(problem.dim), 3)]
+    return float(np.max(wavelengths(problem))) > limit * (1 + 1e-9)   # at the limit itself: one network
+
+
+def _hard_constraint(problem: Any) -> bool:
+    """A box without a PML whose every boundary part is ``Dirichlet(0)``, and no data points."""
+    from .geometry import Box
+    from .problems import Dirichlet
+
+    bcs = list(getattr(problem, "bcs", {}).values())
+    return (isinstance(problem.domain, Box) and getattr(problem, "pml", None) is None and bool(bcs)
+            and all(isinstance(bc, Dirichlet) and not callable(bc.value) and complex(bc.value) == 0 for bc in bcs)
+            and getattr(problem, "data", None) is None)
+
+
+def decomposed_settings(problem: Any, **decomposition: Any) -> dict[str, Any]:
+    """The run settings of a decomposed model trained by Gauss-Newton on ``problem`` (module
+    docstring), a table like :func:`helmpinn.defaults.run_settings`'s: ``model`` "decomposed",
+    ``optimizer`` "gn", the subnetworks' ``ff_dim`` / ``hidden`` / ``layers``, the points, the
+    weights (Levenberg-Marquardt's), ``steps``, ``gn`` (:class:`GNDriver`'s keywords) and
+    ``decomposition``: ``subdomains_per_wavelength``, ``grids`` (one grid of counts per level;
+    None: one level from the rule), ``coarse_level`` (add a one-network level), ``overlap`` and
+    ``constraint`` (None: the rule; True / False). ``decomposition`` replaces any of those, and
+    ``ff_dim``, ``hidden``, ``layers``, ``points_per_wavelength`` too; the points follow."""
+    from . import _core
+    from .defaults import LM_BOUNDARY_SHARE, auto_weights, default_settings, scale_wavenumber, wavelengths
+
+    d = int(problem.dim)
+    rules = {"subdomains_per_wavelength": SUBDOMAINS_PER_WAVELENGTH, "grids": None, "coarse_level": False,
+             "overlap": 0.6, "constraint": None, "ff_dim": 16, "hidden": 32, "layers": 1,
+             "points_per_wavelength": POINTS_PER_WAVELENGTH[min(d, 3)]}
+    unknown = set(decomposition) - set(rules)
+    if unknown:
+        raise ValueError(f"decomposition: unknown settings {sorted(unknown)}; known: {sorted(rules)}")
+    r = {**rules, **decomposition}
+    spw = float(r["subdomains_per_wavelength"])
+    if not (math.isfinite(spw) and spw > 0):
+        raise ValueError(f"decomposition: subdomains_per_wavelength must be a positive number, got {spw}")
+    waves = wavelengths(problem)
+    grids = r["grids"]
+    if grids is None:
+        grids = [[max(1, math.ceil(spw * w - 1e-9)) for w in waves]]
+    grids = [list(map(int, np.atleast_1d(g))) for g in grids]
+    if r["coarse_level"] and [1] * d not in grids:
+        grids.append([1] * d)
+    constraint = _hard_constraint(problem) if r["constraint"] is None else bool(r["constraint"])
+    P = _core.ModelSpec(d, int(r["ff_dim"]), int(r["hidden"]), int(r["layers"])).num_params
+    P *= sum(int(np.prod(g)) for g in grids)
+    n = max(float(r["points_per_wavelength"]) ** d * float(np.prod(waves)), P / 2)
+    pde_points = int(500 * math.ceil(n / 500))
+    lo, hi = getattr(problem, "sampling_domain", problem.domain).bounds
+    adam = default_settings(problem)
+    return {**adam, "model": "decomposed", "optimizer": "gn", "warm_start": 0, "lbfgs": 0,
+            "ff_dim": int(r["ff_dim"]), "hidden": int(r["hidden"]), "layers": int(r["layers"]),
+            "sigma": None, "dtype": "float64", "steps": 200, "pde_points": pde_points,
+            "bc_points": 0 if constraint else (2 if d == 1 else pde_points // 20), "sampling": "sobol",
+            "resample_every": 0, "eval_every": 1, "weights": auto_weights(problem, LM_BOUNDARY_SHARE),
+            "gn": {"stall_window": 10, "stall_factor": 0.99, "lam": 1e-3, "damping": "marquardt",
+                   "cg_tol": 1e-3, "cg_maxiter": 200, "coarse": "last_layer"},
+            "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": float(r["overlap"]),
+                              "constraint": constraint, "coarse_level": bool(r["coarse_level"]),
+                              "lo": np.asarray(lo, float).tolist(), "hi": np.asarray(hi, float).tolist(),
+                              "wavenumber": scale_wavenumber(problem),
+                              "points_per_wavelength": float(r["points_per_wavelength"])}}
+
+
+def build_decomposed_model(problem: Any, decomposition: Mapping[str, Any], ff_dim: int, hidden: int,
+                           layers: int, *, seed: int = 0, sigma: float | None = None,
+                           dtype: str = "float64") -> TrainableDecomposedModel:
+    """A fresh decomposed model from a :func:`decomposed_settings` table's ``decomposition``
+    and subnetwork shape. ``sigma``: the subnetworks' Fourier scale on the finest level (None:
+    :meth:`~helmpinn.decomposition.DecomposedModel.create`'s, from the wavenumber)."""
+    if dtype != "float64":
+        raise ValueError(f"dtype: a decomposed model is float64, got {dtype!r}")
+    dd = decomposition
+    lo, hi = np.asarray(dd["lo"], float), np.asarray(dd["hi"], float)
+    k = float(dd["wavenumber"])
+    if sigma is not None:   # σ = k h / 2π on the first level: the k that gives this σ
+        half = Level(lo, hi, dd["grids"][0], dd["overlap"]).half
+        k = 2 * math.pi * float(sigma) / float(np.mean(half))
+    constraint = BoxConstraint(lo, hi, 1.0 / float(dd["wavenumber"])) if dd["constraint"] else None
+    return TrainableDecomposedModel.create(lo, hi, [tuple(g) for g in dd["grids"]], overlap=dd["overlap"],
+                                           ff_dim=ff_dim, hidden_dim=hidden, num_hidden_layers=layers,
+                                           wavenumber=k, constraint=constraint, seed=seed)
+

@@ -1,0 +1,186 @@
+"""One call from a problem to a trained model: :func:`solve` (``hp.solve``) picks the model and
+the optimiser (:func:`plan`), runs the training loop until a tolerance, a time limit or the
+optimiser's own stop, and returns a :class:`Solution`. :func:`train` runs a settings table's
+phases (an Adam warm start, then the optimiser) on a Trainer; the CLI uses both.
+
+The plan: a problem that spans more than a few wavelengths
+(:func:`helmpinn.dd_driver.should_decompose`) gets a decomposed model sized from its wavelengths
+trained by matrix-free Gauss-Newton (:func:`helmpinn.dd_driver.decomposed_settings`); any other
+one network, trained by Levenberg-Marquardt where its dense system fits, else after an Adam
+warm start by matrix-free LM (:func:`helmpinn.defaults.run_settings` with "auto").
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import dd_driver
+from .decomposition import DecomposedModel
+from .defaults import OPTIMIZERS, run_settings
+from .drivers import Driver, make_driver
+from .model import Model
+from .problems import Problem, get_problem
+from .trainer import History, Trainer
+
+__all__ = ["solve", "Solution", "train", "plan", "MODELS"]
+
+#: What ``solve(model=...)`` takes by name.
+MODELS = ("auto", "network", "decomposed")
+
+
+@dataclass
+class Solution:
+    """What :func:`solve` found: the trained ``model`` (a :class:`~helmpinn.Model` or a
+    :class:`~helmpinn.decomposition.DecomposedModel`) and its ``history``, the ``settings`` it
+    used, why it stopped, the relative L2 ``error`` on the test grid (None without an exact
+    solution) and the last validation loss."""
+
+    model: Model | DecomposedModel
+    history: History
+    settings: dict[str, Any]
+    stop_reason: str | None
+    error: float | None
+    val_loss: float | None
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The solution u at points ``x`` [N, d] (complex)."""
+        return self.model.predict(x)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the model (with the settings in its metadata) to ``path`` (.npz; read it back
+        with :func:`helmpinn.dd_driver.load_model`, or ``Model.load`` for one network)."""
+        self.model.save(path, metadata={**self.model.metadata, "settings": self.settings})
+
+
+def train(trainer: Trainer, settings: dict[str, Any], done: int = 0) -> tuple[History, dict[str, Any] | None]:
+    """Run the phases of ``settings`` (a :func:`run_settings` table) on ``trainer``: for L-BFGS
+    and LM the Adam warm start first (what is left of it after ``done`` steps), then the
+    optimiser's ``steps``, each through its driver. A ``trainer.time_limit`` covers both phases.
+    Returns the history and the L-BFGS summary (None for the others)."""
+    name = settings.get("optimizer", "adam")
+    warm = 0 if name == "adam" else int(settings.get("warm_start", 0))
+    limit, start = trainer.time_limit, trainer.clock()
+    try:
+        if done < warm:
+            trainer.fit(warm - done, optimizer="adam")
+            if trainer.diverged or trainer.stop_reason:
+                return trainer.history, None
+            if limit is not None:
+                left = limit - (trainer.clock() - start)
+                if left <= 0:
+                    trainer.stop_reason = f"time limit {limit:g} s reached at step {trainer.step}"
+                    return trainer.history, None
+                trainer.time_limit = left
+        driver = name if isinstance(name, Driver) else make_driver(name, **settings[name]) \
+            if name in ("lm", "gn") else name
+        history = trainer.fit(settings["steps"] + warm - max(done, warm), optimizer=driver)
+        if limit is not None and trainer.time_limit != limit and (trainer.stop_reason or "").startswith("time limit"):
+            trainer.stop_reason = f"time limit {limit:g} s reached at step {trainer.step}"   # the whole run's
+    finally:
+        trainer.time_limit = limit
+    return history, trainer.driver.summary() if name == "lbfgs" else None
+
+
+def plan(problem: Problem, model: str = "auto", optimizer: str | Driver = "auto", *,
+         memory_bytes: int = 2 << 30, decomposition: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The settings table of a run on ``problem``. ``model``: "network" (one network),
+    "decomposed" (:func:`helmpinn.dd_driver.decomposed_settings`) or "auto" (decomposed when
+    :func:`helmpinn.dd_driver.should_decompose` and the optimiser allows it). ``optimizer``:
+    "auto" (Gauss-Newton for a decomposed model, else :func:`run_settings`'s "auto"), "gn"
+    (a decomposed model), "adam", "lbfgs", "lm" (one network) or a
+    :class:`~helmpinn.drivers.Driver` (run on the chosen model's plan). ``decomposition``:
+    entries replacing the decomposition's rules."""
+    if isinstance(model, str) and model not in MODELS:
+        raise ValueError(f"model: expected one of {MODELS}, a Model or a DecomposedModel, got {model!r}")
+    named = optimizer if isinstance(optimizer, str) else "auto"
+    if not isinstance(optimizer, (str, Driver)) or named not in ("auto", "gn", *OPTIMIZERS):
+        raise ValueError(f"optimizer: expected 'auto', 'gn', one of {OPTIMIZERS} or a helmpinn.drivers.Driver, "
+                         f"got {optimizer!r}")
+    if model == "auto":
+        model = "decomposed" if named == "gn" or (named == "auto" and dd_driver.should_decompose(problem)) \
+            else "network"
+    if model == "decomposed":
+        if named not in ("auto", "gn"):
+            raise ValueError(f"optimizer {named!r} trains one network; a decomposed model trains with "
+                             f"'gn' (or give model='network')")
+        settings = dd_driver.decomposed_settings(problem, **(decomposition or {}))
+    else:
+        if named == "gn":
+            raise ValueError("optimizer 'gn' trains a decomposed model; give model='decomposed' or 'auto'")
+        if decomposition:
+            raise ValueError("decomposition: given for one network (model='network')")
+        settings = {**run_settings(problem, named, memory_bytes), "model": "network"}
+    if isinstance(optimizer, Driver):
+        settings["optimizer"] = optimizer
+    return settings
+
+
+def solve(problem: Problem | str, tol: float | None = None, time_limit: float | None = None, comm: Any = None,
+          progress: bool = True, *, model: str | Model | DecomposedModel = "auto",
+          optimizer: str | Driver = "auto", callbacks: Sequence[Callable[[Trainer, int], Any]] = (),
+          memory_bytes: int = 2 << 30, clock: Callable[[], float] = time.perf_counter,
+          **overrides: Any) -> Solution:
+    """Train a model for ``problem`` (a :class:`~helmpinn.Problem` or a built-in's name) and return
+    the :class:`Solution`.
+
+    The plan is :func:`plan`'s: a problem of more than a few wavelengths
+    (:data:`helmpinn.dd_driver.DECOMPOSE_ABOVE`) gets a decomposed model sized from its
+    wavelengths, trained by matrix-free Gauss-Newton; any other one network, trained by
+    Levenberg-Marquardt where its dense system fits ``memory_bytes``, else after an Adam warm
+    start by matrix-free LM. ``model``: "auto", "network", "decomposed", or a
+    :class:`~helmpinn.Model` / :class:`~helmpinn.decomposition.DecomposedModel` to train (the
+    plan of its kind gives the points and the optimiser). ``optimizer``: "auto", "gn", "lm",
+    "adam", "lbfgs" or a :class:`~helmpinn.drivers.Driver`. ``overrides`` replace any entry of
+    the plan (``hidden``, ``layers``, ``ff_dim``, ``pde_points``, ``steps``, ``warm_start``,
+    ``seed``, ...; ``lm`` / ``gn``: a dict merged into the optimiser's options;
+    ``decomposition``: entries replacing the decomposition's rules, the points following them).
+    Stops once the relative L2 error (with an exact solution, else the validation loss) is below
+    ``tol``, after ``time_limit`` seconds (by ``clock``), or on the optimiser's own stop.
+    ``callbacks``: ``f(trainer, step)`` after every step (:class:`~helmpinn.Trainer`'s).
+    ``comm``: data-parallel over MPI ranks (one network); ``progress``: a bar.
+    """
+    if isinstance(problem, str):
+        problem = get_problem(problem)
+    if tol is not None and not tol > 0:
+        raise ValueError(f"tol must be a positive number, got {tol}")
+    given = None if isinstance(model, str) else model
+    if given is not None and not isinstance(given, (Model, DecomposedModel)):
+        raise TypeError(f"model: expected 'auto', 'network', 'decomposed', a Model or a DecomposedModel, "
+                        f"got {type(given).__name__}")
+    kind = model if given is None else "decomposed" if isinstance(given, DecomposedModel) else "network"
+    settings = {**plan(problem, kind, optimizer, memory_bytes=memory_bytes,
+                       decomposition=overrides.get("decomposition")), "seed": 0}
+    unknown = set(overrides) - set(settings)
+    if unknown:
+        raise ValueError(f"solve: unknown settings {sorted(unknown)}; known: {sorted(settings)}")
+    overrides.pop("decomposition", None)   # already applied by the plan
+    for name in ("lm", "gn"):
+        if name in overrides:
+            overrides = {**overrides, name: {**settings[name], **overrides[name]}}
+    settings.update(overrides)
+    s = settings
+    if given is not None:
+        net = given
+    elif s["model"] == "decomposed":
+        net = dd_driver.build_decomposed_model(problem, s["decomposition"], s["ff_dim"], s["hidden"], s["layers"],
+                                               seed=s["seed"], sigma=s["sigma"], dtype=s["dtype"])
+    else:
+        net = Model.create(problem.dim, s["ff_dim"], s["hidden"], s["layers"], dtype=s["dtype"], seed=s["seed"],
+                           fourier_sigma=s["sigma"])
+    exact = problem.exact is not None
+    trainer = Trainer(problem, net, lr=s["lr"], schedule=s["schedule"], betas=s["betas"],
+                      pde_points=s["pde_points"], bc_points=s["bc_points"], sampling=s["sampling"],
+                      resample_every=s["resample_every"], weights=s["weights"], eval_every=s["eval_every"],
+                      target_error=tol if exact else None, target_val_loss=None if exact else tol,
+                      time_limit=time_limit, clock=clock, progress=progress, seed=s["seed"], comm=comm,
+                      callbacks=callbacks)
+    trainer.model.metadata = {**trainer.model.metadata, "problem": problem.name,
+                              "problem_options": problem.options}
+    history, _ = train(trainer, settings)
+    record = {k: v for k, v in settings.items() if not isinstance(v, Driver)}
+    return Solution(trainer.model, history, record, trainer.stop_reason, trainer.evaluate(),
+                    trainer.validation_loss())

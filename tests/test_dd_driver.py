@@ -1,0 +1,254 @@
+"""helmpinn.dd_driver: decomposed models in the run loop (the Gauss-Newton driver through Trainer,
+checkpoints and resume, the model protocol), the plan of hp.solve (decomposed above the
+threshold, one network below) and the CLI's path to them."""
+import importlib
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import helmpinn as hp
+from helmpinn import dd_driver
+from helmpinn.cli import main
+from helmpinn.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
+from helmpinn.decomposition import BoxConstraint, DecomposedModel
+
+SMALL = dict(ff_dim=4, hidden_dim=8, overlap=0.6)
+
+
+def box(wavelengths=2.0):
+    return hp.get_problem("box-source", wavelengths=wavelengths)
+
+
+def small_model(problem, grid=(2, 2), seed=0, cls=DecomposedModel):
+    k = problem.wavenumber
+    return cls.create([0, 0], [1, 1], [grid], wavenumber=k, constraint=BoxConstraint([0, 0], [1, 1], 1 / k),
+                      seed=seed, **SMALL)
+
+
+def trainer(problem, model, **kw):
+    opts = dict(pde_points=600, bc_points=40, resample_every=0, eval_every=2, progress=False, n_test=15,
+                val_points=100)
+    return hp.Trainer(problem, model, **{**opts, **kw})
+
+
+def test_gn_driver_lowers_the_loss_through_the_trainer():
+    p = box()
+    m = small_model(p)
+    t = trainer(p, m)
+    h = t.fit(5, optimizer="gn")
+    assert h.step == [1, 2, 3, 4, 5] and t.stop_reason is None
+    assert h.loss[-1] < 0.1 * h.loss[0]
+    assert all(lam > 0 for lam in h.lr)                     # the damping is the history's rate
+    assert h.eval_step == [2, 4, 5] and all(e is not None for e in h.eval_error)
+    assert h.eval_val_loss[-1] < h.eval_val_loss[0]          # the validation loss, from the model's residuals
+    s = t.driver.summary()
+    assert s["steps"] == 5 and len(s["cg_iterations"]) == 5 and min(s["cg_iterations"]) >= 1
+    # the user's DecomposedModel itself was trained (the Trainer's view shares its parameters)
+    assert t.model.params is m.params and isinstance(t.model, TrainableDecomposedModel)
+    np.testing.assert_array_equal(t.model.predict(t.x_test), m.predict(t.x_test))
+
+
+def test_step_info_and_progress_show_damping_and_cg_iterations():
+    p = box()
+    t = trainer(p, small_model(p))
+    driver = GNDriver(cg_maxiter=50)
+    t.fit(1, optimizer=driver)
+    info = driver.step(t)
+    assert isinstance(info, GNStepInfo) and info.trials >= 1 and info.cg_iterations
+    status = t._status(info)
+    assert f"lam={info.rate:.1e}" in status and f"cg={sum(info.cg_iterations)}" in status and "err=" in status
+
+
+def test_default_optimizer_of_a_decomposed_model_is_gn_and_one_network_drivers_are_refused():
+    p = box()
+    t = trainer(p, small_model(p))
+    t.fit(1)
+    assert isinstance(t.driver, GNDriver)
+    for name in ("adam", "lm", "lbfgs"):
+        with pytest.raises(TypeError, match=f"optimizer '{name}' trains one network.*use optimizer='gn'"):
+            t.fit(1, optimizer=name)
+    net = hp.Trainer(p, hp.Model.create(2, 4, 8, 1, dtype="float64"), pde_points=100, bc_points=20, progress=False)
+    with pytest.raises(TypeError, match="optimizer 'gn': trains a helmpinn.decomposition.DecomposedModel"):
+        net.fit(1, optimizer="gn")
+
+
+def test_checkpoint_and_resume_give_the_uninterrupted_iterate(tmp_path):
+    p = box()
+    straight = trainer(p, small_model(p))
+    straight.fit(4, optimizer="gn")
+
+    path = tmp_path / "run.npz"
+    first = trainer(p, small_model(p), checkpoint_path=path)
+    first.fit(2, optimizer="gn")
+    back = load_model(path)
+    assert isinstance(back, TrainableDecomposedModel) and back.optimizer_state["step"] == 2
+    assert back.optimizer_state["gn_lambda"] == first.driver.gn.lam
+    second = trainer(p, back, checkpoint_path=path)
+    second.fit(2, optimizer="gn")
+    assert second.step == 4
+    np.testing.assert_array_equal(second.model.params, straight.model.params)
+    assert second.history.loss == straight.history.loss[2:]
+
+
+def test_model_protocol_save_load_copy():
+    p = box()
+    m = TrainableDecomposedModel.wrap(small_model(p))
+    m.optimizer_state = {"gn_lambda": 0.5, "step": 3}
+    c = m.copy()
+    c.params[0] += 1.0
+    assert c.params[0] != m.params[0] and c.optimizer_state == m.optimizer_state
+    assert m.device == "cpu" and m.to("cpu") is m and m.in_dim == 2 and m.dtype == np.float64
+    with pytest.raises(ValueError, match="device: a decomposed model trains on the CPU"):
+        m.to("cuda")
+    with pytest.raises(TypeError, match="model: expected a helmpinn.decomposition.DecomposedModel"):
+        TrainableDecomposedModel.wrap(hp.Model.create(2, 4, 8, 1))
+
+
+def test_load_model_reads_both_kinds(tmp_path):
+    p = box()
+    m = TrainableDecomposedModel.wrap(small_model(p))
+    m.save(tmp_path / "sub" / "dd.npz", optimizer_state={"gn_lambda": 0.25}, metadata={"a": np.float64(1.5)})
+    back = load_model(tmp_path / "sub" / "dd.npz")
+    assert back.optimizer_state == {"gn_lambda": 0.25} and back.metadata == {"a": 1.5}
+    np.testing.assert_array_equal(back.params, m.params)
+    net = hp.Model.create(2, 4, 8, 1)
+    net.save(tmp_path / "net.npz")
+    assert isinstance(load_model(tmp_path / "net.npz"), hp.Model)
+    (tmp_path / "junk.npz").write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="junk.npz"):
+        load_model(tmp_path / "junk.npz")
+    os.mkfifo(tmp_path / "fifo.npz")   # refused, not opened (a FIFO would block the reader)
+    with pytest.raises(ValueError, match="fifo.npz: not a regular file"):
+        load_model(tmp_path / "fifo.npz")
+
+
+# -- the plan --------------------------------------------------------------------------------------
+def test_threshold_from_the_measurements():
+    assert not dd_driver.should_decompose(box(4.5)) and dd_driver.should_decompose(box(5.0))
+    free = lambda w: hp.get_problem("free-source", wavelengths=w)   # noqa: E731 - 2 + 2 wavelengths of PML
+    assert not dd_driver.should_decompose(free(2.0)) and dd_driver.should_decompose(free(5.0))
+    assert not dd_driver.should_decompose(hp.get_problem("plane1d", k=200.0))
+
+
+def test_decomposed_settings_reproduce_the_measured_runs():
+    s = dd_driver.decomposed_settings(box(5.0))
+    dd = s["decomposition"]
+    assert s["optimizer"] == "gn" and dd["grids"] == [[5, 5]] and dd["constraint"] and s["bc_points"] == 0
+    assert s["pde_points"] == 16000 and (s["ff_dim"], s["hidden"], s["layers"]) == (16, 32, 1)
+    f = dd_driver.decomposed_settings(hp.get_problem("free-source", wavelengths=5.0))
+    assert f["decomposition"]["grids"] == [[6, 6]] and not f["decomposition"]["constraint"] and f["bc_points"] > 0
+    c = dd_driver.decomposed_settings(box(5.0), subdomains_per_wavelength=0.5, coarse_level=True, hidden=16)
+    assert c["decomposition"]["grids"] == [[3, 3], [1, 1]] and c["hidden"] == 16
+    with pytest.raises(ValueError, match=r"decomposition: unknown settings \['width'\]"):
+        dd_driver.decomposed_settings(box(5.0), width=3)
+
+
+TINY_DD = dict(steps=2, pde_points=500, eval_every=1, decomposition={"ff_dim": 4, "hidden": 8})
+TINY_NET = dict(ff_dim=4, hidden=8, layers=1, pde_points=200, bc_points=40, steps=1, lm={"blas_threads": 1})
+
+
+def test_solve_decomposes_above_the_threshold_only(monkeypatch, tmp_path):
+    p = box(2.0)
+    below = hp.solve(p, progress=False, **TINY_NET)
+    assert below.settings["model"] == "network" and isinstance(below.model, hp.Model)
+    monkeypatch.setitem(dd_driver.DECOMPOSE_ABOVE, 2, 1.5)
+    seen = []
+    above = hp.solve(p, progress=False, callbacks=[lambda run, step: seen.append(step)], **TINY_DD)
+    assert above.settings["model"] == "decomposed" and above.settings["optimizer"] == "gn"
+    assert isinstance(above.model, TrainableDecomposedModel) and above.model.levels[0].grid == (2, 2)
+    assert seen == [1, 2] and above.history.loss[-1] < above.history.loss[0] and above.error is not None
+    above.save(tmp_path / "u.npz")
+    back = load_model(tmp_path / "u.npz")
+    assert back.metadata["settings"]["model"] == "decomposed"
+    np.testing.assert_array_equal(back.predict(p.test_points(5)), above.predict(p.test_points(5)))
+    # each choice can be set: one network above the threshold, a decomposition below it
+    net = hp.solve(p, progress=False, model="network", **TINY_NET)
+    assert net.settings["model"] == "network"
+    monkeypatch.setitem(dd_driver.DECOMPOSE_ABOVE, 2, 4.5)
+    dd = hp.solve(p, progress=False, optimizer="gn", **TINY_DD)
+    assert dd.settings["model"] == "decomposed"
+    mine = small_model(p)
+    given = hp.solve(p, progress=False, model=mine, steps=1, pde_points=500)
+    assert given.model.params is mine.params and given.settings["optimizer"] == "gn"
+
+
+def test_solve_refuses_mismatched_choices():
+    p = box(2.0)
+    with pytest.raises(ValueError, match="optimizer 'lm' trains one network"):
+        hp.solve(p, model="decomposed", optimizer="lm")
+    with pytest.raises(ValueError, match="optimizer 'gn' trains a decomposed model"):
+        hp.solve(p, model="network", optimizer="gn")
+    with pytest.raises(ValueError, match="model: expected one of"):
+        hp.solve(p, model="grid")
+    with pytest.raises(TypeError, match="model: expected 'auto'"):
+        hp.solve(p, model=3)
+
+
+def test_solve_passes_callbacks_to_the_run_loop():
+    seen = []
+    hp.solve(hp.get_problem("plane1d", k=4.0), progress=False, callbacks=[lambda run, step: seen.append(step)],
+             steps=3, **{k: v for k, v in TINY_NET.items() if k != "steps"})
+    assert seen == [1, 2, 3]
+
+
+def test_solve_module_does_not_shadow_the_function():
+    mod = importlib.import_module("helmpinn.solving")
+    assert hp.solve is mod.solve and callable(hp.solve) and hp.Solution is mod.Solution
+    assert "helmpinn.solve" not in sys.modules
+
+
+# -- the CLI ----------------------------------------------------------------------------------------
+def test_cli_auto_and_gn_train_a_decomposed_model(monkeypatch, tmp_path):
+    monkeypatch.setitem(dd_driver.DECOMPOSE_ABOVE, 2, 1.5)
+    out = tmp_path / "run"
+    common = ["--problem", "box-source", "--wavelengths", "2", "--points", "500", "--hidden", "8",
+              "--fourier", "4", "--quiet", "--out", str(out)]
+    assert main(["train", "--optimizer", "auto", "--steps", "2", *common]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["optimizer"] == "gn" and metrics["gn"]["steps"] == 2 == metrics["final_step"]
+    assert metrics["settings"]["decomposition"]["grids"] == [[2, 2]] and (out / "solution.png").exists()
+    model = load_model(out / "model.npz")
+    assert isinstance(model, TrainableDecomposedModel) and model.optimizer_state["step"] == 2
+    assert main(["train", "--resume", str(out), "--steps", "3", "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["final_step"] == 3 and metrics["history"]["step"] == [1, 2, 3]
+    out2 = tmp_path / "gn"
+    assert main(["train", "--optimizer", "gn", "--steps", "1", "--no-plots", *common[:-1], str(out2)]) == 0
+    assert json.loads((out2 / "metrics.json").read_text())["settings"]["optimizer"] == "gn"
+    assert main(["train", "--optimizer", "gn", "--dtype", "float32", *common[:-1], str(tmp_path / "x")]) == 2
+    assert main(["train", "--optimizer", "gn", "--warm-start", "3", *common[:-1], str(tmp_path / "x")]) == 2
+    assert main(["train", "--optimizer", "gn", "--lbfgs", "3", *common[:-1], str(tmp_path / "x")]) == 2
+
+
+def test_gn_settings_are_checked():
+    with pytest.raises(ValueError, match=r"Gauss-Newton options: unknown \['solver'\]"):
+        GNDriver(solver="cg")
+    with pytest.raises(ValueError, match="stall_window >= 1"):
+        GNDriver(stall_window=0)
+    with pytest.raises(ValueError, match="cg_tol"):
+        p = box()
+        trainer(p, small_model(p)).fit(1, optimizer=GNDriver(cg_tol=2.0))
+
+
+def test_stop_request_time_limit_and_divergence_with_gn():
+    p = box()
+    t = trainer(p, small_model(p), callbacks=[lambda run, step: step == 2 and run.request_stop()])
+    t.fit(5, optimizer="gn")
+    assert t.step == 2 and t.stop_reason == "stop requested at step 2"
+    now = [0.0]
+
+    def tick(run, step):
+        now[0] += 1.0
+    t = trainer(p, small_model(p), callbacks=[tick], time_limit=3.0, clock=lambda: now[0])
+    t.fit(10, optimizer="gn")
+    assert t.step == 3 and t.stop_reason == "time limit 3 s reached at step 3"
+
+    def poison(run, step):   # the next step meets a non-finite loss
+        if step == 2:
+            run.model.params[:] = np.inf
+    t = trainer(p, small_model(p), callbacks=[poison])
+    t.fit(5, optimizer="gn")
+    assert t.diverged and "non-finite" in t.stop_reason and np.all(np.isfinite(t.model.params))
