@@ -28,10 +28,10 @@ py::dtype parse_dtype(py::handle obj) {
 }
 
 // The one parser of device names, for Workspace and (as _core.parse_device) for the Python
-// layer: "cpu" -> (cpu, -1), "cuda" -> (cuda, 0), "cuda:N" -> (cuda, N) with N ASCII digits
-// that fit an int; ValueError naming the argument for anything else.
+// layer: "cpu" -> (cpu, 0: the core's unused id), "cuda" -> (cuda, 0), "cuda:N" -> (cuda, N)
+// with N ASCII digits that fit an int; ValueError naming the argument for anything else.
 std::pair<Device, int> parse_device(const std::string& s) {
-    if (s == "cpu") return {Device::cpu, -1};
+    if (s == "cpu") return {Device::cpu, 0};
     if (s == "cuda") return {Device::cuda, 0};
     if (s.rfind("cuda:", 0) != 0)
         throw py::value_error("device: expected 'cpu' or 'cuda', got '" + s + "'");
@@ -313,7 +313,9 @@ void register_workspace(py::module_& mod) {
             throw py::value_error(expected + std::string(py::repr(device)));
         }
         const auto [d, id] = parse_device(name);
-        return py::make_tuple(d == Device::cpu ? "cpu" : "cuda", id);
+        // Python's "cpu" has no device number: -1
+        return d == Device::cpu ? std::pair<std::string, int>("cpu", -1)
+                                : std::pair<std::string, int>("cuda", id);
     }, py::arg("device"),
     "(\"cpu\", -1) or (\"cuda\", N) for \"cpu\", \"cuda\" (device 0) or \"cuda:N\": the parser "
     "Workspace uses; ValueError (TypeError for a non-string) naming anything else. Checks nothing "
