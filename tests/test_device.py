@@ -20,6 +20,7 @@ GPU tests skip with the reason without a usable GPU, and FAIL instead with HELMP
 """
 from __future__ import annotations
 
+import re
 
 import numpy as np
 import pytest
@@ -85,6 +86,25 @@ def test_device_names_are_checked(bad, exc, match):
                  lambda: Trainer(get_problem("plane1d", k=4.0), small_model(), device=bad, progress=False)):
         with pytest.raises(exc, match=match):
             call()
+
+
+@pytest.mark.parametrize("bad", ["cuda:x", "cuda:", "cuda:-1", "cuda: 1", "cuda:1x",
+                                 "cuda:99999999999", "cuda:2147483648", "cuda:\u00b2"])
+def test_device_numbers_have_one_parser_with_one_error(bad):
+    """Device names have one parser, the core's: Workspace (which parsed "cuda:N" with a bare
+    std::stoi: "cuda:x" gave ValueError('stoi'), "cuda:99999999999" IndexError('stoi'), and
+    "cuda: 1" or "cuda:1x" were device 1) and the Python layer (whose int() took "cuda:\u00b2"
+    for a number and failed on it) refuse the same names with the same ValueError."""
+    match = re.escape(f"device: expected 'cuda:N' with N a device number from 0 to 2147483647, "
+                      f"got '{bad}'")
+    with pytest.raises(ValueError, match=match):
+        Workspace(helmpinn.ModelSpec(1, 4, 8, 1), 16, "float64", device=bad)
+    with pytest.raises(ValueError, match=match):
+        Model.create(1, device=bad)
+    # ... and read the good ones alike
+    for name, parsed in (("cpu", ("cpu", -1)), ("cuda", ("cuda", 0)), ("cuda:07", ("cuda", 7)),
+                         ("cuda:2147483647", ("cuda", 2147483647))):
+        assert helmpinn._device.parse(name) == parsed
 
 
 def test_cuda_unavailable_raises_the_workspace_error_before_any_work(no_gpu, tmp_path, monkeypatch):

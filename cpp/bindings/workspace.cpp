@@ -2,7 +2,9 @@
 // level, the residual level) and views of its caches.
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -25,15 +27,25 @@ py::dtype parse_dtype(py::handle obj) {
     return dt;
 }
 
-Device parse_device(const std::string& s) {
-    if (s == "cpu") return Device::cpu;
-    if (s == "cuda" || s.rfind("cuda:", 0) == 0) return Device::cuda;
-    throw py::value_error("device: expected 'cpu' or 'cuda', got '" + s + "'");
-}
-
-int parse_device_id(const std::string& s) {
-    if (s.rfind("cuda:", 0) == 0) return std::stoi(s.substr(5));
-    return 0;
+// The one parser of device names, for Workspace and (as _core.parse_device) for the Python
+// layer: "cpu" -> (cpu, 0: the core's unused id), "cuda" -> (cuda, 0), "cuda:N" -> (cuda, N)
+// with N ASCII digits that fit an int; ValueError naming the argument for anything else.
+std::pair<Device, int> parse_device(const std::string& s) {
+    if (s == "cpu") return {Device::cpu, 0};
+    if (s == "cuda") return {Device::cuda, 0};
+    if (s.rfind("cuda:", 0) != 0)
+        throw py::value_error("device: expected 'cpu' or 'cuda', got '" + s + "'");
+    constexpr long long most = std::numeric_limits<int>::max();
+    long long id = 0;
+    bool ok = s.size() > 5;
+    for (std::size_t i = 5; ok && i < s.size(); ++i) {
+        ok = s[i] >= '0' && s[i] <= '9';
+        id = std::min(10 * id + (s[i] - '0'), most + 1);
+    }
+    if (!ok || id > most)
+        throw py::value_error("device: expected 'cuda:N' with N a device number from 0 to " +
+                              std::to_string(most) + ", got '" + s + "'");
+    return {Device::cuda, int(id)};
 }
 
 // A view of workspace memory that keeps the workspace alive through `base`.
@@ -58,8 +70,7 @@ struct PyWorkspace {
         if (batch < 1)
             throw py::value_error("batch_size: expected an integer >= 1, got " + std::to_string(batch));
         const py::dtype dt = parse_dtype(dtype);
-        const Device d = parse_device(dev);
-        const int id = parse_device_id(dev);
+        const auto [d, id] = parse_device(dev);
         if (dt.equal(py::dtype::of<float>()))
             f32 = std::make_unique<Workspace<float>>(s, std::size_t(batch), d, id);
         else
@@ -290,6 +301,25 @@ py::object residual_impl(ResidualOp op, Workspace<T>& ws, Space& space, py::hand
 }  // namespace
 
 void register_workspace(py::module_& mod) {
+    mod.def("parse_device", [](py::handle device) {
+        const std::string expected = "device: expected 'cpu', 'cuda' or 'cuda:N', got ";
+        if (!py::isinstance<py::str>(device))
+            throw py::type_error(expected +
+                                 std::string(py::str(py::type::of(device).attr("__name__"))));
+        std::string name;
+        try {
+            name = device.cast<std::string>();
+        } catch (const py::cast_error&) {  // not UTF-8 (a lone surrogate)
+            throw py::value_error(expected + std::string(py::repr(device)));
+        }
+        const auto [d, id] = parse_device(name);
+        // Python's "cpu" has no device number: -1
+        return d == Device::cpu ? std::pair<std::string, int>("cpu", -1)
+                                : std::pair<std::string, int>("cuda", id);
+    }, py::arg("device"),
+    "(\"cpu\", -1) or (\"cuda\", N) for \"cpu\", \"cuda\" (device 0) or \"cuda:N\": the parser "
+    "Workspace uses; ValueError (TypeError for a non-string) naming anything else. Checks nothing "
+    "about the machine.");
     py::class_<PyWorkspace> workspace(mod, "Workspace", "Every buffer one step needs, allocated once.");
     workspace
         .def(py::init<const ModelSpec&, py::ssize_t, py::handle, const std::string&>(), py::arg("spec"),

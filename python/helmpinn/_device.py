@@ -23,19 +23,9 @@ DeviceArray = _core.DeviceArray
 
 def parse(device: Any) -> tuple[str, int]:
     """``("cpu", -1)`` or ``("cuda", N)`` for "cpu", "cuda" (device 0) or "cuda:N"; ValueError
-    (TypeError for a non-string) naming anything else. Checks nothing about the machine."""
-    if not isinstance(device, str):
-        raise TypeError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got {type(device).__name__}")
-    if device == "cpu":
-        return "cpu", -1
-    if device == "cuda":
-        return "cuda", 0
-    if device.startswith("cuda:"):
-        tail = device[5:]
-        if tail.isdigit():
-            return "cuda", int(tail)
-        raise ValueError(f"device: expected 'cuda:N' with N a device number >= 0, got {device!r}")
-    raise ValueError(f"device: expected 'cpu' or 'cuda', got '{device}'")
+    (TypeError for a non-string) naming anything else. Checks nothing about the machine. The
+    parser is the core's, the one ``Workspace(device=...)`` uses (``_core.parse_device``)."""
+    return _core.parse_device(device)
 
 
 def check(device: Any, caller: str) -> str:

@@ -17,12 +17,15 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -48,6 +51,64 @@ void dispatch(int d, bool gs, F&& f) {
         if (gs) f(I3{}, std::true_type{}); else f(I3{}, std::false_type{});
     }
 }
+
+/// The backend's tuning knobs, read from the environment once per workspace (when it is made)
+/// and nowhere else:
+///   HELMPINN_CUDA_TILE=P          points per tile of the train and forward kernels, an integer
+///                                 from 1 to kMaxTile (the residual level's tiles: max(1, P / 2));
+///   HELMPINN_CUDA_SCRATCH=global  the activation buffers in global memory;
+///   HELMPINN_CUDA_VERBOSE=1       the launch plan printed to stderr (other values: not printed).
+/// Unset or empty, the plan chooses. Any other value of the first two is refused with
+/// std::invalid_argument naming the variable, the value and what was expected.
+struct TuningKnobs {
+    int tile = 0;  // 0: chosen by the plan
+    bool global_scratch = false;
+    bool verbose = false;
+};
+
+inline TuningKnobs read_tuning_knobs() {
+    TuningKnobs k;
+    if (const char* v = std::getenv("HELMPINN_CUDA_TILE"); v && *v) {
+        long long P = 0;
+        bool digits = true;
+        for (const char* c = v; digits && *c; ++c) {
+            digits = *c >= '0' && *c <= '9';
+            P = std::min<long long>(10 * P + (*c - '0'), kMaxTile + 1);
+        }
+        if (!digits || P < 1 || P > kMaxTile)
+            throw std::invalid_argument("HELMPINN_CUDA_TILE: expected an integer from 1 to " +
+                                        std::to_string(kMaxTile) + " (points per tile), got '" +
+                                        v + "'");
+        k.tile = int(P);
+    }
+    if (const char* v = std::getenv("HELMPINN_CUDA_SCRATCH"); v && *v) {
+        if (std::string(v) != "global")
+            throw std::invalid_argument(std::string("HELMPINN_CUDA_SCRATCH: expected 'global' "
+                                                    "(or unset), got '") + v + "'");
+        k.global_scratch = true;
+    }
+    const char* verbose = std::getenv("HELMPINN_CUDA_VERBOSE");
+    k.verbose = verbose && std::string(verbose) == "1";
+    return k;
+}
+
+/// The kernels one launch plan is made for (CudaBackend::plan_tiles), for compile-time
+/// (d, global scratch): the train plan's forward_kernel and train_kernel, the residual level's
+/// rows_kernel. The last one's occupancy is the plan's.
+template <typename T>
+struct TrainKernels {
+    static constexpr const char* name = "fused kernels";
+    template <int D, bool GS>
+    static auto get() {
+        return std::make_tuple(&forward_kernel<T, D, GS>, &train_kernel<T, D, GS>);
+    }
+};
+template <typename T>
+struct RowKernels {
+    static constexpr const char* name = "residual-level kernels";
+    template <int D, bool GS>
+    static auto get() { return std::make_tuple(&rows_kernel<T, D, GS>); }
+};
 
 template <typename T>
 class CudaBackend final : public Backend<T> {
@@ -75,10 +136,11 @@ public:
         if (B_ > std::size_t(1) << 30)
             throw std::invalid_argument("Workspace: batch_size must be <= 2^30 on CUDA");
         DeviceGuard guard(dev_);
-        plan();
+        const TuningKnobs knobs = read_tuning_knobs();
+        plan(knobs);
         allocate();
-        plan_rows();
-        plan_operator();
+        plan_rows(knobs);
+        plan_operator(knobs.verbose);
         check(cudaEventCreateWithFlags(&last_use_, cudaEventDisableTiming), "cudaEventCreate");
     }
 
@@ -152,7 +214,7 @@ public:
             constexpr int D = decltype(Dc)::value;
             constexpr bool GS = decltype(GSc)::value;
             auto* kernel = &forward_kernel<T, D, GS>;
-            HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
+            HELMPINN_LAUNCH(kernel, grid, kThreads, train_.smem, s)(
                 net, g.cache, g.tile, x, static_cast<long long>(c0), nc, ns, outs);
         });
         mark_use(s);
@@ -224,12 +286,12 @@ public:
             const Geometry& g = row_geometry(ra.entry);
             for (std::size_t c0 = pa; c0 < pb; c0 += g.chunk) {
                 const int nc = int(std::min(g.chunk, pb - c0));
-                const int grid = std::min((nc + g.tile.P - 1) / g.tile.P, rblocks_);
-                dispatch(d_, rgs_, [&](auto Dc, auto GSc) {
+                const int grid = std::min((nc + g.tile.P - 1) / g.tile.P, rows_.blocks);
+                dispatch(d_, rows_.gs, [&](auto Dc, auto GSc) {
                     constexpr int D = decltype(Dc)::value;
                     constexpr bool GS = decltype(GSc)::value;
                     auto* kernel = &rows_kernel<T, D, GS>;
-                    HELMPINN_LAUNCH(kernel, grid, kThreads, rsmem_bytes_, s)(
+                    HELMPINN_LAUNCH(kernel, grid, kThreads, rows_.smem, s)(
                         net, g.cache, g.tile, in, ra, static_cast<long long>(c0), nc);
                 });
                 check(cudaGetLastError(), what);
@@ -279,154 +341,204 @@ private:
     void launch_chunks(std::size_t n, const Geometry& g, const char* what, Launch&& launch) {
         for (std::size_t c0 = 0; c0 < n; c0 += g.chunk) {
             const int nc = int(std::min(g.chunk, n - c0));
-            const int grid = std::min(tiles(nc, g), blocks_);
-            dispatch(d_, gs_, [&](auto Dc, auto GSc) { launch(Dc, GSc, grid, c0, nc); });
+            const int grid = std::min(tiles(nc, g), train_.blocks);
+            dispatch(d_, train_.gs, [&](auto Dc, auto GSc) { launch(Dc, GSc, grid, c0, nc); });
             check(cudaGetLastError(), what);
         }
     }
 
-    // The attributes of forward_kernel and train_kernel for (d, mode) that the plan needs: the
-    // larger static shared memory, the smaller thread limit, train_kernel's registers.
+    // ---- launch planning: plan_tiles() decides for both kernel families ----------------------
+
+    // The attributes of a family's kernels for (d, mode) that the plan needs: the largest static
+    // shared memory, the smallest thread limit, and the registers of the family's last kernel
+    // (the one whose occupancy counts).
     struct KernelAttrs {
         int static_smem = 0, max_threads = 0, regs = 0;
     };
+    template <typename Kernels>
     KernelAttrs kernel_attrs(bool gs) const {
-        KernelAttrs k;
+        KernelAttrs k{0, std::numeric_limits<int>::max(), 0};
+        const std::string what = std::string("cudaFuncGetAttributes(") + Kernels::name + ")";
         dispatch(d_, gs, [&](auto Dc, auto GSc) {
-            constexpr int D = decltype(Dc)::value;
-            constexpr bool GS = decltype(GSc)::value;
-            cudaFuncAttributes f{}, t{};
-            check(cudaFuncGetAttributes(&f, forward_kernel<T, D, GS>), "cudaFuncGetAttributes(forward_kernel)");
-            check(cudaFuncGetAttributes(&t, train_kernel<T, D, GS>), "cudaFuncGetAttributes(train_kernel)");
-            k.static_smem = int(std::max(f.sharedSizeBytes, t.sharedSizeBytes));
-            k.max_threads = std::min(f.maxThreadsPerBlock, t.maxThreadsPerBlock);
-            k.regs = t.numRegs;
+            std::apply([&](auto... kernel) {
+                auto one = [&](auto kern) {
+                    cudaFuncAttributes a{};
+                    check(cudaFuncGetAttributes(&a, kern), what.c_str());
+                    k.static_smem = std::max(k.static_smem, int(a.sharedSizeBytes));
+                    k.max_threads = std::min(k.max_threads, a.maxThreadsPerBlock);
+                    k.regs = a.numRegs;
+                };
+                (one(kernel), ...);
+            }, Kernels::template get<decltype(Dc)::value, decltype(GSc)::value>());
         });
         return k;
     }
 
-    // Raises the dynamic shared-memory limit of forward_kernel and train_kernel for (d, mode) to
-    // `limit` (the opt-in limit minus their static shared memory), and returns train_kernel's
-    // occupancy with `smem` bytes. The attribute belongs to the kernel, shared by every workspace
-    // of this (T, d, mode) on the device: it is always raised to the device's limit, never to
-    // one workspace's need (a smaller workspace made later would break a larger one).
+    // Raises the dynamic shared-memory limit of a family's kernels for (d, mode) to `limit` (the
+    // opt-in limit minus their static shared memory), and returns the last kernel's occupancy
+    // with `smem` bytes. The attribute belongs to the kernel, shared by every workspace of this
+    // (T, d, mode) on the device: it is always raised to the device's limit, never to one
+    // workspace's need (a smaller workspace made later would break a larger one).
+    template <typename Kernels>
     int raise_and_occupancy(bool gs, int limit, int smem) const {
         int per_sm = 0;
+        const std::string set = std::string("cudaFuncSetAttribute(") + Kernels::name + ")";
         dispatch(d_, gs, [&](auto Dc, auto GSc) {
-            constexpr int D = decltype(Dc)::value;
-            constexpr bool GS = decltype(GSc)::value;
-            check(cudaFuncSetAttribute(forward_kernel<T, D, GS>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
-                  "cudaFuncSetAttribute(forward_kernel)");
-            check(cudaFuncSetAttribute(train_kernel<T, D, GS>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
-                  "cudaFuncSetAttribute(train_kernel)");
-            check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, train_kernel<T, D, GS>,
+            const auto ks = Kernels::template get<decltype(Dc)::value, decltype(GSc)::value>();
+            std::apply([&](auto... kernel) {
+                (check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            limit),
+                       set.c_str()),
+                 ...);
+            }, ks);
+            constexpr std::size_t last = std::tuple_size<decltype(ks)>::value - 1;
+            check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, std::get<last>(ks),
                                                                 kThreads, smem),
                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
         });
         return per_sm;
     }
 
-    // Tile size, buffer sizes, shared or global activation buffers, and the number of blocks
-    // (= gradient slots) from the device's shared memory, the kernels' static shared memory,
-    // registers and thread limit, the SM count and the occupancy of each candidate tile.
-    void plan() {
+    // What a kernel family asks of plan_tiles(): its blocks' buffers and how it picks a tile.
+    struct TileRequest {
+        long long fixed = 0;     // dynamic shared memory besides the activation buffers
+        int buffers = 2;         // activation buffers a block
+        int rows_per_point = 1;  // rows a point has in one stream of a buffer
+        int tile = 0;            // > 0: this tile (HELMPINN_CUDA_TILE)
+        bool global = false;     // global scratch asked for
+        std::array<int, 5> candidates{};  // shared-memory tiles to try, largest first (0: none)
+        bool by_occupancy = false;  // the most useful rows resident per SM, else the largest that fits
+        int global_tile = 16;    // the tile in global scratch when none was asked for
+        long long slot_bytes = 0;  // a gradient slot a block (0: none), capped as the scratch
+    };
+    // What plan_tiles() decided for a family.
+    struct TilePlan {
+        TileArgs<T> tile;        // P, ld, buf (scratch: set when allocated)
+        bool gs = false;         // activation buffers in global scratch
+        int smem = 0;            // dynamic shared memory a block
+        int limit = 0;           // the kernels' dynamic limit: opt-in minus static shared memory
+        int per_sm = 0;          // occupancy of the family's last kernel with this tile
+        int blocks = 1;          // blocks a launch
+        KernelAttrs k;           // the attributes in the chosen mode
+    };
+
+    // Tile size, buffer size, shared or global activation buffers, and the number of blocks of
+    // one kernel family from the device's shared memory, the kernels' static shared memory,
+    // registers and thread limit, the SM count and (by_occupancy) each candidate's occupancy.
+    template <typename Kernels>
+    TilePlan plan_tiles(const TileRequest& rq) const {
         int optin = 0, sms = 0;
         check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_),
               "cudaDeviceGetAttribute");
         check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_),
               "cudaDeviceGetAttribute");
         const int ld = plan_ld<T>(sp_.max_width());
-        const long long fixed = fixed_smem_bytes<T>();
-        auto smem_for = [&](int P) {
-            return fixed + 2 * plan_buffer<T>(P, S_, ld, d_, m_) * long(sizeof(T));
-        };
+        const int rpp = rq.rows_per_point;
+        auto buf_for = [&](int P) { return plan_buffer<T>(rpp * P, S_, ld, d_, m_); };
+        auto smem_for = [&](int P) { return rq.fixed + rq.buffers * buf_for(P) * long(sizeof(T)); };
         // Useful rows per tile: the PDE term's d + 2 streams of P points fill whole 32-row warp
         // tiles only for some P (4 points of d = 2: 16 rows of 32).
         auto fill = [&](int P) {
-            const double rows = double(S_) * P;
-            return rows / double(round_up(static_cast<long long>(S_) * P, 32));
+            const long long rows = static_cast<long long>(S_) * rpp * P;
+            return double(rows) / double(round_up(rows, 32));
         };
-        const KernelAttrs shared_k = kernel_attrs(false), global_k = kernel_attrs(true);
+        const KernelAttrs shared_k = kernel_attrs<Kernels>(false);
+        const KernelAttrs global_k = kernel_attrs<Kernels>(true);
         const int shared_limit = optin - shared_k.static_smem;
         const int global_limit = optin - global_k.static_smem;
-        // Tuning knobs (read once, here): HELMPINN_CUDA_TILE = points per tile (1..64);
-        // HELMPINN_CUDA_SCRATCH=global puts the activation buffers in global memory.
-        int P = 0, per_sm = 0;
-        const char* scratch_env = std::getenv("HELMPINN_CUDA_SCRATCH");
-        bool gs = scratch_env && std::string(scratch_env) == "global";
-        if (const char* env = std::getenv("HELMPINN_CUDA_TILE")) {
-            const int want = std::atoi(env);
-            if (want >= 1 && want <= kMaxTile) {
-                P = want;
-                gs = gs || smem_for(P) > shared_limit;
-            }
-        }
-        if (P == 0 && !gs) {
-            // Among the tiles whose buffers fit in shared memory, the one that keeps the most
-            // useful rows resident per SM (occupancy x P x warp-tile fill); on a tie the larger
-            // tile, which stages every weight fewer times. Below 4 points a tile fills too
-            // little of its warp tiles: global scratch with 16 is better.
+
+        int P = rq.tile;
+        bool gs = rq.global;
+        if (P > 0) {
+            gs = gs || smem_for(P) > shared_limit;
+        } else if (!gs) {
+            // Among the tiles whose buffers fit in shared memory, by_occupancy: the one that keeps
+            // the most useful rows resident per SM (occupancy x P x warp-tile fill), on a tie the
+            // larger tile, which stages every weight fewer times; else the largest.
             double best = 0.0;
-            for (int cand : {32, 16, 8, 4}) {
-                if (smem_for(cand) > shared_limit) continue;
-                const int occ = raise_and_occupancy(false, shared_limit, int(smem_for(cand)));
+            for (int cand : rq.candidates) {
+                if (cand == 0 || smem_for(cand) > shared_limit) continue;
+                if (!rq.by_occupancy) {
+                    P = cand;
+                    break;
+                }
+                const int occ = raise_and_occupancy<Kernels>(false, shared_limit, int(smem_for(cand)));
                 const double score = double(occ) * cand * fill(cand);
                 if (occ > 0 && score > best * (1.0 + 1e-9)) {
                     best = score;
                     P = cand;
-                    per_sm = occ;
                 }
             }
             gs = P == 0;
         }
-        if (P == 0) P = 16;
-        tile_.P = P;
-        tile_.ld = ld;
-        tile_.buf = plan_buffer<T>(P, S_, ld, d_, m_);
-        gs_ = gs;
-        smem_bytes_ = int(gs ? fixed : smem_for(P));
-        const KernelAttrs& k = gs ? global_k : shared_k;
-        const int limit = gs ? global_limit : shared_limit;
+        if (P == 0) P = rq.global_tile;
 
-        if (k.max_threads < kThreads)
-            throw std::runtime_error("helmpinn CUDA: the fused kernels were compiled for at most " +
-                                     std::to_string(k.max_threads) + " threads per block on device " +
-                                     std::to_string(dev_) + " (" + std::to_string(k.regs) +
+        TilePlan tp;
+        tp.tile.P = P;
+        tp.tile.ld = ld;
+        tp.tile.buf = buf_for(P);
+        tp.gs = gs;
+        tp.smem = int(gs ? rq.fixed : smem_for(P));
+        tp.k = gs ? global_k : shared_k;
+        tp.limit = gs ? global_limit : shared_limit;
+        const std::string on = " on device " + std::to_string(dev_);
+        if (tp.k.max_threads < kThreads)
+            throw std::runtime_error("helmpinn CUDA: the " + std::string(Kernels::name) +
+                                     " were compiled for at most " +
+                                     std::to_string(tp.k.max_threads) + " threads per block" + on +
+                                     " (" + std::to_string(tp.k.regs) +
                                      " registers per thread); they need " + std::to_string(kThreads));
-        if (smem_bytes_ > limit)
+        if (tp.smem > tp.limit)
             throw std::runtime_error("helmpinn CUDA: device " + std::to_string(dev_) + " has " +
                                      std::to_string(optin) + " bytes of shared memory per block (" +
-                                     std::to_string(k.static_smem) + " of them static); " +
-                                     std::to_string(smem_bytes_) + " are needed");
-        per_sm = raise_and_occupancy(gs_, limit, smem_bytes_);
-        if (per_sm < 1)
-            throw std::runtime_error("helmpinn CUDA: the fused kernel cannot run on device " +
-                                     std::to_string(dev_) + " with " +
-                                     std::to_string(smem_bytes_) + " bytes of shared memory");
-        // One gradient slot per resident block, at most one per tile of a chunk; slots (and
-        // GS scratch) capped at 512 MiB each.
-        long long blocks = static_cast<long long>(sms) * per_sm;
-        blocks = std::min<long long>(blocks, (static_cast<long long>(B_) + P - 1) / P);
+                                     std::to_string(tp.k.static_smem) + " of them static); " +
+                                     std::to_string(tp.smem) + " are needed");
+        tp.per_sm = raise_and_occupancy<Kernels>(gs, tp.limit, tp.smem);
+        if (tp.per_sm < 1)
+            throw std::runtime_error("helmpinn CUDA: the " + std::string(Kernels::name) +
+                                     " cannot run" + on + " with " + std::to_string(tp.smem) +
+                                     " bytes of shared memory");
+        // The blocks that are resident at once, at most one per tile of a chunk; their gradient
+        // slots (slot_bytes each) and GS scratch capped at 512 MiB each.
         const long long cap = 512LL << 20;
-        const long long slot_bytes = static_cast<long long>(np_) * sizeof(T);
-        blocks = std::min<long long>(blocks, std::max<long long>(1, cap / slot_bytes));
-        if (gs_) {
-            const long long scr = 2 * tile_.buf * static_cast<long long>(sizeof(T));
+        long long blocks = static_cast<long long>(sms) * tp.per_sm;
+        blocks = std::min<long long>(blocks, (static_cast<long long>(B_) + P - 1) / P);
+        if (rq.slot_bytes > 0)
+            blocks = std::min<long long>(blocks, std::max<long long>(1, cap / rq.slot_bytes));
+        if (gs) {
+            const long long scr = rq.buffers * tp.tile.buf * static_cast<long long>(sizeof(T));
             blocks = std::min<long long>(blocks, std::max<long long>(1, cap / scr));
         }
-        blocks_ = int(std::max<long long>(1, blocks));
+        tp.blocks = int(std::max<long long>(1, blocks));
+        return tp;
+    }
 
-        plan_ = LaunchPlan{P, gs_, smem_bytes_, limit, k.static_smem, per_sm, blocks_, k.regs};
-        if (const char* v = std::getenv("HELMPINN_CUDA_VERBOSE"); v && std::string(v) == "1")
+    // The train and forward kernels' plan: two activation buffers of P rows a stream, the tile
+    // chosen by occupancy among 32, 16, 8 and 4 points (below 4 a tile fills too little of its
+    // warp tiles: global scratch with 16 is better), one gradient slot a block.
+    void plan(const TuningKnobs& knobs) {
+        TileRequest rq;
+        rq.fixed = fixed_smem_bytes<T>();
+        rq.buffers = 2;
+        rq.rows_per_point = 1;
+        rq.tile = knobs.tile;
+        rq.global = knobs.global_scratch;
+        rq.candidates = {32, 16, 8, 4};
+        rq.by_occupancy = true;
+        rq.global_tile = 16;
+        rq.slot_bytes = static_cast<long long>(np_) * sizeof(T);
+        train_ = plan_tiles<TrainKernels<T>>(rq);
+        const TilePlan& t = train_;
+        plan_ = LaunchPlan{t.tile.P, t.gs, t.smem, t.limit, t.k.static_smem, t.per_sm, t.blocks,
+                           t.k.regs};
+        if (knobs.verbose)
             std::fprintf(stderr,
                          "helmpinn CUDA plan: %s d=%d m=%d H=%d L=%d batch=%zu: tile %d, %s, "
                          "%d B dynamic shared memory (limit %d, static %d), %d regs, %d blocks/SM, "
                          "%d blocks\n",
-                         sizeof(T) == 4 ? "float32" : "float64", d_, m_, H_, L_, B_, P,
-                         gs_ ? "global scratch" : "shared buffers", smem_bytes_, limit,
-                         k.static_smem, k.regs, per_sm, blocks_);
+                         sizeof(T) == 4 ? "float32" : "float64", d_, m_, H_, L_, B_, t.tile.P,
+                         t.gs ? "global scratch" : "shared buffers", t.smem, t.limit,
+                         t.k.static_smem, t.k.regs, t.per_sm, t.blocks);
     }
 
     void allocate() {
@@ -440,14 +552,14 @@ private:
         grad_.allocate(np_, "grad");
         omega_.allocate(std::size_t(d_) * m_, "omega");
         Omega_.allocate(m_, "Omega");
-        slot_grad_.allocate(std::size_t(blocks_) * np_, "gradient slots");
-        slot_loss_.allocate(std::size_t(blocks_) * 3, "loss slots");
+        slot_grad_.allocate(std::size_t(train_.blocks) * np_, "gradient slots");
+        slot_loss_.allocate(std::size_t(train_.blocks) * 3, "loss slots");
         loss_sums_.allocate(3, "loss sums");
         flags_.allocate(kMaxChecked, "finite flags");
-        if (gs_) {
+        if (train_.gs) {
             // Set once: the kernels read (and discard) the padding rows of a partial tile, which
             // nothing writes; initialised, they are neither garbage nor an initcheck finding.
-            scratch_.allocate(std::size_t(blocks_) * 2 * std::size_t(tile_.buf), "scratch");
+            scratch_.allocate(std::size_t(train_.blocks) * 2 * std::size_t(train_.tile.buf), "scratch");
             check(cudaMemset(scratch_.data(), 0, scratch_.bytes()), "cudaMemset(scratch)");
         }
         host_sums_.allocate(3, "cudaMallocHost(loss)");
@@ -455,7 +567,7 @@ private:
         check(cudaMemset(grad_.data(), 0, grad_.bytes()), "cudaMemset(grad)");
         check(cudaDeviceSynchronize(), "Workspace allocation");
 
-        tile_.scratch = scratch_.data();
+        train_.tile.scratch = scratch_.data();
         cache_.x_input = x_input_.data();
         cache_.feat = feat_.data();
         for (int l = 0; l <= L_; ++l) cache_.z[l] = z_[l].data();
@@ -524,7 +636,7 @@ private:
             const Geometry& g = train_geometry(terms::term_entry(in, t));
             if (n) used = std::max(used, tiles(int(std::min(n, g.chunk)), g));
         }
-        used = std::min(used, blocks_);
+        used = std::min(used, train_.blocks);
         if (used > 0)
             check(cudaMemsetAsync(slot_grad_.data(), 0, std::size_t(used) * np_ * sizeof(T), s),
                   "value_and_grad: cudaMemsetAsync");
@@ -558,7 +670,7 @@ private:
                 constexpr int D = decltype(Dc)::value;
                 constexpr bool GS = decltype(GSc)::value;
                 auto* kernel = &train_kernel<T, D, GS>;
-                HELMPINN_LAUNCH(kernel, grid, kThreads, smem_bytes_, s)(
+                HELMPINN_LAUNCH(kernel, grid, kThreads, train_.smem, s)(
                     net, g.cache, g.tile, in, tl, static_cast<long long>(c0), nc, tf,
                     slot_grad_.data(), static_cast<long long>(np_), slot_loss_.data());
             });
@@ -574,92 +686,28 @@ private:
               w ? "vjp: reduce kernel launch" : "value_and_grad: reduce kernel launch");
     }
 
-    // The residual level's tiles and buffers (rows_kernel: three activation buffers of 2 P
-    // rows per stream), planned after plan() and allocate(): in shared memory when the train
-    // kernel's are and three fit, else a global scratch slice per block. HELMPINN_CUDA_TILE = P
-    // gives rows tiles of max(1, P / 2) points.
-    void plan_rows() {
-        int optin = 0, sms = 0;
-        check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_),
-              "cudaDeviceGetAttribute");
-        check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_),
-              "cudaDeviceGetAttribute");
-        // The dynamic limit is the opt-in minus rows_kernel's static shared memory (as in plan()).
-        auto static_of = [&](bool g) {
-            int st = 0;
-            dispatch(d_, g, [&](auto Dc, auto GSc) {
-                constexpr int D = decltype(Dc)::value;
-                constexpr bool GS = decltype(GSc)::value;
-                cudaFuncAttributes a{};
-                check(cudaFuncGetAttributes(&a, rows_kernel<T, D, GS>),
-                      "cudaFuncGetAttributes(rows_kernel)");
-                st = int(a.sharedSizeBytes);
-            });
-            return st;
-        };
-        const int shared_limit = optin - static_of(false), global_limit = optin - static_of(true);
-        const int ld = tile_.ld;
-        const long long fixed = row_fixed_smem_bytes<T>();
-        auto buf_for = [&](int P) { return plan_buffer<T>(2 * P, S_, ld, d_, m_); };
-        auto smem_for = [&](int P) { return fixed + 3 * buf_for(P) * long(sizeof(T)); };
-        const bool env_tile = std::getenv("HELMPINN_CUDA_TILE") != nullptr &&
-                              std::atoi(std::getenv("HELMPINN_CUDA_TILE")) >= 1 &&
-                              std::atoi(std::getenv("HELMPINN_CUDA_TILE")) <= kMaxTile;
-        int P = 0;
-        bool gs = gs_;
-        if (env_tile) {
-            P = std::max(1, tile_.P / 2);
-            gs = gs || smem_for(P) > shared_limit;
-        } else if (!gs) {
-            for (int cand : {16, 8, 4, 2, 1}) {
-                if (smem_for(cand) <= shared_limit) {
-                    P = cand;
-                    break;
-                }
-            }
-            gs = P == 0;
-        }
-        if (P == 0) P = 8;
-        rtile_.P = P;
-        rtile_.ld = ld;
-        rtile_.buf = buf_for(P);
-        rgs_ = gs;
-        rsmem_bytes_ = int(gs ? fixed : smem_for(P));
-        const int limit = gs ? global_limit : shared_limit;
-        if (rsmem_bytes_ > limit)
-            throw std::runtime_error("helmpinn CUDA: device " + std::to_string(dev_) + " has " +
-                                     std::to_string(optin) + " bytes of shared memory per block (" +
-                                     std::to_string(optin - limit) + " of them static); " +
-                                     std::to_string(rsmem_bytes_) + " are needed");
-        int per_sm = 0;
-        dispatch(d_, rgs_, [&](auto Dc, auto GSc) {
-            constexpr int D = decltype(Dc)::value;
-            constexpr bool GS = decltype(GSc)::value;
-            check(cudaFuncSetAttribute(rows_kernel<T, D, GS>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
-                  "cudaFuncSetAttribute(rows_kernel)");
-            check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rows_kernel<T, D, GS>,
-                                                                kThreads, rsmem_bytes_),
-                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-        });
-        if (per_sm < 1)
-            throw std::runtime_error("helmpinn CUDA: the residual-level kernel cannot run on "
-                                     "device " + std::to_string(dev_) + " with " +
-                                     std::to_string(rsmem_bytes_) + " bytes of shared memory");
-        long long blocks = static_cast<long long>(sms) * per_sm;
-        blocks = std::min<long long>(blocks, (static_cast<long long>(B_) + P - 1) / P);
-        if (rgs_) {
-            const long long scr = 3 * rtile_.buf * static_cast<long long>(sizeof(T));
-            blocks = std::min<long long>(blocks, std::max<long long>(1, (512LL << 20) / scr));
-        }
-        rblocks_ = int(std::max<long long>(1, blocks));
-        if (rgs_) {
-            row_scratch_.allocate(std::size_t(rblocks_) * 3 * std::size_t(rtile_.buf),
+    // The residual level's plan (rows_kernel: three activation buffers of 2 P rows a stream),
+    // made after plan() and allocate(): in shared memory when the train kernel's buffers are and
+    // three fit (the largest of 16 .. 1 points), else a global scratch slice per block (8
+    // points). HELMPINN_CUDA_TILE = P gives rows tiles of max(1, P / 2) points.
+    void plan_rows(const TuningKnobs& knobs) {
+        TileRequest rq;
+        rq.fixed = row_fixed_smem_bytes<T>();
+        rq.buffers = 3;
+        rq.rows_per_point = 2;
+        rq.tile = knobs.tile > 0 ? std::max(1, knobs.tile / 2) : 0;
+        rq.global = train_.gs;
+        rq.candidates = {16, 8, 4, 2, 1};
+        rq.by_occupancy = false;
+        rq.global_tile = 8;
+        rows_ = plan_tiles<RowKernels<T>>(rq);
+        if (rows_.gs) {
+            row_scratch_.allocate(std::size_t(rows_.blocks) * 3 * std::size_t(rows_.tile.buf),
                                   "residual-level scratch");
             // Set once, as the train kernel's scratch: padding rows are read, never written.
             check(cudaMemset(row_scratch_.data(), 0, row_scratch_.bytes()), "cudaMemset(scratch)");
         }
-        rtile_.scratch = row_scratch_.data();
+        rows_.tile.scratch = row_scratch_.data();
     }
 
     // The general operator's geometry (the file's head comment): in buffers planned for S = d + 2
@@ -670,27 +718,27 @@ private:
     // d = 1 (2d + 1 = d + 2) both are the Laplacian's. p <= P and the chunk <= batch_size keep
     // every other area (loss partials, tile points, the Fourier scratch d m P, x_input) in
     // bounds; the GS scratch slice of a block is the same size.
-    void plan_operator() {
+    void plan_operator(bool verbose) {
         const long long ns = terms::term_streams(terms::kPdeOperator, d_);  // 2d + 1
         auto fit = [&](int P, int rows_per_stream) {
             const long long rows = round_up(static_cast<long long>(S_) * rows_per_stream * P, 32);
             return int(std::max<long long>(1, std::min<long long>(P, rows / (ns * rows_per_stream))));
         };
-        geo_ = Geometry{tile_, cache_, B_};
-        rgeo_ = Geometry{rtile_, cache_, B_};
+        geo_ = Geometry{train_.tile, cache_, B_};
+        rgeo_ = Geometry{rows_.tile, cache_, B_};
         geo_op_ = geo_;
         rgeo_op_ = rgeo_;
-        geo_op_.tile.P = fit(tile_.P, 1);
-        rgeo_op_.tile.P = fit(rtile_.P, 2);
+        geo_op_.tile.P = fit(train_.tile.P, 1);
+        rgeo_op_.tile.P = fit(rows_.tile.P, 2);
         const std::size_t chunk =
             std::max<std::size_t>(1, B_ * std::size_t(S_) / std::size_t(ns));
         geo_op_.chunk = rgeo_op_.chunk = chunk;
         geo_op_.cache.B = rgeo_op_.cache.B = static_cast<long long>(chunk);
         plan_.op_tile = geo_op_.tile.P;
         plan_.op_chunk = chunk;
-        plan_.row_tile = rtile_.P;
+        plan_.row_tile = rows_.tile.P;
         plan_.row_op_tile = rgeo_op_.tile.P;
-        if (const char* v = std::getenv("HELMPINN_CUDA_VERBOSE"); v && std::string(v) == "1")
+        if (verbose)
             std::fprintf(stderr,
                          "helmpinn CUDA plan: general operator (%lld streams): tile %d, chunk %zu; "
                          "residual level: tile %d (operator %d)\n",
@@ -757,14 +805,10 @@ private:
     std::size_t np_;
     int dev_;
 
-    TileArgs<T> tile_;
-    TileArgs<T> rtile_;  // rows_kernel's tiles and buffers (plan_rows)
     // Launch geometries (plan_operator): train/forward and rows, Laplacian and general operator
     Geometry geo_, geo_op_, rgeo_, rgeo_op_;
-    bool gs_ = false, rgs_ = false;
-    int rsmem_bytes_ = 0, rblocks_ = 1;
-    int smem_bytes_ = 0;
-    int blocks_ = 1;
+    TilePlan train_;  // train_kernel's and forward_kernel's (plan)
+    TilePlan rows_;   // rows_kernel's (plan_rows)
     CacheArgs<T> cache_;
 
     DeviceArray<T> x_input_, feat_, z_[kMaxLayers], h_[kMaxLayers], du_dx_, d2u_, grad_, omega_,

@@ -634,6 +634,17 @@ __global__ void prep_kernel(const T* __restrict__ params, int d, int m, T* __res
     Omega[j] = s;
 }
 
+/// f(p0, np) for each tile of this block (a grid-stride loop): the tiles of P points of a chunk
+/// of nc points, tile t at point p0 = t P with np = min(P, nc - p0) points.
+template <typename F>
+__device__ __forceinline__ void for_block_tiles(int nc, int P, F&& f) {
+    const int ntiles = (nc + P - 1) / P;
+    for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        const int p0 = t * P;
+        f(p0, nc - p0 < P ? nc - p0 : P);
+    }
+}
+
 /// forward(): the tiles of one chunk of nc points starting at point c0 of x.
 template <typename T, int D, bool GS>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
@@ -641,12 +652,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
                    long long c0, int nc, int ns, OutArgs<T> outs) {
     HELMPINN_DYNAMIC_SMEM(smem);
     const Smem<T> sm = carve<T, GS>(smem, ta);
-    const int ntiles = (nc + ta.P - 1) / ta.P;
-    for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        const int p0 = t * ta.P;
-        const int np = nc - p0 < ta.P ? nc - p0 : ta.P;
+    for_block_tiles(nc, ta.P, [&](int p0, int np) {
         forward_tile<T, D>(net, cache, ta, sm, x, c0, p0, np, ns, outs);
-    }
+    });
 }
 
 /// value_and_grad() and vjp(): forward, seed and backward of the tiles of one chunk of one loss
@@ -661,12 +669,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSM)
     const Smem<T> sm = carve<T, GS>(smem, ta);
     T* slot = slot_grad + static_cast<long long>(blockIdx.x) * num_params;
     double* sl = slot_loss + static_cast<long long>(blockIdx.x) * terms::kNumTerms;
-    const int ntiles = (nc + ta.P - 1) / ta.P;
-    for (int t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        const int p0 = t * ta.P;
-        const int np = nc - p0 < ta.P ? nc - p0 : ta.P;
+    for_block_tiles(nc, ta.P, [&](int p0, int np) {
         train_tile<T, D>(net, cache, ta, sm, in, term, c0, p0, np, train_fourier != 0, slot, sl);
-    }
+    });
 }
 
 /// grad[i] = sum over the used slots, in slot order (0 for i < zero_below: frozen B); and the
