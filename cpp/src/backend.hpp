@@ -42,7 +42,7 @@ LossBreakdown loss_breakdown(const double sums[terms::kNumTerms], const LossInpu
     for (int t = 0; t < terms::kNumTerms; ++t) {
         const terms::TermPoints<T> tp = terms::term_points(in, t);
         const double mean = tp.n ? sums[t] / double(tp.count) : 0.0;
-        out.*terms::term_table<T>()[t].mean = mean;
+        out.mean[t] = mean;
         out.total += double(tp.w) * mean;
     }
     return out;
