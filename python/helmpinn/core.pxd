@@ -28,11 +28,11 @@ from libcpp.vector cimport vector
 
 
 cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn::terms" nogil:
-    # the loss terms in the core's table order (workspace.hpp): LossBreakdown.mean's indices
-    cdef enum Term:
-        kPde
-        kData
-        kBc
+    # the loss terms in the core's table order (workspace.hpp's terms::Term): LossBreakdown.mean's
+    # indices
+    const int kPde
+    const int kData
+    const int kBc
     const int kNumTerms
 
 
@@ -150,7 +150,7 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
 
     cdef cppclass LossBreakdown:
         double total
-        double mean[3]     # each term's unweighted mean, indexed by Term (kPde, kData, kBc)
+        double mean[3]     # each term's unweighted mean, indexed by kPde, kData, kBc
 
     cdef cppclass LossOutputs[T]:
         LossOutputs()

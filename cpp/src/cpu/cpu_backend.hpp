@@ -63,7 +63,6 @@ void with_streams(int d, int ns, F&& f) {
     }
 }
 
-
 template <typename T>
 class CpuBackend final : public Backend<T> {
 public:
