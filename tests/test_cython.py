@@ -37,7 +37,7 @@ PYX = textwrap.dedent('''
                                 version, Device, has_cuda, cuda_device_count, current_device,
                                 DeviceScope, MemoryKind, PointerInfo, pointer_info,
                                 device_for_pointer, DeviceBuffer, copy_to_device, copy_to_host,
-                                stream_wait)
+                                stream_wait, kPde, kData, kBc)
 
     def core_version():
         return version().decode()
@@ -170,7 +170,7 @@ PYX = textwrap.dedent('''
             cdef LossBreakdown lb
             with nogil:
                 lb = self.ws.value_and_grad(&theta[0], &grad[0], self.inp)
-            return lb.total, lb.pde, lb.data, lb.bc
+            return lb.total, lb.mean[kPde], lb.mean[kData], lb.mean[kBc]
 
         def train(self, double[::1] theta, int steps, double lr):
             """`steps` Adam steps entirely in C++ (no GIL); returns the last loss."""

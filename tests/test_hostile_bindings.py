@@ -225,6 +225,23 @@ def test_the_term_table_comes_from_the_core():
     assert repr(lb).startswith("LossBreakdown(total=")
 
 
+def test_the_breakdown_is_per_term_of_the_table():
+    """A LossBreakdown's terms are the table's: ``terms`` is a dict keyed by loss_terms()'s
+    names in their order, each value the property of that name, and as_dict() is the total
+    and the same terms."""
+    names = [t["term"] for t in _core.loss_terms()]
+    spec = hp.ModelSpec(2, 3, 4, 1)
+    rng = np.random.default_rng(3)
+    x, n = rng.uniform(-1, 1, (6, 2)), rng.normal(size=(6, 2))
+    lb = hp.Workspace(spec, 4, "float64").value_and_grad(
+        hp.init_params(spec, "float64", seed=1), np.empty(spec.num_params), x_pde=x, kappa=2.0,
+        x_data=x[:3], y=rng.normal(size=(3, 2)), x_bc=x, n_bc=n, w_data=0.5, breakdown=True)
+    assert list(lb.terms) == names
+    assert lb.terms == {t: getattr(lb, t) for t in names} and all(v > 0 for v in lb.terms.values())
+    assert lb.as_dict() == {"total": lb.total, **lb.terms}
+    assert lb.total == pytest.approx(lb.pde + 0.5 * lb.data + lb.bc, rel=1e-14)
+
+
 def test_every_keyword_of_the_table_reaches_the_core():
     """An unknown keyword is named; each of the table's keywords is taken (a misspelt entry in
     the table would be refused as unexpected)."""

@@ -69,21 +69,31 @@ void register_spec(py::module_& mod) {
                 return s;
             }));
 
-    // The loss of one call: its total and one property per term of the table.
+    // The loss of one call: its total and its terms' means, each term's name from the table.
     const auto* terms = terms::term_table<double>();
-    auto as_dict = [terms](const LossBreakdown& l) {
+    auto per_term = [terms](const LossBreakdown& l) {
+        py::dict d;
+        for (int t = 0; t < terms::kNumTerms; ++t) d[terms[t].name] = l.mean[t];
+        return d;
+    };
+    auto as_dict = [per_term](const LossBreakdown& l) {
         py::dict d;
         d["total"] = l.total;
-        for (int t = 0; t < terms::kNumTerms; ++t) d[terms[t].name] = l.*terms[t].mean;
+        for (auto item : per_term(l)) d[item.first] = item.second;
         return d;
     };
     py::class_<LossBreakdown> breakdown(mod, "LossBreakdown",
                                         "The loss of one call: total = the sum of w_t * t over "
-                                        "the terms t (pde, data, bc), each term its unweighted "
-                                        "mean over its count (0 when absent).");
+                                        "the terms t of loss_terms() (pde, data, bc), each term "
+                                        "its unweighted mean over its count (0 when absent): "
+                                        "b.terms (a dict by term name) or b.pde, b.data, ...");
     breakdown.def_readonly("total", &LossBreakdown::total);
+    breakdown.def_property_readonly("terms", per_term,
+                                    "Each term's unweighted mean, keyed by the term names of "
+                                    "loss_terms(), in their order.");
     for (int t = 0; t < terms::kNumTerms; ++t)
-        breakdown.def_readonly(terms[t].name, terms[t].mean);
+        breakdown.def_property_readonly(terms[t].name,
+                                        [t](const LossBreakdown& l) { return l.mean[t]; });
     breakdown.def("__float__", [](const LossBreakdown& l) { return l.total; })
         .def("as_dict", as_dict)
         .def("__repr__", [as_dict](const LossBreakdown& l) {

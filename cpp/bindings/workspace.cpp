@@ -372,9 +372,9 @@ void register_workspace(py::module_& mod) {
              py::arg("params"), py::arg("grad"), py::kw_only(), py::arg("grad_kappa") = py::none(),
              py::arg("breakdown") = false, py::arg("stream") = py::none(),
              "Loss of the given terms; writes its gradient into grad (overwritten). The points: "
-             "batch= (a helmpinn.Batch) or the keywords x_pde, kappa, f, a_pde, b_pde, c_pde, x_data, "
-             "y, x_bc, n_bc, alpha_bc, g_bc, counts; options w_pde, w_data, w_bc, train_fourier, "
-             "check_finite.")
+             "batch= (a helmpinn.Batch) or the array keywords of loss_terms() (x_pde, kappa, "
+             "...) and counts; options: each term's weight (w_pde, ...), train_fourier, "
+             "check_finite. breakdown=True: a LossBreakdown instead of the total.")
         .def("residuals",
              [](PyWorkspace& w, py::handle params, py::object out, py::object stream, py::kwargs kw) {
                  const BatchArgs b = parse_batch(kw, "residuals");

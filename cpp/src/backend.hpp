@@ -42,7 +42,7 @@ LossBreakdown loss_breakdown(const double sums[terms::kNumTerms], const LossInpu
     for (int t = 0; t < terms::kNumTerms; ++t) {
         const terms::TermPoints<T> tp = terms::term_points(in, t);
         const double mean = tp.n ? sums[t] / double(tp.count) : 0.0;
-        out.*terms::term_table<T>()[t].mean = mean;
+        out.mean[t] = mean;
         out.total += double(tp.w) * mean;
     }
     return out;
@@ -67,20 +67,10 @@ void point_buffers(WorkspaceBuffers<T>& b, const ModelSpec& spec, std::size_t ba
     b.grad = grad.data();
 }
 
-/// The CPU backend with the kernel set cpu/dispatch.cpp picks (cpu/isa.hpp).
+/// The CPU backend with the kernel set cpu/dispatch.cpp picks (cpu/isa.hpp); each set's own
+/// factory, make_cpu_backend_<set>, is cpu_backend.cpp compiled for that set.
 template <typename T>
 std::unique_ptr<Backend<T>> make_cpu_backend(const ModelSpec& spec, std::size_t batch_size);
-
-/// One kernel set each (cpu_backend.cpp compiled per instruction set; isa.hpp): baseline, AVX2
-/// and AVX-512 in a dispatching build, native in a single-set build.
-template <typename T>
-std::unique_ptr<Backend<T>> make_cpu_backend_baseline(const ModelSpec&, std::size_t);
-template <typename T>
-std::unique_ptr<Backend<T>> make_cpu_backend_avx2(const ModelSpec&, std::size_t);
-template <typename T>
-std::unique_ptr<Backend<T>> make_cpu_backend_avx512(const ModelSpec&, std::size_t);
-template <typename T>
-std::unique_ptr<Backend<T>> make_cpu_backend_native(const ModelSpec&, std::size_t);
 
 /// Defined in cuda/ when CUDA is enabled, else by cuda_stub.cpp (which throws).
 template <typename T>

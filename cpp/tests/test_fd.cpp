@@ -25,6 +25,9 @@ using helmpinn::LossBreakdown;
 using helmpinn::LossInputs;
 using helmpinn::ModelSpec;
 using helmpinn::Workspace;
+using helmpinn::terms::kBc;
+using helmpinn::terms::kData;
+using helmpinn::terms::kPde;
 using helmpinn_test::AllTerms;
 using helmpinn_test::Rng;
 
@@ -139,7 +142,7 @@ LossBreakdown loss_from_forward(Workspace<double>& ws, const std::vector<double>
                 s += r * r;
             }
         }
-        out.pde = s / double(n);
+        out.mean[kPde] = s / double(n);
     }
     if (in.num_data) {
         const std::size_t n = in.num_data;
@@ -147,7 +150,7 @@ LossBreakdown loss_from_forward(Workspace<double>& ws, const std::vector<double>
         ws.forward(th.data(), in.x_data, n, 0, u.data(), nullptr, nullptr);
         double s = 0;
         for (std::size_t k = 0; k < n * 2; ++k) s += (u[k] - in.y[k]) * (u[k] - in.y[k]);
-        out.data = s / double(n);
+        out.mean[kData] = s / double(n);
     }
     if (in.num_bc) {
         const std::size_t n = in.num_bc;
@@ -165,9 +168,9 @@ LossBreakdown loss_from_forward(Workspace<double>& ws, const std::vector<double>
                 s += rho[c] * rho[c];
             }
         }
-        out.bc = s / double(n);
+        out.mean[kBc] = s / double(n);
     }
-    out.total = in.w_pde * out.pde + in.w_data * out.data + in.w_bc * out.bc;
+    out.total = in.w_pde * out.mean[kPde] + in.w_data * out.mean[kData] + in.w_bc * out.mean[kBc];
     return out;
 }
 
@@ -180,12 +183,13 @@ void check_gradient(int d, const std::string& name, const ModelSpec& sp,
     const LossBreakdown lb = ws.value_and_grad(th.data(), g.data(), in);
     const LossBreakdown ref = loss_from_forward(ws, th, in);
     const double el = std::abs(lb.total - ref.total) / std::max(std::abs(ref.total), 1e-300);
-    CHECK(el < 1e-12 && std::abs(lb.pde - ref.pde) <= 1e-12 * (1 + ref.pde) &&
-              std::abs(lb.data - ref.data) <= 1e-12 * (1 + ref.data) &&
-              std::abs(lb.bc - ref.bc) <= 1e-12 * (1 + ref.bc),
-          "d=" << d << " " << name << ": loss (" << lb.total << "; pde " << lb.pde << ", data "
-               << lb.data << ", bc " << lb.bc << ") differs from the loss of forward() outputs ("
-               << ref.total << "; " << ref.pde << ", " << ref.data << ", " << ref.bc << ")");
+    const double *m = lb.mean, *r = ref.mean;
+    CHECK(el < 1e-12 && std::abs(m[kPde] - r[kPde]) <= 1e-12 * (1 + r[kPde]) &&
+              std::abs(m[kData] - r[kData]) <= 1e-12 * (1 + r[kData]) &&
+              std::abs(m[kBc] - r[kBc]) <= 1e-12 * (1 + r[kBc]),
+          "d=" << d << " " << name << ": loss (" << lb.total << "; pde " << m[kPde] << ", data "
+               << m[kData] << ", bc " << m[kBc] << ") differs from the loss of forward() outputs ("
+               << ref.total << "; " << r[kPde] << ", " << r[kData] << ", " << r[kBc] << ")");
 
     std::vector<double> fd(P), tp(th);
     for (std::size_t k = 0; k < P; ++k) {

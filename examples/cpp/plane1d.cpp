@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
                             0.999, 1e-8, 0.0);
         if (step == 1 || step % 500 == 0 || step == steps)
             std::printf("step %5d  loss %.3e  (pde %.2e, data %.2e, bc %.2e)\n", step,
-                        loss.total, loss.pde, loss.data, loss.bc);
+                        loss.total, loss.mean[helmpinn::terms::kPde],
+                        loss.mean[helmpinn::terms::kData], loss.mean[helmpinn::terms::kBc]);
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -209,18 +209,15 @@ class Workspace:
 
 class LossBreakdown:
     """The loss of one value_and_grad call: total = w_pde*pde + w_data*data + w_bc*bc, each
-    term its unweighted mean over its count (0 when absent). float(b) is b.total; one property
-    per term of loss_terms()."""
+    term its unweighted mean over its count (0 when absent). float(b) is b.total; ``terms`` the
+    means keyed by the term names of loss_terms() (in its order), and one property per term."""
     @property
     def total(self) -> float: ...
     @property
-    def pde(self) -> float: ...
-    @property
-    def data(self) -> float: ...
-    @property
-    def bc(self) -> float: ...
+    def terms(self) -> dict[str, float]: ...           # {"pde": ..., "data": ..., "bc": ...}
+    def __getattr__(self, term: str) -> float: ...      # b.pde, b.data, b.bc: one per term
     def __float__(self) -> float: ...
-    def as_dict(self) -> dict[str, float]: ...
+    def as_dict(self) -> dict[str, float]: ...          # {"total": ..., **terms}
 
 # The seed primitives. On NumPy arrays they run on the host, and out= is optional (allocated when
 # omitted). On CUDA device arrays (anything with __cuda_array_interface__ or DLPack: CuPy,
@@ -257,6 +254,10 @@ class TermEntry(TypedDict):
     term: str                           # "pde", "data", "bc": keys of counts= and LossBreakdown
     weight: str                         # its weight's keyword, "w_pde", ...
     arrays: list[ArrayEntry]            # in order, the term's points first
+
+def parse_device(device: object) -> tuple[str, int]:
+    """(kind, id) of a device name: "cpu", "cuda" or "cuda:N"; ValueError naming ``device`` otherwise."""
+    ...
 
 def loss_terms() -> list[TermEntry]:
     """The core's loss-term table: every term and its arrays, in order (helmpinn.batch's

@@ -27,6 +27,15 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 
+cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn::terms" nogil:
+    # the loss terms in the core's table order (workspace.hpp's terms::Term): LossBreakdown.mean's
+    # indices
+    const int kPde
+    const int kData
+    const int kBc
+    const int kNumTerms
+
+
 cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
 
     # ---- runtime.hpp -----------------------------------------------------------------------
@@ -141,9 +150,7 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
 
     cdef cppclass LossBreakdown:
         double total
-        double pde
-        double data
-        double bc
+        double mean[3]     # each term's unweighted mean, indexed by kPde, kData, kBc
 
     cdef cppclass LossOutputs[T]:
         LossOutputs()

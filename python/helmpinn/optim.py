@@ -205,7 +205,7 @@ def minimize_lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Batch | Mappin
         evals[0] += 1
         if len(recent) >= 4:
             recent.pop(next(iter(recent)))
-        recent[theta.tobytes()] = {"pde": b.pde, "data": b.data, "bc": b.bc}
+        recent[theta.tobytes()] = b.terms
         if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
             return math.inf, np.zeros_like(grad)
         if loss < best["loss"]:

@@ -102,7 +102,9 @@ int main() {
 
         std::printf("loss %.10g (pde %.4g, data %.4g, bc %.4g); dL/dtheta[%zu] = %.10g, FD %.10g, "
                     "rel. error %.2e\n",
-                    loss.total, loss.pde, loss.data, loss.bc, k, grad[k], fd, err);
+                    loss.total, loss.mean[helmpinn::terms::kPde],
+                    loss.mean[helmpinn::terms::kData], loss.mean[helmpinn::terms::kBc], k,
+                    grad[k], fd, err);
         if (!(std::isfinite(loss.total) && loss.total > 0 && err < 1e-6)) {
             std::printf("FAIL\n");
             return 1;

@@ -76,10 +76,19 @@ struct LossInputs {
     bool check_finite = false;   ///< true: scan inputs (and jvp's v, vjp's w) and throw naming any NaN/Inf array
 };
 
-/// The loss of one value_and_grad call: total = w_pde*pde + w_data*data + w_bc*bc, where each
-/// term is its unweighted mean (0 for an absent term).
+namespace terms {
+/// The loss terms, in the order of the core's term table (src/common/loss_terms.hpp, which gives
+/// each its name, weight and arrays; helmpinn._core.loss_terms() in Python). They index
+/// LossBreakdown::mean.
+enum Term : int { kPde = 0, kData = 1, kBc = 2 };
+constexpr int kNumTerms = 3;
+}  // namespace terms
+
+/// The loss of one value_and_grad call: total = sum_t w_t * mean[t] over the terms t
+/// (terms::Term), mean[t] the term's unweighted mean (0 for an absent term).
 struct LossBreakdown {
-    double total = 0, pde = 0, data = 0, bc = 0;
+    double total = 0;
+    double mean[terms::kNumTerms] = {};
 };
 
 /// Optional per-point outputs of value_and_grad (null = not wanted), in the workspace's memory.

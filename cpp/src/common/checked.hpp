@@ -3,8 +3,9 @@
 //
 // checked_mul / checked_add throw SizeOverflow (a std::bad_alloc carrying a message: a size
 // that does not fit in std::size_t cannot be allocated either) naming what was being sized.
-// Backends may compute their buffer sizes with plain arithmetic once Workspace has checked
-// the same products here (workspace.cpp, workspace_elements).
+// The CPU backend's buffer sizes are computed with them (cpu/buffers.cpp); the CUDA backend
+// sizes its buffers with plain arithmetic once Workspace has checked the same products here
+// (workspace.cpp, workspace_bytes).
 #pragma once
 
 #include <cstddef>

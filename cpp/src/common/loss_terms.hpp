@@ -12,9 +12,10 @@
 //   jacobian, jvp    w = sqrt(w_t / N_t) e_c     (one output component c = re, im at a time)
 //
 // with N_t the term's count (LossInputs::count_*, or its number of points). A new term is one
-// more struct here, one more case in the with_term switch, its fields in LossInputs and
-// LossBreakdown, one row in term_table and its arrays' rows in array_table (below); the
-// backends, the argument checks and the Python binding iterate those tables and need no edit.
+// more struct here, one more case in the with_term switch, its fields in LossInputs and its
+// enumerator in terms::Term (workspace.hpp), one row in term_table and its arrays' rows in
+// array_table (below); the backends, the argument checks, LossBreakdown and the Python binding
+// iterate those tables and need no edit.
 // A term may have more than one entry (the PDE term: the Laplacian, or the general operator);
 // term_entry picks it.
 //
@@ -32,8 +33,7 @@
 namespace helmpinn {
 namespace terms {
 
-enum Term : int { kPde = 0, kData = 1, kBc = 2 };
-constexpr int kNumTerms = 3;
+// Term, kPde, kData, kBc and kNumTerms: helmpinn/workspace.hpp (they index LossBreakdown::mean).
 
 /// out = conj(a) w for complex a = (ar, ai) and w: the adjoint of a complex factor a.
 template <typename T>
@@ -223,8 +223,8 @@ HELMPINN_HD void with_term(int e, F&& f) {
 // Host code only (the argument checks, the backends' launch planning, the Python binding):
 // kernels read LossInputs' fields through the entries above.
 
-/// One term: its name, its weight's keyword, its fields in LossInputs (points, global count,
-/// weight) and its mean in LossBreakdown.
+/// One term (its index in the table is its terms::Term, and LossBreakdown::mean's index): its
+/// name, its weight's keyword and its fields in LossInputs (points, global count, weight).
 template <typename T>
 struct TermInfo {
     const char* name;
@@ -233,7 +233,6 @@ struct TermInfo {
     std::size_t LossInputs<T>::*num;
     std::size_t LossInputs<T>::*count;
     T LossInputs<T>::*weight;
-    double LossBreakdown::*mean;
 };
 
 /// An array's shape: N rows of d, 1, 2 (a complex value as (re, im)) or d x 2 values; N is the
@@ -263,9 +262,9 @@ template <typename T>
 struct Tables {
     using In = LossInputs<T>;
     static constexpr TermInfo<T> terms[kNumTerms] = {
-        {"pde", "w_pde", &In::x_pde, &In::num_pde, &In::count_pde, &In::w_pde, &LossBreakdown::pde},
-        {"data", "w_data", &In::x_data, &In::num_data, &In::count_data, &In::w_data, &LossBreakdown::data},
-        {"bc", "w_bc", &In::x_bc, &In::num_bc, &In::count_bc, &In::w_bc, &LossBreakdown::bc},
+        {"pde", "w_pde", &In::x_pde, &In::num_pde, &In::count_pde, &In::w_pde},
+        {"data", "w_data", &In::x_data, &In::num_data, &In::count_data, &In::w_data},
+        {"bc", "w_bc", &In::x_bc, &In::num_bc, &In::count_bc, &In::w_bc},
     };
     static constexpr ArrayInfo<T> arrays[] = {
         {"x_pde", kPde, Extent::d, true, Constant::none, false, &In::x_pde, nullptr, nullptr},

@@ -7,7 +7,7 @@
 
 #include "backend.hpp"
 #include "checked.hpp"
-#include "cpu/parallel.hpp"
+#include "cpu/buffers.hpp"
 
 namespace helmpinn {
 
@@ -32,37 +32,28 @@ const char* term_name(int t) {
     return terms::term_table<T>()[t].name;
 }
 
-// Elements the CPU backend allocates for `spec` and `batch` points (cpu_backend.cpp's
-// constructor, summed with overflow checks): the per-point caches, the parameter-sized
-// buffers (gradient, two transposed weight copies, 32 gradient slots) and each thread's tile
-// scratch (value_and_grad's rows and adjoints, the residual level's rows).
-// The backends size their buffers with plain arithmetic; every product they form is at most
-// one of the products checked here. A CUDA workspace holds the same caches and per-block
-// gradient slots (at most one block per point): batch * num_params is checked for it.
-std::size_t workspace_elements(const ModelSpec& sp, std::size_t batch, Device device) {
+// Bytes a workspace of T for `spec` and `batch` points holds. On the CPU: the backend's own
+// sizes (cpu/buffers.hpp, every product checked there). A CUDA workspace holds the same
+// per-point caches and per-block gradient slots (at most one block per point); its size is
+// checked for overflow here, and its device allocations fail cleanly (cudaMalloc).
+template <typename T>
+std::size_t workspace_bytes(const ModelSpec& sp, std::size_t batch, Device device) {
     using detail::checked_add;
     using detail::checked_mul;
+    if (device == Device::cpu)
+        return cpu::buffer_sizes(sp, batch, cpu::buffer_threads()).bytes(sizeof(T));
     const char* what = "Workspace";
     const std::size_t d = std::size_t(sp.in_dim), S = d + 2, m = std::size_t(sp.ff_dim),
                       H = std::size_t(sp.hidden_dim), L = std::size_t(sp.num_hidden_layers),
-                      np = sp.num_params(), maxw = std::size_t(sp.max_width()), tile = 64;
+                      np = sp.num_params();
     // per point: features (2m), z_l and h_l of every layer (L H + 2 + L H), x, grad u, lap u
     const std::size_t widths = checked_add(checked_mul(2 * L, H, what), 2 * m + 2, what);
     const std::size_t per_point = checked_add(checked_mul(S, widths, what), 3 * d + 2, what);
     std::size_t total = checked_mul(batch, per_point, what);
     total = checked_add(total, checked_mul(np, 35, what), what);
     total = checked_add(total, checked_mul(d + 1, m, what), what);
-    if (device == Device::cpu) {
-        // 2 adjoint buffers and every layer's rows; the residual level's 5 rows of maxw
-        const std::size_t per_thread = checked_add(
-            checked_mul(S * tile, checked_add(7 * maxw, widths, what), what),
-            tile * (d + 2) + 16, what);
-        const std::size_t threads = std::size_t(cpu::max_threads() > 1 ? cpu::max_threads() : 1);
-        total = checked_add(total, checked_mul(threads, per_thread, what), what);
-    } else {
-        total = checked_add(total, checked_mul(batch, np, what), what);
-    }
-    return total;
+    total = checked_add(total, checked_mul(batch, np, what), what);
+    return checked_mul(total, sizeof(T), what);
 }
 
 // Refuses a workspace whose buffers overflow std::size_t or, on the host, exceed the memory the
@@ -70,8 +61,7 @@ std::size_t workspace_elements(const ModelSpec& sp, std::size_t batch, Device de
 // would be granted and the process killed when the buffers are zeroed, instead of an error.
 template <typename T>
 void check_workspace_size(const ModelSpec& sp, std::size_t batch, Device device) {
-    const std::size_t elements = workspace_elements(sp, batch, device);
-    const std::size_t bytes = detail::checked_mul(elements, sizeof(T), "Workspace");
+    const std::size_t bytes = workspace_bytes<T>(sp, batch, device);
     if (device != Device::cpu) return;  // device allocations fail cleanly (cudaMalloc)
     const std::size_t limit = detail::host_memory_limit();
     if (limit && bytes > limit)
