@@ -99,6 +99,11 @@ def main():
     ap.add_argument("--products", choices=["core", "blocks"], default="core")
     ap.add_argument("--damping", choices=["identity", "marquardt"], default="marquardt")
     ap.add_argument("--geodesic", action="store_true")
+    ap.add_argument("--two-level", choices=["additive", "deflated"], default="additive")
+    ap.add_argument("--save", help="write the parameters and λ after the run to this .npz")
+    ap.add_argument("--start", help="start from the parameters and λ of a --save file")
+    ap.add_argument("--compare-two-level", action="store_true",
+                    help="only print the CG iterations of one step by each two-level preconditioner")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     if a.ranks > 1 and distributed.launched_size() <= 1:
@@ -117,7 +122,21 @@ def main():
     res = model.residuals_for(rows, comm=comm)
     t_build = time.perf_counter() - t0
     gn = MatrixFreeGN(res, cg_tol=a.cg_tol, cg_maxiter=a.cg_maxiter, products=a.products,
-                      coarse=None if a.coarse == "none" else a.coarse, damping=a.damping, geodesic=a.geodesic)
+                      coarse=None if a.coarse == "none" else a.coarse, damping=a.damping, geodesic=a.geodesic,
+                      two_level=a.two_level)
+    if a.start:
+        with np.load(a.start) as z:
+            model.params[...] = z["params"]
+            gn.load_state_dict({"gn_lambda": float(z["lam"])})
+    if a.compare_two_level:
+        for two_level in ("additive", "deflated"):
+            gn.two_level = two_level
+            t1 = time.perf_counter()
+            _, its = gn.direction(model.params)
+            products = its * (2 if two_level == "deflated" else 1) + (1 if two_level == "deflated" else 0)
+            say(f"{two_level}: {its} CG iterations, {products} products, lam {gn.lam:.2e} "
+                f"({time.perf_counter() - t1:.1f} s)", flush=True)
+        return
     say(f"{a.problem}-source, {a.wavelengths:g} wavelengths: {model!r}, {len(rows)} rows' points, "
         f"{sum(len(p['idx']) for p in res.parts)} subnetwork-points, {res.size} rank(s) "
         f"({len(res.local)} subdomains on rank 0); set-up {t_build:.1f} s", flush=True)
@@ -148,6 +167,8 @@ def main():
             stop = comm.bcast(stop, root=0)
         if stop:
             break
+    if a.save and rank == 0:
+        np.savez(a.save, params=model.params, lam=gn.lam)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0   # MiB (Linux: KiB)
     peaks = [peak] if comm is None else comm.gather(peak, root=0)
     if rank == 0:

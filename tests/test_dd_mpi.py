@@ -31,6 +31,7 @@ STEPS = 3
 CASES = {
     "box": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core"}),
     "free": ("free", [(3, 2), (1, 1)], {"coarse": "last_layer", "products": "blocks", "geodesic": True,
+                                        "two_level": "deflated",
                                         "damping": "identity", "gram": "float64"}),
     "plain": ("box", [(2, 2)], {"coarse": None, "products": "core"}),
 }

@@ -19,7 +19,11 @@ Gauss-Newton system restricted to every subnetwork's output layer (``2H + 2`` pa
 the columns ``J_Z`` couple neighbouring subnetworks through the rows they share, so
 ``Z(ZᵀAZ)⁻¹Zᵀ`` carries the global coupling of a wave problem that the blocks alone lack. The
 coarse matrix is assembled from the blocks over the overlaps (``DecomposedResiduals.overlaps``)
-and factored once per trial.
+and factored once per trial. With ``two_level="deflated"`` the coarse correction is applied
+multiplicatively instead, ``P = (I − QA) M + Q`` (A-DEF2 of Tang, Nabben, Vuik & Erlangga, J. Sci.
+Comput. 2009; ``Q = Z (ZᵀAZ)⁻¹ Zᵀ``, M the blocks), with CG started from ``Q b``: the coarse
+space's components are solved exactly rather than added to the blocks' (which contain the output
+layers too), at the cost of one more product per iteration.
 
 **Damping** as :class:`helmpinn.LevenbergMarquardt`: a trial is accepted when the loss falls and
 the linear model predicted a decrease (``rho`` the ratio); then ``λ /= 3``, else ``λ *= 4`` and
@@ -123,14 +127,15 @@ class MatrixFreeGN:
     ``products`` ("core": jvp/vjp by the core, memory O(R + P); "blocks": the Jacobian blocks
     kept, memory Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
     ("float32", default: the blocks' Gram matrices by ssyrk, twice dsyrk's rate; they only
-    precondition, CG solves the float64 system; or "float64").
+    precondition, CG solves the float64 system; or "float64"), ``two_level`` ("additive",
+    default, or "deflated": how the coarse correction joins the blocks, :meth:`preconditioner`).
     """
 
     def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
                  lam_min: float = 1e-15, lam_max: float = 1e12, max_trials: int = 10,
                  cg_tol: float = 1e-3, cg_maxiter: int = 200, coarse: str | None = "last_layer",
                  products: str = "core", geodesic: bool = False, geodesic_h: float = 0.1,
-                 geodesic_alpha: float = 0.75, gram: str = "float32"):
+                 geodesic_alpha: float = 0.75, gram: str = "float32", two_level: str = "additive"):
         if not (math.isfinite(lam) and lam > 0):
             raise ValueError(f"lam: expected a positive finite number, got {lam}")
         if damping not in ("identity", "marquardt"):
@@ -143,6 +148,9 @@ class MatrixFreeGN:
             raise ValueError(f"cg_maxiter, max_trials: expected integers >= 1, got {cg_maxiter}, {max_trials}")
         if coarse not in (None, "last_layer"):
             raise ValueError(f"coarse: expected None or 'last_layer', got {coarse!r}")
+        if two_level not in ("additive", "deflated"):
+            raise ValueError(f"two_level: expected 'additive' or 'deflated', got {two_level!r}")
+        self.two_level = two_level
         if gram not in ("float32", "float64"):
             raise ValueError(f"gram: expected 'float32' or 'float64', got {gram!r}")
         self.gram = gram
@@ -308,8 +316,18 @@ class MatrixFreeGN:
         d = s["diag"]
         return np.maximum(d, 1e-12 * float(d.max()) if d.max() > 0 else 1.0)
 
+    def _normal(self, s: dict, lam: float, D: NDArray) -> Callable[[NDArray], tuple[NDArray, NDArray]]:
+        """``p ↦ (J p, (JᵀJ + λD) p)`` at the linearisation s."""
+        def normal(p: NDArray) -> tuple[NDArray, NDArray]:
+            Jp = self._jvp(s, p)
+            return Jp, self._vjp(s, Jp) + lam * D * p
+        return normal
+
     def preconditioner(self, s: dict, lam: float, D: NDArray) -> Callable[[NDArray], NDArray]:
-        """The two-level additive Schwarz preconditioner for ``JᵀJ + λD`` at the linearisation s."""
+        """The two-level Schwarz preconditioner for ``A = JᵀJ + λD`` at the linearisation s:
+        ``M v + Q v`` (``two_level="additive"``) or ``(I − QA) M v + Q v`` ("deflated"), with M the
+        subdomain blocks' solves and ``Q = Z (ZᵀAZ)⁻¹ Zᵀ`` the coarse correction. A deflated
+        preconditioner carries Q as its ``deflate`` attribute (:meth:`cg` starts from ``Q b``)."""
         res = self.res
         with distributed.collective(res.comm, "factoring the preconditioner"):
             solves = [(res.parts[j]["slice"], _factor(G + lam * np.diag(D[res.parts[j]["slice"]])))
@@ -321,30 +339,58 @@ class MatrixFreeGN:
                 ranges = self._coarse_ranges()
                 coarse = (_factor(Gc + lam * np.diag(D[idx])), idx[lo:hi], lo, hi, ranges, len(idx))
 
-        def apply(v: NDArray) -> NDArray:
+        def local(v: NDArray) -> NDArray:
             out = np.zeros_like(v)
             for sl, solve in solves:
                 out[sl] = solve(v[sl])
-            if coarse is not None:
-                solve, own_idx, lo, hi, ranges, n = coarse
-                vc = np.zeros(n)
-                vc[lo:hi] = v[own_idx]
-                if res.comm is not None:
-                    from mpi4py import MPI
-                    res.comm.Allgatherv(MPI.IN_PLACE, [vc, ranges[:, 1] - ranges[:, 0], ranges[:, 0], MPI.DOUBLE])
-                out[own_idx] += solve(vc)[lo:hi]
             return out
-        return apply
+
+        def Q(v: NDArray) -> NDArray:
+            solve, own_idx, lo, hi, ranges, n = coarse
+            vc = np.zeros(n)
+            vc[lo:hi] = v[own_idx]
+            if res.comm is not None:
+                from mpi4py import MPI
+                res.comm.Allgatherv(MPI.IN_PLACE, [vc, ranges[:, 1] - ranges[:, 0], ranges[:, 0], MPI.DOUBLE])
+            out = np.zeros_like(v)
+            out[own_idx] = solve(vc)[lo:hi]
+            return out
+
+        if coarse is None:
+            return local
+        if self.two_level == "deflated":
+            normal = self._normal(s, lam, D)
+
+            def deflated(v: NDArray) -> NDArray:
+                y = local(v)
+                return y + Q(v - normal(y)[1])
+            deflated.deflate = Q   # type: ignore[attr-defined]
+            return deflated
+
+        def additive(v: NDArray) -> NDArray:
+            return local(v) + Q(v)
+        return additive
 
     def cg(self, s: dict, lam: float, D: NDArray, rhs: NDArray,
            precond: Callable[[NDArray], NDArray]) -> tuple[NDArray, NDArray, int]:
         """Preconditioned CG on ``(JᵀJ + λD) x = rhs``: ``(x, J x, iterations)``
-        (:func:`helmpinn.lm.pcg`)."""
-        def normal(p: NDArray) -> tuple[NDArray, NDArray]:
-            Jp = self._jvp(s, p)
-            return Jp, self._vjp(s, Jp) + lam * D * p
-
-        return pcg(normal, rhs, self.res.num_residuals, precond, self.cg_tol, self.cg_maxiter, dot=self.res.dot)
+        (:func:`helmpinn.lm.pcg`). With a deflated preconditioner CG starts from ``x0 = Q rhs``
+        (whose residual has no coarse component, which the iterations then keep) and stops at
+        the same ``cg_tol ‖rhs‖``; each of its iterations costs two products."""
+        normal = self._normal(s, lam, D)
+        dot = self.res.dot
+        Q = getattr(precond, "deflate", None)
+        if Q is None:
+            return pcg(normal, rhs, self.res.num_residuals, precond, self.cg_tol, self.cg_maxiter, dot=dot)
+        x0 = Q(rhs)
+        Jx0, Ax0 = normal(x0)
+        b = rhs - Ax0
+        nb = math.sqrt(dot(b, b))
+        if not nb > 0:
+            return x0, Jx0, 0
+        tol = self.cg_tol * math.sqrt(dot(rhs, rhs)) / nb
+        y, Jy, it = pcg(normal, b, self.res.num_residuals, precond, tol, self.cg_maxiter, dot=dot)
+        return x0 + y, Jx0 + Jy, it
 
     def direction(self, theta: NDArray, lam: float | None = None) -> tuple[NDArray, int]:
         """The step δ of ``(JᵀJ + λD) δ = Jᵀr`` at θ (default: the current λ, absolute) and the
