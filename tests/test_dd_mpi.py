@@ -109,6 +109,20 @@ def test_two_ranks_take_one_process_steps(case, tmp_path):
     assert got["its"].tolist() == its
 
 
+def test_failure_on_one_rank_raises_on_every_rank(tmp_path):
+    """A preconditioner block that cannot be factored on rank 1 only: rank 1 raises its
+    LinAlgError and rank 0 a CollectiveError naming it, instead of waiting in CG's products."""
+    cmd = [*mpiexec_command(RANKS), sys.executable, HERE, "fail", os.fspath(tmp_path)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"a rank waited for the failed one:\n{exc.stdout}\n{exc.stderr}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "0.txt").read_text().startswith("CollectiveError: rank 1 failed in factoring")
+    assert (tmp_path / "1.txt").read_text() == "LinAlgError: not positive definite (injected)"
+
+
 def test_assignment_is_contiguous_and_balanced():
     """Subdomains go to ranks in contiguous runs of about equal cost; one rank takes all."""
     assert assign_subdomains([1.0] * 9, 2).tolist() == [0] * 4 + [1] * 5
@@ -130,10 +144,32 @@ def test_comm_checked():
 
 
 # -- the workers (every rank, under mpiexec) -------------------------------------------------------
+def _worker_fail(folder: str) -> None:
+    from mpi4py import MPI
+
+    from helmpinn import gauss_newton
+
+    comm = MPI.COMM_WORLD
+    model, _, gn = build("box", comm)
+    if comm.Get_rank() == 1:
+        def broken(A):
+            raise np.linalg.LinAlgError("not positive definite (injected)")
+        gauss_newton._factor = broken
+    try:
+        gn.step(model.params)
+        text = "no error"
+    except Exception as exc:  # noqa: BLE001 - what each rank raised is the result
+        text = f"{type(exc).__name__}: {exc}"
+    with open(os.path.join(folder, f"{comm.Get_rank()}.txt"), "w") as fh:
+        fh.write(text)
+
+
 def _worker(case: str, folder: str) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    if case == "fail":
+        return _worker_fail(folder)
     steps, its = run_steps(case, comm)
     last = comm.gather(steps[-1], root=0)
     if comm.Get_rank() == 0:
