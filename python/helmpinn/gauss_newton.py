@@ -23,7 +23,9 @@ and factored once per trial. With ``two_level="deflated"`` the coarse correction
 multiplicatively instead, ``P = (I − QA) M + Q`` (A-DEF2 of Tang, Nabben, Vuik & Erlangga, J. Sci.
 Comput. 2009; ``Q = Z (ZᵀAZ)⁻¹ Zᵀ``, M the blocks), with CG started from ``Q b``: the coarse
 space's components are solved exactly rather than added to the blocks' (which contain the output
-layers too), at the cost of one more product per iteration.
+layers too), at the cost of one more product per iteration. CG then reaches ``cg_tol`` in far
+fewer iterations, but its early stop no longer regularises the coarse directions: at small λ
+the steps can overshoot and be rejected, so the default stays additive.
 
 **Damping** as :class:`helmpinn.LevenbergMarquardt`: a trial is accepted when the loss falls and
 the linear model predicted a decrease (``rho`` the ratio); then ``λ /= 3``, else ``λ *= 4`` and
