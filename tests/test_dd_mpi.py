@@ -81,21 +81,33 @@ def run_steps(case: str, comm=None) -> tuple[np.ndarray, list[list[int]]]:
 
 
 # -- the tests (one process) -----------------------------------------------------------------------
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_two_ranks_take_one_process_steps(case, tmp_path):
-    """box-source over 3x3 subdomains with the coarse level (jvp/vjp by the core), free-source
-    over 3x2 plus a one-network level (an uneven split; kept blocks, geodesic acceleration),
-    2x2 without the coarse level: the parameters after each step on 2 ranks equal one
-    process's to 1e-10, every rank holds the same parameters, and CG took as many iterations."""
-    cmd = [*mpiexec_command(RANKS), sys.executable, HERE, case, os.fspath(tmp_path)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def _launch(case: str, folder) -> None:
+    cmd = [*mpiexec_command(RANKS), sys.executable, HERE, case, os.fspath(folder)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"mpiexec -n {RANKS} {case} did not finish (a rank waiting in a collective?):\n"
                     f"{exc.stdout}\n{exc.stderr}")
     assert proc.returncode == 0, f"mpiexec -n {RANKS} {case} failed:\n{proc.stdout}\n{proc.stderr}"
-    got = np.load(tmp_path / "params.npz")
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Every case's steps on 2 ranks, one mpiexec for them all: the folder of their results."""
+    folder = tmp_path_factory.mktemp("dd_mpi")
+    _launch("steps", folder)
+    return folder
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_ranks_take_one_process_steps(case, two_ranks):
+    """box-source over 3x3 subdomains with the coarse level (jvp/vjp by the core), free-source
+    over 3x2 plus a one-network level (an uneven split; kept blocks, geodesic acceleration, the
+    deflated coarse correction), 2x2 without the coarse level: the parameters after each step
+    on 2 ranks equal one process's to 1e-10, every rank holds the same parameters, and CG took
+    as many iterations."""
+    got = np.load(two_ranks / f"{case}.npz")
     single, its = run_steps(case)
     steps = got["steps"]
     assert steps.shape == single.shape
@@ -112,13 +124,7 @@ def test_two_ranks_take_one_process_steps(case, tmp_path):
 def test_failure_on_one_rank_raises_on_every_rank(tmp_path):
     """A preconditioner block that cannot be factored on rank 1 only: rank 1 raises its
     LinAlgError and rank 0 a CollectiveError naming it, instead of waiting in CG's products."""
-    cmd = [*mpiexec_command(RANKS), sys.executable, HERE, "fail", os.fspath(tmp_path)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"a rank waited for the failed one:\n{exc.stdout}\n{exc.stderr}")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _launch("fail", tmp_path)
     assert (tmp_path / "0.txt").read_text().startswith("CollectiveError: rank 1 failed in factoring")
     assert (tmp_path / "1.txt").read_text() == "LinAlgError: not positive definite (injected)"
 
@@ -165,16 +171,18 @@ def _worker_fail(folder: str) -> None:
 
 
 def _worker(case: str, folder: str) -> None:
+    """``case`` "steps": every case's steps, rank 0 writing them; "fail": see above."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     if case == "fail":
         return _worker_fail(folder)
-    steps, its = run_steps(case, comm)
-    last = comm.gather(steps[-1], root=0)
-    if comm.Get_rank() == 0:
-        np.savez(os.path.join(folder, "params.npz"), steps=steps, its=np.array(its),
-                 **{f"last{k}": v for k, v in enumerate(last)})
+    for name in sorted(CASES):
+        steps, its = run_steps(name, comm)
+        last = comm.gather(steps[-1], root=0)
+        if comm.Get_rank() == 0:
+            np.savez(os.path.join(folder, f"{name}.npz"), steps=steps, its=np.array(its),
+                     **{f"last{k}": v for k, v in enumerate(last)})
 
 
 if __name__ == "__main__":
