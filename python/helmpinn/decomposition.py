@@ -47,13 +47,13 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from . import _core
+from . import _core, distributed
 from .batch import Batch
 from .model import Model
 from .params import init_params
 
 __all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals",
-           "FORMAT", "WINDOW_CUTOFF"]
+           "assign_subdomains", "FORMAT", "WINDOW_CUTOFF"]
 
 #: The ``kind`` written into a saved decomposed model.
 FORMAT = "helmpinn-decomposed-1"
@@ -384,9 +384,10 @@ class DecomposedModel:
             u[idx] += psi * (val[:, 0] + 1j * val[:, 1])
         return u
 
-    def residuals_for(self, rows: Rows) -> "DecomposedResiduals":
-        """The residual operations of this model on ``rows``."""
-        return DecomposedResiduals(self, rows)
+    def residuals_for(self, rows: Rows, *, comm: Any = None) -> "DecomposedResiduals":
+        """The residual operations of this model on ``rows`` (``comm``: split over MPI ranks,
+        see :class:`DecomposedResiduals`)."""
+        return DecomposedResiduals(self, rows, comm=comm)
 
     # -- files ---------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -434,6 +435,23 @@ class DecomposedModel:
             raise ValueError(f"{path}: inconsistent decomposed model ({type(e).__name__}: {e})") from None
 
 
+def assign_subdomains(costs: Sequence[float], size: int) -> NDArray[np.int64]:
+    """The rank of each subdomain when ``size`` ranks share them: contiguous runs (in the
+    model's order, so each rank's parameters are one contiguous range) of about equal total
+    cost, subdomain j going to the rank whose share ``[k C/size, (k+1) C/size)`` of the total
+    cost C holds the midpoint of j's cost. Deterministic: every rank computes the same."""
+    size = int(size)
+    if size < 1:
+        raise ValueError(f"size: expected a number of ranks >= 1, got {size}")
+    c = np.asarray(costs, np.float64)
+    if c.ndim != 1 or not np.all(np.isfinite(c)) or np.any(c <= 0):
+        raise ValueError("costs: expected positive finite numbers, one per subdomain")
+    if len(c) == 0:
+        return np.zeros(0, np.int64)
+    mid = np.cumsum(c) - 0.5 * c
+    return np.minimum((mid * size / c.sum()).astype(np.int64), size - 1)
+
+
 class DecomposedResiduals:
     """The residual vector of a :class:`DecomposedModel` on :class:`Rows` and its products.
 
@@ -441,12 +459,32 @@ class DecomposedResiduals:
     call per subnetwork on the points its subdomain covers (the Batches are built here once; the
     core's row scale ``sqrt(w_pde/m)`` is made 1 by ``w_pde = m``, the rows carry their own).
     Follows :class:`helmpinn.lm.Residuals` (``residuals``, ``jacobian``, ``jvp``, ``vjp``), so
-    :class:`helmpinn.LevenbergMarquardt` can run on it too; ``jacobian`` is dense (small cases).
+    :class:`helmpinn.LevenbergMarquardt` can run on it too (one process); ``jacobian`` is dense
+    (small cases).
+
+    **Over MPI** (``comm`` an mpi4py communicator of several ranks; None: one process). Every
+    rank holds the same rows, the same model and the whole parameter vector (replicated); the
+    subdomains are split over the ranks by :func:`assign_subdomains` (contiguous runs of about
+    equal cost, cost = points covered times parameters), and a rank builds the core's batches
+    and evaluates subnetworks only for its own subdomains (``local``: their indices; ``own``:
+    its range of the parameter vector). Residual-space vectors are whole on every rank:
+    :meth:`residuals` and :meth:`jvp` sum the ranks' contributions with one ``Allreduce`` of
+    the 2N vector (collectives: every rank must call them together); :meth:`vjp` is local,
+    filling this rank's parameters only (zeros elsewhere). Parameter-space vectors are
+    therefore split: :meth:`dot` is their global inner product (the ranks' partial sums added
+    in rank order, the same number on every rank) and :meth:`gather` makes one whole again
+    (one ``Allgatherv``). :meth:`block` and :meth:`jacobian` serve this rank's subdomains /
+    one process only.
     """
 
-    def __init__(self, model: DecomposedModel, rows: Rows):
+    def __init__(self, model: DecomposedModel, rows: Rows, *, comm: Any = None):
         if not isinstance(rows, Rows):
             raise TypeError(f"rows: expected helmpinn.decomposition.Rows, got {type(rows).__name__}")
+        if comm is not None and not all(hasattr(comm, m) for m in ("Get_rank", "Get_size", "Allreduce")):
+            raise TypeError(f"comm: expected None or an mpi4py communicator, got {type(comm).__name__}")
+        self.comm = comm if comm is not None and comm.Get_size() > 1 else None
+        self.rank = 0 if self.comm is None else self.comm.Get_rank()
+        self.size = 1 if self.comm is None else self.comm.Get_size()
         self.model, self.rows = model, rows
         n = len(rows)
         self.num_params = model.num_params
@@ -454,46 +492,96 @@ class DecomposedResiduals:
         self.target = np.empty(2 * n)
         self.target[0::2], self.target[1::2] = rows.f.real, rows.f.imag
         self.parts: list[dict[str, Any]] = []
-        for j, idx, psi, d1, d2, xi in model.pieces(rows.x):
-            sd = model.subdomains[j]
-            h = sd["half"]
-            a, b, c = rows.a[idx], rows.b[idx], rows.c[idx]
-            A = a * psi[:, None] / h ** 2
-            B = (2.0 * a * d1 + b * psi[:, None]) / h
-            C = (a * d2).sum(1) + (b * d1).sum(1) + c * psi
-            m = len(idx)
-            r_idx = np.empty(2 * m, np.int64)
-            r_idx[0::2], r_idx[1::2] = 2 * idx, 2 * idx + 1
-            batch = None
-            if m:
-                batch = Batch(x_pde=xi, a_pde=A, b_pde=B, c_pde=C, f=np.zeros((m, 2)),
-                              dtype="float64")
-            self.parts.append({"j": j, "level": sd["level"], "slice": sd["slice"], "idx": idx,
-                               "rows": r_idx, "batch": batch})
+        with distributed.collective(self.comm, "building the decomposed residuals"):
+            pieces = list(model.pieces(rows.x))
+            sizes = [model.specs[sd["level"]].num_params for sd in model.subdomains]
+            costs = [max(len(idx), 1) * P for (_, idx, *_), P in zip(pieces, sizes)]
+            self.owner = assign_subdomains(costs, self.size)
+            self.local = [j for j in range(len(pieces)) if self.owner[j] == self.rank]
+            bounds = np.zeros((self.size, 2), np.int64)   # each rank's parameter range
+            for k in range(self.size):
+                mine = [model.subdomains[j]["slice"] for j in np.nonzero(self.owner == k)[0]]
+                if mine:
+                    bounds[k] = (mine[0].start, mine[-1].stop)
+            self.ranges = bounds
+            self.own = slice(int(bounds[self.rank, 0]), int(bounds[self.rank, 1]))
+            for j, idx, psi, d1, d2, xi in pieces:
+                sd = model.subdomains[j]
+                m = len(idx)
+                r_idx = np.empty(2 * m, np.int64)
+                r_idx[0::2], r_idx[1::2] = 2 * idx, 2 * idx + 1
+                batch = None
+                if m and self.owner[j] == self.rank:
+                    h = sd["half"]
+                    a, b, c = rows.a[idx], rows.b[idx], rows.c[idx]
+                    A = a * psi[:, None] / h ** 2
+                    B = (2.0 * a * d1 + b * psi[:, None]) / h
+                    C = (a * d2).sum(1) + (b * d1).sum(1) + c * psi
+                    batch = Batch(x_pde=xi, a_pde=A, b_pde=B, c_pde=C, f=np.zeros((m, 2)),
+                                  dtype="float64")
+                self.parts.append({"j": j, "level": sd["level"], "slice": sd["slice"], "idx": idx,
+                                   "rows": r_idx, "batch": batch, "own": bool(self.owner[j] == self.rank)})
 
     def _ws(self, part):
         return self.model.workspace(part["level"])
 
+    # -- the ranks' sums -----------------------------------------------------------------------
+    def allsum(self, v: NDArray) -> NDArray:
+        """v summed over the ranks, in place (one ``Allreduce``; one process: v)."""
+        if self.comm is not None:
+            from mpi4py import MPI
+            self.comm.Allreduce(MPI.IN_PLACE, v, op=MPI.SUM)
+        return v
+
+    def dot(self, a: NDArray, b: NDArray) -> float:
+        """The inner product of two parameter-space vectors whose entries are this rank's own
+        range (:attr:`own`): the ranks' partial sums gathered and added in rank order, so the
+        number is the same on every rank."""
+        part = float(a[self.own] @ b[self.own])
+        if self.comm is None:
+            return part
+        from mpi4py import MPI
+        parts = np.empty(self.size)
+        self.comm.Allgather([np.array([part]), MPI.DOUBLE], [parts, MPI.DOUBLE])
+        return float(math.fsum(parts))
+
+    def gather(self, v: NDArray) -> NDArray:
+        """v [P] made whole in place from each rank's own range (one ``Allgatherv``)."""
+        if self.comm is not None:
+            from mpi4py import MPI
+            counts = self.ranges[:, 1] - self.ranges[:, 0]
+            self.comm.Allgatherv(MPI.IN_PLACE, [v, counts, self.ranges[:, 0], MPI.DOUBLE])
+        return v
+
+    def same(self, *values: float) -> tuple[float, ...]:
+        """Rank 0's values on every rank (for decisions that every rank must take alike)."""
+        if self.comm is None:
+            return tuple(values)
+        return tuple(self.comm.bcast(tuple(float(v) for v in values), root=0))
+
+    # -- the products --------------------------------------------------------------------------
     def residuals(self, theta: NDArray) -> NDArray:
-        """r(θ) [2N]."""
-        r = -self.target
+        """r(θ) [2N] (a collective over several ranks)."""
+        r = np.zeros(self.num_residuals)
         for p in self.parts:
             if p["batch"] is not None:
                 r[p["rows"]] += self._ws(p).residuals(theta[p["slice"]], batch=p["batch"], w_pde=len(p["idx"]))
+        r = self.allsum(r)
+        r -= self.target
         return r
 
     def jvp(self, theta: NDArray, v: NDArray) -> NDArray:
-        """J v [2N] for v [P]."""
+        """J v [2N] for v [P] (over several ranks: a collective; each uses its own range of v)."""
         out = np.zeros(self.num_residuals)
         v = np.asarray(v, np.float64)
         for p in self.parts:
             if p["batch"] is not None:
                 out[p["rows"]] += self._ws(p).jvp(theta[p["slice"]], np.ascontiguousarray(v[p["slice"]]),
                                                   batch=p["batch"], w_pde=len(p["idx"]))
-        return out
+        return self.allsum(out)
 
     def vjp(self, theta: NDArray, w: NDArray) -> NDArray:
-        """Jᵀ w [P] for w [2N]."""
+        """Jᵀ w [P] for w [2N] (over several ranks: this rank's own range, zeros elsewhere)."""
         out = np.zeros(self.num_params)
         w = np.asarray(w, np.float64)
         for p in self.parts:
@@ -503,15 +591,22 @@ class DecomposedResiduals:
         return out
 
     def block(self, theta: NDArray, j: int) -> NDArray:
-        """Subnetwork j's Jacobian block ``∂r[rows_j]/∂θ_j`` [2 m_j, P_j] (rows ``parts[j]["rows"]``)."""
+        """Subnetwork j's Jacobian block ``∂r[rows_j]/∂θ_j`` [2 m_j, P_j] (rows ``parts[j]["rows"]``;
+        over several ranks, j one of this rank's :attr:`local` subdomains)."""
         p = self.parts[j]
+        if not p["own"]:
+            raise ValueError(f"j: subdomain {j} belongs to rank {self.owner[j]}, not to rank {self.rank}")
         P = p["slice"].stop - p["slice"].start
         if p["batch"] is None:
             return np.zeros((0, P))
         return np.asarray(self._ws(p).jacobian(theta[p["slice"]], batch=p["batch"], w_pde=len(p["idx"])))
 
     def jacobian(self, theta: NDArray, rows: tuple[int, int] | None = None) -> NDArray:
-        """The dense Jacobian [2N, P] (or rows ``(start, stop)`` of it): for small cases only."""
+        """The dense Jacobian [2N, P] (or rows ``(start, stop)`` of it): for small cases and
+        one process only."""
+        if self.comm is not None:
+            raise ValueError("jacobian: the dense Jacobian is for one process (the residuals were "
+                             f"built over {self.size} ranks)")
         J = np.zeros((self.num_residuals, self.num_params))
         for j, p in enumerate(self.parts):
             J[p["rows"], p["slice"]] = self.block(theta, j)

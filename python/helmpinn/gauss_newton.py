@@ -19,7 +19,13 @@ Gauss-Newton system restricted to every subnetwork's output layer (``2H + 2`` pa
 the columns ``J_Z`` couple neighbouring subnetworks through the rows they share, so
 ``Z(ZᵀAZ)⁻¹Zᵀ`` carries the global coupling of a wave problem that the blocks alone lack. The
 coarse matrix is assembled from the blocks over the overlaps (``DecomposedResiduals.overlaps``)
-and factored once per trial.
+and factored once per trial. With ``two_level="deflated"`` the coarse correction is applied
+multiplicatively instead, ``P = (I − QA) M + Q`` (A-DEF2 of Tang, Nabben, Vuik & Erlangga, J. Sci.
+Comput. 2009; ``Q = Z (ZᵀAZ)⁻¹ Zᵀ``, M the blocks), with CG started from ``Q b``: the coarse
+space's components are solved exactly rather than added to the blocks' (which contain the output
+layers too), at the cost of one more product per iteration. CG then reaches ``cg_tol`` in far
+fewer iterations, but its early stop no longer regularises the coarse directions: at small λ
+the steps can overshoot and be rejected, so the default stays additive.
 
 **Damping** as :class:`helmpinn.LevenbergMarquardt`: a trial is accepted when the loss falls and
 the linear model predicted a decrease (``rho`` the ratio); then ``λ /= 3``, else ``λ *= 4`` and
@@ -34,6 +40,21 @@ driver wraps it in a few lines: build the residuals from the run's training set
 (:meth:`~helmpinn.decomposition.DecomposedModel.residuals_for`), call ``step(model.params)``
 each iteration, :meth:`MatrixFreeGN.set_residuals` after a resample, and
 ``state_dict``/``load_state_dict`` for checkpoints.
+
+**Over MPI** the solver follows its residuals: built with ``comm=``
+(:class:`~helmpinn.decomposition.DecomposedResiduals`), each rank linearises, factors and
+applies the preconditioner blocks of its own subdomains only, and the parameter vector stays
+replicated: CG's vectors hold this rank's own range (zeros elsewhere), its inner products are
+global sums taken alike on every rank, each ``J v`` is one ``Allreduce`` of the 2N residual
+vector and ``Jᵀw`` is local. The coarse matrix is assembled by the owners of its block rows
+(each rank receives the output-layer columns of the other ranks' subdomains that share points
+with its own, one ``alltoall``) and gathered whole on every rank (one ``Allgatherv``), where it
+is factored; each coarse correction gathers the coarse components of its argument (one
+``Allgatherv`` of the coarse dimension). An accepted step gathers the new parameters on every
+rank (one ``Allgatherv``); the damping's decisions use rank 0's loss values. ``step`` and the
+other methods are then collectives: every rank calls them with the same (replicated)
+parameters. Local failures (a block that cannot be factored) are agreed
+(:func:`helmpinn.distributed.collective`), so every rank raises instead of waiting.
 """
 from __future__ import annotations
 
@@ -47,6 +68,7 @@ import scipy.linalg as sla
 from numpy.typing import NDArray
 from scipy.linalg import blas
 
+from . import distributed
 from .lm import pcg
 
 __all__ = ["GNStep", "MatrixFreeGN"]
@@ -107,14 +129,15 @@ class MatrixFreeGN:
     ``products`` ("core": jvp/vjp by the core, memory O(R + P); "blocks": the Jacobian blocks
     kept, memory Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
     ("float32", default: the blocks' Gram matrices by ssyrk, twice dsyrk's rate; they only
-    precondition, CG solves the float64 system; or "float64").
+    precondition, CG solves the float64 system; or "float64"), ``two_level`` ("additive",
+    default, or "deflated": how the coarse correction joins the blocks, :meth:`preconditioner`).
     """
 
     def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
                  lam_min: float = 1e-15, lam_max: float = 1e12, max_trials: int = 10,
                  cg_tol: float = 1e-3, cg_maxiter: int = 200, coarse: str | None = "last_layer",
                  products: str = "core", geodesic: bool = False, geodesic_h: float = 0.1,
-                 geodesic_alpha: float = 0.75, gram: str = "float32"):
+                 geodesic_alpha: float = 0.75, gram: str = "float32", two_level: str = "additive"):
         if not (math.isfinite(lam) and lam > 0):
             raise ValueError(f"lam: expected a positive finite number, got {lam}")
         if damping not in ("identity", "marquardt"):
@@ -127,6 +150,9 @@ class MatrixFreeGN:
             raise ValueError(f"cg_maxiter, max_trials: expected integers >= 1, got {cg_maxiter}, {max_trials}")
         if coarse not in (None, "last_layer"):
             raise ValueError(f"coarse: expected None or 'last_layer', got {coarse!r}")
+        if two_level not in ("additive", "deflated"):
+            raise ValueError(f"two_level: expected 'additive' or 'deflated', got {two_level!r}")
+        self.two_level = two_level
         if gram not in ("float32", "float64"):
             raise ValueError(f"gram: expected 'float32' or 'float64', got {gram!r}")
         self.gram = gram
@@ -175,16 +201,18 @@ class MatrixFreeGN:
     def _jvp(self, s: dict, v: NDArray) -> NDArray:
         if self.products == "blocks":
             out = np.zeros(self.res.num_residuals)
-            for p, J in zip(self.res.parts, s["blocks"]):
+            for j, J in s["blocks"].items():
+                p = self.res.parts[j]
                 if len(J):
                     out[p["rows"]] += J @ v[p["slice"]]
-            return out
+            return self.res.allsum(out)
         return self.res.jvp(s["theta"], v)
 
     def _vjp(self, s: dict, w: NDArray) -> NDArray:
         if self.products == "blocks":
             out = np.zeros(self.res.num_params)
-            for p, J in zip(self.res.parts, s["blocks"]):
+            for j, J in s["blocks"].items():
+                p = self.res.parts[j]
                 if len(J):
                     out[p["slice"]] = J.T @ w[p["rows"]]
             return out
@@ -198,21 +226,23 @@ class MatrixFreeGN:
             r = self._next[1]
         else:
             r = res.residuals(theta)
-        grams, blocks, zcols = [], [], []
+        grams, blocks, zcols = {}, {}, {}
         keep = self.products == "blocks"
-        for j in range(len(res.parts)):
-            J = res.block(theta, j)
-            t1 = time.perf_counter()
-            grams.append(_gram(J, self.gram))
-            times["gram"] += time.perf_counter() - t1
-            if keep:
-                blocks.append(J)
-            if self._coarse_index is not None:   # only the output layers' columns stay
-                zcols.append(np.ascontiguousarray(J[:, self._coarse_index[j]]))
-            del J
+        with distributed.collective(res.comm, "the Jacobian blocks"):
+            for j in res.local:
+                J = res.block(theta, j)
+                t1 = time.perf_counter()
+                grams[j] = _gram(J, self.gram)
+                times["gram"] += time.perf_counter() - t1
+                if keep:
+                    blocks[j] = J
+                if self._coarse_index is not None:   # only the output layers' columns stay
+                    zcols[j] = np.ascontiguousarray(J[:, self._coarse_index[j]])
+                del J
         diag = np.zeros(res.num_params)
-        for p, G in zip(res.parts, grams):
-            diag[p["slice"]] = np.diag(G)
+        for j, G in grams.items():
+            diag[res.parts[j]["slice"]] = np.diag(G)
+        res.gather(diag)
         s = {"theta": theta, "r": r, "grams": grams, "diag": diag, "blocks": blocks if keep else None}
         s["g"] = self._vjp(s, r)
         if self._coarse_index is not None:
@@ -222,21 +252,65 @@ class MatrixFreeGN:
         times["jacobian"] += time.perf_counter() - t0 - times["gram"]
         return s
 
-    def _coarse_gram(self, zcols: list[NDArray]) -> tuple[NDArray, NDArray]:
+    def _coarse_offsets(self) -> NDArray:
+        """Where each part's output-layer parameters start in the coarse vector (and the end)."""
+        return np.concatenate([[0], np.cumsum([len(z) for z in self._coarse_index])]).astype(np.int64)
+
+    def _coarse_gram(self, zcols: Mapping[int, NDArray]) -> tuple[NDArray, NDArray]:
         """``(Gc, idx)``: ``J_Zᵀ J_Z`` over the output layers' columns ``idx`` (global), from each
-        block's columns ``zcols[j]`` summed over the rows the blocks share."""
+        block's columns ``zcols[j]`` summed over the rows the blocks share. Over several ranks
+        each rank fills the block rows of its own subdomains (the columns of another rank's
+        subdomain restricted to the shared rows come by one ``alltoall``) and the rows are
+        gathered whole on every rank."""
+        res = self.res
         zi = self._coarse_index
-        offs = np.concatenate([[0], np.cumsum([len(z) for z in zi])])
+        offs = self._coarse_offsets()
+        pairs = res.overlaps()
+        halo: dict[tuple[int, int], NDArray] = {}
+        if res.comm is not None:
+            send: list[dict] = [{} for _ in range(res.size)]
+            for q, (i, j, pi, pj) in enumerate(pairs):
+                oi, oj = int(res.owner[i]), int(res.owner[j])
+                if oi != oj and oi == res.rank:
+                    send[oj][(q, 0)] = zcols[i][_rows(pi)]
+                if oi != oj and oj == res.rank:
+                    send[oi][(q, 1)] = zcols[j][_rows(pj)]
+            for got in res.comm.alltoall(send):
+                halo.update(got)
         Gc = np.zeros((offs[-1], offs[-1]))
-        for i, j, pi, pj in self.res.overlaps():
-            ri = np.stack([2 * pi, 2 * pi + 1], 1).ravel()
-            rj = np.stack([2 * pj, 2 * pj + 1], 1).ravel()
-            B = zcols[i][ri].T @ zcols[j][rj]
-            Gc[offs[i]:offs[i + 1], offs[j]:offs[j + 1]] += B
-            if i != j:
+        for q, (i, j, pi, pj) in enumerate(pairs):
+            own_i, own_j = res.parts[i]["own"], res.parts[j]["own"]
+            if not (own_i or own_j):
+                continue
+            Zi = zcols[i][_rows(pi)] if own_i else halo[(q, 0)]
+            Zj = zcols[j][_rows(pj)] if own_j else halo[(q, 1)]
+            B = Zi.T @ Zj
+            if own_i:
+                Gc[offs[i]:offs[i + 1], offs[j]:offs[j + 1]] += B
+            if own_j and i != j:
                 Gc[offs[j]:offs[j + 1], offs[i]:offs[i + 1]] += B.T
-        idx = np.concatenate([p["slice"].start + z for p, z in zip(self.res.parts, zi)])
+        if res.comm is not None:
+            from mpi4py import MPI
+            n = offs[-1]
+            ranges = self._coarse_ranges()
+            res.comm.Allgatherv(MPI.IN_PLACE, [Gc, (ranges[:, 1] - ranges[:, 0]) * n, ranges[:, 0] * n,
+                                               MPI.DOUBLE])
+        idx = np.concatenate([p["slice"].start + z for p, z in zip(res.parts, zi)])
         return Gc, idx
+
+    def _coarse_ranges(self) -> NDArray:
+        """``[ranks, 2]``: each rank's range of the coarse vector (its subdomains' output layers)."""
+        offs, res = self._coarse_offsets(), self.res
+        out = np.zeros((res.size, 2), np.int64)
+        for k in range(res.size):
+            mine = np.nonzero(res.owner == k)[0]
+            if len(mine):
+                out[k] = (offs[mine[0]], offs[mine[-1] + 1])
+        return out
+
+    def _coarse_own(self) -> tuple[int, int]:
+        lo, hi = self._coarse_ranges()[self.res.rank]
+        return int(lo), int(hi)
 
     def _D(self, s: dict) -> NDArray:
         if self.damping == "identity":
@@ -244,33 +318,81 @@ class MatrixFreeGN:
         d = s["diag"]
         return np.maximum(d, 1e-12 * float(d.max()) if d.max() > 0 else 1.0)
 
-    def preconditioner(self, s: dict, lam: float, D: NDArray) -> Callable[[NDArray], NDArray]:
-        """The two-level additive Schwarz preconditioner for ``JᵀJ + λD`` at the linearisation s."""
-        parts = self.res.parts
-        solves = [_factor(G + lam * np.diag(D[p["slice"]])) for p, G in zip(parts, s["grams"])]
-        coarse = None
-        if "coarse" in s:
-            Gc, idx = s["coarse"]
-            coarse = (_factor(Gc + lam * np.diag(D[idx])), idx)
+    def _normal(self, s: dict, lam: float, D: NDArray) -> Callable[[NDArray], tuple[NDArray, NDArray]]:
+        """``p ↦ (J p, (JᵀJ + λD) p)`` at the linearisation s."""
+        def normal(p: NDArray) -> tuple[NDArray, NDArray]:
+            Jp = self._jvp(s, p)
+            return Jp, self._vjp(s, Jp) + lam * D * p
+        return normal
 
-        def apply(v: NDArray) -> NDArray:
-            out = np.empty_like(v)
-            for p, solve in zip(parts, solves):
-                out[p["slice"]] = solve(v[p["slice"]])
-            if coarse is not None:
-                out[coarse[1]] += coarse[0](v[coarse[1]])
+    def preconditioner(self, s: dict, lam: float, D: NDArray) -> Callable[[NDArray], NDArray]:
+        """The two-level Schwarz preconditioner for ``A = JᵀJ + λD`` at the linearisation s:
+        ``M v + Q v`` (``two_level="additive"``) or ``(I − QA) M v + Q v`` ("deflated"), with M the
+        subdomain blocks' solves and ``Q = Z (ZᵀAZ)⁻¹ Zᵀ`` the coarse correction. A deflated
+        preconditioner carries Q as its ``deflate`` attribute (:meth:`cg` starts from ``Q b``)."""
+        res = self.res
+        with distributed.collective(res.comm, "factoring the preconditioner"):
+            solves = [(res.parts[j]["slice"], _factor(G + lam * np.diag(D[res.parts[j]["slice"]])))
+                      for j, G in s["grams"].items()]
+            coarse = None
+            if "coarse" in s:
+                Gc, idx = s["coarse"]
+                lo, hi = self._coarse_own()
+                ranges = self._coarse_ranges()
+                coarse = (_factor(Gc + lam * np.diag(D[idx])), idx[lo:hi], lo, hi, ranges, len(idx))
+
+        def local(v: NDArray) -> NDArray:
+            out = np.zeros_like(v)
+            for sl, solve in solves:
+                out[sl] = solve(v[sl])
             return out
-        return apply
+
+        def Q(v: NDArray) -> NDArray:
+            solve, own_idx, lo, hi, ranges, n = coarse
+            vc = np.zeros(n)
+            vc[lo:hi] = v[own_idx]
+            if res.comm is not None:
+                from mpi4py import MPI
+                res.comm.Allgatherv(MPI.IN_PLACE, [vc, ranges[:, 1] - ranges[:, 0], ranges[:, 0], MPI.DOUBLE])
+            out = np.zeros_like(v)
+            out[own_idx] = solve(vc)[lo:hi]
+            return out
+
+        if coarse is None:
+            return local
+        if self.two_level == "deflated":
+            normal = self._normal(s, lam, D)
+
+            def deflated(v: NDArray) -> NDArray:
+                y = local(v)
+                return y + Q(v - normal(y)[1])
+            deflated.deflate = Q   # type: ignore[attr-defined]
+            return deflated
+
+        def additive(v: NDArray) -> NDArray:
+            return local(v) + Q(v)
+        return additive
 
     def cg(self, s: dict, lam: float, D: NDArray, rhs: NDArray,
            precond: Callable[[NDArray], NDArray]) -> tuple[NDArray, NDArray, int]:
         """Preconditioned CG on ``(JᵀJ + λD) x = rhs``: ``(x, J x, iterations)``
-        (:func:`helmpinn.lm.pcg`)."""
-        def normal(p: NDArray) -> tuple[NDArray, NDArray]:
-            Jp = self._jvp(s, p)
-            return Jp, self._vjp(s, Jp) + lam * D * p
-
-        return pcg(normal, rhs, self.res.num_residuals, precond, self.cg_tol, self.cg_maxiter)
+        (:func:`helmpinn.lm.pcg`). With a deflated preconditioner CG starts from ``x0 = Q rhs``
+        (whose residual has no coarse component, which the iterations then keep) and stops at
+        the same ``cg_tol ‖rhs‖``; each of its iterations costs two products."""
+        normal = self._normal(s, lam, D)
+        dot = self.res.dot
+        Q = getattr(precond, "deflate", None)
+        if Q is None:
+            return pcg(normal, rhs, self.res.num_residuals, precond, self.cg_tol, self.cg_maxiter, dot=dot)
+        x0 = Q(rhs)
+        Jx0, Ax0 = normal(x0)
+        b = rhs - Ax0
+        nb = math.sqrt(dot(b, b))
+        if not nb > 0:
+            return x0, Jx0, 0
+        tol = self.cg_tol * math.sqrt(dot(rhs, rhs)) / nb
+        y, Jy, it = pcg(normal, b, self.res.num_residuals, precond, tol, self.cg_maxiter, dot=dot)
+        return x0 + y, Jx0 + Jy, it
 
     def direction(self, theta: NDArray, lam: float | None = None) -> tuple[NDArray, int]:
         """The step δ of ``(JᵀJ + λD) δ = Jᵀr`` at θ (default: the current λ, absolute) and the
@@ -280,7 +402,7 @@ class MatrixFreeGN:
         lam = self.lam if lam is None else float(lam)
         D = self._D(s)
         delta, _, it = self.cg(s, lam, D, s["g"], self.preconditioner(s, lam, D))
-        return delta, it
+        return self.res.gather(delta), it
 
     # -- one iteration -------------------------------------------------------------------------
     def step(self, theta: NDArray) -> GNStep:
@@ -294,7 +416,7 @@ class MatrixFreeGN:
         self.steps += 1
         s = self.linearize(theta, times)
         r = s["r"]
-        loss0 = float(r @ r)
+        loss0, = self.res.same(float(r @ r))
         if not math.isfinite(loss0) or not np.all(np.isfinite(s["diag"])):
             raise FloatingPointError(f"non-finite loss or Jacobian at the current parameters (loss {loss0})")
         if self._lam_relative:
@@ -316,12 +438,11 @@ class MatrixFreeGN:
             if self.geodesic:
                 new = self._accelerate(s, D, M, theta, delta, its)
             r1 = self.res.residuals(new)
-            loss1 = float(r1 @ r1)
+            loss1, pred = self.res.same(float(r1 @ r1), loss0 - float((r - Jd) @ (r - Jd)))
             times["trial"] += time.perf_counter() - t2
-            pred = loss0 - float((r - Jd) @ (r - Jd))
             rho = (loss0 - loss1) / pred if pred > 0 else -math.inf
             if math.isfinite(loss1) and loss1 < loss0 and pred > 0:
-                theta[...] = new
+                theta[...] = self.res.gather(new)
                 self.lam = max(self.lam / 3.0, self.lam_min)
                 self._next = (theta.tobytes(), r1)
                 return GNStep(loss0, loss1, True, self.lam, trial, rho, its, self.res.term_losses(r1), "", times)
@@ -340,6 +461,13 @@ class MatrixFreeGN:
         r_vv = (self.res.residuals(theta + h * delta) - 2.0 * s["r"] + self.res.residuals(theta - h * delta)) / (h * h)
         acc, _, it = self.cg(s, self.lam, D, self._vjp(s, r_vv), M)
         its[-1] += it
-        if 2.0 * float(np.linalg.norm(acc)) <= self.geodesic_alpha * float(np.linalg.norm(delta)) and np.all(np.isfinite(acc)):
+        dot = self.res.dot
+        aa, dd = dot(acc, acc), dot(delta, delta)   # global (NaN where acc is not finite)
+        if 2.0 * math.sqrt(aa) <= self.geodesic_alpha * math.sqrt(dd):
             return theta - delta - 0.5 * acc
         return theta - delta
+
+
+def _rows(points: NDArray) -> NDArray:
+    """The (re, im) residual rows of points at positions ``points`` of a part."""
+    return np.stack([2 * points, 2 * points + 1], 1).ravel()

@@ -403,38 +403,42 @@ class _MatrixFree:
 
 
 def pcg(normal: Callable[[NDArray], tuple[NDArray, NDArray]], rhs: NDArray, num_residuals: int,
-        precond: Callable[[NDArray], NDArray] | None, tol: float, maxiter: int
-        ) -> tuple[NDArray, NDArray, int]:
+        precond: Callable[[NDArray], NDArray] | None, tol: float, maxiter: int, *,
+        dot: Callable[[NDArray, NDArray], float] | None = None) -> tuple[NDArray, NDArray, int]:
     """Preconditioned conjugate gradients on the damped normal equations ``(JᵀJ + λD) x = rhs``,
     the one CG of LM's matrix-free system and of :class:`helmpinn.gauss_newton.MatrixFreeGN`.
 
     ``normal(p)`` returns ``(J p, (JᵀJ + λD) p)`` (J p over this process's ``num_residuals``
-    rows); ``precond`` an approximate inverse of the matrix (None: none). Stops when the
-    residual's norm is at most ``tol`` times ``|rhs|``, after ``maxiter`` iterations, or on a
-    direction of non-positive curvature. Returns ``x``, ``J x`` (kept along, so that the caller
-    needs no further product) and the iterations taken.
+    rows); ``precond`` an approximate inverse of the matrix (None: none); ``dot`` the inner
+    product of two parameter-space vectors (None: ``a @ b``; a global sum where the parameters
+    are split over ranks). Stops when the residual's norm is at most ``tol`` times ``|rhs|``,
+    after ``maxiter`` iterations, or on a direction of non-positive curvature. Returns ``x``,
+    ``J x`` (kept along, so that the caller needs no further product) and the iterations taken.
     """
+    if dot is None:
+        def dot(a: NDArray, b: NDArray) -> float:
+            return float(a @ b)
     x = np.zeros_like(rhs)
     Jx = np.zeros(num_residuals)
     rr = rhs.copy()
     z = precond(rr) if precond is not None else rr
     p = z.copy()
-    rz = float(rr @ z)
-    stop = tol * math.sqrt(float(rhs @ rhs))
+    rz = dot(rr, z)
+    stop = tol * math.sqrt(dot(rhs, rhs))
     it = 0
     for it in range(1, maxiter + 1):
         Jp, Ap = normal(p)
-        pAp = float(p @ Ap)
+        pAp = dot(p, Ap)
         if not pAp > 0:
             break
         alpha = rz / pAp
         x += alpha * p
         Jx += alpha * Jp
         rr -= alpha * Ap
-        if math.sqrt(float(rr @ rr)) <= stop:
+        if math.sqrt(dot(rr, rr)) <= stop:
             break
         z = precond(rr) if precond is not None else rr
-        rz_new = float(rr @ z)
+        rz_new = dot(rr, z)
         p = z + (rz_new / rz) * p
         rz = rz_new
     return x, Jx, it

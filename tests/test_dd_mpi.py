@@ -1,0 +1,198 @@
+"""Domain-decomposed Gauss-Newton over MPI (DecomposedResiduals(comm=...), MatrixFreeGN on it):
+2 ranks take the same steps as one process.
+
+The tests start ``mpiexec -n 2`` on this file, whose ``__main__`` part runs the steps on every
+rank and writes rank 0's parameters after each step (and every rank's last ones); the test
+compares them with one process's. They skip, saying why, only where mpi4py or mpiexec is
+missing; under CI they fail instead (tests/conftest.py).
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import mpiexec_command
+
+import helmpinn as hp
+from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows, assign_subdomains
+from helmpinn.gauss_newton import MatrixFreeGN
+
+RANKS = 2
+HERE = os.path.abspath(__file__)
+STEPS = 3
+# case: (problem, grids, options of MatrixFreeGN). λ starts at 0.1 so that the steps are well
+# conditioned: there a relative change of 1e-15 in θ moves one process's parameters after three
+# steps by less than 1e-11, where at λ = 1e-3 it moves them by up to 4e-7 (box), more than the
+# 1e-10 asked of 2 ranks, whose sums differ from one process's in the last bits.
+CASES = {
+    "box": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core"}),
+    "free": ("free", [(3, 2), (1, 1)], {"coarse": "last_layer", "products": "blocks", "geodesic": True,
+                                        "two_level": "deflated",
+                                        "damping": "identity", "gram": "float64"}),
+    "plain": ("box", [(2, 2)], {"coarse": None, "products": "core"}),
+}
+
+
+def build(case: str, comm=None):
+    """The model, residuals and solver of a case (the same on every rank and in one process)."""
+    problem, grids, options = CASES[case]
+    rng = np.random.default_rng(7)
+    if problem == "box":   # box-source, 2 wavelengths, hard constraint
+        prob = hp.get_problem("box-source", wavelengths=2)
+        k = prob.wavenumber
+        lo, hi = np.zeros(2), np.ones(2)
+        x = hp.geometry.sample_unit_cube(512, 2, rng, "sobol")
+        sc = 1 / math.sqrt(len(x))
+        rows = Rows(x, sc, 0.0, sc * k * k, sc * prob.source_at(x), "pde")
+        constraint = BoxConstraint(lo, hi, 1.0 / k)
+    else:                  # free-source, 2 wavelengths: PML coefficients and data rows on the wall
+        prob = hp.get_problem("free-source", wavelengths=2, s=0.1)
+        k = prob.wavenumber
+        lo, hi = prob.sampling_domain.bounds
+        x = lo + hp.geometry.sample_unit_cube(300, 2, rng, "sobol") * (hi - lo)
+        am, bm = prob.operator_at(x)
+        sc = 1 / math.sqrt(len(x))
+        pde = Rows(x, sc * am, sc * bm, sc * k * k, sc * prob.source_at(x), "pde")
+        ts = prob.sample(0, 40, rng)
+        wall = Rows(ts.x_data, 0.0, 0.0, 1 / math.sqrt(len(ts.x_data)), 0.0, "data")
+        rows = Rows.concat([pde, wall])
+        constraint = None
+    model = DecomposedModel.create(lo, hi, grids, overlap=0.5, ff_dim=4, hidden_dim=8, wavenumber=k,
+                                   constraint=constraint, seed=3)
+    res = model.residuals_for(rows, comm=comm)
+    gn = MatrixFreeGN(res, lam=0.1, cg_tol=1e-10, cg_maxiter=400, **options)
+    return model, res, gn
+
+
+def run_steps(case: str, comm=None) -> tuple[np.ndarray, list[list[int]]]:
+    """``[STEPS + 1, P]`` parameters (start, then after each step) and the CG iterations."""
+    model, _, gn = build(case, comm)
+    out, its = [model.params.copy()], []
+    for _ in range(STEPS):
+        st = gn.step(model.params)
+        assert st.accepted, st.message
+        out.append(model.params.copy())
+        its.append(st.cg_iterations)
+    return np.array(out), its
+
+
+# -- the tests (one process) -----------------------------------------------------------------------
+def _launch(case: str, folder) -> None:
+    cmd = [*mpiexec_command(RANKS), sys.executable, HERE, case, os.fspath(folder)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mpiexec -n {RANKS} {case} did not finish (a rank waiting in a collective?):\n"
+                    f"{exc.stdout}\n{exc.stderr}")
+    assert proc.returncode == 0, f"mpiexec -n {RANKS} {case} failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Every case's steps on 2 ranks, one mpiexec for them all: the folder of their results."""
+    folder = tmp_path_factory.mktemp("dd_mpi")
+    _launch("steps", folder)
+    return folder
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_ranks_take_one_process_steps(case, two_ranks):
+    """box-source over 3x3 subdomains with the coarse level (jvp/vjp by the core), free-source
+    over 3x2 plus a one-network level (an uneven split; kept blocks, geodesic acceleration, the
+    deflated coarse correction), 2x2 without the coarse level: the parameters after each step
+    on 2 ranks equal one process's to 1e-10, every rank holds the same parameters, and CG took
+    as many iterations."""
+    got = np.load(two_ranks / f"{case}.npz")
+    single, its = run_steps(case)
+    steps = got["steps"]
+    assert steps.shape == single.shape
+    for k in range(1, RANKS):
+        np.testing.assert_array_equal(got["last0"], got[f"last{k}"])   # replicas stay equal
+    scale = np.max(np.abs(single))
+    assert np.max(np.abs(single[-1] - single[0])) > 1e-3 * scale   # the steps moved
+    for n in range(STEPS + 1):
+        err = np.max(np.abs(steps[n] - single[n]))
+        assert err <= 1e-10 * scale, f"step {n}: 2 ranks differ from one process by {err:.2e}"
+    assert got["its"].tolist() == its
+
+
+def test_failure_on_one_rank_raises_on_every_rank(tmp_path):
+    """A preconditioner block that cannot be factored on rank 1 only: rank 1 raises its
+    LinAlgError and rank 0 a CollectiveError naming it, instead of waiting in CG's products."""
+    _launch("fail", tmp_path)
+    assert (tmp_path / "0.txt").read_text().startswith("CollectiveError: rank 1 failed in factoring")
+    assert (tmp_path / "1.txt").read_text() == "LinAlgError: not positive definite (injected)"
+
+
+def test_assignment_is_contiguous_and_balanced():
+    """Subdomains go to ranks in contiguous runs of about equal cost; one rank takes all."""
+    assert assign_subdomains([1.0] * 9, 2).tolist() == [0] * 4 + [1] * 5
+    assert assign_subdomains([1.0] * 8, 4).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert assign_subdomains([1.0] * 5, 1).tolist() == [0] * 5
+    owner = assign_subdomains([1, 1, 1, 1, 1, 1, 6], 2)   # a one-network level costs as much as the rest
+    assert owner.tolist() == [0] * 6 + [1]
+    assert np.all(np.diff(assign_subdomains(np.random.default_rng(0).uniform(1, 5, 40), 3)) >= 0)
+    with pytest.raises(ValueError, match="size"):
+        assign_subdomains([1.0], 0)
+    with pytest.raises(ValueError, match="costs"):
+        assign_subdomains([1.0, -1.0], 2)
+
+
+def test_comm_checked():
+    model, rows = build("plain")[0], build("plain")[1].rows
+    with pytest.raises(TypeError, match="comm"):
+        model.residuals_for(rows, comm="world")
+
+
+# -- the workers (every rank, under mpiexec) -------------------------------------------------------
+def _worker_fail(folder: str) -> None:
+    from mpi4py import MPI
+
+    from helmpinn import gauss_newton
+
+    comm = MPI.COMM_WORLD
+    model, _, gn = build("box", comm)
+    if comm.Get_rank() == 1:
+        def broken(A):
+            raise np.linalg.LinAlgError("not positive definite (injected)")
+        gauss_newton._factor = broken
+    try:
+        gn.step(model.params)
+        text = "no error"
+    except Exception as exc:  # noqa: BLE001 - what each rank raised is the result
+        text = f"{type(exc).__name__}: {exc}"
+    with open(os.path.join(folder, f"{comm.Get_rank()}.txt"), "w") as fh:
+        fh.write(text)
+
+
+def _worker(case: str, folder: str) -> None:
+    """``case`` "steps": every case's steps, rank 0 writing them; "fail": see above."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if case == "fail":
+        return _worker_fail(folder)
+    for name in sorted(CASES):
+        steps, its = run_steps(name, comm)
+        last = comm.gather(steps[-1], root=0)
+        if comm.Get_rank() == 0:
+            np.savez(os.path.join(folder, f"{name}.npz"), steps=steps, its=np.array(its),
+                     **{f"last{k}": v for k, v in enumerate(last)})
+
+
+if __name__ == "__main__":
+    from mpi4py import MPI
+
+    try:
+        _worker(sys.argv[1], sys.argv[2])
+    except BaseException:  # fail the whole job now rather than leave the other ranks waiting
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
