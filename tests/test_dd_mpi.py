@@ -121,6 +121,43 @@ def test_two_ranks_take_one_process_steps(case, two_ranks):
     assert got["its"].tolist() == its
 
 
+def _trainer(problem, comm=None):
+    """A run loop over a 2x2 decomposition of box-source (2 wavelengths, hard constraint)."""
+    k = problem.wavenumber
+    model = DecomposedModel.create([0, 0], [1, 1], [(2, 2)], overlap=0.6, ff_dim=4, hidden_dim=8, wavenumber=k,
+                                   constraint=BoxConstraint([0, 0], [1, 1], 1 / k), seed=5)
+    return hp.Trainer(problem, model, pde_points=400, bc_points=0, resample_every=0, eval_every=0,
+                      val_points=0, progress=False, comm=comm, seed=11)
+
+
+def _gn():
+    from helmpinn.dd_driver import GNDriver
+
+    return GNDriver(lam=0.1, cg_tol=1e-10, cg_maxiter=400)
+
+
+def test_the_run_loop_over_two_ranks_takes_one_process_steps(two_ranks):
+    """Trainer(comm=) with optimizer "gn": each rank draws its share of the points, every rank
+    trains on all of them (distributed.gather_training_set) with its own subdomains; the
+    parameters equal one process's trained on that union of points to 1e-10."""
+    import pickle
+
+    got = np.load(two_ranks / "trainer.npz")
+    np.testing.assert_array_equal(got["last0"], got["last1"])
+    assert got["owned"].tolist() == [2, 2]   # each rank its own subdomains of the 2x2
+    with open(two_ranks / "trainer_points.pkl", "rb") as fh:
+        union = pickle.load(fh)
+    t = _trainer(hp.get_problem("box-source", wavelengths=2))
+    t.resample()
+    assert len(union.x_pde) == 400 and len(t.training_set.x_pde) == 400
+    np.testing.assert_array_equal(t.model.params, got["start"])
+    t.training_set = union   # the points the ranks drew between them
+    t.fit(STEPS, optimizer=_gn())
+    scale = np.max(np.abs(t.model.params))
+    assert np.max(np.abs(t.model.params - got["start"])) > 1e-3 * scale
+    assert np.max(np.abs(t.model.params - got["last0"])) <= 1e-10 * scale
+
+
 def test_failure_on_one_rank_raises_on_every_rank(tmp_path):
     """A preconditioner block that cannot be factored on rank 1 only: rank 1 raises its
     LinAlgError and rank 0 a CollectiveError naming it, instead of waiting in CG's products."""
@@ -177,6 +214,22 @@ def _worker(case: str, folder: str) -> None:
     comm = MPI.COMM_WORLD
     if case == "fail":
         return _worker_fail(folder)
+    import pickle
+
+    from helmpinn.distributed import gather_training_set
+
+    t = _trainer(hp.get_problem("box-source", wavelengths=2), comm)
+    start = t.model.params.copy()
+    t.fit(STEPS, optimizer=_gn())
+    assert len(t.training_set.x_pde) < 400          # this rank's share
+    union = gather_training_set(comm, t.training_set)
+    last = comm.gather(t.model.params.copy(), root=0)
+    owned = comm.gather(sum(p["own"] for p in t.driver.gn.res.parts), root=0)
+    if comm.Get_rank() == 0:
+        np.savez(os.path.join(folder, "trainer.npz"), start=start, owned=owned,
+                 **{f"last{k}": v for k, v in enumerate(last)})
+        with open(os.path.join(folder, "trainer_points.pkl"), "wb") as fh:
+            pickle.dump(union, fh)
     for name in sorted(CASES):
         steps, its = run_steps(name, comm)
         last = comm.gather(steps[-1], root=0)

@@ -257,21 +257,30 @@ class GNDriver(Driver):
         if not isinstance(run.model, DecomposedModel):
             raise TypeError(f"optimizer 'gn': trains a helmpinn.decomposition.DecomposedModel, "
                             f"got {type(run.model).__name__} (use 'lm' for one network)")
-        if run.comm is not None and run.comm.Get_size() > 1:
-            raise NotImplementedError("optimizer 'gn' runs on one process here (a Trainer with comm= "
-                                      "over several ranks would fit only each rank's points)")
-        self.gn = MatrixFreeGN(run.model.residuals_for(self._rows(run)), **self.settings.options)
+        self.gn = MatrixFreeGN(self._residuals(run), **self.settings.options)
         state = run.model.optimizer_state
         if state and "gn_lambda" in state:
             self.gn.load_state_dict(state)
         run.gn = self.gn
         self.log = []
 
+    @classmethod
+    def _residuals(cls, run: "Trainer") -> Any:
+        """The residuals of the run's points. Over MPI (a Trainer with ``comm``) every rank holds
+        every rank's points (:func:`helmpinn.distributed.gather_training_set`) and its own
+        subdomains (``residuals_for(rows, comm=)``): the subdomains, not the points, are split."""
+        comm = run.comm if run.comm is not None and run.comm.Get_size() > 1 else None
+        ts = run.training_set
+        if comm is not None:
+            from .distributed import gather_training_set
+            ts = gather_training_set(comm, ts)
+        return run.model.residuals_for(cls._rows(ts, run), comm=comm)
+
     @staticmethod
-    def _rows(run: "Trainer") -> Rows:
-        """The rows of the run's points; with a hard constraint, without the data rows that it
+    def _rows(ts: Any, run: "Trainer") -> Rows:
+        """The rows of the points ``ts``; with a hard constraint, without the data rows that it
         satisfies identically (zero data at points where φ = 0)."""
-        rows = Rows.from_training_set(run.training_set, run.weights)
+        rows = Rows.from_training_set(ts, run.weights)
         constraint = run.model.constraint
         if constraint is None or not np.any(rows.term == "data"):
             return rows
@@ -282,7 +291,7 @@ class GNDriver(Driver):
         return Rows(*(getattr(rows, k)[keep] for k in ("x", "a", "b", "c", "f", "term")))
 
     def resampled(self, run: "Trainer") -> None:
-        self.gn.set_residuals(run.model.residuals_for(self._rows(run)))
+        self.gn.set_residuals(self._residuals(run))
 
     def step(self, run: "Trainer") -> GNStepInfo:
         try:

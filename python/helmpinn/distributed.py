@@ -10,6 +10,7 @@ ranks' losses and gradients add up to the full-batch ones exactly:
   in-place ``Allreduce`` of the flat gradient (P numbers);
 - :func:`global_counts` -- the three point counts summed over ranks (cache them per draw);
 - :func:`sample_shard` -- this rank's share of one draw of a problem's points;
+  :func:`gather_training_set` -- every rank's shares, on every rank;
 - :func:`check_replicas` -- a cheap check that the parameters are the same on every rank;
 - :func:`launch_comm` / :func:`threads_per_rank` -- what ``helmpinn train`` uses under
   ``mpiexec`` / ``srun``.
@@ -46,7 +47,8 @@ from .problems import Problem, TrainingSet
 
 __all__ = ["value_and_grad", "global_counts", "local_counts", "shard_batch", "sample_shard", "shard_size",
            "rank_generators", "check_replicas", "launch_comm", "launched_size", "threads_per_rank",
-           "agree", "collective", "abort_on_error", "CollectiveError", "ONE_PROCESS", "check_ranks"]
+           "agree", "collective", "abort_on_error", "CollectiveError", "ONE_PROCESS", "check_ranks",
+           "gather_training_set"]
 
 _POINTS = POINTS   # each term's points keyword, from the core's loss-term table
 
@@ -428,6 +430,37 @@ def sample_shard(problem: Problem, pde_points: int, bc_points: int, own: np.rand
             g=None if edge.g is None else arr(edge.g))
         ts.sizes = {t: len(getattr(ts, POINTS[t])) for t in TERMS}
     return ts
+
+
+#: The fields of a TrainingSet by the points they belong to (gather_training_set).
+_FIELDS = {"x_pde": ("kappa", "f", "a_pde", "b_pde", "pde_weight"), "x_data": ("y",),
+           "x_bc": ("n_bc", "alpha", "g")}
+
+
+def gather_training_set(comm, ts: TrainingSet) -> TrainingSet:
+    """The union of every rank's shard (:func:`sample_shard`), in rank order, on every rank (one
+    allgather; a collective): what a solver that splits its unknowns, not its points, over the
+    ranks needs (the decomposition's Gauss-Newton, :mod:`helmpinn.dd_driver`). A field that is a
+    constant on every rank stays one when the ranks agree on it, else it becomes per point."""
+    parts = comm.allgather(ts)
+    fields: dict[str, Any] = {}
+    for points, coefficients in _FIELDS.items():
+        counts = [len(getattr(p, points)) for p in parts]
+        fields[points] = np.concatenate([getattr(p, points) for p in parts])
+        for name in coefficients:
+            values = [getattr(p, name) for p in parts]
+            if all(v is None for v in values):
+                fields[name] = None
+            elif all(np.ndim(v) == 0 for v in values) and all(v == values[0] for v in values):
+                fields[name] = values[0]
+            else:
+                if any(v is None for v in values):
+                    raise ValueError(f"gather_training_set: {name} is given on some ranks only")
+                fields[name] = np.concatenate([np.broadcast_to(v, (n, *np.shape(v)[1:])) if np.ndim(v) == 0
+                                               else np.asarray(v) for v, n in zip(values, counts)])
+    out = dataclasses.replace(ts, **fields)
+    out.sizes = {t: len(getattr(out, POINTS[t])) for t in TERMS}
+    return out
 
 
 # -- consistency ---------------------------------------------------------------------------------

@@ -141,7 +141,8 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     Stops once the relative L2 error (with an exact solution, else the validation loss) is below
     ``tol``, after ``time_limit`` seconds (by ``clock``), or on the optimiser's own stop.
     ``callbacks``: ``f(trainer, step)`` after every step (:class:`~helmpinn.Trainer`'s).
-    ``comm``: data-parallel over MPI ranks (one network); ``progress``: a bar.
+    ``comm``: over MPI ranks (one network: data-parallel; a decomposed model: its subdomains
+    split over the ranks); ``progress``: a bar.
     """
     if isinstance(problem, str):
         problem = get_problem(problem)
