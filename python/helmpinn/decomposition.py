@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import secrets
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -48,6 +47,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _core, distributed
+from ._files import write_atomic
 from .batch import Batch
 from .model import Model
 from .params import init_params
@@ -400,16 +400,7 @@ class DecomposedModel:
     def save(self, path: str | os.PathLike) -> None:
         """Write params and configuration to one ``.npz`` atomically (a temporary file in the
         same folder, then ``os.replace``)."""
-        path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(path))
-        tmp = os.path.join(folder, f".tmp-{os.path.basename(path)}-{secrets.token_hex(4)}.npz")
-        try:
-            with open(tmp, "wb") as fh:
-                np.savez(fh, params=self.params, config=np.array(json.dumps(self.config())))
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        write_atomic(path, lambda fh: np.savez(fh, params=self.params, config=np.array(json.dumps(self.config()))))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "DecomposedModel":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import stat
 import zipfile
 import zlib
@@ -25,15 +24,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import _core
 from . import _device
+from ._files import TEMP_PREFIX, write_atomic   # TEMP_PREFIX: the temporary files' names
 
 __all__ = ["Model", "FORMAT_VERSION", "TEMP_PREFIX"]
 
 FORMAT_VERSION = 1
 _DTYPES = ("float32", "float64")
-#: Name prefix of the temporary file :meth:`Model.save` writes before renaming it into place.
-#: A process killed during a save leaves one behind; ``helmpinn train`` removes those of its
-#: own outputs (``.tmp-model.npz-<12 hex digits>.npz``, :mod:`helmpinn.runfiles`).
-TEMP_PREFIX = ".tmp-"
 _NPY_MAGIC = b"\x93NUMPY"
 
 
@@ -273,21 +269,8 @@ class Model:
                 raise TypeError(f"optimizer_state[{key!r}] must be numeric, got {type(value).__name__}")
             arrays[f"opt/{key}"] = arr
         path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = _create_temp(folder, os.path.basename(path))
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **arrays)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_atomic(path, lambda fh: np.savez(fh, **arrays))
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, device: str = "cpu") -> "Model":
@@ -402,21 +385,6 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
                    else "it holds an object (pickled) array, which a helmpinn model never does")
             raise ValueError(f"{path}: not a readable helmpinn model file; it may be truncated or "
                              f"corrupted ({why})") from exc
-
-
-def _create_temp(folder: str, name: str) -> tuple[int, str]:
-    """Opens a new, empty file ``folder/.tmp-<name>-<random>.npz`` for writing.
-
-    ``os.open`` with mode 0o666 lets the umask set the permissions, as for any new file
-    (``tempfile.mkstemp`` would make it 0600, and ``os.replace`` keeps that).
-    """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    while True:
-        tmp = os.path.join(folder, f"{TEMP_PREFIX}{name}-{secrets.token_hex(6)}.npz")
-        try:
-            return os.open(tmp, flags, 0o666), tmp
-        except FileExistsError:  # pragma: no cover - 48 random bits collided
-            continue
 
 
 def _spec_str(spec: _core.ModelSpec) -> str:

@@ -15,16 +15,15 @@ an existing figure is replaced only by a whole one.
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ._files import write_atomic
 from .model import Model
 from .problems import Problem
 
-__all__ = ["solution_figure", "plot_solution", "plot_error", "plot_history", "plot_all", "save_figure",
-           "write_atomic"]
+__all__ = ["solution_figure", "plot_solution", "plot_error", "plot_history", "plot_all", "save_figure"]
 
 
 def _figure(nrows: int = 1, ncols: int = 1, sharex: bool = False, **kw):
@@ -36,25 +35,9 @@ def _figure(nrows: int = 1, ncols: int = 1, sharex: bool = False, **kw):
     return fig, fig.subplots(nrows, ncols, sharex=sharex, squeeze=False)
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], suffix: str = "") -> str:
-    """Calls ``write(binary file)`` on a temporary file in ``path``'s folder, then moves it over
-    ``path``; on any error the temporary file is removed and ``path`` left as it was."""
-    path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
 def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> str:
-    """Writes ``fig`` as a PNG to ``path`` (:func:`write_atomic`)."""
-    return write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi), ".png")
+    """Writes ``fig`` as a PNG to ``path`` (atomically: :func:`helmpinn._files.write_atomic`)."""
+    return write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
 
 
 def _medium(problem: Problem, x: np.ndarray) -> tuple[np.ndarray, str] | None:

@@ -73,13 +73,13 @@ def _unwrapped_phase(u: NDArray[np.complex128]) -> NDArray[np.float64]:
 def save_recording(path: str | os.PathLike, recording: Mapping[str, Any]) -> None:
     """Write a recording to ``path`` (``.npz``, no pickle): to a temporary file in the same
     folder first, then moved over ``path``, so an existing file is replaced only by a whole one."""
-    from .plots import write_atomic
+    from ._files import write_atomic
 
     arrays = {k: np.asarray(v) for k, v in recording.items()}
     for k, v in arrays.items():
         if v.dtype == object:
             raise TypeError(f"save_recording: {k!r} is not a numeric array")
-    write_atomic(path, lambda fh: np.savez(fh, **arrays), ".npz")
+    write_atomic(path, lambda fh: np.savez(fh, **arrays))
 
 
 def load_recording(path: str | os.PathLike) -> dict[str, NDArray]:

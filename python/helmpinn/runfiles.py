@@ -44,6 +44,8 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: no lock
     fcntl = None  # type: ignore[assignment]
 
+from ._files import temp_path, write_atomic
+
 __all__ = ["RunFolder", "OutputError", "MemoryBudgetError", "read_regular", "available_memory",
            "training_memory", "workspace_bytes", "check_memory", "format_bytes",
            "LOCK_NAME", "MANIFEST_NAME", "MEMORY_FRACTION"]
@@ -223,20 +225,10 @@ class RunFolder:
 
     def temp_path(self, name: str) -> str:
         """A fresh temporary path in the folder for a new ``name`` (same extension)."""
-        return os.path.join(self.path, f".tmp-{name}-{secrets.token_hex(6)}{os.path.splitext(name)[1]}")
+        return temp_path(self.path, name)
 
     def _write_file(self, name: str, data: bytes) -> None:
-        tmp = self.temp_path(name)
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, os.path.join(self.path, name))
-        except BaseException:
-            _unlink(tmp)
-            raise
+        write_atomic(os.path.join(self.path, name), lambda fh: fh.write(data))
 
     def write(self, name: str, data: bytes) -> str:
         """Write ``data`` as ``name`` atomically (a temporary file, then a rename) and record
