@@ -105,36 +105,26 @@ def test_workspace_larger_than_the_machine_raises_memory_error_before_allocating
 
 # ----------------------------------------------------------------- 3: __new__ without __init__
 
-@pytest.mark.parametrize("expr", [
+NEW_WITHOUT_INIT = [("Workspace", "w", e) for e in (
     "w.batch_size", "w.memory_bytes", "w.spec", "w.zero_grad()", "w.grad", "w.z",
     "w.forward(np.zeros(10), np.zeros((1, 1)))", "repr(w)",
     "w.value_and_grad(np.zeros(10), np.zeros(10), x_data=np.zeros((1, 1)), y=np.zeros((1, 2)))",
-])
-def test_workspace_new_without_init_raises(expr):
-    out = run_child(f"""
-        w = hp.Workspace.__new__(hp.Workspace)
-        try:
-            {expr}
-        except TypeError as e:
-            print("TypeError:", e)
-    """)
-    assert out.startswith("TypeError: Workspace: this object was made by Workspace.__new__ "
-                          "without __init__"), out
-
-
-@pytest.mark.parametrize("expr", [
+)] + [("ModelSpec", "s", e) for e in (
     "s.in_dim", "s.num_params", "s.layout()", "repr(s)", "s == hp.ModelSpec(1, 2, 3, 1)",
     "hash(s)", "hp.Workspace(s, 4)", "s.views(np.zeros(3))", "s.__getstate__()",
-])
-def test_model_spec_new_without_init_raises(expr):
+)]
+
+
+@pytest.mark.parametrize("cls, name, expr", NEW_WITHOUT_INIT)
+def test_new_without_init_raises(cls, name, expr):
     out = run_child(f"""
-        s = hp.ModelSpec.__new__(hp.ModelSpec)
+        {name} = hp.{cls}.__new__(hp.{cls})
         try:
             {expr}
         except TypeError as e:
             print("TypeError:", e)
     """)
-    assert out.startswith("TypeError: ModelSpec: this object was made by ModelSpec.__new__"), out
+    assert out.startswith(f"TypeError: {cls}: this object was made by {cls}.__new__ without __init__"), out
 
 
 def test_model_spec_pickle_still_works():
