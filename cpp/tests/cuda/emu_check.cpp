@@ -633,6 +633,21 @@ std::string error_of(F&& fn) {
     return "no exception";
 }
 
+/// The emulation's log of event records and stream waits (emu::stream_log()) as one line,
+/// "record E on 16 (device 1); wait 32 for E (device 1); ", with every event id written E (ids
+/// differ between runs).
+std::string stream_log_without_event_ids() {
+    std::string norm;
+    for (const auto& l : emu::stream_log()) {
+        std::string t = l;
+        if (t.rfind("record ", 0) == 0) t = "record E" + t.substr(t.find(" on "));
+        else if (t.rfind("wait ", 0) == 0) t = t.substr(0, t.find(" for ")) + " for E" +
+                                               t.substr(t.find(" (device"));
+        norm += t + "; ";
+    }
+    return norm;
+}
+
 /// The core's CUDA runtime API (helmpinn/runtime.hpp, runtime_cuda.cu) on two emulated devices,
 /// device 0 current throughout: the caller's device is restored by every call.
 void check_runtime_api() {
@@ -681,8 +696,7 @@ void check_runtime_api() {
         report(ok, "runtime: DeviceBuffer on device 1 (pointer_info, copies, moves, reset)");
     }
     {
-        auto& log = emu::stream_log();
-        log.clear();
+        emu::stream_log().clear();
         void* const sa = reinterpret_cast<void*>(std::uintptr_t(16));
         void* const sb = reinterpret_cast<void*>(std::uintptr_t(32));
         void* const legacy = reinterpret_cast<void*>(std::uintptr_t(1));
@@ -690,14 +704,7 @@ void check_runtime_api() {
         stream_wait(sa, sa, 1);            // the same stream: nothing to do
         stream_wait(nullptr, legacy, 1);   // both the legacy default stream
         const std::string bad = error_of([&] { stream_wait(sb, sa, 7); });
-        std::string norm;
-        for (const auto& l : log) {
-            std::string t = l;
-            if (t.rfind("record ", 0) == 0) t = "record E" + t.substr(t.find(" on "));
-            else if (t.rfind("wait ", 0) == 0) t = t.substr(0, t.find(" for ")) + " for E" +
-                                                   t.substr(t.find(" (device"));
-            norm += t + "; ";
-        }
+        const std::string norm = stream_log_without_event_ids();
         report(norm == "record E on 16 (device 1); wait 32 for E (device 1); " &&
                    current_device() == 0 && bad.find("cannot make CUDA device 7 current") !=
                                                 std::string::npos,
@@ -816,8 +823,7 @@ void check_host_side() {
         cuda::check(cudaSetDevice(0), "cudaSetDevice");
         Problem<double> pb(spec, 40, 10, 10, 5u);
         B64 b(spec, 32, 1);
-        auto& log = emu::stream_log();
-        log.clear();
+        emu::stream_log().clear();
         void* const sa = reinterpret_cast<void*>(std::uintptr_t(16));
         void* const sb = reinterpret_cast<void*>(std::uintptr_t(32));
         std::vector<double> u(80), g(spec.num_params());
@@ -828,15 +834,7 @@ void check_host_side() {
             b.zero_grad(sb);
             b.forward(pb.theta.data(), pb.x_pde.data(), 40, 0, u.data(), nullptr, nullptr, sa);
         });
-        // Event ids differ between runs; compare with the id removed.
-        std::string norm;
-        for (const auto& l : log) {
-            std::string t = l;
-            if (t.rfind("record ", 0) == 0) t = "record E" + t.substr(t.find(" on "));
-            else if (t.rfind("wait ", 0) == 0) t = t.substr(0, t.find(" for ")) + " for E" +
-                                                   t.substr(t.find(" (device"));
-            norm += t + "; ";
-        }
+        const std::string norm = stream_log_without_event_ids();
         const std::string want =
             "record E on 16 (device 1); wait 32 for E (device 1); record E on 32 (device 1); "
             "record E on 32 (device 1); wait 16 for E (device 1); record E on 16 (device 1); ";
