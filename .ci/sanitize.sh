@@ -4,9 +4,9 @@
 # UBSan does not recover, ASan aborts on its first error. Usage: .ci/sanitize.sh [build-dir]
 # One CPU kernel set, compiled for this machine (HELMPINN_NATIVE): the set the run-time dispatch
 # would choose here, and the only one a run here executes. The CUDA emulation checker is left
-# out: pytest's tests/test_cuda.py runs it, and under the sanitizers its full case table would
-# take most of CI's time. Without CUDA, test_errors checks the CUDA stub (CI's other builds have
-# CUDA where nvcc is found).
+# out: pytest's tests/test_cuda.py runs it (built here, it would compile the core's host sources
+# a second time under the sanitizers). Without CUDA, test_errors checks the CUDA stub (CI's
+# other builds have CUDA where nvcc is found).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build-sanitize}"

@@ -2,12 +2,12 @@
 // the CPU backend through the public API: Workspace and the seed primitives, Device::cuda vs
 // Device::cpu.
 //
-// Build and run (tests/test_cuda.py does this; no GPU or CUDA toolkit needed):
-//     c++ -std=c++20 -O2 -pthread -DHELMPINN_CUDA_EMULATION \
-//         -Icpp/include -Icpp/src cpp/tests/cuda/emu_check.cpp \
-//         cpp/src/common/workspace.cpp cpp/src/common/spec.cpp cpp/src/cpu/cpu_backend.cpp \
-//         cpp/src/cpu/dispatch.cpp cpp/src/cpu/primitives.cpp cpp/src/common/primitives.cpp \
-//         cpp/src/common/checked.cpp -o emu_check && ./emu_check
+// Build and run: the CMake target helmpinn_cuda_emulation_check of the C++ tests
+// (-DHELMPINN_BUILD_TESTS=ON; tests/test_cuda.py builds and runs it; no GPU or CUDA toolkit
+// needed), or by hand with the core's host sources (cpp/src/host_sources.txt):
+//     c++ -std=c++20 -O1 -DHELMPINN_CUDA_EMULATION -Icpp/include -Icpp/src \
+//         cpp/tests/cuda/emu_check.cpp $(grep -o '^cpp/[^ ]*' cpp/src/host_sources.txt) \
+//         -o emu_check && ./emu_check
 //
 // Checks, for d = 1, 2, 3 and float32 / float64: forward() u, grad u, lap u and the caches;
 // value_and_grad() for each loss term and all together (constant and per-point kappa and
