@@ -28,7 +28,9 @@
 // is initialised at allocation; a call on another stream waits for the previous call's
 // last-use event, which is recorded with the workspace's device current; a failing
 // cudaGetDeviceCount is reported with its error. The core's runtime API (check_runtime_api):
-// DeviceScope, pointer_info, DeviceBuffer, copies and stream_wait on a second device.
+// DeviceScope, pointer_info, DeviceBuffer, copies and stream_wait on a second device. The
+// emulation itself (check_emulation): a missing __syncthreads shows in its results, a
+// __syncthreads in divergent code ends the run with a message.
 // --quick runs the Workspace checks in float64 on three shapes and in float32 on two.
 #include <cmath>
 #include <cstdio>
@@ -38,6 +40,10 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cuda/cuda_backend.cuh"
 #include "cuda/primitives.cu"  // the device seed primitives (cuda_mse_backward, ...), emulated
@@ -713,6 +719,76 @@ void check_runtime_api() {
     }
 }
 
+// ---- the emulation itself: the order of the threads between barriers, divergent barriers ----
+
+/// Thread t writes its own float of shared memory, then (after __syncthreads when `sync`)
+/// reads its neighbours' t + 1 and t - 1 (cyclically) into out[2t] and out[2t + 1].
+__global__ void neighbours_kernel(int sync, float* out) {
+    HELMPINN_DYNAMIC_SMEM(smem);
+    float* s = reinterpret_cast<float*>(smem);
+    const unsigned t = threadIdx.x, n = blockDim.x;
+    s[t] = float(t);
+    if (sync) __syncthreads();
+    out[2 * t] = s[(t + 1) % n];
+    out[2 * t + 1] = s[(t + n - 1) % n];
+}
+
+/// Thread 0 leaves before the barrier that the others wait at.
+__global__ void divergent_barrier_kernel(float* out) {
+    if (threadIdx.x == 0) return;
+    __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+
+void check_emulation() {
+    constexpr unsigned n = 64;
+    const std::size_t smem = n * sizeof(float);
+    // Without the barrier each neighbour's write is missed (read as the NaN bytes shared memory
+    // starts with) in one of two launches: the threads of a phase run in one order, then in the
+    // other, so a missing barrier shows whichever of two threads writes.
+    std::vector<float> a(2 * n), b(2 * n);
+    HELMPINN_LAUNCH(neighbours_kernel, 1, n, smem, nullptr)(0, a.data());
+    HELMPINN_LAUNCH(neighbours_kernel, 1, n, smem, nullptr)(0, b.data());
+    bool missed = true;
+    for (unsigned k = 0; k < 2 * n; ++k) missed = missed && (std::isnan(a[k]) || std::isnan(b[k]));
+    HELMPINN_LAUNCH(neighbours_kernel, 1, n, smem, nullptr)(1, a.data());
+    HELMPINN_LAUNCH(neighbours_kernel, 1, n, smem, nullptr)(1, b.data());
+    bool seen = true;
+    for (unsigned t = 0; t < n; ++t)
+        for (const auto* o : {&a, &b})
+            seen = seen && (*o)[2 * t] == float((t + 1) % n) && (*o)[2 * t + 1] == float((t + n - 1) % n);
+    report(missed && seen && cudaGetLastError() == cudaSuccess,
+           "emulation: without __syncthreads every neighbour's write is missed in one of two "
+           "launches (the threads run in both orders); with it every one is read");
+    // A barrier that a thread of the block never reaches: a GPU may hang; the emulation ends
+    // the process with a message (in a child process here, under an alarm in case it hangs).
+    int pipe_fd[2];
+    std::string msg;
+    int status = -1;
+    if (pipe(pipe_fd) == 0) {
+        std::fflush(stdout);
+        const pid_t pid = fork();
+        if (pid == 0) {
+            dup2(pipe_fd[1], 2);
+            close(pipe_fd[0]);
+            alarm(20);
+            std::vector<float> out(n);
+            HELMPINN_LAUNCH(divergent_barrier_kernel, 1, n, 0, nullptr)(out.data());
+            _exit(0);
+        }
+        close(pipe_fd[1]);
+        char buf[512];
+        for (ssize_t r; (r = read(pipe_fd[0], buf, sizeof buf)) > 0;) msg.append(buf, std::size_t(r));
+        close(pipe_fd[0]);
+        if (pid > 0) waitpid(pid, &status, 0);
+    }
+    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+    report(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT &&
+               msg.find("deadlock in block (0, 0) of 64 threads: 63 at __syncthreads, 1 at the "
+                        "kernel's end") != std::string::npos,
+           "emulation: a __syncthreads that thread 0 never reaches ends the run [" + msg + "]");
+}
+
 void check_host_side() {
     // These checks set the device and the knobs themselves: whatever the run was given is unset.
     EnvScope base({{"HELMPINN_CUDA_TILE", "-"}, {"HELMPINN_CUDA_SCRATCH", "-"},
@@ -931,6 +1007,7 @@ int main(int argc, char** argv) {
                 smem ? smem : "232448 (default)", stat ? stat : "0", regs ? regs : "128",
                 tile ? tile : "auto");
     try {
+        check_emulation();
         check_host_side();
         run_type<double>("float64", quick);
         run_type<float>("float32", quick);

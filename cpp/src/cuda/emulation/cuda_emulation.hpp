@@ -256,7 +256,7 @@ inline void run_grid(dim3 grid, dim3 block, std::size_t smem_bytes, const std::f
     g.smem_alloc = (smem_bytes + 255) / 128 * 128;
     std::unique_ptr<unsigned char, decltype(&std::free)> smem(
         static_cast<unsigned char*>(std::aligned_alloc(128, g.smem_alloc)), &std::free);  // 128-byte aligned
-    g.edge = Barrier{nt, 0, 0, "the block's start or end"};
+    g.edge = Barrier{nt, 0, 0, "the kernel's end"};  // and the next block's start
     g.sync = Barrier{nt, 0, 0, "__syncthreads"};
     const unsigned nwarps = (nt + 31) / 32;
     for (unsigned w = 0; w < nwarps; ++w)
@@ -287,14 +287,16 @@ inline void run_grid(dim3 grid, dim3 block, std::size_t smem_bytes, const std::f
             ran = true;
             if (f.done) --left;
         }
-        if (!ran) {
-            const Fiber* w = nullptr;
-            for (const Fiber& f : g.fibers) w = !f.done && !w ? &f : w;
+        if (!ran) {  // every fiber left waits at a barrier that will not open
+            std::vector<const Barrier*> barriers = {&g.sync, &g.edge};
+            for (const Barrier& w : g.warps) barriers.push_back(&w);
+            std::string where;
+            for (const Barrier* b : barriers)
+                if (b->arrived) where += ", " + std::to_string(b->arrived) + " at " + b->name;
             std::fflush(stdout);
-            std::fprintf(stderr, "emulation: deadlock in block (%u, %u): thread %u waits at %s, "
-                         "which %u of the block's %u threads have reached (a barrier in divergent "
-                         "code?)\n", w->st.block.x, w->st.block.y, w->st.thread.x,
-                         w->waits_on->name, w->waits_on->arrived, nt);
+            std::fprintf(stderr, "emulation: deadlock in block (%u, %u) of %u threads: %s (a "
+                         "barrier in divergent code?)\n", g.fibers[0].st.block.x,
+                         g.fibers[0].st.block.y, nt, where.c_str() + 2);
             std::abort();
         }
     }
