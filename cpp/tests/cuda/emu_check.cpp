@@ -2,12 +2,12 @@
 // the CPU backend through the public API: Workspace and the seed primitives, Device::cuda vs
 // Device::cpu.
 //
-// Build and run (tests/test_cuda.py does this; no GPU or CUDA toolkit needed):
-//     c++ -std=c++20 -O2 -pthread -DHELMPINN_CUDA_EMULATION \
-//         -Icpp/include -Icpp/src cpp/tests/cuda/emu_check.cpp \
-//         cpp/src/common/workspace.cpp cpp/src/common/spec.cpp cpp/src/cpu/cpu_backend.cpp \
-//         cpp/src/cpu/dispatch.cpp cpp/src/cpu/primitives.cpp cpp/src/common/primitives.cpp \
-//         cpp/src/common/checked.cpp -o emu_check && ./emu_check
+// Build and run: the CMake target helmpinn_cuda_emulation_check of the C++ tests
+// (-DHELMPINN_BUILD_TESTS=ON; tests/test_cuda.py builds and runs it; no GPU or CUDA toolkit
+// needed), or by hand with the core's host sources (cpp/src/host_sources.txt):
+//     c++ -std=c++20 -O1 -DHELMPINN_CUDA_EMULATION -Icpp/include -Icpp/src \
+//         cpp/tests/cuda/emu_check.cpp $(grep -o '^cpp/[^ ]*' cpp/src/host_sources.txt) \
+//         -o emu_check && ./emu_check
 //
 // Checks, for d = 1, 2, 3 and float32 / float64: forward() u, grad u, lap u and the caches;
 // value_and_grad() for each loss term and all together (constant and per-point kappa and
@@ -28,7 +28,9 @@
 // is initialised at allocation; a call on another stream waits for the previous call's
 // last-use event, which is recorded with the workspace's device current; a failing
 // cudaGetDeviceCount is reported with its error. The core's runtime API (check_runtime_api):
-// DeviceScope, pointer_info, DeviceBuffer, copies and stream_wait on a second device.
+// DeviceScope, pointer_info, DeviceBuffer, copies and stream_wait on a second device. The
+// emulation itself (check_emulation): a missing __syncthreads shows in its results, a
+// __syncthreads in divergent code ends the run with a message.
 // --quick runs the Workspace checks in float64 on three shapes and in float32 on two.
 #include <cmath>
 #include <cstdio>
@@ -38,6 +40,10 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cuda/cuda_backend.cuh"
 #include "cuda/primitives.cu"  // the device seed primitives (cuda_mse_backward, ...), emulated
@@ -633,6 +639,21 @@ std::string error_of(F&& fn) {
     return "no exception";
 }
 
+/// The emulation's log of event records and stream waits (emu::stream_log()) as one line,
+/// "record E on 16 (device 1); wait 32 for E (device 1); ", with every event id written E (ids
+/// differ between runs).
+std::string stream_log_without_event_ids() {
+    std::string norm;
+    for (const auto& l : emu::stream_log()) {
+        std::string t = l;
+        if (t.rfind("record ", 0) == 0) t = "record E" + t.substr(t.find(" on "));
+        else if (t.rfind("wait ", 0) == 0) t = t.substr(0, t.find(" for ")) + " for E" +
+                                               t.substr(t.find(" (device"));
+        norm += t + "; ";
+    }
+    return norm;
+}
+
 /// The core's CUDA runtime API (helmpinn/runtime.hpp, runtime_cuda.cu) on two emulated devices,
 /// device 0 current throughout: the caller's device is restored by every call.
 void check_runtime_api() {
@@ -681,8 +702,7 @@ void check_runtime_api() {
         report(ok, "runtime: DeviceBuffer on device 1 (pointer_info, copies, moves, reset)");
     }
     {
-        auto& log = emu::stream_log();
-        log.clear();
+        emu::stream_log().clear();
         void* const sa = reinterpret_cast<void*>(std::uintptr_t(16));
         void* const sb = reinterpret_cast<void*>(std::uintptr_t(32));
         void* const legacy = reinterpret_cast<void*>(std::uintptr_t(1));
@@ -690,20 +710,83 @@ void check_runtime_api() {
         stream_wait(sa, sa, 1);            // the same stream: nothing to do
         stream_wait(nullptr, legacy, 1);   // both the legacy default stream
         const std::string bad = error_of([&] { stream_wait(sb, sa, 7); });
-        std::string norm;
-        for (const auto& l : log) {
-            std::string t = l;
-            if (t.rfind("record ", 0) == 0) t = "record E" + t.substr(t.find(" on "));
-            else if (t.rfind("wait ", 0) == 0) t = t.substr(0, t.find(" for ")) + " for E" +
-                                                   t.substr(t.find(" (device"));
-            norm += t + "; ";
-        }
+        const std::string norm = stream_log_without_event_ids();
         report(norm == "record E on 16 (device 1); wait 32 for E (device 1); " &&
                    current_device() == 0 && bad.find("cannot make CUDA device 7 current") !=
                                                 std::string::npos,
                "runtime: stream_wait records on the producer and waits on the consumer, device 1 "
                "current [" + norm + "] [" + bad + "]");
     }
+}
+
+// ---- the emulation itself: the order of the threads between barriers, divergent barriers ----
+
+/// Thread t writes its own float of shared memory, then (after __syncthreads when `sync`)
+/// reads its neighbours' t + 1 and t - 1 (cyclically) into out[2t] and out[2t + 1].
+__global__ void neighbours_kernel(int sync, float* out) {
+    HELMPINN_DYNAMIC_SMEM(smem);
+    float* s = reinterpret_cast<float*>(smem);
+    const unsigned t = threadIdx.x, n = blockDim.x;
+    s[t] = float(t);
+    if (sync) __syncthreads();
+    out[2 * t] = s[(t + 1) % n];
+    out[2 * t + 1] = s[(t + n - 1) % n];
+}
+
+/// Thread 0 leaves before the barrier that the others wait at.
+__global__ void divergent_barrier_kernel(float* out) {
+    if (threadIdx.x == 0) return;
+    __syncthreads();
+    out[threadIdx.x] = 1.0f;
+}
+
+void check_emulation() {
+    constexpr unsigned n = 64;
+    const std::size_t smem = n * sizeof(float);
+    // Without the barrier each neighbour's write is missed (read as the NaN bytes shared memory
+    // starts with) in one of two launches: the threads of a phase run in one order, then in the
+    // other, so a missing barrier shows whichever of two threads writes.
+    std::vector<float> a(2 * n), b(2 * n);
+    HELMPINN_LAUNCH(neighbours_kernel, 1, n, smem, nullptr)(0, a.data());
+    HELMPINN_LAUNCH(neighbours_kernel, 1, n, smem, nullptr)(0, b.data());
+    bool missed = true;
+    for (unsigned k = 0; k < 2 * n; ++k) missed = missed && (std::isnan(a[k]) || std::isnan(b[k]));
+    HELMPINN_LAUNCH(neighbours_kernel, 1, n, smem, nullptr)(1, a.data());
+    HELMPINN_LAUNCH(neighbours_kernel, 1, n, smem, nullptr)(1, b.data());
+    bool seen = true;
+    for (unsigned t = 0; t < n; ++t)
+        for (const auto* o : {&a, &b})
+            seen = seen && (*o)[2 * t] == float((t + 1) % n) && (*o)[2 * t + 1] == float((t + n - 1) % n);
+    report(missed && seen && cudaGetLastError() == cudaSuccess,
+           "emulation: without __syncthreads every neighbour's write is missed in one of two "
+           "launches (the threads run in both orders); with it every one is read");
+    // A barrier that a thread of the block never reaches: a GPU may hang; the emulation ends
+    // the process with a message (in a child process here, under an alarm in case it hangs).
+    int pipe_fd[2];
+    std::string msg;
+    int status = -1;
+    if (pipe(pipe_fd) == 0) {
+        std::fflush(stdout);
+        const pid_t pid = fork();
+        if (pid == 0) {
+            dup2(pipe_fd[1], 2);
+            close(pipe_fd[0]);
+            alarm(20);
+            std::vector<float> out(n);
+            HELMPINN_LAUNCH(divergent_barrier_kernel, 1, n, 0, nullptr)(out.data());
+            _exit(0);
+        }
+        close(pipe_fd[1]);
+        char buf[512];
+        for (ssize_t r; (r = read(pipe_fd[0], buf, sizeof buf)) > 0;) msg.append(buf, std::size_t(r));
+        close(pipe_fd[0]);
+        if (pid > 0) waitpid(pid, &status, 0);
+    }
+    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+    report(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT &&
+               msg.find("deadlock in block (0, 0) of 64 threads: 63 at __syncthreads, 1 at the "
+                        "kernel's end") != std::string::npos,
+           "emulation: a __syncthreads that thread 0 never reaches ends the run [" + msg + "]");
 }
 
 void check_host_side() {
@@ -816,8 +899,7 @@ void check_host_side() {
         cuda::check(cudaSetDevice(0), "cudaSetDevice");
         Problem<double> pb(spec, 40, 10, 10, 5u);
         B64 b(spec, 32, 1);
-        auto& log = emu::stream_log();
-        log.clear();
+        emu::stream_log().clear();
         void* const sa = reinterpret_cast<void*>(std::uintptr_t(16));
         void* const sb = reinterpret_cast<void*>(std::uintptr_t(32));
         std::vector<double> u(80), g(spec.num_params());
@@ -828,15 +910,7 @@ void check_host_side() {
             b.zero_grad(sb);
             b.forward(pb.theta.data(), pb.x_pde.data(), 40, 0, u.data(), nullptr, nullptr, sa);
         });
-        // Event ids differ between runs; compare with the id removed.
-        std::string norm;
-        for (const auto& l : log) {
-            std::string t = l;
-            if (t.rfind("record ", 0) == 0) t = "record E" + t.substr(t.find(" on "));
-            else if (t.rfind("wait ", 0) == 0) t = t.substr(0, t.find(" for ")) + " for E" +
-                                                   t.substr(t.find(" (device"));
-            norm += t + "; ";
-        }
+        const std::string norm = stream_log_without_event_ids();
         const std::string want =
             "record E on 16 (device 1); wait 32 for E (device 1); record E on 32 (device 1); "
             "record E on 32 (device 1); wait 16 for E (device 1); record E on 16 (device 1); ";
@@ -933,6 +1007,7 @@ int main(int argc, char** argv) {
                 smem ? smem : "232448 (default)", stat ? stat : "0", regs ? regs : "128",
                 tile ? tile : "auto");
     try {
+        check_emulation();
         check_host_side();
         run_type<double>("float64", quick);
         run_type<float>("float32", quick);

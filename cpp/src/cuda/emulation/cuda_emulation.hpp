@@ -2,12 +2,13 @@
 // machine without a GPU (HELMPINN_CUDA_EMULATION; see cpp/tests/cuda/emu_check.cpp).
 //
 // The kernels compile as ordinary C++: a launch runs the grid's blocks one after another, each
-// block as blockDim.x OS threads, with __syncthreads and __syncwarp as real barriers over the
-// block and over each warp of 32, and dynamic shared memory as a per-block buffer that starts
-// filled with 0xFF bytes (NaN in float and double) so that a read of memory nobody wrote shows
-// up in the results. Device memory is host memory; streams are ignored (all work is
-// synchronous, but the calls that order them are logged, see below); the device's attributes
-// come from environment variables:
+// block's blockDim.x threads as fibers (user-space contexts, each with its own stack) on the
+// calling OS thread, switched at __syncthreads and __syncwarp, which are barriers over the
+// block and over each warp of 32 (see run_grid for the order the threads run in between two
+// barriers). Dynamic shared memory is a per-block buffer that starts filled with 0xFF bytes (NaN
+// in float and double) so that a read of memory nobody wrote shows up in the results. Device
+// memory is host memory; streams are ignored (all work is synchronous, but the calls that order
+// them are logged, see below); the device's attributes come from environment variables:
 //     HELMPINN_EMU_SMEM (bytes of shared memory a block may opt in to; default 232448, an H100)
 //     HELMPINN_EMU_SMS  (multiprocessors; default 3)
 //     HELMPINN_EMU_STATIC_SMEM (static shared memory of every kernel, bytes; default 0)
@@ -22,14 +23,13 @@
 // from shared memory (per multiprocessor: the opt-in limit plus 1 kB, 1 kB reserved per block),
 // registers (64k per multiprocessor) and threads (2048). Event records and stream waits are
 // appended to emu::stream_log() (tests read it to check the order a call asks for).
-// What this cannot show: races that real concurrent warps could hit but these OS threads do
-// not (every barrier is a full barrier here), and anything about speed.
+// What this cannot show: the interleavings of a GPU between two barriers (here each thread runs
+// alone from one barrier to the next, in one of two orders; __syncwarp's mask is ignored: the
+// whole warp waits), and anything about speed.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
-#include <barrier>
-#include <condition_variable>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -42,8 +42,10 @@
 #include <tuple>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
+
+#include <sys/mman.h>
+#include <ucontext.h>
 
 #define __global__
 #define __device__
@@ -60,15 +62,117 @@ struct dim3 {
 namespace helmpinn {
 namespace emu {
 
+// ---- fibers: the emulated threads, user-space contexts switched at barriers ------------------
+// On x86-64 (GCC, Clang) a switch saves the callee-saved registers and the SSE/x87 control words
+// on the stack and changes stacks (helmpinn_emu_switch, below): no system call, unlike
+// swapcontext, which sets the signal mask each time. Elsewhere, or with HELMPINN_EMU_UCONTEXT
+// defined, the POSIX ucontext functions.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(HELMPINN_EMU_UCONTEXT)
+extern "C" void helmpinn_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+    .text
+    .p2align 4
+    .weak helmpinn_emu_switch
+    .type helmpinn_emu_switch, @function
+helmpinn_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size helmpinn_emu_switch, .-helmpinn_emu_switch
+)");
+struct Context {
+    void* sp = nullptr;
+};
+inline void switch_context(Context& save, const Context& load) { helmpinn_emu_switch(&save.sp, load.sp); }
+/// A context that starts entry() (which must never return) on the stack [stack, stack + bytes):
+/// the frame helmpinn_emu_switch pops, with entry as its return address, entered as if called.
+inline void make_context(Context& c, unsigned char* stack, std::size_t bytes, void (*entry)()) {
+    auto* top = reinterpret_cast<std::uint64_t*>(
+        reinterpret_cast<std::uintptr_t>(stack + bytes) & ~std::uintptr_t(15));
+    std::uint32_t mxcsr = 0;
+    std::uint16_t fcw = 0;
+    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fcw));
+    top[-1] = 0;                                         // entry's return address: none
+    top[-2] = reinterpret_cast<std::uintptr_t>(entry);   // popped by ret
+    for (int k = 3; k <= 8; ++k) top[-k] = 0;            // rbp, rbx, r12 .. r15
+    top[-9] = mxcsr | (std::uint64_t(fcw) << 32);
+    c.sp = top - 9;
+}
+#else
+struct Context {
+    ucontext_t uc;
+};
+inline void switch_context(Context& save, const Context& load) { swapcontext(&save.uc, &load.uc); }
+inline void make_context(Context& c, unsigned char* stack, std::size_t bytes, void (*entry)()) {
+    getcontext(&c.uc);
+    c.uc.uc_stack.ss_sp = stack;
+    c.uc.uc_stack.ss_size = bytes;
+    c.uc.uc_link = nullptr;
+    makecontext(&c.uc, entry, 0);
+}
+#endif
+
+struct Barrier;
+
+/// An emulated GPU thread: a fiber (a user-space context with its own stack) and what
+/// threadIdx, blockIdx, blockDim, gridDim and the dynamic shared memory read in it.
 struct ThreadState {
     dim3 thread, block, block_dim, grid_dim;
     unsigned char* smem = nullptr;
-    std::barrier<>* block_barrier = nullptr;
-    std::barrier<>* warp_barrier = nullptr;
+    Barrier* block_barrier = nullptr;
+    Barrier* warp_barrier = nullptr;
 };
-inline thread_local ThreadState ts;
 
-inline unsigned char* dynamic_smem() { return ts.smem; }
+/// A barrier over `expected` fibers: arrivals are counted; the last one opens it (a new
+/// generation), and the fibers that wait on the old generation become runnable.
+struct Barrier {
+    unsigned expected = 0, arrived = 0;
+    unsigned long generation = 0;
+    const char* name = "";
+};
+
+struct Fiber {
+    Context ctx;
+    ThreadState st;
+    const Barrier* waits_on = nullptr;  // blocked until waits_on->generation != wait_generation
+    unsigned long wait_generation = 0;
+    bool done = false;
+};
+
+/// The state of the launch being run: its fibers, the scheduler's context, the block order.
+struct Grid {
+    std::vector<Fiber> fibers;
+    Context scheduler;
+    Fiber* running = nullptr;
+    const std::function<void()>* fn = nullptr;
+    Barrier edge, sync;                 // the block's start/end, and __syncthreads
+    std::vector<Barrier> warps;         // __syncwarp, one a warp of 32
+    std::size_t smem_alloc = 0;
+    unsigned long serial = 0;           // the launch's number
+    unsigned long block_index = 0;      // the block being run (row-major over the grid)
+};
+inline Grid* grid_now = nullptr;  // the launch being run (launches do not nest)
+
+inline ThreadState& ts() { return grid_now->running->st; }
+inline unsigned char* dynamic_smem() { return ts().smem; }
 
 inline void check_aligned(const void* p) {
     if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) {
@@ -82,100 +186,121 @@ inline long env_long(const char* name, long fallback) {
     return v ? std::atol(v) : fallback;
 }
 
-/// Worker threads that persist across launches (creating 256 OS threads per launch would
-/// dominate the run time). run(nt, work) calls work(t) on threads t = 0 .. nt-1 and waits.
-class Pool {
-public:
-    ~Pool() {
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            stop_ = true;
-            ++gen_;
-        }
-        cv_.notify_all();
-        for (auto& w : workers_) w.join();
+/// Arrives at b and hands control to the scheduler until b opens (the last arrival opens it
+/// and yields too, so that every phase between two barriers runs in the scheduler's order).
+inline void arrive_and_wait(Barrier& b) {
+    Fiber* f = grid_now->running;
+    f->waits_on = &b;
+    f->wait_generation = b.generation;
+    if (++b.arrived == b.expected) {
+        b.arrived = 0;
+        ++b.generation;
     }
-    void run(unsigned nt, const std::function<void(unsigned)>& work) {
-        std::unique_lock<std::mutex> lock(mu_);
-        while (workers_.size() < nt) {
-            const unsigned i = unsigned(workers_.size());
-            workers_.emplace_back([this, i] { loop(i); });
-        }
-        work_ = &work;
-        nt_ = nt;
-        remaining_ = nt;
-        ++gen_;
-        cv_.notify_all();
-        done_.wait(lock, [this] { return remaining_ == 0; });
-        work_ = nullptr;
-    }
-
-private:
-    void loop(unsigned i) {
-        unsigned long seen = 0;
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            seen = gen_ - (work_ && i < nt_ ? 1 : 0);  // a worker started during run() joins it
-        }
-        for (;;) {
-            const std::function<void(unsigned)>* work = nullptr;
-            {
-                std::unique_lock<std::mutex> lock(mu_);
-                cv_.wait(lock, [&] { return gen_ != seen; });
-                seen = gen_;
-                if (stop_) return;
-                if (i >= nt_) continue;
-                work = work_;
-            }
-            (*work)(i);
-            std::lock_guard<std::mutex> lock(mu_);
-            if (--remaining_ == 0) done_.notify_all();
-        }
-    }
-    std::vector<std::thread> workers_;
-    std::mutex mu_;
-    std::condition_variable cv_, done_;
-    unsigned long gen_ = 0;
-    unsigned nt_ = 0, remaining_ = 0;
-    const std::function<void(unsigned)>* work_ = nullptr;
-    bool stop_ = false;
-};
-
-inline Pool& pool() {
-    static Pool p;
-    return p;
+    switch_context(f->ctx, grid_now->scheduler);
 }
 
-/// Runs fn() as the threads of every block of the grid: blockDim threads take the blocks in
-/// order together (a barrier between blocks; shared memory refilled with NaN bytes per block).
+/// The fibers' stacks (256 kB each, a guard page below), made once and reused by every launch.
+inline unsigned char* fiber_stack(unsigned t, std::size_t& bytes) {
+    static std::vector<unsigned char*> stacks;
+    constexpr std::size_t kStack = 256 * 1024, kGuard = 4096;
+    while (stacks.size() <= t) {
+        void* p = mmap(nullptr, kStack + kGuard, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED || mprotect(p, kGuard, PROT_NONE) != 0) {
+            std::fprintf(stderr, "emulation: cannot map a fiber stack\n");
+            std::abort();
+        }
+        stacks.push_back(static_cast<unsigned char*>(p) + kGuard);
+    }
+    bytes = kStack;
+    return stacks[t];
+}
+
+/// A fiber's life: the blocks of the grid in order, each between two barriers over the block
+/// (shared memory refilled with NaN bytes at each block's start); then back to the scheduler
+/// for good.
+inline void fiber_main() {
+    Grid& g = *grid_now;
+    Fiber& f = *g.running;
+    const dim3 grid = f.st.grid_dim;
+    for (unsigned by = 0; by < grid.y; ++by) {
+        for (unsigned bx = 0; bx < grid.x; ++bx) {
+            f.st.block = dim3(bx, by, 0);
+            if (f.st.thread.x == 0) {
+                std::memset(f.st.smem, 0xFF, g.smem_alloc);
+                g.block_index = std::size_t(by) * grid.x + bx;
+            }
+            arrive_and_wait(g.edge);
+            (*g.fn)();
+            arrive_and_wait(g.edge);
+        }
+    }
+    f.done = true;
+    switch_context(f.ctx, g.scheduler);
+    std::abort();  // a finished fiber is never resumed
+}
+
+/// Runs fn() as the threads of every block of the grid, the blocks one after another, each
+/// block's threads as fibers on this OS thread, switched at __syncthreads and __syncwarp. Between
+/// two barriers the threads run one after another, in ascending order in a block of even number
+/// and descending in an odd one, the parities swapped every launch: a read of shared memory that
+/// another thread writes in the same phase (a missing barrier) reads it unwritten (NaN) one time
+/// or another, whichever thread writes it. A barrier that some threads of the block never reach
+/// (a barrier in divergent code) ends the run with a message.
 inline void run_grid(dim3 grid, dim3 block, std::size_t smem_bytes, const std::function<void()>& fn) {
     const unsigned nt = block.x * block.y * block.z;
-    const std::size_t smem_alloc = (smem_bytes + 255) / 128 * 128;
+    static unsigned long launches = 0;
+    Grid g;
+    g.serial = launches++;
+    g.fn = &fn;
+    g.smem_alloc = (smem_bytes + 255) / 128 * 128;
     std::unique_ptr<unsigned char, decltype(&std::free)> smem(
-        static_cast<unsigned char*>(std::aligned_alloc(128, smem_alloc)), &std::free);  // 128-byte aligned
-    std::barrier<> bar(nt);
+        static_cast<unsigned char*>(std::aligned_alloc(128, g.smem_alloc)), &std::free);  // 128-byte aligned
+    g.edge = Barrier{nt, 0, 0, "the kernel's end"};  // and the next block's start
+    g.sync = Barrier{nt, 0, 0, "__syncthreads"};
     const unsigned nwarps = (nt + 31) / 32;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
     for (unsigned w = 0; w < nwarps; ++w)
-        warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, nt - 32 * w)));
-    const std::function<void(unsigned)> work = [&](unsigned t) {
-        ts.thread = dim3(t, 0, 0);
-        ts.block_dim = block;
-        ts.grid_dim = grid;
-        ts.smem = smem.get();
-        ts.block_barrier = &bar;
-        ts.warp_barrier = warps[t / 32].get();
-        for (unsigned by = 0; by < grid.y; ++by) {
-            for (unsigned bx = 0; bx < grid.x; ++bx) {
-                ts.block = dim3(bx, by, 0);
-                if (t == 0) std::memset(smem.get(), 0xFF, smem_alloc);
-                bar.arrive_and_wait();
-                fn();
-                bar.arrive_and_wait();
-            }
+        g.warps.push_back(Barrier{std::min(32u, nt - 32 * w), 0, 0, "__syncwarp"});
+    g.fibers.resize(nt);
+    for (unsigned t = 0; t < nt; ++t) {
+        Fiber& f = g.fibers[t];
+        f.st.thread = dim3(t, 0, 0);
+        f.st.block_dim = block;
+        f.st.grid_dim = grid;
+        f.st.smem = smem.get();
+        f.st.block_barrier = &g.sync;
+        f.st.warp_barrier = &g.warps[t / 32];
+        std::size_t bytes = 0;
+        unsigned char* stack = fiber_stack(t, bytes);
+        make_context(f.ctx, stack, bytes, &fiber_main);
+    }
+    grid_now = &g;
+    for (unsigned left = nt; left > 0;) {
+        const bool descending = ((g.serial + g.block_index) & 1) != 0;
+        bool ran = false;
+        for (unsigned k = 0; k < nt; ++k) {
+            Fiber& f = g.fibers[descending ? nt - 1 - k : k];
+            if (f.done || (f.waits_on && f.waits_on->generation == f.wait_generation)) continue;
+            f.waits_on = nullptr;
+            g.running = &f;
+            switch_context(g.scheduler, f.ctx);
+            ran = true;
+            if (f.done) --left;
         }
-    };
-    pool().run(nt, work);
+        if (!ran) {  // every fiber left waits at a barrier that will not open
+            std::vector<const Barrier*> barriers = {&g.sync, &g.edge};
+            for (const Barrier& w : g.warps) barriers.push_back(&w);
+            std::string where;
+            for (const Barrier* b : barriers)
+                if (b->arrived) where += ", " + std::to_string(b->arrived) + " at " + b->name;
+            std::fflush(stdout);
+            std::fprintf(stderr, "emulation: deadlock in block (%u, %u) of %u threads: %s (a "
+                         "barrier in divergent code?)\n", g.fibers[0].st.block.x,
+                         g.fibers[0].st.block.y, nt, where.c_str() + 2);
+            std::abort();
+        }
+    }
+    grid_now = nullptr;
 }
 
 inline std::mutex& atomic_mutex() {
@@ -236,13 +361,15 @@ Launch<KArgs...> launch(void (*k)(KArgs...), dim3 g, dim3 b, std::size_t smem) {
 }  // namespace emu
 }  // namespace helmpinn
 
-#define threadIdx (::helmpinn::emu::ts.thread)
-#define blockIdx (::helmpinn::emu::ts.block)
-#define blockDim (::helmpinn::emu::ts.block_dim)
-#define gridDim (::helmpinn::emu::ts.grid_dim)
+#define threadIdx (::helmpinn::emu::ts().thread)
+#define blockIdx (::helmpinn::emu::ts().block)
+#define blockDim (::helmpinn::emu::ts().block_dim)
+#define gridDim (::helmpinn::emu::ts().grid_dim)
 
-inline void __syncthreads() { helmpinn::emu::ts.block_barrier->arrive_and_wait(); }
-inline void __syncwarp(unsigned = 0xffffffffu) { helmpinn::emu::ts.warp_barrier->arrive_and_wait(); }
+inline void __syncthreads() { helmpinn::emu::arrive_and_wait(*helmpinn::emu::ts().block_barrier); }
+inline void __syncwarp(unsigned = 0xffffffffu) {
+    helmpinn::emu::arrive_and_wait(*helmpinn::emu::ts().warp_barrier);
+}
 
 inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
     std::lock_guard<std::mutex> lock(helmpinn::emu::atomic_mutex());
