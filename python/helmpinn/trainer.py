@@ -184,6 +184,7 @@ class Trainer:
         self._drawn_for = 0         # the first step the current draw is for
         self._check_inputs = True  # check_finite on the next step (new points, or a new fit)
         self.stop_requested: str | None = None
+        self._stop_spent = False    # the request has stopped a fit (the next fit clears it)
         self.comm, self.rank, self.check_every = comm, 0, max(int(check_every), 1)
         if comm is not None:
             self.rank, self._ranks = comm.Get_rank(), comm.Get_size()
@@ -260,7 +261,11 @@ class Trainer:
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Stop the fit after the current step (safe from a signal handler or callback); the
-        run then ends as any other: evaluation, checkpoint, ``stop_reason``."""
+        run then ends as any other: evaluation, checkpoint, ``stop_reason``. A request made
+        while no step runs (before a fit starts, between two fits, during a fit's final
+        evaluation or checkpoint) stays pending and stops the next fit after its first step;
+        a request that stopped a fit is spent (:attr:`stop_requested` keeps its reason until
+        the next fit starts)."""
         self.stop_requested = reason
 
     def evaluate(self) -> float | None:
@@ -446,7 +451,8 @@ class Trainer:
         self._check_inputs = True
         self.stop_reason = None
         self.diverged = False
-        self.stop_requested = None
+        if self._stop_spent:   # a request that stopped an earlier fit; a pending one stays
+            self.stop_requested, self._stop_spent = None, False
         self.step_times = {}
         driver.start(self, steps)
         self.driver = driver
@@ -554,8 +560,10 @@ class Trainer:
                 self.stop_requested = "stop requested on another rank"
         if out_of_time and not self.stop_reason:
             self.stop_reason = f"time limit {self.time_limit:g} s reached at step {step}"
-        if requested and not self.stop_reason:
-            self.stop_reason = f"{self.stop_requested} at step {step}"
+        if requested:
+            self._stop_spent = True
+            if not self.stop_reason:
+                self.stop_reason = f"{self.stop_requested} at step {step}"
         self._pending += 1
         if self.progress and (self._pending >= self.log_every or self.stop_reason or now - self._bar_at >= 0.5):
             self._bar.update(self._pending)
