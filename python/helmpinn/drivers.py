@@ -304,8 +304,9 @@ class LMDriver(Driver):
     and its terms come from the residuals. Stops by itself when no trial lowers the loss even at
     the largest damping, and (through the loop) on a stall. Continues λ and its counts from a
     loaded LM checkpoint. New points rebuild the residuals. After each evaluation it asks the
-    loop for more points when the gap stays above ``grow_gap`` (:meth:`points_factor`). CPU only; with ``run.comm`` JᵀJ and
-    Jᵀr are summed over the ranks. Sets ``run.lm`` (the LevenbergMarquardt) and ``run.lm_times``.
+    loop for more points when the gap stays above ``grow_gap`` (:meth:`points_factor`). CPU
+    only; with ``run.comm`` JᵀJ and Jᵀr are summed over the ranks (and every rank takes the
+    same decision on the points: the gap is the same number on each). Sets ``run.lm`` (the LevenbergMarquardt) and ``run.lm_times``.
     """
 
     name = "lm"
@@ -347,8 +348,10 @@ class LMDriver(Driver):
         self.lm.set_residuals(self._residuals(run))
 
     def points_factor(self, run: "Trainer") -> float:
-        """``grow_factor`` (less where ``grow_max`` or the memory budget caps it) once the gap
-        has exceeded ``grow_gap`` at ``grow_patience`` evaluations in a row, else 1."""
+        """``grow_factor`` (less where ``grow_max`` caps it) once the gap has exceeded
+        ``grow_gap`` at ``grow_patience`` evaluations in a row; else 1, and 1 as well where the
+        grown points would take LM's solver over its memory budget
+        (:meth:`helmpinn.lm.LevenbergMarquardt.fits`)."""
         s, gap = self.settings, run.last_gap
         if s.grow_gap is None or gap is None:
             return 1.0
