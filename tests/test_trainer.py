@@ -521,7 +521,7 @@ def _overfitting_lm(**kw):
 
 def test_lm_grows_its_points_while_the_gap_says_it_fits_them():
     """Fails without the rule (LMDriver.points_factor, the loop's growth): with the defaults
-    (gap 4, two evaluations, a factor 1.5, at most 4 times the first draw) the six points grow
+    (gap 3, two evaluations, a factor 1.5, at most 4 times the first draw) the six points grow
     to 9, 14 and 21, each draw new, and the validation loss falls with the gap."""
     from helmpinn import defaults
 
