@@ -94,8 +94,8 @@ def _scatter(hard: bool, k: float, radius: float, theta: float, pml_width: float
 #: fixed points, with which it was measured to reach 1e-3 in about 47 iterations (the
 #: points-per-wavelength rule gives 5500 + 1375, on which LM levels off near 2e-3: the
 #: cylinder's near field varies faster than the incident wave). LM's growing points
-#: (``LMSettings.grow_gap``) do not replace them: the validation gap stays below its threshold
-#: until LM has levelled off (measurements in docs/benchmarks.md).
+#: (``LMSettings.grow_gap``) get there too, but later: the validation gap passes its threshold
+#: only once LM has levelled off, at about 70 iterations (measurements in docs/benchmarks.md).
 _HINTS = {"lm": {"pde_points": 9500, "bc_points": 2375}}
 
 
