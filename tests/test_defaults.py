@@ -110,17 +110,24 @@ def test_points_and_network_grow_with_the_wavelengths(dim):
 
 def test_a_users_problem_gets_what_the_built_in_gets():
     """The sound-hard cylinder written by hand with Problem (no hints) takes the built-in's loss
-    weights and LM network; the built-in keeps only the hints the rules do not give."""
+    weights, Adam and LM settings; the built-in keeps only LM's points as a hint."""
     k, radius = 2.0, math.pi / 4
     dom = BoxMinusBall(Box([-math.pi, -math.pi], [math.pi, math.pi]), Disk((0.0, 0.0), radius))
     user = hp.Problem(dom, kappa=k * k, pml=hp.PML(1.0),
                       bcs={"scatterer": hp.Neumann(lambda x, n: -1j * k * n[:, 0] * np.exp(1j * k * x[:, 0]))})
     built = hp.get_problem("scatter-hard")
-    assert "weights" not in built.hints and not {"ff_dim", "hidden", "layers"} & set(built.hints["lm"])
+    assert built.hints == {"lm": {"pde_points": 9500, "bc_points": 2375}} and user.hints == {}
     assert auto_weights(user) == auto_weights(built)
-    u, b = run_settings(user, "lm"), run_settings(built, "lm")
-    assert (u["ff_dim"], u["hidden"], u["layers"], u["sigma"]) == (b["ff_dim"], b["hidden"], b["layers"], b["sigma"])
+    assert run_settings(user, "adam") == run_settings(built, "adam")
+    hinted = {"pde_points", "bc_points"}
+    for optimizer in ("lm", "auto"):
+        u, b = run_settings(user, optimizer), run_settings(built, optimizer)
+        assert {k: v for k, v in u.items() if k not in hinted} == {k: v for k, v in b.items() if k not in hinted}
+    u = run_settings(user, "lm")
     assert (u["ff_dim"], u["hidden"]) == (24, 48)    # 2.6 wavelengths across the box and its layer
+    assert u["lm"]["gram"] == "float32" and run_settings(user, "adam")["steps"] == 10000   # the PML's rules
+    plain = hp.get_problem("dirichlet2d")
+    assert run_settings(plain, "lm")["lm"]["gram"] == "float64" and run_settings(plain, "adam")["steps"] == 2000
 
 
 def test_lm_defaults_is_the_rule():

@@ -503,9 +503,105 @@ def test_validation_without_an_exact_solution_shows_overfitting():
     model = small_model(1, dtype="float64", sigma=0.6)
     tr = Trainer(p, model, pde_points=6, bc_points=2, resample_every=0, eval_every=5, val_points=200,
                  progress=False)
-    h = tr.fit_lm(20, blas_threads=1)
+    h = tr.fit_lm(20, blas_threads=1, grow_gap=None)   # the fixed points kept, whatever the gap
     assert h.eval_step[0] == 5 and h.eval_error == [None] * len(h.eval_step) and tr.evaluate() is None
     assert h.loss[-1] < 1e-8 and h.eval_val_loss[-1] > 1e4 * h.loss[-1]
+    assert tr.last_gap == h.eval_val_loss[-1] / h.loss[-1] and tr.pde_points == 6
+
+
+def _overfitting_lm(**kw):
+    """LM on six points of plane1d without an exact solution: it fits them, not the field."""
+    import copy
+
+    p = copy.copy(get_problem("plane1d", k=4.0))
+    p.exact = None
+    return Trainer(p, small_model(1, dtype="float64", sigma=0.6), pde_points=6, bc_points=2, resample_every=0,
+                   eval_every=5, val_points=200, progress=False, **kw)
+
+
+def test_lm_grows_its_points_while_the_gap_says_it_fits_them():
+    """Fails without the rule (LMDriver.points_factor, the loop's growth): with the defaults
+    (gap 3, two evaluations, a factor 1.5, at most 4 times the first draw) the six points grow
+    to 9, 14 and 21, each draw new, and the validation loss falls with the gap."""
+    from helmpinn import defaults
+
+    sizes = []
+    tr = _overfitting_lm(callbacks=[lambda t, step: sizes.append(len(t.training_set.x_pde))])
+    h = tr.fit_lm(40, blas_threads=1)
+    kept = _overfitting_lm()
+    kept.fit_lm(40, blas_threads=1, grow_gap=None)
+    grew = [step + 1 for step in range(1, len(sizes)) if sizes[step] != sizes[step - 1]]
+    assert sorted(set(sizes)) == [6, 9, 14, 21] and tr.pde_points == 21 and tr.bc_points == 2   # 1-D: the ends
+    gaps = [v / h.loss[s - 1] for s, v in zip(h.eval_step, h.eval_val_loss)]
+    # each growth follows two evaluations in a row whose gap exceeded LM_GROW_GAP, the step after the second
+    for step in grew:
+        at = h.eval_step.index(step - 1)
+        assert gaps[at] > defaults.LM_GROW_GAP and gaps[at - 1] > defaults.LM_GROW_GAP
+    assert len(grew) == 3 and h.eval_val_loss[-1] < 1e-3 * kept.history.eval_val_loss[-1]
+    # the trajectories agree up to the first growth, and stay the same without it
+    first = grew[0] - 1
+    assert h.loss[:first] == kept.history.loss[:first]
+
+
+def test_lm_growth_is_capped_by_grow_max_and_memory():
+    from helmpinn.drivers import LMDriver
+    from helmpinn.lm import LevenbergMarquardt
+
+    tr = _overfitting_lm()
+    tr.fit_lm(40, blas_threads=1, grow_max=2.0)
+    assert tr.pde_points == 12          # 6, 9, then 12 = 2 x 6 rather than 14
+    # a stubbed run: the gap given, LM's memory budget decides
+    lm = LevenbergMarquardt(_overfitting_lm_residuals(), solver="primal")
+    driver = LMDriver()
+    driver.lm, driver._first_points = lm, 100
+    run = type("Run", (), {"last_gap": 50.0, "pde_points": 100})()
+    assert [driver.points_factor(run) for _ in range(3)] == [1.0, 1.5, 1.0]   # patience 2, then counted anew
+    run.last_gap = None
+    assert driver.points_factor(run) == 1.0
+    run.last_gap = 50.0
+    from helmpinn.lm import memory_estimate
+
+    P, R = lm.res.num_params, lm.res.num_residuals
+    lm.max_matrix_bytes = memory_estimate(P, R, "primal")   # the points fit now, 1.5 times them not
+    assert memory_estimate(P, math.ceil(1.5 * R), "primal") > lm.max_matrix_bytes
+    assert [driver.points_factor(run) for _ in range(3)] == [1.0, 1.0, 1.0] and not lm.fits(1.5) and lm.fits(1.0)
+    lm.requested_solver = "cg"           # matrix-free: memory O(R + P), the points may grow
+    assert lm.fits(1.5)
+
+
+def _overfitting_lm_residuals():
+    from helmpinn.lm import CoreResiduals
+
+    tr = _overfitting_lm()
+    tr.resample()
+    return CoreResiduals(tr.workspace, tr.batch, tr.weights)
+
+
+def test_lm_grown_points_survive_a_checkpoint(tmp_path):
+    """A run resumed from a checkpoint written after the points grew draws as many again."""
+    path = tmp_path / "m.npz"
+    tr = _overfitting_lm(checkpoint_path=path)
+    tr.fit_lm(40, blas_threads=1)
+    assert Model.load(path).metadata["grown_points"] == [21, 2]
+    again = Trainer(tr.problem, Model.load(path), pde_points=6, bc_points=2, resample_every=0, eval_every=5,
+                    val_points=200, progress=False)
+    again.fit_lm(0, blas_threads=1)
+    assert again.pde_points == 21 and np.array_equal(again.training_set.x_pde, tr.training_set.x_pde)
+    plain = tmp_path / "plain.npz"
+    _overfitting_lm(checkpoint_path=plain).fit_lm(3, blas_threads=1)
+    assert "grown_points" not in Model.load(plain).metadata
+
+
+def test_lm_stall_window_counts_only_the_current_points():
+    """Fails when the stall window straddles a draw: losses on other points do not compare
+    (with points redrawn every 3 steps a window of 3 never lies within one draw)."""
+    tr = _overfitting_lm()
+    tr.resample_every = 3
+    tr.fit_lm(10, blas_threads=1, stall_window=3, stall_factor=1e-300, grow_gap=None)
+    assert tr.step == 10 and tr.stop_reason is None
+    tr = _overfitting_lm()
+    tr.fit_lm(10, blas_threads=1, stall_window=3, stall_factor=1e-300, grow_gap=None)
+    assert tr.step == 4 and tr.stop_reason.startswith("loss fell by less than")
 
 
 def test_defaults_in_one_place():
@@ -532,6 +628,15 @@ def test_defaults_in_one_place():
             Trainer(p, small_model(1), **bad)
     with pytest.raises(ValueError, match="stall_window"):
         LMSettings(stall_window=0)
+    for bad in ({"grow_gap": 0.5}, {"grow_gap": math.inf}, {"grow_patience": 0}, {"grow_factor": 1.0},
+                {"grow_max": 0.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            LMSettings(**bad)
+    s = defaults.lm_settings(p)
+    assert (s["grow_gap"], s["grow_patience"], s["grow_factor"], s["grow_max"]) == (
+        LMSettings.grow_gap, LMSettings.grow_patience, LMSettings.grow_factor, LMSettings.grow_max) == (
+        defaults.LM_GROW_GAP, defaults.LM_GROW_PATIENCE, defaults.LM_GROW_FACTOR, defaults.LM_GROW_MAX)
+    assert defaults.run_settings(p, "lm")["lm"]["grow_gap"] == defaults.LM_GROW_GAP
     with pytest.raises(ValueError, match=r"unknown \['lamda'\]"):
         Trainer(p, small_model(1, dtype="float64"), progress=False).fit_lm(1, lamda=1.0)
 
@@ -541,3 +646,4 @@ def test_progress_bar_shows_the_error_and_the_validation_loss(capsys):
     tr.fit(10)
     err = capsys.readouterr().err
     assert "loss=" in err and f"err={tr.last_error:.2e}" in err and f"val={tr.last_val_loss:.2e}" in err
+    assert tr.last_gap == tr.history.eval_val_loss[-1] / tr.history.loss[-1] and f"gap={tr.last_gap:.3g}" in err

@@ -292,6 +292,24 @@ def test_sigint_stops_after_the_step(tmp_path):
         signal.signal(signal.SIGINT, inherited)
 
 
+def test_a_stop_requested_before_fit_stops_it_and_a_spent_one_does_not(tmp_path):
+    """A SIGTERM (or any request_stop) that comes before fit() starts, or between two fits, is
+    not lost: the fit stops after its first step, checkpointed. A request that stopped a fit is
+    spent: the next fit runs its steps."""
+    path = tmp_path / "ckpt.npz"
+    tr = _trainer(path)
+    tr.request_stop("terminated")
+    tr.fit(50)
+    assert tr.step == 1 and tr.stop_reason == "terminated at step 1" and not tr.diverged
+    assert tr.stop_requested == "terminated", "the reason stays readable after the fit"
+    assert Model.load(path).optimizer_state["step"] == 1, "the checkpoint is written"
+    tr.fit(4)   # the request stopped the first fit: the second runs all of its steps
+    assert tr.step == 5 and tr.stop_reason is None and tr.stop_requested is None
+    tr.request_stop("between fits")
+    tr.fit_lm(6, blas_threads=1)
+    assert tr.step == 6 and tr.stop_reason == "between fits at step 6"
+
+
 def test_nonfinite_parameters_after_the_last_step(tmp_path):
     path = tmp_path / "ckpt.npz"
 

@@ -593,21 +593,15 @@ def _stop_on_sigterm(trainer):
         print("\nhelmpinn: terminated (SIGTERM); stopping after the current step (SIGTERM again to end "
               "at once)", file=sys.stderr, flush=True)
 
-    def still_terminated(run, step):  # a SIGTERM before fit() began (fit clears stop requests)
-        if seen and run.stop_requested is None:
-            run.request_stop("terminated")
-
     try:
         previous = signal.signal(signal.SIGTERM, on_sigterm)
     except ValueError:  # not the main thread
         yield seen
         return
-    trainer.callbacks.append(still_terminated)
     try:
         yield seen
     finally:
         signal.signal(signal.SIGTERM, previous)
-        trainer.callbacks.remove(still_terminated)
 
 
 def _write_figures(folder: runfiles.RunFolder, problem, model, history) -> list[str]:

@@ -43,6 +43,30 @@ wavelengths w along one dimension (1-D: m 16, 2 × 32 up to w = 5, m 32, 2 × 64
 m 32, 2 × 96; 2-D and 3-D: m 16, 2 × 32 up to 2.5, m 24, 2 × 48 up to 5, then m 32, 2 × 64),
 since LM's cost grows as P² to P³.
 
+**Fresh points for LM** (:data:`LM_GROW_GAP`, ...; ``LMSettings``' ``grow_*``): LM fits one
+fixed set of points, and where they are too few for the field it fits the points rather than
+the field: the loss on them keeps falling while the loss on points it never saw does not. The
+run loop's evaluations measure that as the gap, the validation loss over the training loss at
+the same parameters (about 1 for a field fitted everywhere). When the gap exceeds
+:data:`LM_GROW_GAP` (3) at :data:`LM_GROW_PATIENCE` (2) evaluations in a row, LM's points
+grow by :data:`LM_GROW_FACTOR` (1.5), newly drawn, up to :data:`LM_GROW_MAX` (4) times the
+first draw and only while LM's solver keeps within its memory budget
+(:func:`helmpinn.lm.memory_estimate`). Why 3: a least-squares fit of P parameters to R
+residuals of a field it resolves leaves a gap of about ``(1 + P/R) / (1 − P/R)`` (the expected
+test over training error of a linear fit), at most 2.6 with the rule's R ≥ 2.2 P; the built-in
+problems stay between 1 and 2.4 all the way to their LM targets, while the sound-hard cylinder
+on the rule's 5500 points passes 3 as its error levels off near 2e-3.
+
+**LM's Gram matrix**: ``JᵀJ`` in float32 (as CG's preconditioner, :mod:`helmpinn.lm`; about half
+the cost of float64's) for a problem with a PML, float64 otherwise: a PML's reflection (of order
+1e-4 for the default layer) bounds the error LM can reach there, and float32's preconditioner
+slows LM only near errors of 1e-5 and below, which problems with exact boundaries reach.
+
+**Adam's steps**: 2000 (:data:`ADAM_STEPS`), 10000 with a PML (:data:`ADAM_PML_STEPS`): the
+field that decays through the layer is the slowest part for Adam, and its error there is still
+falling steadily at 2000 steps (the sound-hard cylinder: 1.3e-2 after 2000, 6.7e-3 after 10000).
+An Adam warm start before LM (:func:`run_settings` "auto") stays at 2000 steps.
+
 **Optimiser**: :func:`run_settings` with "auto" (:func:`helmpinn.solve`) takes LM where its
 dense system fits a memory budget, else an Adam warm start then matrix-free LM.
 
@@ -71,6 +95,7 @@ from typing import Any, Mapping
 import numpy as np
 
 __all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "LM_BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH",
+           "ADAM_STEPS", "ADAM_PML_STEPS", "LM_GROW_GAP", "LM_GROW_PATIENCE", "LM_GROW_FACTOR", "LM_GROW_MAX",
            "scale_wavenumber", "wavelengths", "fourier_sigma", "auto_weights", "default_settings",
            "lm_settings", "run_settings"]
 
@@ -87,10 +112,22 @@ LM_BOUNDARY_SHARE = 1.0
 ADAM_POINTS_PER_WAVELENGTH = {1: 64, 2: 16, 3: 8}
 _ADAM_MIN_POINTS = {1: 512, 2: 2048, 3: 4096}
 
+#: Adam's steps, and its steps on a problem with a PML (:func:`default_settings`).
+ADAM_STEPS = 2000
+ADAM_PML_STEPS = 10000
+
 #: Levenberg-Marquardt's fixed PDE points per wavelength per dimension, by dimension, and the
 #: fewest PDE points.
 LM_POINTS_PER_WAVELENGTH = {1: 100, 2: 27, 3: 9}
 _LM_MIN_POINTS = {1: 400, 2: 3000, 3: 4000}
+
+#: Levenberg-Marquardt's points grow when the gap (validation loss / training loss) exceeds
+#: :data:`LM_GROW_GAP` at :data:`LM_GROW_PATIENCE` evaluations in a row: by a factor
+#: :data:`LM_GROW_FACTOR`, up to :data:`LM_GROW_MAX` times the first draw (the module docstring).
+LM_GROW_GAP = 3.0
+LM_GROW_PATIENCE = 2
+LM_GROW_FACTOR = 1.5
+LM_GROW_MAX = 4.0
 
 
 def _extent(problem: Any) -> np.ndarray:
@@ -171,7 +208,8 @@ def default_settings(problem: Any) -> dict[str, Any]:
     """Model and training settings of an Adam run on ``problem`` (``helmpinn train``'s defaults).
 
     Fourier frequencies from :func:`fourier_sigma`; a float32 network of 2 × 64 on 32
-    frequencies; 2000 steps with a cosine schedule (Adam's own defaults, ``AdamSettings``);
+    frequencies; :data:`ADAM_STEPS` (2000) steps, :data:`ADAM_PML_STEPS` (10000) with a PML, with a
+    cosine schedule (Adam's own defaults, ``AdamSettings``);
     Sobol points redrawn every 100 steps, :data:`ADAM_POINTS_PER_WAVELENGTH` per wavelength per
     dimension (at least 512 / 2048 / 4096 in 1-D / 2-D / 3-D, a multiple of 256), boundary points
     1/8 of them in 2-D, 3/16 in 3-D, 2 in 1-D; the weights of :func:`auto_weights`. A problem's
@@ -188,7 +226,7 @@ def default_settings(problem: Any) -> dict[str, Any]:
         "layers": 2,
         "sigma": fourier_sigma(problem),
         "dtype": "float32",
-        "steps": 2000,
+        "steps": ADAM_PML_STEPS if getattr(problem, "pml", None) is not None else ADAM_STEPS,
         "lr": adam.lr,
         "schedule": adam.schedule,
         "betas": adam.betas,
@@ -214,8 +252,11 @@ def lm_settings(problem: Any) -> dict[str, Any]:
     least-squares problem): :data:`LM_POINTS_PER_WAVELENGTH` per wavelength per dimension, at
     least 400 / 3000 / 4000 in 1-D / 2-D / 3-D and, in 2-D and 3-D, 1.1 P (a multiple of 500 there,
     of 100 in 1-D), no Adam warm start (LM from the initialisation converges in tens of
-    iterations), and a stopping rule: ``iterations`` at most, or the loss falling by less than
-    ``stall_factor`` over ``stall_window`` iterations, or the damping at its maximum. A problem's
+    iterations), ``JᵀJ`` in float32 with a PML (float64 otherwise; the module docstring), and a
+    stopping rule: ``iterations`` at most, or the loss falling by less than
+    ``stall_factor`` over ``stall_window`` iterations, or the damping at its maximum; more
+    points when the validation gap says LM fits its points rather than the field (``grow_gap``,
+    ``grow_patience``, ``grow_factor``, ``grow_max``: the module docstring). A problem's
     ``hints["lm"]`` replace any of them (a network size given there sets the points from its P).
     """
     from . import _core
@@ -238,7 +279,8 @@ def lm_settings(problem: Any) -> dict[str, Any]:
                 "dtype": "float64", "iterations": 200, "pde_points": pde_points, "bc_points": bc_points,
                 "sampling": "sobol", "resample_every": 0, "eval_every": 5, "warm_start": 0,
                 "solver": "auto", "damping": "identity", "update": "fixed", "lam": 1e-3, "geodesic": True,
-                "gram": "float64", "stall_window": 10, "stall_factor": 0.99,
+                "gram": "float32" if getattr(problem, "pml", None) is not None else "float64", "stall_window": 10, "stall_factor": 0.99, "grow_gap": LM_GROW_GAP,
+                "grow_patience": LM_GROW_PATIENCE, "grow_factor": LM_GROW_FACTOR, "grow_max": LM_GROW_MAX,
                 "weights": auto_weights(problem, LM_BOUNDARY_SHARE)}
     return _apply_hints(settings, hints, "lm")
 
@@ -252,7 +294,7 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
     network, points and precision) and its options under ``settings["lm"]`` (keywords of
     :class:`helmpinn.drivers.LMDriver`). "auto" (:func:`helmpinn.solve`) is "lm" when the
     dense system fits ``memory_bytes`` (8 bytes × (P·R + P²), P parameters and R residuals),
-    else :func:`default_settings`'s Adam steps as a warm start, then LM with its matrix-free
+    else :data:`ADAM_STEPS` Adam steps as a warm start, then LM with its matrix-free
     solver ("cg", memory O(P + R)).
     """
     if optimizer == "auto":
@@ -262,7 +304,7 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
         P = _core.ModelSpec(problem.dim, settings["ff_dim"], settings["hidden"], settings["layers"]).num_params
         R = 2 * (settings["pde_points"] + settings["bc_points"])   # (re, im) per point
         if 8 * (P * R + P * P) > memory_bytes:
-            settings.update(warm_start=default_settings(problem)["steps"], lm={**settings["lm"], "solver": "cg"})
+            settings.update(warm_start=ADAM_STEPS, lm={**settings["lm"], "solver": "cg"})
         return settings
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS} or 'auto', got {optimizer!r}")

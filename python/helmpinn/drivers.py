@@ -37,6 +37,7 @@ import numpy as np
 
 from . import _device
 from .batch import TERMS
+from .defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE
 from .optim import SCHEDULES, Adam, Schedule, make_schedule, minimize_lbfgs
 
 if TYPE_CHECKING:
@@ -96,6 +97,11 @@ class Driver:
 
     def resampled(self, run: "Trainer") -> None:
         """The loop drew new points (``run.batch``)."""
+
+    def points_factor(self, run: "Trainer") -> float:
+        """Called after each evaluation inside the run (``run.last_gap`` is fresh): the factor by
+        which the loop is to grow its points, newly drawn, before the next step (1: keep them)."""
+        return 1.0
 
     def state_dict(self) -> dict[str, Any]:
         """The optimiser state a checkpoint stores (and a restore puts back)."""
@@ -253,7 +259,11 @@ class LBFGSDriver(Driver):
 @dataclass(frozen=True)
 class LMSettings:
     """Levenberg-Marquardt's run settings: the stall stop (the loss fell by less than a factor
-    ``stall_factor`` over ``stall_window`` steps) and ``options``, keywords of
+    ``stall_factor`` over ``stall_window`` steps on the same points), the growth of the points
+    (when the gap, validation loss / training loss, exceeds ``grow_gap`` at ``grow_patience``
+    evaluations in a row, the points grow by ``grow_factor``, up to ``grow_max`` times the
+    fit's first draw and within LM's memory budget; ``grow_gap=None``: never; defaults and
+    reasons in :mod:`helmpinn.defaults`) and ``options``, keywords of
     :class:`helmpinn.lm.LevenbergMarquardt` (``solver``, ``damping``, ``update``, ``lam``,
     ``geodesic``, ``gram``, ``max_trials``, ``blas_threads``, ...: its signature holds their
     defaults and its constructor checks them)."""
@@ -261,11 +271,23 @@ class LMSettings:
     stall_window: int = 10
     stall_factor: float = 0.99
     options: Mapping[str, Any] = field(default_factory=dict)
+    grow_gap: float | None = LM_GROW_GAP
+    grow_patience: int = LM_GROW_PATIENCE
+    grow_factor: float = LM_GROW_FACTOR
+    grow_max: float = LM_GROW_MAX
 
     def __post_init__(self) -> None:
         if int(self.stall_window) < 1 or not 0 < self.stall_factor <= 1:
             raise ValueError(f"need stall_window >= 1 and 0 < stall_factor <= 1, got {self.stall_window}, "
                              f"{self.stall_factor}")
+        if self.grow_gap is not None and not (self.grow_gap >= 1 and math.isfinite(self.grow_gap)):
+            raise ValueError(f"grow_gap must be a finite number >= 1 or None, got {self.grow_gap}")
+        if int(self.grow_patience) < 1:
+            raise ValueError(f"grow_patience must be >= 1, got {self.grow_patience}")
+        if not (self.grow_factor > 1 and math.isfinite(self.grow_factor)):
+            raise ValueError(f"grow_factor must be a finite number > 1, got {self.grow_factor}")
+        if not (self.grow_max >= 1 and math.isfinite(self.grow_max)):
+            raise ValueError(f"grow_max must be a finite number >= 1, got {self.grow_max}")
         from .lm import LevenbergMarquardt
 
         known = set(inspect.signature(LevenbergMarquardt).parameters) - {"residuals", "comm"}
@@ -280,17 +302,23 @@ class LMDriver(Driver):
     A step is one linearisation and up to ``max_trials`` damped trials; the history's rate is λ
     and its terms come from the residuals. Stops by itself when no trial lowers the loss even at
     the largest damping, and (through the loop) on a stall. Continues λ and its counts from a
-    loaded LM checkpoint. New points rebuild the residuals. CPU only; with ``run.comm`` JᵀJ and
-    Jᵀr are summed over the ranks. Sets ``run.lm`` (the LevenbergMarquardt) and ``run.lm_times``.
+    loaded LM checkpoint. New points rebuild the residuals. After each evaluation it asks the
+    loop for more points when the gap stays above ``grow_gap`` (:meth:`points_factor`). CPU
+    only; with ``run.comm`` JᵀJ and Jᵀr are summed over the ranks (and every rank takes the
+    same decision on the points: the gap is the same number on each). Sets ``run.lm`` (the LevenbergMarquardt) and ``run.lm_times``.
     """
 
     name = "lm"
 
     def __init__(self, settings: LMSettings | None = None, *, stall_window: int = 10, stall_factor: float = 0.99,
-                 **options: Any):
-        self.settings = settings if settings is not None else LMSettings(stall_window, stall_factor, options)
+                 grow_gap: float | None = LM_GROW_GAP, grow_patience: int = LM_GROW_PATIENCE,
+                 grow_factor: float = LM_GROW_FACTOR, grow_max: float = LM_GROW_MAX, **options: Any):
+        self.settings = settings if settings is not None else LMSettings(
+            stall_window, stall_factor, options, grow_gap, grow_patience, grow_factor, grow_max)
         self.stall = (int(self.settings.stall_window), float(self.settings.stall_factor))
         self.lm: Any = None
+        self._above = 0            # evaluations in a row with the gap above grow_gap
+        self._first_points = 0     # the fit's first draw's PDE points
 
     def start(self, run: "Trainer", steps: int) -> None:
         from .lm import LevenbergMarquardt
@@ -305,6 +333,7 @@ class LMDriver(Driver):
         if state and "lm_lambda" in state:
             self.lm.load_state_dict(state)
         run.lm = self.lm
+        self._above, self._first_points = 0, run.pde_points
         run.step_times.update(jacobian=0.0, jtj=0.0, solve=0.0, trial=0.0)
         run.lm_times = self.times = run.step_times
 
@@ -316,6 +345,23 @@ class LMDriver(Driver):
 
     def resampled(self, run: "Trainer") -> None:
         self.lm.set_residuals(self._residuals(run))
+
+    def points_factor(self, run: "Trainer") -> float:
+        """``grow_factor`` (less where ``grow_max`` caps it) once the gap has exceeded
+        ``grow_gap`` at ``grow_patience`` evaluations in a row; else 1, and 1 as well where the
+        grown points would take LM's solver over its memory budget
+        (:meth:`helmpinn.lm.LevenbergMarquardt.fits`)."""
+        s, gap = self.settings, run.last_gap
+        if s.grow_gap is None or gap is None:
+            return 1.0
+        self._above = self._above + 1 if gap > s.grow_gap else 0
+        if self._above < s.grow_patience:
+            return 1.0
+        factor = min(float(s.grow_factor), s.grow_max * self._first_points / run.pde_points)
+        if factor * run.pde_points < run.pde_points + 1 or not self.lm.fits(factor):
+            return 1.0
+        self._above = 0
+        return factor
 
     def step(self, run: "Trainer") -> StepInfo:
         from .lm import NonFiniteLoss

@@ -109,7 +109,8 @@ def lm_defaults(problem: Any) -> dict[str, Any]:
 
 
 #: The entries of :func:`lm_defaults` that are options of :meth:`helmpinn.Trainer.fit_lm`.
-LM_OPTIONS = ("solver", "damping", "update", "lam", "geodesic", "gram", "stall_window", "stall_factor")
+LM_OPTIONS = ("solver", "damping", "update", "lam", "geodesic", "gram", "stall_window", "stall_factor",
+              "grow_gap", "grow_patience", "grow_factor", "grow_max")
 
 
 def lm_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -650,11 +651,24 @@ class LevenbergMarquardt:
         """The solver in use ("primal", "dual" or "cg"): :func:`choose_solver` for these
         residuals within ``max_matrix_bytes`` (over MPI for the rank with the most rows, so that
         every rank makes the same choice)."""
-        return choose_solver(self.res.num_params, self._rows[1], self.requested_solver,
+        return self._choose(self._rows[1])
+
+    def _choose(self, rows: int) -> str:
+        return choose_solver(self.res.num_params, rows, self.requested_solver,
                              max_matrix_bytes=self.max_matrix_bytes,
                              ranks=1 if self.comm is None else self.comm.Get_size(), gram=self.gram,
                              damping=self.damping, dtype=self.res.dtype, chunk_rows=self._chunk_rows,
                              chunk_bytes=self.chunk_bytes)
+
+    def fits(self, factor: float) -> bool:
+        """Whether ``factor`` times the residual rows (each rank's) keep the solver in use within
+        ``max_matrix_bytes`` (:func:`memory_estimate`): a dense solver stays dense (with "auto"
+        it may change between primal and dual, not to the slower "cg"); "cg" always fits."""
+        try:
+            chosen = self._choose(math.ceil(factor * self._rows[1]))
+        except ValueError:   # an explicit dense solver over the budget
+            return False
+        return chosen != "cg" or self.solver == "cg"
 
     @property
     def chunk_rows(self) -> int:

@@ -86,21 +86,17 @@ def _scatter(hard: bool, k: float, radius: float, theta: float, pml_width: float
         bc = Dirichlet(lambda x: -incident(x))
     domain = BoxMinusBall(Box([-_HALF, -_HALF], [_HALF, _HALF]), Disk((0.0, 0.0), radius))
     return Problem(domain, kappa=k * k, source=None, bcs={"scatterer": bc}, exact=exact,
-                   wavenumber=k, pml=PML(pml_width), hints=_hints(k))
+                   wavenumber=k, pml=PML(pml_width), hints=_HINTS)
 
 
-def _hints(k: float) -> dict:
-    """What these problems keep beyond the general defaults (:mod:`helmpinn.defaults`, from
-    which they take their loss weights and LM network; measurements in docs/benchmarks.md).
-
-    Adam gets 10000 steps rather than the general 2000: its error is still falling steadily at
-    2000 steps. LM keeps the 9500 + 2375 fixed points with which it was measured to reach 1e-3
-    (more than the wavelengths give: the cylinder's near field varies faster than the incident
-    wave, and with too few fixed points LM fits the points rather than the field), and
-    ``gram="float32"`` (:mod:`helmpinn.lm`), which halves the cost of JᵀJ.
-    """
-    return {"adam": {"steps": 10000},
-            "lm": {"pde_points": 9500, "bc_points": 2375, "gram": "float32"}}
+#: What these problems keep beyond the general defaults (:mod:`helmpinn.defaults`, which give
+#: their loss weights, Adam's steps, LM's network and its float32 ``JᵀJ``): LM's 9500 + 2375
+#: fixed points, with which it was measured to reach 1e-3 in about 47 iterations (the
+#: points-per-wavelength rule gives 5500 + 1375, on which LM levels off near 2e-3: the
+#: cylinder's near field varies faster than the incident wave). LM's growing points
+#: (``LMSettings.grow_gap``) get there too, but later: the validation gap passes its threshold
+#: only once LM has levelled off, at about 70 iterations (measurements in docs/benchmarks.md).
+_HINTS = {"lm": {"pde_points": 9500, "bc_points": 2375}}
 
 
 def scatter_hard(k: float = 2.0, radius: float = math.pi / 4, theta: float = 0.0,

@@ -95,7 +95,12 @@ class Trainer:
     Each evaluation records the error on the test grid (with an exact solution) and the loss,
     with the same weights, on validation points drawn once from their own generator (never
     trained on, so they change nothing in the training): a training loss far below the
-    validation loss is overfitting.
+    validation loss is overfitting. Their ratio, the gap (:attr:`last_gap`: the validation loss
+    over the last step's training loss; about 1 for a field fitted everywhere), shows on the
+    progress bar; after each evaluation the driver may ask for more points
+    (``Driver.points_factor``: Levenberg-Marquardt does when the gap stays large), which the
+    loop draws anew before the next step (:attr:`pde_points` and :attr:`bc_points` grow; a
+    checkpoint records them and a run resumed from it goes on with them).
 
     ``comm`` (an mpi4py communicator) trains data-parallel: each rank draws its share of the
     points (:func:`helmpinn.distributed.sample_shard`), the loss and gradient are the union's,
@@ -184,8 +189,12 @@ class Trainer:
         self.rng = np.random.default_rng(seed)
         self._draw_state: dict[str, Any] | None = None  # the sampler's state before the last draw
         self._drawn_for = 0         # the first step the current draw is for
+        self._stall_from = 0        # the first step on points drawn inside the run (the stall window's start)
+        self._grow = 1.0            # the driver's last points_factor, applied at the end of the step
+        self._grown = False         # the points grew (pde_points, bc_points are not the ones given)
         self._check_inputs = True  # check_finite on the next step (new points, or a new fit)
         self.stop_requested: str | None = None
+        self._stop_spent = False    # the request has stopped a fit (the next fit clears it)
         self.comm, self.rank, self.check_every = comm, 0, max(int(check_every), 1)
         if comm is not None:
             self.rank, self._ranks = comm.Get_rank(), comm.Get_size()
@@ -221,6 +230,7 @@ class Trainer:
         self.train_time = 0.0
         self.last_error: float | None = None
         self.last_val_loss: float | None = None
+        self.last_gap: float | None = None   # validation loss / training loss at the last evaluation
         self.driver: Driver | None = None      # the driver of the current (or last) fit
         self.step_times: dict[str, float] = {}  # the drivers' StepInfo.times, summed over the fit
         self._good: tuple[int, np.ndarray, dict[str, Any]] | None = None
@@ -264,7 +274,11 @@ class Trainer:
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Stop the fit after the current step (safe from a signal handler or callback); the
-        run then ends as any other: evaluation, checkpoint, ``stop_reason``."""
+        run then ends as any other: evaluation, checkpoint, ``stop_reason``. A request made
+        while no step runs (before a fit starts, between two fits, during a fit's final
+        evaluation or checkpoint) stays pending and stops the next fit after its first step;
+        a request that stopped a fit is spent (:attr:`stop_requested` keeps its reason until
+        the next fit starts)."""
         self.stop_requested = reason
 
     def evaluate(self) -> float | None:
@@ -370,6 +384,8 @@ class Trainer:
         meta = {**self.model.metadata, "step": self.step, "problem": self.problem.name,
                 "problem_options": self.problem.options, "last_error": self.last_error,
                 "sampler": self._draw_state}
+        if self._grown:   # the counts of the current draw, for a resumed run to draw it again
+            meta["grown_points"] = [self.pde_points, self.bc_points]
         failed = None
         if self.rank == 0:
             try:
@@ -395,6 +411,11 @@ class Trainer:
             self.rng.bit_generator.state = state
         except (TypeError, ValueError, KeyError):
             return
+        points = self.model.metadata.get("grown_points")
+        if isinstance(points, (list, tuple)) and len(points) == 2 and all(
+                isinstance(n, (int, np.integer)) and n > 0 for n in points):
+            self.pde_points, self.bc_points = int(points[0]), int(points[1])   # grown during that run
+            self._grown = True
         self.batch = None
 
     def _check_device(self) -> None:
@@ -460,7 +481,8 @@ class Trainer:
         self._check_inputs = True
         self.stop_reason = None
         self.diverged = False
-        self.stop_requested = None
+        if self._stop_spent:   # a request that stopped an earlier fit; a pending one stays
+            self.stop_requested, self._stop_spent = None, False
         self.step_times = {}
         driver.start(self, steps)
         self.driver = driver
@@ -510,6 +532,8 @@ class Trainer:
         h.eval_time.append(elapsed)
         h.eval_val_loss.append(self.validation_loss())
         err, val = h.eval_error[-1], h.eval_val_loss[-1]
+        loss = h.loss[-1] if h.step and h.step[-1] == step else None
+        self.last_gap = val / loss if val is not None and loss and loss > 0 and math.isfinite(loss) else None
         if self.target_error is not None and err is not None and err < self.target_error:
             self.stop_reason = f"target error {self.target_error:g} reached at step {step}"
         elif self.target_val_loss is not None and val is not None and val < self.target_val_loss:
@@ -524,7 +548,9 @@ class Trainer:
         steps (target check), the checkpoint every ``checkpoint_every`` steps (non-finite
         parameters restore the last good state), the time limit and a requested stop (agreed by
         every rank); updates the progress bar; and draws new points when they are due before
-        the next step (``driver.resampled``).
+        the next step (``driver.resampled``), more of them when the driver asked for it after
+        this step's evaluation (``driver.points_factor``). The stall window counts only steps on
+        the points drawn last inside the run (losses on other points do not compare).
         """
         step = self.step + 1
         h = self.history
@@ -545,12 +571,13 @@ class Trainer:
         stall = self.driver.stall if self.driver is not None else None
         if stall and not self.stop_reason:
             window, factor = stall
-            if len(h.loss) > window and h.step[-window - 1] >= step - window \
+            if len(h.loss) > window and h.step[-window - 1] >= max(step - window, self._stall_from) \
                     and h.loss[-1] > factor * h.loss[-window - 1]:
                 self.stop_reason = f"loss fell by less than a factor {factor:g} over {window} steps at step {step}"
         if self.eval_every and step % self.eval_every == 0 and (self.u_test is not None or self.val_points):
             t1 = self.clock()
             self._evaluate(step, self.train_time + t1 - self._t0 - self._t_aside)
+            self._grow = self.driver.points_factor(self)
             self._t_aside += self.clock() - t1
         if self.checkpoint_every and step % self.checkpoint_every == 0 and not self.save_checkpoint():
             good = self._restore()
@@ -568,18 +595,27 @@ class Trainer:
                 self.stop_requested = "stop requested on another rank"
         if out_of_time and not self.stop_reason:
             self.stop_reason = f"time limit {self.time_limit:g} s reached at step {step}"
-        if requested and not self.stop_reason:
-            self.stop_reason = f"{self.stop_requested} at step {step}"
+        if requested:
+            self._stop_spent = True
+            if not self.stop_reason:
+                self.stop_reason = f"{self.stop_requested} at step {step}"
         self._pending += 1
         if self.progress and (self._pending >= self.log_every or self.stop_reason or now - self._bar_at >= 0.5):
             self._bar.update(self._pending)
             self._pending, self._bar_at = 0, now
             self._bar.set_postfix_str(self._status(info), refresh=False)
+        grow, self._grow = self._grow, 1.0
         if self.stop_reason:
             return True
-        if not self.driver.fixed_points and self.step < self._last_step and self._resample_due():
+        if self.step < self._last_step and (grow > 1.0 or (not self.driver.fixed_points and self._resample_due())):
+            if grow > 1.0:
+                self._grown = True
+                self.pde_points = math.ceil(grow * self.pde_points)
+                if self.problem.dim > 1:   # 1-D: the two end points
+                    self.bc_points = math.ceil(grow * self.bc_points)
             self.resample()
             self.driver.resampled(self)
+            self._stall_from = self.step + 1
         return False
 
     @contextlib.contextmanager
@@ -616,6 +652,8 @@ class Trainer:
             s += f" err={self.last_error:.2e}"
         if self.last_val_loss is not None:
             s += f" val={self.last_val_loss:.2e}"
+        if self.last_gap is not None:
+            s += f" gap={self.last_gap:.3g}"
         return s
 
 
