@@ -137,8 +137,8 @@ def test_two_processes_one_folder(tmp_path):
 
 # -- item 5a: SIGTERM -----------------------------------------------------------------------------
 def test_a_sigterm_before_fit_begins_still_stops_the_run():
-    """fit() clears stop requests when it starts; a SIGTERM that came after the CLI installed
-    its handler but before fit began still stops the run after its first step."""
+    """A SIGTERM that came after the CLI installed its handler but before fit began stays
+    pending (Trainer.request_stop outside a fit) and stops the run after its first step."""
     import helmpinn as hp
     from helmpinn.cli import _stop_on_sigterm
 
