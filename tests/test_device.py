@@ -21,6 +21,7 @@ GPU tests skip with the reason without a usable GPU, and FAIL instead with HELMP
 from __future__ import annotations
 
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -116,7 +117,7 @@ def test_cuda_unavailable_raises_the_workspace_error_before_any_work(no_gpu, tmp
     def no_init(*a, **k):
         raise AssertionError("init_params ran before the device check")
 
-    monkeypatch.setattr(helmpinn, "init_params", no_init)
+    monkeypatch.setattr(sys.modules["helmpinn.model"], "init_params", no_init)
     cases = {
         "Model.create": lambda: Model.create(1, device="cuda"),
         "Model": lambda: Model(model.spec, model.params, device="cuda"),

@@ -25,6 +25,7 @@ from numpy.typing import ArrayLike, NDArray
 from . import _core
 from . import _device
 from ._files import TEMP_PREFIX, write_atomic   # TEMP_PREFIX: the temporary files' names
+from .params import init_params
 
 __all__ = ["Model", "FORMAT_VERSION", "TEMP_PREFIX"]
 
@@ -106,8 +107,6 @@ class Model:
         problem : Problem, optional
             The problem the model is for (its dimension must be ``in_dim``).
         """
-        from helmpinn import init_params
-
         device = _device.check(device, "Model.create")
         if hasattr(in_dim, "wavenumber") and hasattr(in_dim, "dim"):
             if problem is not None and problem is not in_dim:
