@@ -24,12 +24,16 @@ namespace helmpinn {
 namespace cpu {
 inline namespace HELMPINN_CPU_KERNELS {
 
-inline float bit_cast_float(std::int32_t bits) {
+// The floating-point number whose bits are `bits` (T float with std::int32_t, double with
+// std::int64_t).
+template <class T, class Int>
+inline T from_bits(Int bits) {
+    static_assert(sizeof(T) == sizeof(Int), "from_bits: T and Int must have the same size");
 #if defined(__GNUC__) || defined(__clang__)
-    return __builtin_bit_cast(float, bits);  // vectorises; memcpy through memory does not
+    return __builtin_bit_cast(T, bits);  // vectorises; memcpy through memory does not
 #else
-    float f;
-    std::memcpy(&f, &bits, sizeof(float));
+    T f;
+    std::memcpy(&f, &bits, sizeof(T));
     return f;
 #endif
 }
@@ -51,20 +55,10 @@ inline float tanh_fast(float x) {
     p = p * r + 0.5f;
     const float em_r = r + r * r * p;                  // expm1(r)
     const std::int32_t bits = (static_cast<std::int32_t>(kf) + 127) << 23;
-    const float two_k = bit_cast_float(bits);
+    const float two_k = from_bits<float>(bits);
     const float em = two_k * em_r + (two_k - 1.0f);   // expm1(y) = 2^k expm1(r) + 2^k - 1
     const float t = -em / (em + 2.0f);
     return std::copysign(t, x);
-}
-
-inline double bit_cast_double(std::int64_t bits) {
-#if defined(__GNUC__) || defined(__clang__)
-    return __builtin_bit_cast(double, bits);
-#else
-    double f;
-    std::memcpy(&f, &bits, sizeof(double));
-    return f;
-#endif
 }
 
 inline double tanh_fast(double x) {
@@ -86,7 +80,7 @@ inline double tanh_fast(double x) {
     p = p * r + 1.0 / 6.0;
     p = p * r + 0.5;
     const double em_r = r + r * r * p;  // expm1(r)
-    const double two_k = bit_cast_double((static_cast<std::int64_t>(kf) + 1023) << 52);
+    const double two_k = from_bits<double>((static_cast<std::int64_t>(kf) + 1023) << 52);
     const double em = two_k * em_r + (two_k - 1.0);
     const double t = -em / (em + 2.0);
     return std::copysign(t, x);
