@@ -57,15 +57,15 @@ inline LossBreakdown CpuBackend<T>::reduce(const T* params, T* grad, const LossI
 
     // Fixed-order reduction of the slots, parallel over parameters.
     constexpr long block = 2048;  // parameters per task, summed as vectors
-    const long nblocks = (long(np_) + block - 1) / block;
+    const long nblocks = (long(num_params_) + block - 1) / block;
     parallel_for(nblocks, Schedule::fixed, [&](long b) {
         const std::size_t i0 = std::size_t(b * block);
-        const int n = int(std::min<std::size_t>(block, np_ - i0));
+        const int n = int(std::min<std::size_t>(block, num_params_ - i0));
         T* o = grad + i0;
         zero(o, std::size_t(n));
         for (std::size_t k = 0; k < used; ++k) {
             if (slot_fresh_[k]) continue;
-            const T* src = slot_grad_.data() + k * np_ + i0;
+            const T* src = slot_grad_.data() + k * num_params_ + i0;
 #pragma omp simd
             for (int i = 0; i < n; ++i) o[i] += src[i];
         }
@@ -147,7 +147,7 @@ inline void CpuBackend<T>::backward_tile(const T* params, const TileRows& R, int
     const int m = m_;
     T* gcur = R.adj;
     T* gnext = gcur + sz_.adj_stride;
-    T* sg = slot_grad_.data() + std::size_t(k) * np_;
+    T* sg = slot_grad_.data() + std::size_t(k) * num_params_;
     for (int l = L_; l >= 0; --l) {
         const int in = sp_.layer_in(l), out = sp_.layer_out(l);
         const std::ptrdiff_t ssG = std::ptrdiff_t(tile) * out;

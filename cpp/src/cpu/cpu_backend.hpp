@@ -72,7 +72,7 @@ public:
     CpuBackend(const ModelSpec& spec, std::size_t batch)
         : sp_(spec), sz_(buffer_sizes(spec, batch, buffer_threads())), B_(batch),
           d_(spec.in_dim), m_(spec.ff_dim), H_(spec.hidden_dim), L_(spec.num_hidden_layers),
-          np_(spec.num_params()) {
+          num_params_(spec.num_params()) {
         x_input_.resize(sz_.x_input);
         feat_.resize(sz_.feat);
         for (int l = 0; l <= L_; ++l) z_[l].resize(sz_.z[l]);
@@ -89,7 +89,7 @@ public:
         slot_fresh_.resize(sz_.slot_fresh);
         scratch_.resize(sz_.scratch);
         row_scratch_.resize(sz_.row_scratch);
-        zero(grad_.data(), np_);
+        zero(grad_.data(), num_params_);
 
         point_buffers(bufs_, sp_, B_, x_input_, feat_, z_, h_, du_dx_, d2u_, grad_);
     }
@@ -98,7 +98,7 @@ public:
 
     std::size_t memory_bytes() const override { return sz_.bytes(sizeof(T)); }
 
-    void zero_grad(void*) override { zero(grad_.data(), np_); }
+    void zero_grad(void*) override { zero(grad_.data(), num_params_); }
 
     void forward(const T* params, const T* x, std::size_t n, int derivatives, T* u, T* grad_u,
                  T* lap_u, void*) override {
@@ -376,7 +376,7 @@ private:
     BufferSizes sz_;  // every buffer's size (buffers.hpp), and the per-thread strides
     std::size_t B_;
     int d_, m_, H_, L_;
-    std::size_t np_;
+    std::size_t num_params_;
     AlignedArray<T> x_input_, feat_, z_[max_layers], h_[max_layers], du_dx_, d2u_, grad_, wt_,
         omega_, Omega_, slot_grad_;
     AlignedArray<double> slot_loss_;

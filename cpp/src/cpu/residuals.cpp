@@ -97,7 +97,7 @@ inline void CpuBackend<T>::row_jacobian(const T* params, const LossInputs<T>& in
         const std::size_t row = row_of(q);
         return row >= r0 && row < r1;
     };
-    const std::size_t P = np_;
+    const std::size_t P = num_params_;
 
     // Seeds: the adjoint of u's streams for w = s e_c, for both components c.
     {

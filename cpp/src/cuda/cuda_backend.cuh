@@ -115,7 +115,7 @@ class CudaBackend final : public Backend<T> {
 public:
     CudaBackend(const ModelSpec& spec, std::size_t batch, int device_id)
         : sp_(spec), B_(batch), d_(spec.in_dim), m_(spec.ff_dim), H_(spec.hidden_dim),
-          L_(spec.num_hidden_layers), S_(spec.in_dim + 2), np_(spec.num_params()),
+          L_(spec.num_hidden_layers), S_(spec.in_dim + 2), num_params_(spec.num_params()),
           dev_(device_id) {
         int count = 0;
         const cudaError_t e = cudaGetDeviceCount(&count);
@@ -195,7 +195,7 @@ public:
         DeviceGuard guard(dev_);
         const cudaStream_t s = as_stream(stream);
         after_last_use(s);
-        check(cudaMemsetAsync(grad_.data(), 0, np_ * sizeof(T), s), "zero_grad: cudaMemsetAsync");
+        check(cudaMemsetAsync(grad_.data(), 0, num_params_ * sizeof(T), s), "zero_grad: cudaMemsetAsync");
         mark_use(s);
     }
 
@@ -256,7 +256,7 @@ public:
                                                    : "jvp: kernel launch";
         after_last_use(s);
         if (in.check_finite)
-            check_finite(params, in, s, op == RowOp::jvp ? v : nullptr, np_, "v");
+            check_finite(params, in, s, op == RowOp::jvp ? v : nullptr, num_params_, "v");
         prep(params, s);
         const NetArgs<T> net = net_args(params);
         RowLaunch<T> ra;
@@ -268,7 +268,7 @@ public:
         ra.r1 = static_cast<long long>(r1);
         ra.v = v;
         ra.out = out;
-        ra.num_params = static_cast<long long>(np_);
+        ra.num_params = static_cast<long long>(num_params_);
         std::size_t row0 = 0;
         for (int t = 0; t < terms::kNumTerms; ++t) {
             const terms::TermPoints<T> tp = terms::term_points(in, t);
@@ -526,7 +526,7 @@ private:
         rq.candidates = {32, 16, 8, 4};
         rq.by_occupancy = true;
         rq.global_tile = 16;
-        rq.slot_bytes = static_cast<long long>(np_) * sizeof(T);
+        rq.slot_bytes = static_cast<long long>(num_params_) * sizeof(T);
         train_ = plan_tiles<TrainKernels<T>>(rq);
         const TilePlan& t = train_;
         plan_ = LaunchPlan{t.tile.P, t.gs, t.smem, t.limit, t.k.static_smem, t.per_sm, t.blocks,
@@ -549,10 +549,10 @@ private:
         for (int l = 0; l < L_; ++l) h_[l].allocate(Bs * H_, "h");
         du_dx_.allocate(B_ * d_ * 2, "du_dx");
         d2u_.allocate(B_ * 2, "d2u_dx2");
-        grad_.allocate(np_, "grad");
+        grad_.allocate(num_params_, "grad");
         omega_.allocate(std::size_t(d_) * m_, "omega");
         Omega_.allocate(m_, "Omega");
-        slot_grad_.allocate(std::size_t(train_.blocks) * np_, "gradient slots");
+        slot_grad_.allocate(std::size_t(train_.blocks) * num_params_, "gradient slots");
         slot_loss_.allocate(std::size_t(train_.blocks) * 3, "loss slots");
         loss_sums_.allocate(3, "loss sums");
         flags_.allocate(kMaxChecked, "finite flags");
@@ -638,7 +638,7 @@ private:
         }
         used = std::min(used, train_.blocks);
         if (used > 0)
-            check(cudaMemsetAsync(slot_grad_.data(), 0, std::size_t(used) * np_ * sizeof(T), s),
+            check(cudaMemsetAsync(slot_grad_.data(), 0, std::size_t(used) * num_params_ * sizeof(T), s),
                   "value_and_grad: cudaMemsetAsync");
         check(cudaMemsetAsync(slot_loss_.data(), 0, slot_loss_.bytes(), s),
               "value_and_grad: cudaMemsetAsync");
@@ -672,15 +672,15 @@ private:
                 auto* kernel = &train_kernel<T, D, GS>;
                 HELMPINN_LAUNCH(kernel, grid, kThreads, train_.smem, s)(
                     net, g.cache, g.tile, in, tl, static_cast<long long>(c0), nc, tf,
-                    slot_grad_.data(), static_cast<long long>(np_), slot_loss_.data());
+                    slot_grad_.data(), static_cast<long long>(num_params_), slot_loss_.data());
             });
         }
 
         const long long zero_below = in.train_fourier ? 0 : static_cast<long long>(d_) * m_;
-        const int rgrid = int((np_ + 255) / 256);
+        const int rgrid = int((num_params_ + 255) / 256);
         auto* rk = &reduce_kernel<T>;
         HELMPINN_LAUNCH(rk, rgrid, 256, 0, s)(slot_grad_.data(), used,
-                                               static_cast<long long>(np_), grad, zero_below,
+                                               static_cast<long long>(num_params_), grad, zero_below,
                                                slot_loss_.data(), loss_sums_.data());
         check(cudaGetLastError(),
               w ? "vjp: reduce kernel launch" : "value_and_grad: reduce kernel launch");
@@ -755,7 +755,7 @@ private:
         const char* names[kMaxChecked] = {"params"};
         FiniteArgs<T> a;
         a.p[0] = params;
-        a.n[0] = np_;
+        a.n[0] = num_params_;
         int na = 1;
         auto add = [&](const T* p, std::size_t n, const char* name) {
             if (na >= kMaxChecked)
@@ -802,7 +802,7 @@ private:
     ModelSpec sp_;
     std::size_t B_;
     int d_, m_, H_, L_, S_;
-    std::size_t np_;
+    std::size_t num_params_;
     int dev_;
 
     // Launch geometries (plan_operator): train/forward and rows, Laplacian and general operator
