@@ -67,6 +67,23 @@ def test_preconditioner_is_the_block_inverse_without_coarse():
     assert it == 1
 
 
+def test_float32_factor_is_a_close_symmetric_inverse():
+    """``_factor(A, "float32")`` keeps the Cholesky factor in float32: its solve is a fixed,
+    symmetric approximate inverse of A (CG's preconditioner), within float32 rounding."""
+    from helmpinn.gauss_newton import _factor
+    rng = np.random.default_rng(1)
+    B = rng.normal(size=(60, 40))
+    A = B.T @ B + 1e-3 * np.eye(40)
+    exact, single = _factor(A), _factor(A, "float32")
+    b = rng.normal(size=40)
+    x = single(b)
+    assert x.dtype == np.float64
+    assert np.linalg.norm(x - exact(b)) <= 1e-3 * np.linalg.norm(exact(b))
+    M = np.column_stack([single(e) for e in np.eye(40)])
+    assert np.allclose(M, M.T, rtol=0, atol=1e-5 * np.abs(M).max())
+    assert np.all(np.linalg.eigvalsh(0.5 * (M + M.T)) > 0)
+
+
 @pytest.mark.parametrize("geodesic", [False, True])
 def test_steps_lower_the_loss(geodesic):
     model, rows, _ = make_case(2, pml=True, hard=False, seed=4)
@@ -92,7 +109,8 @@ def test_options_checked():
     res = model.residuals_for(rows)
     for kw, word in [({"lam": -1}, "lam"), ({"damping": "x"}, "damping"), ({"cg_tol": 2}, "cg_tol"),
                      ({"coarse": "x"}, "coarse"), ({"products": "x"}, "products"),
-                     ({"two_level": "multiplicative"}, "two_level")]:
+                     ({"two_level": "multiplicative"}, "two_level"), ({"blas_threads": 0}, "blas_threads"),
+                     ({"blas_threads": "many"}, "blas_threads")]:
         with pytest.raises(ValueError, match=word):
             MatrixFreeGN(res, **kw)
     gn = MatrixFreeGN(res)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-__all__ = ["blas_limit", "auto_blas_threads"]
+__all__ = ["blas_limit", "auto_blas_threads", "check_blas_threads"]
 
 
 def auto_blas_threads() -> int:
@@ -20,6 +20,14 @@ def auto_blas_threads() -> int:
     except (AttributeError, OSError):   # no load average on this platform
         return threads
     return threads if load < threads + 0.75 else 1
+
+
+def check_blas_threads(n: object) -> int | str | None:
+    """``n`` when it is a valid ``blas_threads`` setting ("auto", None or an int >= 1), else
+    ValueError naming the argument."""
+    if n is None or n == "auto" or (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
+        return n  # type: ignore[return-value]
+    raise ValueError(f"blas_threads must be 'auto', None or an int >= 1, got {n!r}")
 
 
 def blas_limit(n: int | str | None) -> contextlib.AbstractContextManager:

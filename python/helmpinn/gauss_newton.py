@@ -69,6 +69,7 @@ from numpy.typing import NDArray
 from scipy.linalg import blas
 
 from . import distributed
+from ._blas import blas_limit, check_blas_threads
 from .lm import pcg
 
 __all__ = ["GNStep", "MatrixFreeGN"]
@@ -106,17 +107,25 @@ def _gram(J: NDArray, dtype: str = "float64") -> NDArray:
     return np.triu(G) + np.triu(G, 1).T
 
 
-def _factor(A: NDArray) -> Callable[[NDArray], NDArray]:
-    """A solve with the SPD matrix A by Cholesky; the diagonal raised until it succeeds."""
+def _factor(A: NDArray, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
+    """A solve with the SPD matrix A by Cholesky (factored in float64, the diagonal raised until
+    it succeeds). ``dtype="float32"``: the factor is kept in float32 for the solves, half the
+    memory a solve reads (a solve is bound by reading its factor); ``L̃L̃ᵀ`` of the rounded factor
+    is still SPD, so it stays a fixed, symmetric preconditioner."""
     shift = 0.0
     scale = float(np.mean(np.diag(A))) if A.size else 1.0
     for _ in range(30):
         try:
             c = sla.cho_factor(A + shift * np.eye(len(A)) if shift else A, lower=False, check_finite=False)
-            return lambda b: sla.cho_solve(c, b, check_finite=False)
+            break
         except np.linalg.LinAlgError:
             shift = max(shift * 10.0, 1e-14 * max(scale, 1e-300))
-    raise np.linalg.LinAlgError("could not factor a preconditioner block (not positive definite)")
+    else:
+        raise np.linalg.LinAlgError("could not factor a preconditioner block (not positive definite)")
+    if dtype == "float32":
+        c32 = (np.asarray(c[0], np.float32, order="F"), c[1])
+        return lambda b: sla.cho_solve(c32, b.astype(np.float32), check_finite=False).astype(np.float64)
+    return lambda b: sla.cho_solve(c, b, check_finite=False)
 
 
 class MatrixFreeGN:
@@ -128,16 +137,23 @@ class MatrixFreeGN:
     at ``‖residual‖ <= cg_tol ‖Jᵀr‖``), ``cg_maxiter``, ``coarse`` ("last_layer" or None),
     ``products`` ("core": jvp/vjp by the core, memory O(R + P); "blocks": the Jacobian blocks
     kept, memory Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
-    ("float32", default: the blocks' Gram matrices by ssyrk, twice dsyrk's rate; they only
+    ("float32", default: the blocks' Gram matrices by ssyrk, twice dsyrk's rate, and their
+    Cholesky factors kept in float32 for CG's solves, which read half the memory; they only
     precondition, CG solves the float64 system; or "float64"), ``two_level`` ("additive",
-    default, or "deflated": how the coarse correction joins the blocks, :meth:`preconditioner`).
+    default, or "deflated": how the coarse correction joins the blocks, :meth:`preconditioner`),
+    ``blas_threads`` (the BLAS's threads for the Gram matrices and the factors, as
+    :class:`helmpinn.LevenbergMarquardt`'s: "auto", None or an int; CG runs with one BLAS
+    thread whatever this says, because its block solves alternate with the engine's products
+    and idle BLAS threads spin against the engine's OpenMP threads: that halved a CG
+    iteration's time on 2 cores).
     """
 
     def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
                  lam_min: float = 1e-15, lam_max: float = 1e12, max_trials: int = 10,
                  cg_tol: float = 1e-3, cg_maxiter: int = 200, coarse: str | None = "last_layer",
                  products: str = "core", geodesic: bool = False, geodesic_h: float = 0.1,
-                 geodesic_alpha: float = 0.75, gram: str = "float32", two_level: str = "additive"):
+                 geodesic_alpha: float = 0.75, gram: str = "float32", two_level: str = "additive",
+                 blas_threads: int | str | None = "auto"):
         if not (math.isfinite(lam) and lam > 0):
             raise ValueError(f"lam: expected a positive finite number, got {lam}")
         if damping not in ("identity", "marquardt"):
@@ -156,6 +172,7 @@ class MatrixFreeGN:
         if gram not in ("float32", "float64"):
             raise ValueError(f"gram: expected 'float32' or 'float64', got {gram!r}")
         self.gram = gram
+        self.blas_threads = check_blas_threads(blas_threads)
         if products not in ("core", "blocks"):
             raise ValueError(f"products: expected 'core' or 'blocks', got {products!r}")
         self.lam, self.damping = float(lam), damping
@@ -332,7 +349,7 @@ class MatrixFreeGN:
         preconditioner carries Q as its ``deflate`` attribute (:meth:`cg` starts from ``Q b``)."""
         res = self.res
         with distributed.collective(res.comm, "factoring the preconditioner"):
-            solves = [(res.parts[j]["slice"], _factor(G + lam * np.diag(D[res.parts[j]["slice"]])))
+            solves = [(res.parts[j]["slice"], _factor(G + lam * np.diag(D[res.parts[j]["slice"]]), self.gram))
                       for j, G in s["grams"].items()]
             coarse = None
             if "coarse" in s:
@@ -414,7 +431,8 @@ class MatrixFreeGN:
                              f"got {theta.dtype} {theta.shape}")
         times = {"jacobian": 0.0, "gram": 0.0, "factor": 0.0, "cg": 0.0, "trial": 0.0}
         self.steps += 1
-        s = self.linearize(theta, times)
+        with blas_limit(self.blas_threads):
+            s = self.linearize(theta, times)
         r = s["r"]
         loss0, = self.res.same(float(r @ r))
         if not math.isfinite(loss0) or not np.all(np.isfinite(s["diag"])):
@@ -427,17 +445,19 @@ class MatrixFreeGN:
         rho = -math.inf
         for trial in range(1, self.max_trials + 1):
             t0 = time.perf_counter()
-            M = self.preconditioner(s, self.lam, D)
+            with blas_limit(self.blas_threads):
+                M = self.preconditioner(s, self.lam, D)
             t1 = time.perf_counter()
             times["factor"] += t1 - t0
-            delta, Jd, it = self.cg(s, self.lam, D, s["g"], M)
-            its.append(it)
-            t2 = time.perf_counter()
-            times["cg"] += t2 - t1
-            new = theta - delta
-            if self.geodesic:
-                new = self._accelerate(s, D, M, theta, delta, its)
-            r1 = self.res.residuals(new)
+            with blas_limit(1):   # the solves alternate with the engine's products: no BLAS threads spinning
+                delta, Jd, it = self.cg(s, self.lam, D, s["g"], M)
+                its.append(it)
+                t2 = time.perf_counter()
+                times["cg"] += t2 - t1
+                new = theta - delta
+                if self.geodesic:
+                    new = self._accelerate(s, D, M, theta, delta, its)
+                r1 = self.res.residuals(new)
             loss1, pred = self.res.same(float(r1 @ r1), loss0 - float((r - Jd) @ (r - Jd)))
             times["trial"] += time.perf_counter() - t2
             rho = (loss0 - loss1) / pred if pred > 0 else -math.inf

@@ -82,7 +82,7 @@ from typing import Any, Callable, ClassVar, Mapping, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from ._blas import blas_limit
+from ._blas import blas_limit, check_blas_threads
 from .batch import KEYWORDS, Batch
 
 __all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResiduals", "FunctionResiduals",
@@ -607,9 +607,7 @@ class LevenbergMarquardt:
             raise ValueError(f"need 0 < cg_tol < 1 and cg_maxiter >= 1, got {cg_tol}, {cg_maxiter}")
         if not int(max_matrix_bytes) > 0:
             raise ValueError(f"max_matrix_bytes must be > 0, got {max_matrix_bytes}")
-        if not (blas_threads is None or blas_threads == "auto"
-                or (isinstance(blas_threads, int) and not isinstance(blas_threads, bool) and blas_threads >= 1)):
-            raise ValueError(f"blas_threads must be 'auto', None or an int >= 1, got {blas_threads!r}")
+        check_blas_threads(blas_threads)
         if not 0 < geodesic_h <= 1 or not geodesic_alpha > 0:
             raise ValueError(f"need 0 < geodesic_h <= 1 and geodesic_alpha > 0, got {geodesic_h}, {geodesic_alpha}")
         if gram not in GRAMS:
