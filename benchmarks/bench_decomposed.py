@@ -99,6 +99,7 @@ def main():
     ap.add_argument("--products", choices=["core", "blocks"], default="core")
     ap.add_argument("--damping", choices=["identity", "marquardt"], default="marquardt")
     ap.add_argument("--geodesic", action="store_true")
+    ap.add_argument("--update", choices=["fixed", "nielsen", "ratio"], default="fixed", help="the damping rule")
     ap.add_argument("--two-level", choices=["additive", "deflated"], default="additive")
     ap.add_argument("--save", help="write the parameters and λ after the run to this .npz")
     ap.add_argument("--start", help="start from the parameters and λ of a --save file")
@@ -123,7 +124,7 @@ def main():
     t_build = time.perf_counter() - t0
     gn = MatrixFreeGN(res, cg_tol=a.cg_tol, cg_maxiter=a.cg_maxiter, products=a.products,
                       coarse=None if a.coarse == "none" else a.coarse, damping=a.damping, geodesic=a.geodesic,
-                      two_level=a.two_level)
+                      two_level=a.two_level, update=a.update)
     if a.start:
         with np.load(a.start) as z:
             model.params[...] = z["params"]
@@ -159,7 +160,7 @@ def main():
         seconds.append(dt)
         cg.append(sum(st.cg_iterations))
         tm = " ".join(f"{k} {v:.1f}" for k, v in st.times.items())
-        say(f"it {it:3d} loss {st.loss:.3e} lam {st.lam:.1e} trials {st.trials} cg {st.cg_iterations} "
+        say(f"it {it:3d} loss {st.loss:.3e} lam {st.lam:.1e} rho {st.rho:.2f} trials {st.trials} cg {st.cg_iterations} "
             f"step {dt:.1f} s ({tm}) total {time.perf_counter() - start:.0f} s  {error() if rank == 0 else ''}"
             + (f"  [{st.message}]" if st.message else ""), flush=True)
         stop = time.perf_counter() - start > a.time or (not st.accepted and st.message)

@@ -70,7 +70,7 @@ from scipy.linalg import blas
 
 from . import distributed
 from ._blas import blas_limit, check_blas_threads
-from .lm import pcg
+from .lm import UPDATES, next_damping, pcg
 
 __all__ = ["GNStep", "MatrixFreeGN"]
 
@@ -108,8 +108,8 @@ def _gram(J: NDArray, dtype: str = "float64") -> NDArray:
 
 
 def _factor(A: NDArray, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
-    """A solve with the SPD matrix A by Cholesky (factored in float64, the diagonal raised until
-    it succeeds). ``dtype="float32"``: the factor is kept in float32 for the solves, half the
+    """A solve with the SPD matrix A by Cholesky (factored in float64, upper, the diagonal raised
+    until it succeeds). ``dtype="float32"``: the factor is kept in float32 for the solves, half the
     memory a solve reads (a solve is bound by reading its factor); ``L̃L̃ᵀ`` of the rounded factor
     is still SPD, so it stays a fixed, symmetric preconditioner."""
     shift = 0.0
@@ -122,10 +122,13 @@ def _factor(A: NDArray, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
             shift = max(shift * 10.0, 1e-14 * max(scale, 1e-300))
     else:
         raise np.linalg.LinAlgError("could not factor a preconditioner block (not positive definite)")
+    # A = UᵀU: two triangular solves by ?trsv (LAPACK's ?potrs goes through ?trsm, several
+    # times slower for one right-hand side)
     if dtype == "float32":
-        c32 = (np.asarray(c[0], np.float32, order="F"), c[1])
-        return lambda b: sla.cho_solve(c32, b.astype(np.float32), check_finite=False).astype(np.float64)
-    return lambda b: sla.cho_solve(c, b, check_finite=False)
+        U, trsv, cast = np.asarray(c[0], np.float32, order="F"), blas.strsv, np.float32
+    else:
+        U, trsv, cast = np.asarray(c[0], np.float64, order="F"), blas.dtrsv, np.float64
+    return lambda b: trsv(U, trsv(U, b.astype(cast), trans=1, lower=0), trans=0, lower=0).astype(np.float64)
 
 
 class MatrixFreeGN:
@@ -153,7 +156,7 @@ class MatrixFreeGN:
                  cg_tol: float = 1e-3, cg_maxiter: int = 200, coarse: str | None = "last_layer",
                  products: str = "core", geodesic: bool = False, geodesic_h: float = 0.1,
                  geodesic_alpha: float = 0.75, gram: str = "float32", two_level: str = "additive",
-                 blas_threads: int | str | None = "auto"):
+                 blas_threads: int | str | None = "auto", update: str = "fixed"):
         if not (math.isfinite(lam) and lam > 0):
             raise ValueError(f"lam: expected a positive finite number, got {lam}")
         if damping not in ("identity", "marquardt"):
@@ -169,6 +172,9 @@ class MatrixFreeGN:
         if two_level not in ("additive", "deflated"):
             raise ValueError(f"two_level: expected 'additive' or 'deflated', got {two_level!r}")
         self.two_level = two_level
+        if update not in UPDATES:
+            raise ValueError(f"update: expected one of {UPDATES}, got {update!r}")
+        self.update, self.nu = update, 2.0
         if gram not in ("float32", "float64"):
             raise ValueError(f"gram: expected 'float32' or 'float64', got {gram!r}")
         self.gram = gram
@@ -192,7 +198,7 @@ class MatrixFreeGN:
         self._coarse_index = self._last_layer() if self.coarse else None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"gn_lambda": self.lam, "gn_steps": self.steps, "gn_lam_relative": self._lam_relative}
+        return {"gn_lambda": self.lam, "gn_nu": self.nu, "gn_steps": self.steps, "gn_lam_relative": self._lam_relative}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         lam = float(state["gn_lambda"])
@@ -200,6 +206,7 @@ class MatrixFreeGN:
             raise ValueError(f"state: gn_lambda must be positive and finite, got {lam}")
         self.lam = min(max(lam, self.lam_min), self.lam_max)
         self.steps = int(state.get("gn_steps", 0))
+        self.nu = float(state.get("gn_nu", 2.0))
         self._lam_relative = bool(state.get("gn_lam_relative", False))
 
     # -- pieces --------------------------------------------------------------------------------
@@ -463,13 +470,13 @@ class MatrixFreeGN:
             rho = (loss0 - loss1) / pred if pred > 0 else -math.inf
             if math.isfinite(loss1) and loss1 < loss0 and pred > 0:
                 theta[...] = self.res.gather(new)
-                self.lam = max(self.lam / 3.0, self.lam_min)
+                self.lam, self.nu = next_damping(self.update, self.lam, self.nu, True, rho, self.lam_min, self.lam_max)
                 self._next = (theta.tobytes(), r1)
                 return GNStep(loss0, loss1, True, self.lam, trial, rho, its, self.res.term_losses(r1), "", times)
             if self.lam >= self.lam_max:
                 return GNStep(loss0, loss0, False, self.lam, trial, rho, its, self.res.term_losses(r),
                               "damping at lam_max", times)
-            self.lam = min(self.lam * 4.0, self.lam_max)
+            self.lam, self.nu = next_damping(self.update, self.lam, self.nu, False, rho, self.lam_min, self.lam_max)
         return GNStep(loss0, loss0, False, self.lam, self.max_trials, rho, its, self.res.term_losses(r),
                       "no decrease in max_trials trials", times)
 

@@ -12,7 +12,9 @@ reported as ``rho``); a rejected step leaves the parameters untouched and raises
 ``update="fixed"`` (default) divides λ by 3 on acceptance and multiplies it by 4 on rejection;
 ``update="nielsen"`` multiplies it on acceptance by ``max(1/3, 1 − (2ρ − 1)³)`` (ρ capped at 1):
 up to 2 for ρ near 0, 1 at ρ = 0.5, 1/3 from ρ ≈ 0.94 on; on rejection by ν, which starts
-at 2 and doubles on successive rejections. Prefer "fixed" for PINNs: ρ often sits near 0.5
+at 2 and doubles on successive rejections. ``update="ratio"`` (the trust-region rule) divides it
+by 3 on acceptance only when ρ > 0.75, keeps it for 0.25 < ρ <= 0.75, doubles it below, and
+multiplies it by 4 on rejection. Prefer "fixed" for PINNs: ρ often sits near 0.5
 there, where Nielsen's rule hardly lowers λ. ``D`` is the identity (default; then the initial ``lam`` is relative to the mean of
 ``diag(JᵀJ)``) or Marquardt's ``diag(JᵀJ)``, kept at its running maximum over iterations
 (scale-free: use it when the parameters' scales differ widely).
@@ -91,8 +93,25 @@ __all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResidual
 
 SOLVERS = ("auto", "primal", "dual", "cg")
 GRAMS = ("float64", "float32")
-UPDATES = ("nielsen", "fixed")
+UPDATES = ("nielsen", "fixed", "ratio")
 DAMPINGS = ("marquardt", "identity")
+
+
+def next_damping(update: str, lam: float, nu: float, accepted: bool, rho: float,
+                 lam_min: float, lam_max: float) -> tuple[float, float]:
+    """``(λ, ν)`` after a trial, by the rule ``update`` (``UPDATES``, the module docstring):
+    the one λ rule of :class:`LevenbergMarquardt` and :class:`helmpinn.gauss_newton.MatrixFreeGN`."""
+    if accepted:
+        if update == "nielsen":   # shrink λ by up to 3x, the more the better the model predicted
+            factor = max(1.0 / 3.0, 1.0 - (2.0 * min(rho, 1.0) - 1.0) ** 3)
+        elif update == "ratio":
+            factor = 1.0 / 3.0 if rho > 0.75 else (1.0 if rho > 0.25 else 2.0)
+        else:
+            factor = 1.0 / 3.0
+        return min(max(lam * factor, lam_min), lam_max), 2.0
+    if update == "nielsen":
+        return min(lam * nu, lam_max), min(nu * 2.0, 2.0 ** 20)
+    return min(lam * 4.0, lam_max), nu
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -959,24 +978,16 @@ class LevenbergMarquardt:
                 rho = (loss0 - loss1) / pred if pred > 0 else -math.inf
                 if math.isfinite(loss1) and loss1 < loss0 and pred > 0:
                     theta[...] = trial
-                    if self.update == "nielsen":
-                        # shrink λ by up to 3x, the more the better the model predicted
-                        shrink = max(1.0 / 3.0, 1.0 - (2.0 * min(rho, 1.0) - 1.0) ** 3)
-                    else:
-                        shrink = 1.0 / 3.0
-                    self.lam = max(self.lam * shrink, self.lam_min)
-                    self.nu = 2.0
+                    self.lam, self.nu = next_damping(self.update, self.lam, self.nu, True, rho,
+                                                     self.lam_min, self.lam_max)
                     self.reset_cache()
                     self._next = (theta.tobytes(), r1)   # the next linearisation's r
                     return LMStep(loss0, loss1, True, self.lam, trials, rho, "", times, r1)
                 if self.lam >= self.lam_max:
                     return LMStep(loss0, loss0, False, self.lam, trials, rho, "damping at lam_max", times,
                                   s.r)
-                if self.update == "nielsen":
-                    self.lam = min(self.lam * self.nu, self.lam_max)
-                    self.nu = min(self.nu * 2.0, 2.0 ** 20)
-                else:
-                    self.lam = min(self.lam * 4.0, self.lam_max)
+                self.lam, self.nu = next_damping(self.update, self.lam, self.nu, False, rho,
+                                                 self.lam_min, self.lam_max)
         return LMStep(loss0, loss0, False, self.lam, trials, rho, "no decrease in max_trials trials", times,
                       s.r)
 
