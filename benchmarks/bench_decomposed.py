@@ -99,7 +99,7 @@ def main():
     ap.add_argument("--products", choices=["core", "blocks"], default="core")
     ap.add_argument("--damping", choices=["identity", "marquardt"], default="marquardt")
     ap.add_argument("--geodesic", action="store_true")
-    ap.add_argument("--update", choices=["fixed", "nielsen", "ratio"], default="fixed", help="the damping rule")
+    ap.add_argument("--update", choices=["fixed", "nielsen", "ratio"], default="nielsen", help="the damping rule")
     ap.add_argument("--two-level", choices=["additive", "deflated"], default="additive")
     ap.add_argument("--save", help="write the parameters and λ after the run to this .npz")
     ap.add_argument("--start", help="start from the parameters and λ of a --save file")

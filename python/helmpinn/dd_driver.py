@@ -42,7 +42,7 @@ sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
   them (none under a hard constraint);
 - a hard constraint (:class:`~helmpinn.decomposition.BoxConstraint` of scale 1/k) when the
   problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
-- Gauss-Newton with Marquardt damping, CG to 1e-3 or 200 iterations, the output-layer coarse
+- Gauss-Newton with Marquardt damping and Nielsen's λ rule, CG to 1e-3 or 200 iterations, the output-layer coarse
   space; 200 iterations at most, stopping when the loss falls by less than 1% over 10.
 """
 from __future__ import annotations
@@ -393,7 +393,8 @@ def decomposed_settings(problem: Any, **decomposition: Any) -> dict[str, Any]:
             "bc_points": 0 if constraint else (2 if d == 1 else pde_points // 20), "sampling": "sobol",
             "resample_every": 0, "eval_every": 1, "weights": auto_weights(problem, LM_BOUNDARY_SHARE),
             "gn": {"stall_window": 10, "stall_factor": 0.99, "lam": 1e-3, "damping": "marquardt",
-                   "cg_tol": 1e-3, "cg_maxiter": 200, "coarse": "last_layer"},
+                   "cg_tol": 1e-3, "cg_maxiter": 200, "coarse": "last_layer",
+                   "update": "nielsen"},
             "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": float(r["overlap"]),
                               "constraint": constraint, "coarse_level": bool(r["coarse_level"]),
                               "lo": np.asarray(lo, float).tolist(), "hi": np.asarray(hi, float).tolist(),
