@@ -134,7 +134,13 @@ def test_jvp_vjp_jacobian(d, pml, hard):
     assert np.abs(J - Jfd).max() < 1e-7 * max(1.0, np.abs(J).max())
     assert np.allclose(J @ v, Jv, rtol=0, atol=1e-11 * max(1.0, np.abs(Jv).max()))
     w = rng.normal(size=res.num_residuals)
-    assert np.allclose(res.vjp(theta, w), J.T @ w, rtol=0, atol=1e-11 * max(1.0, np.abs(J).max() * len(w)))
+    JTw = res.vjp(theta, w)
+    assert np.allclose(JTw, J.T @ w, rtol=0, atol=1e-11 * max(1.0, np.abs(J).max() * len(w)))
+    # the float32 products (MatrixFreeGN(products="core32")): the same, within float32 rounding
+    Jv32, JTw32 = res.jvp(theta, v, "float32"), res.vjp(theta, w, "float32")
+    assert Jv32.dtype == JTw32.dtype == np.float64
+    assert np.abs(Jv32 - Jv).max() < 1e-5 * np.abs(Jv).max()
+    assert np.abs(JTw32 - JTw).max() < 1e-5 * np.abs(JTw).max()
 
 
 @pytest.mark.parametrize("d", [1, 2, 3])

@@ -32,6 +32,23 @@ def test_cg_step_equals_dense(coarse, products, damping, gram):
     assert 1 <= it < 2000
 
 
+def test_float32_products_give_the_dense_step_within_their_rounding():
+    """``products="core32"``: CG's products in float32, the right-hand side Jᵀr in float64; the
+    step equals the dense one to float32's rounding amplified by the system's condition."""
+    model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
+    res = model.residuals_for(rows)
+    theta = model.params.copy()
+    J, r = res.jacobian(theta), res.residuals(theta)
+    G = J.T @ J
+    lam = 1e-2 * float(np.mean(np.diag(G)))
+    D = np.maximum(np.diag(G), 1e-12 * np.diag(G).max())
+    dense = np.linalg.solve(G + lam * np.diag(D), J.T @ r)
+    gn = MatrixFreeGN(res, products="core32", cg_tol=1e-6, cg_maxiter=2000)
+    delta, it = gn.direction(theta, lam)
+    assert np.linalg.norm(delta - dense) < 1e-3 * np.linalg.norm(dense)
+    assert 1 <= it < 2000
+
+
 @pytest.mark.parametrize("products", ["core", "blocks"])
 def test_deflated_cg_step_equals_dense(products):
     """The deflated two-level preconditioner (A-DEF2, CG started from Q b) gives the dense

@@ -311,10 +311,12 @@ class DecomposedModel:
         sd = self.subdomains[j]
         return Model(self.specs[sd["level"]], self.params[sd["slice"]])
 
-    def workspace(self, level: int) -> _core.Workspace:
-        if level not in self._ws:
-            self._ws[level] = _core.Workspace(self.specs[level], 2048, dtype="float64")
-        return self._ws[level]
+    def workspace(self, level: int, dtype: str = "float64") -> _core.Workspace:
+        """The core workspace of level ``level``'s subnetworks in ``dtype`` (made once)."""
+        key = level if dtype == "float64" else (level, dtype)
+        if key not in self._ws:
+            self._ws[key] = _core.Workspace(self.specs[level], 2048, dtype=dtype)
+        return self._ws[key]
 
     # -- the windows ---------------------------------------------------------------------------
     def _check_points(self, x: ArrayLike, name: str = "x") -> NDArray[np.float64]:
@@ -513,8 +515,25 @@ class DecomposedResiduals:
                 self.parts.append({"j": j, "level": sd["level"], "slice": sd["slice"], "idx": idx,
                                    "rows": r_idx, "batch": batch, "own": bool(self.owner[j] == self.rank)})
 
-    def _ws(self, part):
-        return self.model.workspace(part["level"])
+    def _ws(self, part, dtype: str = "float64"):
+        return self.model.workspace(part["level"], dtype)
+
+    def _in(self, part: dict, dtype: str) -> Any:
+        """Part's core batch in ``dtype`` (the float32 one made once, on first use)."""
+        if dtype == "float64":
+            return part["batch"]
+        if part.get("batch32") is None:
+            part["batch32"] = part["batch"].astype(np.float32)
+        return part["batch32"]
+
+    def _params(self, theta: NDArray, dtype: str) -> NDArray:
+        """θ in ``dtype`` (the float32 copy kept while θ is unchanged)."""
+        if dtype == "float64":
+            return theta
+        key = (theta.__array_interface__["data"][0], theta.tobytes())
+        if getattr(self, "_theta32", (None,))[0] != key:
+            self._theta32 = (key, theta.astype(np.float32))
+        return self._theta32[1]
 
     # -- the ranks' sums -----------------------------------------------------------------------
     def allsum(self, v: NDArray) -> NDArray:
@@ -561,24 +580,29 @@ class DecomposedResiduals:
         r -= self.target
         return r
 
-    def jvp(self, theta: NDArray, v: NDArray) -> NDArray:
-        """J v [2N] for v [P] (over several ranks: a collective; each uses its own range of v)."""
+    def jvp(self, theta: NDArray, v: NDArray, dtype: str = "float64") -> NDArray:
+        """J v [2N] for v [P] (over several ranks: a collective; each uses its own range of v);
+        ``dtype="float32"``: the core's products in float32 (about twice the rate; the result
+        float64, within float32's rounding)."""
         out = np.zeros(self.num_residuals)
-        v = np.asarray(v, np.float64)
+        t = self._params(theta, dtype)
+        v = np.asarray(v, dtype)
         for p in self.parts:
             if p["batch"] is not None:
-                out[p["rows"]] += self._ws(p).jvp(theta[p["slice"]], np.ascontiguousarray(v[p["slice"]]),
-                                                  batch=p["batch"], w_pde=len(p["idx"]))
+                out[p["rows"]] += self._ws(p, dtype).jvp(t[p["slice"]], np.ascontiguousarray(v[p["slice"]]),
+                                                         batch=self._in(p, dtype), w_pde=len(p["idx"]))
         return self.allsum(out)
 
-    def vjp(self, theta: NDArray, w: NDArray) -> NDArray:
-        """Jᵀ w [P] for w [2N] (over several ranks: this rank's own range, zeros elsewhere)."""
+    def vjp(self, theta: NDArray, w: NDArray, dtype: str = "float64") -> NDArray:
+        """Jᵀ w [P] for w [2N] (over several ranks: this rank's own range, zeros elsewhere);
+        ``dtype`` as in :meth:`jvp`."""
         out = np.zeros(self.num_params)
-        w = np.asarray(w, np.float64)
+        t = self._params(theta, dtype)
+        w = np.asarray(w, dtype)
         for p in self.parts:
             if p["batch"] is not None:
-                out[p["slice"]] = self._ws(p).vjp(theta[p["slice"]], np.ascontiguousarray(w[p["rows"]]),
-                                                  batch=p["batch"], w_pde=len(p["idx"]))
+                out[p["slice"]] = self._ws(p, dtype).vjp(t[p["slice"]], np.ascontiguousarray(w[p["rows"]]),
+                                                         batch=self._in(p, dtype), w_pde=len(p["idx"]))
         return out
 
     def block(self, theta: NDArray, j: int) -> NDArray:

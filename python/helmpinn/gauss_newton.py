@@ -142,8 +142,9 @@ class MatrixFreeGN:
     (initial λ; relative to the mean of diag(JᵀJ) with ``damping="identity"``), ``damping``
     ("marquardt" or "identity"), ``lam_min`` / ``lam_max``, ``max_trials``, ``cg_tol`` (CG stops
     at ``‖residual‖ <= cg_tol ‖Jᵀr‖``), ``cg_maxiter``, ``coarse`` ("last_layer" or None),
-    ``products`` ("core": jvp/vjp by the core, memory O(R + P); "blocks": the Jacobian blocks
-    kept, memory Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
+    ``products`` ("core": jvp/vjp by the core, memory O(R + P); "core32": the same in float32
+    for CG's products, the residuals, Jᵀr and the trials staying float64; "blocks": the Jacobian
+    blocks kept, memory Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
     ("float32", default: the blocks' Gram matrices by ssyrk, twice dsyrk's rate, and their
     Cholesky factors kept in float32 for CG's solves, which read half the memory; they only
     precondition, CG solves the float64 system; or "float64"), ``two_level`` ("additive",
@@ -183,8 +184,8 @@ class MatrixFreeGN:
             raise ValueError(f"gram: expected 'float32' or 'float64', got {gram!r}")
         self.gram = gram
         self.blas_threads = check_blas_threads(blas_threads)
-        if products not in ("core", "blocks"):
-            raise ValueError(f"products: expected 'core' or 'blocks', got {products!r}")
+        if products not in ("core", "core32", "blocks"):
+            raise ValueError(f"products: expected 'core', 'core32' or 'blocks', got {products!r}")
         self.lam, self.damping = float(lam), damping
         self.lam_min, self.lam_max = float(lam_min), float(lam_max)
         self.max_trials, self.cg_tol, self.cg_maxiter = int(max_trials), float(cg_tol), int(cg_maxiter)
@@ -226,7 +227,7 @@ class MatrixFreeGN:
             out.append(np.concatenate(pos))
         return out
 
-    def _jvp(self, s: dict, v: NDArray) -> NDArray:
+    def _jvp(self, s: dict, v: NDArray, dtype: str = "float64") -> NDArray:
         if self.products == "blocks":
             out = np.zeros(self.res.num_residuals)
             for j, J in s["blocks"].items():
@@ -234,9 +235,9 @@ class MatrixFreeGN:
                 if len(J):
                     out[p["rows"]] += J @ v[p["slice"]]
             return self.res.allsum(out)
-        return self.res.jvp(s["theta"], v)
+        return self.res.jvp(s["theta"], v, dtype)
 
-    def _vjp(self, s: dict, w: NDArray) -> NDArray:
+    def _vjp(self, s: dict, w: NDArray, dtype: str = "float64") -> NDArray:
         if self.products == "blocks":
             out = np.zeros(self.res.num_params)
             for j, J in s["blocks"].items():
@@ -244,7 +245,7 @@ class MatrixFreeGN:
                 if len(J):
                     out[p["slice"]] = J.T @ w[p["rows"]]
             return out
-        return self.res.vjp(s["theta"], w)
+        return self.res.vjp(s["theta"], w, dtype)
 
     def linearize(self, theta: NDArray, times: dict[str, float]) -> dict[str, Any]:
         """r, the blocks' Gram matrices, diag(JᵀJ), Jᵀr and the coarse Gram matrix at θ."""
@@ -348,9 +349,11 @@ class MatrixFreeGN:
 
     def _normal(self, s: dict, lam: float, D: NDArray) -> Callable[[NDArray], tuple[NDArray, NDArray]]:
         """``p ↦ (J p, (JᵀJ + λD) p)`` at the linearisation s."""
+        dt = "float32" if self.products == "core32" else "float64"
+
         def normal(p: NDArray) -> tuple[NDArray, NDArray]:
-            Jp = self._jvp(s, p)
-            return Jp, self._vjp(s, Jp) + lam * D * p
+            Jp = self._jvp(s, p, dt)
+            return Jp, self._vjp(s, Jp, dt) + lam * D * p
         return normal
 
     def preconditioner(self, s: dict, lam: float, D: NDArray) -> Callable[[NDArray], NDArray]:

@@ -1,0 +1,81 @@
+#!/usr/bin/env python
+"""``hp.solve`` with its defaults on a built-in problem, the error against time.
+
+    PYTHONPATH=python python benchmarks/bench_solve.py --problem box-source:wavelengths=5 \
+        --time-limit 300 [--threads 2] [--json out.json]
+
+A callback records, after every step, the wall time since the fit began, the loss and the
+relative L2 error on the physical domain against the exact solution at ``--eval-points`` random
+points (for ``box-source`` also with the resonant modes removed, :func:`helmpinn.waves.box_source_error`).
+The seconds the callback spends are subtracted from the clock it reports (the run's own time
+limit counts them, so a run does a little less than it could). Run on a quiet machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+import helmpinn as hp
+from helmpinn import waves
+
+
+def parse_problem(text: str):
+    name, _, opts = text.partition(":")
+    kw = {}
+    for item in filter(None, opts.split(",")):
+        k, _, v = item.partition("=")
+        kw[k] = float(v) if any(c in v for c in ".e") else int(v)
+    return name, kw
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--problem", default="box-source:wavelengths=5")
+    ap.add_argument("--time-limit", type=float, default=300.0)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--eval-points", type=int, default=5000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    if a.threads:
+        hp.set_num_threads(a.threads)
+    name, kw = parse_problem(a.problem)
+    problem = hp.get_problem(name, **kw)
+    rng = np.random.default_rng(a.seed + 1)
+    lo, hi = problem.domain.bounds
+    x = lo + rng.uniform(size=(a.eval_points, problem.dim)) * (hi - lo)
+    exact = problem.exact_at(x)
+    rows, spent, t0 = [], [0.0], [None]
+
+    def record(trainer, step):
+        t = time.perf_counter()
+        if t0[0] is None:
+            t0[0] = t
+        u = trainer.model.predict(x)
+        if name == "box-source":
+            e = waves.box_source_error(u, exact, x, problem.wavenumber)
+            err, raw = e["modes_removed"], e["raw"]
+        else:
+            err = raw = float(np.linalg.norm(u - exact) / np.linalg.norm(exact))
+        loss = trainer.history.loss[-1] if trainer.history.loss else float("nan")
+        rows.append({"step": step, "seconds": t - start - spent[0], "loss": loss, "error": err, "raw": raw})
+        print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s loss {loss:.3e} error {err:.3e} (raw {raw:.3e})",
+              flush=True)
+        spent[0] += time.perf_counter() - t
+
+    start = time.perf_counter()
+    sol = hp.solve(problem, time_limit=a.time_limit, callbacks=[record], seed=a.seed)
+    print(f"{a.problem}: {sol.settings.get('model', 'network')} / {sol.settings.get('optimizer')}, "
+          f"{len(rows)} steps, stop: {sol.stop_reason}; last error {rows[-1]['error']:.3e} "
+          f"(raw {rows[-1]['raw']:.3e}) at {rows[-1]['seconds']:.0f} s", flush=True)
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"problem": a.problem, "time_limit": a.time_limit, "threads": hp.get_num_threads(),
+                       "steps": rows, "stop_reason": sol.stop_reason}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
