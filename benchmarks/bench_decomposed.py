@@ -96,7 +96,7 @@ def main():
     ap.add_argument("--cg-tol", type=float, default=1e-3)
     ap.add_argument("--cg-maxiter", type=int, default=200)
     ap.add_argument("--coarse", choices=["last_layer", "none"], default="last_layer")
-    ap.add_argument("--products", choices=["core", "core32", "blocks"], default="core")
+    ap.add_argument("--products", choices=["core", "core32", "blocks"], default="core32")
     ap.add_argument("--damping", choices=["identity", "marquardt"], default="marquardt")
     ap.add_argument("--geodesic", action="store_true")
     ap.add_argument("--update", choices=["fixed", "nielsen", "ratio"], default="nielsen", help="the damping rule")

@@ -79,7 +79,7 @@ def test_preconditioner_is_the_block_inverse_without_coarse():
     model = DecomposedModel.create([0.0], [1.0], [(1,)], ff_dim=4, hidden_dim=6, wavenumber=3.0)
     x = rng.uniform(0, 1, (30, 1))
     rows = Rows(x, 1.0, 0.0, 9.0, rng.normal(size=30), "pde")
-    gn = MatrixFreeGN(model.residuals_for(rows), coarse=None, cg_tol=1e-10, gram="float64")
+    gn = MatrixFreeGN(model.residuals_for(rows), coarse=None, cg_tol=1e-10, gram="float64", products="core")
     _, it = gn.direction(model.params, 1e-2)
     assert it == 1
 

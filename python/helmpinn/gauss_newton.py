@@ -6,9 +6,10 @@ One iteration linearises the residuals ``r(θ)`` of a
     (JᵀJ + λD) δ = Jᵀr,     θ ← θ − δ,
 
 by preconditioned conjugate gradients through the subnetworks' ``jvp`` and ``vjp`` (one core
-call per subnetwork per product), or through the Jacobian blocks kept from the linearisation
-(``products="blocks"``: two BLAS matrix-vector products per subnetwork, memory ``Σ_j R_j P_j``).
-No matrix over all parameters is formed: with ``products="core"`` the linearisation holds one
+call per subnetwork per product, in float32 by default: ``products="core32"``, or "core" in
+float64), or through the Jacobian blocks kept from the linearisation (``products="blocks"``: two
+BLAS matrix-vector products per subnetwork, memory ``Σ_j R_j P_j``). No matrix over all
+parameters is formed: with the core's products the linearisation holds one
 Jacobian block at a time, the blocks' Gram matrices (``Σ_j P_j²``), their output-layer columns
 and the coarse matrix.
 
@@ -142,9 +143,11 @@ class MatrixFreeGN:
     (initial λ; relative to the mean of diag(JᵀJ) with ``damping="identity"``), ``damping``
     ("marquardt" or "identity"), ``lam_min`` / ``lam_max``, ``max_trials``, ``cg_tol`` (CG stops
     at ``‖residual‖ <= cg_tol ‖Jᵀr‖``), ``cg_maxiter``, ``coarse`` ("last_layer" or None),
-    ``products`` ("core": jvp/vjp by the core, memory O(R + P); "core32": the same in float32
-    for CG's products, the residuals, Jᵀr and the trials staying float64; "blocks": the Jacobian
-    blocks kept, memory Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
+    ``products`` ("core32", default: CG's jvp/vjp by the core in float32, the residuals, Jᵀr and
+    the trials staying float64: CG iterations 1.5 times faster on box-source at 5 wavelengths,
+    with the same error after each of 20 steps to within the run-to-run spread; "core": the same
+    in float64, memory O(R + P) either way; "blocks": the Jacobian blocks kept, memory
+    Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
     ("float32", default: the blocks' Gram matrices by ssyrk, twice dsyrk's rate, and their
     Cholesky factors kept in float32 for CG's solves, which read half the memory; they only
     precondition, CG solves the float64 system; or "float64"), ``two_level`` ("additive",
@@ -159,7 +162,7 @@ class MatrixFreeGN:
     def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
                  lam_min: float = 1e-15, lam_max: float = 1e12, max_trials: int = 10,
                  cg_tol: float = 1e-3, cg_maxiter: int = 200, coarse: str | None = "last_layer",
-                 products: str = "core", geodesic: bool = False, geodesic_h: float = 0.1,
+                 products: str = "core32", geodesic: bool = False, geodesic_h: float = 0.1,
                  geodesic_alpha: float = 0.75, gram: str = "float32", two_level: str = "additive",
                  blas_threads: int | str | None = "auto", update: str = "nielsen"):
         if not (math.isfinite(lam) and lam > 0):
