@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--eval-points", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args()
     if a.threads:
         hp.set_num_threads(a.threads)
@@ -61,13 +62,15 @@ def main() -> None:
         else:
             err = raw = float(np.linalg.norm(u - exact) / np.linalg.norm(exact))
         loss = trainer.history.loss[-1] if trainer.history.loss else float("nan")
-        rows.append({"step": step, "seconds": t - start - spent[0], "loss": loss, "error": err, "raw": raw})
-        print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s loss {loss:.3e} error {err:.3e} (raw {raw:.3e})",
-              flush=True)
+        gap = trainer.last_gap
+        rows.append({"step": step, "seconds": t - start - spent[0], "loss": loss, "error": err, "raw": raw,
+                     "gap": gap, "points": trainer.pde_points})
+        print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s loss {loss:.3e} error {err:.3e} (raw {raw:.3e}) "
+              f"gap {gap if gap is None else round(gap, 2)} points {trainer.pde_points}", flush=True)
         spent[0] += time.perf_counter() - t
 
     start = time.perf_counter()
-    sol = hp.solve(problem, time_limit=a.time_limit, callbacks=[record], seed=a.seed)
+    sol = hp.solve(problem, time_limit=a.time_limit, callbacks=[record], seed=a.seed, progress=not a.no_progress)
     print(f"{a.problem}: {sol.settings.get('model', 'network')} / {sol.settings.get('optimizer')}, "
           f"{len(rows)} steps, stop: {sol.stop_reason}; last error {rows[-1]['error']:.3e} "
           f"(raw {rows[-1]['raw']:.3e}) at {rows[-1]['seconds']:.0f} s", flush=True)

@@ -553,7 +553,7 @@ def test_lm_growth_is_capped_by_grow_max_and_memory():
     # a stubbed run: the gap given, LM's memory budget decides
     lm = LevenbergMarquardt(_overfitting_lm_residuals(), solver="primal")
     driver = LMDriver()
-    driver.lm, driver._first_points = lm, 100
+    driver.lm, driver.growth.first = lm, 100
     run = type("Run", (), {"last_gap": 50.0, "pde_points": 100})()
     assert [driver.points_factor(run) for _ in range(3)] == [1.0, 1.5, 1.0]   # patience 2, then counted anew
     run.last_gap = None

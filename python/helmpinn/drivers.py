@@ -31,7 +31,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
@@ -256,6 +256,37 @@ class LBFGSDriver(Driver):
 
 
 # -- Levenberg-Marquardt -----------------------------------------------------------------------
+class PointsGrowth:
+    """The rule by which a driver asks the loop for more points (``Driver.points_factor``): once
+    the gap (validation loss / training loss, ``run.last_gap``) has exceeded ``grow_gap`` at
+    ``grow_patience`` evaluations in a row, ``grow_factor``, less where ``grow_max`` times the
+    fit's first draw caps it; else 1. ``settings``: anything with those four attributes
+    (:class:`LMSettings`, :class:`helmpinn.dd_driver.GNSettings`); ``grow_gap=None``: never."""
+
+    def __init__(self, settings: Any):
+        self.settings = settings
+        self.above = 0    # evaluations in a row with the gap above grow_gap
+        self.first = 0    # the fit's first draw's PDE points
+
+    def start(self, run: "Trainer") -> None:
+        self.above, self.first = 0, run.pde_points
+
+    def factor(self, run: "Trainer", fits: Callable[[float], bool] | None = None) -> float:
+        """The factor for the points after this evaluation; ``fits(factor)``: whether the
+        driver can take that many more (None: it can)."""
+        s, gap = self.settings, run.last_gap
+        if s.grow_gap is None or gap is None:
+            return 1.0
+        self.above = self.above + 1 if gap > s.grow_gap else 0
+        if self.above < s.grow_patience:
+            return 1.0
+        factor = min(float(s.grow_factor), s.grow_max * self.first / run.pde_points)
+        if factor * run.pde_points < run.pde_points + 1 or (fits is not None and not fits(factor)):
+            return 1.0
+        self.above = 0
+        return factor
+
+
 @dataclass(frozen=True)
 class LMSettings:
     """Levenberg-Marquardt's run settings: the stall stop (the loss fell by less than a factor
@@ -317,8 +348,7 @@ class LMDriver(Driver):
             stall_window, stall_factor, options, grow_gap, grow_patience, grow_factor, grow_max)
         self.stall = (int(self.settings.stall_window), float(self.settings.stall_factor))
         self.lm: Any = None
-        self._above = 0            # evaluations in a row with the gap above grow_gap
-        self._first_points = 0     # the fit's first draw's PDE points
+        self.growth = PointsGrowth(self.settings)
 
     def start(self, run: "Trainer", steps: int) -> None:
         from .lm import LevenbergMarquardt
@@ -333,7 +363,7 @@ class LMDriver(Driver):
         if state and "lm_lambda" in state:
             self.lm.load_state_dict(state)
         run.lm = self.lm
-        self._above, self._first_points = 0, run.pde_points
+        self.growth.start(run)
         run.step_times.update(jacobian=0.0, jtj=0.0, solve=0.0, trial=0.0)
         run.lm_times = self.times = run.step_times
 
@@ -347,21 +377,9 @@ class LMDriver(Driver):
         self.lm.set_residuals(self._residuals(run))
 
     def points_factor(self, run: "Trainer") -> float:
-        """``grow_factor`` (less where ``grow_max`` caps it) once the gap has exceeded
-        ``grow_gap`` at ``grow_patience`` evaluations in a row; else 1, and 1 as well where the
-        grown points would take LM's solver over its memory budget
-        (:meth:`helmpinn.lm.LevenbergMarquardt.fits`)."""
-        s, gap = self.settings, run.last_gap
-        if s.grow_gap is None or gap is None:
-            return 1.0
-        self._above = self._above + 1 if gap > s.grow_gap else 0
-        if self._above < s.grow_patience:
-            return 1.0
-        factor = min(float(s.grow_factor), s.grow_max * self._first_points / run.pde_points)
-        if factor * run.pde_points < run.pde_points + 1 or not self.lm.fits(factor):
-            return 1.0
-        self._above = 0
-        return factor
+        """:class:`PointsGrowth`'s factor, 1 where the grown points would take LM's solver over
+        its memory budget (:meth:`helmpinn.lm.LevenbergMarquardt.fits`)."""
+        return self.growth.factor(run, self.lm.fits)
 
     def step(self, run: "Trainer") -> StepInfo:
         from .lm import NonFiniteLoss
