@@ -252,3 +252,27 @@ def test_stop_request_time_limit_and_divergence_with_gn():
     t = trainer(p, small_model(p), callbacks=[poison])
     t.fit(5, optimizer="gn")
     assert t.diverged and "non-finite" in t.stop_reason and np.all(np.isfinite(t.model.params))
+
+
+def test_gn_grows_its_points_while_the_gap_says_it_fits_them():
+    """Fails without GNDriver.points_factor: 2x2 subnetworks (P 156) on 40 points fit them
+    rather than the field; the gap exceeds 3 and the points grow by LM's rule (x 1.5, up to 4
+    times the first draw), each draw new; with ``grow_gap=None`` they stay."""
+    from helmpinn import defaults
+
+    p = box()
+    sizes = []
+    t = trainer(p, small_model(p), pde_points=40, bc_points=0, eval_every=1, val_points=400,
+                callbacks=[lambda tr, step: sizes.append(len(tr.training_set.x_pde))])
+    h = t.fit(30, optimizer=GNDriver(lam=1e-3, cg_maxiter=400))
+    kept = trainer(p, small_model(p), pde_points=40, bc_points=0, eval_every=1, val_points=400)
+    kept.fit(30, optimizer=GNDriver(lam=1e-3, cg_maxiter=400, grow_gap=None))
+    assert kept.pde_points == 40
+    assert sorted(set(sizes))[:2] == [40, 60] and t.pde_points == max(sizes) <= 160
+    grew = [i + 1 for i in range(1, len(sizes)) if sizes[i] != sizes[i - 1]]
+    gaps = [v / h.loss[s - 1] for s, v in zip(h.eval_step, h.eval_val_loss)]
+    for step in grew:   # each growth after two evaluations in a row above the gap
+        at = h.eval_step.index(step - 1)
+        assert gaps[at] > defaults.LM_GROW_GAP and gaps[at - 1] > defaults.LM_GROW_GAP
+    with pytest.raises(ValueError, match="grow_gap"):
+        GNDriver(grow_gap=0.5)
