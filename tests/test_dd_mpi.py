@@ -38,6 +38,8 @@ CASES = {
                                         "two_level": "deflated",
                                         "damping": "identity", "gram": "float64"}),
     "plain": ("box", [(2, 2)], {"coarse": None, "products": "core32", "gram": "float32"}),
+    "sparse": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core", "gram": "float64",
+                                 "sparse_coarse": True}),   # the coarse matrix assembled sparse
 }
 
 
@@ -68,7 +70,11 @@ def build(case: str, comm=None):
     model = DecomposedModel.create(lo, hi, grids, overlap=0.5, ff_dim=4, hidden_dim=8, wavenumber=k,
                                    constraint=constraint, seed=3)
     res = model.residuals_for(rows, comm=comm)
+    options = dict(options)
+    sparse_coarse = options.pop("sparse_coarse", False)
     gn = MatrixFreeGN(res, lam=0.1, cg_tol=1e-10, cg_maxiter=400, **options)
+    if sparse_coarse:
+        gn.sparse_coarse_above = 0
     return model, res, gn
 
 

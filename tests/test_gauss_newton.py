@@ -149,3 +149,25 @@ def test_coarse_matrix_is_the_restricted_gram():
     assert len(idx) == per * len(model) and s["blocks"] is None
     assert np.allclose(Gc, (J[:, idx].T @ J[:, idx]), rtol=1e-12, atol=1e-12 * np.abs(Gc).max())
     assert L == 1
+
+
+def test_sparse_coarse_matrix_equals_the_dense_one():
+    """Above ``sparse_coarse_above`` unknowns the coarse matrix is assembled as a sparse matrix
+    and factored by SuperLU: the same matrix, the same preconditioner and CG step."""
+    from scipy import sparse
+    model, rows, _ = make_case(2, pml=True, hard=True, seed=6)
+    res = model.residuals_for(rows)
+    dense, sp = (MatrixFreeGN(res, gram="float64", products="core", cg_tol=1e-10, cg_maxiter=2000)
+                 for _ in range(2))
+    sp.sparse_coarse_above = 0
+    times = {"jacobian": 0.0, "gram": 0.0}
+    sd, ss = dense.linearize(model.params, dict(times)), sp.linearize(model.params, dict(times))
+    assert not sparse.issparse(sd["coarse"][0]) and sparse.issparse(ss["coarse"][0])
+    np.testing.assert_allclose(ss["coarse"][0].toarray(), sd["coarse"][0], rtol=1e-13,
+                               atol=1e-13 * np.abs(sd["coarse"][0]).max())
+    D = dense._D(sd)
+    v = np.random.default_rng(2).normal(size=res.num_params)
+    a, b = dense.preconditioner(sd, 1e-3, D)(v), sp.preconditioner(ss, 1e-3, D)(v)
+    assert np.linalg.norm(a - b) < 1e-9 * np.linalg.norm(a)
+    (d1, _), (d2, _) = dense.direction(model.params, 1e-3), sp.direction(model.params, 1e-3)
+    assert np.linalg.norm(d1 - d2) < 1e-7 * np.linalg.norm(d1)

@@ -71,13 +71,21 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
+from scipy import sparse
 from scipy.linalg import blas
+from scipy.sparse.linalg import splu
 
 from . import distributed
 from ._blas import blas_limit, check_blas_threads
 from .lm import UPDATES, next_damping, pcg
 
-__all__ = ["GNStep", "MatrixFreeGN"]
+__all__ = ["GNStep", "MatrixFreeGN", "SPARSE_COARSE_ABOVE"]
+
+#: Coarse systems of more unknowns than this are assembled and factored sparse (SuperLU): a
+#: subdomain's output layer couples only to its neighbours', and the dense factor's
+#: (66 s)³/3 flops for s subdomains of 1,154 parameters would dominate a step from about 100
+#: subdomains on.
+SPARSE_COARSE_ABOVE = 3000
 
 
 @dataclass
@@ -112,11 +120,29 @@ def _gram(J: NDArray, dtype: str = "float64") -> NDArray:
     return np.triu(G) + np.triu(G, 1).T
 
 
-def _factor(A: NDArray, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
+def _sparse_blocks(blocks: list[tuple[int, int, NDArray]], n: int) -> Any:
+    """The sparse CSC matrix [n, n] that sums the dense ``blocks`` (row offset, column offset,
+    block) where they fall."""
+    rows, cols, vals = [], [], []
+    for r0, c0, B in blocks:
+        r, c = np.indices(B.shape)
+        rows.append((r + r0).ravel())
+        cols.append((c + c0).ravel())
+        vals.append(B.ravel())
+    if not blocks:
+        return sparse.csc_matrix((n, n))
+    return sparse.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                             shape=(n, n)).tocsc()   # duplicates summed
+
+
+def _factor(A: Any, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
     """A solve with the SPD matrix A by Cholesky (factored in float64, upper, the diagonal raised
     until it succeeds). ``dtype="float32"``: the factor is kept in float32 for the solves, half the
     memory a solve reads (a solve is bound by reading its factor); ``L̃L̃ᵀ`` of the rounded factor
     is still SPD, so it stays a fixed, symmetric preconditioner."""
+    if sparse.issparse(A):   # SuperLU with a symmetric ordering; λD > 0 keeps A definite
+        lu = splu(A, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+        return lambda b: lu.solve(np.asarray(b, np.float64))
     shift = 0.0
     scale = float(np.mean(np.diag(A))) if A.size else 1.0
     for _ in range(30):
@@ -195,6 +221,7 @@ class MatrixFreeGN:
         self.coarse, self.products = coarse, products
         self.geodesic, self.geodesic_h, self.geodesic_alpha = bool(geodesic), float(geodesic_h), float(geodesic_alpha)
         self._lam_relative = damping == "identity"
+        self.sparse_coarse_above = SPARSE_COARSE_ABOVE   # (an attribute, for tests)
         self.steps = 0
         self.set_residuals(residuals)
 
@@ -288,12 +315,14 @@ class MatrixFreeGN:
         """Where each part's output-layer parameters start in the coarse vector (and the end)."""
         return np.concatenate([[0], np.cumsum([len(z) for z in self._coarse_index])]).astype(np.int64)
 
-    def _coarse_gram(self, zcols: Mapping[int, NDArray]) -> tuple[NDArray, NDArray]:
+    def _coarse_gram(self, zcols: Mapping[int, NDArray]) -> tuple[Any, NDArray]:
         """``(Gc, idx)``: ``J_Zᵀ J_Z`` over the output layers' columns ``idx`` (global), from each
-        block's columns ``zcols[j]`` summed over the rows the blocks share. Over several ranks
-        each rank fills the block rows of its own subdomains (the columns of another rank's
-        subdomain restricted to the shared rows come by one ``alltoall``) and the rows are
-        gathered whole on every rank."""
+        block's columns ``zcols[j]`` summed over the rows the blocks share: a dense array, or
+        above :data:`SPARSE_COARSE_ABOVE` coarse unknowns a sparse CSC matrix (a subdomain's
+        block row holds only its neighbours). Over several ranks each rank fills the block rows
+        of its own subdomains (the columns of another rank's subdomain restricted to the shared
+        rows come by one ``alltoall``) and the rows are gathered whole on every rank (the dense
+        rows by one ``Allgatherv``, the sparse blocks by one ``allgather``)."""
         res = self.res
         zi = self._coarse_index
         offs = self._coarse_offsets()
@@ -309,7 +338,8 @@ class MatrixFreeGN:
                     send[oi][(q, 1)] = zcols[j][_rows(pj)]
             for got in res.comm.alltoall(send):
                 halo.update(got)
-        Gc = np.zeros((offs[-1], offs[-1]))
+        n = int(offs[-1])
+        blocks = []   # (row offset, column offset, block) of this rank's block rows
         for q, (i, j, pi, pj) in enumerate(pairs):
             own_i, own_j = res.parts[i]["own"], res.parts[j]["own"]
             if not (own_i or own_j):
@@ -318,15 +348,22 @@ class MatrixFreeGN:
             Zj = zcols[j][_rows(pj)] if own_j else halo[(q, 1)]
             B = Zi.T @ Zj
             if own_i:
-                Gc[offs[i]:offs[i + 1], offs[j]:offs[j + 1]] += B
+                blocks.append((offs[i], offs[j], B))
             if own_j and i != j:
-                Gc[offs[j]:offs[j + 1], offs[i]:offs[i + 1]] += B.T
-        if res.comm is not None:
-            from mpi4py import MPI
-            n = offs[-1]
-            ranges = self._coarse_ranges()
-            res.comm.Allgatherv(MPI.IN_PLACE, [Gc, (ranges[:, 1] - ranges[:, 0]) * n, ranges[:, 0] * n,
-                                               MPI.DOUBLE])
+                blocks.append((offs[j], offs[i], B.T))
+        if n > self.sparse_coarse_above:
+            if res.comm is not None:   # every rank's blocks, on every rank (a few per subdomain)
+                blocks = [b for got in res.comm.allgather(blocks) for b in got]
+            Gc = _sparse_blocks(blocks, n)
+        else:
+            Gc = np.zeros((n, n))
+            for r0, c0, B in blocks:
+                Gc[r0:r0 + B.shape[0], c0:c0 + B.shape[1]] += B
+            if res.comm is not None:
+                from mpi4py import MPI
+                ranges = self._coarse_ranges()
+                res.comm.Allgatherv(MPI.IN_PLACE, [Gc, (ranges[:, 1] - ranges[:, 0]) * n, ranges[:, 0] * n,
+                                                   MPI.DOUBLE])
         idx = np.concatenate([p["slice"].start + z for p, z in zip(res.parts, zi)])
         return Gc, idx
 
@@ -373,7 +410,8 @@ class MatrixFreeGN:
                 Gc, idx = s["coarse"]
                 lo, hi = self._coarse_own()
                 ranges = self._coarse_ranges()
-                coarse = (_factor(Gc + lam * np.diag(D[idx])), idx[lo:hi], lo, hi, ranges, len(idx))
+                shifted = (Gc + sparse.diags(lam * D[idx])).tocsc() if sparse.issparse(Gc) else Gc + lam * np.diag(D[idx])
+                coarse = (_factor(shifted), idx[lo:hi], lo, hi, ranges, len(idx))
 
         def local(v: NDArray) -> NDArray:
             out = np.zeros_like(v)
