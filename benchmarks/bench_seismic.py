@@ -3,7 +3,7 @@
 solutions: the homogeneous 4 Hz model and Marmousi at 3 Hz.
 
     python benchmarks/bench_seismic.py --data DIR --case homogeneous4hz|marmousi3hz
-        [--time-limit 600] [--optimizer lm|adam] [--source point|grid|background]
+        [--time-limit 600] [--optimizer auto|lm|adam] [--source point|grid|background]
         [--points N] [--pml-nodes N] [--pml-share S] [--ff-dim M --hidden H --layers L]
         [--steps N] [--seed 0] [--fd-only] [--no-progress] [--json out.json]
 
@@ -50,7 +50,8 @@ Steps: (1) ``helmpinn.reference.fd_solve`` of the posed problem on their grid, c
 their solution on the physical domain (their layer left out), with the complex factor that fits
 best; (2) a network trained for ``--time-limit`` seconds of wall clock (``lm``: Levenberg-
 Marquardt with :func:`helmpinn.lm.lm_defaults` and ``--points``; ``adam``:
-:func:`helmpinn.default_settings`), its relative L2 error against their solution (and against
+:func:`helmpinn.default_settings`; ``auto``: ``hp.solve`` with its defaults, which decomposes a
+problem of more than 4.5 wavelengths across, its PML included), its relative L2 error against their solution (and against
 ``fd_solve``) at their nodes of the physical domain: ``interior`` (all of them) and ``away``
 (leaving out a disc of 4 source widths around the source). Wall-clock numbers depend on the
 machine and its load.
@@ -294,12 +295,14 @@ def train(case: SongCase, problem, *, optimizer: str, time_limit: float, points:
     import helmpinn as hp
     from helmpinn.lm import lm_defaults, lm_options
 
+    if optimizer == "auto":
+        return _solve(case, problem, time_limit=time_limit, seed=seed, fd=fd, progress=progress)
     if optimizer == "lm":
         d = lm_defaults(problem)
     elif optimizer == "adam":
         d = hp.default_settings(problem)
     else:
-        raise ValueError(f"--optimizer: expected lm or adam, got {optimizer!r}")
+        raise ValueError(f"--optimizer: expected auto, lm or adam, got {optimizer!r}")
     d.update({k: v for k, v in (("ff_dim", ff_dim), ("hidden", hidden), ("layers", layers),
                                 ("pde_points", points)) if v is not None})
     if points is not None:
@@ -330,15 +333,38 @@ def train(case: SongCase, problem, *, optimizer: str, time_limit: float, points:
     else:
         trainer.fit(d["steps"] if steps is None else steps)   # the cosine schedule spans them
     wall = time.perf_counter() - start
-    values = model.predict(case.nodes).reshape(case.shape)
     out = {"optimizer": optimizer, "params": int(model.num_params), "pde_points": d["pde_points"],
            "bc_points": d["bc_points"], "network": [d["ff_dim"], d["hidden"], d["layers"]],
            "steps": int(trainer.step), "wall_s": wall, "train_s": trainer.train_time,
-           "stop_reason": trainer.stop_reason,
-           "final_loss": trainer.history.loss[-1] if trainer.history.loss else None,
-           "error_vs_theirs": errors(case, problem, values),
-           "history": {"step": trainer.history.eval_step, "error": trainer.history.eval_error,
-                       "time": trainer.history.eval_time}}
+           "stop_reason": trainer.stop_reason}
+    return _results(case, problem, model, trainer.history, out, fd)
+
+
+def _solve(case: SongCase, problem, *, time_limit: float, seed: int, fd: np.ndarray | None,
+           progress: bool) -> dict:
+    """``hp.solve(problem, time_limit=)`` with its defaults (a decomposition above 4.5
+    wavelengths across the sampled domain, else one network by LM)."""
+    import helmpinn as hp
+
+    start = time.perf_counter()
+    sol = hp.solve(problem, time_limit=time_limit, seed=seed, progress=progress)
+    st = sol.settings
+    out = {"optimizer": f"auto: {st.get('model', 'network')} / {st.get('optimizer')}",
+           "params": int(sol.model.num_params), "pde_points": st.get("pde_points"),
+           "bc_points": st.get("bc_points"), "network": [st.get("ff_dim"), st.get("hidden"), st.get("layers")],
+           "steps": len(sol.history.step), "wall_s": time.perf_counter() - start,
+           "train_s": sol.history.eval_time[-1] if sol.history.eval_time else None,
+           "stop_reason": sol.stop_reason}
+    return _results(case, problem, sol.model, sol.history, out, fd)
+
+
+def _results(case: SongCase, problem, model, history, out: dict, fd: np.ndarray | None) -> dict:
+    """``out`` with the final loss, the errors against their solution (and ``fd``) at their
+    nodes, and the history of the test-grid errors."""
+    values = model.predict(case.nodes).reshape(case.shape)
+    out.update(final_loss=history.loss[-1] if history.loss else None,
+               error_vs_theirs=errors(case, problem, values),
+               history={"step": history.eval_step, "error": history.eval_error, "time": history.eval_time})
     if fd is not None:
         out["error_vs_fd_solve"] = {}
         for name, m in error_masks(case, problem).items():
@@ -370,7 +396,8 @@ def main(argv=None) -> int:
     p.add_argument("--data", required=True, help="folder of songc0a/PINN-Helmholtz-solver-adaptive-sine")
     p.add_argument("--case", required=True, choices=sorted(CASES))
     p.add_argument("--time-limit", type=float, default=600.0, help="training seconds (wall clock)")
-    p.add_argument("--optimizer", choices=("lm", "adam"), default="lm")
+    p.add_argument("--optimizer", choices=("auto", "lm", "adam"), default="lm",
+                   help="auto: hp.solve with its defaults")
     p.add_argument("--source", choices=("point", "grid", "background"), default="point")
     p.add_argument("--points", type=int, default=None, help="PDE points (default: the optimiser's)")
     p.add_argument("--pml-nodes", type=int, default=None,
