@@ -1,8 +1,9 @@
-"""helmpinn.dd_driver: decomposed models in the run loop (the Gauss-Newton driver through Trainer,
-checkpoints and resume, the model protocol), the plan of hp.solve (decomposed above the
+"""helmpinn.dd_driver: decomposed models in the run loop (the Gauss-Newton driver and Adam through
+Trainer, checkpoints and resume, the model protocol), the plan of hp.solve (decomposed above the
 threshold, one network below) and the CLI's path to them."""
 import importlib
 import json
+import math
 import os
 import sys
 
@@ -13,7 +14,8 @@ import helmpinn as hp
 from helmpinn import dd_driver
 from helmpinn.cli import main
 from helmpinn.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
-from helmpinn.decomposition import BoxConstraint, DecomposedModel
+from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows
+from helmpinn.drivers import AdamDriver
 
 SMALL = dict(ff_dim=4, hidden_dim=8, overlap=0.6)
 
@@ -67,8 +69,8 @@ def test_default_optimizer_of_a_decomposed_model_is_gn_and_one_network_drivers_a
     t = trainer(p, small_model(p))
     t.fit(1)
     assert isinstance(t.driver, GNDriver)
-    for name in ("adam", "lm", "lbfgs"):
-        with pytest.raises(TypeError, match=f"optimizer '{name}' trains one network.*use optimizer='gn'"):
+    for name in ("lm", "lbfgs"):
+        with pytest.raises(TypeError, match=f"optimizer '{name}' trains one network.*use optimizer='gn' or 'adam'"):
             t.fit(1, optimizer=name)
     net = hp.Trainer(p, hp.Model.create(2, 4, 8, 1, dtype="float64"), pde_points=100, bc_points=20, progress=False)
     with pytest.raises(TypeError, match="optimizer 'gn': trains a helmpinn.decomposition.DecomposedModel"):
@@ -91,6 +93,115 @@ def test_checkpoint_and_resume_give_the_uninterrupted_iterate(tmp_path):
     assert second.step == 4
     np.testing.assert_array_equal(second.model.params, straight.model.params)
     assert second.history.loss == straight.history.loss[2:]
+
+
+# -- Adam on a decomposed model ---------------------------------------------------------------------
+def _adam_case(case):
+    """(model, training set, weights): free-source with its PML (the general operator's a and b
+    at the PDE points, data rows on the wall, no constraint) or box-source under the hard
+    constraint with boundary data rows (which the constraint satisfies: left out)."""
+    rng = np.random.default_rng(3)
+    if case == "pml":
+        p = hp.get_problem("free-source", wavelengths=1.0, s=0.2)
+        lo, hi = p.sampling_domain.bounds
+        m = TrainableDecomposedModel.create(lo, hi, [(2, 2)], wavenumber=p.wavenumber, seed=1, **SMALL)
+        ts = p.sample(300, 40, rng)
+        assert ts.a_pde is not None and len(ts.x_data)
+    else:
+        p = box()
+        m = small_model(p, seed=1, cls=TrainableDecomposedModel)
+        ts = p.sample(300, 40, rng)
+    m.params[...] += 0.1 * rng.normal(size=m.num_params)   # away from the initial zeros of the last layers
+    return m, ts, {"pde": 1.0, "data": 7.0, "bc": 3.0}
+
+
+@pytest.mark.parametrize("case", ["pml", "hard"])
+def test_adam_gradient_is_the_loss_derivative(case):
+    """The loss and gradient Adam steps on (TrainableDecomposedModel.objective) in float64: the
+    loss is Σ r² of every row's residual (the hard constraint's dropped rows add nothing), the
+    gradient equals central finite differences along coordinates and random directions."""
+    m, ts, w = _adam_case(case)
+    value_and_grad = m.objective(ts, w)
+    theta = m.params.copy()
+    grad = np.zeros(m.num_params)
+    loss, terms = value_and_grad(theta, grad)
+    full = m.residuals_for(Rows.from_training_set(ts, w))   # every row, none dropped
+    r = full.residuals(theta)
+    assert loss == pytest.approx(float(r @ r), rel=1e-12)
+    if case == "hard":
+        assert len(m.training_rows(ts, w)) == len(ts.x_pde) < len(full.rows)   # the data rows left out
+        assert terms["data"] == 0.0
+    sums = full.term_losses(r)
+    assert terms["pde"] == pytest.approx(sums["pde"] / w["pde"], rel=1e-12)
+    if case == "pml":
+        assert terms["data"] == pytest.approx(sums["data"] / w["data"], rel=1e-12) and terms["data"] > 0
+
+    def f(th):
+        return value_and_grad(th, np.zeros(m.num_params))[0]
+    h = 1e-6
+    rng = np.random.default_rng(0)
+    for i in rng.choice(m.num_params, 8, replace=False):
+        e = np.zeros(m.num_params)
+        e[i] = h
+        fd = (f(theta + e) - f(theta - e)) / (2 * h)
+        assert fd == pytest.approx(grad[i], rel=1e-5, abs=1e-7 * np.max(np.abs(grad)))
+    for _ in range(3):
+        v = rng.normal(size=m.num_params)
+        fd = (f(theta + h * v) - f(theta - h * v)) / (2 * h)
+        assert fd == pytest.approx(grad @ v, rel=1e-6)
+    np.testing.assert_array_equal(m.params, theta)   # nothing moved
+
+
+def test_adam_trains_a_decomposed_model_through_the_trainer():
+    p = box()
+    m = small_model(p)
+    t = trainer(p, m, lr=1e-2, schedule="constant")
+    h = t.fit(30, optimizer="adam")
+    assert isinstance(t.driver, AdamDriver) and t.stop_reason is None and h.step == list(range(1, 31))
+    assert h.loss[-1] < 0.2 * h.loss[0]
+    assert h.lr == [1e-2] * 30 and t.optimizer.step_count == 30   # the Trainer's Adam
+    assert h.eval_val_loss[-1] < h.eval_val_loss[0] and all(e is not None for e in h.eval_error)
+    assert all(math.isfinite(x) for x in h.pde) and h.data == [0.0] * 30   # data rows: held by the constraint
+    assert t.model.params is m.params   # the user's DecomposedModel was trained in place
+    t.fit(5, optimizer="gn")            # and Gauss-Newton goes on from there
+    assert h.step[-1] == 35 and h.loss[-1] < h.loss[29]
+
+
+def test_adam_on_a_decomposed_model_checkpoint_and_resume(tmp_path):
+    p = box()
+    kw = dict(lr=1e-2, schedule="constant")
+    straight = trainer(p, small_model(p), **kw)
+    straight.fit(6, optimizer="adam")
+
+    path = tmp_path / "run.npz"
+    first = trainer(p, small_model(p), checkpoint_path=path, **kw)
+    first.fit(3, optimizer="adam")
+    back = load_model(path)
+    assert isinstance(back, TrainableDecomposedModel) and back.optimizer_state["step"] == 3
+    np.testing.assert_array_equal(np.asarray(back.optimizer_state["v"]), first.optimizer.v)
+    second = trainer(p, back, checkpoint_path=path, **kw)
+    second.fit(3, optimizer="adam")
+    assert second.step == 6 and second.optimizer.step_count == 6
+    np.testing.assert_array_equal(second.model.params, straight.model.params)
+    assert second.history.loss == straight.history.loss[3:]
+
+
+def test_adam_on_new_points_rebuilds_the_loss():
+    """With resample_every=2 the third step's loss is the loss on the points drawn for it (at
+    the parameters after step 2), not on the first draw's."""
+    p = box()
+    seen = {}
+
+    def keep(run, step):
+        seen[step] = (run.model.params.copy(), run.training_set)
+    t = trainer(p, small_model(p), lr=1e-2, schedule="constant", resample_every=2, callbacks=[keep])
+    h = t.fit(3, optimizer="adam")
+    theta, first = seen[2]
+    assert seen[3][1] is t.training_set and t.training_set is not first
+    grad = np.zeros(t.model.num_params)
+    on_new = t.model.objective(t.training_set, t.weights)(theta, grad)[0]
+    on_old = t.model.objective(first, t.weights)(theta, grad)[0]
+    assert h.loss[2] == pytest.approx(on_new, rel=1e-12) and abs(on_old - on_new) > 1e-6 * on_new
 
 
 def test_model_protocol_save_load_copy():

@@ -64,7 +64,7 @@ from .drivers import DRIVERS, Driver, LMSettings, NonFiniteStep, StepInfo
 if TYPE_CHECKING:
     from .trainer import Trainer
 
-__all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "trainable", "load_model",
+__all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "trainable", "load_model", "term_means",
            "decomposed_settings", "should_decompose", "build_decomposed_model", "DECOMPOSE_ABOVE",
            "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH"]
 
@@ -172,8 +172,57 @@ class TrainableDecomposedModel(DecomposedModel):
     def loss_function(self, training_set: Any, weights: Mapping[str, float]) -> Callable[[NDArray], float]:
         """``θ -> loss`` on the points of ``training_set`` with ``weights`` (the core's loss:
         each term's weight times its mean squared residual)."""
-        res = self.residuals_for(Rows.from_training_set(training_set, weights))
+        res = self.training_residuals(training_set, weights)
         return lambda theta: float(np.sum(res.residuals(theta) ** 2))
+
+    def training_rows(self, training_set: Any, weights: Mapping[str, float]) -> Rows:
+        """The rows of the points ``training_set`` with ``weights``; with a hard constraint,
+        without the data rows that it satisfies identically (zero data where φ = 0: their
+        residuals and gradients are zero, so the loss is the same)."""
+        rows = Rows.from_training_set(training_set, weights)
+        if self.constraint is None or not np.any(rows.term == "data"):
+            return rows
+        phi = np.ones(len(rows))
+        data = rows.term == "data"
+        phi[data] = self.constraint(rows.x[data])[0]
+        keep = ~(data & (phi == 0) & (rows.f == 0))
+        return Rows(*(getattr(rows, k)[keep] for k in ("x", "a", "b", "c", "f", "term")))
+
+    def training_residuals(self, training_set: Any, weights: Mapping[str, float], comm: Any = None) -> Any:
+        """The :class:`~helmpinn.decomposition.DecomposedResiduals` of :meth:`training_rows`.
+        Over MPI (``comm`` of several ranks, ``training_set`` this rank's share of a run's
+        points) every rank holds every rank's points
+        (:func:`helmpinn.distributed.gather_training_set`) and its own subdomains
+        (``residuals_for(rows, comm=)``): the subdomains, not the points, are split."""
+        comm = comm if comm is not None and comm.Get_size() > 1 else None
+        if comm is not None:
+            from .distributed import gather_training_set
+            training_set = gather_training_set(comm, training_set)
+        return self.residuals_for(self.training_rows(training_set, weights), comm=comm)
+
+    def objective(self, training_set: Any, weights: Mapping[str, float], comm: Any = None
+                  ) -> Callable[[NDArray, NDArray], tuple[float, dict[str, float]]]:
+        """The loss on a run's points and its gradient, for an optimiser that needs only these
+        (Adam, :class:`helmpinn.drivers.AdamDriver`): ``value_and_grad(θ, grad) -> (loss,
+        terms)``, the loss ``Σ r²`` of :meth:`training_residuals`' ``r``, its gradient
+        ``2 Jᵀr`` (one core ``vjp`` per subnetwork) written into ``grad``, and each term's
+        unweighted mean. Over MPI the same numbers on every rank (the residuals are summed over
+        the ranks, the gradient's ranges gathered)."""
+        res = self.training_residuals(training_set, weights, comm)
+
+        def value_and_grad(theta: NDArray, grad: NDArray) -> tuple[float, dict[str, float]]:
+            r = res.residuals(theta)
+            g = res.gather(res.vjp(theta, r))
+            np.multiply(g, 2.0, out=grad)
+            return float(r @ r), term_means(res.term_losses(r), weights)
+
+        return value_and_grad
+
+
+def term_means(sums: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
+    """Each term's unweighted mean (what a :class:`~helmpinn.drivers.StepInfo` reports) from
+    its weighted sum of squared residuals ``sums`` (a term without rows: 0)."""
+    return {t: float(sums.get(t, 0.0)) / weights[t] if weights[t] > 0 else 0.0 for t in TERMS}
 
 
 def trainable(model: Any) -> Any:
@@ -264,31 +313,11 @@ class GNDriver(Driver):
         run.gn = self.gn
         self.log = []
 
-    @classmethod
-    def _residuals(cls, run: "Trainer") -> Any:
-        """The residuals of the run's points. Over MPI (a Trainer with ``comm``) every rank holds
-        every rank's points (:func:`helmpinn.distributed.gather_training_set`) and its own
-        subdomains (``residuals_for(rows, comm=)``): the subdomains, not the points, are split."""
-        comm = run.comm if run.comm is not None and run.comm.Get_size() > 1 else None
-        ts = run.training_set
-        if comm is not None:
-            from .distributed import gather_training_set
-            ts = gather_training_set(comm, ts)
-        return run.model.residuals_for(cls._rows(ts, run), comm=comm)
-
     @staticmethod
-    def _rows(ts: Any, run: "Trainer") -> Rows:
-        """The rows of the points ``ts``; with a hard constraint, without the data rows that it
-        satisfies identically (zero data at points where φ = 0)."""
-        rows = Rows.from_training_set(ts, run.weights)
-        constraint = run.model.constraint
-        if constraint is None or not np.any(rows.term == "data"):
-            return rows
-        phi = np.ones(len(rows))
-        data = rows.term == "data"
-        phi[data] = constraint(rows.x[data])[0]
-        keep = ~(data & (phi == 0) & (rows.f == 0))
-        return Rows(*(getattr(rows, k)[keep] for k in ("x", "a", "b", "c", "f", "term")))
+    def _residuals(run: "Trainer") -> Any:
+        """The residuals of the run's points
+        (:meth:`TrainableDecomposedModel.training_residuals`, over MPI too)."""
+        return run.model.training_residuals(run.training_set, run.weights, run.comm)
 
     def resampled(self, run: "Trainer") -> None:
         self.gn.set_residuals(self._residuals(run))
@@ -298,10 +327,7 @@ class GNDriver(Driver):
             st = self.gn.step(run.model.params)
         except FloatingPointError as exc:
             raise NonFiniteStep(str(exc)) from exc
-        terms = {}
-        for term in TERMS:
-            w = run.weights[term]
-            terms[term] = st.terms.get(term, 0.0) / w if w > 0 else 0.0
+        terms = term_means(st.terms, run.weights)
         stop = None
         if st.message == "damping at lam_max":
             stop = (f"no decrease at the largest damping (λ = {st.lam:.1e}) at step {run.step + 1}: "
