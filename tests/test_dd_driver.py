@@ -204,6 +204,46 @@ def test_adam_on_new_points_rebuilds_the_loss():
     assert h.loss[2] == pytest.approx(on_new, rel=1e-12) and abs(on_old - on_new) > 1e-6 * on_new
 
 
+def _mpi_trainer(comm=None):
+    """A run loop over a 2x2 decomposition of box-source (2 wavelengths, hard constraint), Adam
+    at a constant learning rate."""
+    p = box()
+    return hp.Trainer(p, small_model(p, seed=5), pde_points=400, bc_points=0, resample_every=0, eval_every=0,
+                      val_points=0, progress=False, comm=comm, seed=11, lr=1e-2, schedule="constant")
+
+
+def test_adam_over_two_ranks_takes_one_process_steps(tmp_path):
+    """Trainer(comm=) with optimizer "adam" on a decomposed model: each rank draws its share of
+    the points, every rank holds all of them and its own subdomains (the residuals summed over
+    the ranks, the gradient's ranges gathered), and the ranks' parameters and losses equal one
+    process's on that union of points."""
+    import pickle
+    import subprocess
+
+    from conftest import mpiexec_command
+
+    cmd = [*mpiexec_command(2), sys.executable, os.path.abspath(__file__), os.fspath(tmp_path)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mpiexec -n 2 did not finish (a rank waiting in a collective?):\n{exc.stdout}\n{exc.stderr}")
+    assert proc.returncode == 0, f"mpiexec -n 2 failed:\n{proc.stdout}\n{proc.stderr}"
+    got = np.load(tmp_path / "adam.npz")
+    np.testing.assert_array_equal(got["last0"], got["last1"])   # replicas stay equal
+    with open(tmp_path / "points.pkl", "rb") as fh:
+        union = pickle.load(fh)
+    t = _mpi_trainer()
+    t.resample()
+    np.testing.assert_array_equal(t.model.params, got["start"])
+    t.training_set = union
+    t.fit(5, optimizer="adam")
+    scale = np.max(np.abs(t.model.params))
+    assert np.max(np.abs(t.model.params - got["start"])) > 1e-3 * scale
+    assert np.max(np.abs(t.model.params - got["last0"])) <= 1e-10 * scale
+    np.testing.assert_allclose(t.history.loss, got["loss"], rtol=1e-10)
+
+
 def test_model_protocol_save_load_copy():
     p = box()
     m = TrainableDecomposedModel.wrap(small_model(p))
@@ -363,3 +403,38 @@ def test_stop_request_time_limit_and_divergence_with_gn():
     t = trainer(p, small_model(p), callbacks=[poison])
     t.fit(5, optimizer="gn")
     assert t.diverged and "non-finite" in t.stop_reason and np.all(np.isfinite(t.model.params))
+
+
+# -- the MPI worker (every rank, under mpiexec; test_adam_over_two_ranks_takes_one_process_steps) -----
+def _worker(folder: str) -> None:
+    import pickle
+
+    from mpi4py import MPI
+
+    from helmpinn.distributed import gather_training_set
+
+    comm = MPI.COMM_WORLD
+    t = _mpi_trainer(comm)
+    start = t.model.params.copy()
+    t.fit(5, optimizer="adam")
+    assert len(t.training_set.x_pde) < 400 and not t.diverged, t.stop_reason   # this rank's share
+    union = gather_training_set(comm, t.training_set)
+    last = comm.gather(t.model.params.copy(), root=0)
+    if comm.Get_rank() == 0:
+        np.savez(os.path.join(folder, "adam.npz"), start=start, loss=np.array(t.history.loss),
+                 **{f"last{k}": v for k, v in enumerate(last)})
+        with open(os.path.join(folder, "points.pkl"), "wb") as fh:
+            pickle.dump(union, fh)
+
+
+if __name__ == "__main__":
+    from mpi4py import MPI
+
+    try:
+        _worker(sys.argv[1])
+    except BaseException:  # fail the whole job now rather than leave the other rank waiting
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
