@@ -186,6 +186,18 @@ def test_adam_on_a_decomposed_model_checkpoint_and_resume(tmp_path):
     assert second.history.loss == straight.history.loss[3:]
 
 
+def test_adam_on_a_decomposed_model_restores_the_last_good_state_on_a_non_finite_loss():
+    p = box()
+
+    def poison(run, step):   # the next step meets a non-finite loss
+        if step == 2:
+            run.model.params[:] = np.inf
+    t = trainer(p, small_model(p), callbacks=[poison])
+    t.fit(5, optimizer="adam")
+    assert t.diverged and t.stop_reason.startswith("non-finite loss") and t.step == 0
+    assert np.all(np.isfinite(t.model.params)) and t.optimizer.step_count == 0
+
+
 def test_adam_on_new_points_rebuilds_the_loss():
     """With resample_every=2 the third step's loss is the loss on the points drawn for it (at
     the parameters after step 2), not on the first draw's."""
@@ -324,6 +336,22 @@ def test_solve_decomposes_above_the_threshold_only(monkeypatch, tmp_path):
     mine = small_model(p)
     given = hp.solve(p, progress=False, model=mine, steps=1, pde_points=500)
     assert given.model.params is mine.params and given.settings["optimizer"] == "gn"
+
+
+def test_solve_trains_a_decomposed_model_by_adam_when_asked():
+    p = box(2.0)
+    s = dd_driver.decomposed_settings(box(5.0), optimizer="adam")
+    assert s["optimizer"] == "adam" and s["lr"] == dd_driver.ADAM_SETTINGS["lr"] and s["schedule"] == "constant"
+    assert s["decomposition"] == dd_driver.decomposed_settings(box(5.0))["decomposition"]   # the same model
+    with pytest.raises(ValueError, match="optimizer: a decomposed model trains with 'gn' or 'adam', got 'lm'"):
+        dd_driver.decomposed_settings(p, optimizer="lm")
+    sol = hp.solve(p, progress=False, model="decomposed", optimizer="adam", lr=1e-2, **{**TINY_DD, "steps": 20})
+    assert sol.settings["model"] == "decomposed" and sol.settings["optimizer"] == "adam"
+    assert isinstance(sol.model, TrainableDecomposedModel) and sol.history.lr == [1e-2] * 20
+    assert sol.history.loss[-1] < 0.5 * sol.history.loss[0]
+    mine = small_model(p)
+    given = hp.solve(p, progress=False, model=mine, optimizer="adam", steps=2, pde_points=500)
+    assert given.model.params is mine.params and given.settings["optimizer"] == "adam" and given.history.step == [1, 2]
 
 
 def test_solve_refuses_mismatched_choices():

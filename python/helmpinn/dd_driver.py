@@ -1,5 +1,6 @@
-"""Domain-decomposed models in the run loop: the Gauss-Newton driver, the model protocol the
-:class:`~helmpinn.Trainer` needs, and the decomposition's default sizing.
+"""Domain-decomposed models in the run loop: the Gauss-Newton driver, the loss and gradient that
+Adam trains them on, the model protocol the :class:`~helmpinn.Trainer` needs, and the
+decomposition's default sizing.
 
 **The model protocol.** The run loop trains any model with ``params`` (a float vector updated in
 place), ``predict``, ``save(path, optimizer_state=, metadata=)`` / ``load``, ``copy``,
@@ -14,13 +15,19 @@ Its file is the decomposition's ``.npz`` (:data:`helmpinn.decomposition.FORMAT`)
 optimiser state under the metadata key ``"optimizer_state"``; :func:`load_model` reads either
 kind of file.
 
-**The driver.** :class:`GNDriver` (``Trainer.fit(steps, optimizer="gn")``) runs
-:class:`helmpinn.gauss_newton.MatrixFreeGN` on the rows of the run's points
-(:meth:`Rows.from_training_set <helmpinn.decomposition.Rows.from_training_set>` with the run's
-weights): one step is one linearisation and its damped trials. Its :class:`GNStepInfo` carries
-the damping λ (the history's rate), the CG iterations and trials; the progress bar shows them.
-Under a hard constraint the Dirichlet rows that the constraint satisfies identically (zero data
-where φ = 0) are left out.
+**The optimisers.** Both run on the residuals of the run's points
+(:meth:`TrainableDecomposedModel.training_residuals`: the rows of
+:meth:`Rows.from_training_set <helmpinn.decomposition.Rows.from_training_set>` with the run's
+weights, under a hard constraint without the Dirichlet rows that the constraint satisfies
+identically, zero data where φ = 0; over MPI every rank holds every rank's points and its own
+subdomains); new points rebuild them. :class:`GNDriver` (``Trainer.fit(steps,
+optimizer="gn")``) runs :class:`helmpinn.gauss_newton.MatrixFreeGN` on them: one step is one
+linearisation and its damped trials. Its :class:`GNStepInfo` carries the damping λ (the
+history's rate), the CG iterations and trials; the progress bar shows them. Adam
+(``Trainer.fit(steps, optimizer="adam")``, the FBPINN papers' optimiser) is the one
+:class:`helmpinn.drivers.AdamDriver`, which steps on the model's
+:meth:`~TrainableDecomposedModel.objective`: the loss ``Σ r²`` and its gradient ``2 Jᵀr``, one
+core ``vjp`` per subnetwork.
 
 **Defaults** (:func:`decomposed_settings`, what :func:`helmpinn.solve` and ``helmpinn train
 --optimizer auto`` take above :data:`DECOMPOSE_ABOVE` wavelengths along one dimension of the
@@ -43,7 +50,11 @@ sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
 - a hard constraint (:class:`~helmpinn.decomposition.BoxConstraint` of scale 1/k) when the
   problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
 - Gauss-Newton with Marquardt damping, CG to 1e-3 or 200 iterations, the output-layer coarse
-  space; 200 iterations at most, stopping when the loss falls by less than 1% over 10.
+  space; 200 iterations at most, stopping when the loss falls by less than 1% over 10;
+- with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
+  constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
+  papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
+  Adam stays far behind Gauss-Newton (docs/benchmarks.md, benchmarks/bench_decomposed_adam.py).
 """
 from __future__ import annotations
 
@@ -66,7 +77,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "trainable", "load_model", "term_means",
            "decomposed_settings", "should_decompose", "build_decomposed_model", "DECOMPOSE_ABOVE",
-           "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH"]
+           "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH", "ADAM_SETTINGS"]
 
 #: Decompose a problem that spans more than this many wavelengths along one dimension of its
 #: sampled domain, by dimension (module docstring: the measurements behind them).
@@ -75,6 +86,8 @@ DECOMPOSE_ABOVE = {1: 32.0, 2: 4.5, 3: 4.5}
 SUBDOMAINS_PER_WAVELENGTH = 0.85
 #: PDE points per wavelength per dimension of a decomposed run, by dimension.
 POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
+#: What :func:`decomposed_settings` changes for Adam (module docstring).
+ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
 #: The metadata key under which a decomposed model's file keeps its optimiser state.
 STATE_KEY = "optimizer_state"
 
@@ -376,7 +389,7 @@ def _hard_constraint(problem: Any) -> bool:
             and getattr(problem, "data", None) is None)
 
 
-def decomposed_settings(problem: Any, **decomposition: Any) -> dict[str, Any]:
+def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition: Any) -> dict[str, Any]:
     """The run settings of a decomposed model trained by Gauss-Newton on ``problem`` (module
     docstring), a table like :func:`helmpinn.defaults.run_settings`'s: ``model`` "decomposed",
     ``optimizer`` "gn", the subnetworks' ``ff_dim`` / ``hidden`` / ``layers``, the points, the
@@ -384,7 +397,12 @@ def decomposed_settings(problem: Any, **decomposition: Any) -> dict[str, Any]:
     ``decomposition``: ``subdomains_per_wavelength``, ``grids`` (one grid of counts per level;
     None: one level from the rule), ``coarse_level`` (add a one-network level), ``overlap`` and
     ``constraint`` (None: the rule; True / False). ``decomposition`` replaces any of those, and
-    ``ff_dim``, ``hidden``, ``layers``, ``points_per_wavelength`` too; the points follow."""
+    ``ff_dim``, ``hidden``, ``layers``, ``points_per_wavelength`` too; the points follow.
+    ``optimizer="adam"``: the same model and points trained by Adam instead (the FBPINN
+    papers' optimiser), :data:`ADAM_SETTINGS`' ``lr``, ``schedule``, ``steps`` and
+    ``eval_every``."""
+    if optimizer not in ("gn", "adam"):
+        raise ValueError(f"optimizer: a decomposed model trains with 'gn' or 'adam', got {optimizer!r}")
     from . import _core
     from .defaults import LM_BOUNDARY_SHARE, auto_weights, default_settings, scale_wavenumber, wavelengths
 
@@ -424,7 +442,8 @@ def decomposed_settings(problem: Any, **decomposition: Any) -> dict[str, Any]:
                               "constraint": constraint, "coarse_level": bool(r["coarse_level"]),
                               "lo": np.asarray(lo, float).tolist(), "hi": np.asarray(hi, float).tolist(),
                               "wavenumber": scale_wavenumber(problem),
-                              "points_per_wavelength": float(r["points_per_wavelength"])}}
+                              "points_per_wavelength": float(r["points_per_wavelength"])},
+            **(ADAM_SETTINGS if optimizer == "adam" else {})}
 
 
 def build_decomposed_model(problem: Any, decomposition: Mapping[str, Any], ff_dim: int, hidden: int,
