@@ -71,7 +71,8 @@ def main() -> None:
     ap.add_argument("--betas", type=float, nargs=2, default=[0.9, 0.99])
     ap.add_argument("--marks", type=float, nargs="+", default=[60.0, 120.0, 300.0],
                     help="seconds of training at which to measure; the run ends at the last")
-    ap.add_argument("--resample-every", type=int, default=0, help="steps between new points (0: hp.solve's fixed points)")
+    ap.add_argument("--resample-every", type=int, default=0,
+                    help="steps between new points (0: hp.solve's fixed points)")
     ap.add_argument("--eval-points", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
