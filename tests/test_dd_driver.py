@@ -1,8 +1,9 @@
-"""helmpinn.dd_driver: decomposed models in the run loop (the Gauss-Newton driver through Trainer,
-checkpoints and resume, the model protocol), the plan of hp.solve (decomposed above the
+"""helmpinn.dd_driver: decomposed models in the run loop (the Gauss-Newton driver and Adam through
+Trainer, checkpoints and resume, the model protocol), the plan of hp.solve (decomposed above the
 threshold, one network below) and the CLI's path to them."""
 import importlib
 import json
+import math
 import os
 import sys
 
@@ -13,7 +14,8 @@ import helmpinn as hp
 from helmpinn import dd_driver
 from helmpinn.cli import main
 from helmpinn.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
-from helmpinn.decomposition import BoxConstraint, DecomposedModel
+from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows
+from helmpinn.drivers import AdamDriver
 
 SMALL = dict(ff_dim=4, hidden_dim=8, overlap=0.6)
 
@@ -67,8 +69,8 @@ def test_default_optimizer_of_a_decomposed_model_is_gn_and_one_network_drivers_a
     t = trainer(p, small_model(p))
     t.fit(1)
     assert isinstance(t.driver, GNDriver)
-    for name in ("adam", "lm", "lbfgs"):
-        with pytest.raises(TypeError, match=f"optimizer '{name}' trains one network.*use optimizer='gn'"):
+    for name in ("lm", "lbfgs"):
+        with pytest.raises(TypeError, match=f"optimizer '{name}' trains one network.*use optimizer='gn' or 'adam'"):
             t.fit(1, optimizer=name)
     net = hp.Trainer(p, hp.Model.create(2, 4, 8, 1, dtype="float64"), pde_points=100, bc_points=20, progress=False)
     with pytest.raises(TypeError, match="optimizer 'gn': trains a helmpinn.decomposition.DecomposedModel"):
@@ -91,6 +93,167 @@ def test_checkpoint_and_resume_give_the_uninterrupted_iterate(tmp_path):
     assert second.step == 4
     np.testing.assert_array_equal(second.model.params, straight.model.params)
     assert second.history.loss == straight.history.loss[2:]
+
+
+# -- Adam on a decomposed model ---------------------------------------------------------------------
+def _adam_case(case):
+    """(model, training set, weights): free-source with its PML (the general operator's a and b
+    at the PDE points, data rows on the wall, no constraint) or box-source under the hard
+    constraint with boundary data rows (which the constraint satisfies: left out)."""
+    rng = np.random.default_rng(3)
+    if case == "pml":
+        p = hp.get_problem("free-source", wavelengths=1.0, s=0.2)
+        lo, hi = p.sampling_domain.bounds
+        m = TrainableDecomposedModel.create(lo, hi, [(2, 2)], wavenumber=p.wavenumber, seed=1, **SMALL)
+        ts = p.sample(300, 40, rng)
+        assert ts.a_pde is not None and len(ts.x_data)
+    else:
+        p = box()
+        m = small_model(p, seed=1, cls=TrainableDecomposedModel)
+        ts = p.sample(300, 40, rng)
+    m.params[...] += 0.1 * rng.normal(size=m.num_params)   # away from the initial zeros of the last layers
+    return m, ts, {"pde": 1.0, "data": 7.0, "bc": 3.0}
+
+
+@pytest.mark.parametrize("case", ["pml", "hard"])
+def test_adam_gradient_is_the_loss_derivative(case):
+    """The loss and gradient Adam steps on (TrainableDecomposedModel.objective) in float64: the
+    loss is Σ r² of every row's residual (the hard constraint's dropped rows add nothing), the
+    gradient equals central finite differences along coordinates and random directions."""
+    m, ts, w = _adam_case(case)
+    value_and_grad = m.objective(ts, w)
+    theta = m.params.copy()
+    grad = np.zeros(m.num_params)
+    loss, terms = value_and_grad(theta, grad)
+    full = m.residuals_for(Rows.from_training_set(ts, w))   # every row, none dropped
+    r = full.residuals(theta)
+    assert loss == pytest.approx(float(r @ r), rel=1e-12)
+    if case == "hard":
+        assert len(m.training_rows(ts, w)) == len(ts.x_pde) < len(full.rows)   # the data rows left out
+        assert terms["data"] == 0.0
+    sums = full.term_losses(r)
+    assert terms["pde"] == pytest.approx(sums["pde"] / w["pde"], rel=1e-12)
+    if case == "pml":
+        assert terms["data"] == pytest.approx(sums["data"] / w["data"], rel=1e-12) and terms["data"] > 0
+
+    def f(th):
+        return value_and_grad(th, np.zeros(m.num_params))[0]
+    h = 1e-6
+    rng = np.random.default_rng(0)
+    for i in rng.choice(m.num_params, 8, replace=False):
+        e = np.zeros(m.num_params)
+        e[i] = h
+        fd = (f(theta + e) - f(theta - e)) / (2 * h)
+        assert fd == pytest.approx(grad[i], rel=1e-5, abs=1e-7 * np.max(np.abs(grad)))
+    for _ in range(3):
+        v = rng.normal(size=m.num_params)
+        fd = (f(theta + h * v) - f(theta - h * v)) / (2 * h)
+        assert fd == pytest.approx(grad @ v, rel=1e-6)
+    np.testing.assert_array_equal(m.params, theta)   # nothing moved
+
+
+def test_adam_trains_a_decomposed_model_through_the_trainer():
+    p = box()
+    m = small_model(p)
+    t = trainer(p, m, lr=1e-2, schedule="constant")
+    h = t.fit(30, optimizer="adam")
+    assert isinstance(t.driver, AdamDriver) and t.stop_reason is None and h.step == list(range(1, 31))
+    assert h.loss[-1] < 0.2 * h.loss[0]
+    assert h.lr == [1e-2] * 30 and t.optimizer.step_count == 30   # the Trainer's Adam
+    assert h.eval_val_loss[-1] < h.eval_val_loss[0] and all(e is not None for e in h.eval_error)
+    assert all(math.isfinite(x) for x in h.pde) and h.data == [0.0] * 30   # data rows: held by the constraint
+    assert t.model.params is m.params   # the user's DecomposedModel was trained in place
+    t.fit(5, optimizer="gn")            # and Gauss-Newton goes on from there
+    assert h.step[-1] == 35 and h.loss[-1] < h.loss[29]
+
+
+def test_adam_on_a_decomposed_model_checkpoint_and_resume(tmp_path):
+    p = box()
+    kw = dict(lr=1e-2, schedule="constant")
+    straight = trainer(p, small_model(p), **kw)
+    straight.fit(6, optimizer="adam")
+
+    path = tmp_path / "run.npz"
+    first = trainer(p, small_model(p), checkpoint_path=path, **kw)
+    first.fit(3, optimizer="adam")
+    back = load_model(path)
+    assert isinstance(back, TrainableDecomposedModel) and back.optimizer_state["step"] == 3
+    np.testing.assert_array_equal(np.asarray(back.optimizer_state["v"]), first.optimizer.v)
+    second = trainer(p, back, checkpoint_path=path, **kw)
+    second.fit(3, optimizer="adam")
+    assert second.step == 6 and second.optimizer.step_count == 6
+    np.testing.assert_array_equal(second.model.params, straight.model.params)
+    assert second.history.loss == straight.history.loss[3:]
+
+
+def test_adam_on_a_decomposed_model_restores_the_last_good_state_on_a_non_finite_loss():
+    p = box()
+
+    def poison(run, step):   # the next step meets a non-finite loss
+        if step == 2:
+            run.model.params[:] = np.inf
+    t = trainer(p, small_model(p), callbacks=[poison])
+    t.fit(5, optimizer="adam")
+    assert t.diverged and t.stop_reason.startswith("non-finite loss") and t.step == 0
+    assert np.all(np.isfinite(t.model.params)) and t.optimizer.step_count == 0
+
+
+def test_adam_on_new_points_rebuilds_the_loss():
+    """With resample_every=2 the third step's loss is the loss on the points drawn for it (at
+    the parameters after step 2), not on the first draw's."""
+    p = box()
+    seen = {}
+
+    def keep(run, step):
+        seen[step] = (run.model.params.copy(), run.training_set)
+    t = trainer(p, small_model(p), lr=1e-2, schedule="constant", resample_every=2, callbacks=[keep])
+    h = t.fit(3, optimizer="adam")
+    theta, first = seen[2]
+    assert seen[3][1] is t.training_set and t.training_set is not first
+    grad = np.zeros(t.model.num_params)
+    on_new = t.model.objective(t.training_set, t.weights)(theta, grad)[0]
+    on_old = t.model.objective(first, t.weights)(theta, grad)[0]
+    assert h.loss[2] == pytest.approx(on_new, rel=1e-12) and abs(on_old - on_new) > 1e-6 * on_new
+
+
+def _mpi_trainer(comm=None):
+    """A run loop over a 2x2 decomposition of box-source (2 wavelengths, hard constraint), Adam
+    at a constant learning rate."""
+    p = box()
+    return hp.Trainer(p, small_model(p, seed=5), pde_points=400, bc_points=0, resample_every=0, eval_every=0,
+                      val_points=0, progress=False, comm=comm, seed=11, lr=1e-2, schedule="constant")
+
+
+def test_adam_over_two_ranks_takes_one_process_steps(tmp_path):
+    """Trainer(comm=) with optimizer "adam" on a decomposed model: each rank draws its share of
+    the points, every rank holds all of them and its own subdomains (the residuals summed over
+    the ranks, the gradient's ranges gathered), and the ranks' parameters and losses equal one
+    process's on that union of points."""
+    import pickle
+    import subprocess
+
+    from conftest import mpiexec_command
+
+    cmd = [*mpiexec_command(2), sys.executable, os.path.abspath(__file__), os.fspath(tmp_path)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mpiexec -n 2 did not finish (a rank waiting in a collective?):\n{exc.stdout}\n{exc.stderr}")
+    assert proc.returncode == 0, f"mpiexec -n 2 failed:\n{proc.stdout}\n{proc.stderr}"
+    got = np.load(tmp_path / "adam.npz")
+    np.testing.assert_array_equal(got["last0"], got["last1"])   # replicas stay equal
+    with open(tmp_path / "points.pkl", "rb") as fh:
+        union = pickle.load(fh)
+    t = _mpi_trainer()
+    t.resample()
+    np.testing.assert_array_equal(t.model.params, got["start"])
+    t.training_set = union
+    t.fit(5, optimizer="adam")
+    scale = np.max(np.abs(t.model.params))
+    assert np.max(np.abs(t.model.params - got["start"])) > 1e-3 * scale
+    assert np.max(np.abs(t.model.params - got["last0"])) <= 1e-10 * scale
+    np.testing.assert_allclose(t.history.loss, got["loss"], rtol=1e-10)
 
 
 def test_model_protocol_save_load_copy():
@@ -173,6 +336,22 @@ def test_solve_decomposes_above_the_threshold_only(monkeypatch, tmp_path):
     mine = small_model(p)
     given = hp.solve(p, progress=False, model=mine, steps=1, pde_points=500)
     assert given.model.params is mine.params and given.settings["optimizer"] == "gn"
+
+
+def test_solve_trains_a_decomposed_model_by_adam_when_asked():
+    p = box(2.0)
+    s = dd_driver.decomposed_settings(box(5.0), optimizer="adam")
+    assert s["optimizer"] == "adam" and s["lr"] == dd_driver.ADAM_SETTINGS["lr"] and s["schedule"] == "constant"
+    assert s["decomposition"] == dd_driver.decomposed_settings(box(5.0))["decomposition"]   # the same model
+    with pytest.raises(ValueError, match="optimizer: a decomposed model trains with 'gn' or 'adam', got 'lm'"):
+        dd_driver.decomposed_settings(p, optimizer="lm")
+    sol = hp.solve(p, progress=False, model="decomposed", optimizer="adam", lr=1e-2, **{**TINY_DD, "steps": 20})
+    assert sol.settings["model"] == "decomposed" and sol.settings["optimizer"] == "adam"
+    assert isinstance(sol.model, TrainableDecomposedModel) and sol.history.lr == [1e-2] * 20
+    assert sol.history.loss[-1] < 0.5 * sol.history.loss[0]
+    mine = small_model(p)
+    given = hp.solve(p, progress=False, model=mine, optimizer="adam", steps=2, pde_points=500)
+    assert given.model.params is mine.params and given.settings["optimizer"] == "adam" and given.history.step == [1, 2]
 
 
 def test_solve_refuses_mismatched_choices():
@@ -276,3 +455,38 @@ def test_gn_grows_its_points_while_the_gap_says_it_fits_them():
         assert gaps[at] > defaults.LM_GROW_GAP and gaps[at - 1] > defaults.LM_GROW_GAP
     with pytest.raises(ValueError, match="grow_gap"):
         GNDriver(grow_gap=0.5)
+
+
+# -- the MPI worker (every rank, under mpiexec; test_adam_over_two_ranks_takes_one_process_steps) -----
+def _worker(folder: str) -> None:
+    import pickle
+
+    from mpi4py import MPI
+
+    from helmpinn.distributed import gather_training_set
+
+    comm = MPI.COMM_WORLD
+    t = _mpi_trainer(comm)
+    start = t.model.params.copy()
+    t.fit(5, optimizer="adam")
+    assert len(t.training_set.x_pde) < 400 and not t.diverged, t.stop_reason   # this rank's share
+    union = gather_training_set(comm, t.training_set)
+    last = comm.gather(t.model.params.copy(), root=0)
+    if comm.Get_rank() == 0:
+        np.savez(os.path.join(folder, "adam.npz"), start=start, loss=np.array(t.history.loss),
+                 **{f"last{k}": v for k, v in enumerate(last)})
+        with open(os.path.join(folder, "points.pkl"), "wb") as fh:
+            pickle.dump(union, fh)
+
+
+if __name__ == "__main__":
+    from mpi4py import MPI
+
+    try:
+        _worker(sys.argv[1])
+    except BaseException:  # fail the whole job now rather than leave the other rank waiting
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)

@@ -1,5 +1,6 @@
-"""Domain-decomposed models in the run loop: the Gauss-Newton driver, the model protocol the
-:class:`~helmpinn.Trainer` needs, and the decomposition's default sizing.
+"""Domain-decomposed models in the run loop: the Gauss-Newton driver, the loss and gradient that
+Adam trains them on, the model protocol the :class:`~helmpinn.Trainer` needs, and the
+decomposition's default sizing.
 
 **The model protocol.** The run loop trains any model with ``params`` (a float vector updated in
 place), ``predict``, ``save(path, optimizer_state=, metadata=)`` / ``load``, ``copy``,
@@ -14,13 +15,19 @@ Its file is the decomposition's ``.npz`` (:data:`helmpinn.decomposition.FORMAT`)
 optimiser state under the metadata key ``"optimizer_state"``; :func:`load_model` reads either
 kind of file.
 
-**The driver.** :class:`GNDriver` (``Trainer.fit(steps, optimizer="gn")``) runs
-:class:`helmpinn.gauss_newton.MatrixFreeGN` on the rows of the run's points
-(:meth:`Rows.from_training_set <helmpinn.decomposition.Rows.from_training_set>` with the run's
-weights): one step is one linearisation and its damped trials. Its :class:`GNStepInfo` carries
-the damping λ (the history's rate), the CG iterations and trials; the progress bar shows them.
-Under a hard constraint the Dirichlet rows that the constraint satisfies identically (zero data
-where φ = 0) are left out.
+**The optimisers.** Both run on the residuals of the run's points
+(:meth:`TrainableDecomposedModel.training_residuals`: the rows of
+:meth:`Rows.from_training_set <helmpinn.decomposition.Rows.from_training_set>` with the run's
+weights, under a hard constraint without the Dirichlet rows that the constraint satisfies
+identically, zero data where φ = 0; over MPI every rank holds every rank's points and its own
+subdomains); new points rebuild them. :class:`GNDriver` (``Trainer.fit(steps,
+optimizer="gn")``) runs :class:`helmpinn.gauss_newton.MatrixFreeGN` on them: one step is one
+linearisation and its damped trials. Its :class:`GNStepInfo` carries the damping λ (the
+history's rate), the CG iterations and trials; the progress bar shows them. Adam
+(``Trainer.fit(steps, optimizer="adam")``, the FBPINN papers' optimiser) is the one
+:class:`helmpinn.drivers.AdamDriver`, which steps on the model's
+:meth:`~TrainableDecomposedModel.objective`: the loss ``Σ r²`` and its gradient ``2 Jᵀr``, one
+core ``vjp`` per subnetwork.
 
 **Defaults** (:func:`decomposed_settings`, what :func:`helmpinn.solve` and ``helmpinn train
 --optimizer auto`` take above :data:`DECOMPOSE_ABOVE` wavelengths along one dimension of the
@@ -46,7 +53,11 @@ sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
   space; 200 iterations at most, stopping when the loss falls by less than 1% over 10; the
   points grow by LM's rule (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap
   exceeds 3 (box-source at 5 wavelengths fits its 16,000 points rather than the field from
-  about step 20 on: gap 5, error 1.3e-2 at step 37).
+  about step 20 on: gap 5, error 1.3e-2 at step 37);
+- with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
+  constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
+  papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
+  Adam stays far behind Gauss-Newton (docs/benchmarks.md, benchmarks/bench_decomposed_adam.py).
 """
 from __future__ import annotations
 
@@ -68,9 +79,9 @@ from .drivers import DRIVERS, Driver, LMSettings, NonFiniteStep, PointsGrowth, S
 if TYPE_CHECKING:
     from .trainer import Trainer
 
-__all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "trainable", "load_model",
+__all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "trainable", "load_model", "term_means",
            "decomposed_settings", "should_decompose", "build_decomposed_model", "DECOMPOSE_ABOVE",
-           "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH"]
+           "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH", "ADAM_SETTINGS"]
 
 #: Decompose a problem that spans more than this many wavelengths along one dimension of its
 #: sampled domain, by dimension (module docstring: the measurements behind them).
@@ -79,6 +90,8 @@ DECOMPOSE_ABOVE = {1: 32.0, 2: 4.5, 3: 4.5}
 SUBDOMAINS_PER_WAVELENGTH = 0.85
 #: PDE points per wavelength per dimension of a decomposed run, by dimension.
 POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
+#: What :func:`decomposed_settings` changes for Adam (module docstring).
+ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
 #: The metadata key under which a decomposed model's file keeps its optimiser state.
 STATE_KEY = "optimizer_state"
 
@@ -176,8 +189,57 @@ class TrainableDecomposedModel(DecomposedModel):
     def loss_function(self, training_set: Any, weights: Mapping[str, float]) -> Callable[[NDArray], float]:
         """``θ -> loss`` on the points of ``training_set`` with ``weights`` (the core's loss:
         each term's weight times its mean squared residual)."""
-        res = self.residuals_for(Rows.from_training_set(training_set, weights))
+        res = self.training_residuals(training_set, weights)
         return lambda theta: float(np.sum(res.residuals(theta) ** 2))
+
+    def training_rows(self, training_set: Any, weights: Mapping[str, float]) -> Rows:
+        """The rows of the points ``training_set`` with ``weights``; with a hard constraint,
+        without the data rows that it satisfies identically (zero data where φ = 0: their
+        residuals and gradients are zero, so the loss is the same)."""
+        rows = Rows.from_training_set(training_set, weights)
+        if self.constraint is None or not np.any(rows.term == "data"):
+            return rows
+        phi = np.ones(len(rows))
+        data = rows.term == "data"
+        phi[data] = self.constraint(rows.x[data])[0]
+        keep = ~(data & (phi == 0) & (rows.f == 0))
+        return Rows(*(getattr(rows, k)[keep] for k in ("x", "a", "b", "c", "f", "term")))
+
+    def training_residuals(self, training_set: Any, weights: Mapping[str, float], comm: Any = None) -> Any:
+        """The :class:`~helmpinn.decomposition.DecomposedResiduals` of :meth:`training_rows`.
+        Over MPI (``comm`` of several ranks, ``training_set`` this rank's share of a run's
+        points) every rank holds every rank's points
+        (:func:`helmpinn.distributed.gather_training_set`) and its own subdomains
+        (``residuals_for(rows, comm=)``): the subdomains, not the points, are split."""
+        comm = comm if comm is not None and comm.Get_size() > 1 else None
+        if comm is not None:
+            from .distributed import gather_training_set
+            training_set = gather_training_set(comm, training_set)
+        return self.residuals_for(self.training_rows(training_set, weights), comm=comm)
+
+    def objective(self, training_set: Any, weights: Mapping[str, float], comm: Any = None
+                  ) -> Callable[[NDArray, NDArray], tuple[float, dict[str, float]]]:
+        """The loss on a run's points and its gradient, for an optimiser that needs only these
+        (Adam, :class:`helmpinn.drivers.AdamDriver`): ``value_and_grad(θ, grad) -> (loss,
+        terms)``, the loss ``Σ r²`` of :meth:`training_residuals`' ``r``, its gradient
+        ``2 Jᵀr`` (one core ``vjp`` per subnetwork) written into ``grad``, and each term's
+        unweighted mean. Over MPI the same numbers on every rank (the residuals are summed over
+        the ranks, the gradient's ranges gathered)."""
+        res = self.training_residuals(training_set, weights, comm)
+
+        def value_and_grad(theta: NDArray, grad: NDArray) -> tuple[float, dict[str, float]]:
+            r = res.residuals(theta)
+            g = res.gather(res.vjp(theta, r))
+            np.multiply(g, 2.0, out=grad)
+            return float(r @ r), term_means(res.term_losses(r), weights)
+
+        return value_and_grad
+
+
+def term_means(sums: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
+    """Each term's unweighted mean (what a :class:`~helmpinn.drivers.StepInfo` reports) from
+    its weighted sum of squared residuals ``sums`` (a term without rows: 0)."""
+    return {t: float(sums.get(t, 0.0)) / weights[t] if weights[t] > 0 else 0.0 for t in TERMS}
 
 
 def trainable(model: Any) -> Any:
@@ -281,31 +343,11 @@ class GNDriver(Driver):
         self.log = []
         self.growth.start(run)
 
-    @classmethod
-    def _residuals(cls, run: "Trainer") -> Any:
-        """The residuals of the run's points. Over MPI (a Trainer with ``comm``) every rank holds
-        every rank's points (:func:`helmpinn.distributed.gather_training_set`) and its own
-        subdomains (``residuals_for(rows, comm=)``): the subdomains, not the points, are split."""
-        comm = run.comm if run.comm is not None and run.comm.Get_size() > 1 else None
-        ts = run.training_set
-        if comm is not None:
-            from .distributed import gather_training_set
-            ts = gather_training_set(comm, ts)
-        return run.model.residuals_for(cls._rows(ts, run), comm=comm)
-
     @staticmethod
-    def _rows(ts: Any, run: "Trainer") -> Rows:
-        """The rows of the points ``ts``; with a hard constraint, without the data rows that it
-        satisfies identically (zero data at points where φ = 0)."""
-        rows = Rows.from_training_set(ts, run.weights)
-        constraint = run.model.constraint
-        if constraint is None or not np.any(rows.term == "data"):
-            return rows
-        phi = np.ones(len(rows))
-        data = rows.term == "data"
-        phi[data] = constraint(rows.x[data])[0]
-        keep = ~(data & (phi == 0) & (rows.f == 0))
-        return Rows(*(getattr(rows, k)[keep] for k in ("x", "a", "b", "c", "f", "term")))
+    def _residuals(run: "Trainer") -> Any:
+        """The residuals of the run's points
+        (:meth:`TrainableDecomposedModel.training_residuals`, over MPI too)."""
+        return run.model.training_residuals(run.training_set, run.weights, run.comm)
 
     def resampled(self, run: "Trainer") -> None:
         self.gn.set_residuals(self._residuals(run))
@@ -320,10 +362,7 @@ class GNDriver(Driver):
             st = self.gn.step(run.model.params)
         except FloatingPointError as exc:
             raise NonFiniteStep(str(exc)) from exc
-        terms = {}
-        for term in TERMS:
-            w = run.weights[term]
-            terms[term] = st.terms.get(term, 0.0) / w if w > 0 else 0.0
+        terms = term_means(st.terms, run.weights)
         stop = None
         if st.message == "damping at lam_max":
             stop = (f"no decrease at the largest damping (λ = {st.lam:.1e}) at step {run.step + 1}: "
@@ -372,7 +411,7 @@ def _hard_constraint(problem: Any) -> bool:
             and getattr(problem, "data", None) is None)
 
 
-def decomposed_settings(problem: Any, **decomposition: Any) -> dict[str, Any]:
+def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition: Any) -> dict[str, Any]:
     """The run settings of a decomposed model trained by Gauss-Newton on ``problem`` (module
     docstring), a table like :func:`helmpinn.defaults.run_settings`'s: ``model`` "decomposed",
     ``optimizer`` "gn", the subnetworks' ``ff_dim`` / ``hidden`` / ``layers``, the points, the
@@ -380,7 +419,12 @@ def decomposed_settings(problem: Any, **decomposition: Any) -> dict[str, Any]:
     ``decomposition``: ``subdomains_per_wavelength``, ``grids`` (one grid of counts per level;
     None: one level from the rule), ``coarse_level`` (add a one-network level), ``overlap`` and
     ``constraint`` (None: the rule; True / False). ``decomposition`` replaces any of those, and
-    ``ff_dim``, ``hidden``, ``layers``, ``points_per_wavelength`` too; the points follow."""
+    ``ff_dim``, ``hidden``, ``layers``, ``points_per_wavelength`` too; the points follow.
+    ``optimizer="adam"``: the same model and points trained by Adam instead (the FBPINN
+    papers' optimiser), :data:`ADAM_SETTINGS`' ``lr``, ``schedule``, ``steps`` and
+    ``eval_every``."""
+    if optimizer not in ("gn", "adam"):
+        raise ValueError(f"optimizer: a decomposed model trains with 'gn' or 'adam', got {optimizer!r}")
     from . import _core
     from .defaults import LM_BOUNDARY_SHARE, auto_weights, default_settings, scale_wavenumber, wavelengths
 
@@ -421,7 +465,8 @@ def decomposed_settings(problem: Any, **decomposition: Any) -> dict[str, Any]:
                               "constraint": constraint, "coarse_level": bool(r["coarse_level"]),
                               "lo": np.asarray(lo, float).tolist(), "hi": np.asarray(hi, float).tolist(),
                               "wavenumber": scale_wavenumber(problem),
-                              "points_per_wavelength": float(r["points_per_wavelength"])}}
+                              "points_per_wavelength": float(r["points_per_wavelength"])},
+            **(ADAM_SETTINGS if optimizer == "adam" else {})}
 
 
 def build_decomposed_model(problem: Any, decomposition: Mapping[str, Any], ff_dim: int, hidden: int,

@@ -144,13 +144,20 @@ class AdamDriver(Driver):
     The Adam is the run's ``run.optimizer``: made at the first start (continuing a loaded
     checkpoint's moments and step count, the schedule then spanning the steps already taken
     plus ``steps``), then kept, so every later fit goes on with it.
+
+    A model that computes its own loss (one with ``objective(training_set, weights, comm)``,
+    a decomposed model: :meth:`helmpinn.dd_driver.TrainableDecomposedModel.objective`) gives
+    the loss and gradient on the run's points instead of the loop's core workspace; new points
+    rebuild it.
     """
 
     name = "adam"
+    trains_own_loss = True   # also a model that computes its own loss (its ``objective``)
 
     def __init__(self, settings: AdamSettings | None = None, **options: Any):
         self.settings = settings if settings is not None else AdamSettings(**options)
         self.adam: Adam | None = None
+        self.objective: Any = None
 
     def start(self, run: "Trainer", steps: int) -> None:
         if run.optimizer is None:
@@ -159,6 +166,11 @@ class AdamDriver(Driver):
             raise ValueError(f"optimizer: its state is on {run.optimizer.device} but the model is "
                              f"on {run.device}")
         self.adam = run.optimizer
+        self.resampled(run)
+
+    def resampled(self, run: "Trainer") -> None:
+        own = getattr(run.model, "objective", None)
+        self.objective = None if own is None else own(run.training_set, run.weights, run.comm)
 
     def _make(self, run: "Trainer", steps: int) -> Adam:
         model, s = run.model, self.settings
@@ -175,7 +187,10 @@ class AdamDriver(Driver):
 
     def step(self, run: "Trainer") -> StepInfo:
         lr = self.adam.lr
-        loss, terms = run.value_and_grad()
+        if self.objective is None:
+            loss, terms = run.value_and_grad()
+        else:
+            loss, terms = self.objective(run.model.params, run.grad)
         if not math.isfinite(loss):
             raise NonFiniteStep(f"non-finite loss ({loss})")
         self.adam.step(run.model.params, run.grad)

@@ -91,7 +91,8 @@ def plan(problem: Problem, model: str = "auto", optimizer: str | Driver = "auto"
     "decomposed" (:func:`helmpinn.dd_driver.decomposed_settings`) or "auto" (decomposed when
     :func:`helmpinn.dd_driver.should_decompose` and the optimiser allows it). ``optimizer``:
     "auto" (Gauss-Newton for a decomposed model, else :func:`run_settings`'s "auto"), "gn"
-    (a decomposed model), "adam", "lbfgs", "lm" (one network) or a
+    (a decomposed model), "adam" (one network; with model="decomposed" that model, its
+    settings for Adam), "lbfgs", "lm" (one network) or a
     :class:`~helmpinn.drivers.Driver` (run on the chosen model's plan). ``decomposition``:
     entries replacing the decomposition's rules."""
     if isinstance(model, str) and model not in MODELS:
@@ -104,10 +105,11 @@ def plan(problem: Problem, model: str = "auto", optimizer: str | Driver = "auto"
         model = "decomposed" if named == "gn" or (named == "auto" and dd_driver.should_decompose(problem)) \
             else "network"
     if model == "decomposed":
-        if named not in ("auto", "gn"):
+        if named not in ("auto", "gn", "adam"):
             raise ValueError(f"optimizer {named!r} trains one network; a decomposed model trains with "
-                             f"'gn' (or give model='network')")
-        settings = dd_driver.decomposed_settings(problem, **(decomposition or {}))
+                             f"'gn' or 'adam' (or give model='network')")
+        settings = dd_driver.decomposed_settings(problem, optimizer="adam" if named == "adam" else "gn",
+                                                 **(decomposition or {}))
     else:
         if named == "gn":
             raise ValueError("optimizer 'gn' trains a decomposed model; give model='decomposed' or 'auto'")

@@ -464,7 +464,7 @@ class Trainer:
         self._check_device()
         if self.workspace is None and not getattr(driver, "trains_own_loss", False):
             raise TypeError(f"optimizer {driver.name!r} trains one network (helmpinn.Model), not a "
-                            f"{type(self.model).__name__}: use optimizer='gn'")
+                            f"{type(self.model).__name__}: use optimizer='gn' or 'adam'")
         if not self._params_finite():
             raise ValueError("the model's parameters contain NaN or Inf; cannot train from them")
         state = self.model.optimizer_state or {}
