@@ -347,7 +347,14 @@ def _solve(case: SongCase, problem, *, time_limit: float, seed: int, fd: np.ndar
     import helmpinn as hp
 
     start = time.perf_counter()
-    sol = hp.solve(problem, time_limit=time_limit, seed=seed, progress=progress)
+
+    def log(trainer, step):
+        h = trainer.history
+        if not progress and h.eval_step and h.eval_step[-1] == step:
+            print(f"  step {step}: loss {h.loss[-1]:.3e}, error of the unknown vs theirs on the test grid "
+                  f"{h.eval_error[-1]:.3e}, {time.perf_counter() - start:.0f} s", flush=True)
+
+    sol = hp.solve(problem, time_limit=time_limit, seed=seed, progress=progress, callbacks=[log])
     st = sol.settings
     out = {"optimizer": f"auto: {st.get('model', 'network')} / {st.get('optimizer')}",
            "params": int(sol.model.num_params), "pde_points": st.get("pde_points"),
@@ -361,7 +368,10 @@ def _solve(case: SongCase, problem, *, time_limit: float, seed: int, fd: np.ndar
 def _results(case: SongCase, problem, model, history, out: dict, fd: np.ndarray | None) -> dict:
     """``out`` with the final loss, the errors against their solution (and ``fd``) at their
     nodes, and the history of the test-grid errors."""
-    values = model.predict(case.nodes).reshape(case.shape)
+    inside = case.interior.ravel()   # the errors' nodes (a decomposed model covers no more than its box)
+    values = np.full(case.nodes.shape[0], np.nan, np.complex128)
+    values[inside] = model.predict(case.nodes[inside])
+    values = values.reshape(case.shape)
     out.update(final_loss=history.loss[-1] if history.loss else None,
                error_vs_theirs=errors(case, problem, values),
                history={"step": history.eval_step, "error": history.eval_error, "time": history.eval_time})
