@@ -348,11 +348,14 @@ def _solve(case: SongCase, problem, *, time_limit: float, seed: int, fd: np.ndar
 
     start = time.perf_counter()
 
-    def log(trainer, step):
+    shown = [0]
+
+    def log(trainer, step):   # (the callbacks run before the step's own evaluation: the last one shown)
         h = trainer.history
-        if not progress and h.eval_step and h.eval_step[-1] == step:
-            print(f"  step {step}: loss {h.loss[-1]:.3e}, error of the unknown vs theirs on the test grid "
-                  f"{h.eval_error[-1]:.3e}, {time.perf_counter() - start:.0f} s", flush=True)
+        if not progress and len(h.eval_step) > shown[0]:
+            shown[0] = len(h.eval_step)
+            print(f"  step {h.eval_step[-1]}: error of the unknown vs theirs on the test grid "
+                  f"{h.eval_error[-1]:.3e}, {h.eval_time[-1]:.0f} s of training", flush=True)
 
     sol = hp.solve(problem, time_limit=time_limit, seed=seed, progress=progress, callbacks=[log])
     st = sol.settings

@@ -7,7 +7,9 @@
 A callback records, after every step, the wall time since the fit began, the loss and the
 relative L2 error on the physical domain against the exact solution at ``--eval-points`` random
 points (for ``box-source`` also with the resonant modes removed, :func:`helmpinn.waves.box_source_error`).
-The seconds the callback spends are subtracted from the clock it reports (the run's own time
+The gap and the point count shown are the run's at its last evaluation (the step before: the
+callbacks run before a step's own evaluation). The seconds the callback spends are subtracted
+from the clock it reports (the run's own time
 limit counts them, so a run does a little less than it could). Run on a quiet machine.
 """
 from __future__ import annotations
