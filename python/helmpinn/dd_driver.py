@@ -52,8 +52,8 @@ sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
 - Gauss-Newton with Marquardt damping and Nielsen's λ rule, CG to 1e-3 or 200 iterations, the output-layer coarse
   space; 200 iterations at most, stopping when the loss falls by less than 1% over 10; the
   points grow by LM's rule (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap
-  exceeds 3 (box-source at 5 wavelengths fits its 16,000 points rather than the field from
-  about step 20 on: gap 5, error 1.3e-2 at step 37);
+  exceeds 3 (without it box-source at 5 wavelengths came to fit its points rather than the
+  field: docs/benchmarks.md);
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
   constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
   papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where

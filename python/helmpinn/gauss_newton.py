@@ -33,8 +33,8 @@ the linear model predicted a decrease (``rho`` the ratio), else λ grows and ano
 with the same linearisation; ``update`` is the rule (:func:`helmpinn.lm.next_damping`), Nielsen's
 by default here (λ falls by up to 3 on acceptance, the more the better the model predicted, and
 grows by a doubling factor on rejection): the fixed rule's ``λ /= 3`` after every acceptance made
-every other step of the decomposed runs a rejected trial (box-source at 5 wavelengths, 5 × 5
-subdomains: 4.5e-3 after 120 s with Nielsen's rule, 1.3e-2 with the fixed one). ``damping="marquardt"`` (default, D = diag(JᵀJ):
+every other step of the decomposed runs a rejected trial (docs/benchmarks.md).
+``damping="marquardt"`` (default, D = diag(JᵀJ):
 every subnetwork's parameters damped on their own scale, which the decomposed models need far
 more than one network does) or ``"identity"`` (D = 1, the initial ``lam`` relative to the mean
 of ``diag(JᵀJ)``, :mod:`helmpinn.lm`'s default). Optional geodesic
@@ -83,8 +83,7 @@ __all__ = ["GNStep", "MatrixFreeGN", "SPARSE_COARSE_ABOVE"]
 
 #: Coarse systems of more unknowns than this are assembled and factored sparse (SuperLU): a
 #: subdomain's output layer couples only to its neighbours', and the dense factor's
-#: (66 s)³/3 flops for s subdomains of 1,154 parameters would dominate a step from about 100
-#: subdomains on.
+#: (66 s)³/3 flops for s subdomains of 1,154 parameters grow faster than the rest of a step.
 SPARSE_COARSE_ABOVE = 3000
 
 
@@ -170,8 +169,8 @@ class MatrixFreeGN:
     ("marquardt" or "identity"), ``lam_min`` / ``lam_max``, ``max_trials``, ``cg_tol`` (CG stops
     at ``‖residual‖ <= cg_tol ‖Jᵀr‖``), ``cg_maxiter``, ``coarse`` ("last_layer" or None),
     ``products`` ("core32", default: CG's jvp/vjp by the core in float32, the residuals, Jᵀr and
-    the trials staying float64: CG iterations 1.5 times faster on box-source at 5 wavelengths,
-    with the same error after each of 20 steps to within the run-to-run spread; "core": the same
+    the trials staying float64: faster CG iterations, and the same errors step by step within
+    the runs' spread, docs/benchmarks.md; "core": the same
     in float64, memory O(R + P) either way; "blocks": the Jacobian blocks kept, memory
     Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
     ("float32", default: the blocks' Gram matrices by ssyrk, twice dsyrk's rate, and their
@@ -181,8 +180,7 @@ class MatrixFreeGN:
     ``blas_threads`` (the BLAS's threads for the Gram matrices and the factors, as
     :class:`helmpinn.LevenbergMarquardt`'s: "auto", None or an int; CG runs with one BLAS
     thread whatever this says, because its block solves alternate with the engine's products
-    and idle BLAS threads spin against the engine's OpenMP threads: that halved a CG
-    iteration's time on 2 cores).
+    and idle BLAS threads spin against the engine's OpenMP threads).
     """
 
     def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
