@@ -32,16 +32,22 @@ def test_cg_step_equals_dense(coarse, products, damping, gram):
     assert 1 <= it < 2000
 
 
-def test_float32_products_give_the_dense_step_within_their_rounding():
-    """``products="core32"``: CG's products in float32, the right-hand side Jᵀr in float64; the
-    step equals the dense one to float32's rounding amplified by the system's condition."""
+def _marquardt_case():
+    """A 2-D case with a PML and the hard constraint: its residuals, θ, J, r, JᵀJ, a λ of 1e-2
+    times the mean of diag(JᵀJ) (fewer rows than parameters: a tame system) and Marquardt's D."""
     model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
     res = model.residuals_for(rows)
     theta = model.params.copy()
     J, r = res.jacobian(theta), res.residuals(theta)
     G = J.T @ J
     lam = 1e-2 * float(np.mean(np.diag(G)))
-    D = np.maximum(np.diag(G), 1e-12 * np.diag(G).max())
+    return res, theta, J, r, G, lam, np.maximum(np.diag(G), 1e-12 * np.diag(G).max())
+
+
+def test_float32_products_give_the_dense_step_within_their_rounding():
+    """``products="core32"``: CG's products in float32, the right-hand side Jᵀr in float64; the
+    step equals the dense one to float32's rounding amplified by the system's condition."""
+    res, theta, J, r, G, lam, D = _marquardt_case()
     dense = np.linalg.solve(G + lam * np.diag(D), J.T @ r)
     gn = MatrixFreeGN(res, products="core32", cg_tol=1e-6, cg_maxiter=2000)
     delta, it = gn.direction(theta, lam)
@@ -53,13 +59,7 @@ def test_float32_products_give_the_dense_step_within_their_rounding():
 def test_deflated_cg_step_equals_dense(products):
     """The deflated two-level preconditioner (A-DEF2, CG started from Q b) gives the dense
     Gauss-Newton step too, in fewer iterations than the additive one on this case."""
-    model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
-    res = model.residuals_for(rows)
-    theta = model.params.copy()
-    J, r = res.jacobian(theta), res.residuals(theta)
-    G = J.T @ J
-    lam = 1e-2 * float(np.mean(np.diag(G)))
-    D = np.maximum(np.diag(G), 1e-12 * np.diag(G).max())
+    res, theta, J, r, G, lam, D = _marquardt_case()
     A, b = G + lam * np.diag(D), J.T @ r
     dense = np.linalg.solve(A, b)
     its = {}

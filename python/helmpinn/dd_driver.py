@@ -61,7 +61,6 @@ sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
 """
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import os
@@ -269,33 +268,19 @@ def load_model(path: str | os.PathLike) -> Any:
 
 # -- the driver ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class GNSettings:
-    """The Gauss-Newton run's settings: the stall stop (the loss fell by less than a factor
-    ``stall_factor`` over ``stall_window`` steps), the growth of the points
-    (:class:`helmpinn.drivers.PointsGrowth`, LM's rule and defaults: ``grow_gap``,
-    ``grow_patience``, ``grow_factor``, ``grow_max``; the solver's memory grows linearly with
-    the points, so no budget caps it) and ``options``, keywords of
+class GNSettings(LMSettings):
+    """The Gauss-Newton run's settings: :class:`~helmpinn.drivers.LMSettings`' stall stop and
+    growth of the points (:class:`~helmpinn.drivers.PointsGrowth`; the solver's memory grows
+    linearly with the points, so no budget caps it), with ``options`` the keywords of
     :class:`helmpinn.gauss_newton.MatrixFreeGN` (``lam``, ``damping``, ``cg_tol``,
     ``cg_maxiter``, ``coarse``, ``products``, ``geodesic``, ``gram``, ...; its constructor checks
     them)."""
 
-    stall_window: int = 10
-    stall_factor: float = 0.99
-    options: Mapping[str, Any] = field(default_factory=dict)
-    grow_gap: float | None = LM_GROW_GAP
-    grow_patience: int = LM_GROW_PATIENCE
-    grow_factor: float = LM_GROW_FACTOR
-    grow_max: float = LM_GROW_MAX
-
-    def __post_init__(self) -> None:
-        LMSettings(self.stall_window, self.stall_factor, {}, self.grow_gap, self.grow_patience,
-                   self.grow_factor, self.grow_max)   # the same stall and growth rules, checked there
+    @staticmethod
+    def solver() -> tuple[str, Any]:
         from .gauss_newton import MatrixFreeGN
 
-        known = set(inspect.signature(MatrixFreeGN).parameters) - {"residuals", "comm"}
-        unknown = set(self.options) - known
-        if unknown:
-            raise ValueError(f"Gauss-Newton options: unknown {sorted(unknown)}; known: {sorted(known)}")
+        return "Gauss-Newton", MatrixFreeGN
 
 
 @dataclass

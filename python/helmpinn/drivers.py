@@ -334,12 +334,19 @@ class LMSettings:
             raise ValueError(f"grow_factor must be a finite number > 1, got {self.grow_factor}")
         if not (self.grow_max >= 1 and math.isfinite(self.grow_max)):
             raise ValueError(f"grow_max must be a finite number >= 1, got {self.grow_max}")
-        from .lm import LevenbergMarquardt
-
-        known = set(inspect.signature(LevenbergMarquardt).parameters) - {"residuals", "comm"}
+        name, solver = self.solver()
+        known = set(inspect.signature(solver).parameters) - {"residuals", "comm"}
         unknown = set(self.options) - known
         if unknown:
-            raise ValueError(f"Levenberg-Marquardt options: unknown {sorted(unknown)}; known: {sorted(known)}")
+            raise ValueError(f"{name} options: unknown {sorted(unknown)}; known: {sorted(known)}")
+
+    @staticmethod
+    def solver() -> tuple[str, Any]:
+        """The solver whose keywords ``options`` are, and its name (a subclass for another
+        solver with the same run rules overrides it)."""
+        from .lm import LevenbergMarquardt
+
+        return "Levenberg-Marquardt", LevenbergMarquardt
 
 
 class LMDriver(Driver):
