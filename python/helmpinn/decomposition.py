@@ -485,6 +485,7 @@ class DecomposedResiduals:
         self.target = np.empty(2 * n)
         self.target[0::2], self.target[1::2] = rows.f.real, rows.f.imag
         self.parts: list[dict[str, Any]] = []
+        self._theta32: tuple[bytes | None, Any] = (None, None)   # θ's bytes and its float32 copy
         with distributed.collective(self.comm, "building the decomposed residuals"):
             pieces = list(model.pieces(rows.x))
             sizes = [model.specs[sd["level"]].num_params for sd in model.subdomains]
@@ -530,8 +531,8 @@ class DecomposedResiduals:
         """θ in ``dtype`` (the float32 copy kept while θ is unchanged)."""
         if dtype == "float64":
             return theta
-        key = (theta.__array_interface__["data"][0], theta.tobytes())
-        if getattr(self, "_theta32", (None,))[0] != key:
+        key = theta.tobytes()
+        if self._theta32[0] != key:
             self._theta32 = (key, theta.astype(np.float32))
         return self._theta32[1]
 

@@ -468,10 +468,13 @@ class MatrixFreeGN:
         """The step δ of ``(JᵀJ + λD) δ = Jᵀr`` at θ (default: the current λ, absolute) and the
         CG iterations it took; nothing changes."""
         times = {"jacobian": 0.0, "gram": 0.0}
-        s = self.linearize(np.ascontiguousarray(theta, np.float64), times)
         lam = self.lam if lam is None else float(lam)
-        D = self._D(s)
-        delta, _, it = self.cg(s, lam, D, s["g"], self.preconditioner(s, lam, D))
+        with blas_limit(self.blas_threads):   # the BLAS threads as in step
+            s = self.linearize(np.ascontiguousarray(theta, np.float64), times)
+            D = self._D(s)
+            M = self.preconditioner(s, lam, D)
+        with blas_limit(1):
+            delta, _, it = self.cg(s, lam, D, s["g"], M)
         return self.res.gather(delta), it
 
     # -- one iteration -------------------------------------------------------------------------
