@@ -21,16 +21,8 @@ import time
 import numpy as np
 
 import helmpinn as hp
+from bench_time_to_accuracy import parse_problem   # 'name:opt=value' (its ';' or ':' separate options)
 from helmpinn import waves
-
-
-def parse_problem(text: str):
-    name, _, opts = text.partition(":")
-    kw = {}
-    for item in filter(None, opts.split(",")):
-        k, _, v = item.partition("=")
-        kw[k] = float(v) if any(c in v for c in ".e") else int(v)
-    return name, kw
 
 
 def main() -> None:
@@ -45,8 +37,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.threads:
         hp.set_num_threads(a.threads)
-    name, kw = parse_problem(a.problem)
-    problem = hp.get_problem(name, **kw)
+    problem, _ = parse_problem(a.problem)
     rng = np.random.default_rng(a.seed + 1)
     lo, hi = problem.domain.bounds
     x = lo + rng.uniform(size=(a.eval_points, problem.dim)) * (hi - lo)
@@ -58,7 +49,7 @@ def main() -> None:
         if t0[0] is None:
             t0[0] = t
         u = trainer.model.predict(x)
-        if name == "box-source":
+        if problem.name == "box-source":
             e = waves.box_source_error(u, exact, x, problem.wavenumber)
             err, raw = e["modes_removed"], e["raw"]
         else:
