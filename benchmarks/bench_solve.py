@@ -2,7 +2,7 @@
 """``hp.solve`` with its defaults on a built-in problem, the error against time.
 
     PYTHONPATH=python python benchmarks/bench_solve.py --problem box-source:wavelengths=5 \
-        --time-limit 300 [--threads 2] [--json out.json]
+        --time-limit 300 [--threads 2] [--json out.json] [--pml-share S]
 
 A callback records, after every step, the wall time since the fit began, the loss and the
 relative L2 error on the physical domain against the exact solution at ``--eval-points`` random
@@ -33,11 +33,17 @@ def main() -> None:
     ap.add_argument("--eval-points", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--pml-share", type=float, default=None,
+                    help="the problem's pml_share (the share of the PDE points drawn in its PML)")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args()
     if a.threads:
         hp.set_num_threads(a.threads)
     problem, _ = parse_problem(a.problem)
+    if a.pml_share is not None:
+        if problem.pml is None or not 0 <= a.pml_share < 1:
+            ap.error(f"--pml-share: a share in [0, 1) for a problem with a PML, got {a.pml_share} for {a.problem}")
+        problem.pml_share = a.pml_share
     rng = np.random.default_rng(a.seed + 1)
     lo, hi = problem.domain.bounds
     x = lo + rng.uniform(size=(a.eval_points, problem.dim)) * (hi - lo)

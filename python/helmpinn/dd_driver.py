@@ -72,8 +72,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .batch import TERMS
 from .decomposition import FORMAT, BoxConstraint, DecomposedModel, Level, Rows
-from .defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE
-from .drivers import DRIVERS, Driver, LMSettings, NonFiniteStep, PointsGrowth, StepInfo
+from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -293,7 +292,7 @@ class GNStepInfo(StepInfo):
     accepted: bool = True
 
 
-class GNDriver(Driver):
+class GNDriver(DampedDriver):
     """Matrix-free Gauss-Newton (:class:`helmpinn.gauss_newton.MatrixFreeGN`) on a decomposed
     model's residuals at the run's points (module docstring). The history's rate is λ; stops by
     itself when no trial lowers the loss at the largest damping, and (through the loop) on a
@@ -302,17 +301,9 @@ class GNDriver(Driver):
 
     name = "gn"
     trains_own_loss = True   # a model that computes its own loss (no core workspace in the Trainer)
-
-    def __init__(self, settings: GNSettings | None = None, *, stall_window: int = 10,
-                 stall_factor: float = 0.99, grow_gap: float | None = LM_GROW_GAP,
-                 grow_patience: int = LM_GROW_PATIENCE, grow_factor: float = LM_GROW_FACTOR,
-                 grow_max: float = LM_GROW_MAX, **options: Any):
-        self.settings = settings if settings is not None else GNSettings(
-            stall_window, stall_factor, options, grow_gap, grow_patience, grow_factor, grow_max)
-        self.stall = (int(self.settings.stall_window), float(self.settings.stall_factor))
-        self.gn: Any = None
-        self.log: list[dict[str, Any]] = []
-        self.growth = PointsGrowth(self.settings)
+    settings_class = GNSettings
+    gn: Any = None   # the MatrixFreeGN, from start
+    log: list[dict[str, Any]] = []   # one entry per step (a new list from start)
 
     def start(self, run: "Trainer", steps: int) -> None:
         from .gauss_newton import MatrixFreeGN

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .trainer import Trainer
 
 __all__ = ["Driver", "StepInfo", "NonFiniteStep", "AdamDriver", "AdamSettings", "LBFGSDriver",
-           "LBFGSSettings", "LMDriver", "LMSettings", "make_driver", "DRIVERS"]
+           "LBFGSSettings", "DampedDriver", "LMDriver", "LMSettings", "make_driver", "DRIVERS"]
 
 
 class NonFiniteStep(FloatingPointError):
@@ -349,7 +349,23 @@ class LMSettings:
         return "Levenberg-Marquardt", LevenbergMarquardt
 
 
-class LMDriver(Driver):
+class DampedDriver(Driver):
+    """A driver run by an :class:`LMSettings` (``settings_class``, a subclass of it for another
+    solver): its stall stop (``self.stall``) and the growth of its points (``self.growth``), from
+    ``settings`` or from the keywords (the solver's ``options`` among them)."""
+
+    settings_class: ClassVar[type] = LMSettings
+
+    def __init__(self, settings: LMSettings | None = None, *, stall_window: int = 10, stall_factor: float = 0.99,
+                 grow_gap: float | None = LM_GROW_GAP, grow_patience: int = LM_GROW_PATIENCE,
+                 grow_factor: float = LM_GROW_FACTOR, grow_max: float = LM_GROW_MAX, **options: Any):
+        self.settings = settings if settings is not None else self.settings_class(
+            stall_window, stall_factor, options, grow_gap, grow_patience, grow_factor, grow_max)
+        self.stall = (int(self.settings.stall_window), float(self.settings.stall_factor))
+        self.growth = PointsGrowth(self.settings)
+
+
+class LMDriver(DampedDriver):
     """Levenberg-Marquardt (:class:`helmpinn.lm.LevenbergMarquardt`) on the run's residuals.
 
     A step is one linearisation and up to ``max_trials`` damped trials; the history's rate is λ
@@ -362,15 +378,7 @@ class LMDriver(Driver):
     """
 
     name = "lm"
-
-    def __init__(self, settings: LMSettings | None = None, *, stall_window: int = 10, stall_factor: float = 0.99,
-                 grow_gap: float | None = LM_GROW_GAP, grow_patience: int = LM_GROW_PATIENCE,
-                 grow_factor: float = LM_GROW_FACTOR, grow_max: float = LM_GROW_MAX, **options: Any):
-        self.settings = settings if settings is not None else LMSettings(
-            stall_window, stall_factor, options, grow_gap, grow_patience, grow_factor, grow_max)
-        self.stall = (int(self.settings.stall_window), float(self.settings.stall_factor))
-        self.lm: Any = None
-        self.growth = PointsGrowth(self.settings)
+    lm: Any = None   # the LevenbergMarquardt, from start
 
     def start(self, run: "Trainer", steps: int) -> None:
         from .lm import LevenbergMarquardt
