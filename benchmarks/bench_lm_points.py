@@ -1,15 +1,14 @@
-"""Levenberg-Marquardt's error per iteration with ``hp.solve``'s defaults on the sound-hard
-cylinder with a PML, written as a user writes it (``scatter-hard`` without its hints), or on a
-built-in as it is: the relative L2 error, the training and the validation loss and the number of
-points at every iteration, so that runs on a loaded machine compare by iterations.
+"""Levenberg-Marquardt's error per iteration with ``hp.solve``'s defaults on a built-in problem
+(the sound-hard cylinder with a PML by default): the relative L2 error, the training and the
+validation loss and the number of points at every iteration, so that runs on a loaded machine
+compare by iterations.
 
     PYTHONPATH=python python benchmarks/bench_lm_points.py --time-limit 300 --json out.json
-    PYTHONPATH=python python benchmarks/bench_lm_points.py --problem scatter-hard --keep-hints
+    PYTHONPATH=python python benchmarks/bench_lm_points.py --problem scatter-soft --threads 2
 
-Options: ``--problem`` (a built-in's name; default scatter-hard), ``--keep-hints`` (the
-built-in's own hints; default: emptied), ``--time-limit`` (seconds), ``--iterations``,
-``--threads``, ``--json FILE`` (the per-iteration table), ``--set KEY=VALUE`` (an ``hp.solve``
-override, a Python literal; repeatable).
+Options: ``--problem`` (a built-in's name; default scatter-hard), ``--time-limit`` (seconds),
+``--iterations``, ``--threads``, ``--json FILE`` (the per-iteration table), ``--set KEY=VALUE``
+(an ``hp.solve`` override, a Python literal; repeatable).
 """
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ import helmpinn as hp
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problem", default="scatter-hard")
-    ap.add_argument("--keep-hints", action="store_true")
     ap.add_argument("--time-limit", type=float, default=300.0)
     ap.add_argument("--iterations", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None)
@@ -35,8 +33,6 @@ def main(argv=None) -> int:
     if args.threads is not None:
         hp.set_num_threads(args.threads)
     problem = hp.get_problem(args.problem)
-    if not args.keep_hints:
-        problem.hints = {}
     overrides = {"eval_every": 1}
     if args.iterations is not None:
         overrides["steps"] = args.iterations

@@ -2,7 +2,7 @@
 """``hp.solve`` with its defaults on a built-in problem, the error against time.
 
     PYTHONPATH=python python benchmarks/bench_solve.py --problem box-source:wavelengths=5 \
-        --time-limit 300 [--threads 2] [--json out.json] [--pml-share S]
+        --time-limit 300 [--threads 2] [--json out.json] [--pml-share S] [--set KEY=VALUE]
 
 A callback records, after every step, the wall time since the fit began, the loss and the
 relative L2 error on the physical domain against the exact solution at ``--eval-points`` random
@@ -15,6 +15,7 @@ limit counts them, so a run does a little less than it could). Run on a quiet ma
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import time
 
@@ -33,6 +34,8 @@ def main() -> None:
     ap.add_argument("--eval-points", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an hp.solve override (a Python literal), repeatable: --set pde_points=24000")
     ap.add_argument("--pml-share", type=float, default=None,
                     help="the problem's pml_share (the share of the PDE points drawn in its PML)")
     ap.add_argument("--no-progress", action="store_true")
@@ -69,13 +72,18 @@ def main() -> None:
         spent[0] += time.perf_counter() - t
 
     start = time.perf_counter()
-    sol = hp.solve(problem, time_limit=a.time_limit, callbacks=[record], seed=a.seed, progress=not a.no_progress)
+    overrides = {}
+    for item in a.set:
+        key, _, value = item.partition("=")
+        overrides[key] = ast.literal_eval(value)
+    sol = hp.solve(problem, time_limit=a.time_limit, callbacks=[record], seed=a.seed, progress=not a.no_progress,
+                   **overrides)
     print(f"{a.problem}: {sol.settings.get('model', 'network')} / {sol.settings.get('optimizer')}, "
           f"{len(rows)} steps, stop: {sol.stop_reason}; last error {rows[-1]['error']:.3e} "
           f"(raw {rows[-1]['raw']:.3e}) at {rows[-1]['seconds']:.0f} s", flush=True)
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"problem": a.problem, "time_limit": a.time_limit, "threads": hp.get_num_threads(),
+            json.dump({"problem": a.problem, "overrides": overrides, "time_limit": a.time_limit, "threads": hp.get_num_threads(),
                        "steps": rows, "stop_reason": sol.stop_reason}, fh, indent=1)
 
 

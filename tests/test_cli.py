@@ -13,8 +13,8 @@ from conftest import no_gpu_reason
 from helmpinn.cli import main
 from helmpinn.model import Model
 
-TINY = ["--steps", "40", "--hidden", "16", "--layers", "2", "--fourier", "8", "--points", "64",
-        "--eval-every", "10", "--quiet"]
+TINY = ["--optimizer", "adam", "--steps", "40", "--hidden", "16", "--layers", "2", "--fourier", "8",
+        "--points", "64", "--eval-every", "10", "--quiet"]
 
 
 def test_problems_lists_builtins(capsys):

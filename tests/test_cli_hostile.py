@@ -23,8 +23,8 @@ from helmpinn.cli import main
 from helmpinn.model import Model
 from helmpinn.problems import list_problems, problem_options
 
-TINY = ["--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "32", "--eval-every", "0",
-        "--quiet", "--no-plots"]
+TINY = ["--optimizer", "adam", "--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "32",
+        "--eval-every", "0", "--quiet", "--no-plots"]
 BOOKKEEPING = {".helmpinn-manifest.json", ".helmpinn.lock"}
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "OMP_NUM_THREADS": "1"}
 

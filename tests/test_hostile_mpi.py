@@ -251,7 +251,7 @@ def _case(name: str, comm, out: str) -> None:
             return real(*args, **kw)
 
         dist.sample_shard = sample_shard
-        cli.main(["train", "--problem", "dirichlet2d", "--steps", "3", "--points", "64",
+        cli.main(["train", "--problem", "dirichlet2d", "--optimizer", "adam", "--steps", "3", "--points", "64",
                   "--bc-points", "32", "--hidden", "8", "--layers", "1", "--fourier", "4", "--quiet",
                   "--no-plots", "--out", os.path.join(out, "run")])
     else:

@@ -380,12 +380,17 @@ def test_cli_lm_resume(tmp_path):
 def test_cli_lm_solver_needs_lm(tmp_path, capsys):
     from helmpinn.cli import main
 
-    assert main(["train", "--problem", "plane1d", "--lm-solver", "cg", "--out", str(tmp_path)]) == 2
+    adam = ["train", "--problem", "plane1d", "--optimizer", "adam", "--out", str(tmp_path)]
+    assert main([*adam, "--lm-solver", "cg"]) == 2
     assert "--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm" in capsys.readouterr().err
-    assert main(["train", "--problem", "plane1d", "--lm-gram", "float32", "--out", str(tmp_path)]) == 2
+    assert main([*adam, "--lm-gram", "float32"]) == 2
     assert "go with --optimizer lm" in capsys.readouterr().err
-    assert main(["train", "--problem", "plane1d", "--no-lm-geodesic", "--out", str(tmp_path)]) == 2
+    assert main([*adam, "--no-lm-geodesic"]) == 2
     assert "go with --optimizer lm" in capsys.readouterr().err
+    # where the default (auto) picks a decomposed model, the same flags are refused too
+    wide = ["train", "--problem", "free-source", "--wavelengths", "6", "--out", str(tmp_path)]
+    assert main([*wide, "--lm-solver", "cg"]) == 2
+    assert "go with --optimizer lm; this run trains with gn (hp.solve's choice" in capsys.readouterr().err
 
 
 def test_cli_lm_geodesic_switch(tmp_path):
@@ -418,7 +423,7 @@ def test_general_operator_problem_pml():
     assert r @ r == pytest.approx(loss, rel=1e-12)
     # the problem's LM defaults: JᵀJ in float32, preconditioning CG on the float64 system
     d = lm_defaults(prob)
-    assert d["gram"] == "float32" and (d["ff_dim"], d["hidden"], d["pde_points"]) == (24, 48, 9500)
+    assert d["gram"] == "float32" and (d["ff_dim"], d["hidden"], d["pde_points"]) == (24, 48, 5500)
     h = tr.fit_lm(3, **lm_options(d))
     assert tr.lm.gram == "float32" and h.loss[-1] < h.loss[0]
 

@@ -378,7 +378,7 @@ def _worker_cli(comm, out: str) -> None:
                 writes.append(p)
 
     sys.addaudithook(hook)
-    rc = main(["train", "--problem", "dirichlet2d", "--steps", "10", "--points", "64",
+    rc = main(["train", "--problem", "dirichlet2d", "--optimizer", "adam", "--steps", "10", "--points", "64",
                "--bc-points", "32", "--hidden", "8", "--layers", "1", "--fourier", "4",
                "--eval-every", "5", "--checkpoint-every", "5", "--quiet", "--out", target])
     assert rc == 0, rc

@@ -66,8 +66,8 @@ def test_lm_stops_at_the_largest_damping():
 
 
 # -- the CLI's options reach the run ------------------------------------------------------------------
-BASE = ["train", "--problem", "plane1d", "--k", "5", "--hidden", "8", "--layers", "1", "--fourier", "4",
-        "--points", "60", "--eval-every", "0", "--quiet", "--no-plots"]
+BASE = ["train", "--problem", "plane1d", "--k", "5", "--optimizer", "adam", "--hidden", "8", "--layers", "1",
+        "--fourier", "4", "--points", "60", "--eval-every", "0", "--quiet", "--no-plots"]
 
 
 def run_cli(tmp_path, name, *extra):

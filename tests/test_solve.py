@@ -67,9 +67,23 @@ def test_solve_time_limit_covers_both_phases(monkeypatch):
     assert len(h.lr) == 7 and all(lam not in h.lr[:4] for lam in h.lr[4:])
 
 
-def test_cli_optimizer_auto(tmp_path):
+@pytest.mark.parametrize("flags", [["--optimizer", "auto"], []])
+def test_cli_optimizer_auto(tmp_path, flags):
+    """--optimizer auto, the CLI's default on the CPU, is hp.solve's choice (LM here)."""
     out = tmp_path / "run"
-    assert main(["train", "--problem", "plane1d", "--k", "4", "--optimizer", "auto", "--steps", "3", "--hidden", "8",
+    assert main(["train", "--problem", "plane1d", "--k", "4", *flags, "--steps", "3", "--hidden", "8",
                  "--layers", "1", "--fourier", "4", "--points", "60", "--quiet", "--no-plots", "--out", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["settings"]["optimizer"] == "lm" and metrics["lm"]["steps"] == 3 == metrics["final_step"]
+
+
+def test_cli_default_optimizer_on_a_gpu_is_adam():
+    """With --device cuda and no --optimizer the run takes Adam (LM and Gauss-Newton are CPU
+    only); the settings are resolved before the device is checked, so no GPU is needed here."""
+    from helmpinn.cli import _new_settings, build_parser
+
+    args = build_parser().parse_args(["train", "--problem", "plane1d", "--device", "cuda"])
+    problem = hp.get_problem("plane1d")
+    assert _new_settings(args, problem)["optimizer"] == "adam"
+    args = build_parser().parse_args(["train", "--problem", "plane1d"])
+    assert _new_settings(args, problem)["optimizer"] == "lm"

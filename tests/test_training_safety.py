@@ -14,8 +14,8 @@ from conftest import wait_for
 from helmpinn.cli import main
 from helmpinn.model import Model
 
-TINY = ["--hidden", "16", "--layers", "2", "--fourier", "8", "--points", "64", "--eval-every", "10",
-        "--quiet", "--no-plots"]
+TINY = ["--optimizer", "adam", "--hidden", "16", "--layers", "2", "--fourier", "8", "--points", "64",
+        "--eval-every", "10", "--quiet", "--no-plots"]
 #: What helmpinn train keeps in its output folder besides the outputs (helmpinn.runfiles).
 BOOKKEEPING = [".helmpinn-manifest.json", ".helmpinn.lock"]
 

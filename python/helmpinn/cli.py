@@ -3,8 +3,9 @@
 ``helmpinn train`` builds a built-in problem (or a user's, ``--problem path/to/file.py:make``:
 :func:`helmpinn.registry.get_problem`) with the options given as ``--NAME VALUE`` (a user's
 factory's keyword options too; an option the problem does not take is refused naming those it
-does), trains a model with settings derived from the problem
-(:func:`helmpinn.defaults.run_settings`; every one can be overridden) and writes
+does), trains a model with settings derived from the problem (the optimiser and the model
+:func:`helmpinn.solve` picks, unless ``--optimizer`` names one: :func:`helmpinn.solving.plan`,
+:func:`helmpinn.defaults.run_settings`; every setting can be overridden) and writes
 ``OUT/model.npz``, ``OUT/metrics.json`` and PNG figures (``solution.png``, ``error.png``,
 ``history.png``).
 
@@ -153,11 +154,12 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     m.add_argument("--dtype", choices=("float32", "float64"), help="floating point type")
     o = t.add_argument_group("training (default: chosen from the problem)")
     o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm", "gn", "auto"), default=None,
-                   help="adam (default; fused Adam), lbfgs (SciPy L-BFGS-B, float64), lm (Levenberg-Marquardt "
-                        "on the residuals, with its own defaults for model, points and precision: "
-                        "helmpinn.lm.lm_defaults), gn (a decomposed model, matrix-free Gauss-Newton: "
-                        "helmpinn.dd_driver) or auto (helmpinn.solve's choice: gn above a few wavelengths, "
-                        "else lm, after an Adam warm start when its dense system would not fit 2 GiB)")
+                   help="auto (the default on the CPU: helmpinn.solve's choice, gn above a few "
+                        "wavelengths, else lm, after an Adam warm start when its dense system would "
+                        "not fit 2 GiB), adam (fused Adam; the default with --device cuda), lbfgs "
+                        "(SciPy L-BFGS-B, float64), lm (Levenberg-Marquardt on the residuals, with its "
+                        "own defaults for model, points and precision: helmpinn.lm.lm_defaults) or gn "
+                        "(a decomposed model, matrix-free Gauss-Newton: helmpinn.dd_driver)")
     o.add_argument("--steps", type=int, help="Adam steps, or L-BFGS / LM iterations")
     o.add_argument("--lr", type=float, help="peak learning rate")
     o.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule")
@@ -323,12 +325,19 @@ def _make_problem(args: argparse.Namespace):
         raise _UsageError(f"problem {args.problem!r}: {exc}") from None
 
 
+def _chosen(args: argparse.Namespace) -> str:
+    """' (hp.solve's choice ...)' where the optimiser was not named on the command line."""
+    return "" if args.optimizer not in (None, "auto") else \
+        " (hp.solve's choice for this problem; --optimizer names another)"
+
+
 def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
     """The run's settings: the optimiser's defaults for ``problem``
     (:func:`helmpinn.solving.plan`), with what the command line gives instead."""
     from .solving import plan
 
-    optimizer = args.optimizer or "adam"
+    # hp.solve's choice; Adam on a GPU (LM and Gauss-Newton run on the CPU)
+    optimizer = args.optimizer or ("adam" if args.device == "cuda" else "auto")
     try:  # settings derived from the problem's numbers (an extreme --k overflows them)
         s = plan(problem, optimizer=optimizer)
     except (ValueError, ArithmeticError) as exc:
@@ -360,11 +369,13 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
         if args.lm_gram is not None:
             settings["lm"]["gram"] = args.lm_gram
     elif args.lm_solver is not None or args.lm_geodesic is not None or args.lm_gram is not None:
-        raise _UsageError("--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm")
+        raise _UsageError(f"--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm; this run "
+                          f"trains with {optimizer}{_chosen(args)}")
     if optimizer == "gn":   # a decomposed model (helmpinn.dd_driver)
         settings.update(gn=s["gn"], decomposition=s["decomposition"])
         if settings["lbfgs"] or settings["warm_start"]:
-            raise _UsageError("--lbfgs and --warm-start train one network; --optimizer gn trains a decomposed model")
+            raise _UsageError(f"--lbfgs and --warm-start train one network; this run trains a decomposed "
+                              f"model with gn{_chosen(args)}")
     return settings
 
 

@@ -65,6 +65,8 @@ def cylinder_scattered_field(x, k: float, radius: float, theta: float, hard: boo
 
 
 def _scatter(hard: bool, k: float, radius: float, theta: float, pml_width: float) -> Problem:
+    """The problem as a user would write it: no hints, its training settings are the general
+    defaults' (:mod:`helmpinn.defaults`; measurements in docs/benchmarks.md)."""
     where = "scatter-hard" if hard else "scatter-soft"
     k = real_number(where, "k", k, low=0.0, high=MAX_WAVENUMBER)
     radius = real_number(where, "radius", radius, low=0.0, high=_HALF, high_open=True)
@@ -86,17 +88,7 @@ def _scatter(hard: bool, k: float, radius: float, theta: float, pml_width: float
         bc = Dirichlet(lambda x: -incident(x))
     domain = BoxMinusBall(Box([-_HALF, -_HALF], [_HALF, _HALF]), Disk((0.0, 0.0), radius))
     return Problem(domain, kappa=k * k, source=None, bcs={"scatterer": bc}, exact=exact,
-                   wavenumber=k, pml=PML(pml_width), hints=_HINTS)
-
-
-#: What these problems keep beyond the general defaults (:mod:`helmpinn.defaults`, which give
-#: their loss weights, Adam's steps, LM's network and its float32 ``JᵀJ``): LM's 9500 + 2375
-#: fixed points, with which it was measured to reach 1e-3 in about 47 iterations (the
-#: points-per-wavelength rule gives 5500 + 1375, on which LM levels off near 2e-3: the
-#: cylinder's near field varies faster than the incident wave). LM's growing points
-#: (``LMSettings.grow_gap``) get there too, but later: the validation gap passes its threshold
-#: only once LM has levelled off, at about 70 iterations (measurements in docs/benchmarks.md).
-_HINTS = {"lm": {"pde_points": 9500, "bc_points": 2375}}
+                   wavenumber=k, pml=PML(pml_width))
 
 
 def scatter_hard(k: float = 2.0, radius: float = math.pi / 4, theta: float = 0.0,
