@@ -402,6 +402,33 @@ def test_cli_auto_and_gn_train_a_decomposed_model(monkeypatch, tmp_path):
     assert main(["train", "--optimizer", "gn", "--lbfgs", "3", *common[:-1], str(tmp_path / "x")]) == 2
 
 
+def test_cli_model_decomposed_with_adam(tmp_path, capsys):
+    """--model decomposed --optimizer adam: Adam on the decomposition hp.solve would build (its
+    Adam settings), resumable; the combinations that cannot run are refused naming the flags."""
+    out = tmp_path / "adam"
+    common = ["--problem", "box-source", "--wavelengths", "2", "--points", "500", "--hidden", "8",
+              "--fourier", "4", "--quiet", "--no-plots"]
+    assert main(["train", "--model", "decomposed", "--optimizer", "adam", "--steps", "3", "--eval-every", "3",
+                 *common, "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    s = metrics["settings"]
+    assert (s["optimizer"], s["model"], metrics["final_step"]) == ("adam", "decomposed", 3)
+    assert s["lr"] == dd_driver.ADAM_SETTINGS["lr"] and s["decomposition"]["grids"] == [[2, 2]]
+    model = load_model(out / "model.npz")
+    assert isinstance(model, TrainableDecomposedModel) and model.optimizer_state["step"] == 3
+    assert main(["train", "--resume", str(out), "--steps", "5", "--quiet", "--no-plots"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["history"]["step"][-1] == 5
+    capsys.readouterr()
+    bad = {("--model", "decomposed", "--optimizer", "lm"): "--model decomposed trains with --optimizer gn or adam",
+           ("--model", "network", "--optimizer", "gn"): "--optimizer gn trains a decomposed model",
+           ("--model", "decomposed", "--warm-start", "3"): "--lbfgs and --warm-start train one network",
+           ("--model", "decomposed", "--device", "cuda"): "a decomposed model trains on the CPU only"}
+    for flags, message in bad.items():
+        assert main(["train", *flags, *common, "--out", str(tmp_path / "bad")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_gn_settings_are_checked():
     with pytest.raises(ValueError, match=r"Gauss-Newton options: unknown \['solver'\]"):
         GNDriver(solver="cg")

@@ -153,6 +153,11 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     m.add_argument("--freeze-fourier", action="store_true", help="do not train B")
     m.add_argument("--dtype", choices=("float32", "float64"), help="floating point type")
     o = t.add_argument_group("training (default: chosen from the problem)")
+    o.add_argument("--model", choices=("auto", "network", "decomposed"), default=None,
+                   help="auto (default: helmpinn.solve's choice, a decomposed model above a few "
+                        "wavelengths), network (one network) or decomposed (windowed subnetworks "
+                        "over a grid of subdomains: helmpinn.dd_driver; trained with --optimizer gn, "
+                        "the default for it, or adam)")
     o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm", "gn", "auto"), default=None,
                    help="auto (the default on the CPU: helmpinn.solve's choice, gn above a few "
                         "wavelengths, else lm, after an Adam warm start when its dense system would "
@@ -338,8 +343,13 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
 
     # hp.solve's choice; Adam on a GPU (LM and Gauss-Newton run on the CPU)
     optimizer = args.optimizer or ("adam" if args.device == "cuda" else "auto")
+    kind = args.model or "auto"
+    if kind == "decomposed" and optimizer not in ("auto", "gn", "adam"):
+        raise _UsageError(f"--model decomposed trains with --optimizer gn or adam, not {optimizer}")
+    if kind == "network" and optimizer == "gn":
+        raise _UsageError("--optimizer gn trains a decomposed model, not --model network")
     try:  # settings derived from the problem's numbers (an extreme --k overflows them)
-        s = plan(problem, optimizer=optimizer)
+        s = plan(problem, model=kind, optimizer=optimizer)
     except (ValueError, ArithmeticError) as exc:
         why = str(exc) if isinstance(exc, ValueError) else "the settings derived from them overflow"
         raise _UsageError(f"problem {args.problem!r} with {_options_str(problem.options)}: {why}") from None
@@ -359,7 +369,7 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
                     for term, given in (("pde", args.w_pde), ("data", args.w_data), ("bc", args.w_bc))},
         "train_fourier": not args.freeze_fourier, "target": args.target, "seed": seed,
         "checkpoint_every": args.checkpoint_every or 0,
-        "optimizer": optimizer, "warm_start": pick("warm_start", args.warm_start),
+        "optimizer": optimizer, "model": s["model"], "warm_start": pick("warm_start", args.warm_start),
         "device": args.device or "cpu",
     }
     if optimizer == "lm":
@@ -371,12 +381,18 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
     elif args.lm_solver is not None or args.lm_geodesic is not None or args.lm_gram is not None:
         raise _UsageError(f"--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm; this run "
                           f"trains with {optimizer}{_chosen(args)}")
-    if optimizer == "gn":   # a decomposed model (helmpinn.dd_driver)
-        settings.update(gn=s["gn"], decomposition=s["decomposition"])
+    if s["model"] == "decomposed":   # (helmpinn.dd_driver)
+        settings.update(decomposition=s["decomposition"], **({"gn": s["gn"]} if optimizer == "gn" else {}))
         if settings["lbfgs"] or settings["warm_start"]:
             raise _UsageError(f"--lbfgs and --warm-start train one network; this run trains a decomposed "
-                              f"model with gn{_chosen(args)}")
+                              f"model with {optimizer}{_chosen(args)}")
     return settings
+
+
+def _decomposed(settings: dict[str, Any]) -> bool:
+    """Whether the run's model is a decomposed one (runs saved before "model" was a setting
+    trained one with "gn" only)."""
+    return settings.get("model", "decomposed" if settings.get("optimizer") == "gn" else "network") == "decomposed"
 
 
 def _new_model(settings: dict[str, Any], problem, threads: int | None):
@@ -391,14 +407,14 @@ def _new_model(settings: dict[str, Any], problem, threads: int | None):
         raise _UsageError(f"invalid model (--fourier {settings['fourier']}, --hidden {settings['hidden']}, "
                           f"--layers {settings['layers']}): {why}") from None
     _check_memory(settings, problem, spec, threads)
-    if settings["optimizer"] == "gn":
+    if _decomposed(settings):
         from .dd_driver import build_decomposed_model
         try:
             return build_decomposed_model(problem, settings["decomposition"], settings["fourier"],
                                           settings["hidden"], settings["layers"], seed=settings["seed"],
                                           sigma=settings["sigma"], dtype=settings["dtype"])
         except ValueError as exc:
-            raise _UsageError(f"--optimizer gn: {exc}") from None
+            raise _UsageError(f"--model decomposed: {exc}") from None
     with np.errstate(over="ignore"):  # an overflow is reported below, naming the option
         model = Model.create(problem.dim, settings["fourier"], settings["hidden"], settings["layers"],
                              dtype=settings["dtype"], seed=settings["seed"], fourier_sigma=settings["sigma"])
@@ -518,6 +534,9 @@ def _check_device(settings: dict[str, Any], ranks: int, resume: str | None) -> N
 
     flag = f"--device {settings['device']}"
     where = f"{flag}:" if resume is None else f"--resume {resume!r}: the run trains with {flag}, but"
+    if _decomposed(settings):
+        raise _UsageError(f"{where} a decomposed model trains on the CPU only (its subnetworks' "
+                          "products are host calls): use --device cpu, or --model network on the GPU")
     if settings.get("optimizer") == "lm":
         raise _UsageError(f"{where} --optimizer lm runs on the CPU only (Levenberg-Marquardt's "
                           "Jacobian and solves are host arrays): use --device cpu with it, or "
