@@ -303,7 +303,12 @@ class GNDriver(DampedDriver):
     trains_own_loss = True   # a model that computes its own loss (no core workspace in the Trainer)
     settings_class = GNSettings
     gn: Any = None   # the MatrixFreeGN, from start
-    log: list[dict[str, Any]] = []   # one entry per step (a new list from start)
+
+    def __init__(self, settings: GNSettings | None = None, **keywords: Any):
+        """``settings``, or :class:`~helmpinn.drivers.DampedDriver`'s keywords (the stall and
+        growth rules, the solver's options)."""
+        super().__init__(settings, **keywords)
+        self.log: list[dict[str, Any]] = []   # one entry per step of the current fit
 
     def start(self, run: "Trainer", steps: int) -> None:
         from .gauss_newton import MatrixFreeGN
