@@ -165,7 +165,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
                         "(SciPy L-BFGS-B, float64), lm (Levenberg-Marquardt on the residuals, with its "
                         "own defaults for model, points and precision: helmpinn.lm.lm_defaults) or gn "
                         "(a decomposed model, matrix-free Gauss-Newton: helmpinn.dd_driver)")
-    o.add_argument("--steps", type=int, help="Adam steps, or L-BFGS / LM iterations")
+    o.add_argument("--steps", type=int, help="Adam steps, or L-BFGS / LM / Gauss-Newton iterations")
     o.add_argument("--lr", type=float, help="peak learning rate")
     o.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule")
     o.add_argument("--points", type=int, help="interior collocation points per draw")
