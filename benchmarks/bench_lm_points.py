@@ -13,12 +13,12 @@ Options: ``--problem`` (a built-in's name; default scatter-hard), ``--time-limit
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import sys
 import time
 
 import helmpinn as hp
+from bench_time_to_accuracy import parse_overrides   # --set KEY=VALUE
 
 
 def main(argv=None) -> int:
@@ -36,9 +36,7 @@ def main(argv=None) -> int:
     overrides = {"eval_every": 1}
     if args.iterations is not None:
         overrides["steps"] = args.iterations
-    for item in args.set:
-        key, _, value = item.partition("=")
-        overrides[key] = ast.literal_eval(value)
+    overrides.update(parse_overrides(args.set))
     rows = []
 
     def clock_row(trainer, step):

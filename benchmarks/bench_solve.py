@@ -15,14 +15,13 @@ limit counts them, so a run does a little less than it could). Run on a quiet ma
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import time
 
 import numpy as np
 
 import helmpinn as hp
-from bench_time_to_accuracy import parse_problem   # 'name:opt=value' (its ';' or ':' separate options)
+from bench_time_to_accuracy import parse_overrides, parse_problem   # 'name:opt=value'; --set KEY=VALUE
 from helmpinn import waves
 
 
@@ -72,10 +71,7 @@ def main() -> None:
         spent[0] += time.perf_counter() - t
 
     start = time.perf_counter()
-    overrides = {}
-    for item in a.set:
-        key, _, value = item.partition("=")
-        overrides[key] = ast.literal_eval(value)
+    overrides = parse_overrides(a.set)
     sol = hp.solve(problem, time_limit=a.time_limit, callbacks=[record], seed=a.seed, progress=not a.no_progress,
                    **overrides)
     print(f"{a.problem}: {sol.settings.get('model', 'network')} / {sol.settings.get('optimizer')}, "

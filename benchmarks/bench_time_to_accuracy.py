@@ -51,6 +51,18 @@ def parse_problem(text: str):
     return hp.get_problem(name, **opts), text
 
 
+def parse_overrides(items) -> dict:
+    """``--set KEY=VALUE`` arguments as a dict of ``hp.solve`` overrides (each value a Python
+    literal)."""
+    import ast
+
+    overrides = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        overrides[key] = ast.literal_eval(value)
+    return overrides
+
+
 class Clock:
     """Training time with the error evaluations taken out; records (time, step, error)."""
 

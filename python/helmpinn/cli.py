@@ -382,7 +382,9 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
         raise _UsageError(f"--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm; this run "
                           f"trains with {optimizer}{_chosen(args)}")
     if s["model"] == "decomposed":   # (helmpinn.dd_driver)
-        settings.update(decomposition=s["decomposition"], **({"gn": s["gn"]} if optimizer == "gn" else {}))
+        settings["decomposition"] = s["decomposition"]
+        if optimizer == "gn":
+            settings["gn"] = s["gn"]
         if settings["lbfgs"] or settings["warm_start"]:
             raise _UsageError(f"--lbfgs and --warm-start train one network; this run trains a decomposed "
                               f"model with {optimizer}{_chosen(args)}")
