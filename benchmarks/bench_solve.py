@@ -4,7 +4,8 @@
     PYTHONPATH=python python benchmarks/bench_solve.py --problem box-source:wavelengths=5 \
         --time-limit 300 [--threads 2] [--json out.json] [--pml-share S] [--set KEY=VALUE]
 
-A callback records, after every step, the wall time since the fit began, the loss and the
+A callback records, after every step, the wall time since the fit began, the loss (and for
+Gauss-Newton its damping λ and CG iterations per trial), and the
 relative L2 error on the physical domain against the exact solution at ``--eval-points`` random
 points (for ``box-source`` also with the resonant modes removed, :func:`helmpinn.waves.box_source_error`).
 The gap and the point count shown are the run's at its last evaluation (the step before: the
@@ -64,10 +65,13 @@ def main() -> None:
             err = raw = float(np.linalg.norm(u - exact) / np.linalg.norm(exact))
         loss = trainer.history.loss[-1] if trainer.history.loss else float("nan")
         gap = trainer.last_gap
+        log = getattr(trainer.driver, "log", None)   # Gauss-Newton's: λ and CG iterations per step
+        gn = log[-1] if log and isinstance(log[-1], dict) and "cg" in log[-1] else {}
         rows.append({"step": step, "seconds": t - start - spent[0], "loss": loss, "error": err, "raw": raw,
-                     "gap": gap, "points": trainer.pde_points})
+                     "gap": gap, "points": trainer.pde_points, "lam": gn.get("lam"), "cg": gn.get("cg")})
         print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s loss {loss:.3e} error {err:.3e} (raw {raw:.3e}) "
-              f"gap {gap if gap is None else round(gap, 2)} points {trainer.pde_points}", flush=True)
+              f"gap {gap if gap is None else round(gap, 2)} points {trainer.pde_points}"
+              + (f" lam {gn['lam']:.1e} cg {gn['cg']}" if gn else ""), flush=True)
         spent[0] += time.perf_counter() - t
 
     start = time.perf_counter()

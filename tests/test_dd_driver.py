@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn import dd_driver
+from helmpinn import dd_driver, solving
 from helmpinn.cli import main
 from helmpinn.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
 from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows
-from helmpinn.drivers import AdamDriver
+from helmpinn.drivers import AdamDriver, LMDriver, mismatch
 
 SMALL = dict(ff_dim=4, hidden_dim=8, overlap=0.6)
 
@@ -70,10 +70,11 @@ def test_default_optimizer_of_a_decomposed_model_is_gn_and_one_network_drivers_a
     t.fit(1)
     assert isinstance(t.driver, GNDriver)
     for name in ("lm", "lbfgs"):
-        with pytest.raises(TypeError, match=f"optimizer '{name}' trains one network.*use optimizer='gn' or 'adam'"):
+        with pytest.raises(TypeError, match=f"optimizer '{name}' trains one network, not a decomposed model "
+                                            r"\(the model is a TrainableDecomposedModel\)"):
             t.fit(1, optimizer=name)
     net = hp.Trainer(p, hp.Model.create(2, 4, 8, 1, dtype="float64"), pde_points=100, bc_points=20, progress=False)
-    with pytest.raises(TypeError, match="optimizer 'gn': trains a helmpinn.decomposition.DecomposedModel"):
+    with pytest.raises(TypeError, match="optimizer 'gn' trains a decomposed model, not one network"):
         net.fit(1, optimizer="gn")
 
 
@@ -343,7 +344,7 @@ def test_solve_trains_a_decomposed_model_by_adam_when_asked():
     s = dd_driver.decomposed_settings(box(5.0), optimizer="adam")
     assert s["optimizer"] == "adam" and s["lr"] == dd_driver.ADAM_SETTINGS["lr"] and s["schedule"] == "constant"
     assert s["decomposition"] == dd_driver.decomposed_settings(box(5.0))["decomposition"]   # the same model
-    with pytest.raises(ValueError, match="optimizer: a decomposed model trains with 'gn' or 'adam', got 'lm'"):
+    with pytest.raises(ValueError, match="optimizer: a decomposed model trains with 'adam' or 'gn', got 'lm'"):
         dd_driver.decomposed_settings(p, optimizer="lm")
     sol = hp.solve(p, progress=False, model="decomposed", optimizer="adam", lr=1e-2, **{**TINY_DD, "steps": 20})
     assert sol.settings["model"] == "decomposed" and sol.settings["optimizer"] == "adam"
@@ -354,12 +355,29 @@ def test_solve_trains_a_decomposed_model_by_adam_when_asked():
     assert given.model.params is mine.params and given.settings["optimizer"] == "adam" and given.history.step == [1, 2]
 
 
+def test_one_table_says_which_optimiser_trains_which_model():
+    from helmpinn.drivers import DRIVERS
+
+    assert {name: d.trains for name, d in DRIVERS.items()} == {
+        "adam": ("network", "decomposed"), "lbfgs": ("network",), "lm": ("network",), "gn": ("decomposed",)}
+    assert mismatch("network", "adam") is None and mismatch("decomposed", "adam") is None
+    assert mismatch("decomposed", "lbfgs") == "trains one network, not a decomposed model"
+    assert mismatch("network", "gn") == "trains a decomposed model, not one network"
+    assert mismatch("decomposed", GNDriver()) is None
+
+
 def test_solve_refuses_mismatched_choices():
     p = box(2.0)
-    with pytest.raises(ValueError, match="optimizer 'lm' trains one network"):
+    with pytest.raises(ValueError, match=r"optimizer 'lm' trains one network, not a decomposed model "
+                                         r"\(model='decomposed'\)"):
         hp.solve(p, model="decomposed", optimizer="lm")
-    with pytest.raises(ValueError, match="optimizer 'gn' trains a decomposed model"):
+    with pytest.raises(ValueError, match="optimizer 'gn' trains a decomposed model, not one network"):
         hp.solve(p, model="network", optimizer="gn")
+    with pytest.raises(ValueError, match="optimizer 'lm' trains one network, not a decomposed model"):
+        hp.solve(p, model="decomposed", optimizer=LMDriver())   # a driver instance: its own table entry
+    # model "auto" with a driver picks a kind the driver trains: one network for LM on a wide problem
+    assert solving.plan(box(5.0), optimizer=LMDriver())["model"] == "network"
+    assert solving.plan(box(5.0), optimizer=GNDriver())["model"] == "decomposed"
     with pytest.raises(ValueError, match="model: expected one of"):
         hp.solve(p, model="grid")
     with pytest.raises(TypeError, match="model: expected 'auto'"):
@@ -419,8 +437,10 @@ def test_cli_model_decomposed_with_adam(tmp_path, capsys):
     assert main(["train", "--resume", str(out), "--steps", "5", "--quiet", "--no-plots"]) == 0
     assert json.loads((out / "metrics.json").read_text())["history"]["step"][-1] == 5
     capsys.readouterr()
-    bad = {("--model", "decomposed", "--optimizer", "lm"): "--model decomposed trains with --optimizer gn or adam",
-           ("--model", "network", "--optimizer", "gn"): "--optimizer gn trains a decomposed model",
+    bad = {("--model", "decomposed", "--optimizer", "lm"):
+           "--optimizer lm trains one network, not a decomposed model (--model decomposed)",
+           ("--model", "network", "--optimizer", "gn"):
+           "--optimizer gn trains a decomposed model, not one network (--model network)",
            ("--model", "decomposed", "--warm-start", "3"): "--lbfgs and --warm-start train one network",
            ("--model", "decomposed", "--device", "cuda"): "a decomposed model trains on the CPU only"}
     for flags, message in bad.items():

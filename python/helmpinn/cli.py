@@ -339,15 +339,15 @@ def _chosen(args: argparse.Namespace) -> str:
 def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
     """The run's settings: the optimiser's defaults for ``problem``
     (:func:`helmpinn.solving.plan`), with what the command line gives instead."""
+    from .drivers import mismatch
     from .solving import plan
 
     # hp.solve's choice; Adam on a GPU (LM and Gauss-Newton run on the CPU)
     optimizer = args.optimizer or ("adam" if args.device == "cuda" else "auto")
     kind = args.model or "auto"
-    if kind == "decomposed" and optimizer not in ("auto", "gn", "adam"):
-        raise _UsageError(f"--model decomposed trains with --optimizer gn or adam, not {optimizer}")
-    if kind == "network" and optimizer == "gn":
-        raise _UsageError("--optimizer gn trains a decomposed model, not --model network")
+    why = mismatch(kind, optimizer) if kind != "auto" else None
+    if why:
+        raise _UsageError(f"--optimizer {optimizer} {why} (--model {kind})")
     try:  # settings derived from the problem's numbers (an extreme --k overflows them)
         s = plan(problem, model=kind, optimizer=optimizer)
     except (ValueError, ArithmeticError) as exc:

@@ -72,7 +72,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .batch import TERMS
 from .decomposition import FORMAT, BoxConstraint, DecomposedModel, Level, Rows
-from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo
+from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo, mismatch
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -300,7 +300,7 @@ class GNDriver(DampedDriver):
     process. Sets ``run.gn`` (the MatrixFreeGN)."""
 
     name = "gn"
-    trains_own_loss = True   # a model that computes its own loss (no core workspace in the Trainer)
+    trains = ("decomposed",)
     settings_class = GNSettings
     gn: Any = None   # the MatrixFreeGN, from start
 
@@ -313,9 +313,6 @@ class GNDriver(DampedDriver):
     def start(self, run: "Trainer", steps: int) -> None:
         from .gauss_newton import MatrixFreeGN
 
-        if not isinstance(run.model, DecomposedModel):
-            raise TypeError(f"optimizer 'gn': trains a helmpinn.decomposition.DecomposedModel, "
-                            f"got {type(run.model).__name__} (use 'lm' for one network)")
         self.gn = MatrixFreeGN(self._residuals(run), **self.settings.options)
         state = run.model.optimizer_state
         if state and "gn_lambda" in state:
@@ -404,8 +401,10 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     ``optimizer="adam"``: the same model and points trained by Adam instead (the FBPINN
     papers' optimiser), :data:`ADAM_SETTINGS`' ``lr``, ``schedule``, ``steps`` and
     ``eval_every``."""
-    if optimizer not in ("gn", "adam"):
-        raise ValueError(f"optimizer: a decomposed model trains with 'gn' or 'adam', got {optimizer!r}")
+    if optimizer not in DRIVERS or mismatch("decomposed", optimizer):
+        raise ValueError(f"optimizer: a decomposed model trains with "
+                         f"{' or '.join(repr(n) for n, d in DRIVERS.items() if 'decomposed' in d.trains)}, "
+                         f"got {optimizer!r}")
     from . import _core
     from .defaults import LM_BOUNDARY_SHARE, auto_weights, default_settings, scale_wavenumber, wavelengths
 

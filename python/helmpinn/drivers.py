@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from .trainer import Trainer
 
 __all__ = ["Driver", "StepInfo", "NonFiniteStep", "AdamDriver", "AdamSettings", "LBFGSDriver",
-           "LBFGSSettings", "DampedDriver", "LMDriver", "LMSettings", "make_driver", "DRIVERS"]
+           "LBFGSSettings", "DampedDriver", "LMDriver", "LMSettings", "make_driver", "DRIVERS", "MODEL_KINDS",
+           "mismatch", "model_kind"]
 
 
 class NonFiniteStep(FloatingPointError):
@@ -73,12 +74,16 @@ class StepInfo:
 class Driver:
     """The interface between the run loop and an optimiser (see the module docstring).
 
-    Class attributes: ``name``; ``fixed_points`` (True: the loop never redraws the points under
-    this optimiser, whatever ``resample_every`` says); ``stall`` (``(window, factor)``: the
-    loop stops when the loss fell by less than ``factor`` over ``window`` steps; None: never).
+    Class attributes: ``name``; ``trains`` (the kinds of model it trains, of :data:`MODEL_KINDS`:
+    "network" for a :class:`helmpinn.Model`, "decomposed" for a model that computes its own loss,
+    :class:`helmpinn.decomposition.DecomposedModel`; :func:`mismatch` reads it); ``fixed_points``
+    (True: the loop never redraws the points under this optimiser, whatever ``resample_every``
+    says); ``stall`` (``(window, factor)``: the loop stops when the loss fell by less than
+    ``factor`` over ``window`` steps; None: never).
     """
 
     name: ClassVar[str] = "driver"
+    trains: ClassVar[tuple[str, ...]] = ("network",)
     fixed_points: ClassVar[bool] = False
     stall: tuple[int, float] | None = None
 
@@ -152,7 +157,7 @@ class AdamDriver(Driver):
     """
 
     name = "adam"
-    trains_own_loss = True   # also a model that computes its own loss (its ``objective``)
+    trains = ("network", "decomposed")   # a decomposed model through its ``objective``
 
     def __init__(self, settings: AdamSettings | None = None, **options: Any):
         self.settings = settings if settings is not None else AdamSettings(**options)
@@ -453,6 +458,28 @@ class LMDriver(DampedDriver):
 
 #: The drivers by name (``Trainer.fit(optimizer=NAME)``, ``helmpinn train --optimizer NAME``).
 DRIVERS: dict[str, type[Driver]] = {"adam": AdamDriver, "lbfgs": LBFGSDriver, "lm": LMDriver}
+
+
+#: The kinds of model, as a driver's ``trains`` and ``hp.solve(model=...)`` name them, in words.
+MODEL_KINDS = {"network": "one network", "decomposed": "a decomposed model"}
+
+
+def model_kind(model: Any) -> str:
+    """"decomposed" for a :class:`~helmpinn.decomposition.DecomposedModel`, else "network"."""
+    from .decomposition import DecomposedModel
+
+    return "decomposed" if isinstance(model, DecomposedModel) else "network"
+
+
+def mismatch(kind: str, optimizer: "str | Driver") -> str | None:
+    """Why ``optimizer`` (a name of :data:`DRIVERS`, or a driver) does not train a model of
+    ``kind`` (of :data:`MODEL_KINDS`), as the end of a sentence that names the optimiser
+    ("trains one network, not a decomposed model"), or None when it does. The drivers' ``trains``
+    is the one table behind ``hp.solve``'s, the CLI's and ``Trainer.fit``'s refusals."""
+    driver = optimizer if isinstance(optimizer, Driver) else DRIVERS.get(optimizer)
+    if driver is None or kind in driver.trains:
+        return None
+    return f"trains {' or '.join(MODEL_KINDS[k] for k in driver.trains)}, not {MODEL_KINDS[kind]}"
 
 
 def make_driver(name: str, **options: Any) -> Driver:

@@ -21,7 +21,7 @@ import numpy as np
 from . import dd_driver
 from .decomposition import DecomposedModel
 from .defaults import OPTIMIZERS, run_settings
-from .drivers import Driver, make_driver
+from .drivers import Driver, make_driver, mismatch
 from .model import Model
 from .problems import Problem, get_problem
 from .trainer import History, Trainer
@@ -101,18 +101,18 @@ def plan(problem: Problem, model: str = "auto", optimizer: str | Driver = "auto"
     if not isinstance(optimizer, (str, Driver)) or named not in ("auto", "gn", *OPTIMIZERS):
         raise ValueError(f"optimizer: expected 'auto', 'gn', one of {OPTIMIZERS} or a helmpinn.drivers.Driver, "
                          f"got {optimizer!r}")
-    if model == "auto":
-        model = "decomposed" if named == "gn" or (named == "auto" and dd_driver.should_decompose(problem)) \
+    if model == "auto":   # a decomposition above a few wavelengths, when the optimiser trains one
+        want = "decomposed" if named == "gn" or (named == "auto" and dd_driver.should_decompose(problem)) \
             else "network"
+        trains = optimizer.trains if isinstance(optimizer, Driver) else (want,)
+        model = want if want in trains else trains[0]
+    why = mismatch(model, optimizer if isinstance(optimizer, Driver) else named)
+    if why:
+        raise ValueError(f"optimizer {getattr(optimizer, 'name', named)!r} {why} (model={model!r})")
     if model == "decomposed":
-        if named not in ("auto", "gn", "adam"):
-            raise ValueError(f"optimizer {named!r} trains one network; a decomposed model trains with "
-                             f"'gn' or 'adam' (or give model='network')")
         settings = dd_driver.decomposed_settings(problem, optimizer="adam" if named == "adam" else "gn",
                                                  **(decomposition or {}))
     else:
-        if named == "gn":
-            raise ValueError("optimizer 'gn' trains a decomposed model; give model='decomposed' or 'auto'")
         if decomposition:
             raise ValueError("decomposition: given for one network (model='network')")
         settings = {**run_settings(problem, named, memory_bytes), "model": "network"}

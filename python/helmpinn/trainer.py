@@ -26,7 +26,7 @@ from .batch import TERMS, WEIGHTS, Batch
 from .dd_driver import trainable
 from .defaults import auto_weights, default_settings
 from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, NonFiniteStep, \
-    StepInfo, make_driver
+    StepInfo, make_driver, mismatch, model_kind
 from .model import Model
 from .optim import Adam, Schedule
 from .problems import Problem, TrainingSet
@@ -462,9 +462,9 @@ class Trainer:
         if steps < 0:
             raise ValueError(f"{what} must be >= 0, got {steps}")
         self._check_device()
-        if self.workspace is None and not getattr(driver, "trains_own_loss", False):
-            raise TypeError(f"optimizer {driver.name!r} trains one network (helmpinn.Model), not a "
-                            f"{type(self.model).__name__}: use optimizer='gn' or 'adam'")
+        why = mismatch(model_kind(self.model), driver)
+        if why:
+            raise TypeError(f"optimizer {driver.name!r} {why} (the model is a {type(self.model).__name__})")
         if not self._params_finite():
             raise ValueError("the model's parameters contain NaN or Inf; cannot train from them")
         state = self.model.optimizer_state or {}
