@@ -36,9 +36,11 @@ sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
 - the threshold: one network trained by Levenberg-Marquardt met its targets at 4 wavelengths
   (``free-source`` W = 2 with its PML, 8.7e-4) and 4.5 (the layered tutorial's point source,
   8.9e-4), and failed at 5 (``box-source`` W = 5: 0.29) and 7 (``free-source`` W = 5: 6.4e-2
-  with four times the points), so 2-D and 3-D problems above 4.5 are decomposed (3-D is not
-  measured); 1-D networks reach 4e-6 at 32 wavelengths (``plane1d`` k = 200), so 1-D ones only
-  above 32;
+  with four times the points), so 2-D and 3-D problems above 4.5 are decomposed; in 3-D
+  neither works yet at 4.6 (``cube3d`` k = 8π after 15 minutes: decomposed 0.66, one network
+  0.32; docs/benchmarks.md says what holds the decomposition back), so the 3-D threshold is the
+  2-D one until a 3-D sizing is measured; 1-D networks reach 4e-6 at 32 wavelengths
+  (``plane1d`` k = 200), so 1-D ones only above 32;
 - one level of ``ceil(0.85 w_a)`` subdomains along each axis
   (:data:`SUBDOMAINS_PER_WAVELENGTH`; the measured runs' 5 × 5 for 5 wavelengths, 6 × 6 for
   7), overlap 0.6, no coarse network level (a one-network level did not help the prototype;
