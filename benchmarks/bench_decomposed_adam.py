@@ -3,15 +3,17 @@
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_decomposed_adam.py \
         --wavelengths 5 --lr 1e-3 3e-3 1e-2 --marks 60 120 300
     PYTHONPATH=python OMP_NUM_THREADS=1 python benchmarks/bench_decomposed_adam.py --optimizer gn
+    PYTHONPATH=python python benchmarks/bench_decomposed_adam.py --problem free-source:wavelengths=5 --lr 3e-3
 
 For each learning rate (or once, with ``--optimizer gn``, hp.solve's Gauss-Newton): a fresh
 model of :func:`helmpinn.dd_driver.decomposed_settings` (the subdomains, subnetworks, points,
-weights and hard constraint of ``hp.solve`` on ``box-source``), trained through
-``Trainer.fit`` on its fixed points. At each mark (seconds from the fit's call, its set-up
-included, these evaluations not; the first step that ends after it) one line: the steps done,
-the loss, and the error on ``--eval-points`` uniform points of the box against the exact
-solution, with the resonant modes removed and raw (:func:`helmpinn.waves.box_source_error`, as
-benchmarks/bench_decomposed.py); the run ends at the last mark.
+weights and hard constraint of ``hp.solve`` on ``box-source``, or on ``--problem``), trained
+through ``Trainer.fit`` on its fixed points. At each mark (seconds from the fit's call, its
+set-up included, these evaluations not; the first step that ends after it) one line: the steps
+done, the loss, and the error on ``--eval-points`` uniform points of the physical domain
+against the exact solution, for ``box-source`` with the resonant modes removed and raw
+(:func:`helmpinn.waves.box_source_error`, as benchmarks/bench_decomposed.py); the run ends at
+the last mark.
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ import time
 import numpy as np
 
 import helmpinn as hp
-from helmpinn import waves
 from helmpinn.dd_driver import build_decomposed_model, decomposed_settings
 from helmpinn.drivers import make_driver
+
+from bench_time_to_accuracy import field_error, parse_problem   # 'name:opt=value'; the error (modes removed)
 
 
 def run(problem, settings, lr: float | None, a) -> list[dict]:
@@ -31,7 +34,8 @@ def run(problem, settings, lr: float | None, a) -> list[dict]:
     name = "gn" if lr is None else f"lr {lr:g}"
     s = settings
     model = build_decomposed_model(problem, s["decomposition"], s["ff_dim"], s["hidden"], s["layers"], seed=a.seed)
-    xt = np.random.default_rng(a.seed).uniform(0, 1, (a.eval_points, 2))
+    lo, hi = problem.domain.bounds   # the physical domain (a PML's layer left out)
+    xt = lo + np.random.default_rng(a.seed).uniform(size=(a.eval_points, problem.dim)) * (hi - lo)
     ut = problem.exact_at(xt)
     marks, rows = sorted(a.marks), []
     clock = {"start": 0.0, "aside": 0.0}
@@ -40,7 +44,7 @@ def run(problem, settings, lr: float | None, a) -> list[dict]:
         now = time.perf_counter()
         elapsed = now - clock["start"] - clock["aside"]
         while marks and elapsed >= marks[0]:
-            e = waves.box_source_error(trainer.model.predict(xt), ut, xt, problem.wavenumber)
+            e = field_error(problem, trainer.model.predict(xt), ut, xt)
             rows.append({"run": name, "mark": marks.pop(0), "seconds": elapsed, "steps": step,
                          "loss": trainer.history.loss[-1], **e})
             print(f"{name}: {rows[-1]['mark']:g} s (at {elapsed:.1f} s): {step} steps, loss "
@@ -63,7 +67,9 @@ def run(problem, settings, lr: float | None, a) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--wavelengths", type=float, default=5.0)
+    ap.add_argument("--wavelengths", type=float, default=5.0, help="box-source's (without --problem)")
+    ap.add_argument("--problem", default=None,
+                    help="another problem, 'name:opt=value' (free-source:wavelengths=5); default box-source")
     ap.add_argument("--optimizer", choices=["adam", "gn"], default="adam",
                     help="gn: hp.solve's Gauss-Newton on the same model and points, for comparison (--lr unused)")
     ap.add_argument("--lr", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
@@ -76,10 +82,10 @@ def main() -> None:
     ap.add_argument("--eval-points", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    problem = hp.get_problem("box-source", wavelengths=a.wavelengths)
+    problem, spec = parse_problem(a.problem or f"box-source:wavelengths={a.wavelengths:g}")
     s = decomposed_settings(problem)
     d = s["decomposition"]
-    print(f"box-source, {a.wavelengths:g} wavelengths: grids {d['grids']}, overlap {d['overlap']}, hard constraint "
+    print(f"{spec}: grids {d['grids']}, overlap {d['overlap']}, hard constraint "
           f"{d['constraint']}, subnetworks ff {s['ff_dim']} hidden {s['hidden']}x{s['layers']}, "
           f"{s['pde_points']} PDE + {s['bc_points']} boundary points; "
           + (f"Adam {a.schedule}, betas {a.betas}" if a.optimizer == "adam" else f"Gauss-Newton {s['gn']}"), flush=True)
