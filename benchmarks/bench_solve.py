@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 import helmpinn as hp
+from helmpinn.dd_driver import GNDriver
 from bench_time_to_accuracy import field_error, parse_overrides, parse_problem   # 'name:opt=value'; --set
 
 
@@ -60,8 +61,8 @@ def main() -> None:
         err, raw = e["modes_removed"], e["raw"]
         loss = trainer.history.loss[-1] if trainer.history.loss else float("nan")
         gap = trainer.last_gap
-        log = getattr(trainer.driver, "log", None)   # Gauss-Newton's: λ and CG iterations per step
-        gn = log[-1] if log and isinstance(log[-1], dict) and "cg" in log[-1] else {}
+        log = trainer.driver.log if isinstance(trainer.driver, GNDriver) else []   # λ, CG iterations per step
+        gn = log[-1] if log else {}
         rows.append({"step": step, "seconds": t - start - spent[0], "loss": loss, "error": err, "raw": raw,
                      "gap": gap, "points": trainer.pde_points, "lam": gn.get("lam"), "cg": gn.get("cg")})
         print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s loss {loss:.3e} error {err:.3e} (raw {raw:.3e}) "

@@ -126,6 +126,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     options (:func:`_problem_option_names`) are among ``train``'s, as a built-in problem's are."""
     from .geometry import METHODS
     from .optim import SCHEDULES
+    from .solving import MODELS
 
     parser = argparse.ArgumentParser(prog="helmpinn", description="Physics-informed neural networks "
                                      "for the Helmholtz equation with exact fused gradients.")
@@ -153,7 +154,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     m.add_argument("--freeze-fourier", action="store_true", help="do not train B")
     m.add_argument("--dtype", choices=("float32", "float64"), help="floating point type")
     o = t.add_argument_group("training (default: chosen from the problem)")
-    o.add_argument("--model", choices=("auto", "network", "decomposed"), default=None,
+    o.add_argument("--model", choices=MODELS, default=None,
                    help="auto (default: helmpinn.solve's choice, a decomposed model above a few "
                         "wavelengths), network (one network) or decomposed (windowed subnetworks "
                         "over a grid of subdomains: helmpinn.dd_driver; trained with --optimizer gn, "

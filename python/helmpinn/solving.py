@@ -21,7 +21,7 @@ import numpy as np
 from . import dd_driver
 from .decomposition import DecomposedModel
 from .defaults import OPTIMIZERS, run_settings
-from .drivers import Driver, make_driver, mismatch
+from .drivers import MODEL_KINDS, Driver, make_driver, mismatch, model_kind
 from .model import Model
 from .problems import Problem, get_problem
 from .trainer import History, Trainer
@@ -29,7 +29,7 @@ from .trainer import History, Trainer
 __all__ = ["solve", "Solution", "train", "plan", "MODELS"]
 
 #: What ``solve(model=...)`` takes by name.
-MODELS = ("auto", "network", "decomposed")
+MODELS = ("auto", *MODEL_KINDS)
 
 
 @dataclass
@@ -154,7 +154,7 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     if given is not None and not isinstance(given, (Model, DecomposedModel)):
         raise TypeError(f"model: expected 'auto', 'network', 'decomposed', a Model or a DecomposedModel, "
                         f"got {type(given).__name__}")
-    kind = model if given is None else "decomposed" if isinstance(given, DecomposedModel) else "network"
+    kind = model if given is None else model_kind(given)
     settings = {**plan(problem, kind, optimizer, memory_bytes=memory_bytes,
                        decomposition=overrides.get("decomposition")), "seed": 0}
     unknown = set(overrides) - set(settings)
