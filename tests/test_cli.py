@@ -55,6 +55,19 @@ def test_train_2d_3d_figures(tmp_path, problem, extra):
         assert (out / name).exists(), name
 
 
+def test_train_notes_a_box_near_resonance(tmp_path, capsys):
+    """dirichlet2d n = 8: the modes (1, 16) and (16, 1) lie π² from κ = 256π² (helmpinn.waves);
+    the run's announcement names them, and a box away from resonance gets no note."""
+    quiet = [arg for arg in TINY if arg != "--quiet"]
+    args = ["train", "--problem", "dirichlet2d", *quiet, "--steps", "2", "--bc-points", "16"]
+    assert main([*args, "--n", "8", "--out", str(tmp_path / "near")]) == 0
+    err = capsys.readouterr().err
+    assert "helmpinn: note: the closed box [0, 1] × [0, 1] is near resonance: its mode (1, 16)" in err
+    assert "amplified 256 times" in err
+    assert main([*args, "--n", "1.1", "--out", str(tmp_path / "far")]) == 0
+    assert "resonance" not in capsys.readouterr().err
+
+
 def test_bad_options(tmp_path, capsys):
     assert main(["train", "--problem", "plane1d", "--n", "3", "--out", str(tmp_path)]) == 2
     assert "takes no option --n" in capsys.readouterr().err

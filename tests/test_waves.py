@@ -110,3 +110,88 @@ def test_options_checked(bad):
         waves.box_source(bad)
     with pytest.raises(ValueError, match="s: expected"):
         waves.free_source(5, s=bad)
+
+
+def _mode_function(problem, mode):
+    """The eigenmode of −Δ the docstring of waves.BoxMode describes, written here from the
+    boundary conditions: sin for Dirichlet at both ends, cos for Neumann at both, the quarter-wave
+    sine (or its mirror) for one of each."""
+    lo, hi = problem.domain.bounds
+
+    def phi(x):
+        out = np.ones(len(x))
+        for axis, m in enumerate(mode):
+            s = (x[:, axis] - lo[axis]) / (hi[axis] - lo[axis])
+            ends = tuple(type(problem.bcs["xyz"[axis] + side]).__name__ for side in ("min", "max"))
+            out = out * {("Dirichlet", "Dirichlet"): lambda: np.sin(m * np.pi * s),
+                         ("Robin", "Robin"): lambda: np.cos(m * np.pi * s),
+                         ("Dirichlet", "Robin"): lambda: np.sin((m + 0.5) * np.pi * s),
+                         ("Robin", "Dirichlet"): lambda: np.cos((m + 0.5) * np.pi * s)}[ends]()
+        return out.astype(complex)
+    return phi
+
+
+def test_box_resonances_of_box_source():
+    modes = waves.box_resonances(waves.box_source(5), within=0.005)
+    assert sorted(m.mode for m in modes) == [(6, 8), (8, 6)]
+    assert all(math.isinf(m.amplification) for m in modes)
+    near = waves.box_resonances(hp.get_problem("dirichlet2d", n=8))   # κ = (16π)², modes m² + n² = 257
+    assert sorted(m.mode for m in near) == [(1, 16), (16, 1)]
+    assert math.isclose(near[0].amplification, 256, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("ends", [("D", "D"), ("N", "N"), ("D", "N"), ("N", "D")])
+def test_box_resonances_are_eigenmodes(ends):
+    """Each mode found is an eigenfunction of −Δ with its eigenvalue (finite differences) and
+    meets the boundary conditions; the amplification is κ/|κ − λ|."""
+    bc = {"D": hp.Dirichlet(0.0), "N": hp.Neumann()}
+    lam = (3.5 * math.pi / 2) ** 2 + (2 * math.pi) ** 2
+    p = hp.Problem(hp.geometry.Box([0.0, -0.5], [2.0, 0.5]), kappa=lam * 1.001,
+                   bcs={"xmin": bc[ends[0]], "xmax": bc[ends[1]], ("ymin", "ymax"): bc["N"]})
+    modes = waves.box_resonances(p, within=0.2)
+    assert modes and all(abs(m.eigenvalue - p.kappa) <= 0.2 * p.kappa for m in modes)
+    assert [m.amplification for m in modes] == sorted((m.amplification for m in modes), reverse=True)
+    rng = np.random.default_rng(5)
+    x = rng.uniform([0.2, -0.3], [1.8, 0.3], (40, 2))
+    for m in modes:
+        phi = _mode_function(p, m.mode)
+        assert np.allclose(-_lap4(phi, x, 1e-3), m.eigenvalue * phi(x), rtol=1e-6, atol=1e-6 * m.eigenvalue)
+        assert math.isclose(m.amplification, p.kappa / abs(p.kappa - m.eigenvalue), rel_tol=1e-12)
+        for axis, (a, b) in enumerate(zip(*p.domain.bounds)):
+            for side, wall in (("min", a), ("max", b)):
+                y = x.copy()
+                y[:, axis] = wall
+                e = np.zeros(2)
+                e[axis] = 1e-6
+                value = phi(y) if isinstance(p.bcs["xyz"[axis] + side], hp.Dirichlet) \
+                    else (phi(y + e) - phi(y - e)) / 2e-6
+                assert np.max(np.abs(value)) < 1e-6
+    if ends == ("D", "N"):   # the mode κ was put next to: x quarter-wave index 3, y cosine index 2
+        assert modes[0].mode == (3, 2) and math.isclose(modes[0].amplification, 1001, rel_tol=1e-9)
+
+
+def test_box_resonances_only_for_closed_boxes():
+    assert waves.box_resonances(waves.free_source(5)) is None                 # a PML
+    box = hp.geometry.Box([0, 0], [1, 1])
+    assert waves.box_resonances(hp.Problem(box, kappa=100.0, bcs={"*": hp.Sommerfeld(10.0)})) is None
+    assert waves.box_resonances(hp.Problem(box, kappa=lambda x: 100 + x[:, 0], bcs={"*": hp.Dirichlet()})) is None
+    assert waves.box_resonances(hp.Problem(box, kappa=100 + 1j, bcs={"*": hp.Dirichlet()})) is None
+    assert waves.box_resonances(hp.Problem(box, kappa=2 * math.pi ** 2 * 1.5, bcs={"*": hp.Dirichlet()})) == []
+    with pytest.raises(ValueError, match="within"):
+        waves.box_resonances(waves.box_source(5), within=0)
+
+
+def test_solve_warns_near_resonance():
+    """hp.solve names the mode and its amplification; a box away from resonance is quiet (the
+    test suite turns warnings into errors)."""
+    small = {"model": "network", "optimizer": "adam", "steps": 1, "pde_points": 64, "bc_points": 16,
+             "hidden": 8, "layers": 1, "ff_dim": 4}
+    k = 2 * math.pi * 6 / 1.6     # 6 wavelengths along x
+    near = hp.Problem(hp.geometry.Box([0, 0], [1.6, 1]), kappa=k * k, bcs={"*": hp.Dirichlet()},
+                      source=lambda x: np.ones(len(x), complex))
+    with pytest.warns(waves.ResonanceWarning, match=r"mode \(11, 3\).*amplified 3,600 times"):
+        hp.solve(near, progress=False, **small)
+    k = 2 * math.pi * 6 / 1.75    # the nearest mode 1.6% away: amplified 64 times
+    far = hp.Problem(hp.geometry.Box([0, 0], [1.75, 1]), kappa=k * k, bcs={"*": hp.Dirichlet()},
+                     source=lambda x: np.ones(len(x), complex))
+    hp.solve(far, progress=False, **small)

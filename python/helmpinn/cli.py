@@ -824,12 +824,17 @@ def _claim_outputs(run: _Run) -> None:
 
 
 def _announce(run: _Run) -> None:
+    from .waves import resonance_warning
+
     if run.quiet:
         return
     what = f"resuming at step {run.done} of" if run.done else "training for"
     print(f"helmpinn: {run.problem!r}\nhelmpinn: {run.model!r}, {run.settings['threads']} threads, "
           f"{what} {run.settings['steps']} steps, {run.trainer.pde_points} + {run.trainer.bc_points} points"
           + (f", {run.ranks} MPI ranks" if run.ranks > 1 else ""), file=sys.stderr)
+    words = resonance_warning(run.problem)
+    if words:
+        print(f"helmpinn: note: {words}", file=sys.stderr)
 
 
 def _train(run: _Run) -> _Trained:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -25,6 +26,7 @@ from .drivers import MODEL_KINDS, Driver, make_driver, mismatch, model_kind
 from .model import Model
 from .problems import Problem, get_problem
 from .trainer import History, Trainer
+from .waves import ResonanceWarning, resonance_warning
 
 __all__ = ["solve", "Solution", "train", "plan", "MODELS"]
 
@@ -144,7 +146,9 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     ``tol``, after ``time_limit`` seconds (by ``clock``), or on the optimiser's own stop.
     ``callbacks``: ``f(trainer, step)`` after every step (:class:`~helmpinn.Trainer`'s).
     ``comm``: over MPI ranks (one network: data-parallel; a decomposed model: its subdomains
-    split over the ranks); ``progress``: a bar.
+    split over the ranks); ``progress``: a bar. A closed box near resonance
+    (:func:`helmpinn.waves.box_resonances`: a mode of −Δ within 1% of κ) gets a
+    :class:`~helmpinn.waves.ResonanceWarning` (on rank 0).
     """
     if isinstance(problem, str):
         problem = get_problem(problem)
@@ -161,6 +165,9 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     if unknown:
         raise ValueError(f"solve: unknown settings {sorted(unknown)}; known: {sorted(settings)}")
     overrides.pop("decomposition", None)   # already applied by the plan
+    words = resonance_warning(problem)
+    if words and (comm is None or comm.Get_rank() == 0):
+        warnings.warn(words, ResonanceWarning, stacklevel=2)
     for name in ("lm", "gn"):
         if name in overrides:
             overrides = {**overrides, name: {**settings[name], **overrides[name]}}

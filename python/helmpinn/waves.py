@@ -29,15 +29,21 @@ box gives ``k = π W``. Our equation ``Δu + k²u = f`` takes ``f = −g``; the 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .geometry import Box
 from .pml import PML
-from .problems import Dirichlet, Problem
+from .problems import Dirichlet, Problem, Robin
 
-__all__ = ["box_source_solution", "free_source_field", "resonant_modes", "box_source_error"]
+__all__ = ["box_source_solution", "free_source_field", "resonant_modes", "box_source_error",
+           "BoxMode", "box_resonances", "ResonanceWarning", "resonance_warning"]
+
+
+class ResonanceWarning(UserWarning):
+    """A closed box whose κ lies near an eigenvalue of −Δ (:func:`resonance_warning`)."""
 
 
 def _positive(name: str, value) -> float:
@@ -119,6 +125,81 @@ def resonant_modes(x: ArrayLike, w: float, tol: float = 1e-9) -> NDArray[np.floa
             for m in range(1, K + 1) for n in range(1, K + 1)
             if abs(w * w - math.pi ** 2 * (m * m + n * n)) <= tol * w * w]
     return np.stack(cols, 1) if cols else np.zeros((len(x), 0))
+
+
+@dataclass(frozen=True)
+class BoxMode:
+    """An eigenmode of ``−Δ`` on a closed box: its index per axis (``sin(m π (x − lo)/L)`` for an
+    axis with Dirichlet conditions at both ends, m ≥ 1; ``cos`` for Neumann at both, m ≥ 0;
+    ``sin((m + ½) π (x − lo)/L)`` or its mirror for one of each, m ≥ 0), its ``eigenvalue`` and
+    ``amplification`` ``κ/|κ − eigenvalue|``: the factor by which a residual in that mode becomes
+    an error in u (``inf``: the mode solves the homogeneous problem)."""
+
+    mode: tuple[int, ...]
+    eigenvalue: float
+    amplification: float
+
+
+def box_resonances(problem: Problem, within: float = 0.01) -> list[BoxMode] | None:
+    """The eigenmodes of ``−Δ`` of a closed box problem whose eigenvalue lies within
+    ``within``·κ of κ (a residual in them is amplified at least ``1/within`` times), the
+    nearest first. A closed box: a :class:`~helmpinn.geometry.Box` or Interval without a PML,
+    every face Dirichlet or Neumann (Robin with α = 0), a real constant κ and no operator
+    coefficients (``a``, ``b``, density). None for any other problem (an absorbing boundary or
+    medium has no real resonance; a variable medium is not analysed)."""
+    within = _positive("within", within)
+    domain = problem.domain
+    if (not isinstance(domain, Box) or problem.pml is not None or problem.uses_operator
+            or callable(problem.kappa) or isinstance(problem.kappa, complex) or not problem.kappa > 0):
+        return None
+    kappa = float(problem.kappa)
+    per_axis = []
+    for axis in range(problem.dim):
+        ends = []
+        for side in ("min", "max"):
+            bc = problem.bcs["xyz"[axis] + side]
+            if isinstance(bc, Dirichlet):
+                ends.append("D")
+            elif isinstance(bc, Robin) and not callable(bc.alpha) and complex(bc.alpha) == 0:
+                ends.append("N")
+            else:
+                return None
+        shift = {"DD": 0.0, "NN": 0.0, "DN": 0.5, "ND": 0.5}["".join(ends)]
+        first = 1 if ends == ["D", "D"] else 0
+        length = float(domain.hi[axis] - domain.lo[axis])
+        top = int(math.sqrt(kappa * (1 + within)) * length / math.pi) + 1
+        m = np.arange(first, top + 1)
+        per_axis.append((m, ((m + shift) * math.pi / length) ** 2))
+    grids = np.meshgrid(*[lam for _, lam in per_axis], indexing="ij")
+    lam = sum(grids)
+    near = np.argwhere(np.abs(lam - kappa) <= within * kappa)
+    out = []
+    for idx in near:
+        ev = float(lam[tuple(idx)])
+        gap = abs(kappa - ev)
+        out.append(BoxMode(tuple(int(per_axis[a][0][i]) for a, i in enumerate(idx)), ev,
+                           math.inf if gap <= 1e-12 * kappa else kappa / gap))
+    return sorted(out, key=lambda r: -r.amplification)
+
+
+def resonance_warning(problem: Problem, within: float = 0.01) -> str | None:
+    """The words of :class:`ResonanceWarning` for ``problem`` (None when :func:`box_resonances`
+    finds no mode within ``within``·κ, or the problem is not a closed box)."""
+    modes = box_resonances(problem, within)
+    if not modes:
+        return None
+    lo, hi = problem.domain.bounds
+    box = " × ".join(f"[{a:g}, {b:g}]" for a, b in zip(lo, hi))
+    first = modes[0]
+    mode = f"({', '.join(map(str, first.mode))})" if len(first.mode) > 1 else str(first.mode[0])
+    if math.isinf(first.amplification):
+        what = f"its mode {mode} of −Δ solves the homogeneous problem: u is determined only up to it"
+    else:
+        what = (f"its mode {mode} of −Δ has eigenvalue {first.eigenvalue:.6g} against κ = {problem.kappa:.6g}, "
+                f"so a residual in it is amplified {first.amplification:,.0f} times in u")
+    return (f"the closed box {box} is near resonance: {what} ({len(modes)} mode(s) within "
+            f"{100 * within:g}% of κ: helmpinn.waves.box_resonances lists them). The error can stay "
+            f"large while the loss falls (the training guide, 'Closed boxes near resonance').")
 
 
 def box_source_error(u: ArrayLike, exact: ArrayLike, x: ArrayLike, w: float) -> dict[str, float]:
