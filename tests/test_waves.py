@@ -3,6 +3,7 @@ differences, written here independently of Problem.pde_residual_fd), free-source
 far-field closed form, and box-source's error with the resonant modes removed."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -195,3 +196,26 @@ def test_solve_warns_near_resonance():
     far = hp.Problem(hp.geometry.Box([0, 0], [1.75, 1]), kappa=k * k, bcs={"*": hp.Dirichlet()},
                      source=lambda x: np.ones(len(x), complex))
     hp.solve(far, progress=False, **small)
+
+
+@pytest.mark.parametrize("problem,within", [
+    (hp.Problem(hp.geometry.Interval(0.0, 3.0), kappa=40.0, bcs={"xmin": hp.Dirichlet(), "xmax": hp.Neumann()}), 0.3),
+    (hp.get_problem("dirichlet2d", n=8), 0.05),
+    (hp.get_problem("cube3d", k=8 * math.pi), 0.035),
+])
+def test_box_resonances_finds_every_mode(problem, within):
+    """Every mode within the window, counted by brute force over indices to 40 per axis (1-D,
+    2-D, 3-D), is listed once."""
+    lo, hi = problem.domain.bounds
+    axes = []
+    for a in range(problem.dim):
+        kinds = tuple(isinstance(problem.bcs["xyz"[a] + s], hp.Dirichlet) for s in ("min", "max"))
+        shift, first = (0.0, 1) if kinds == (True, True) else (0.0, 0) if kinds == (False, False) else (0.5, 0)
+        axes.append([(m, ((m + shift) * math.pi / (hi[a] - lo[a])) ** 2) for m in range(first, 41)])
+    expect = set()
+    for combo in itertools.product(*axes):
+        lam = sum(ev for _, ev in combo)
+        if abs(lam - problem.kappa) <= within * problem.kappa:
+            expect.add(tuple(m for m, _ in combo))
+    found = waves.box_resonances(problem, within)
+    assert expect and sorted(m.mode for m in found) == sorted(expect)
