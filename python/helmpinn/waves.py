@@ -25,6 +25,10 @@ box gives ``k = π W``. Our equation ``Δu + k²u = f`` takes ``f = −g``; the 
 
 (``H₀ = H₀⁽¹⁾``), evaluated by Gauss-Legendre panels; far from the source (r ≳ 12 s) it is
 ``(i/4) e^{−k²s²/2} H₀(kr)``.
+
+For any closed box problem (not only ``box-source``), :func:`box_resonances` lists the
+eigenmodes of ``−Δ`` whose eigenvalue lies near κ, with the factor by which each turns a residual
+into an error; :func:`helmpinn.solve` raises a :class:`ResonanceWarning` from it.
 """
 from __future__ import annotations
 
