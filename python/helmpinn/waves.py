@@ -28,7 +28,7 @@ box gives ``k = π W``. Our equation ``Δu + k²u = f`` takes ``f = −g``; the 
 
 For any closed box problem (not only ``box-source``), :func:`box_resonances` lists the
 eigenmodes of ``−Δ`` whose eigenvalue lies near κ, with the factor by which each turns a residual
-into an error; :func:`helmpinn.solve` raises a :class:`ResonanceWarning` from it.
+into an error; :func:`helmpinn.solve` issues a :class:`ResonanceWarning` from it.
 """
 from __future__ import annotations
 
