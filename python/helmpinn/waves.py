@@ -124,11 +124,25 @@ def resonant_modes(x: ArrayLike, w: float, tol: float = 1e-9) -> NDArray[np.floa
     kernel of ``Δ + w²`` with ``u = 0`` on the boundary) at x; M may be 0."""
     x = _points2(x)
     w = _positive("w", w)
-    K = int(w / math.pi) + 1
-    cols = [np.sin(m * math.pi * x[:, 0]) * np.sin(n * math.pi * x[:, 1])
-            for m in range(1, K + 1) for n in range(1, K + 1)
-            if abs(w * w - math.pi ** 2 * (m * m + n * n)) <= tol * w * w]
+    modes, _ = _modes_near(w * w, [(1.0, 0.0, 1)] * 2, tol)
+    cols = [np.sin(m * math.pi * x[:, 0]) * np.sin(n * math.pi * x[:, 1]) for m, n in modes]
     return np.stack(cols, 1) if cols else np.zeros((len(x), 0))
+
+
+def _modes_near(kappa: float, axes: list[tuple[float, float, int]], within: float
+                ) -> tuple[list[tuple[int, ...]], list[float]]:
+    """The indices and eigenvalues of ``−Δ``'s box modes within ``within``·κ of κ, in index
+    order; ``axes``: per axis its length L, the index shift s (eigenvalue ``((m + s)π/L)²``) and
+    the first index."""
+    per_axis = []
+    for length, shift, first in axes:
+        top = int(math.sqrt(kappa * (1 + within)) * length / math.pi) + 1
+        m = np.arange(first, top + 1)
+        per_axis.append((m, ((m + shift) * math.pi / length) ** 2))
+    lam = sum(np.meshgrid(*[ev for _, ev in per_axis], indexing="ij"))
+    near = np.argwhere(np.abs(lam - kappa) <= within * kappa)
+    return ([tuple(int(per_axis[a][0][i]) for a, i in enumerate(idx)) for idx in near],
+            [float(lam[tuple(idx)]) for idx in near])
 
 
 @dataclass(frozen=True)
@@ -157,32 +171,19 @@ def box_resonances(problem: Problem, within: float = 0.01) -> list[BoxMode] | No
             or callable(problem.kappa) or isinstance(problem.kappa, complex) or not problem.kappa > 0):
         return None
     kappa = float(problem.kappa)
-    per_axis = []
+    axes = []
     for axis in range(problem.dim):
-        ends = []
+        dirichlet = []
         for side in ("min", "max"):
             bc = problem.bcs["xyz"[axis] + side]
-            if isinstance(bc, Dirichlet):
-                ends.append("D")
-            elif isinstance(bc, Robin) and not callable(bc.alpha) and complex(bc.alpha) == 0:
-                ends.append("N")
-            else:
+            if not isinstance(bc, Dirichlet) and not (isinstance(bc, Robin) and not callable(bc.alpha)
+                                                      and complex(bc.alpha) == 0):
                 return None
-        shift = {"DD": 0.0, "NN": 0.0, "DN": 0.5, "ND": 0.5}["".join(ends)]
-        first = 1 if ends == ["D", "D"] else 0
-        length = float(domain.hi[axis] - domain.lo[axis])
-        top = int(math.sqrt(kappa * (1 + within)) * length / math.pi) + 1
-        m = np.arange(first, top + 1)
-        per_axis.append((m, ((m + shift) * math.pi / length) ** 2))
-    grids = np.meshgrid(*[lam for _, lam in per_axis], indexing="ij")
-    lam = sum(grids)
-    near = np.argwhere(np.abs(lam - kappa) <= within * kappa)
-    out = []
-    for idx in near:
-        ev = float(lam[tuple(idx)])
-        gap = abs(kappa - ev)
-        out.append(BoxMode(tuple(int(per_axis[a][0][i]) for a, i in enumerate(idx)), ev,
-                           math.inf if gap <= 1e-12 * kappa else kappa / gap))
+            dirichlet.append(isinstance(bc, Dirichlet))
+        mixed = dirichlet[0] != dirichlet[1]
+        axes.append((float(domain.hi[axis] - domain.lo[axis]), 0.5 if mixed else 0.0, 1 if all(dirichlet) else 0))
+    out = [BoxMode(mode, ev, math.inf if abs(kappa - ev) <= 1e-12 * kappa else kappa / abs(kappa - ev))
+           for mode, ev in zip(*_modes_near(kappa, axes, within))]
     return sorted(out, key=lambda r: -r.amplification)
 
 
