@@ -72,6 +72,84 @@ def test_deflated_cg_step_equals_dense(products):
     assert 1 <= its["deflated"] < its["additive"]
 
 
+@pytest.mark.parametrize("products", ["core", "blocks"])
+def test_warm_started_cg_step_equals_dense(products):
+    """CG started from a given vector (``cg_warm``: the last step's) reaches the dense step to the
+    same tolerance: from near the solution in fewer iterations than from zero; from a start
+    against the solution (the quadratic model's minimiser along it has α < 0) from zero, in the
+    same iterations as without a start."""
+    res, theta, J, r, G, lam, D = _marquardt_case()
+    A, b = G + lam * np.diag(D), J.T @ r
+    dense = np.linalg.solve(A, b)
+    gn = MatrixFreeGN(res, products=products, cg_tol=1e-12, cg_maxiter=2000, gram="float64", cg_warm=True)
+    s = gn.linearize(theta, {"jacobian": 0.0, "gram": 0.0})
+    M = gn.preconditioner(s, lam, D)
+    assert np.allclose(s["g"], b, rtol=1e-10, atol=1e-12 * np.abs(b).max())
+    _, _, cold = gn.cg(s, lam, D, s["g"], M)
+    near = dense + 1e-4 * np.linalg.norm(dense) / np.sqrt(len(dense)) * np.random.default_rng(5).normal(size=len(dense))
+    for start, fewer in ((near, True), (3.0 * near, True), (-near, False)):
+        x, Jx, it = gn.cg(s, lam, D, s["g"], M, start)
+        assert np.linalg.norm(A @ x - b) < 1e-11 * np.linalg.norm(b)
+        assert np.linalg.norm(x - dense) < 1e-6 * np.linalg.norm(dense)
+        assert np.allclose(Jx, J @ x, rtol=0, atol=1e-9 * np.abs(J @ x).max())
+        assert it < cold if fewer else it == cold
+
+
+def test_warm_steps_keep_the_last_step():
+    """``cg_warm=True``: CG starts from the last step where it was accepted with ρ >= WARM_RHO
+    (from zero after a rejected or poorly predicted one); the steps lower the loss."""
+    from helmpinn.gauss_newton import WARM_RHO
+    model, rows, _ = make_case(2, pml=True, hard=False, seed=4)
+    res = model.residuals_for(rows)
+    gn = MatrixFreeGN(res, cg_tol=1e-6, cg_warm=True)
+    assert gn._warm is None
+    losses, kept = [], 0
+    for _ in range(5):
+        before = model.params.copy()
+        st = gn.step(model.params)
+        assert st.loss <= st.loss0
+        if st.accepted and st.rho >= WARM_RHO:
+            np.testing.assert_allclose(gn._warm, before - model.params, rtol=0, atol=1e-14 * np.abs(before).max())
+            kept += 1
+        else:
+            assert gn._warm is None
+        losses.append(st.loss)
+        state = gn.state_dict()
+        assert ("gn_warm" in state) == (gn._warm is not None)
+    assert kept and losses[-1] < losses[0]
+    again = MatrixFreeGN(res, cg_warm=True)
+    again.load_state_dict(state)
+    assert (again._warm is None) == (gn._warm is None)
+    if gn._warm is not None:
+        np.testing.assert_array_equal(again._warm, gn._warm)
+    with pytest.raises(ValueError, match="gn_warm"):
+        again.load_state_dict({**state, "gn_warm": [1.0, 2.0]})
+
+
+def test_a_failed_warm_start_retries_at_the_same_damping_from_zero():
+    """A trial from the warm start that is rejected does not raise λ: the next trial solves the
+    same system from zero, and the step is the one a solver without the start takes."""
+    class BadStart(MatrixFreeGN):   # every warm-started CG answers uphill
+        def cg(self, s, lam, D, rhs, precond, start=None):
+            x, Jx, it = super().cg(s, lam, D, rhs, precond, start)
+            return (-10.0 * x, -10.0 * Jx, it) if self.start_scale > 0 else (x, Jx, it)
+
+    model, rows, _ = make_case(2, pml=True, hard=False, seed=4)
+    res = model.residuals_for(rows)
+    theta = model.params.copy()
+    bad = BadStart(res, cg_tol=1e-8, cg_maxiter=500, cg_warm=True)
+    bad.step(theta)   # a first (cold) step, whose δ becomes the start
+    assert bad._warm is not None
+    cold = MatrixFreeGN(res, cg_tol=1e-8, cg_maxiter=500, cg_warm=False)
+    cold.lam, cold.nu = bad.lam, bad.nu
+    theta_cold = theta.copy()
+    st = bad.step(theta)
+    ref = cold.step(theta_cold)
+    assert st.accepted and st.trials == ref.trials + 1
+    assert st.lam == ref.lam and st.loss == ref.loss
+    np.testing.assert_array_equal(theta, theta_cold)
+
+
 def test_preconditioner_is_the_block_inverse_without_coarse():
     """With one subdomain the block preconditioner is the exact inverse: CG converges at once."""
     from helmpinn.decomposition import DecomposedModel, Rows
@@ -101,6 +179,22 @@ def test_float32_factor_is_a_close_symmetric_inverse():
     assert np.all(np.linalg.eigvalsh(0.5 * (M + M.T)) > 0)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gram_is_the_upper_triangle_the_factor_reads(dtype):
+    """``_gram(J)`` fills JᵀJ's upper triangle only; ``_factor`` reads only that triangle, so its
+    solves equal those of the full matrix."""
+    from helmpinn.gauss_newton import _factor, _gram
+    rng = np.random.default_rng(2)
+    J = rng.normal(size=(50, 30))
+    G, full = _gram(J, dtype), J.T @ J
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    assert np.allclose(np.triu(G), np.triu(full), rtol=0, atol=tol * np.abs(full).max())
+    A = G + 1e-2 * np.eye(30)
+    b = rng.normal(size=30)
+    exact = np.linalg.solve(full + 1e-2 * np.eye(30), b)
+    assert np.linalg.norm(_factor(A)(b) - exact) <= 10 * tol * np.linalg.norm(exact)
+
+
 @pytest.mark.parametrize("geodesic", [False, True])
 def test_steps_lower_the_loss(geodesic):
     model, rows, _ = make_case(2, pml=True, hard=False, seed=4)
@@ -127,7 +221,7 @@ def test_options_checked():
     for kw, word in [({"lam": -1}, "lam"), ({"damping": "x"}, "damping"), ({"cg_tol": 2}, "cg_tol"),
                      ({"coarse": "x"}, "coarse"), ({"products": "x"}, "products"),
                      ({"two_level": "multiplicative"}, "two_level"), ({"blas_threads": 0}, "blas_threads"),
-                     ({"blas_threads": "many"}, "blas_threads"), ({"update": "halve"}, "update")]:
+                     ({"blas_threads": "many"}, "blas_threads"), ({"update": "halve"}, "update"), ({"cg_warm": "yes"}, "cg_warm"), ({"cg_warm": 1}, "cg_warm")]:
         with pytest.raises(ValueError, match=word):
             MatrixFreeGN(res, **kw)
     gn = MatrixFreeGN(res)

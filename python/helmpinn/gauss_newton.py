@@ -40,6 +40,16 @@ more than one network does) or ``"identity"`` (D = 1, the initial ``lam`` relati
 of ``diag(JᵀJ)``, :mod:`helmpinn.lm`'s default). Optional geodesic
 acceleration (``geodesic=True``) as in :mod:`helmpinn.lm`, one more CG solve per trial.
 
+**Warm start** (``cg_warm=True``, default): CG starts from the last step, scaled by the
+minimiser of the quadratic model along it (one product more; from zero where that scale is not
+positive), where that step was accepted with ``rho >= WARM_RHO`` (a poorly predicted or rejected
+step is not repeated). When steps in a row go the same way, as they do while a run works through
+the modes a residual barely sees, CG spends its iterations on what the last step left instead
+of finding the same direction again (the initialisation of Martens' Hessian-free optimisation,
+ICML 2010). A warm-started trial that is rejected does not count against λ: the next trial
+solves the same system from zero. Measured in docs/benchmarks.md ("CG started from the last
+step").
+
 The step is a function of the parameters only (:meth:`MatrixFreeGN.step`), so a run loop's
 driver wraps it in a few lines: build the residuals from the run's training set
 (:meth:`~helmpinn.decomposition.DecomposedModel.residuals_for`), call ``step(model.params)``
@@ -79,12 +89,15 @@ from . import distributed
 from ._blas import blas_limit, check_blas_threads
 from .lm import UPDATES, next_damping, pcg
 
-__all__ = ["GNStep", "MatrixFreeGN", "SPARSE_COARSE_ABOVE"]
+__all__ = ["GNStep", "MatrixFreeGN", "SPARSE_COARSE_ABOVE", "WARM_RHO"]
 
 #: Coarse systems of more unknowns than this are assembled and factored sparse (SuperLU): a
 #: subdomain's output layer couples only to its neighbours', and the dense factor's
 #: (66 s)³/3 flops for s subdomains of 1,154 parameters grow faster than the rest of a step.
 SPARSE_COARSE_ABOVE = 3000
+#: With ``cg_warm``, CG starts from the last step only where that step was accepted with at least
+#: this ratio of actual to predicted decrease (module docstring).
+WARM_RHO = 0.25
 
 
 @dataclass
@@ -108,15 +121,15 @@ class GNStep:
 
 
 def _gram(J: NDArray, dtype: str = "float64") -> NDArray:
-    """JᵀJ (upper and lower, float64) by dsyrk, or ssyrk for ``dtype="float32"``."""
+    """The upper triangle of JᵀJ (float64; the strict lower triangle is not filled: its one use,
+    the Cholesky factor of :func:`_factor`, reads the upper one) by dsyrk, or ssyrk for
+    ``dtype="float32"``."""
     if J.shape[0] == 0:
         return np.zeros((J.shape[1],) * 2)
     Jt = J.T   # Fortran order for a C-ordered J: no copy for dsyrk (A Aᵀ with A = Jᵀ)
     if dtype == "float32":
-        G = blas.ssyrk(1.0, np.asfortranarray(Jt, dtype=np.float32), trans=0, lower=0).astype(np.float64)
-    else:
-        G = blas.dsyrk(1.0, np.asfortranarray(Jt), trans=0, lower=0)
-    return np.triu(G) + np.triu(G, 1).T
+        return blas.ssyrk(1.0, np.asfortranarray(Jt, dtype=np.float32), trans=0, lower=0).astype(np.float64)
+    return blas.dsyrk(1.0, np.asfortranarray(Jt), trans=0, lower=0)
 
 
 def _sparse_blocks(blocks: list[tuple[int, int, NDArray]], n: int) -> Any:
@@ -136,7 +149,7 @@ def _sparse_blocks(blocks: list[tuple[int, int, NDArray]], n: int) -> Any:
 
 def _factor(A: Any, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
     """A solve with the SPD matrix A by Cholesky (factored in float64, upper, the diagonal raised
-    until it succeeds). ``dtype="float32"``: the factor is kept in float32 for the solves, half the
+    until it succeeds; a dense A's strict lower triangle is not read). ``dtype="float32"``: the factor is kept in float32 for the solves, half the
     memory a solve reads (a solve is bound by reading its factor); ``L̃L̃ᵀ`` of the rounded factor
     is still SPD, so it stays a fixed, symmetric preconditioner."""
     if sparse.issparse(A):   # SuperLU with a symmetric ordering; λD > 0 keeps A definite
@@ -180,7 +193,8 @@ class MatrixFreeGN:
     ``blas_threads`` (the BLAS's threads for the Gram matrices and the factors, as
     :class:`helmpinn.LevenbergMarquardt`'s: "auto", None or an int; CG runs with one BLAS
     thread whatever this says, because its block solves alternate with the engine's products
-    and idle BLAS threads spin against the engine's OpenMP threads).
+    and idle BLAS threads spin against the engine's OpenMP threads), ``cg_warm`` (True, default: CG
+    starts from the last trial's step, module docstring; False: from zero).
     """
 
     def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
@@ -188,7 +202,7 @@ class MatrixFreeGN:
                  cg_tol: float = 1e-3, cg_maxiter: int = 200, coarse: str | None = "last_layer",
                  products: str = "core32", geodesic: bool = False, geodesic_h: float = 0.1,
                  geodesic_alpha: float = 0.75, gram: str = "float32", two_level: str = "additive",
-                 blas_threads: int | str | None = "auto", update: str = "nielsen"):
+                 blas_threads: int | str | None = "auto", update: str = "nielsen", cg_warm: bool = True):
         if not (math.isfinite(lam) and lam > 0):
             raise ValueError(f"lam: expected a positive finite number, got {lam}")
         if damping not in ("identity", "marquardt"):
@@ -204,6 +218,10 @@ class MatrixFreeGN:
         if two_level not in ("additive", "deflated"):
             raise ValueError(f"two_level: expected 'additive' or 'deflated', got {two_level!r}")
         self.two_level = two_level
+        if not isinstance(cg_warm, (bool, np.bool_)):
+            raise ValueError(f"cg_warm: expected True or False, got {cg_warm!r}")
+        self.cg_warm = bool(cg_warm)
+        self._warm: NDArray | None = None   # the last trial's step, CG's next start (cg_warm)
         if update not in UPDATES:
             raise ValueError(f"update: expected one of {UPDATES}, got {update!r}")
         self.update, self.nu = update, 2.0
@@ -221,6 +239,7 @@ class MatrixFreeGN:
         self._lam_relative = damping == "identity"
         self.sparse_coarse_above = SPARSE_COARSE_ABOVE   # (an attribute, for tests)
         self.steps = 0
+        self.start_scale = 0.0   # the last cg()'s scale of its start (0: it started from zero)
         self.set_residuals(residuals)
 
     # -- state ---------------------------------------------------------------------------------
@@ -231,7 +250,12 @@ class MatrixFreeGN:
         self._coarse_index = self._last_layer() if self.coarse else None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"gn_lambda": self.lam, "gn_nu": self.nu, "gn_steps": self.steps, "gn_lam_relative": self._lam_relative}
+        """λ, ν, the steps taken, and with ``cg_warm`` CG's next start (the whole vector, alike on
+        every rank), so that a resumed run takes the uninterrupted one's steps."""
+        state = {"gn_lambda": self.lam, "gn_nu": self.nu, "gn_steps": self.steps, "gn_lam_relative": self._lam_relative}
+        if self._warm is not None:
+            state["gn_warm"] = self._warm
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         lam = float(state["gn_lambda"])
@@ -241,6 +265,12 @@ class MatrixFreeGN:
         self.steps = int(state.get("gn_steps", 0))
         self.nu = float(state.get("gn_nu", 2.0))
         self._lam_relative = bool(state.get("gn_lam_relative", False))
+        warm = state.get("gn_warm")
+        if warm is not None:
+            warm = np.array(warm, np.float64)
+            if warm.shape != (self.res.num_params,) or not np.all(np.isfinite(warm)):
+                raise ValueError(f"state: gn_warm must be {self.res.num_params} finite numbers, got shape {warm.shape}")
+        self._warm = warm
 
     # -- pieces --------------------------------------------------------------------------------
     def _last_layer(self) -> list[NDArray]:
@@ -444,18 +474,29 @@ class MatrixFreeGN:
         return additive
 
     def cg(self, s: dict, lam: float, D: NDArray, rhs: NDArray,
-           precond: Callable[[NDArray], NDArray]) -> tuple[NDArray, NDArray, int]:
+           precond: Callable[[NDArray], NDArray], start: NDArray | None = None) -> tuple[NDArray, NDArray, int]:
         """Preconditioned CG on ``(JᵀJ + λD) x = rhs``: ``(x, J x, iterations)``
         (:func:`helmpinn.lm.pcg`). With a deflated preconditioner CG starts from ``x0 = Q rhs``
-        (whose residual has no coarse component, which the iterations then keep) and stops at
-        the same ``cg_tol ‖rhs‖``; each of its iterations costs two products."""
+        (whose residual has no coarse component, which the iterations then keep); given a
+        ``start`` (the warm start, additive only) from ``x0 = α start`` with α the minimiser of
+        the quadratic model along it (zero when α <= 0: then the product was spent for nothing).
+        Either way CG stops at the same ``cg_tol ‖rhs‖``; each of its iterations costs two
+        products, the start one more."""
         normal = self._normal(s, lam, D)
         dot = self.res.dot
         Q = getattr(precond, "deflate", None)
-        if Q is None:
+        self.start_scale = 0.0
+        if Q is not None:
+            x0 = Q(rhs)
+            Jx0, Ax0 = normal(x0)
+        elif start is not None:
+            Jx0, Ax0 = normal(start)
+            xAx, xb = dot(start, Ax0), dot(start, rhs)
+            alpha = xb / xAx if xAx > 0 and xb > 0 else 0.0
+            x0, Jx0, Ax0 = alpha * start, alpha * Jx0, alpha * Ax0
+            self.start_scale = alpha
+        else:
             return pcg(normal, rhs, self.res.num_residuals, precond, self.cg_tol, self.cg_maxiter, dot=dot)
-        x0 = Q(rhs)
-        Jx0, Ax0 = normal(x0)
         b = rhs - Ax0
         nb = math.sqrt(dot(b, b))
         if not nb > 0:
@@ -506,7 +547,8 @@ class MatrixFreeGN:
             t1 = time.perf_counter()
             times["factor"] += t1 - t0
             with blas_limit(1):   # the solves alternate with the engine's products: no BLAS threads spinning
-                delta, Jd, it = self.cg(s, self.lam, D, s["g"], M)
+                delta, Jd, it = self.cg(s, self.lam, D, s["g"], M, self._warm if self.cg_warm else None)
+                warm_started = self.start_scale > 0
                 its.append(it)
                 t2 = time.perf_counter()
                 times["cg"] += t2 - t1
@@ -517,7 +559,11 @@ class MatrixFreeGN:
             loss1, pred = self.res.same(float(r1 @ r1), loss0 - float((r - Jd) @ (r - Jd)))
             times["trial"] += time.perf_counter() - t2
             rho = (loss0 - loss1) / pred if pred > 0 else -math.inf
-            if math.isfinite(loss1) and loss1 < loss0 and pred > 0:
+            accepted = math.isfinite(loss1) and loss1 < loss0 and pred > 0
+            # CG's next start: this step, where the linear model predicted it well enough; whole
+            # on every rank (a collective: every rank steps)
+            self._warm = self.res.gather(delta.copy()) if self.cg_warm and accepted and rho >= WARM_RHO else None
+            if accepted:
                 theta[...] = self.res.gather(new)
                 self.lam, self.nu = next_damping(self.update, self.lam, self.nu, True, rho, self.lam_min, self.lam_max)
                 self._next = (theta.tobytes(), r1)
@@ -525,6 +571,8 @@ class MatrixFreeGN:
             if self.lam >= self.lam_max:
                 return GNStep(loss0, loss0, False, self.lam, trial, rho, its, self.res.term_losses(r),
                               "damping at lam_max", times)
+            if warm_started:   # the start failed, not λ: the same λ again, CG from zero
+                continue
             self.lam, self.nu = next_damping(self.update, self.lam, self.nu, False, rho, self.lam_min, self.lam_max)
         return GNStep(loss0, loss0, False, self.lam, self.max_trials, rho, its, self.res.term_losses(r),
                       "no decrease in max_trials trials", times)
