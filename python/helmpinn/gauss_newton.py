@@ -522,7 +522,8 @@ class MatrixFreeGN:
     def step(self, theta: NDArray) -> GNStep:
         """One LM iteration in place on ``theta`` (the model's float64 params): trials at
         growing λ until the loss falls (accepted) or ``max_trials`` / ``lam_max`` (rejected,
-        ``theta`` untouched). FloatingPointError when the loss at ``theta`` is not finite."""
+        ``theta`` untouched); a rejected warm-started trial is followed by one from zero at the
+        same λ. FloatingPointError when the loss at ``theta`` is not finite."""
         if theta.ndim != 1 or theta.shape != (self.res.num_params,) or theta.dtype != np.float64:
             raise ValueError(f"theta: expected a float64 vector of {self.res.num_params} parameters, "
                              f"got {theta.dtype} {theta.shape}")
