@@ -221,7 +221,8 @@ def test_options_checked():
     for kw, word in [({"lam": -1}, "lam"), ({"damping": "x"}, "damping"), ({"cg_tol": 2}, "cg_tol"),
                      ({"coarse": "x"}, "coarse"), ({"products": "x"}, "products"),
                      ({"two_level": "multiplicative"}, "two_level"), ({"blas_threads": 0}, "blas_threads"),
-                     ({"blas_threads": "many"}, "blas_threads"), ({"update": "halve"}, "update"), ({"cg_warm": "yes"}, "cg_warm"), ({"cg_warm": 1}, "cg_warm")]:
+                     ({"blas_threads": "many"}, "blas_threads"), ({"update": "halve"}, "update"),
+                     ({"cg_warm": "yes"}, "cg_warm"), ({"cg_warm": 1}, "cg_warm")]:
         with pytest.raises(ValueError, match=word):
             MatrixFreeGN(res, **kw)
     gn = MatrixFreeGN(res)

@@ -149,9 +149,10 @@ def _sparse_blocks(blocks: list[tuple[int, int, NDArray]], n: int) -> Any:
 
 def _factor(A: Any, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
     """A solve with the SPD matrix A by Cholesky (factored in float64, upper, the diagonal raised
-    until it succeeds; a dense A's strict lower triangle is not read). ``dtype="float32"``: the factor is kept in float32 for the solves, half the
-    memory a solve reads (a solve is bound by reading its factor); ``L̃L̃ᵀ`` of the rounded factor
-    is still SPD, so it stays a fixed, symmetric preconditioner."""
+    until it succeeds; a dense A's strict lower triangle is not read). ``dtype="float32"``: the
+    factor is kept in float32 for the solves, half the memory a solve reads (a solve is bound by
+    reading its factor); ``L̃L̃ᵀ`` of the rounded factor is still SPD, so it stays a fixed,
+    symmetric preconditioner."""
     if sparse.issparse(A):   # SuperLU with a symmetric ordering; λD > 0 keeps A definite
         lu = splu(A, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
         return lambda b: lu.solve(np.asarray(b, np.float64))
@@ -194,7 +195,7 @@ class MatrixFreeGN:
     :class:`helmpinn.LevenbergMarquardt`'s: "auto", None or an int; CG runs with one BLAS
     thread whatever this says, because its block solves alternate with the engine's products
     and idle BLAS threads spin against the engine's OpenMP threads), ``cg_warm`` (True, default: CG
-    starts from the last trial's step, module docstring; False: from zero).
+    starts from the last step where it went as predicted, module docstring; False: from zero).
     """
 
     def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
@@ -221,7 +222,7 @@ class MatrixFreeGN:
         if not isinstance(cg_warm, (bool, np.bool_)):
             raise ValueError(f"cg_warm: expected True or False, got {cg_warm!r}")
         self.cg_warm = bool(cg_warm)
-        self._warm: NDArray | None = None   # the last trial's step, CG's next start (cg_warm)
+        self._warm: NDArray | None = None   # CG's next start (cg_warm): the last well-predicted step
         if update not in UPDATES:
             raise ValueError(f"update: expected one of {UPDATES}, got {update!r}")
         self.update, self.nu = update, 2.0
@@ -541,10 +542,12 @@ class MatrixFreeGN:
         D = self._D(s)
         its: list[int] = []
         rho = -math.inf
+        M, M_lam = None, None
         for trial in range(1, self.max_trials + 1):
             t0 = time.perf_counter()
-            with blas_limit(self.blas_threads):
-                M = self.preconditioner(s, self.lam, D)
+            if M_lam != self.lam:   # a retry from zero after a failed start keeps λ and the factors
+                with blas_limit(self.blas_threads):
+                    M, M_lam = self.preconditioner(s, self.lam, D), self.lam
             t1 = time.perf_counter()
             times["factor"] += t1 - t0
             with blas_limit(1):   # the solves alternate with the engine's products: no BLAS threads spinning
