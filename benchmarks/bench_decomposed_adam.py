@@ -34,8 +34,8 @@ def run(problem, settings, lr: float | None, a) -> list[dict]:
     name = "gn" if lr is None else f"lr {lr:g}"
     s = settings
     model = build_decomposed_model(problem, s["decomposition"], s["ff_dim"], s["hidden"], s["layers"], seed=a.seed)
-    lo, hi = problem.domain.bounds   # the physical domain (a PML's layer left out)
-    xt = lo + np.random.default_rng(a.seed).uniform(size=(a.eval_points, problem.dim)) * (hi - lo)
+    # inside the physical domain (a PML's layer and a scatterer left out)
+    xt = problem.domain.sample_interior(a.eval_points, np.random.default_rng(a.seed))
     ut = problem.exact_at(xt)
     marks, rows = sorted(a.marks), []
     clock = {"start": 0.0, "aside": 0.0}

@@ -48,8 +48,7 @@ def main() -> None:
             ap.error(f"--pml-share: a share in [0, 1) for a problem with a PML, got {a.pml_share} for {a.problem}")
         problem.pml_share = a.pml_share
     rng = np.random.default_rng(a.seed + 1)
-    lo, hi = problem.domain.bounds
-    x = lo + rng.uniform(size=(a.eval_points, problem.dim)) * (hi - lo)
+    x = problem.domain.sample_interior(a.eval_points, rng)   # inside the physical domain (not in a scatterer)
     exact = problem.exact_at(x)
     rows, spent, t0 = [], [0.0], [None]
 
