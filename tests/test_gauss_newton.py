@@ -77,7 +77,7 @@ def test_warm_started_cg_step_equals_dense(products):
     """CG started from a given vector (``cg_warm``: the last step's) reaches the dense step to the
     same tolerance: from near the solution in fewer iterations than from zero; from a start
     against the solution (the quadratic model's minimiser along it has α < 0) from zero, in the
-    same iterations as without a start."""
+    same iterations as without a start and without the start's product."""
     res, theta, J, r, G, lam, D = _marquardt_case()
     A, b = G + lam * np.diag(D), J.T @ r
     dense = np.linalg.solve(A, b)
@@ -87,8 +87,13 @@ def test_warm_started_cg_step_equals_dense(products):
     assert np.allclose(s["g"], b, rtol=1e-10, atol=1e-12 * np.abs(b).max())
     _, _, cold = gn.cg(s, lam, D, s["g"], M)
     near = dense + 1e-4 * np.linalg.norm(dense) / np.sqrt(len(dense)) * np.random.default_rng(5).normal(size=len(dense))
+    products = []
+    jvp = gn._jvp
+    gn._jvp = lambda *args: products.append(1) or jvp(*args)   # one J v per product
     for start, fewer in ((near, True), (3.0 * near, True), (-near, False)):
+        products.clear()
         x, Jx, it = gn.cg(s, lam, D, s["g"], M, start)
+        assert len(products) == it + (1 if fewer else 0)
         assert np.linalg.norm(A @ x - b) < 1e-11 * np.linalg.norm(b)
         assert np.linalg.norm(x - dense) < 1e-6 * np.linalg.norm(dense)
         assert np.allclose(Jx, J @ x, rtol=0, atol=1e-9 * np.abs(J @ x).max())

@@ -480,9 +480,10 @@ class MatrixFreeGN:
         (:func:`helmpinn.lm.pcg`). With a deflated preconditioner CG starts from ``x0 = Q rhs``
         (whose residual has no coarse component, which the iterations then keep); given a
         ``start`` (the warm start, additive only) from ``x0 = α start`` with α the minimiser of
-        the quadratic model along it (zero when α <= 0: then the product was spent for nothing).
+        the quadratic model along it, ``startᵀrhs / startᵀA start`` (from zero when α <= 0; its
+        sign is known before the product that gives the denominator, which is then not spent).
         Either way CG stops at the same ``cg_tol ‖rhs‖``; each of its iterations costs two
-        products, the start one more."""
+        products, a start taken one more."""
         normal = self._normal(s, lam, D)
         dot = self.res.dot
         Q = getattr(precond, "deflate", None)
@@ -490,10 +491,10 @@ class MatrixFreeGN:
         if Q is not None:
             x0 = Q(rhs)
             Jx0, Ax0 = normal(x0)
-        elif start is not None:
+        elif start is not None and dot(start, rhs) > 0:   # else α <= 0: no product spent on it
             Jx0, Ax0 = normal(start)
             xAx, xb = dot(start, Ax0), dot(start, rhs)
-            alpha = xb / xAx if xAx > 0 and xb > 0 else 0.0
+            alpha = xb / xAx if xAx > 0 else 0.0
             x0, Jx0, Ax0 = alpha * start, alpha * Jx0, alpha * Ax0
             self.start_scale = alpha
         else:
