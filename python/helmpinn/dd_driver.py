@@ -51,9 +51,8 @@ sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
   them (none under a hard constraint);
 - a hard constraint (:class:`~helmpinn.decomposition.BoxConstraint` of scale 1/k) when the
   problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
-- Gauss-Newton with Marquardt damping and Nielsen's λ rule, CG to 1e-3 or 200 iterations started
-  from the last step (``cg_warm``: at equal work about 1.4 times lower errors on ``box-source``
-  at 10 wavelengths and early at 5; ``free-source`` at 10 wavelengths reached 1e-2 later), the
+- Gauss-Newton with Marquardt damping and Nielsen's λ rule, CG to 1e-3 or 200 iterations, from
+  the last step where the quadratic model says so (``cg_warm``: rarely, docs/benchmarks.md), the
   output-layer coarse space; 200 iterations at most, stopping when the loss falls by less than 1% over 10; the
   points grow by LM's rule (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap
   exceeds 3 (without it box-source at 5 wavelengths came to fit its points rather than the

@@ -41,14 +41,14 @@ of ``diag(JᵀJ)``, :mod:`helmpinn.lm`'s default). Optional geodesic
 acceleration (``geodesic=True``) as in :mod:`helmpinn.lm`, one more CG solve per trial.
 
 **Warm start** (``cg_warm=True``, default): CG starts from the last step, scaled by the
-minimiser of the quadratic model along it (one product more; from zero where that scale is not
-positive), where that step was accepted with ``rho >= WARM_RHO`` (a poorly predicted or rejected
-step is not repeated). When steps in a row go the same way, as they do while a run works through
-the modes a residual barely sees, CG spends its iterations on what the last step left instead
-of finding the same direction again (the initialisation of Martens' Hessian-free optimisation,
-ICML 2010). A warm-started trial that is rejected does not count against λ: the next trial
-solves the same system from zero. Measured in docs/benchmarks.md ("CG started from the last
-step").
+minimiser of the quadratic model along it (one product more; from zero, without that product,
+where the scale is not positive), where that step was accepted with ``rho >= WARM_RHO`` (a
+poorly predicted or rejected step is not repeated): the initialisation of Martens'
+Hessian-free optimisation (ICML 2010). A warm-started trial that is rejected does not count
+against λ: the next trial solves the same system from zero. Measured, the start is rarely
+taken: a full Gauss-Newton step overshoots along itself, so the next gradient points away
+from it and the scale is not positive; on the built-in problems it was taken at a few of the
+first steps, scaled by less than 0.16 (docs/benchmarks.md, "How often the start is taken").
 
 The step is a function of the parameters only (:meth:`MatrixFreeGN.step`), so a run loop's
 driver wraps it in a few lines: build the residuals from the run's training set
@@ -195,7 +195,7 @@ class MatrixFreeGN:
     :class:`helmpinn.LevenbergMarquardt`'s: "auto", None or an int; CG runs with one BLAS
     thread whatever this says, because its block solves alternate with the engine's products
     and idle BLAS threads spin against the engine's OpenMP threads), ``cg_warm`` (True, default: CG
-    starts from the last step where it went as predicted, module docstring; False: from zero).
+    may start from the last step where it went as predicted, module docstring; False: from zero).
     """
 
     def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
