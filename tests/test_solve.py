@@ -32,6 +32,9 @@ def test_solve_stops_at_the_tolerance_and_returns_the_solution(tmp_path):
     assert sol.settings["optimizer"] == "lm" and sol.history.lr[-1] > 0 and sol.val_loss > 0
     x = np.linspace(0, 1, 7)[:, None]
     np.testing.assert_array_equal(sol.predict(x), sol.model.predict(x))
+    text = repr(sol)   # one line, not the history
+    assert "\n" not in text and len(text) < 400 and f"steps={len(sol.history.loss)}" in text
+    assert f"error={sol.error:.3e}" in text and "stop_reason='target error" in text
     sol.save(tmp_path / "u.npz")
     back = hp.Model.load(tmp_path / "u.npz")
     assert back.params.tobytes() == sol.model.params.tobytes() and back.metadata["settings"]["hidden"] == 8

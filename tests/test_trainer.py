@@ -647,3 +647,18 @@ def test_progress_bar_shows_the_error_and_the_validation_loss(capsys):
     err = capsys.readouterr().err
     assert "loss=" in err and f"err={tr.last_error:.2e}" in err and f"val={tr.last_val_loss:.2e}" in err
     assert tr.last_gap == tr.history.eval_val_loss[-1] / tr.history.loss[-1] and f"gap={tr.last_gap:.3g}" in err
+
+
+def test_progress_bar_with_a_time_limit_counts_seconds_and_leaves_out_absent_terms(capsys):
+    """With a time limit the bar runs over its seconds (a step count's ETA would promise the step
+    cap) and shows the steps in its status; a term the problem does not have (dirichlet2d: its
+    Dirichlet values are the data term, it has no Robin term "bc") is not shown as 0."""
+    tr = make_trainer(problem="dirichlet2d", progress=True, eval_every=5, log_every=1, time_limit=3600.0)
+    tr.fit(10)
+    err = capsys.readouterr().err
+    assert "/3600 s" in err and "step 10/10" in err and "loss=" in err and "pde=" in err and "data=" in err
+    assert "bc=" not in err and "step/s" not in err
+    tr = make_trainer(problem="dirichlet2d", progress=True, log_every=1)
+    tr.fit(3)
+    err = capsys.readouterr().err
+    assert "3/3" in err and " s," not in err and "data=" in err and "bc=" not in err

@@ -48,6 +48,17 @@ class Solution:
     error: float | None
     val_loss: float | None
 
+    def __repr__(self) -> str:
+        """One line: the model, the steps, the last loss, validation loss and error, and why it
+        stopped (``history`` and ``settings`` hold the rest)."""
+        loss = self.history.loss[-1] if self.history.loss else None
+
+        def num(v: float | None) -> str:
+            return "None" if v is None else f"{v:.3e}"
+        return (f"Solution(model={self.model!r}, optimizer={self.settings.get('optimizer')!r}, "
+                f"steps={len(self.history.loss)}, loss={num(loss)}, val_loss={num(self.val_loss)}, "
+                f"error={num(self.error)}, stop_reason={self.stop_reason!r})")
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The solution u at points ``x`` [N, d] (complex)."""
         return self.model.predict(x)

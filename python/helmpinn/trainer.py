@@ -492,7 +492,7 @@ class Trainer:
             self._t0 = self.clock()
             self._t_aside = 0.0          # evaluation time, not counted as training time
             self._pending, self._bar_at = 0, self._t0
-            self._bar = _progress_bar(steps, self.progress)
+            self._bar = _Bar(steps, self.time_limit, self.progress)
             try:
                 driver.run(self, steps)
             except NonFiniteStep as exc:
@@ -501,7 +501,7 @@ class Trainer:
                 self.stop_reason = f"{exc} at step {failed}; restored the last good state (step {good})"
             finally:
                 self.train_time += self.clock() - self._t0 - self._t_aside
-                self._bar.update(self._pending)
+                self._bar.update(self._pending, self.clock() - self._t0)
                 self._bar.close()
             # The last update is met by no loss evaluation: check it here (an lr that overflows the
             # dtype turns the parameters into Inf/NaN in one step).
@@ -601,9 +601,8 @@ class Trainer:
                 self.stop_reason = f"{self.stop_requested} at step {step}"
         self._pending += 1
         if self.progress and (self._pending >= self.log_every or self.stop_reason or now - self._bar_at >= 0.5):
-            self._bar.update(self._pending)
+            self._bar.update(self._pending, now - self._t0, self._status(info))
             self._pending, self._bar_at = 0, now
-            self._bar.set_postfix_str(self._status(info), refresh=False)
         grow, self._grow = self._grow, 1.0
         if self.stop_reason:
             return True
@@ -645,7 +644,7 @@ class Trainer:
 
     def _status(self, info: StepInfo) -> str:
         t = info.terms
-        s = f"loss={info.loss:.3e}" + "".join(f" {k}={t[k]:.2e}" for k in TERMS if k in t)
+        s = f"loss={info.loss:.3e}" + "".join(f" {k}={t[k]:.2e}" for k in TERMS if t.get(k))   # a term absent: 0
         if info.status:
             s += " " + info.status
         if self.last_error is not None:
@@ -657,20 +656,39 @@ class Trainer:
         return s
 
 
-def _progress_bar(total: int, enabled: bool):
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm
+class _Bar:
+    """The progress bar of one fit (tqdm on stderr; nothing where ``enabled`` is false): over its
+    ``steps``, or with a ``time_limit`` over those seconds (the steps, of at most ``steps``, then
+    in the status), whichever the run will meet first being unknown: a step count with an ETA
+    computed from it would promise the step cap."""
 
-    return tqdm(total=total, unit="step", mininterval=0.5, dynamic_ncols=True, file=sys.stderr)
+    def __init__(self, steps: int, time_limit: float | None, enabled: bool):
+        self.steps, self.done, self.timed = steps, 0, time_limit is not None
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
 
+            if self.timed:
+                self.bar = tqdm(total=float(time_limit), unit="s", mininterval=0.5, dynamic_ncols=True,
+                                file=sys.stderr, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}")
+            else:
+                self.bar = tqdm(total=steps, unit="step", mininterval=0.5, dynamic_ncols=True, file=sys.stderr)
 
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
-        pass
+    def update(self, steps: int, elapsed: float, status: str | None = None) -> None:
+        """``steps`` more steps done, ``elapsed`` seconds since the fit began; ``status`` the
+        postfix (None: unchanged)."""
+        self.done += steps
+        if self.bar is None:
+            return
+        if self.timed:
+            self.bar.update(max(min(elapsed, self.bar.total) - self.bar.n, 0.0))
+            if status is not None:
+                status = f"step {self.done}/{self.steps} {status}"
+        else:
+            self.bar.update(steps)
+        if status is not None:
+            self.bar.set_postfix_str(status, refresh=False)
 
     def close(self) -> None:
-        pass
+        if self.bar is not None:
+            self.bar.close()
