@@ -434,13 +434,7 @@ class MatrixFreeGN:
         with distributed.collective(res.comm, "factoring the preconditioner"):
             solves = [(res.parts[j]["slice"], _factor(G + lam * np.diag(D[res.parts[j]["slice"]]), self.gram))
                       for j, G in s["grams"].items()]
-            coarse = None
-            if "coarse" in s:
-                Gc, idx = s["coarse"]
-                lo, hi = self._coarse_own()
-                ranges = self._coarse_ranges()
-                shifted = (Gc + sparse.diags(lam * D[idx])).tocsc() if sparse.issparse(Gc) else Gc + lam * np.diag(D[idx])
-                coarse = (_factor(shifted), idx[lo:hi], lo, hi, ranges, len(idx))
+            coarse = self._coarse_factor(s, lam * D[s["coarse"][1]]) if "coarse" in s else None
 
         def local(v: NDArray) -> NDArray:
             out = np.zeros_like(v)
@@ -449,14 +443,9 @@ class MatrixFreeGN:
             return out
 
         def Q(v: NDArray) -> NDArray:
-            solve, own_idx, lo, hi, ranges, n = coarse
-            vc = np.zeros(n)
-            vc[lo:hi] = v[own_idx]
-            if res.comm is not None:
-                from mpi4py import MPI
-                res.comm.Allgatherv(MPI.IN_PLACE, [vc, ranges[:, 1] - ranges[:, 0], ranges[:, 0], MPI.DOUBLE])
+            _, own_idx, lo, hi = coarse
             out = np.zeros_like(v)
-            out[own_idx] = solve(vc)[lo:hi]
+            out[own_idx] = self._coarse_solve(coarse, v)[lo:hi]
             return out
 
         if coarse is None:
@@ -473,6 +462,27 @@ class MatrixFreeGN:
         def additive(v: NDArray) -> NDArray:
             return local(v) + Q(v)
         return additive
+
+    def _coarse_factor(self, s: dict, shift: NDArray) -> tuple[Callable[[NDArray], NDArray], NDArray, int, int]:
+        """The coarse matrix ``J_ZᵀJ_Z + diag(shift)`` of the linearisation s factored (whole on
+        every rank), with this rank's output-layer positions and range of the coarse vector."""
+        Gc, idx = s["coarse"]
+        lo, hi = self._coarse_own()
+        shifted = (Gc + sparse.diags(shift)).tocsc() if sparse.issparse(Gc) else Gc + np.diag(shift)
+        return _factor(shifted), idx[lo:hi], lo, hi
+
+    def _coarse_solve(self, coarse: tuple, v: NDArray) -> NDArray:
+        """The coarse system's solution for the output-layer components of v (this rank's own
+        range; one ``Allgatherv`` over several ranks): the whole coarse vector, alike on every
+        rank."""
+        solve, own_idx, lo, hi = coarse
+        vc = np.zeros(int(self._coarse_offsets()[-1]))
+        vc[lo:hi] = v[own_idx]
+        if self.res.comm is not None:
+            from mpi4py import MPI
+            ranges = self._coarse_ranges()
+            self.res.comm.Allgatherv(MPI.IN_PLACE, [vc, ranges[:, 1] - ranges[:, 0], ranges[:, 0], MPI.DOUBLE])
+        return solve(vc)
 
     def cg(self, s: dict, lam: float, D: NDArray, rhs: NDArray,
            precond: Callable[[NDArray], NDArray], start: NDArray | None = None) -> tuple[NDArray, NDArray, int]:
