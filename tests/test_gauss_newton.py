@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helmpinn.gauss_newton import MatrixFreeGN
+from helmpinn.gauss_newton import VARPRO_MAX_FALL, VARPRO_RIDGE, MatrixFreeGN
 from test_decomposition import make_case
 
 
@@ -227,7 +227,8 @@ def test_options_checked():
                      ({"coarse": "x"}, "coarse"), ({"products": "x"}, "products"),
                      ({"two_level": "multiplicative"}, "two_level"), ({"blas_threads": 0}, "blas_threads"),
                      ({"blas_threads": "many"}, "blas_threads"), ({"update": "halve"}, "update"),
-                     ({"cg_warm": "yes"}, "cg_warm"), ({"cg_warm": 1}, "cg_warm")]:
+                     ({"cg_warm": "yes"}, "cg_warm"), ({"cg_warm": 1}, "cg_warm"), ({"varpro": "yes"}, "varpro"),
+                     ({"varpro": True, "coarse": None}, "varpro"), ({"varpro": True, "products": "blocks"}, "varpro")]:
         with pytest.raises(ValueError, match=word):
             MatrixFreeGN(res, **kw)
     gn = MatrixFreeGN(res)
@@ -271,3 +272,51 @@ def test_sparse_coarse_matrix_equals_the_dense_one():
     assert np.linalg.norm(a - b) < 1e-9 * np.linalg.norm(a)
     (d1, _), (d2, _) = dense.direction(model.params, 1e-3), sp.direction(model.params, 1e-3)
     assert np.linalg.norm(d1 - d2) < 1e-7 * np.linalg.norm(d1)
+
+
+def test_varpro_solves_the_output_layers_exactly():
+    """``varpro``: the output layers z move to their least-squares values for the current hidden
+    layers (the coarse matrix with its ridge), nothing else moves; the residuals are linear in
+    z, so the new ones are r − J_Z δz exactly and J_Zᵀ r is then ~0; the linearisation's
+    residuals and gradient are those of the new parameters. A projection that lowers the loss
+    more than ``varpro_max_fall`` times is refused, ``theta`` untouched."""
+    res, theta, J, r, G, lam, D = _marquardt_case()
+    loss0 = float(r @ r)
+    gn = MatrixFreeGN(res, products="core", gram="float64", varpro=True)
+    gn.varpro_max_fall = np.inf
+    th = theta.copy()
+    s = gn.linearize(th, {"jacobian": 0.0, "gram": 0.0})
+    Gc, idx = s["coarse"]
+    Z = J[:, idx]
+    A = Z.T @ Z
+    np.testing.assert_allclose(Gc, A, rtol=1e-12, atol=1e-12 * np.abs(A).max())
+    dz = np.linalg.solve(A + VARPRO_RIDGE * np.diag(np.diag(A)), Z.T @ r)
+    projected = gn._project(th, s, loss0)
+    rest = np.setdiff1d(np.arange(len(theta)), idx)
+    np.testing.assert_array_equal(th[rest], theta[rest])
+    # (the ridge leaves the system's condition near 1e8: the two solves agree to about 1e-6)
+    assert np.linalg.norm(theta[idx] - th[idx] - dz) < 1e-5 * np.linalg.norm(dz)
+    r1 = res.residuals(th)
+    np.testing.assert_allclose(r1, r - Z @ dz, rtol=0, atol=1e-8 * np.abs(r).max())
+    assert projected == pytest.approx(float(r1 @ r1), rel=1e-12) and projected < loss0 / 2
+    assert np.linalg.norm(Z.T @ r1) < 1e-5 * np.linalg.norm(Z.T @ r)
+    assert s["theta"] is th
+    np.testing.assert_array_equal(s["r"], r1)
+    J1 = res.jacobian(th)
+    np.testing.assert_allclose(s["g"], J1.T @ r1, rtol=0, atol=1e-10 * np.abs(J1.T @ r1).max())
+    # the default refuses a fall of more than VARPRO_MAX_FALL (this one: more than twice)
+    strict = MatrixFreeGN(res, products="core", gram="float64", varpro=True)
+    assert strict.varpro_max_fall == VARPRO_MAX_FALL == 2.0
+    th2 = theta.copy()
+    assert strict._project(th2, strict.linearize(th2, {"jacobian": 0.0, "gram": 0.0}), loss0) is None
+    np.testing.assert_array_equal(th2, theta)
+    # in a step: the loss before the projection, after it, and after the accepted trial
+    model = res.model
+    model.params[...] = theta
+    gn = MatrixFreeGN(res, products="core", gram="float64", varpro=True, cg_tol=1e-8)
+    gn.varpro_max_fall = np.inf
+    st = gn.step(model.params)
+    assert st.accepted and st.loss0 == pytest.approx(loss0, rel=1e-12)
+    assert st.projected == pytest.approx(projected, rel=1e-9) and st.loss < st.projected
+    r2 = res.residuals(model.params)
+    assert st.loss == pytest.approx(float(r2 @ r2), rel=1e-12)

@@ -50,6 +50,19 @@ taken: a full Gauss-Newton step overshoots along itself, so the next gradient po
 from it and the scale is not positive; on the built-in problems it was taken at a few of the
 first steps, scaled by less than 0.16 (docs/benchmarks.md, "How often the start is taken").
 
+**Output layers projected** (``varpro=True``): the residuals are linear in the subnetworks'
+output layers z (``u = Σ ω_j (W_j h_j + b_j)``, times the constraint's distance), so before each
+step's trials z can be set to its least-squares values for the current hidden layers,
+``z ← z − (J_ZᵀJ_Z + εI_diag)⁻¹ J_Zᵀ r`` (variable projection, Golub & Pereyra 1973), with the
+coarse space's matrix, factored once more, and no residual evaluation beyond the one that
+checks it. From poor hidden layers the projection fits the residual with large fields the
+residual barely sees (in a closed box its near-resonant modes) and the run does not recover;
+so a projection that lowers the loss more than ``VARPRO_MAX_FALL`` (2) times is refused. Early
+in a run every projection would lower it tens to thousands of times and is refused; once the
+Gauss-Newton steps have brought the hidden layers close, it is taken and resolves the output
+layers' share of the slow modes that CG's early stop leaves (docs/benchmarks.md, "Output
+layers projected").
+
 The step is a function of the parameters only (:meth:`MatrixFreeGN.step`), so a run loop's
 driver wraps it in a few lines: build the residuals from the run's training set
 (:meth:`~helmpinn.decomposition.DecomposedModel.residuals_for`), call ``step(model.params)``
@@ -65,8 +78,9 @@ vector and ``Jᵀw`` is local. The coarse matrix is assembled by the owners of i
 (each rank receives the output-layer columns of the other ranks' subdomains that share points
 with its own, one ``alltoall``) and gathered whole on every rank (one ``Allgatherv``), where it
 is factored; each coarse correction gathers the coarse components of its argument (one
-``Allgatherv`` of the coarse dimension). An accepted step gathers the new parameters on every
-rank (one ``Allgatherv``); the damping's decisions use rank 0's loss values. ``step`` and the
+``Allgatherv`` of the coarse dimension), and so does ``varpro``'s projection. An accepted step
+gathers the new parameters on every rank (one ``Allgatherv``); the damping's decisions use rank
+0's loss values. ``step`` and the
 other methods are then collectives: every rank calls them with the same (replicated)
 parameters. Local failures (a block that cannot be factored) are agreed
 (:func:`helmpinn.distributed.collective`), so every rank raises instead of waiting.
@@ -89,7 +103,7 @@ from . import distributed
 from ._blas import blas_limit, check_blas_threads
 from .lm import UPDATES, next_damping, pcg
 
-__all__ = ["GNStep", "MatrixFreeGN", "SPARSE_COARSE_ABOVE", "WARM_RHO"]
+__all__ = ["GNStep", "MatrixFreeGN", "SPARSE_COARSE_ABOVE", "WARM_RHO", "VARPRO_RIDGE", "VARPRO_MAX_FALL"]
 
 #: Coarse systems of more unknowns than this are assembled and factored sparse (SuperLU): a
 #: subdomain's output layer couples only to its neighbours', and the dense factor's
@@ -98,6 +112,12 @@ SPARSE_COARSE_ABOVE = 3000
 #: With ``cg_warm``, CG starts from the last step only where that step was accepted with at least
 #: this ratio of actual to predicted decrease (module docstring).
 WARM_RHO = 0.25
+#: With ``varpro``, the output layers' least-squares system is solved with this ridge, relative
+#: to its own diagonal (it holds the box's exactly resonant modes, which no residual sees).
+VARPRO_RIDGE = 1e-8
+#: With ``varpro``, a projection that lowers the loss more than this factor is refused (module
+#: docstring: from poor hidden layers it fits the residual with fields the residual barely sees).
+VARPRO_MAX_FALL = 2.0
 
 
 @dataclass
@@ -106,7 +126,10 @@ class GNStep:
     rejected), ``accepted``, ``lam`` after the update, ``trials``, ``rho`` (actual over predicted
     decrease of the last trial), ``cg_iterations`` (per trial), ``terms`` (the loss of each term
     after the step), ``message`` ("" or why no trial was accepted), ``times`` (seconds in
-    "jacobian", "gram", "factor", "cg", "trial")."""
+    "jacobian", "gram", "factor", "cg", "trial"), ``projected`` (with ``varpro``: the loss after
+    the output layers' projection where one was taken, else None; ``loss0`` is then the loss
+    before it and ``loss`` the loss after the step, the projection's where no trial was
+    accepted)."""
 
     loss0: float
     loss: float
@@ -118,6 +141,7 @@ class GNStep:
     terms: dict[str, float]
     message: str = ""
     times: dict[str, float] = field(default_factory=dict)
+    projected: float | None = None
 
 
 def _gram(J: NDArray, dtype: str = "float64") -> NDArray:
@@ -195,7 +219,9 @@ class MatrixFreeGN:
     :class:`helmpinn.LevenbergMarquardt`'s: "auto", None or an int; CG runs with one BLAS
     thread whatever this says, because its block solves alternate with the engine's products
     and idle BLAS threads spin against the engine's OpenMP threads), ``cg_warm`` (True, default: CG
-    may start from the last step where it went as predicted, module docstring; False: from zero).
+    may start from the last step where it went as predicted, module docstring; False: from zero),
+    ``varpro`` (True: the output layers projected before each step, module docstring; needs
+    ``coarse="last_layer"`` and the core's products).
     """
 
     def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
@@ -203,7 +229,8 @@ class MatrixFreeGN:
                  cg_tol: float = 1e-3, cg_maxiter: int = 200, coarse: str | None = "last_layer",
                  products: str = "core32", geodesic: bool = False, geodesic_h: float = 0.1,
                  geodesic_alpha: float = 0.75, gram: str = "float32", two_level: str = "additive",
-                 blas_threads: int | str | None = "auto", update: str = "nielsen", cg_warm: bool = True):
+                 blas_threads: int | str | None = "auto", update: str = "nielsen", cg_warm: bool = True,
+                 varpro: bool = False):
         if not (math.isfinite(lam) and lam > 0):
             raise ValueError(f"lam: expected a positive finite number, got {lam}")
         if damping not in ("identity", "marquardt"):
@@ -222,6 +249,13 @@ class MatrixFreeGN:
         if not isinstance(cg_warm, (bool, np.bool_)):
             raise ValueError(f"cg_warm: expected True or False, got {cg_warm!r}")
         self.cg_warm = bool(cg_warm)
+        if not isinstance(varpro, (bool, np.bool_)):
+            raise ValueError(f"varpro: expected True or False, got {varpro!r}")
+        if varpro and (coarse is None or products == "blocks"):
+            raise ValueError("varpro: needs coarse='last_layer' (its matrix is the output layers' system) and "
+                             f"the core's products (kept blocks would be stale after it), got coarse={coarse!r}, "
+                             f"products={products!r}")
+        self.varpro = bool(varpro)
         self._warm: NDArray | None = None   # CG's next start (cg_warm): the last well-predicted step
         if update not in UPDATES:
             raise ValueError(f"update: expected one of {UPDATES}, got {update!r}")
@@ -239,6 +273,7 @@ class MatrixFreeGN:
         self.geodesic, self.geodesic_h, self.geodesic_alpha = bool(geodesic), float(geodesic_h), float(geodesic_alpha)
         self._lam_relative = damping == "identity"
         self.sparse_coarse_above = SPARSE_COARSE_ABOVE   # (an attribute, for tests)
+        self.varpro_max_fall = VARPRO_MAX_FALL            # (an attribute, for tests)
         self.steps = 0
         self.start_scale = 0.0   # the last cg()'s scale of its start (0: it started from zero)
         self.set_residuals(residuals)
@@ -551,6 +586,10 @@ class MatrixFreeGN:
             self.lam = min(max(self.lam * max(float(np.mean(s["diag"])), 1e-300), self.lam_min), self.lam_max)
             self._lam_relative = False
         D = self._D(s)
+        before = loss0
+        projected = self._project(theta, s, loss0) if self.varpro else None
+        if projected is not None:
+            loss0, r = projected, s["r"]
         its: list[int] = []
         rho = -math.inf
         M, M_lam = None, None
@@ -582,15 +621,41 @@ class MatrixFreeGN:
                 theta[...] = self.res.gather(new)
                 self.lam, self.nu = next_damping(self.update, self.lam, self.nu, True, rho, self.lam_min, self.lam_max)
                 self._next = (theta.tobytes(), r1)
-                return GNStep(loss0, loss1, True, self.lam, trial, rho, its, self.res.term_losses(r1), "", times)
+                return GNStep(before, loss1, True, self.lam, trial, rho, its, self.res.term_losses(r1), "", times,
+                              projected)
             if self.lam >= self.lam_max:
-                return GNStep(loss0, loss0, False, self.lam, trial, rho, its, self.res.term_losses(r),
-                              "damping at lam_max", times)
+                return GNStep(before, loss0, False, self.lam, trial, rho, its, self.res.term_losses(r),
+                              "damping at lam_max", times, projected)
             if warm_started:   # the start failed, not λ: the same λ again, CG from zero
                 continue
             self.lam, self.nu = next_damping(self.update, self.lam, self.nu, False, rho, self.lam_min, self.lam_max)
-        return GNStep(loss0, loss0, False, self.lam, self.max_trials, rho, its, self.res.term_losses(r),
-                      "no decrease in max_trials trials", times)
+        return GNStep(before, loss0, False, self.lam, self.max_trials, rho, its, self.res.term_losses(r),
+                      "no decrease in max_trials trials", times, projected)
+
+    def _project(self, theta: NDArray, s: dict, loss0: float) -> float | None:
+        """``varpro``: the output layers z set to their least-squares values for the current
+        hidden layers, ``z ← z − (J_ZᵀJ_Z + εI_diag)⁻¹ J_Zᵀ r`` (the coarse matrix of the
+        linearisation s, ε = :data:`VARPRO_RIDGE` of its diagonal; the residuals are linear in
+        z, so the new residuals are exact), in place on ``theta``, with s's residuals and
+        gradient updated; the new loss, or None (``theta`` untouched) where the loss would not
+        fall or would fall more than ``varpro_max_fall`` (:data:`VARPRO_MAX_FALL`) times. The Gram blocks stay those
+        of the linearisation: they only precondition."""
+        Gc, idx = s["coarse"]
+        d = np.asarray(Gc.diagonal() if sparse.issparse(Gc) else np.diag(Gc), np.float64)
+        ridge = VARPRO_RIDGE * np.maximum(d, 1e-300)
+        with distributed.collective(self.res.comm, "factoring the output layers' system"):
+            coarse = self._coarse_factor(s, ridge)
+        dz = self._coarse_solve(coarse, s["g"])
+        new = theta.copy()
+        new[idx] -= dz
+        r1 = self.res.residuals(new)
+        loss1, = self.res.same(float(r1 @ r1))
+        if not (math.isfinite(loss1) and loss0 / self.varpro_max_fall <= loss1 < loss0):
+            return None
+        theta[...] = new
+        s["r"], s["g"] = r1, self._vjp(s, r1)
+        self._next = (theta.tobytes(), r1)
+        return loss1
 
     def _accelerate(self, s: dict, D: NDArray, M: Callable, theta: NDArray, delta: NDArray,
                     its: list[int]) -> NDArray:
