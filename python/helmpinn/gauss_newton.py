@@ -59,9 +59,10 @@ checks it. From poor hidden layers the projection fits the residual with large f
 residual barely sees (in a closed box its near-resonant modes) and the run does not recover;
 so a projection that lowers the loss more than ``VARPRO_MAX_FALL`` (2) times is refused. Early
 in a run every projection would lower it tens to thousands of times and is refused; once the
-Gauss-Newton steps have brought the hidden layers close, it is taken and resolves the output
-layers' share of the slow modes that CG's early stop leaves (docs/benchmarks.md, "Output
-layers projected").
+Gauss-Newton steps have brought the hidden layers close, it is taken. Measured, it helps some
+runs (the 5-wavelength box, three seeds of four) and hurts others (it fits the training points
+more than the field: the fourth seed, ``free-source``, ``dirichlet2d``), so it is off by default
+(docs/benchmarks.md, "Output layers projected, late").
 
 The step is a function of the parameters only (:meth:`MatrixFreeGN.step`), so a run loop's
 driver wraps it in a few lines: build the residuals from the run's training set
