@@ -81,10 +81,9 @@ with its own, one ``alltoall``) and gathered whole on every rank (one ``Allgathe
 is factored; each coarse correction gathers the coarse components of its argument (one
 ``Allgatherv`` of the coarse dimension), and so does ``varpro``'s projection. An accepted step
 gathers the new parameters on every rank (one ``Allgatherv``); the damping's decisions use rank
-0's loss values. ``step`` and the
-other methods are then collectives: every rank calls them with the same (replicated)
-parameters. Local failures (a block that cannot be factored) are agreed
-(:func:`helmpinn.distributed.collective`), so every rank raises instead of waiting.
+0's loss values. ``step`` and the other methods are then collectives: every rank calls them
+with the same (replicated) parameters. Local failures (a block that cannot be factored) are
+agreed (:func:`helmpinn.distributed.collective`), so every rank raises instead of waiting.
 """
 from __future__ import annotations
 
@@ -588,7 +587,8 @@ class MatrixFreeGN:
             self._lam_relative = False
         D = self._D(s)
         before = loss0
-        projected = self._project(theta, s, loss0) if self.varpro else None
+        with blas_limit(self.blas_threads):   # the coarse factor, as the preconditioner's
+            projected = self._project(theta, s, loss0) if self.varpro else None
         if projected is not None:
             loss0, r = projected, s["r"]
         its: list[int] = []
