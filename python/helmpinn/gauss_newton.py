@@ -441,10 +441,6 @@ class MatrixFreeGN:
                 out[k] = (offs[mine[0]], offs[mine[-1] + 1])
         return out
 
-    def _coarse_own(self) -> tuple[int, int]:
-        lo, hi = self._coarse_ranges()[self.res.rank]
-        return int(lo), int(hi)
-
     def _D(self, s: dict) -> NDArray:
         if self.damping == "identity":
             return np.ones(self.res.num_params)
@@ -478,7 +474,7 @@ class MatrixFreeGN:
             return out
 
         def Q(v: NDArray) -> NDArray:
-            _, own_idx, lo, hi = coarse
+            _, own_idx, lo, hi, _, _ = coarse
             out = np.zeros_like(v)
             out[own_idx] = self._coarse_solve(coarse, v)[lo:hi]
             return out
@@ -498,24 +494,25 @@ class MatrixFreeGN:
             return local(v) + Q(v)
         return additive
 
-    def _coarse_factor(self, s: dict, shift: NDArray) -> tuple[Callable[[NDArray], NDArray], NDArray, int, int]:
+    def _coarse_factor(self, s: dict, shift: NDArray) -> tuple:
         """The coarse matrix ``J_ZᵀJ_Z + diag(shift)`` of the linearisation s factored (whole on
-        every rank), with this rank's output-layer positions and range of the coarse vector."""
+        every rank), with this rank's output-layer positions, its range ``lo:hi`` of the coarse
+        vector, every rank's ranges and the coarse dimension (what each solve needs, found once)."""
         Gc, idx = s["coarse"]
-        lo, hi = self._coarse_own()
+        ranges = self._coarse_ranges()
+        lo, hi = (int(e) for e in ranges[self.res.rank])
         shifted = (Gc + sparse.diags(shift)).tocsc() if sparse.issparse(Gc) else Gc + np.diag(shift)
-        return _factor(shifted), idx[lo:hi], lo, hi
+        return _factor(shifted), idx[lo:hi], lo, hi, ranges, len(idx)
 
     def _coarse_solve(self, coarse: tuple, v: NDArray) -> NDArray:
         """The coarse system's solution for the output-layer components of v (this rank's own
         range; one ``Allgatherv`` over several ranks): the whole coarse vector, alike on every
         rank."""
-        solve, own_idx, lo, hi = coarse
-        vc = np.zeros(int(self._coarse_offsets()[-1]))
+        solve, own_idx, lo, hi, ranges, n = coarse
+        vc = np.zeros(n)
         vc[lo:hi] = v[own_idx]
         if self.res.comm is not None:
             from mpi4py import MPI
-            ranges = self._coarse_ranges()
             self.res.comm.Allgatherv(MPI.IN_PLACE, [vc, ranges[:, 1] - ranges[:, 0], ranges[:, 0], MPI.DOUBLE])
         return solve(vc)
 
