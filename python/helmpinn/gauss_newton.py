@@ -530,12 +530,13 @@ class MatrixFreeGN:
         dot = self.res.dot
         Q = getattr(precond, "deflate", None)
         self.start_scale = 0.0
+        xb = dot(start, rhs) if start is not None and Q is None else 0.0   # α's numerator
         if Q is not None:
             x0 = Q(rhs)
             Jx0, Ax0 = normal(x0)
-        elif start is not None and dot(start, rhs) > 0:   # else α <= 0: no product spent on it
+        elif xb > 0:   # else α <= 0: no product spent on the start
             Jx0, Ax0 = normal(start)
-            xAx, xb = dot(start, Ax0), dot(start, rhs)
+            xAx = dot(start, Ax0)
             alpha = xb / xAx if xAx > 0 else 0.0
             x0, Jx0, Ax0 = alpha * start, alpha * Jx0, alpha * Ax0
             self.start_scale = alpha
