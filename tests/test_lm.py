@@ -2,6 +2,7 @@
 solvers against each other, convergence on a tiny problem, rejected and non-finite steps."""
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -252,6 +253,52 @@ def test_auto_blas_threads_follow_the_load(monkeypatch):
     monkeypatch.setattr(os, "getloadavg", lambda: (threads + 1.0, 0.0, 0.0))
     assert _blas.auto_blas_threads() == 1
 
+
+
+def test_blas_limit_without_threadpoolctl_warns_once(monkeypatch):
+    """A source tree run without threadpoolctl: the limit cannot be set, which is said once
+    (it makes CG several times slower), and the block still runs."""
+    import sys
+
+    from helmpinn import _blas
+
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)   # import raises ImportError
+    monkeypatch.setattr(_blas, "_warned", False)
+    with pytest.warns(RuntimeWarning, match="threadpoolctl is not installed"):
+        with _blas.blas_limit(1):
+            pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with _blas.blas_limit(1):   # said once per process
+            pass
+    with _blas.blas_limit(None):   # no limit asked: nothing to say
+        pass
+
+
+def test_blas_limit_covers_scipys_blas_loaded_late():
+    """A process whose first use of SciPy's BLAS is inside a limit (LM imports it in its first
+    step): that BLAS is loaded before the limit is taken, so the limit holds for it too (a
+    library loaded inside the block would run its default threads). A fresh interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy, helmpinn\n"
+        "from helmpinn import _blas\n"
+        "import threadpoolctl\n"
+        "assert 'scipy.linalg' not in sys.modules\n"
+        "with threadpoolctl.threadpool_limits(limits=3, user_api='blas'):\n"
+        "    with _blas.blas_limit(1):\n"
+        "        import scipy.linalg\n"
+        "        inside = sorted({i['filepath']: i['num_threads'] for i in threadpoolctl.threadpool_info()"
+        " if i['user_api'] == 'blas'}.values())\n"
+        "print(inside)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    inside = json.loads(out.stdout.strip().splitlines()[-1])
+    assert inside and set(inside) == {1}
 
 def test_bad_theta():
     lm = LevenbergMarquardt(atan_problem())
@@ -670,6 +717,7 @@ def test_auto_blas_threads_limit_inside_a_step(monkeypatch):
     limit is lifted after it); on an idle one as many as helmpinn's threads."""
     import os
 
+    import scipy.linalg  # noqa: F401 - SciPy's BLAS loaded before this test's own limit is taken
     import threadpoolctl
 
     def blas():
