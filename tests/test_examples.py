@@ -46,6 +46,8 @@ def _run(cmd: list[str], cwd: Path) -> str:
 SCRIPTS = {
     "own_problem.py": r"relative L2 error \d\.\d\de[-+]\d\d after 20 Adam steps",
     "layered_pml.py": r"relative difference from fd_solve \d\.\d\de[-+]\d\d on the physical domain",
+    "many_wavelengths.py": r"plan: decomposed model, .* optimizer gn\n(.|\n)*relative difference from fd_solve "
+                           r"\d\.\d\de[-+]\d\d on the physical domain",
     "scattering.py": r"relative L2 error \d\.\d\de[-+]\d\d after 20 Adam steps",
     "levenberg_marquardt.py": r"relative L2 error \d\.\d\de[-+]\d\d after 3 iterations",
     "fit_data_1d.py": r"relative L2 error \d\.\d\de[-+]\d\d after 50 steps",
