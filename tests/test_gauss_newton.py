@@ -271,7 +271,12 @@ def test_sparse_coarse_matrix_equals_the_dense_one():
     a, b = dense.preconditioner(sd, 1e-3, D)(v), sp.preconditioner(ss, 1e-3, D)(v)
     assert np.linalg.norm(a - b) < 1e-9 * np.linalg.norm(a)
     (d1, _), (d2, _) = dense.direction(model.params, 1e-3), sp.direction(model.params, 1e-3)
-    assert np.linalg.norm(d1 - d2) < 1e-7 * np.linalg.norm(d1)
+    # Both steps solve the same system to CG's tolerance (1e-10 of ‖Jᵀr‖), so A (d1 − d2) is
+    # that small. (d1 − d2 itself is not: the system's conditioning, 650-700 CG iterations here,
+    # amplifies the tolerance to a few 1e-7 on some machines; a bound on it failed on one.)
+    _, A_diff = dense._normal(sd, 1e-3, D)(d1 - d2)
+    assert np.linalg.norm(A_diff) < 1e-9 * np.linalg.norm(sd["g"])
+    assert np.linalg.norm(d1 - d2) < 1e-4 * np.linalg.norm(d1)
 
 
 def test_varpro_solves_the_output_layers_exactly():
