@@ -228,7 +228,8 @@ def test_options_checked():
                      ({"two_level": "multiplicative"}, "two_level"), ({"blas_threads": 0}, "blas_threads"),
                      ({"blas_threads": "many"}, "blas_threads"), ({"update": "halve"}, "update"),
                      ({"cg_warm": "yes"}, "cg_warm"), ({"cg_warm": 1}, "cg_warm"), ({"varpro": "yes"}, "varpro"),
-                     ({"varpro": True, "coarse": None}, "varpro"), ({"varpro": True, "products": "blocks"}, "varpro")]:
+                     ({"varpro": True, "coarse": None}, "varpro"), ({"varpro": True, "products": "blocks"}, "varpro"),
+                     ({"lam_after_new_points": "reset"}, "lam_after_new_points")]:
         with pytest.raises(ValueError, match=word):
             MatrixFreeGN(res, **kw)
     gn = MatrixFreeGN(res)
@@ -325,3 +326,40 @@ def test_varpro_solves_the_output_layers_exactly():
     assert st.projected == pytest.approx(projected, rel=1e-9) and st.loss < st.projected
     r2 = res.residuals(model.params)
     assert st.loss == pytest.approx(float(r2 @ r2), rel=1e-12)
+
+
+def test_lam_returns_after_new_points():
+    """New points (set_residuals) whose first steps raise λ by rejected trials: the first step
+    accepted on them returns λ to its value before them ("restore", default), once; "keep" leaves
+    the damping rule's λ. The value is carried by state_dict."""
+    model, rows, _ = make_case(2, pml=True, hard=False, seed=4)
+    res = model.residuals_for(rows)
+    theta0 = model.params.copy()
+    runs = {}
+    for mode in ("restore", "keep"):
+        theta = theta0.copy()
+        gn = MatrixFreeGN(res, cg_tol=1e-6, lam_after_new_points=mode)
+        first = gn.step(theta)
+        assert first.accepted and gn._lam_before_new_points is None   # not armed by the construction
+        lam_before = gn.lam
+        gn.set_residuals(res)   # "new points" (the same ones: only λ's bookkeeping is looked at)
+        assert gn._lam_before_new_points == (lam_before if mode == "restore" else None)
+        gn.lam = 1e3 * lam_before   # as rejected trials on the new points would leave it
+        if mode == "restore":
+            state = gn.state_dict()
+            assert state["gn_lambda_before_new_points"] == lam_before
+            again = MatrixFreeGN(res)
+            again.load_state_dict(state)
+            assert again._lam_before_new_points == lam_before
+            with pytest.raises(ValueError, match="gn_lambda_before_new_points"):
+                again.load_state_dict({**state, "gn_lambda_before_new_points": -1.0})
+        st = gn.step(theta)
+        assert st.accepted
+        runs[mode] = gn.lam
+        assert gn._lam_before_new_points is None and "gn_lambda_before_new_points" not in gn.state_dict()
+        if mode == "restore":
+            assert gn.lam == lam_before
+            gn.lam = 1e3 * lam_before
+            gn.step(theta)   # once only: later steps follow the damping rule
+            assert gn.lam > lam_before
+    assert runs["keep"] > 10 * runs["restore"]

@@ -33,7 +33,12 @@ the linear model predicted a decrease (``rho`` the ratio), else λ grows and ano
 with the same linearisation; ``update`` is the rule (:func:`helmpinn.lm.next_damping`), Nielsen's
 by default here (λ falls by up to 3 on acceptance, the more the better the model predicted, and
 grows by a doubling factor on rejection): the fixed rule's ``λ /= 3`` after every acceptance made
-every other step of the decomposed runs a rejected trial (docs/benchmarks.md).
+every other step of the decomposed runs a rejected trial (docs/benchmarks.md). New points
+(:meth:`MatrixFreeGN.set_residuals`: a resample, or the points grown) often cost the first step
+on them a rejected trial or two, the model's misfit at the new points rather than its
+nonlinearity, and Nielsen's rule, which lowers λ only where ρ is well above ½, then held the
+raised λ for the rest of the run; so the first step accepted on new points returns λ to at
+most its value before them (``lam_after_new_points="restore"``, default; "keep": not).
 ``damping="marquardt"`` (default, D = diag(JᵀJ):
 every subnetwork's parameters damped on their own scale, which the decomposed models need far
 more than one network does) or ``"identity"`` (D = 1, the initial ``lam`` relative to the mean
@@ -221,7 +226,9 @@ class MatrixFreeGN:
     and idle BLAS threads spin against the engine's OpenMP threads), ``cg_warm`` (True, default: CG
     may start from the last step where it went as predicted, module docstring; False: from zero),
     ``varpro`` (True: the output layers projected before each step, module docstring; needs
-    ``coarse="last_layer"`` and the core's products).
+    ``coarse="last_layer"`` and the core's products), ``lam_after_new_points`` ("restore",
+    default: the first step accepted after :meth:`set_residuals` returns λ to at most its value
+    before the new points, module docstring; "keep": λ as the damping rule leaves it).
     """
 
     def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
@@ -230,7 +237,7 @@ class MatrixFreeGN:
                  products: str = "core32", geodesic: bool = False, geodesic_h: float = 0.1,
                  geodesic_alpha: float = 0.75, gram: str = "float32", two_level: str = "additive",
                  blas_threads: int | str | None = "auto", update: str = "nielsen", cg_warm: bool = True,
-                 varpro: bool = False):
+                 varpro: bool = False, lam_after_new_points: str = "restore"):
         if not (math.isfinite(lam) and lam > 0):
             raise ValueError(f"lam: expected a positive finite number, got {lam}")
         if damping not in ("identity", "marquardt"):
@@ -256,6 +263,10 @@ class MatrixFreeGN:
                              f"the core's products (kept blocks would be stale after it), got coarse={coarse!r}, "
                              f"products={products!r}")
         self.varpro = bool(varpro)
+        if lam_after_new_points not in ("restore", "keep"):
+            raise ValueError(f"lam_after_new_points: expected 'restore' or 'keep', got {lam_after_new_points!r}")
+        self.lam_after_new_points = lam_after_new_points
+        self._lam_before_new_points: float | None = None   # λ when the points last changed
         self._warm: NDArray | None = None   # CG's next start (cg_warm): the last well-predicted step
         if update not in UPDATES:
             raise ValueError(f"update: expected one of {UPDATES}, got {update!r}")
@@ -276,11 +287,15 @@ class MatrixFreeGN:
         self.varpro_max_fall = VARPRO_MAX_FALL            # (an attribute, for tests)
         self.steps = 0
         self.start_scale = 0.0   # the last cg()'s scale of its start (0: it started from zero)
+        self.res = None
         self.set_residuals(residuals)
 
     # -- state ---------------------------------------------------------------------------------
     def set_residuals(self, residuals: Any) -> None:
-        """Use new residuals (new points) from the next step on."""
+        """Use new residuals (new points) from the next step on; the first step accepted on
+        them returns λ to at most its value now (``lam_after_new_points="restore"``)."""
+        if self.res is not None and self.lam_after_new_points == "restore":
+            self._lam_before_new_points = self.lam
         self.res = residuals
         self._next: tuple[bytes, NDArray] | None = None
         self._coarse_index = self._last_layer() if self.coarse else None
@@ -289,6 +304,8 @@ class MatrixFreeGN:
         """λ, ν, the steps taken, and with ``cg_warm`` CG's next start (the whole vector, alike on
         every rank), so that a resumed run takes the uninterrupted one's steps."""
         state = {"gn_lambda": self.lam, "gn_nu": self.nu, "gn_steps": self.steps, "gn_lam_relative": self._lam_relative}
+        if self._lam_before_new_points is not None:
+            state["gn_lambda_before_new_points"] = self._lam_before_new_points
         if self._warm is not None:
             state["gn_warm"] = self._warm
         return state
@@ -301,6 +318,10 @@ class MatrixFreeGN:
         self.steps = int(state.get("gn_steps", 0))
         self.nu = float(state.get("gn_nu", 2.0))
         self._lam_relative = bool(state.get("gn_lam_relative", False))
+        before = state.get("gn_lambda_before_new_points")
+        if before is not None and not (math.isfinite(float(before)) and float(before) > 0):
+            raise ValueError(f"state: gn_lambda_before_new_points must be positive and finite, got {before}")
+        self._lam_before_new_points = None if before is None else float(before)
         warm = state.get("gn_warm")
         if warm is not None:
             warm = np.array(warm, np.float64)
@@ -619,6 +640,9 @@ class MatrixFreeGN:
             if accepted:
                 theta[...] = self.res.gather(new)
                 self.lam, self.nu = next_damping(self.update, self.lam, self.nu, True, rho, self.lam_min, self.lam_max)
+                if self._lam_before_new_points is not None:   # the first step accepted on new points
+                    self.lam = min(self.lam, max(self._lam_before_new_points, self.lam_min))
+                    self._lam_before_new_points = None
                 self._next = (theta.tobytes(), r1)
                 return GNStep(before, loss1, True, self.lam, trial, rho, its, self.res.term_losses(r1), "", times,
                               projected)
