@@ -254,7 +254,6 @@ def test_auto_blas_threads_follow_the_load(monkeypatch):
     assert _blas.auto_blas_threads() == 1
 
 
-
 def test_blas_limit_without_threadpoolctl_warns_once(monkeypatch):
     """A source tree run without threadpoolctl: the limit cannot be set, which is said once
     (it makes CG several times slower), and the block still runs."""
