@@ -40,12 +40,12 @@ def blas_limit(n: int | str | None) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
     try:
         from threadpoolctl import threadpool_limits
-        # SciPy's BLAS (a library of its own beside NumPy's) loaded now: one first loaded
-        # inside the block would keep the block's limit after it, for the rest of the process.
-        import scipy.linalg  # noqa: F401
     except ImportError:  # a source tree run without its dependencies installed
         _warn_unlimited()
         return contextlib.nullcontext()
+    # SciPy's BLAS (a library of its own beside NumPy's) loaded now: one first loaded inside
+    # the block would keep the block's limit after it, for the rest of the process.
+    import scipy.linalg  # noqa: F401
     return threadpool_limits(limits=int(n), user_api="blas")
 
 
