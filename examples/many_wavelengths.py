@@ -67,8 +67,8 @@ def main() -> None:
     # The reference: the same problem (medium, PML, source) by fourth-order finite differences.
     reference = fd_solve(problem, h=0.05 if QUICK else 0.01)
     x = problem.test_points()                  # a grid on the physical domain
-    u_ref = reference(x)
-    diff = np.linalg.norm(solution.predict(x) - u_ref) / np.linalg.norm(u_ref)
+    u_ref, u = reference(x), solution.predict(x)
+    diff = np.linalg.norm(u - u_ref) / np.linalg.norm(u_ref)
     print(f"relative difference from fd_solve {diff:.2e} on the physical domain")
 
     if args.out:
@@ -80,12 +80,12 @@ def main() -> None:
         n = int(round(np.sqrt(len(x))))
         X, Y = x[:, 0].reshape(n, n), x[:, 1].reshape(n, n)
         fig, axes = plt.subplots(1, 3, figsize=(13, 4), layout="constrained")
-        for ax, u, title in ((axes[0], solution.predict(x), "network"), (axes[1], u_ref, "fd_solve")):
-            im = ax.pcolormesh(X, Y, u.real.reshape(n, n), cmap="RdBu_r", shading="auto")
+        for ax, field, title in ((axes[0], u, "network"), (axes[1], u_ref, "fd_solve")):
+            im = ax.pcolormesh(X, Y, field.real.reshape(n, n), cmap="RdBu_r", shading="auto")
             ax.set_title(f"Re u, {title}", fontsize=9)
             ax.set_aspect("equal")
         fig.colorbar(im, ax=axes[:2])
-        im = axes[2].pcolormesh(X, Y, np.abs(solution.predict(x) - u_ref).reshape(n, n), shading="auto")
+        im = axes[2].pcolormesh(X, Y, np.abs(u - u_ref).reshape(n, n), shading="auto")
         axes[2].set_title("|network − fd_solve|", fontsize=9)
         axes[2].set_aspect("equal")
         fig.colorbar(im, ax=axes[2])
