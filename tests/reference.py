@@ -214,12 +214,13 @@ def _coef(v, shape: tuple[int, ...], default: complex) -> np.ndarray:
 
 def residual_parts(theta: np.ndarray, spec: Any, *, x_pde=None, kappa=None, f=None, x_data=None,
                    y=None, x_bc=None, n_bc=None, alpha_bc=None, g_bc=None, a_pde=None,
-                   b_pde=None, c_pde=None, **_ignored):
+                   b_pde=None, c_pde=None, a_lap=None, **_ignored):
     """Unscaled complex residuals per term as {"pde", "data", "bc"}: arrays [K, N, 2] (re, im)
     for theta [K, P] (a term without points is absent).
 
-    pde: lap u + kappa u - f, or with any of a_pde, b_pde, c_pde the general operator
-    sum_i a_i u_ii + sum_i b_i u_i + c u - f (c = c_pde, else kappa) ; data: u - y ;
+    pde: lap u + kappa u - f, or with any of a_pde, b_pde, c_pde, a_lap the general operator
+    sum_i a_i u_ii + sum_i b_i u_i + c u - f (c = c_pde, else kappa; a_lap [N, 2]: every
+    a_i = a_lap) ; data: u - y ;
     bc: n . grad u + alpha u - g (complex alpha u).
     Keyword names follow Workspace.value_and_grad; extra keywords are ignored.
     """
@@ -231,12 +232,16 @@ def residual_parts(theta: np.ndarray, spec: Any, *, x_pde=None, kappa=None, f=No
         kap = np.asarray(kappa if kappa is not None else 0.0, dtype=np.float64)
         kap = np.broadcast_to(kap, (n,)) if kap.ndim == 0 else kap
         assert kap.shape == (n,)
-        if a_pde is None and b_pde is None and c_pde is None:
+        if a_pde is None and b_pde is None and c_pde is None and a_lap is None:
             lap = np.einsum("knii...->kn...", hess)                 # [K, N, 2]
             r = lap + kap[None, :, None] * u
         else:
             d = np.asarray(x_pde).shape[1]
-            a = _coef(a_pde, (n, d), 1.0)
+            if a_lap is not None:
+                assert a_pde is None
+                a = np.repeat(_coef(a_lap, (n,), 1.0)[:, None], d, axis=1)
+            else:
+                a = _coef(a_pde, (n, d), 1.0)
             b = _coef(b_pde, (n, d), 0.0)
             c = kap.astype(np.complex128) if c_pde is None else _coef(c_pde, (n,), 0.0)
             cplx = lambda z: z[..., 0] + 1j * z[..., 1]  # noqa: E731

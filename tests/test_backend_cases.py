@@ -64,7 +64,7 @@ def _id(c: dict) -> str:
 def test_the_table_is_read():
     if not TABLE.exists():
         pytest.skip("the C++ sources are not next to the tests (installed package)")
-    assert len(CASES) >= 10 and {c["op"] for c in CASES} >= {"laplacian", "op_arrays"}
+    assert len(CASES) >= 10 and {c["op"] for c in CASES} >= {"laplacian", "op_arrays", "op_lap"}
     assert all(c["check"] in ("grad", "rows") for c in CASES)
     assert {c["variant"] for c in CASES} == {0, 1, 2}
 
@@ -83,6 +83,9 @@ def inputs(case: dict, d: int, rng, n=(9, 5, 7)) -> dict:
                        c_pde=3 * rng.normal(size=(n_pde, 2)))
         elif op == "op_constants":
             out.update(a_pde=0.8 - 0.45j, b_pde=-1.3 + 0.6j, c_pde=6.1 + 1.7j)
+        elif op == "op_lap":
+            out.update(a_lap=rng.normal(size=(n_pde, 2)), b_pde=rng.normal(size=(n_pde, d, 2)),
+                       c_pde=3 * rng.normal(size=(n_pde, 2)))
         else:  # op_kappa
             out.update(a_pde=rng.normal(size=(n_pde, d, 2)), b_pde=-1.3 + 0.6j,
                        kappa=rng.uniform(1, 10, n_pde))

@@ -143,6 +143,50 @@ def test_jvp_vjp_jacobian(d, pml, hard):
     assert np.abs(JTw32 - JTw).max() < 1e-5 * np.abs(JTw).max()
 
 
+@pytest.mark.parametrize("d,pml", [(2, False), (2, True), (3, True)])
+def test_subnetworks_take_the_scalar_operator_where_every_axis_is_alike(d, pml, monkeypatch):
+    """A subnetwork's points with the same a on every axis (outside the PML, where its
+    half-width is the same on every axis) get the operator's scalar form (a_lap: d + 2 streams,
+    faster), the others the diagonal form: one core batch, or two (those points first) where it
+    has both; the residuals, J v, Jᵀw and the Jacobian blocks are the diagonal form's
+    everywhere, to rounding."""
+    import helmpinn.decomposition as dm
+
+    _, rows, (lo, hi, _, overlap, spec, scale) = make_case(d, pml=pml, hard=True, seed=3)
+    model = DecomposedModel.create(lo, hi, [(3,) * d, (1,) * d, (3, 2, 1)[:d]], overlap=overlap,
+                                   ff_dim=spec.ff_dim, hidden_dim=spec.hidden_dim,
+                                   num_hidden_layers=spec.num_hidden_layers, wavenumber=4.0,
+                                   constraint=BoxConstraint(lo, hi, scale), seed=3)
+    res = model.residuals_for(rows)
+    alike = np.all(rows.a == rows.a[:, :1], axis=1)   # the same a on every axis, per point
+    kinds = set()
+    for p in res.parts:
+        half = model.subdomains[p["j"]]["half"]
+        scalar = alike[p["idx"]] & bool(np.all(half == half[0]))
+        bounds = [(lo_, hi_) for lo_, hi_, _ in p["batches"]]
+        assert bounds == ([] if not len(p["idx"]) else
+                          [(0, len(p["idx"]))] if scalar.all() or not scalar.any() else
+                          [(0, int(scalar.sum())), (int(scalar.sum()), len(p["idx"]))])
+        for lo_, hi_, b in p["batches"]:
+            assert ("a_lap" in b) == bool(scalar[lo_]) and np.all(scalar[lo_:hi_] == scalar[lo_])
+            assert ("a_pde" in b) != ("a_lap" in b)
+        kinds.add("mixed" if len(p["batches"]) == 2 else "a_lap" if "a_lap" in p["batches"][0][2] else "a_pde")
+    # both forms in every case (the grid (3, 2, 1) has unequal half-widths); with a PML, parts
+    # with points of both kinds
+    assert {"a_lap", "a_pde"} <= kinds and (("mixed" in kinds) == pml)
+    monkeypatch.setattr(dm, "operator_a", lambda a: {"a_pde": a})
+    diag = model.residuals_for(rows)
+    assert all("a_pde" in b for p in diag.parts for _, _, b in p["batches"])
+    theta = model.params
+    rng = np.random.default_rng(7)
+    v, w = rng.normal(size=model.num_params), rng.normal(size=res.num_residuals)
+    pairs = [(res.residuals(theta), diag.residuals(theta)), (res.jvp(theta, v), diag.jvp(theta, v)),
+             (res.vjp(theta, w), diag.vjp(theta, w)), (res.jacobian(theta), diag.jacobian(theta)),
+             (res.jvp(theta, v, "float32"), diag.jvp(theta, v, "float32"))]
+    for k, (got, want) in enumerate(pairs):
+        assert np.abs(got - want).max() <= (1e-12 if k < 4 else 1e-5) * np.abs(want).max(), k
+
+
 @pytest.mark.parametrize("d", [1, 2, 3])
 def test_windows_sum_to_one(d):
     model, rows, cfg = make_case(d)

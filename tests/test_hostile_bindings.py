@@ -214,7 +214,7 @@ def test_the_term_table_comes_from_the_core():
     assert [t["term"] for t in terms] == ["pde", "data", "bc"]
     assert [t["weight"] for t in terms] == ["w_pde", "w_data", "w_bc"]
     assert TERM_KEYWORDS == {t["term"]: tuple(a["keyword"] for a in t["arrays"]) for t in terms}
-    assert KEYWORDS[-1] == "counts" and len(KEYWORDS) == 13
+    assert KEYWORDS[-1] == "counts" and len(KEYWORDS) == 14
     for t in terms:
         points = t["arrays"][0]
         assert points["shape"] == ("N", "d") and points["required"] and points["constant"] is None
@@ -249,7 +249,7 @@ def test_every_keyword_of_the_table_reaches_the_core():
     ws = hp.Workspace(spec, 16, "float64")
     theta = hp.init_params(spec, "float64", seed=0)
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'x_pdf' \(batch keywords: "
-                                        r"batch, x_pde, kappa, f, a_pde, b_pde, c_pde, x_data, y, "
+                                        r"batch, x_pde, kappa, f, a_pde, b_pde, c_pde, a_lap, x_data, y, "
                                         r"x_bc, n_bc, alpha_bc, g_bc, w_pde, w_data, w_bc, counts"):
         ws.residuals(theta, x_pdf=np.zeros((2, 2)))
     for keys in TERM_KEYWORDS.values():

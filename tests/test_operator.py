@@ -1,7 +1,9 @@
 """The general diagonal operator r = sum_i a_i u_ii + sum_i b_i u_i + c u - f at the PDE points
 (a_pde, b_pde, c_pde; MATH.md, General operator): the Helmholtz case against the Laplacian path,
 random complex coefficients against the float64 reference, float64 central differences of the
-core's own loss and residuals, and against finite differences of forward(), in d = 1, 2, 3."""
+core's own loss and residuals, and against finite differences of forward(), in d = 1, 2, 3; each
+for both of its forms, an a per axis (a_pde) and one a per point (a_lap, the scalar form from the
+Laplacian's streams), and the two forms against each other."""
 
 from __future__ import annotations
 
@@ -20,13 +22,14 @@ def _theta(spec_tuple, rng):
     return R.random_params(spec_tuple, rng, fourier_sigma=0.4)
 
 
-def _operator_inputs(rng, d, n_pde=7, n_data=3, n_bc=4, c="array"):
-    """Random complex per-point a, b, c (c: "array" [N, 2], "complex" constant, "kappa" real [N])
-    with the data and Robin terms beside them."""
+def _operator_inputs(rng, d, n_pde=7, n_data=3, n_bc=4, c="array", a="a_pde"):
+    """Random complex per-point a, b, c (c: "array" [N, 2], "complex" constant, "kappa" real [N];
+    a: "a_pde" one per axis [N, d, 2], "a_lap" one per point [N, 2]) with the data and Robin
+    terms beside them."""
     x = rng.uniform(-1.0, 1.0, (n_pde, d))
-    out = dict(x_pde=x, f=rng.normal(size=(n_pde, 2)),
-               a_pde=rng.normal(size=(n_pde, d, 2)), b_pde=rng.normal(size=(n_pde, d, 2)),
+    out = dict(x_pde=x, f=rng.normal(size=(n_pde, 2)), b_pde=rng.normal(size=(n_pde, d, 2)),
                w_pde=0.8)
+    out[a] = rng.normal(size=(n_pde, d, 2) if a == "a_pde" else (n_pde, 2))
     if c == "array":
         out["c_pde"] = rng.normal(size=(n_pde, 2)) * 3.0
     elif c == "complex":
@@ -74,8 +77,9 @@ def test_identity_coefficients_equal_the_helmholtz_path(spec_tuple, d, rng, make
 
 
 @pytest.mark.parametrize("c", ["array", "complex", "kappa"])
-def test_random_complex_coefficients_match_the_reference(spec_tuple, d, rng, c):
-    terms = _operator_inputs(rng, d, c=c)
+@pytest.mark.parametrize("a", ["a_pde", "a_lap"])
+def test_random_complex_coefficients_match_the_reference(spec_tuple, d, rng, c, a):
+    terms = _operator_inputs(rng, d, c=c, a=a)
     theta = _theta(spec_tuple, rng)
     ws = _ws(spec_tuple)
     r = ws.residuals(theta, **terms)
@@ -106,8 +110,9 @@ def test_gradient_against_central_differences_of_the_core(spec_tuple, d, rng):
         assert abs(fd - grad @ v) <= 1e-6 * max(abs(fd), np.abs(grad).max())
 
 
-def test_jacobian_jvp_vjp(spec_tuple, d, rng):
-    terms = _operator_inputs(rng, d)
+@pytest.mark.parametrize("a", ["a_pde", "a_lap"])
+def test_jacobian_jvp_vjp(spec_tuple, d, rng, a):
+    terms = _operator_inputs(rng, d, a=a)
     theta = _theta(spec_tuple, rng)
     ws = _ws(spec_tuple)
     J = ws.jacobian(theta, **terms)
@@ -128,9 +133,10 @@ def test_jacobian_jvp_vjp(spec_tuple, d, rng):
                                atol=1e-12 * np.abs(J.T @ w).max())
 
 
-def test_residuals_against_finite_differences_of_forward(spec_tuple, d, rng):
+@pytest.mark.parametrize("a", ["a_pde", "a_lap"])
+def test_residuals_against_finite_differences_of_forward(spec_tuple, d, rng, a):
     """The operator residual rebuilt from forward() values by central differences in x."""
-    terms = _operator_inputs(rng, d, n_data=0, n_bc=0)
+    terms = _operator_inputs(rng, d, n_data=0, n_bc=0, a=a)
     theta = _theta(spec_tuple, rng)
     ws = _ws(spec_tuple)
     x = terms["x_pde"]
@@ -138,7 +144,8 @@ def test_residuals_against_finite_differences_of_forward(spec_tuple, d, rng):
     cplx = lambda p: p[..., 0] + 1j * p[..., 1]  # noqa: E731
     u = lambda pts: cplx(ws.forward(theta, np.ascontiguousarray(pts), 0))  # noqa: E731
     u0 = u(x)
-    a, b = cplx(terms["a_pde"]), cplx(terms["b_pde"])
+    b = cplx(terms["b_pde"])
+    a = cplx(terms["a_pde"]) if a == "a_pde" else np.repeat(cplx(terms["a_lap"])[:, None], d, axis=1)
     r = cplx(terms["c_pde"]) * u0 - cplx(terms["f"])
     h = 1e-3  # fourth-order central stencils
     for i in range(d):
@@ -153,8 +160,9 @@ def test_residuals_against_finite_differences_of_forward(spec_tuple, d, rng):
     assert np.max(np.abs(got - r)) <= 1e-5 * np.max(np.abs(r))
 
 
-def test_float32_agrees_with_float64(spec_tuple, d, rng):
-    terms = _operator_inputs(rng, d)
+@pytest.mark.parametrize("a", ["a_pde", "a_lap"])
+def test_float32_agrees_with_float64(spec_tuple, d, rng, a):
+    terms = _operator_inputs(rng, d, a=a)
     theta = _theta(spec_tuple, rng)
     g64, g32 = np.zeros_like(theta), np.zeros(theta.size, np.float32)
     l64 = _ws(spec_tuple).value_and_grad(theta, g64, **terms)
@@ -163,6 +171,59 @@ def test_float32_agrees_with_float64(spec_tuple, d, rng):
     l32 = _ws(spec_tuple, "float32").value_and_grad(theta.astype(np.float32), g32, **t32)
     assert abs(l32 - l64) <= 1e-4 * l64
     assert np.max(np.abs(g32 - g64)) <= 1e-3 * np.abs(g64).max()
+
+
+@pytest.mark.parametrize("a_const", [False, True])
+def test_scalar_form_equals_the_diagonal_form(spec_tuple, d, rng, a_const):
+    """One a per point (a_lap: d + 2 streams; or a constant a_pde, which selects the same form)
+    against the same a on every axis (a_pde [N, d, 2]: 2d + 1 streams): loss, gradient,
+    grad_kappa (dL/d Re c), residuals, Jacobian (whole and a row range), J v and J^T w agree to
+    rounding."""
+    terms = _operator_inputs(rng, d, a="a_lap")
+    n = len(terms["x_pde"])
+    if a_const:
+        terms["a_lap"] = np.tile([0.7, -0.35], (n, 1))
+    scalar = dict(terms)
+    if a_const:
+        scalar["a_pde"] = complex(*terms["a_lap"][0])
+        del scalar["a_lap"]
+    diag = dict(terms, a_pde=np.repeat(terms["a_lap"][:, None, :], d, axis=1))
+    del diag["a_lap"]
+    theta = _theta(spec_tuple, rng)
+    ws = _ws(spec_tuple)
+
+    def close(got, want, what):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max(), err_msg=what)
+
+    g_s, g_d, k_s, k_d = np.zeros_like(theta), np.zeros_like(theta), np.zeros(n), np.zeros(n)
+    l_s = ws.value_and_grad(theta, g_s, grad_kappa=k_s, **scalar)
+    l_d = ws.value_and_grad(theta, g_d, grad_kappa=k_d, **diag)
+    assert abs(l_s - l_d) <= 1e-12 * l_d
+    close(g_s, g_d, "gradient")
+    close(k_s, k_d, "grad_kappa")
+    close(ws.residuals(theta, **scalar), ws.residuals(theta, **diag), "residuals")
+    J = ws.jacobian(theta, **diag)
+    close(ws.jacobian(theta, **scalar), J, "jacobian")
+    close(ws.jacobian(theta, rows=(3, 11), **scalar), J[3:11], "jacobian rows")
+    v, w = rng.normal(size=theta.size), rng.normal(size=len(J))
+    close(ws.jvp(theta, v, **scalar), J @ v, "jvp")
+    close(ws.vjp(theta, w, **scalar), J.T @ w, "vjp")
+
+
+def test_operator_a_picks_the_scalar_form_where_every_axis_is_alike():
+    from helmpinn.batch import operator_a
+
+    a = np.array([[1 + 2j, 1 + 2j], [0.5, 0.5], [3j, 3j]])
+    got = operator_a(a)
+    assert list(got) == ["a_lap"]
+    np.testing.assert_array_equal(got["a_lap"], a[:, 0])
+    b = a.copy()
+    b[1, 1] = 0.5 + 1e-15   # not equal: the diagonal form, exactly as given
+    assert list(operator_a(b)) == ["a_pde"] and operator_a(b)["a_pde"] is not None
+    np.testing.assert_array_equal(operator_a(b)["a_pde"], b)
+    assert list(operator_a(np.ones((4, 1)))) == ["a_lap"]   # d = 1: one axis
+    with pytest.raises(ValueError, match=r"a: expected .* \[N, d\]"):
+        operator_a(np.ones(4))
 
 
 def test_bad_operator_arguments_name_the_argument():
@@ -190,4 +251,18 @@ def test_bad_operator_arguments_name_the_argument():
     bad[2, 1, 0] = np.nan
     with pytest.raises(ValueError, match="a_pde contains NaN"):
         ws.value_and_grad(theta, grad, x_pde=x, a_pde=bad, kappa=1.0, check_finite=True)
+    with pytest.raises(ValueError, match="a_lap: given together with a_pde"):
+        ws.value_and_grad(theta, grad, x_pde=x, a_pde=1.0, a_lap=np.ones((5, 2)), kappa=1.0)
+    with pytest.raises(ValueError, match="a_lap: given together with a_pde"):
+        ws.value_and_grad(theta, grad, x_pde=x, a_pde=np.ones((5, 2, 2)), a_lap=np.ones((5, 2)), kappa=1.0)
+    with pytest.raises(ValueError, match="a_lap"):
+        ws.value_and_grad(theta, grad, x_pde=x, a_lap=np.ones((5, 2, 2)), kappa=1.0)   # [N, d, 2]
+    with pytest.raises(ValueError, match="a_lap"):
+        ws.value_and_grad(theta, grad, x_pde=x, a_lap=np.ones((4, 2)), kappa=1.0)
+    with pytest.raises(ValueError, match="c_pde: required with a_pde, a_lap or b_pde"):
+        ws.value_and_grad(theta, grad, x_pde=x, a_lap=np.ones((5, 2)))
+    bad = np.ones((5, 2))
+    bad[3, 1] = np.inf
+    with pytest.raises(ValueError, match="a_lap contains NaN or Inf"):
+        ws.value_and_grad(theta, grad, x_pde=x, a_lap=bad, kappa=1.0, check_finite=True)
     assert np.all(grad == 0)  # nothing written on any error

@@ -250,15 +250,19 @@ LossInputs<T> build_inputs(const ModelSpec& spec, Space& space, const BatchArgs&
     }
 
     // The PDE term's c: kappa without the general operator; with it, c_pde or kappa (a real c)
-    // in its place, exactly one of them.
+    // in its place, exactly one of them. Its a: a_pde (an a per axis, or a constant) or a_lap
+    // (one a per point), not both.
     if (in.num_pde) {
         const bool kappa = given(get("kappa")), c = given(get("c_pde"));
+        if (given(get("a_pde")) && given(get("a_lap")))
+            throw py::value_error("a_lap: given together with a_pde; give one of them (a_pde: an a "
+                                  "per axis [N_pde, d] or a constant, a_lap: one a per point [N_pde])");
         if (in.pde_operator) {
             if (kappa && c)
                 throw py::value_error("c_pde: given together with kappa; give one of them (c_pde "
                                       "is the general operator's c, kappa a real c)");
             if (!kappa && !c)
-                throw py::value_error("c_pde: required with a_pde or b_pde (or kappa in its "
+                throw py::value_error("c_pde: required with a_pde, a_lap or b_pde (or kappa in its "
                                       "place): a complex constant or an array of shape (N_pde, 2)");
             if (kappa && !in.kappa) {  // a constant kappa is the operator's constant c
                 in.c_const[0] = in.kappa_const;

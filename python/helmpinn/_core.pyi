@@ -163,6 +163,9 @@ class Workspace:
     #     operator r = sum_i a_i u_ii + sum_i b_i u_i + c u - f at the PDE points instead of
     #     lap u + kappa u - f (any of them given selects it; a = 1, b = 0 by default; c_pde or
     #     kappa, a real c, is required with it)
+    #   a_lap [N_pde, 2]: one a per point in place of a_pde (r = a lap u + ...; not with a_pde):
+    #     the same residual from the Laplacian's d + 2 streams instead of 2d + 1 (also chosen
+    #     whenever a_pde is a constant)
     #   x_data [N_data, d], y [N_data, 2]                               data term
     #   x_bc [N_bc, d], n_bc [N_bc, d], alpha_bc (complex or [N_bc, 2]), g_bc [N_bc, 2]   Robin
     #   w_pde, w_data, w_bc: float = 1.0          term weights (>= 0 on the residual level)

@@ -126,6 +126,7 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
         bool pde_operator
         const T* a_pde
         T a_const[2]
+        const T* a_lap
         const T* b_pde
         T b_const[2]
         const T* c_pde

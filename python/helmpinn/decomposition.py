@@ -48,7 +48,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import _core, distributed
 from ._files import write_atomic
-from .batch import Batch
+from .batch import Batch, operator_a
 from .model import Model
 from .params import init_params
 
@@ -451,6 +451,11 @@ class DecomposedResiduals:
     ``r [2N]`` (each row as (re, im)), ``jvp``, ``vjp`` and the Jacobian's blocks, each one core
     call per subnetwork on the points its subdomain covers (the Batches are built here once; the
     core's row scale ``sqrt(w_pde/m)`` is made 1 by ``w_pde = m``, the rows carry their own).
+    Where a subnetwork's points have the same ``a`` on every axis (outside a PML, the same
+    half-width on every axis) its operator takes the scalar form (``a_lap``: the Laplacian's
+    d + 2 streams instead of 2d + 1, :func:`helmpinn.batch.operator_a`); a subnetwork with
+    points of both kinds has them ordered those first and two core calls, one per form (a part's
+    ``batches``: ``(lo, hi, Batch)`` over its points ``idx[lo:hi]``).
     Follows :class:`helmpinn.lm.Residuals` (``residuals``, ``jacobian``, ``jvp``, ``vjp``), so
     :class:`helmpinn.LevenbergMarquardt` can run on it too (one process); ``jacobian`` is dense
     (small cases).
@@ -502,30 +507,39 @@ class DecomposedResiduals:
             for j, idx, psi, d1, d2, xi in pieces:
                 sd = model.subdomains[j]
                 m = len(idx)
+                h = sd["half"]
+                # the points whose operator has the same a on every axis first (every rank
+                # orders them alike: the overlaps and the coarse matrix read positions in idx)
+                alike = np.all(rows.a[idx] == rows.a[idx][:, :1], axis=1) & bool(np.all(h == h[0]))
+                cut = int(alike.sum())
+                if 0 < cut < m:
+                    order = np.argsort(~alike, kind="stable")
+                    idx, psi, d1, d2, xi = idx[order], psi[order], d1[order], d2[order], xi[order]
                 r_idx = np.empty(2 * m, np.int64)
                 r_idx[0::2], r_idx[1::2] = 2 * idx, 2 * idx + 1
-                batch = None
+                batches = []
                 if m and self.owner[j] == self.rank:
-                    h = sd["half"]
                     a, b, c = rows.a[idx], rows.b[idx], rows.c[idx]
                     A = a * psi[:, None] / h ** 2
                     B = (2.0 * a * d1 + b * psi[:, None]) / h
                     C = (a * d2).sum(1) + (b * d1).sum(1) + c * psi
-                    batch = Batch(x_pde=xi, a_pde=A, b_pde=B, c_pde=C, f=np.zeros((m, 2)),
-                                  dtype="float64")
+                    for lo, hi in ((0, cut), (cut, m)) if 0 < cut < m else ((0, m),):
+                        batches.append((lo, hi, Batch(x_pde=xi[lo:hi], **operator_a(A[lo:hi]), b_pde=B[lo:hi],
+                                                      c_pde=C[lo:hi], f=np.zeros((hi - lo, 2)), dtype="float64")))
                 self.parts.append({"j": j, "level": sd["level"], "slice": sd["slice"], "idx": idx,
-                                   "rows": r_idx, "batch": batch, "own": bool(self.owner[j] == self.rank)})
+                                   "rows": r_idx, "batches": batches, "own": bool(self.owner[j] == self.rank)})
 
     def _ws(self, part, dtype: str = "float64"):
         return self.model.workspace(part["level"], dtype)
 
-    def _in(self, part: dict, dtype: str) -> Any:
-        """Part's core batch in ``dtype`` (the float32 one made once, on first use)."""
+    def _batches(self, part: dict, dtype: str) -> list[tuple[int, int, Any]]:
+        """Part's core batches ``(lo, hi, Batch)`` in ``dtype`` (the float32 ones made once, on
+        first use); none where the part has no points or is another rank's."""
         if dtype == "float64":
-            return part["batch"]
-        if part.get("batch32") is None:
-            part["batch32"] = part["batch"].astype(np.float32)
-        return part["batch32"]
+            return part["batches"]
+        if part.get("batches32") is None:
+            part["batches32"] = [(lo, hi, b.astype(np.float32)) for lo, hi, b in part["batches"]]
+        return part["batches32"]
 
     def _params(self, theta: NDArray, dtype: str) -> NDArray:
         """θ in ``dtype`` (the float32 copy kept while θ is unchanged)."""
@@ -575,8 +589,8 @@ class DecomposedResiduals:
         """r(θ) [2N] (a collective over several ranks)."""
         r = np.zeros(self.num_residuals)
         for p in self.parts:
-            if p["batch"] is not None:
-                r[p["rows"]] += self._ws(p).residuals(theta[p["slice"]], batch=p["batch"], w_pde=len(p["idx"]))
+            for lo, hi, b in p["batches"]:
+                r[p["rows"][2 * lo:2 * hi]] += self._ws(p).residuals(theta[p["slice"]], batch=b, w_pde=hi - lo)
         r = self.allsum(r)
         r -= self.target
         return r
@@ -589,9 +603,9 @@ class DecomposedResiduals:
         t = self._params(theta, dtype)
         v = np.asarray(v, dtype)
         for p in self.parts:
-            if p["batch"] is not None:
-                out[p["rows"]] += self._ws(p, dtype).jvp(t[p["slice"]], np.ascontiguousarray(v[p["slice"]]),
-                                                         batch=self._in(p, dtype), w_pde=len(p["idx"]))
+            vp = np.ascontiguousarray(v[p["slice"]])
+            for lo, hi, b in self._batches(p, dtype):
+                out[p["rows"][2 * lo:2 * hi]] += self._ws(p, dtype).jvp(t[p["slice"]], vp, batch=b, w_pde=hi - lo)
         return self.allsum(out)
 
     def vjp(self, theta: NDArray, w: NDArray, dtype: str = "float64") -> NDArray:
@@ -601,9 +615,9 @@ class DecomposedResiduals:
         t = self._params(theta, dtype)
         w = np.asarray(w, dtype)
         for p in self.parts:
-            if p["batch"] is not None:
-                out[p["slice"]] = self._ws(p, dtype).vjp(t[p["slice"]], np.ascontiguousarray(w[p["rows"]]),
-                                                         batch=self._in(p, dtype), w_pde=len(p["idx"]))
+            for lo, hi, b in self._batches(p, dtype):
+                wp = np.ascontiguousarray(w[p["rows"][2 * lo:2 * hi]])
+                out[p["slice"]] += self._ws(p, dtype).vjp(t[p["slice"]], wp, batch=b, w_pde=hi - lo)
         return out
 
     def block(self, theta: NDArray, j: int) -> NDArray:
@@ -613,9 +627,9 @@ class DecomposedResiduals:
         if not p["own"]:
             raise ValueError(f"j: subdomain {j} belongs to rank {self.owner[j]}, not to rank {self.rank}")
         P = p["slice"].stop - p["slice"].start
-        if p["batch"] is None:
-            return np.zeros((0, P))
-        return np.asarray(self._ws(p).jacobian(theta[p["slice"]], batch=p["batch"], w_pde=len(p["idx"])))
+        blocks = [np.asarray(self._ws(p).jacobian(theta[p["slice"]], batch=b, w_pde=hi - lo))
+                  for lo, hi, b in p["batches"]]
+        return np.zeros((0, P)) if not blocks else blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
 
     def jacobian(self, theta: NDArray, rows: tuple[int, int] | None = None) -> NDArray:
         """The dense Jacobian [2N, P] (or rows ``(start, stop)`` of it): for small cases and

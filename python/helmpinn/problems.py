@@ -86,7 +86,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._checks import complex_number, real_number
 from ._compat import UNSET, renamed
-from .batch import Batch
+from .batch import Batch, operator_a
 from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
 from .pml import PML, operator_coefficients
 from .sources import FreeSpaceSource, PointSource, mixture_density, sample_mixture
@@ -234,7 +234,7 @@ class TrainingSet:
             else:
                 kw.update(kappa=self.kappa)
             if self.a_pde is not None:  # the general operator, with kappa as its (real) c
-                kw.update(a_pde=self.a_pde, b_pde=self.b_pde)
+                kw.update(operator_a(self.a_pde), b_pde=self.b_pde)
         if len(self.x_data):
             kw.update(x_data=self.x_data, y=self.y)
         if len(self.x_bc):

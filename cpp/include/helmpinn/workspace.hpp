@@ -54,8 +54,13 @@ struct LossInputs {
     /// coefficients. a_i = a_pde [num_pde, d, 2] or a_const; b_i = b_pde [num_pde, d, 2] or b_const;
     /// c = c_pde [num_pde, 2], else kappa [num_pde] (real), else c_const (kappa_const is not read:
     /// setting it with pde_operator throws). Ignored arrays must be null when pde_operator is false.
+    /// Where every a_i is the same per point (a_pde null: a_const, or a_lap [num_pde, 2], one
+    /// complex a per point, never together with a_pde), the operator is a lap u + sum_i b_i du/dx_i
+    /// + c u - f and its points carry the Laplacian's d + 2 streams instead of 2d + 1 (MATH.md,
+    /// General operator): the same residual, fewer flops.
     bool pde_operator = false;
     const T* a_pde = nullptr;  T a_const[2] = {T(1), T(0)};
+    const T* a_lap = nullptr;
     const T* b_pde = nullptr;  T b_const[2] = {T(0), T(0)};
     const T* c_pde = nullptr;  T c_const[2] = {T(0), T(0)};
 

@@ -42,14 +42,19 @@ HELMPINN_HD void conj_mul(T ar, T ai, const T w[2], T* out) {
     out[1] = ar * w[1] - ai * w[0];
 }
 
-/// Table entries: one per term, and a second one for the PDE term (the general operator, chosen
-/// by LossInputs::pde_operator). An entry's `id` is the term it computes.
-enum Entry : int { kPdeLaplacian = 0, kDataMisfit = 1, kRobinBc = 2, kPdeOperator = 3 };
+/// Table entries: one per term, and two more for the PDE term (the general operator, chosen by
+/// LossInputs::pde_operator: its diagonal form with an a_i per axis, or its scalar form where
+/// one a multiplies the Laplacian). An entry's `id` is the term it computes.
+enum Entry : int {
+    kPdeLaplacian = 0, kDataMisfit = 1, kRobinBc = 2, kPdeOperator = 3, kPdeScalarOperator = 4
+};
 
-/// The entry that computes term t of `in`.
+/// The entry that computes term t of `in`: with the general operator, the scalar form unless
+/// a_pde gives an a_i per axis (a_const, or a_lap, is the same a on every axis).
 template <typename T>
 HELMPINN_HD int term_entry(const LossInputs<T>& in, int t) {
-    return t == kPde && in.pde_operator ? int(kPdeOperator) : t;
+    if (t != kPde || !in.pde_operator) return t;
+    return in.a_pde ? int(kPdeOperator) : int(kPdeScalarOperator);
 }
 
 /// PDE residual r = lap u + kappa u - f (MATH.md, Loss); d + 2 streams.
@@ -143,6 +148,50 @@ struct PdeOperator {
     }
 };
 
+/// The general operator with one a per point (MATH.md, General operator):
+///   r = a lap u + sum_i b_i du/dx_i + c u - f;  d + 2 streams (the Laplacian's layout).
+/// a = a_lap[p] or a_const; b_i and c as PdeOperator's. The diagonal form's residual wherever
+/// every a_i = a, from d - 1 fewer streams.
+struct PdeScalarOperator {
+    static constexpr Term id = kPde;
+    static constexpr const char* name = "pde";
+    HELMPINN_HD static int streams(int d) { return d + 2; }
+    template <typename T>
+    HELMPINN_HD static void residual(const LossInputs<T>& in, std::size_t p, const T* u,
+                                     std::ptrdiff_t ss, int d, T r[2]) {
+        T cr, ci, ar, ai;
+        PdeOperator::c_coef(in, p, cr, ci);
+        PdeOperator::coef(in.a_lap, in.a_const, p, ar, ai);
+        const T* lap = u + (d + 1) * ss;
+        T re = cr * u[0] - ci * u[1] + ar * lap[0] - ai * lap[1] - (in.f ? in.f[p * 2] : T(0));
+        T im = cr * u[1] + ci * u[0] + ar * lap[1] + ai * lap[0] - (in.f ? in.f[p * 2 + 1] : T(0));
+        for (int i = 0; i < d; ++i) {
+            T br, bi;
+            PdeOperator::coef(in.b_pde, in.b_const, p * std::size_t(d) + std::size_t(i), br, bi);
+            const T* g = u + (1 + i) * ss;  // du/dx_i
+            re += br * g[0] - bi * g[1];
+            im += br * g[1] + bi * g[0];
+        }
+        r[0] = re;
+        r[1] = im;
+    }
+    /// ubar = conj(c) w, ubar_i = conj(b_i) w, ubar_lap = conj(a) w.
+    template <typename T>
+    HELMPINN_HD static void adjoint(const LossInputs<T>& in, std::size_t p, const T w[2], T* ubar,
+                                    std::ptrdiff_t ss, int d) {
+        T cr, ci, ar, ai;
+        PdeOperator::c_coef(in, p, cr, ci);
+        conj_mul(cr, ci, w, ubar);
+        for (int i = 0; i < d; ++i) {
+            T br, bi;
+            PdeOperator::coef(in.b_pde, in.b_const, p * std::size_t(d) + std::size_t(i), br, bi);
+            conj_mul(br, bi, w, ubar + (1 + i) * ss);
+        }
+        PdeOperator::coef(in.a_lap, in.a_const, p, ar, ai);
+        conj_mul(ar, ai, w, ubar + (d + 1) * ss);
+    }
+};
+
 /// Data misfit r = u - y; 1 stream.
 struct Data {
     static constexpr Term id = kData;
@@ -209,6 +258,7 @@ HELMPINN_HD void with_term(int e, F&& f) {
         case kPdeLaplacian: f(Pde{}); break;
         case kDataMisfit: f(Data{}); break;
         case kPdeOperator: f(PdeOperator{}); break;
+        case kPdeScalarOperator: f(PdeScalarOperator{}); break;
         case kRobinBc: f(Robin{}); break;
         default:  // not an entry of the table: a programming error, never a silent Robin term
 #ifdef __CUDA_ARCH__
@@ -274,6 +324,8 @@ struct Tables {
         {"a_pde", kPde, Extent::d_two, false, Constant::complex, true, &In::a_pde, nullptr, &In::a_const},
         {"b_pde", kPde, Extent::d_two, false, Constant::complex, true, &In::b_pde, nullptr, &In::b_const},
         {"c_pde", kPde, Extent::two, false, Constant::complex, true, &In::c_pde, nullptr, &In::c_const},
+        // a_lap: one a per point (the scalar form; a constant a is a_pde's constant).
+        {"a_lap", kPde, Extent::two, false, Constant::none, true, &In::a_lap, nullptr, nullptr},
         {"x_data", kData, Extent::d, true, Constant::none, false, &In::x_data, nullptr, nullptr},
         {"y", kData, Extent::two, true, Constant::none, false, &In::y, nullptr, nullptr},
         {"x_bc", kBc, Extent::d, true, Constant::none, false, &In::x_bc, nullptr, nullptr},
@@ -293,7 +345,7 @@ template <typename T>
 constexpr const ArrayInfo<T>* array_table() { return Tables<T>::arrays; }
 
 /// The most arrays one term has.
-constexpr int kMaxTermArrays = 6;
+constexpr int kMaxTermArrays = 7;
 
 /// Values per point of an array of `extent` in dimension d.
 inline std::size_t extent_size(Extent e, std::size_t d) {

@@ -152,9 +152,15 @@ void Workspace<T>::check_inputs(const char* op, const T* params, const LossInput
                                         " must be >= 0 (residual rows are scaled by sqrt(w))");
     }
     if (in.num_pde) {
-        if (!in.pde_operator && (in.a_pde || in.b_pde || in.c_pde))
+        if (!in.pde_operator && (in.a_pde || in.b_pde || in.c_pde || in.a_lap))
+            throw std::invalid_argument(
+                std::string(op) + ": a_pde, b_pde, c_pde or a_lap given but pde_operator is false");
+        if (in.a_pde && in.a_lap)
             throw std::invalid_argument(std::string(op) +
-                                        ": a_pde, b_pde or c_pde given but pde_operator is false");
+                                        ": give a_pde (an a per axis) or a_lap (one a), not both");
+        if (in.a_lap && (in.a_const[0] != T(1) || in.a_const[1] != T(0)))
+            throw std::invalid_argument(std::string(op) +
+                                        ": a_const is not read with a_lap; leave it (1, 0)");
         if (in.pde_operator && in.kappa && in.c_pde)
             throw std::invalid_argument(std::string(op) +
                                         ": give c_pde or kappa with the general operator, not both");

@@ -93,7 +93,8 @@ double tol() {
 template <typename T>
 struct Problem {
     ModelSpec spec;
-    std::vector<T> theta, x_pde, kappa, f, x_data, y, x_bc, num_bc, alpha, g, a_pde, b_pde, c_pde;
+    std::vector<T> theta, x_pde, kappa, f, x_data, y, x_bc, num_bc, alpha, g, a_pde, b_pde, c_pde,
+        a_lap;
     std::size_t num_pde = 0, num_data = 0, n_bc_pts = 0;
 
     Problem(const ModelSpec& s, std::size_t np, std::size_t nd, std::size_t nb, unsigned seed)
@@ -135,13 +136,15 @@ struct Problem {
         fill(b_pde, np * d * 2, false);
         fill(c_pde, np * 2, false);
         for (auto& e : c_pde) e *= T(3);
+        fill(a_lap, np * 2, false);  // the scalar form's one a per point
     }
 
     // terms: bit 0 pde, 1 data, 2 bc; variant: 0 = per-point kappa/alpha with f/g, 1 = constants
     // (kappa 7.3, alpha 0.3 - 2.1i), no f/g, 2 = constants with f/g and a Sommerfeld-like alpha
     // (0 - 2.1i); op (the PDE term's entry): kLaplacian, or the general operator with per-point
-    // a, b, c (kOpArrays), complex constants (kOpConstants), or per-point a, constant b and a
-    // real per-point c given as kappa (kOpKappa); f with variants 0 and 2 whatever the entry.
+    // a, b, c (kOpArrays), complex constants (kOpConstants: the scalar form, a_pde being null),
+    // per-point a, constant b and a real per-point c given as kappa (kOpKappa), or the scalar
+    // form with per-point a_lap, b, c (kOpLap); f with variants 0 and 2 whatever the entry.
     LossInputs<T> inputs(int terms, int variant, bool train_fourier, int op = 0) const {
         LossInputs<T> in;
         if (terms & 1) {
@@ -157,8 +160,9 @@ struct Problem {
                 in.pde_operator = true;
                 in.kappa_const = T(0);  // not read with the operator
                 in.kappa = op == 3 ? kappa.data() : nullptr;
-                if (op == 1) {
-                    in.a_pde = a_pde.data();
+                if (op == 1 || op == 4) {
+                    if (op == 1) in.a_pde = a_pde.data();
+                    if (op == 4) in.a_lap = a_lap.data();
                     in.b_pde = b_pde.data();
                     in.c_pde = c_pde.data();
                 } else {
@@ -196,10 +200,11 @@ struct Problem {
 
 /// The PDE term's entry in a case: the Laplacian, or the general operator's coefficients (see
 /// Problem::inputs).
-enum OpKind : int { kLaplacian = 0, kOpArrays = 1, kOpConstants = 2, kOpKappa = 3 };
+enum OpKind : int { kLaplacian = 0, kOpArrays = 1, kOpConstants = 2, kOpKappa = 3, kOpLap = 4 };
 const char* op_name(int op) {
     static const char* names[] = {"", " operator(a, b, c per point)", " operator(constants)",
-                                  " operator(a per point, c = kappa)"};
+                                  " operator(a per point, c = kappa)",
+                                  " operator(one a, b, c per point)"};
     return names[op];
 }
 
@@ -950,7 +955,7 @@ struct LossCase {
 namespace loss_cases {  // the names the table's entries use
 constexpr int grad = kGrad, rows = kRows;
 constexpr int laplacian = kLaplacian, op_arrays = kOpArrays, op_constants = kOpConstants,
-              op_kappa = kOpKappa;
+              op_kappa = kOpKappa, op_lap = kOpLap;
 #define HELMPINN_LOSS_CASE(check, terms, variant, tf, counts, op, quick) \
     {check, terms, variant, tf != 0, counts != 0, op, quick != 0},
 constexpr LossCase table[] = {
