@@ -137,6 +137,14 @@ void workspace_calls(const char* tname) {
         {"y=null with x_data", "y", [](LossInputs<T>& in) { in.y = nullptr; }},
         {"x_bc=null, num_bc>0", "x_bc", [](LossInputs<T>& in) { in.x_bc = nullptr; }},
         {"normal_bc=null with x_bc", "n_bc", [](LossInputs<T>& in) { in.normal_bc = nullptr; }},
+        // the operator's a: a_lap only with pde_operator, never with a_pde or a changed a_const
+        // (the checks come before any array is read: x_pde stands in for the coefficients)
+        {"a_lap without pde_operator", "pde_operator is false",
+         [](LossInputs<T>& in) { in.a_lap = in.x_pde; }},
+        {"a_lap with a_pde", "a_pde (an a per axis) or a_lap (one a), not both",
+         [](LossInputs<T>& in) { in.pde_operator = true, in.a_pde = in.a_lap = in.x_pde; }},
+        {"a_lap with a_const", "a_const is not read with a_lap",
+         [](LossInputs<T>& in) { in.pde_operator = true, in.a_lap = in.x_pde, in.a_const[1] = T(1); }},
     };
     for (const auto& c : cases) {
         LossInputs<T> in = good;
