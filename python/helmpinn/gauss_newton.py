@@ -216,9 +216,10 @@ class MatrixFreeGN:
     the runs' spread, docs/benchmarks.md; "core": the same
     in float64, memory O(R + P) either way; "blocks": the Jacobian blocks kept, memory
     Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
-    ("float32", default: the blocks' Gram matrices by ssyrk, twice dsyrk's rate, and their
-    Cholesky factors kept in float32 for CG's solves, which read half the memory; they only
-    precondition, CG solves the float64 system; or "float64"), ``two_level`` ("additive",
+    ("float32", default: the Jacobian blocks computed by the core in float32, their Gram
+    matrices by ssyrk, twice dsyrk's rate, and their Cholesky factors kept in float32 for CG's
+    solves, which read half the memory; they only precondition, CG solves the float64 system;
+    or "float64"; with ``products="blocks"`` the kept blocks are float64 either way), ``two_level`` ("additive",
     default, or "deflated": how the coarse correction joins the blocks, :meth:`preconditioner`),
     ``blas_threads`` (the BLAS's threads for the Gram matrices and the factors, as
     :class:`helmpinn.LevenbergMarquardt`'s: "auto", None or an int; CG runs with one BLAS
@@ -372,16 +373,19 @@ class MatrixFreeGN:
             r = res.residuals(theta)
         grams, blocks, zcols = {}, {}, {}
         keep = self.products == "blocks"
+        # the blocks in float32 where they only make float32 Gram matrices (and the coarse
+        # columns, which only precondition, or start varpro's projection, checked by the loss)
+        dtype = "float32" if self.gram == "float32" and not keep else "float64"
         with distributed.collective(res.comm, "the Jacobian blocks"):
             for j in res.local:
-                J = res.block(theta, j)
+                J = res.block(theta, j, dtype)
                 t1 = time.perf_counter()
                 grams[j] = _gram(J, self.gram)
                 times["gram"] += time.perf_counter() - t1
                 if keep:
                     blocks[j] = J
                 if self._coarse_index is not None:   # only the output layers' columns stay
-                    zcols[j] = np.ascontiguousarray(J[:, self._coarse_index[j]])
+                    zcols[j] = np.ascontiguousarray(J[:, self._coarse_index[j]], np.float64)
                 del J
         diag = np.zeros(res.num_params)
         for j, G in grams.items():
