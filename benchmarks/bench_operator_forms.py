@@ -35,15 +35,7 @@ from helmpinn._blas import blas_limit  # noqa: E402
 from helmpinn.dd_driver import build_decomposed_model, decomposed_settings  # noqa: E402
 from helmpinn.decomposition import Rows  # noqa: E402
 from helmpinn.gauss_newton import MatrixFreeGN  # noqa: E402
-
-
-def _problem(text: str):
-    name, _, opts = text.partition(":")
-    kw = {}
-    for item in filter(None, opts.split(",")):
-        k, _, v = item.partition("=")
-        kw[k] = float(v)
-    return hp.get_problem(name, **kw)
+from bench_time_to_accuracy import parse_problem  # noqa: E402   'name:opt=value'
 
 
 def _residuals(model, rows, form: str):
@@ -104,7 +96,7 @@ def _solver(res, theta: np.ndarray, iterations: int) -> dict[str, float]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--problem", default="box-source:wavelengths=5",
-                    help="NAME[:key=value,...] of a built-in problem (default %(default)s)")
+                    help="NAME[:key=value;...] of a built-in problem (default %(default)s)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--points", type=int, default=0, help="PDE points (default: hp.solve's rule)")
     ap.add_argument("--rounds", type=int, default=3)
@@ -113,7 +105,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args(argv)
     hp.set_num_threads(a.threads)
-    problem = _problem(a.problem)
+    problem, _ = parse_problem(a.problem)
     s = decomposed_settings(problem)
     model = build_decomposed_model(problem, s["decomposition"], s["ff_dim"], s["hidden"], s["layers"])
     n = a.points or int(s["pde_points"])

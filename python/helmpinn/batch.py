@@ -28,7 +28,8 @@ import numpy as np
 
 from . import _core, _device
 
-__all__ = ["Batch", "KEYWORDS", "TERM_KEYWORDS", "TERMS", "POINTS", "WEIGHTS", "operator_a"]
+__all__ = ["Batch", "KEYWORDS", "TERM_KEYWORDS", "TERMS", "POINTS", "WEIGHTS", "alike_on_every_axis",
+           "operator_a"]
 
 # The loss terms and their arrays, from the core's table (helmpinn._core.loss_terms()): nothing
 # here names a term or an array.
@@ -47,16 +48,23 @@ _ARRAYS = {a["keyword"]: a for t in _TERMS for a in t["arrays"]}
 _POINTS = POINTS
 
 
-def operator_a(a: Any) -> dict[str, np.ndarray]:
-    """The keyword that gives the general operator its ``a`` (complex ``[N, d]``, one
-    coefficient per axis): ``{"a_lap": a[:, 0]}`` where every point's coefficients are equal
-    (the operator's scalar form, whose points carry the Laplacian's d + 2 streams instead of
-    2d + 1: the same residual, a fifth fewer flops in 2-D, two sevenths in 3-D), else
-    ``{"a_pde": a}``."""
+def alike_on_every_axis(a: Any) -> np.ndarray:
+    """Per point, whether the general operator's ``a`` (``[N, d]``, one coefficient per axis)
+    is the same on every axis (exactly): where it is, the operator's scalar form applies."""
     a = np.asarray(a)
     if a.ndim != 2:
         raise ValueError(f"a: expected the general operator's coefficients [N, d], got shape {a.shape}")
-    if a.shape[1] > 1 and not np.array_equal(a, np.broadcast_to(a[:, :1], a.shape)):
+    return np.all(a == a[:, :1], axis=1)
+
+
+def operator_a(a: Any) -> dict[str, np.ndarray]:
+    """The keyword that gives the general operator its ``a`` (complex ``[N, d]``, one
+    coefficient per axis): ``{"a_lap": a[:, 0]}`` where every point's coefficients are equal
+    (:func:`alike_on_every_axis`: the operator's scalar form, whose points carry the Laplacian's
+    d + 2 streams instead of 2d + 1: the same residual, a fifth fewer flops in 2-D, two sevenths
+    in 3-D), else ``{"a_pde": a}``."""
+    a = np.asarray(a)
+    if not alike_on_every_axis(a).all():
         return {"a_pde": a}
     return {"a_lap": np.ascontiguousarray(a[:, 0])}
 

@@ -48,7 +48,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import _core, distributed
 from ._files import write_atomic
-from .batch import Batch, operator_a
+from .batch import Batch, alike_on_every_axis, operator_a
 from .model import Model
 from .params import init_params
 
@@ -508,18 +508,19 @@ class DecomposedResiduals:
                 sd = model.subdomains[j]
                 m = len(idx)
                 h = sd["half"]
+                a = rows.a[idx]
                 # the points whose operator has the same a on every axis first (every rank
                 # orders them alike: the overlaps and the coarse matrix read positions in idx)
-                alike = np.all(rows.a[idx] == rows.a[idx][:, :1], axis=1) & bool(np.all(h == h[0]))
+                alike = alike_on_every_axis(a) & bool(np.all(h == h[0]))
                 cut = int(alike.sum())
                 if 0 < cut < m:
                     order = np.argsort(~alike, kind="stable")
-                    idx, psi, d1, d2, xi = idx[order], psi[order], d1[order], d2[order], xi[order]
+                    idx, a, psi, d1, d2, xi = idx[order], a[order], psi[order], d1[order], d2[order], xi[order]
                 r_idx = np.empty(2 * m, np.int64)
                 r_idx[0::2], r_idx[1::2] = 2 * idx, 2 * idx + 1
                 batches = []
                 if m and self.owner[j] == self.rank:
-                    a, b, c = rows.a[idx], rows.b[idx], rows.c[idx]
+                    b, c = rows.b[idx], rows.c[idx]
                     A = a * psi[:, None] / h ** 2
                     B = (2.0 * a * d1 + b * psi[:, None]) / h
                     C = (a * d2).sum(1) + (b * d1).sum(1) + c * psi
