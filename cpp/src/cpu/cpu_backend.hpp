@@ -230,21 +230,15 @@ private:
                     gemm<T>(np, out, in, A + s * ssA + std::size_t(p0) * in, in, 1,
                             wt_.data() + sz_.wt_off[l], out, Z + s * ssZ + std::size_t(p0) * out,
                             out, false);
-            } else {  // two outputs: two dot products per row, vectorised along the row
+            } else {  // two outputs: two dot products per row (Dot2, gemm.hpp)
                 const T* W0 = params + sp_.offset_W(l);
                 const T* W1 = W0 + in;
                 for (int s = 0; s < NS; ++s)
                     for (int p = 0; p < np; ++p) {
-                        const T* a = A + s * ssA + std::size_t(p0 + p) * in;
-                        T u0 = T(0), u1 = T(0);
-#pragma omp simd reduction(+ : u0, u1)
-                        for (int i = 0; i < in; ++i) {
-                            u0 += a[i] * W0[i];
-                            u1 += a[i] * W1[i];
-                        }
+                        Dot2<T> dot;
+                        dot.add(in, A + s * ssA + std::size_t(p0 + p) * in, W0, W1);
                         T* zr = Z + s * ssZ + std::size_t(p0 + p) * 2;
-                        zr[0] = u0;
-                        zr[1] = u1;
+                        dot.sums(zr[0], zr[1]);
                     }
             }
             const T* bias = params + sp_.offset_b(l);

@@ -236,20 +236,11 @@ inline void CpuBackend<T>::row_jvp(const T* params, const LossInputs<T>& in, con
                 for (int p = 0; p < np; ++p) {
                     const T* a = A + s * ssA + std::size_t(p) * in_w;
                     const T* ad = ta + s * ssA + std::size_t(p) * in_w;
-                    T u0 = T(0), u1 = T(0);
-                    if (tangent_in) {
-#pragma omp simd reduction(+ : u0, u1)
-                        for (int i = 0; i < in_w; ++i) {
-                            u0 += a[i] * V0[i] + ad[i] * W0[i];
-                            u1 += a[i] * V1[i] + ad[i] * W1[i];
-                        }
-                    } else {
-#pragma omp simd reduction(+ : u0, u1)
-                        for (int i = 0; i < in_w; ++i) {
-                            u0 += a[i] * V0[i];
-                            u1 += a[i] * V1[i];
-                        }
-                    }
+                    Dot2<T> dot;
+                    dot.add(in_w, a, V0, V1);
+                    if (tangent_in) dot.add(in_w, ad, W0, W1);
+                    T u0, u1;
+                    dot.sums(u0, u1);
                     ud[p][2 * s] = u0 + (s == 0 ? vb[0] : T(0));
                     ud[p][2 * s + 1] = u1 + (s == 0 ? vb[1] : T(0));
                 }
