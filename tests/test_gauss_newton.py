@@ -184,6 +184,42 @@ def test_float32_factor_is_a_close_symmetric_inverse():
     assert np.all(np.linalg.eigvalsh(0.5 * (M + M.T)) > 0)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_block_solves_are_each_blocks_solve(dtype, threads):
+    """The preconditioner's block solves (``_block_solves``: all blocks in one call of
+    ``_core.cholesky_solves``, spread over the engine's threads) give each block's own solve
+    (``_factor``: SciPy's ?trsv on this thread) bit for bit, in blocks of unequal sizes with gaps
+    between them, zeros in the gaps; and they solve the blocks' systems."""
+    import helmpinn as hp
+    from helmpinn.gauss_newton import _block_solves, _cholesky, _factor
+    rng = np.random.default_rng(3)
+    sizes, gaps = [7, 0, 30, 1, 12, 19], [2, 0, 3, 0, 1, 4]
+    blocks, start = [], 0
+    for n, gap in zip(sizes, gaps):
+        start += gap
+        B = rng.normal(size=(n + 5, n))
+        blocks.append((slice(start, start + n), B.T @ B + 1e-3 * np.eye(n)))
+        start += n
+    v = rng.normal(size=start + 3)
+    before = hp.get_num_threads()
+    hp.set_num_threads(threads)
+    try:
+        out = _block_solves([(sl, _cholesky(A, dtype)) for sl, A in blocks if A.size])(v)
+    finally:
+        hp.set_num_threads(before)
+    assert out.dtype == np.float64
+    inside = np.zeros(len(v), bool)
+    tol = 1e-3 if dtype == "float32" else 1e-10
+    for sl, A in blocks:
+        inside[sl] = True
+        if A.size:
+            np.testing.assert_array_equal(out[sl], _factor(A, dtype)(v[sl]))
+            exact = np.linalg.solve(A, v[sl])
+            assert np.linalg.norm(out[sl] - exact) <= tol * np.linalg.norm(exact)
+    assert np.all(out[~inside] == 0)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_gram_is_the_upper_triangle_the_factor_reads(dtype):
     """``_gram(J)`` fills JᵀJ's upper triangle only; ``_factor`` reads only that triangle, so its

@@ -296,3 +296,42 @@ def test_the_binding_does_not_import_the_python_package():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "batch: expected a helmpinn.Batch, got dict" in r.stdout
     assert r.stdout.strip().endswith("imported: []")
+
+
+def test_cholesky_solves_checks_its_arguments():
+    """_core.cholesky_solves (the block preconditioner's solves, helmpinn.gauss_newton) calls a
+    BLAS function pointer on raw memory: every argument that could make it read or write out of
+    place is refused with ValueError naming the argument, before anything runs."""
+    from scipy.linalg import cython_blas
+    s, d = cython_blas.__pyx_capi__["strsv"], cython_blas.__pyx_capi__["dtrsv"]
+    U = np.asfortranarray(np.eye(3, dtype=np.float32) * 2)
+    x = np.ones(6, np.float32)
+    bad = [
+        (dict(trsv=d), "trsv"),                       # the float64 routine for float32 data
+        (dict(trsv=cython_blas.__pyx_capi__["sgemv"]), "trsv"),
+        (dict(trsv=1), "trsv"),
+        (dict(factors=[U.astype(np.float64)]), r"factors\[0\]"),
+        (dict(factors=[np.ascontiguousarray(np.arange(6, dtype=np.float32).reshape(2, 3))]), r"factors\[0\]"),
+        (dict(factors=[np.ascontiguousarray(U[:, :2].T @ U[:, :2] + np.arange(4, dtype=np.float32).reshape(2, 2))]),
+         r"factors\[0\]"),                            # C-ordered (not symmetric): refused
+        (dict(starts=[4]), r"starts\[0\]"),           # [4, 7) beyond x
+        (dict(starts=[-1]), r"starts\[0\]"),
+        (dict(starts=[1.0]), r"starts\[0\]"),
+        (dict(starts=[0, 3]), "starts"),              # one start per factor
+        (dict(factors=[U, U], starts=[0, 2]), "overlap"),
+        (dict(x=np.ones((2, 3), np.float32)), "x"),
+        (dict(x=np.ones(6, np.float32)[::2]), "x"),
+        (dict(x=np.ones(6, np.int32)), "x"),
+        (dict(factors=(U,)), "factors"),
+    ]
+    ro = np.ones(6, np.float32)
+    ro.setflags(write=False)
+    bad.append((dict(x=ro), "x"))
+    for change, name in bad:
+        args = dict(trsv=s, factors=[U], starts=[0], x=x.copy()) | change
+        with pytest.raises(ValueError, match=name):
+            _core.cholesky_solves(**args)
+    y = x.copy()
+    empty = np.zeros((0, 0), np.float32, order="F")
+    _core.cholesky_solves(s, [U, empty], [3, 1], y)   # the block [3, 6): (UᵀU)⁻¹ = I/4 there, the rest untouched
+    np.testing.assert_array_equal(y, [1, 1, 1, 0.25, 0.25, 0.25])

@@ -1,6 +1,6 @@
 // Zero heap allocations per step: once a Workspace exists, forward(), value_and_grad(), the
-// residual level (residuals, jacobian, jvp, vjp), zero_grad() and adam_step() must not
-// allocate, whatever the number of points (several chunks) and whichever terms are given, on
+// residual level (residuals, jacobian, jvp, vjp), zero_grad(), adam_step() and parallel_tasks()
+// must not allocate, whatever the number of points (several chunks) and whichever terms are given, on
 // 2 OpenMP threads.
 //
 // Every allocation of the process is counted, not only helmpinn's own: the global operator
@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -317,6 +318,20 @@ void run_primitives(std::size_t n) {
     });
 }
 
+/// parallel_tasks runs every index once (each task marks its own slot), on this build's threads,
+/// and allocates nothing (helmpinn's Gauss-Newton calls it once per CG iteration).
+void run_parallel_tasks(std::int64_t n) {
+    std::vector<std::atomic<int>> hits(std::size_t(n < 1 ? 1 : n));
+    auto task = [](std::int64_t i, void* context) {
+        static_cast<std::atomic<int>*>(context)[i].fetch_add(1, std::memory_order_relaxed);
+    };
+    count_calls(("parallel_tasks(n=" + std::to_string(n) + ")").c_str(),
+                [&] { helmpinn::parallel_tasks(n, task, hits.data()); });
+    for (std::int64_t i = 0; i < n; ++i)
+        CHECK(hits[std::size_t(i)].load() == 4, "parallel_tasks(n=" << n << "): index " << i << " ran "
+                                                   << hits[std::size_t(i)].load() << " times in 4 calls");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -349,5 +364,6 @@ int main(int argc, char** argv) {
     run_adam(100000);   // above it
     run_primitives(50);    // below the primitives' parallel thresholds
     run_primitives(5000);  // above them
+    for (std::int64_t n : {0, 1, 25, 1000}) run_parallel_tasks(n);
     return helmpinn_test::report("test_alloc");
 }

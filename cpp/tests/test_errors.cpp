@@ -90,6 +90,11 @@ void specs() {
                                         [] { Workspace<double> ws(ModelSpec{1, 2, 3, 1}, 0); });
     expect_throw<std::invalid_argument>("set_num_threads(0)", "n",
                                         [] { helmpinn::set_num_threads(0); });
+    expect_throw<std::invalid_argument>("parallel_tasks(n=-1)", "n", [] {
+        helmpinn::parallel_tasks(-1, [](std::int64_t, void*) {}, nullptr);
+    });
+    expect_throw<std::invalid_argument>("parallel_tasks(task=null)", "task",
+                                        [] { helmpinn::parallel_tasks(3, nullptr, nullptr); });
 }
 
 template <typename T>

@@ -278,3 +278,9 @@ def cpu_isa() -> str:
     instruction set of a native build (-DHELMPINN_NATIVE=ON)."""
 def cpu_kernel_sets() -> list[str]:
     """The kernel sets compiled in: ["baseline", "avx2", "avx512"] or ["native"]."""
+def cholesky_solves(trsv: object, factors: list[np.ndarray], starts: list[int], x: np.ndarray) -> None:
+    """x[s_j : s_j + n_j] <- (U_jᵀ U_j)⁻¹ x[s_j : s_j + n_j] in place for every upper Cholesky
+    factor U_j (square, Fortran-ordered, x's dtype) at its start s_j, by two calls of ``trsv``
+    (``scipy.linalg.cython_blas.__pyx_capi__["strsv"]`` for float32 x, ``"dtrsv"`` for float64)
+    a block, the blocks spread over the engine's threads with the GIL released. The blocks must
+    not overlap; x outside them is left as it is. ValueError names a bad argument."""

@@ -22,6 +22,7 @@ default constructor and DeviceBuffer cannot be copied: make them with `new` (and
 e.g. ``cdef DeviceBuffer* buf = new DeviceBuffer(nbytes, 0)``; an empty DeviceBuffer
 (``cdef DeviceBuffer b``) and a default PointerInfo need no GPU.
 """
+from libc.stdint cimport int64_t
 from libcpp cimport bool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -48,6 +49,8 @@ cdef extern from "helmpinn/helmpinn.hpp" namespace "helmpinn" nogil:
     string cuda_device_error()
     const char* cpu_isa()
     const char* cpu_kernel_sets()
+    # task(i, context) for every i in [0, n) on the engine's threads; task must not raise
+    void parallel_tasks(int64_t n, void (*task)(int64_t, void*) noexcept nogil, void* context) except +
 
     # the CUDA runtime (see above: RuntimeError without CUDA support or without the device)
     int current_device() except +

@@ -176,15 +176,13 @@ def _sparse_blocks(blocks: list[tuple[int, int, NDArray]], n: int) -> Any:
                              shape=(n, n)).tocsc()   # duplicates summed
 
 
-def _factor(A: Any, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
-    """A solve with the SPD matrix A by Cholesky (factored in float64, upper, the diagonal raised
-    until it succeeds; a dense A's strict lower triangle is not read). ``dtype="float32"``: the
-    factor is kept in float32 for the solves, half the memory a solve reads (a solve is bound by
-    reading its factor); ``L̃L̃ᵀ`` of the rounded factor is still SPD, so it stays a fixed,
-    symmetric preconditioner."""
-    if sparse.issparse(A):   # SuperLU with a symmetric ordering; λD > 0 keeps A definite
-        lu = splu(A, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
-        return lambda b: lu.solve(np.asarray(b, np.float64))
+def _cholesky(A: NDArray, dtype: str = "float64") -> NDArray:
+    """The upper Cholesky factor U of the SPD matrix A (A = UᵀU; factored in float64, the
+    diagonal raised until it succeeds; A's strict lower triangle is not read), Fortran-ordered in
+    ``dtype``. ``dtype="float32"``: half the memory a solve reads (a solve is bound by reading its
+    factor); ``ŨᵀŨ`` of the rounded factor is still SPD, so it stays a fixed, symmetric
+    preconditioner. The strict lower triangle holds whatever LAPACK left there (?trsv does not
+    read it)."""
     shift = 0.0
     scale = float(np.mean(np.diag(A))) if A.size else 1.0
     for _ in range(30):
@@ -195,13 +193,47 @@ def _factor(A: Any, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
             shift = max(shift * 10.0, 1e-14 * max(scale, 1e-300))
     else:
         raise np.linalg.LinAlgError("could not factor a preconditioner block (not positive definite)")
-    # A = UᵀU: two triangular solves by ?trsv (LAPACK's ?potrs goes through ?trsm, several
-    # times slower for one right-hand side)
-    if dtype == "float32":
-        U, trsv, cast = np.asarray(c[0], np.float32, order="F"), blas.strsv, np.float32
-    else:
-        U, trsv, cast = np.asarray(c[0], np.float64, order="F"), blas.dtrsv, np.float64
-    return lambda b: trsv(U, trsv(U, b.astype(cast), trans=1, lower=0), trans=0, lower=0).astype(np.float64)
+    return np.asarray(c[0], np.float32 if dtype == "float32" else np.float64, order="F")
+
+
+def _factor(A: Any, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
+    """A solve with the SPD matrix A: by SuperLU for a sparse A, else by :func:`_cholesky`'s
+    factor and two ?trsv (LAPACK's ?potrs goes through ?trsm, several times slower for one
+    right-hand side)."""
+    if sparse.issparse(A):   # SuperLU with a symmetric ordering; λD > 0 keeps A definite
+        lu = splu(A, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+        return lambda b: lu.solve(np.asarray(b, np.float64))
+    U = _cholesky(A, dtype)
+    trsv = blas.strsv if U.dtype == np.float32 else blas.dtrsv
+    return lambda b: trsv(U, trsv(U, b.astype(U.dtype), trans=1, lower=0), trans=0, lower=0).astype(np.float64)
+
+
+def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], NDArray]:
+    """The block-diagonal solve ``v ↦ (U_jᵀU_j)⁻¹ v_j`` on each block's slice of v (zero outside
+    the blocks), for the upper factors U_j of :func:`_cholesky` (one dtype). The
+    blocks are solved on the engine's own threads (:func:`helmpinn._core.cholesky_solves`, two of
+    SciPy's ?trsv a block), not on this thread alone: a solve is bound by reading its factor, and
+    the second core reads the others' meanwhile (docs/benchmarks.md, "The block solves on the
+    engine's threads")."""
+    from scipy.linalg import cython_blas
+
+    from . import _core
+
+    dtype = blocks[0][1].dtype if blocks else np.dtype(np.float64)
+    trsv = cython_blas.__pyx_capi__["strsv" if dtype == np.float32 else "dtrsv"]
+    slices, factors = [sl for sl, _ in blocks], [U for _, U in blocks]
+    for sl in slices:
+        if sl.step not in (None, 1):
+            raise ValueError(f"_block_solves: a block's slice must be contiguous, got {sl}")
+    starts = [int(sl.start or 0) for sl in slices]
+
+    def solve(v: NDArray) -> NDArray:
+        x = np.zeros(len(v), dtype)
+        for sl in slices:
+            x[sl] = v[sl]
+        _core.cholesky_solves(trsv, factors, starts, x)
+        return x.astype(np.float64)
+    return solve
 
 
 class MatrixFreeGN:
@@ -223,8 +255,8 @@ class MatrixFreeGN:
     default, or "deflated": how the coarse correction joins the blocks, :meth:`preconditioner`),
     ``blas_threads`` (the BLAS's threads for the Gram matrices and the factors, as
     :class:`helmpinn.LevenbergMarquardt`'s: "auto", None or an int; CG runs with one BLAS
-    thread whatever this says, because its block solves alternate with the engine's products
-    and idle BLAS threads spin against the engine's OpenMP threads), ``cg_warm`` (True, default: CG
+    thread whatever this says: its block solves alternate with the engine's products, and run on
+    the engine's own OpenMP threads, against which idle BLAS threads would spin), ``cg_warm`` (True, default: CG
     may start from the last step where it went as predicted, module docstring; False: from zero),
     ``varpro`` (True: the output layers projected before each step, module docstring; needs
     ``coarse="last_layer"`` and the core's products), ``lam_after_new_points`` ("restore",
@@ -488,15 +520,10 @@ class MatrixFreeGN:
         preconditioner carries Q as its ``deflate`` attribute (:meth:`cg` starts from ``Q b``)."""
         res = self.res
         with distributed.collective(res.comm, "factoring the preconditioner"):
-            solves = [(res.parts[j]["slice"], _factor(G + lam * np.diag(D[res.parts[j]["slice"]]), self.gram))
-                      for j, G in s["grams"].items()]
+            local = _block_solves([(res.parts[j]["slice"], _cholesky(G + lam * np.diag(D[res.parts[j]["slice"]]),
+                                                                    self.gram))
+                                   for j, G in s["grams"].items()])
             coarse = self._coarse_factor(s, lam * D[s["coarse"][1]]) if "coarse" in s else None
-
-        def local(v: NDArray) -> NDArray:
-            out = np.zeros_like(v)
-            for sl, solve in solves:
-                out[sl] = solve(v[sl])
-            return out
 
         def Q(v: NDArray) -> NDArray:
             _, own_idx, lo, hi, _, _ = coarse

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace helmpinn {
@@ -24,6 +25,13 @@ int get_num_threads();
 /// Sets the CPU backend's thread count (omp_set_num_threads: it applies to parallel work started
 /// from the calling thread). Throws std::invalid_argument if n < 1; no effect without OpenMP.
 void set_num_threads(int n);
+/// Runs task(i, context) for every i in [0, n) on the CPU backend's threads (OpenMP, one index
+/// at a time to whichever thread is free; serially on the calling thread without OpenMP, with
+/// one thread, or inside a parallel region). For host work a caller wants on the engine's own
+/// threads, so that the two never compete for the cores: helmpinn's Gauss-Newton solver runs
+/// its preconditioner's block solves (SciPy's BLAS) this way. task must not throw; no heap
+/// allocation. Throws std::invalid_argument if n < 0 or task is null.
+void parallel_tasks(std::int64_t n, void (*task)(std::int64_t i, void* context), void* context);
 /// True when the library was compiled with its CUDA backend.
 bool has_cuda();
 /// Number of CUDA devices visible (0 without CUDA support or without a GPU).

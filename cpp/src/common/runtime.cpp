@@ -1,5 +1,7 @@
 #include "helmpinn/runtime.hpp"
 
+#include "../cpu/parallel.hpp"
+
 #include <stdexcept>
 #include <string>
 
@@ -41,6 +43,12 @@ void set_num_threads(int n) {
 #if defined(HELMPINN_WITH_OPENMP)
     omp_set_num_threads(n);
 #endif
+}
+
+void parallel_tasks(std::int64_t n, void (*task)(std::int64_t i, void* context), void* context) {
+    if (n < 0) throw std::invalid_argument("parallel_tasks: n must be >= 0, got " + std::to_string(n));
+    if (task == nullptr) throw std::invalid_argument("parallel_tasks: task is null");
+    cpu::parallel_for(n, cpu::Schedule::dynamic, [task, context](std::int64_t i) { task(i, context); });
 }
 
 const char* cpu_isa() { return cpu::isa_name(); }
