@@ -224,7 +224,7 @@ def _worker_fail(folder: str) -> None:
     if comm.Get_rank() == 1:
         def broken(A, dtype="float64"):
             raise np.linalg.LinAlgError("not positive definite (injected)")
-        gauss_newton._factor = broken
+        gauss_newton._cholesky = broken   # every dense factor: the blocks' and the coarse one
     try:
         gn.step(model.params)
         text = "no error"

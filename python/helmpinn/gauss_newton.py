@@ -198,14 +198,12 @@ def _cholesky(A: NDArray, dtype: str = "float64") -> NDArray:
 
 def _factor(A: Any, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
     """A solve with the SPD matrix A: by SuperLU for a sparse A, else by :func:`_cholesky`'s
-    factor and two ?trsv (LAPACK's ?potrs goes through ?trsm, several times slower for one
-    right-hand side)."""
+    factor and two ?trsv (:func:`_block_solves` with one block; LAPACK's ?potrs goes through
+    ?trsm, several times slower for one right-hand side)."""
     if sparse.issparse(A):   # SuperLU with a symmetric ordering; λD > 0 keeps A definite
         lu = splu(A, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
         return lambda b: lu.solve(np.asarray(b, np.float64))
-    U = _cholesky(A, dtype)
-    trsv = blas.strsv if U.dtype == np.float32 else blas.dtrsv
-    return lambda b: trsv(U, trsv(U, b.astype(U.dtype), trans=1, lower=0), trans=0, lower=0).astype(np.float64)
+    return _block_solves([(slice(0, len(A)), _cholesky(A, dtype))])
 
 
 def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], NDArray]:
