@@ -222,7 +222,7 @@ def _worker_fail(folder: str) -> None:
     comm = MPI.COMM_WORLD
     model, _, gn = build("box", comm)
     if comm.Get_rank() == 1:
-        def broken(A, dtype="float64"):
+        def broken(A, dtype="float64", diagonal=None):
             raise np.linalg.LinAlgError("not positive definite (injected)")
         gauss_newton._cholesky = broken   # every dense factor: the blocks' and the coarse one
     try:

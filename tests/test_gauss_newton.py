@@ -184,6 +184,34 @@ def test_float32_factor_is_a_close_symmetric_inverse():
     assert np.all(np.linalg.eigvalsh(0.5 * (M + M.T)) > 0)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cholesky_adds_the_damping_in_its_one_copy(dtype):
+    """``_cholesky(G, dtype, d)`` (the damping added on the diagonal of its one copy of G, the
+    preconditioner's form) gives the factor of ``G + diag(d)`` bit for bit and leaves G as it
+    was; a singular G without damping is factored after raising its diagonal a little, and a
+    matrix with a negative eigenvalue far beyond that is refused."""
+    import scipy.linalg as sla
+
+    from helmpinn.gauss_newton import _cholesky
+    rng = np.random.default_rng(4)
+    J = rng.normal(size=(30, 20))
+    G = np.asfortranarray(J.T @ J)
+    d = 1e-3 * np.diag(G)
+    before = G.copy()
+    U = _cholesky(G, dtype, d)
+    assert U.dtype == np.dtype(dtype) and U.flags.f_contiguous
+    expect = sla.cho_factor(G + np.diag(d), lower=False, check_finite=False)[0]
+    np.testing.assert_array_equal(np.triu(U), np.triu(expect.astype(dtype)))
+    np.testing.assert_array_equal(G, before)
+    singular = np.asfortranarray(J[:5].T @ J[:5])   # rank 5 of 20
+    U = _cholesky(singular)
+    assert np.all(np.isfinite(U)) and np.all(np.diag(U) > 0)
+    UtU = np.triu(U).T @ np.triu(U)
+    assert np.abs(UtU - singular).max() <= 1e-6 * np.abs(singular).max()
+    with pytest.raises(np.linalg.LinAlgError, match="not positive definite"):
+        _cholesky(-np.eye(3))
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_block_solves_are_each_blocks_solve(dtype, threads):

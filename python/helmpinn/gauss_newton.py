@@ -176,24 +176,28 @@ def _sparse_blocks(blocks: list[tuple[int, int, NDArray]], n: int) -> Any:
                              shape=(n, n)).tocsc()   # duplicates summed
 
 
-def _cholesky(A: NDArray, dtype: str = "float64") -> NDArray:
-    """The upper Cholesky factor U of the SPD matrix A (A = UᵀU; factored in float64, the
-    diagonal raised until it succeeds; A's strict lower triangle is not read), Fortran-ordered in
-    ``dtype``. ``dtype="float32"``: half the memory a solve reads (a solve is bound by reading its
-    factor); ``ŨᵀŨ`` of the rounded factor is still SPD, so it stays a fixed, symmetric
-    preconditioner. The strict lower triangle holds whatever LAPACK left there (?trsv does not
-    read it)."""
+def _cholesky(A: NDArray, dtype: str = "float64", diagonal: NDArray | None = None) -> NDArray:
+    """The upper Cholesky factor U of the SPD matrix ``A + diag(diagonal)`` (= UᵀU; factored in
+    float64 in one copy of A, the diagonal raised further until it succeeds; A's strict lower
+    triangle is not read), Fortran-ordered in ``dtype``. ``dtype="float32"``: half the memory a
+    solve reads (a solve is bound by reading its factor); ``ŨᵀŨ`` of the rounded factor is still
+    SPD, so it stays a fixed, symmetric preconditioner. The strict lower triangle holds whatever
+    LAPACK left there (?trsv does not read it)."""
+    n = len(A)
+    on_diagonal = np.diag(A).astype(np.float64) + (0.0 if diagonal is None else diagonal)
+    scale = float(np.mean(on_diagonal)) if n else 1.0
     shift = 0.0
-    scale = float(np.mean(np.diag(A))) if A.size else 1.0
     for _ in range(30):
+        M = np.array(A, np.float64, order="F")   # the one copy LAPACK factors in place
+        M[np.arange(n), np.arange(n)] = on_diagonal + shift
         try:
-            c = sla.cho_factor(A + shift * np.eye(len(A)) if shift else A, lower=False, check_finite=False)
+            U = sla.cho_factor(M, lower=False, overwrite_a=True, check_finite=False)[0]
             break
         except np.linalg.LinAlgError:
             shift = max(shift * 10.0, 1e-14 * max(scale, 1e-300))
     else:
         raise np.linalg.LinAlgError("could not factor a preconditioner block (not positive definite)")
-    return np.asarray(c[0], np.float32 if dtype == "float32" else np.float64, order="F")
+    return np.asarray(U, np.float32 if dtype == "float32" else np.float64, order="F")
 
 
 def _factor(A: Any, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
@@ -518,8 +522,7 @@ class MatrixFreeGN:
         preconditioner carries Q as its ``deflate`` attribute (:meth:`cg` starts from ``Q b``)."""
         res = self.res
         with distributed.collective(res.comm, "factoring the preconditioner"):
-            local = _block_solves([(res.parts[j]["slice"], _cholesky(G + lam * np.diag(D[res.parts[j]["slice"]]),
-                                                                    self.gram))
+            local = _block_solves([(res.parts[j]["slice"], _cholesky(G, self.gram, lam * D[res.parts[j]["slice"]]))
                                    for j, G in s["grams"].items()])
             coarse = self._coarse_factor(s, lam * D[s["coarse"][1]]) if "coarse" in s else None
 
