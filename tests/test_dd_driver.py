@@ -62,6 +62,27 @@ def test_step_info_and_progress_show_damping_and_cg_iterations():
     assert isinstance(info, GNStepInfo) and info.trials >= 1 and info.cg_iterations
     status = t._status(info)
     assert f"lam={info.rate:.1e}" in status and f"cg={sum(info.cg_iterations)}" in status and "err=" in status
+    assert "step=" not in status and driver.log[-1]["alpha"] == 1.0   # a full step
+
+
+def test_progress_shows_a_shortened_step():
+    """A trial whose step was halved (``backtrack``) shows the fraction taken, and the log keeps it."""
+    from helmpinn.gauss_newton import MatrixFreeGN
+
+    class Overshoot(MatrixFreeGN):   # CG's answers six times too long: the step accepted is shortened
+        def cg(self, s, lam, D, rhs, precond, start=None):
+            x, Jx, it = super().cg(s, lam, D, rhs, precond, start)
+            return 6.0 * x, 6.0 * Jx, it
+
+    p = box()
+    t = trainer(p, small_model(p))
+    driver = GNDriver(lam=1e-6, cg_tol=1e-10, cg_maxiter=500, cg_warm=False)
+    t.fit(1, optimizer=driver)
+    driver.gn.__class__ = Overshoot
+    info = driver.step(t)
+    alpha = driver.log[-1]["alpha"]
+    assert alpha < 1.0 and info.accepted
+    assert f"step={alpha:g}" in t._status(info)
 
 
 def test_default_optimizer_of_a_decomposed_model_is_gn_and_one_network_drivers_are_refused():

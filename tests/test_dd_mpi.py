@@ -41,9 +41,22 @@ CASES = {
     "plain": ("box", [(2, 2)], {"coarse": None, "products": "core32", "gram": "float32"}),
     "sparse": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core", "gram": "float64",
                                  "sparse_coarse": True}),   # the coarse matrix assembled sparse
+    # every projection taken; the steps after them are so short that whether a halved one lowers
+    # the loss is decided in the last bits, so this case does not halve (the next one does)
     "varpro": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core", "gram": "float64", "varpro": True,
-                                 "varpro_max_fall": np.inf}),   # every projection taken
+                                 "varpro_max_fall": np.inf, "backtrack": 0}),
+    "backtrack": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core", "gram": "float64",
+                                    "overshoot": 8.0}),   # every CG answer 8 times too long: steps halved
 }
+
+
+class _Overshoot(MatrixFreeGN):
+    """CG's answers ``scale`` times too long: the full steps are rejected and shortened."""
+    scale = 1.0
+
+    def cg(self, s, lam, D, rhs, precond, start=None):
+        x, Jx, it = super().cg(s, lam, D, rhs, precond, start)
+        return self.scale * x, self.scale * Jx, it
 
 
 def build(case: str, comm=None):
@@ -76,7 +89,10 @@ def build(case: str, comm=None):
     options = dict(options)
     sparse_coarse = options.pop("sparse_coarse", False)
     max_fall = options.pop("varpro_max_fall", None)
-    gn = MatrixFreeGN(res, lam=0.1, cg_tol=1e-10, cg_maxiter=400, **options)
+    overshoot = options.pop("overshoot", None)
+    gn = (_Overshoot if overshoot else MatrixFreeGN)(res, lam=0.1, cg_tol=1e-10, cg_maxiter=400, **options)
+    if overshoot:
+        gn.scale = overshoot
     if sparse_coarse:
         gn.sparse_coarse_above = 0
     if max_fall is not None:
@@ -92,6 +108,7 @@ def run_steps(case: str, comm=None) -> tuple[np.ndarray, list[list[int]]]:
         st = gn.step(model.params)
         assert st.accepted, st.message
         assert (st.projected is not None) == gn.varpro   # varpro's case: every step projects
+        assert st.alpha < 1.0 or case != "backtrack", st.alpha   # its case: every step shortened
         out.append(model.params.copy())
         its.append(st.cg_iterations)
     return np.array(out), its
@@ -122,7 +139,7 @@ def test_two_ranks_take_one_process_steps(case, two_ranks):
     """box-source over 3x3 subdomains with the coarse level (jvp/vjp by the core), free-source
     over 3x2 plus a one-network level (an uneven split; kept blocks, geodesic acceleration, the
     deflated coarse correction), 2x2 without the coarse level, 3x3 with the output layers projected
-    before every step (varpro): the parameters after each step
+    before every step (varpro), 3x3 with every step too long and halved (backtrack): the parameters after each step
     on 2 ranks equal one process's to 1e-10, every rank holds the same parameters, and CG took
     as many iterations (with varpro within 5%)."""
     got = np.load(two_ranks / f"{case}.npz")

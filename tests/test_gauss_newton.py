@@ -155,6 +155,64 @@ def test_a_failed_warm_start_retries_at_the_same_damping_from_zero():
     np.testing.assert_array_equal(theta, theta_cold)
 
 
+class _Overshoot(MatrixFreeGN):
+    """Every CG answer ``scale`` times too long: a step that overshoots along the right direction."""
+    scale = 3.0
+
+    def cg(self, s, lam, D, rhs, precond, start=None):
+        x, Jx, it = super().cg(s, lam, D, rhs, precond, start)
+        return self.scale * x, self.scale * Jx, it
+
+
+def test_a_rejected_step_is_halved_before_lam_grows():
+    """``backtrack``: a trial whose step overshoots (three times the Gauss-Newton step at a small
+    λ, past the model's own minimum) is halved, and the half step is taken in the same trial:
+    θ − 1.5δ for the dense δ, ``alpha`` ½, its loss the loss there, ρ against the model's
+    prediction for 1.5δ, λ doubled and ν back to 2. With ``backtrack=0`` the same trial is
+    rejected and λ grows by ν."""
+    res, theta, J, r, G, lam, D = _marquardt_case()
+    lam *= 1e-2
+    delta = np.linalg.solve(G + lam * np.diag(D), J.T @ r)
+    loss0 = float(r @ r)
+    gn = _Overshoot(res, lam=lam, products="core", gram="float64", cg_tol=1e-12, cg_maxiter=2000, cg_warm=False)
+    assert gn.backtrack == 3
+    theta1 = theta.copy()
+    st = gn.step(theta1)
+    assert st.accepted and st.trials == 1 and st.alpha == 0.5 and st.loss < st.loss0 == loss0
+    np.testing.assert_allclose(theta1, theta - 1.5 * delta, rtol=0, atol=1e-8 * np.abs(delta).max())
+    r1 = res.residuals(theta1)
+    assert np.isclose(float(r1 @ r1), st.loss, rtol=1e-12)
+    rs = r - 1.5 * (J @ delta)
+    assert np.isclose(st.rho, (loss0 - st.loss) / (loss0 - float(rs @ rs)), rtol=1e-6)
+    assert gn.lam == 2.0 * lam and gn.nu == 2.0
+    rf = r - 3.0 * (J @ delta)   # the full step: past the model's minimum, no decrease predicted
+    assert float(rf @ rf) > loss0
+
+    plain = _Overshoot(res, lam=lam, products="core", gram="float64", cg_tol=1e-12, cg_maxiter=2000,
+                       cg_warm=False, backtrack=0)
+    theta2 = theta.copy()
+    st2 = plain.step(theta2)
+    assert st2.trials > 1 and st2.alpha == 1.0 and not np.array_equal(theta2, theta1)
+
+
+def test_backtracking_gives_up_after_its_halvings():
+    """A step six times too long is still too long after one halving: ``backtrack=1`` gives the
+    trial up (λ grows by ν, ν doubles, another trial runs), where ``backtrack=3`` takes 1.5δ (α ¼)."""
+    res, theta, J, r, G, lam, D = _marquardt_case()
+    lam *= 1e-2
+
+    class Far(_Overshoot):
+        scale = 6.0
+
+    one = Far(res, lam=lam, products="core", gram="float64", cg_tol=1e-12, cg_maxiter=2000, cg_warm=False,
+              backtrack=1)
+    st = one.step(theta.copy())
+    assert st.trials > 1
+    three = Far(res, lam=lam, products="core", gram="float64", cg_tol=1e-12, cg_maxiter=2000, cg_warm=False)
+    st = three.step(theta.copy())
+    assert st.accepted and st.trials == 1 and st.alpha == 0.25 and three.lam == 4.0 * lam
+
+
 def test_preconditioner_is_the_block_inverse_without_coarse():
     """With one subdomain the block preconditioner is the exact inverse: CG converges at once."""
     from helmpinn.decomposition import DecomposedModel, Rows
@@ -299,7 +357,8 @@ def test_options_checked():
                      ({"blas_threads": "many"}, "blas_threads"), ({"update": "halve"}, "update"),
                      ({"cg_warm": "yes"}, "cg_warm"), ({"cg_warm": 1}, "cg_warm"), ({"varpro": "yes"}, "varpro"),
                      ({"varpro": True, "coarse": None}, "varpro"), ({"varpro": True, "products": "blocks"}, "varpro"),
-                     ({"lam_after_new_points": "reset"}, "lam_after_new_points")]:
+                     ({"lam_after_new_points": "reset"}, "lam_after_new_points"), ({"backtrack": -1}, "backtrack"),
+                     ({"backtrack": 1.5}, "backtrack"), ({"backtrack": True}, "backtrack")]:
         with pytest.raises(ValueError, match=word):
             MatrixFreeGN(res, **kw)
     gn = MatrixFreeGN(res)

@@ -52,7 +52,8 @@ sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
 - a hard constraint (:class:`~helmpinn.decomposition.BoxConstraint` of scale 1/k) when the
   problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
 - Gauss-Newton with Marquardt damping and Nielsen's λ rule, CG to 1e-3 or 200 iterations, from
-  the last step where the quadratic model says so (``cg_warm``: rarely, docs/benchmarks.md), the
+  the last step where the quadratic model says so (``cg_warm``: rarely, docs/benchmarks.md), a
+  rejected trial's step halved up to 3 times before λ grows (``backtrack``), the
   output-layer coarse space; 200 iterations at most, stopping when the loss falls by less than 1% over 10; the
   points grow by LM's rule (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap
   exceeds 3 (without it box-source at 5 wavelengths came to fit its points rather than the
@@ -350,8 +351,9 @@ class GNDriver(DampedDriver):
                     "converged or stuck")
         cg = sum(st.cg_iterations)
         self.log.append({"loss": st.loss, "lam": st.lam, "cg": list(st.cg_iterations), "trials": st.trials,
-                         "accepted": st.accepted})
-        return GNStepInfo(st.loss, terms, st.lam, f"lam={st.lam:.1e} cg={cg} trials={st.trials}", stop,
+                         "accepted": st.accepted, "alpha": st.alpha})
+        shortened = f" step={st.alpha:g}" if st.alpha < 1.0 else ""   # a rejected trial's step, halved
+        return GNStepInfo(st.loss, terms, st.lam, f"lam={st.lam:.1e} cg={cg} trials={st.trials}{shortened}", stop,
                           dict(st.times), list(st.cg_iterations), st.trials, st.accepted)
 
     def state_dict(self) -> dict[str, Any]:
