@@ -47,7 +47,9 @@ acceleration (``geodesic=True``) as in :mod:`helmpinn.lm`, one more CG solve per
 
 **Backtracking** (``backtrack``, default :data:`BACKTRACK` = 3): a rejected trial's step is
 halved, up to ``backtrack`` times, before λ grows; the first θ − αδ (α = 1/2, 1/4, ...) at which
-the loss falls is accepted, λ grows by 1/α and ν starts again. Each α costs one residual
+the loss falls is accepted; λ stays and ν starts again (the shorter step has answered the
+overshoot: raising λ by 1/α as well, tried, kept a run's later steps damped, Nielsen's rule
+leaving λ as it is at the ρ ≈ ½ of late steps). Each α costs one residual
 evaluation, where a trial at a larger λ costs a CG solve; and where a Gauss-Newton step overshoots
 a decomposed model, the direction is often right and the length wrong. Measured on
 ``box-source`` at 5 wavelengths: two steps' first trials, rejected with the loss × 4.3 and × 2.2,
@@ -701,8 +703,8 @@ class MatrixFreeGN:
             self._warm = self.res.gather(delta.copy()) if self.cg_warm and accepted and rho >= WARM_RHO else None
             if accepted:
                 theta[...] = self.res.gather(new)
-                if alpha < 1.0:   # the model overshot: λ grows as the step shrank, ν starts again
-                    self.lam, self.nu = min(self.lam / alpha, self.lam_max), 2.0
+                if alpha < 1.0:   # shortened: λ stays (module docstring), ν starts again
+                    self.nu = 2.0
                 else:
                     self.lam, self.nu = next_damping(self.update, self.lam, self.nu, True, rho, self.lam_min,
                                                      self.lam_max)
