@@ -67,18 +67,14 @@ def test_step_info_and_progress_show_damping_and_cg_iterations():
 
 def test_progress_shows_a_shortened_step():
     """A trial whose step was halved (``backtrack``) shows the fraction taken, and the log keeps it."""
-    from helmpinn.gauss_newton import MatrixFreeGN
-
-    class Overshoot(MatrixFreeGN):   # CG's answers six times too long: the step accepted is shortened
-        def cg(self, s, lam, D, rhs, precond, start=None):
-            x, Jx, it = super().cg(s, lam, D, rhs, precond, start)
-            return 6.0 * x, 6.0 * Jx, it
+    from test_gauss_newton import _Overshoot
 
     p = box()
     t = trainer(p, small_model(p))
     driver = GNDriver(lam=1e-6, cg_tol=1e-10, cg_maxiter=500, cg_warm=False)
     t.fit(1, optimizer=driver)
-    driver.gn.__class__ = Overshoot
+    driver.gn.__class__ = _Overshoot   # CG's answers six times too long: the step accepted is shortened
+    driver.gn.scale = 6.0
     info = driver.step(t)
     alpha = driver.log[-1]["alpha"]
     assert alpha < 1.0 and info.accepted

@@ -21,6 +21,7 @@ from conftest import mpiexec_command
 import helmpinn as hp
 from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows, assign_subdomains
 from helmpinn.gauss_newton import MatrixFreeGN
+from test_gauss_newton import _Overshoot
 
 RANKS = 2
 HERE = os.path.abspath(__file__)
@@ -48,15 +49,6 @@ CASES = {
     "backtrack": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core", "gram": "float64",
                                     "overshoot": 8.0}),   # every CG answer 8 times too long: steps halved
 }
-
-
-class _Overshoot(MatrixFreeGN):
-    """CG's answers ``scale`` times too long: the full steps are rejected and shortened."""
-    scale = 1.0
-
-    def cg(self, s, lam, D, rhs, precond, start=None):
-        x, Jx, it = super().cg(s, lam, D, rhs, precond, start)
-        return self.scale * x, self.scale * Jx, it
 
 
 def build(case: str, comm=None):

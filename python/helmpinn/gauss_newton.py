@@ -690,7 +690,7 @@ class MatrixFreeGN:
             rho = (loss0 - loss1) / pred if pred > 0 else -math.inf
             accepted = math.isfinite(loss1) and loss1 < loss0 and pred > 0
             alpha = 1.0
-            if not accepted and self.backtrack and self.res.same(float(r @ Jd))[0] > 0:   # -δ is downhill
+            if not accepted and self.backtrack:
                 t3 = time.perf_counter()
                 with blas_limit(1):
                     shorter = self._backtrack(theta, delta, r, Jd, loss0)
@@ -729,8 +729,9 @@ class MatrixFreeGN:
         (``backtrack`` halvings) at which the loss falls, as ``(α, θ − αδ, its residuals, its
         loss, ρ)``, or None. ``ρ`` is the actual over the predicted decrease of the step αδ
         (``‖r‖² − ‖r − αJδ‖²``; for an α at which the model predicts no decrease, the step
-        overshoots even its model, and a shorter one is tried). One residual evaluation per α,
-        against a CG solve for a trial at a larger λ."""
+        overshoots even its model, and a shorter one is tried without evaluating it; where −δ is
+        not downhill, rᵀJδ ≤ 0, no α is). One residual evaluation per α tried, against a CG solve
+        for a trial at a larger λ."""
         alpha = 1.0
         for _ in range(self.backtrack):
             alpha *= 0.5
