@@ -308,9 +308,15 @@ def test_load_model_reads_both_kinds(tmp_path):
 
 # -- the plan --------------------------------------------------------------------------------------
 def test_threshold_from_the_measurements():
-    assert not dd_driver.should_decompose(box(4.5)) and dd_driver.should_decompose(box(5.0))
+    """The problems measured on both sides (dd_driver's docstring): one network at 3 wavelengths
+    and below, a decomposition from 3.5 (box-source), 3.95 (scatter-soft k = 3), 4 (free-source
+    W = 2 with its PML, dirichlet2d n = 4) up."""
+    assert not dd_driver.should_decompose(box(3.0)) and dd_driver.should_decompose(box(3.5))
+    assert not dd_driver.should_decompose(hp.get_problem("heterogeneous2d"))
+    assert dd_driver.should_decompose(hp.get_problem("scatter-soft", k=3.0))
+    assert dd_driver.should_decompose(hp.get_problem("dirichlet2d", n=4))
     free = lambda w: hp.get_problem("free-source", wavelengths=w)   # noqa: E731 - 2 + 2 wavelengths of PML
-    assert not dd_driver.should_decompose(free(2.0)) and dd_driver.should_decompose(free(5.0))
+    assert not dd_driver.should_decompose(free(1.0)) and dd_driver.should_decompose(free(1.5))
     assert not dd_driver.should_decompose(hp.get_problem("plane1d", k=200.0))
 
 

@@ -45,7 +45,8 @@ def _run(cmd: list[str], cwd: Path) -> str:
 # script -> a pattern its output must contain
 SCRIPTS = {
     "own_problem.py": r"relative L2 error \d\.\d\de[-+]\d\d after 20 Adam steps",
-    "layered_pml.py": r"relative difference from fd_solve \d\.\d\de[-+]\d\d on the physical domain",
+    "layered_pml.py": r"hp.solve \(decomposed, gn\): (.|\n)*relative difference from fd_solve \d\.\d\de[-+]\d\d "
+                      r"on the physical domain",
     "many_wavelengths.py": r"plan: decomposed model, .* optimizer gn\n(.|\n)*relative difference from fd_solve "
                            r"\d\.\d\de[-+]\d\d on the physical domain",
     "scattering.py": r"relative L2 error \d\.\d\de[-+]\d\d after 20 Adam steps",
