@@ -11,7 +11,8 @@ solution; the reference is :func:`helmpinn.reference.fd_solve`, fourth order):
 
 - ``room``: a 1.5 × 1.5 room with first-order absorbing walls (``Sommerfeld(k0)`` on every
   side), k0 = 4π (3 wavelengths across), a Gaussian source of width 0.05 at (0.35, 0.4);
-- ``lens``: the same room with a slow Gaussian lens, k up to 1.4 k0 at (0.9, 0.8), width 0.15
+- ``room4``: the room at k0 = 16π/3 (4 wavelengths across);
+- ``lens``: the room with a slow Gaussian lens, k up to 1.4 k0 at (0.9, 0.8), width 0.15
   (4.2 wavelengths across at the largest k);
 - ``layered``: the layered-medium tutorial's point source (examples/layered_pml.py: a velocity
   model on a grid, a PML of width 0.5; 4.5 wavelengths across at the largest k).
@@ -39,12 +40,12 @@ from helmpinn.media import GridField
 from bench_time_to_accuracy import field_error, parse_problem   # 'name:opt=value'; the error (modes removed)
 
 DEFAULT_PROBLEMS = ("heterogeneous2d,room,box-source:wavelengths=3,box-source:wavelengths=3.5,scatter-soft:k=3,"
-                    "free-source:wavelengths=2,dirichlet2d:n=4,lens,layered")
+                    "free-source:wavelengths=2,dirichlet2d:n=4,room4,lens,layered")
 
 
-def room(lens: float = 0.0) -> hp.Problem:
-    """The ``room`` (``lens=0``) or ``lens`` (``lens=0.4``) problem of the module docstring."""
-    k0 = 4 * np.pi
+def room(lens: float = 0.0, k0: float = 4 * np.pi) -> hp.Problem:
+    """The ``room`` (``lens=0``), ``room4`` (``k0=16π/3``) or ``lens`` (``lens=0.4``) problem of
+    the module docstring."""
 
     def kappa(x):
         bump = np.exp(-((x[:, 0] - 0.9) ** 2 + (x[:, 1] - 0.8) ** 2) / (2 * 0.15**2))
@@ -65,7 +66,8 @@ def layered() -> hp.Problem:
                       source=hp.PointSource((0.0, 0.4)), bcs={}, pml=hp.PML(0.5), pml_share=0.25)
 
 
-USER_PROBLEMS = {"room": (room, 5e-3), "lens": (lambda: room(0.4), 5e-3), "layered": (layered, 0.02)}   # (make, fd h)
+USER_PROBLEMS = {"room": (room, 5e-3), "room4": (lambda: room(k0=16 * np.pi / 3), 5e-3),   # (make, fd h)
+                 "lens": (lambda: room(0.4), 5e-3), "layered": (layered, 0.02)}
 
 
 def reference(spec: str, n: int, seed: int):

@@ -47,7 +47,7 @@ sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
   off its plateau (the room at 4 wavelengths 2.7e-5 against 2.1e-4, the lens 6e-5), or not
   (``scatter-soft`` k = 3 1.4e-3 against 5.4e-4, ``free-source`` W = 2 5.1e-4 against 2.9e-4);
   when it leaves the plateau is not known before the run, and the decomposition reached 1e-2
-  within a minute on every one of them. In 3-D neither works yet at 4.6 (``cube3d`` k = 8π after 15 minutes: decomposed 0.66,
+  within 90 s on every one of them. In 3-D neither works yet at 4.6 (``cube3d`` k = 8π after 15 minutes: decomposed 0.66,
   one network 0.32; docs/benchmarks.md says what holds the decomposition back), so the 3-D
   threshold is the 2-D one until a 3-D sizing is measured; 1-D networks reach 4e-6 at 32
   wavelengths (``plane1d`` k = 200), so 1-D ones only above 32;
