@@ -77,11 +77,12 @@ def reference(spec: str, n: int, seed: int):
     if spec in USER_PROBLEMS:
         make, h = USER_PROBLEMS[spec]
         problem = make()
-        x = problem.domain.sample_interior(n, np.random.default_rng(seed + 1))
-        return problem, x, fd_solve(problem, h=h)(x)
-    problem, _ = parse_problem(spec)
+        field = fd_solve(problem, h=h)
+    else:
+        problem, _ = parse_problem(spec)
+        field = problem.exact_at
     x = problem.domain.sample_interior(n, np.random.default_rng(seed + 1))
-    return problem, x, problem.exact_at(x)
+    return problem, x, field(x)
 
 
 def run(problem, x, exact, model: str, time_limit: float, seed: int) -> dict:

@@ -39,18 +39,19 @@ sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
   lower at 2.8 and 3 wavelengths (``heterogeneous2d`` 7e-7 against 6e-5; a room with absorbing
   walls 2.2e-5 against 1.8e-4; ``box-source`` W = 3 8.4e-5 against 3.2e-4), the decomposition
   from 3.5 up, where the network (4,850 parameters, its points growing with the wavelengths²,
-  and with them the cost of a dense step) had not yet left its plateau (``box-source`` W = 3.5 4.6e-4 against 0.42,
-  ``scatter-soft`` k = 3 8.0e-4 against 4.4e-3, ``free-source`` W = 2 3.9e-4 against 7.7e-3,
-  ``dirichlet2d`` n = 4 1.2e-3 against 0.18, the room at 4 wavelengths 1.1e-3 against 0.54, a
-  lens in the room at 4.2 1.8e-4 against 0.35, the layered tutorial at 4.5 1.5e-3 against
-  0.28), so 2-D problems above 3 are decomposed. Given 300 s the network can overtake once
-  off its plateau (the room at 4 wavelengths 2.7e-5 against 2.1e-4, the lens 6e-5), or not
-  (``scatter-soft`` k = 3 1.4e-3 against 5.4e-4, ``free-source`` W = 2 5.1e-4 against 2.9e-4);
-  when it leaves the plateau is not known before the run, and the decomposition reached 1e-2
-  within 90 s on every one of them. In 3-D neither works yet at 4.6 (``cube3d`` k = 8π after 15 minutes: decomposed 0.66,
-  one network 0.32; docs/benchmarks.md says what holds the decomposition back), so the 3-D
-  threshold is the 2-D one until a 3-D sizing is measured; 1-D networks reach 4e-6 at 32
-  wavelengths (``plane1d`` k = 200), so 1-D ones only above 32;
+  and with them the cost of a dense step) had not yet left its plateau (``box-source`` W = 3.5
+  4.6e-4 against 0.42, ``scatter-soft`` k = 3 8.0e-4 against 4.4e-3, ``free-source`` W = 2
+  3.9e-4 against 7.7e-3, ``dirichlet2d`` n = 4 1.2e-3 against 0.18, the room at 4 wavelengths
+  1.1e-3 against 0.54, a lens in the room at 4.2 1.8e-4 against 0.35, the layered tutorial at
+  4.5 1.5e-3 against 0.28), so 2-D problems above 3 are decomposed. Given 300 s the network can
+  overtake once off its plateau (the room at 4 wavelengths 2.7e-5 against 2.1e-4, the lens
+  6e-5), or not (``scatter-soft`` k = 3 1.4e-3 against 5.4e-4, ``free-source`` W = 2 5.1e-4
+  against 2.9e-4); when it leaves the plateau is not known before the run, and the
+  decomposition reached 1e-2 within 90 s on every one of them. In 3-D neither works yet at 4.6
+  (``cube3d`` k = 8π after 15 minutes: decomposed 0.66, one network 0.32; docs/benchmarks.md
+  says what holds the decomposition back), so the 3-D threshold is the 2-D one until a 3-D
+  sizing is measured; 1-D networks reach 4e-6 at 32 wavelengths (``plane1d`` k = 200), so 1-D
+  ones only above 32;
 - one level of ``ceil(0.85 w_a)`` subdomains along each axis
   (:data:`SUBDOMAINS_PER_WAVELENGTH`; the measured runs' 5 × 5 for 5 wavelengths, 6 × 6 for
   7), overlap 0.6, no coarse network level (a one-network level did not help the prototype;
