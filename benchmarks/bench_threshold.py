@@ -6,7 +6,7 @@ near :data:`helmpinn.dd_driver.DECOMPOSE_ABOVE`, the error against time.
     PYTHONPATH=python:benchmarks python benchmarks/bench_threshold.py --threads 2 --time-limit 150 \
         [--problems room,lens,layered,box-source:wavelengths=3,...] [--models network,decomposed] [--json out.json]
 
-Problems: a built-in's ``name:opt=value``, or one of three a user might write (no exact
+Problems: a built-in's ``name:opt=value``, or one of these a user might write (no exact
 solution; the reference is :func:`helmpinn.reference.fd_solve`, fourth order):
 
 - ``room``: a 1.5 × 1.5 room with first-order absorbing walls (``Sommerfeld(k0)`` on every
@@ -16,12 +16,16 @@ solution; the reference is :func:`helmpinn.reference.fd_solve`, fourth order):
   (4.2 wavelengths across at the largest k);
 - ``layered``: the layered-medium tutorial's point source (examples/layered_pml.py: a velocity
   model on a grid, a PML of width 0.5; 4.5 wavelengths across at the largest k).
+- ``duct:lx=L:ly=H:walls=W``: an elongated L × H box, k0 = 4π, a smooth wavy interface between
+  two layers (k from k0 to 1.1 k0), a Gaussian source of width 0.04 at (0.2 L, 0.6 H);
+  ``walls=open``: ``Sommerfeld(k0)`` on every side, ``walls=hard``: a waveguide, ``Dirichlet(0)``
+  along the long sides and ``Sommerfeld(k0)`` at the ends (defaults 1.6, 1, open).
 
 Each run is ``hp.solve(problem, model=M, time_limit=T, seed=S)`` with nothing else set. A
 callback records the relative L2 error on the physical domain after every step (for
 ``box-source`` with its resonant modes removed, :func:`helmpinn.waves.box_source_error`); its
 seconds are left out of the clock. One line per run: the wavelengths across
-(:func:`helmpinn.defaults.wavelengths`, the largest), the parameters, the error at 60 s and at
+(:func:`helmpinn.defaults.wavelengths_across`) and along the longest side, the parameters, the error at 60 s and at
 the end, and the seconds to 1e-2 and 1e-3. Run on a quiet machine, one run at a time.
 """
 from __future__ import annotations
@@ -33,14 +37,16 @@ import time
 import numpy as np
 
 import helmpinn as hp
-from helmpinn.defaults import wavelengths
+from helmpinn.defaults import wavelengths, wavelengths_across
 from helmpinn.geometry import Box
 from helmpinn.media import GridField
 
 from bench_time_to_accuracy import field_error, parse_problem   # 'name:opt=value'; the error (modes removed)
 
 DEFAULT_PROBLEMS = ("heterogeneous2d,room,box-source:wavelengths=3,box-source:wavelengths=3.5,scatter-soft:k=3,"
-                    "free-source:wavelengths=2,dirichlet2d:n=4,room4,lens,layered")
+                    "free-source:wavelengths=2,dirichlet2d:n=4,room4,lens,layered,duct,duct:lx=2:ly=0.8,"
+                    "duct:lx=2.4:ly=0.6:walls=hard,duct:lx=2.8:ly=0.6:walls=hard,duct:lx=3:ly=0.6:walls=hard,"
+                    "duct:lx=2:ly=1.2")
 
 
 def room(lens: float = 0.0, k0: float = 4 * np.pi) -> hp.Problem:
@@ -66,17 +72,55 @@ def layered() -> hp.Problem:
                       source=hp.PointSource((0.0, 0.4)), bcs={}, pml=hp.PML(0.5), pml_share=0.25)
 
 
+def duct(lx: float = 1.6, ly: float = 1.0, walls: str = "open") -> hp.Problem:
+    """The ``duct`` problem of the module docstring."""
+    k0 = 4 * np.pi
+
+    def kappa(x):
+        interface = 0.5 * ly + 0.1 * ly * np.sin(4 * x[:, 0])
+        return (k0 * (1.05 + 0.05 * np.tanh((interface - x[:, 1]) / 0.05))) ** 2
+
+    def source(x):
+        return 50 * np.exp(-((x[:, 0] - 0.2 * lx) ** 2 + (x[:, 1] - 0.6 * ly) ** 2) / (2 * 0.04**2)) + 0j
+
+    if walls not in ("open", "hard"):
+        raise ValueError(f"duct: walls must be 'open' or 'hard', got {walls!r}")
+    ends = {"xmin": hp.Sommerfeld(k0), "xmax": hp.Sommerfeld(k0)}
+    sides = {"ymin": hp.Sommerfeld(k0), "ymax": hp.Sommerfeld(k0)} if walls == "open" else \
+        {"ymin": hp.Dirichlet(0), "ymax": hp.Dirichlet(0)}
+    return hp.Problem(Box([0, 0], [float(lx), float(ly)]), kappa=kappa, source=source, bcs={**ends, **sides})
+
+
 USER_PROBLEMS = {"room": (room, 5e-3), "room4": (lambda: room(k0=16 * np.pi / 3), 5e-3),   # (make, fd h)
-                 "lens": (lambda: room(0.4), 5e-3), "layered": (layered, 0.02)}
+                 "lens": (lambda: room(0.4), 5e-3), "layered": (layered, 0.02), "duct": (duct, 5e-3)}
+
+
+def user_problem(spec: str):
+    """``(make, h)`` and the options of a user problem's ``name:opt=value:...`` (options separated
+    by ':' or ';', as for a built-in); None for a built-in."""
+    name, _, opts = spec.partition(":")
+    if name not in USER_PROBLEMS:
+        return None
+    options = {}
+    for item in filter(None, opts.replace(";", ":").split(":")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise SystemExit(f"bad problem option {item!r} in {spec!r}: expected key=value")
+        try:
+            options[key] = float(value)
+        except ValueError:
+            options[key] = value
+    return USER_PROBLEMS[name], options
 
 
 def reference(spec: str, n: int, seed: int):
     """The problem, ``n`` points of its physical domain and the reference field there."""
     from helmpinn.reference import fd_solve
 
-    if spec in USER_PROBLEMS:
-        make, h = USER_PROBLEMS[spec]
-        problem = make()
+    user = user_problem(spec)
+    if user is not None:
+        (make, h), options = user
+        problem = make(**options)
         field = fd_solve(problem, h=h)
     else:
         problem, _ = parse_problem(spec)
@@ -124,17 +168,17 @@ def main() -> None:
     if a.threads:
         hp.set_num_threads(a.threads)
     fmt = lambda v, f: f"{'-':>8}" if v is None else format(v, f)   # noqa: E731
-    print(f"{'problem':30s} {'wl':>5s} {'model':10s} {'P':>7s} {'points':>7s} {'@' + str(int(a.mark)) + ' s':>8s} "
+    print(f"{'problem':30s} {'wl':>5s} {'long':>5s} {'model':10s} {'P':>7s} {'points':>7s} {'@' + str(int(a.mark)) + ' s':>8s} "
           f"{'end':>8s} {'to 1e-2':>8s} {'to 1e-3':>8s}", flush=True)
     results = []
     for spec in filter(None, a.problems.split(",")):
         problem, x, exact = reference(spec, a.eval_points, a.seed)
-        w = float(np.max(wavelengths(problem)))
+        w, longest = wavelengths_across(problem), float(np.max(wavelengths(problem)))
         for model in filter(None, a.models.split(",")):
             r = run(problem, x, exact, model, a.time_limit, a.seed)
             s = summary(r["curve"], a.mark)
-            results.append({"problem": spec, "wavelengths": w, "model": model, **r, **s})
-            print(f"{spec:30s} {w:5.2f} {model:10s} {r['params']:7d} {r['points'] or 0:7d} {fmt(s['at_mark'], '8.1e')} "
+            results.append({"problem": spec, "wavelengths": w, "longest": longest, "model": model, **r, **s})
+            print(f"{spec:30s} {w:5.2f} {longest:5.2f} {model:10s} {r['params']:7d} {r['points'] or 0:7d} {fmt(s['at_mark'], '8.1e')} "
                   f"{fmt(s['end'], '8.1e')} {fmt(s['to_1e-2'], '8.0f')} {fmt(s['to_1e-3'], '8.0f')}", flush=True)
     if a.json:
         with open(a.json, "w") as fh:

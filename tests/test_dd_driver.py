@@ -16,6 +16,7 @@ from helmpinn.cli import main
 from helmpinn.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
 from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows
 from helmpinn.drivers import AdamDriver, LMDriver, mismatch
+from helmpinn.geometry import Box
 
 SMALL = dict(ff_dim=4, hidden_dim=8, overlap=0.6)
 
@@ -318,6 +319,18 @@ def test_threshold_from_the_measurements():
     free = lambda w: hp.get_problem("free-source", wavelengths=w)   # noqa: E731 - 2 + 2 wavelengths of PML
     assert not dd_driver.should_decompose(free(1.0)) and dd_driver.should_decompose(free(1.5))
     assert not dd_driver.should_decompose(hp.get_problem("plane1d", k=200.0))
+
+
+def test_threshold_counts_an_elongated_domain_by_its_area():
+    """The ducts measured (dd_driver's docstring): 2 × 0.8 and 3 × 0.6 (4.4 and 6.6 wavelengths
+    long, 2.78 and 2.95 across) train one network; 2 × 1.2 (3.41 across) is decomposed."""
+    k0 = 4 * math.pi
+
+    def duct(lx, ly):
+        return hp.Problem(Box([0, 0], [lx, ly]), kappa=(1.1 * k0) ** 2, bcs={"*": hp.Sommerfeld(k0)})
+
+    assert not dd_driver.should_decompose(duct(2.0, 0.8)) and not dd_driver.should_decompose(duct(3.0, 0.6))
+    assert dd_driver.should_decompose(duct(2.0, 1.2))
 
 
 def test_decomposed_settings_reproduce_the_measured_runs():

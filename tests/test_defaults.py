@@ -7,7 +7,8 @@ import pytest
 
 import helmpinn as hp
 from helmpinn.defaults import (ADAM_POINTS_PER_WAVELENGTH, BOUNDARY_SHARE, LM_POINTS_PER_WAVELENGTH, auto_weights,
-                               default_settings, fourier_sigma, lm_settings, run_settings, wavelengths)
+                               default_settings, fourier_sigma, lm_settings, run_settings, wavelengths,
+                               wavelengths_across)
 from helmpinn.geometry import Box, BoxMinusBall, Disk
 
 
@@ -78,6 +79,24 @@ def test_wavelengths_count_the_sampled_domain_with_its_layer():
     tiny = hp.Problem(box, kappa=1e-6, bcs={"*": hp.Dirichlet(0)})
     np.testing.assert_allclose(wavelengths(tiny), [0.5, 0.5])
     assert fourier_sigma(plain) == pytest.approx(k / (2 * math.pi * math.sqrt(2)))
+
+
+def test_wavelengths_across_is_the_geometric_mean_and_sizes_lms_network():
+    """An elongated box counts by its area in square wavelengths: a 2.4 × 0.6 duct at
+    wavelength 1/2.2 (5.28 × 1.32 wavelengths) is 2.64 across, and gets the network of a square
+    of 2.64 (m 24, 2 × 48), not that of a square of 5.28 (m 32, 2 × 64: a dense LM system over
+    the memory budget, so Adam and matrix-free LM; 0.23 against 1.3e-4 after 120 s, dd_driver's
+    docstring)."""
+    k = 2.2 * 2 * math.pi
+    duct = hp.Problem(Box([0, 0], [2.4, 0.6]), kappa=k * k, bcs={"*": hp.Sommerfeld(k)})
+    np.testing.assert_allclose(wavelengths(duct), [5.28, 1.32])
+    assert wavelengths_across(duct) == pytest.approx(math.sqrt(5.28 * 1.32))
+    s = run_settings(duct, "auto")
+    assert (s["ff_dim"], s["hidden"], s["warm_start"]) == (24, 48, 0) and s["lm"]["solver"] != "cg"
+    assert s["pde_points"] == 5500        # 27² × 6.97 square wavelengths, to a multiple of 500
+    cube = hp.Problem(Box([0, 0, 0], [2, 1, 0.5]), kappa=k * k, bcs={"*": hp.Dirichlet(0)})
+    assert wavelengths_across(cube) == pytest.approx(2.2)
+    assert wavelengths_across(_square(k, side=3.0, dim=1)) == pytest.approx(6.6)
 
 
 def _square(k, side=1.0, dim=2):

@@ -30,8 +30,9 @@ history's rate), the CG iterations and trials; the progress bar shows them. Adam
 core ``vjp`` per subnetwork.
 
 **Defaults** (:func:`decomposed_settings`, what :func:`helmpinn.solve` and ``helmpinn train
---optimizer auto`` take above :data:`DECOMPOSE_ABOVE` wavelengths along one dimension of the
-sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
+--optimizer auto`` take above :data:`DECOMPOSE_ABOVE` wavelengths across the sampled domain,
+:func:`helmpinn.defaults.wavelengths_across`: the geometric mean of the wavelengths along its
+sides, a PML included):
 
 - the threshold: ``hp.solve(problem, model=M, time_limit=150)`` with each model's own defaults
   on the same problems (2026-12-03, 2 threads, benchmarks/bench_threshold.py,
@@ -47,11 +48,18 @@ sampled domain, :func:`helmpinn.defaults.wavelengths`, a PML included):
   overtake once off its plateau (the room at 4 wavelengths 2.7e-5 against 2.1e-4, the lens
   6e-5), or not (``scatter-soft`` k = 3 1.4e-3 against 5.4e-4, ``free-source`` W = 2 5.1e-4
   against 2.9e-4); when it leaves the plateau is not known before the run, and the
-  decomposition reached 1e-2 within 90 s on every one of them. In 3-D neither works yet at 4.6
-  (``cube3d`` k = 8π after 15 minutes: decomposed 0.66, one network 0.32; docs/benchmarks.md
-  says what holds the decomposition back), so the 3-D threshold is the 2-D one until a 3-D
-  sizing is measured; 1-D networks reach 4e-6 at 32 wavelengths (``plane1d`` k = 200), so 1-D
-  ones only above 32;
+  decomposition reached 1e-2 within 90 s on every one of them. The wavelengths are counted
+  across (the geometric mean), not along the longest side: on ducts of a wavy two-layer
+  medium (k0 = 4π to 1.1 k0, benchmarks/bench_threshold.py's ``duct``; 120 s) one network
+  ended lower at 2.64-2.85 across though 3.5-6.2 long (1.6 × 1, 2 × 0.8, 2.4 × 0.6 and, at
+  150 s, 2.8 × 0.6: 2.5e-5, 2.4e-5, 1.3e-4, 1.5e-4 against 1.6e-4, 2.2e-4, 3.4e-4, 5.5e-4),
+  at 2.95 across (3 × 0.6, 6.6 long) once off its plateau (0.37 at 120 s, 6.0e-5 at 240 s
+  against 5.1e-4 and 2.4e-4), and the decomposition at 3.41 (2 × 1.2: 4.0e-4 against
+  4.9e-3); the rule on the longest side (until 2026-12-03) decomposed all six. In 3-D neither
+  works yet at 4.6 (``cube3d`` k = 8π after 15 minutes: decomposed 0.66, one network 0.32;
+  docs/benchmarks.md says what holds the decomposition back), so the 3-D threshold is the 2-D
+  one until a 3-D sizing is measured; 1-D networks reach 4e-6 at 32 wavelengths (``plane1d``
+  k = 200), so 1-D ones only above 32;
 - one level of ``ceil(0.85 w_a)`` subdomains along each axis
   (:data:`SUBDOMAINS_PER_WAVELENGTH`; the measured runs' 5 × 5 for 5 wavelengths, 6 × 6 for
   7), overlap 0.6, no coarse network level (a one-network level did not help the prototype;
@@ -96,8 +104,8 @@ __all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "
            "decomposed_settings", "should_decompose", "build_decomposed_model", "DECOMPOSE_ABOVE",
            "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH", "ADAM_SETTINGS"]
 
-#: Decompose a problem that spans more than this many wavelengths along one dimension of its
-#: sampled domain, by dimension (module docstring: the measurements behind them).
+#: Decompose a problem that spans more than this many wavelengths across its sampled domain
+#: (the geometric mean of the sides'), by dimension (module docstring: the measurements).
 DECOMPOSE_ABOVE = {1: 32.0, 2: 3.0, 3: 3.0}
 #: Subdomains per wavelength along each axis of the fine level.
 SUBDOMAINS_PER_WAVELENGTH = 0.85
@@ -386,12 +394,13 @@ DRIVERS.setdefault("gn", GNDriver)   # Trainer.fit(optimizer="gn"), helmpinn.dri
 
 # -- the defaults --------------------------------------------------------------------------------
 def should_decompose(problem: Any) -> bool:
-    """True when ``problem`` spans more than :data:`DECOMPOSE_ABOVE` wavelengths along one
-    dimension of its sampled domain (:func:`helmpinn.defaults.wavelengths`)."""
-    from .defaults import wavelengths
+    """True when ``problem`` spans more than :data:`DECOMPOSE_ABOVE` wavelengths across its
+    sampled domain (:func:`helmpinn.defaults.wavelengths_across`, the geometric mean of the
+    sides')."""
+    from .defaults import wavelengths_across
 
     limit = DECOMPOSE_ABOVE[min(int(problem.dim), 3)]
-    return float(np.max(wavelengths(problem))) > limit * (1 + 1e-9)   # at the limit itself: one network
+    return wavelengths_across(problem) > limit * (1 + 1e-9)   # at the limit itself: one network
 
 
 def _hard_constraint(problem: Any) -> bool:

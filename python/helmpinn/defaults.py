@@ -10,6 +10,7 @@ The rules, from two numbers of the problem:
 - the number of wavelengths the sampled domain (a PML's layer included: the network represents
   the field there too, and the points are drawn there) spans along each dimension,
   ``k (hi_i − lo_i) / 2π`` over its bounding box: :func:`wavelengths`.
+  Their geometric mean, the wavelengths across (:func:`wavelengths_across`), sizes a network.
 
 **Loss weights** (:func:`auto_weights`): each term weighted by what the same error e (a field
 error of relative size e, varying on the wavelength's scale) costs in it. The PDE residual of
@@ -38,8 +39,9 @@ Levenberg-Marquardt's fixed ones 100 / 27 / 9 (:data:`LM_POINTS_PER_WAVELENGTH`,
 parameters). Boundary points in proportion (Adam: 1/8 of the PDE points in 2-D, 3/16 in 3-D;
 LM: 1/4 in 2-D, 1/3 in 3-D; 2 in 1-D, the two ends).
 
-**Network**: Adam's is 2 × 64 on 32 frequencies; LM's (:func:`lm_settings`) grows with the most
-wavelengths w along one dimension (1-D: m 16, 2 × 32 up to w = 5, m 32, 2 × 64 up to 20, then
+**Network**: Adam's is 2 × 64 on 32 frequencies; LM's (:func:`lm_settings`) grows with the
+wavelengths w across the sampled domain, the geometric mean of the sides'
+(:func:`wavelengths_across`; 1-D: m 16, 2 × 32 up to w = 5, m 32, 2 × 64 up to 20, then
 m 32, 2 × 96; 2-D and 3-D: m 16, 2 × 32 up to 2.5, m 24, 2 × 48 up to 5, then m 32, 2 × 64),
 since LM's cost grows as P² to P³.
 
@@ -96,8 +98,8 @@ import numpy as np
 
 __all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "LM_BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH",
            "ADAM_STEPS", "ADAM_PML_STEPS", "LM_GROW_GAP", "LM_GROW_PATIENCE", "LM_GROW_FACTOR", "LM_GROW_MAX",
-           "scale_wavenumber", "wavelengths", "fourier_sigma", "auto_weights", "default_settings",
-           "lm_settings", "run_settings"]
+           "scale_wavenumber", "wavelengths", "wavelengths_across", "fourier_sigma", "auto_weights",
+           "default_settings", "lm_settings", "run_settings"]
 
 #: The optimisers a run (and ``helmpinn train --optimizer``) can use by name.
 OPTIMIZERS = ("adam", "lbfgs", "lm")
@@ -146,6 +148,17 @@ def wavelengths(problem: Any) -> np.ndarray:
     """The number of wavelengths ``k L_i / 2π`` the sampled domain (a PML's layer included) spans
     along each dimension i, k from :func:`scale_wavenumber` (so at least 1/2)."""
     return scale_wavenumber(problem) * _extent(problem) / (2 * math.pi)
+
+
+def wavelengths_across(problem: Any) -> float:
+    """The wavelengths across the sampled domain: the geometric mean ``(Π w_i)^(1/d)`` of
+    :func:`wavelengths`, the side of the square (cube) that holds as many square (cubic)
+    wavelengths. One network must hold the field over all of them and its points grow with
+    them, so this, not the longest side, sizes LM's network (:func:`lm_settings`) and decides
+    the decomposition (:func:`helmpinn.dd_driver.should_decompose`): a 3 × 0.6 duct at 6.6 × 1.3
+    wavelengths is 2.95 across, and one network trains it as it trains a square of 3."""
+    w = wavelengths(problem)
+    return float(np.prod(w) ** (1.0 / w.size))
 
 
 def _points(problem: Any, per_wavelength: Mapping[int, float], floor: Mapping[int, int], step: int) -> int:
@@ -245,8 +258,8 @@ def lm_settings(problem: Any) -> dict[str, Any]:
     """Model and training settings of a Levenberg-Marquardt run on ``problem``
     (:func:`helmpinn.lm.lm_defaults`, ``helmpinn train --optimizer lm``).
 
-    A small network from the most wavelengths w the sampled domain spans along one dimension
-    (:func:`wavelengths`; the table in the module docstring: LM's cost grows as P² to P³, and a
+    A small network from the wavelengths w across the sampled domain
+    (:func:`wavelengths_across`; the table in the module docstring: LM's cost grows as P² to P³, and a
     few thousand parameters reach 1e-6 on the built-in problems), float64, the Fourier scale of
     :func:`fourier_sigma`, fixed Sobol points (no refresh: the Gauss-Newton model is of one
     least-squares problem): :data:`LM_POINTS_PER_WAVELENGTH` per wavelength per dimension, at
@@ -262,7 +275,7 @@ def lm_settings(problem: Any) -> dict[str, Any]:
     from . import _core
 
     d = int(problem.dim)
-    waves = float(np.max(wavelengths(problem)))
+    waves = wavelengths_across(problem)
     if d == 1:
         ff, hidden = (16, 32) if waves <= 5 else (32, 64) if waves <= 20 else (32, 96)
     else:
