@@ -25,8 +25,9 @@ Each run is ``hp.solve(problem, model=M, time_limit=T, seed=S)`` with nothing el
 callback records the relative L2 error on the physical domain after every step (for
 ``box-source`` with its resonant modes removed, :func:`helmpinn.waves.box_source_error`); its
 seconds are left out of the clock. One line per run: the wavelengths across
-(:func:`helmpinn.defaults.wavelengths_across`) and along the longest side, the parameters, the error at 60 s and at
-the end, and the seconds to 1e-2 and 1e-3. Run on a quiet machine, one run at a time.
+(:func:`helmpinn.defaults.wavelengths_across`) and along the longest side, the parameters, the
+error at 60 s and at the end, and the seconds to 1e-2 and 1e-3. Run on a quiet machine, one
+run at a time.
 """
 from __future__ import annotations
 
@@ -168,8 +169,8 @@ def main() -> None:
     if a.threads:
         hp.set_num_threads(a.threads)
     fmt = lambda v, f: f"{'-':>8}" if v is None else format(v, f)   # noqa: E731
-    print(f"{'problem':30s} {'wl':>5s} {'long':>5s} {'model':10s} {'P':>7s} {'points':>7s} {'@' + str(int(a.mark)) + ' s':>8s} "
-          f"{'end':>8s} {'to 1e-2':>8s} {'to 1e-3':>8s}", flush=True)
+    print(f"{'problem':30s} {'wl':>5s} {'long':>5s} {'model':10s} {'P':>7s} {'points':>7s} "
+          f"{'@' + str(int(a.mark)) + ' s':>8s} {'end':>8s} {'to 1e-2':>8s} {'to 1e-3':>8s}", flush=True)
     results = []
     for spec in filter(None, a.problems.split(",")):
         problem, x, exact = reference(spec, a.eval_points, a.seed)
@@ -178,8 +179,9 @@ def main() -> None:
             r = run(problem, x, exact, model, a.time_limit, a.seed)
             s = summary(r["curve"], a.mark)
             results.append({"problem": spec, "wavelengths": w, "longest": longest, "model": model, **r, **s})
-            print(f"{spec:30s} {w:5.2f} {longest:5.2f} {model:10s} {r['params']:7d} {r['points'] or 0:7d} {fmt(s['at_mark'], '8.1e')} "
-                  f"{fmt(s['end'], '8.1e')} {fmt(s['to_1e-2'], '8.0f')} {fmt(s['to_1e-3'], '8.0f')}", flush=True)
+            print(f"{spec:30s} {w:5.2f} {longest:5.2f} {model:10s} {r['params']:7d} {r['points'] or 0:7d} "
+                  f"{fmt(s['at_mark'], '8.1e')} {fmt(s['end'], '8.1e')} {fmt(s['to_1e-2'], '8.0f')} "
+                  f"{fmt(s['to_1e-3'], '8.0f')}", flush=True)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"time_limit": a.time_limit, "threads": hp.get_num_threads(), "runs": results}, fh, indent=1)
