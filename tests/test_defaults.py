@@ -97,6 +97,8 @@ def test_wavelengths_across_is_the_geometric_mean_and_sizes_lms_network():
     cube = hp.Problem(Box([0, 0, 0], [2, 1, 0.5]), kappa=k * k, bcs={"*": hp.Dirichlet(0)})
     assert wavelengths_across(cube) == pytest.approx(2.2)
     assert wavelengths_across(_square(k, side=3.0, dim=1)) == pytest.approx(6.6)
+    strip = hp.Problem(Box([0, 0], [9.0, 0.1]), kappa=k * k, bcs={"*": hp.Sommerfeld(k)})   # 19.8 × 0.22
+    assert wavelengths_across(strip) == pytest.approx(math.sqrt(19.8))          # the thin side counts as 1
 
 
 def _square(k, side=1.0, dim=2):

@@ -32,7 +32,7 @@ core ``vjp`` per subnetwork.
 **Defaults** (:func:`decomposed_settings`, what :func:`helmpinn.solve` and ``helmpinn train
 --optimizer auto`` take above :data:`DECOMPOSE_ABOVE` wavelengths across the sampled domain,
 :func:`helmpinn.defaults.wavelengths_across`: the geometric mean of the wavelengths along its
-sides, a PML included):
+sides, each at least one, a PML included):
 
 - the threshold: ``hp.solve(problem, model=M, time_limit=150)`` with each model's own defaults
   on the same problems (2026-12-03, 2 threads, benchmarks/bench_threshold.py,

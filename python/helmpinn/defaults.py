@@ -152,12 +152,16 @@ def wavelengths(problem: Any) -> np.ndarray:
 
 def wavelengths_across(problem: Any) -> float:
     """The wavelengths across the sampled domain: the geometric mean ``(Π w_i)^(1/d)`` of
-    :func:`wavelengths`, the side of the square (cube) that holds as many square (cubic)
-    wavelengths. One network must hold the field over all of them and its points grow with
-    them, so this, not the longest side, sizes LM's network (:func:`lm_settings`) and decides
-    the decomposition (:func:`helmpinn.dd_driver.should_decompose`): a 3 × 0.6 duct at 6.6 × 1.3
-    wavelengths is 2.95 across, and one network trains it as it trains a square of 3."""
-    w = wavelengths(problem)
+    :func:`wavelengths`, each side counted as at least one wavelength, the side of the square
+    (cube) that holds as many square (cubic) wavelengths. One network must hold the field over
+    all of them and its points grow with them, so this, not the longest side, sizes LM's
+    network (:func:`lm_settings`) and decides the decomposition
+    (:func:`helmpinn.dd_driver.should_decompose`): a 3 × 0.6 duct at 6.6 × 1.3 wavelengths is
+    2.95 across, and one network trains it as it trains a square of 3. A side shorter than a
+    wavelength still holds the field's variation along the others, so a strip 20 × 0.2
+    wavelengths counts as 20 × 1 (4.5 across), not 2 (unmeasured: no domain with a side below
+    one wavelength was measured, and this keeps such strips on the rule's former side)."""
+    w = np.maximum(wavelengths(problem), 1.0)
     return float(np.prod(w) ** (1.0 / w.size))
 
 
