@@ -59,8 +59,8 @@ sides, each at least one, a PML included):
   works yet at 4.6 (``cube3d`` k = 8π after 15 minutes: decomposed 0.66, one network 0.32;
   docs/benchmarks.md says what holds the decomposition back), and at 2.6 across (``cube3d``
   k = 4π) one network ended lower after 300 s (8.9e-4 against 3.2e-3), so the 3-D threshold
-  is the 2-D one until a 3-D problem above 3 is measured; 1-D networks reach 4e-6 at 32 wavelengths (``plane1d``
-  k = 200), so 1-D ones only above 32;
+  is the 2-D one until a 3-D problem above 3 is measured; 1-D networks reach 4e-6 at 32
+  wavelengths (``plane1d`` k = 200), so 1-D ones only above 32;
 - one level of ``ceil(0.85 w_a)`` subdomains along each axis
   (:data:`SUBDOMAINS_PER_WAVELENGTH`; the measured runs' 5 × 5 for 5 wavelengths, 6 × 6 for
   7), overlap 0.6, no coarse network level (a one-network level did not help the prototype;
@@ -73,15 +73,15 @@ sides, each at least one, a PML included):
   problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
 - Gauss-Newton with Marquardt damping and Nielsen's λ rule, CG to 1e-3 or 200 iterations, from
   the last step where the quadratic model says so (``cg_warm``: rarely, docs/benchmarks.md), in
-  1-D and 2-D a rejected trial's step halved up to 3 times before λ grows (``backtrack``,
-  :data:`HALVINGS`; measured on ``box-source`` at 5 wavelengths, it removed a slow start), in
-  3-D not (on ``cube3d`` every full step overshot, the halved steps kept λ at its first value,
-  and the error at 140 s was 0.24 with them, 2.6e-2 without at k = 4π; 0.88 and 0.79 at 300 s
-  at k = 8π; docs/benchmarks.md, "Backtracking a rejected step"), the output-layer coarse
-  space; 200 iterations at most, stopping when the loss falls by less than 1% over 10; the
-  points grow by LM's rule (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap
-  exceeds 3 (without it box-source at 5 wavelengths came to fit its points rather than the
-  field: docs/benchmarks.md);
+  1-D and 2-D a rejected trial's step halved up to 3 times before λ grows (``backtrack``, the
+  solver's default :data:`~helmpinn.gauss_newton.BACKTRACK`; measured on ``box-source`` at 5
+  wavelengths, it removed a slow start), in 3-D not (:data:`HALVINGS`; on ``cube3d`` every full
+  step overshot, the halved steps kept λ at its first value, and the error at 140 s was 0.24
+  with them, 2.6e-2 without at k = 4π; 0.88 and 0.79 at 300 s at k = 8π; docs/benchmarks.md,
+  "Backtracking a rejected step"), the output-layer coarse space; 200 iterations at most,
+  stopping when the loss falls by less than 1% over 10; the points grow by LM's rule
+  (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap exceeds 3 (without it
+  box-source at 5 wavelengths came to fit its points rather than the field: docs/benchmarks.md);
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
   constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
   papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
@@ -117,8 +117,9 @@ SUBDOMAINS_PER_WAVELENGTH = 0.85
 #: PDE points per wavelength per dimension of a decomposed run, by dimension.
 POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
 #: Gauss-Newton's ``backtrack`` (halvings of a rejected trial's step before λ grows) by
-#: dimension: measured to help in 2-D, to hurt in 3-D (module docstring).
-HALVINGS = {1: 3, 2: 3, 3: 0}
+#: dimension where it differs from the solver's default (:data:`helmpinn.gauss_newton.BACKTRACK`,
+#: measured to help in 2-D): none in 3-D, where it hurt (module docstring).
+HALVINGS = {3: 0}
 #: What :func:`decomposed_settings` changes for Adam (module docstring).
 ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
 #: The metadata key under which a decomposed model's file keeps its optimiser state.
@@ -434,6 +435,8 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     ``optimizer="adam"``: the same model and points trained by Adam instead (the FBPINN
     papers' optimiser), :data:`ADAM_SETTINGS`' ``lr``, ``schedule``, ``steps`` and
     ``eval_every``."""
+    from .gauss_newton import BACKTRACK   # here, not at the top: importing helmpinn leaves SciPy out
+
     if optimizer not in DRIVERS or mismatch("decomposed", optimizer):
         raise ValueError(f"optimizer: a decomposed model trains with "
                          f"{' or '.join(repr(n) for n, d in DRIVERS.items() if 'decomposed' in d.trains)}, "
@@ -473,7 +476,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
             "resample_every": 0, "eval_every": 1, "weights": auto_weights(problem, LM_BOUNDARY_SHARE),
             "gn": {"stall_window": 10, "stall_factor": 0.99, "lam": 1e-3, "damping": "marquardt",
                    "cg_tol": 1e-3, "cg_maxiter": 200, "coarse": "last_layer",
-                   "update": "nielsen", "cg_warm": True, "backtrack": HALVINGS[min(d, 3)]},
+                   "update": "nielsen", "cg_warm": True, "backtrack": HALVINGS.get(d, BACKTRACK)},
             "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": float(r["overlap"]),
                               "constraint": constraint, "coarse_level": bool(r["coarse_level"]),
                               "lo": np.asarray(lo, float).tolist(), "hi": np.asarray(hi, float).tolist(),
