@@ -36,7 +36,10 @@ def main(argv=None) -> int:
     overrides = {"eval_every": 1}
     if args.iterations is not None:
         overrides["steps"] = args.iterations
-    overrides.update(parse_overrides(args.set))
+    try:
+        overrides.update(parse_overrides(args.set, reserved=("time_limit", "progress", "callbacks")))
+    except ValueError as exc:
+        ap.error(str(exc))
     rows = []
 
     def clock_row(trainer, step):
@@ -69,20 +72,8 @@ def main(argv=None) -> int:
 
 
 def _solve(problem, time_limit, overrides, callback):
-    """hp.solve with a callback after every step (through a Trainer subclass hook)."""
-    from helmpinn import trainer as tr
-
-    original = tr.Trainer.__init__
-
-    def init(self, *a, **kw):
-        original(self, *a, **kw)
-        self.callbacks.append(callback)
-
-    tr.Trainer.__init__ = init
-    try:
-        return hp.solve(problem, time_limit=time_limit, progress=False, **overrides)
-    finally:
-        tr.Trainer.__init__ = original
+    """hp.solve with a callback after every step."""
+    return hp.solve(problem, time_limit=time_limit, progress=False, callbacks=[callback], **overrides)
 
 
 if __name__ == "__main__":

@@ -69,8 +69,11 @@ def main() -> None:
               + (f" lam {gn['lam']:.1e} cg {gn['cg']}" if gn else ""), flush=True)
         spent[0] += time.perf_counter() - t
 
+    try:
+        overrides = parse_overrides(a.set, reserved=("seed", "time_limit", "callbacks", "progress"))
+    except ValueError as exc:
+        ap.error(str(exc))
     start = time.perf_counter()
-    overrides = parse_overrides(a.set)
     sol = hp.solve(problem, time_limit=a.time_limit, callbacks=[record], seed=a.seed, progress=not a.no_progress,
                    **overrides)
     print(f"{a.problem}: {sol.settings.get('model', 'network')} / {sol.settings.get('optimizer')}, "

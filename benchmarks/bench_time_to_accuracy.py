@@ -51,15 +51,23 @@ def parse_problem(text: str):
     return hp.get_problem(name, **opts), text
 
 
-def parse_overrides(items) -> dict:
+def parse_overrides(items, reserved=()) -> dict:
     """``--set KEY=VALUE`` arguments as a dict of ``hp.solve`` overrides (each value a Python
-    literal)."""
+    literal). A ValueError names the item that is not ``KEY=literal``, or whose key is in
+    ``reserved`` (a setting the script passes itself: its own flag sets it)."""
     import ast
 
     overrides = {}
     for item in items:
-        key, _, value = item.partition("=")
-        overrides[key] = ast.literal_eval(value)
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        if key in reserved:
+            raise ValueError(f"--set {key}: the script sets {key!r} itself; use its own flag")
+        try:
+            overrides[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError) as exc:
+            raise ValueError(f"--set {key}: expected a Python literal, got {value!r} ({exc})") from None
     return overrides
 
 
