@@ -344,7 +344,11 @@ def test_decomposed_settings_reproduce_the_measured_runs():
     from helmpinn.gauss_newton import BACKTRACK   # the solver's default, not a copy of it
 
     assert s["gn"]["backtrack"] == f["gn"]["backtrack"] == BACKTRACK == 3
-    assert dd_driver.decomposed_settings(hp.get_problem("cube3d", k=8 * math.pi))["gn"]["backtrack"] == 0
+    # the damping halfway between Marquardt's and the identity under the hard constraint (the
+    # box), Marquardt's with a PML and in 3-D
+    assert s["gn"]["damping"] == "geometric" and f["gn"]["damping"] == "marquardt"
+    c3 = dd_driver.decomposed_settings(hp.get_problem("cube3d", k=8 * math.pi))["gn"]
+    assert c3["backtrack"] == 0 and c3["damping"] == "marquardt"
     c = dd_driver.decomposed_settings(box(5.0), subdomains_per_wavelength=0.5, coarse_level=True, hidden=16)
     assert c["decomposition"]["grids"] == [[3, 3], [1, 1]] and c["hidden"] == 16
     with pytest.raises(ValueError, match=r"decomposition: unknown settings \['width'\]"):

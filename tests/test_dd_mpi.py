@@ -35,7 +35,8 @@ STEPS = 3
 # ("plain" runs them: its iterates agree to about 1e-6 of their scale after 3 steps, and are
 # held to 1e-5; a rank's missing share would move them by O(1)).
 CASES = {
-    "box": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core", "gram": "float64"}),
+    "box": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core", "gram": "float64",
+                              "damping": "geometric"}),   # the decomposed plan's in 2-D
     "free": ("free", [(3, 2), (1, 1)], {"coarse": "last_layer", "products": "blocks", "geodesic": True,
                                         "two_level": "deflated",
                                         "damping": "identity", "gram": "float64"}),

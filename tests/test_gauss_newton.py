@@ -11,7 +11,8 @@ from test_decomposition import make_case
 
 @pytest.mark.parametrize("coarse", [None, "last_layer"])
 @pytest.mark.parametrize("products", ["core", "blocks"])
-@pytest.mark.parametrize("damping,gram", [("identity", "float32"), ("marquardt", "float64")])
+@pytest.mark.parametrize("damping,gram", [("identity", "float32"), ("marquardt", "float64"),
+                                          ("geometric", "float64")])
 def test_cg_step_equals_dense(coarse, products, damping, gram):
     model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
     res = model.residuals_for(rows)
@@ -23,7 +24,10 @@ def test_cg_step_equals_dense(coarse, products, damping, gram):
     G = J.T @ J
     lam = 1e-2 * float(np.mean(np.diag(G)))   # fewer rows than parameters here: keep the system tame
     delta, it = gn.direction(theta, lam)
-    D = np.ones(len(theta)) if damping == "identity" else np.maximum(np.diag(G), 1e-12 * np.diag(G).max())
+    d = np.diag(G)
+    if damping == "geometric":   # sqrt(diag(JᵀJ) × its mean)
+        d = np.sqrt(d * d.mean())
+    D = np.ones(len(theta)) if damping == "identity" else np.maximum(d, 1e-12 * d.max())
     A, b = G + lam * np.diag(D), J.T @ r
     dense = np.linalg.solve(A, b)
     # CG's relative residual 1e-12; the error it allows is cond(A) times that (cond ~ 1e5 here)

@@ -71,15 +71,22 @@ sides, each at least one, a PML included):
   them (none under a hard constraint);
 - a hard constraint (:class:`~helmpinn.decomposition.BoxConstraint` of scale 1/k) when the
   problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
-- Gauss-Newton with Marquardt damping and Nielsen's λ rule, CG to 1e-3 or 200 iterations, from
-  the last step where the quadratic model says so (``cg_warm``: rarely, docs/benchmarks.md), in
-  1-D and 2-D a rejected trial's step halved up to 3 times before λ grows (``backtrack``, the
-  solver's default :data:`~helmpinn.gauss_newton.BACKTRACK`; measured on ``box-source`` at 5
-  wavelengths, it removed a slow start), in 3-D not (:data:`HALVINGS`; on ``cube3d`` every full
-  step overshot, the halved steps kept λ at its first value, and the error at 140 s was 0.24
-  with them, 2.6e-2 without at k = 4π; 0.88 and 0.79 at 300 s at k = 8π; docs/benchmarks.md,
-  "Backtracking a rejected step"), the output-layer coarse space; 200 iterations at most,
-  stopping when the loss falls by less than 1% over 10; the points grow by LM's rule
+- Gauss-Newton with Nielsen's λ rule and, on a model with the hard constraint (:data:`DAMPING`),
+  the damping D halfway between Marquardt's and the identity (``damping="geometric"``, D =
+  sqrt(diag(JᵀJ) × its mean); on ``box-source`` at 5 wavelengths 1.25 to 2.8 times lower errors
+  after 300 s than Marquardt's D = diag(JᵀJ), four seeds of four; ``dirichlet2d`` n = 8 one seed
+  within Marquardt's spread of two), elsewhere Marquardt's (on ``free-source`` and
+  ``scatter-soft`` at 5 wavelengths the geometric damping was 1.1 to 1.4 times behind;
+  docs/benchmarks.md, "The damping's scale"), CG to 1e-3 or 200 iterations, from the last step
+  where the quadratic model says so (``cg_warm``: rarely, docs/benchmarks.md), in 1-D and 2-D a
+  rejected trial's step halved up to 3 times before λ grows (``backtrack``, the solver's default
+  :data:`~helmpinn.gauss_newton.BACKTRACK`; measured on ``box-source`` at 5 wavelengths, it
+  removed a slow start); in 3-D (:data:`GN_BY_DIMENSION`) Marquardt's damping everywhere (the
+  geometric one unmeasured there) and no backtracking (on ``cube3d`` every full step overshot,
+  the halved steps kept λ at its first value, and the error at 140 s was 0.24 with them, 2.6e-2
+  without at k = 4π; 0.88 and 0.79 at 300 s at k = 8π; docs/benchmarks.md, "Backtracking a
+  rejected step"); the output-layer coarse space; 200 iterations at most, stopping when the loss
+  falls by less than 1% over 10; the points grow by LM's rule
   (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap exceeds 3 (without it
   box-source at 5 wavelengths came to fit its points rather than the field: docs/benchmarks.md);
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
@@ -107,7 +114,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "trainable", "load_model", "term_means",
            "decomposed_settings", "should_decompose", "build_decomposed_model", "DECOMPOSE_ABOVE",
-           "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH", "HALVINGS", "ADAM_SETTINGS"]
+           "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH", "DAMPING", "GN_BY_DIMENSION",
+           "ADAM_SETTINGS"]
 
 #: Decompose a problem that spans more than this many wavelengths across its sampled domain
 #: (the geometric mean of the sides'), by dimension (module docstring: the measurements).
@@ -116,10 +124,13 @@ DECOMPOSE_ABOVE = {1: 32.0, 2: 3.0, 3: 3.0}
 SUBDOMAINS_PER_WAVELENGTH = 0.85
 #: PDE points per wavelength per dimension of a decomposed run, by dimension.
 POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
-#: Gauss-Newton's ``backtrack`` (halvings of a rejected trial's step before λ grows) by
-#: dimension where it differs from the solver's default (:data:`helmpinn.gauss_newton.BACKTRACK`,
-#: measured to help in 2-D): none in 3-D, where it hurt (module docstring).
-HALVINGS = {3: 0}
+#: Gauss-Newton's damping by whether the model has the hard constraint (a closed box with
+#: Dirichlet(0) walls; module docstring): measured in 2-D.
+DAMPING = {True: "geometric", False: "marquardt"}
+#: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
+#: in 3-D no backtracking (it hurt there) and Marquardt's damping (the geometric one, measured
+#: in 2-D only).
+GN_BY_DIMENSION = {3: {"backtrack": 0, "damping": "marquardt"}}
 #: What :func:`decomposed_settings` changes for Adam (module docstring).
 ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
 #: The metadata key under which a decomposed model's file keeps its optimiser state.
@@ -474,9 +485,9 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
             "sigma": None, "dtype": "float64", "steps": 200, "pde_points": pde_points,
             "bc_points": 0 if constraint else (2 if d == 1 else pde_points // 20), "sampling": "sobol",
             "resample_every": 0, "eval_every": 1, "weights": auto_weights(problem, LM_BOUNDARY_SHARE),
-            "gn": {"stall_window": 10, "stall_factor": 0.99, "lam": 1e-3, "damping": "marquardt",
-                   "cg_tol": 1e-3, "cg_maxiter": 200, "coarse": "last_layer",
-                   "update": "nielsen", "cg_warm": True, "backtrack": HALVINGS.get(d, BACKTRACK)},
+            "gn": {"stall_window": 10, "stall_factor": 0.99, "lam": 1e-3, "damping": DAMPING[constraint],
+                   "cg_tol": 1e-3, "cg_maxiter": 200, "coarse": "last_layer", "update": "nielsen",
+                   "cg_warm": True, "backtrack": BACKTRACK, **GN_BY_DIMENSION.get(d, {})},
             "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": float(r["overlap"]),
                               "constraint": constraint, "coarse_level": bool(r["coarse_level"]),
                               "lo": np.asarray(lo, float).tolist(), "hi": np.asarray(hi, float).tolist(),
