@@ -36,7 +36,7 @@ STEPS = 3
 # held to 1e-5; a rank's missing share would move them by O(1)).
 CASES = {
     "box": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core", "gram": "float64",
-                              "damping": "geometric"}),   # the decomposed plan's in 2-D
+                              "damping": "geometric"}),   # the plan's for a hard-constrained box
     "free": ("free", [(3, 2), (1, 1)], {"coarse": "last_layer", "products": "blocks", "geodesic": True,
                                         "two_level": "deflated",
                                         "damping": "identity", "gram": "float64"}),
