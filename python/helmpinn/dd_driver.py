@@ -82,11 +82,12 @@ sides, each at least one, a PML included):
   rejected trial's step halved up to 3 times before λ grows (``backtrack``, the solver's default
   :data:`~helmpinn.gauss_newton.BACKTRACK`; measured on ``box-source`` at 5 wavelengths, it
   removed a slow start); in 3-D (:data:`GN_BY_DIMENSION`) Marquardt's damping everywhere (the
-  geometric one unmeasured there) and no backtracking (on ``cube3d`` every full step overshot,
-  the halved steps kept λ at its first value, and the error at 140 s was 0.24 with them, 2.6e-2
-  without at k = 4π; 0.88 and 0.79 at 300 s at k = 8π; docs/benchmarks.md, "Backtracking a
-  rejected step"); the output-layer coarse space; 200 iterations at most, stopping when the loss
-  falls by less than 1% over 10; the points grow by LM's rule
+  geometric one left ``cube3d`` at k = 8π at 0.86 after 900 s, Marquardt's at 0.57) and no
+  backtracking (on ``cube3d`` every full step overshot, the halved steps kept λ at its first
+  value, and the error at 140 s was 0.24 with them, 2.6e-2 without at k = 4π; 0.88 and 0.79 at
+  300 s at k = 8π; docs/benchmarks.md, "Backtracking a rejected step"); the output-layer
+  coarse space; 200 iterations at most, stopping when the loss falls by less than 1% over 10;
+  the points grow by LM's rule
   (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap exceeds 3 (without it
   box-source at 5 wavelengths came to fit its points rather than the field: docs/benchmarks.md);
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
@@ -128,8 +129,8 @@ POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
 #: Dirichlet(0) walls; module docstring): measured in 2-D.
 DAMPING = {True: "geometric", False: "marquardt"}
 #: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
-#: in 3-D no backtracking (it hurt there) and Marquardt's damping (the geometric one, measured
-#: in 2-D only).
+#: in 3-D no backtracking (it hurt there) and Marquardt's damping (the geometric one, 1.5 times
+#: behind it on ``cube3d``).
 GN_BY_DIMENSION = {3: {"backtrack": 0, "damping": "marquardt"}}
 #: What :func:`decomposed_settings` changes for Adam (module docstring).
 ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
