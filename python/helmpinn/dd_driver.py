@@ -77,8 +77,9 @@ sides, each at least one, a PML included):
   after 300 s than Marquardt's D = diag(JᵀJ), four seeds of four; on ``dirichlet2d`` n = 8, three
   seeds side by side, 1.1-1.2 times lower for two and 1.5 times higher for one), elsewhere
   Marquardt's (on ``free-source`` and ``scatter-soft`` at 5 wavelengths the geometric damping
-  was 1.1 to 1.4 times behind; docs/benchmarks.md, "The damping's scale"), CG to 1e-3 or 200 iterations, from the last step
-  where the quadratic model says so (``cg_warm``: rarely, docs/benchmarks.md), in 1-D and 2-D a
+  was 1.1 to 1.4 times behind; docs/benchmarks.md, "The damping's scale"), CG to 1e-3 or 200
+  iterations, from the last step where the quadratic model says so (``cg_warm``: rarely,
+  docs/benchmarks.md), in 1-D and 2-D a
   rejected trial's step halved up to 3 times before λ grows (``backtrack``, the solver's default
   :data:`~helmpinn.gauss_newton.BACKTRACK`; measured on ``box-source`` at 5 wavelengths, it
   removed a slow start); in 3-D (:data:`GN_BY_DIMENSION`) Marquardt's damping everywhere (the
