@@ -90,3 +90,64 @@ def test_cli_default_optimizer_on_a_gpu_is_adam():
     assert _new_settings(args, problem)["optimizer"] == "adam"
     args = build_parser().parse_args(["train", "--problem", "plane1d"])
     assert _new_settings(args, problem)["optimizer"] == "lm"
+
+
+@pytest.mark.parametrize("name, value, error, words", [
+    ("hidden", 1.5, ValueError, "solve: hidden must be an integer, got 1.5"),   # was: one hidden unit
+    ("pde_points", 2.5, ValueError, "solve: pde_points must be an integer, got 2.5"),
+    ("steps", "2", TypeError, "solve: steps must be an integer, got '2'"),
+    ("steps", True, TypeError, "solve: steps must be an integer, got True"),
+    ("warm_start", 1.5, ValueError, "solve: warm_start must be an integer, got 1.5"),
+    ("lbfgs", -1, ValueError, "solve: lbfgs must be an integer >= 0, got -1"),   # was: accepted
+    ("seed", -1, ValueError, "solve: seed must be an integer >= 0, got -1"),
+    ("ff_dim", "a", TypeError, "solve: ff_dim must be an integer, got 'a'"),
+])
+def test_solve_refuses_a_count_that_is_not_a_whole_number(name, value, error, words):
+    """A count is never truncated (``hidden=1.5`` trained a network of one hidden unit)."""
+    with pytest.raises(error, match=words.replace("(", r"\(")):
+        hp.solve(hp.get_problem("plane1d", k=4.0), progress=False, **{**TINY, name: value})
+
+
+def test_model_and_trainer_refuse_counts_that_are_not_whole_numbers():
+    p = hp.get_problem("plane1d", k=4.0)
+    with pytest.raises(ValueError, match="Model.create: hidden_dim must be an integer, got 1.5"):
+        hp.Model.create(1, 4, 1.5, 1)
+    with pytest.raises(ValueError, match="DecomposedModel.create: num_hidden_layers must be an integer, got 1.5"):
+        hp.decomposition.DecomposedModel.create([0.0], [1.0], [[2]], num_hidden_layers=1.5)
+    model = hp.Model.create(1, 4, 8, 1, dtype="float64")
+    with pytest.raises(ValueError, match="Trainer: pde_points must be an integer, got 2.5"):
+        Trainer(p, model, pde_points=2.5, progress=False)
+    t = Trainer(p, model, pde_points=20, bc_points=2, progress=False, eval_every=0)
+    with pytest.raises(ValueError, match="Trainer: steps must be an integer, got 1.5"):
+        t.fit(1.5)
+    with pytest.raises(ValueError, match="Trainer: maxiter must be an integer >= 0, got -2"):
+        t.polish(-2)
+    assert t.step == 0
+    assert hp.Model.create(1, 4.0, np.int64(8), 1).spec.hidden_dim == 8   # integral values are counts
+
+
+def test_solve_polishes_by_lbfgs_after_the_optimiser_within_its_time_limit(monkeypatch):
+    """``lbfgs=N`` (accepted and ignored by ``solve`` before) runs the polish after LM, as the
+    CLI's --lbfgs does, and only while the time limit leaves time for it."""
+    p = hp.get_problem("plane1d", k=4.0)
+    opts = dict(progress=False, lm={"blas_threads": 1, "stall_window": 100}, **TINY)
+    sol = hp.solve(p, steps=3, lbfgs=4, **opts)
+    assert len(sol.history.step) > 3 and sol.history.step[:3] == [1, 2, 3]   # LM's 3, then the polish's
+    plain = hp.solve(p, steps=3, **opts)
+    assert len(plain.history.step) == 3 and sol.val_loss <= plain.val_loss
+    with pytest.raises(ValueError, match="lbfgs .* trains one network"):
+        hp.solve(hp.get_problem("box-source"), model="decomposed", lbfgs=5, progress=False)
+
+    now = [0.0]
+    record = Trainer.record
+
+    def timed(self, info):   # one second a step
+        now[0] += 1.0
+        return record(self, info)
+
+    monkeypatch.setattr(Trainer, "record", timed)
+    ran_out = hp.solve(p, steps=10, lbfgs=4, time_limit=7.0, clock=lambda: now[0], **opts)
+    assert len(ran_out.history.step) == 7 and ran_out.stop_reason == "time limit 7 s reached at step 7"
+    now[0] = 0.0
+    shared = hp.solve(p, steps=3, lbfgs=20, time_limit=5.0, clock=lambda: now[0], **opts)
+    assert len(shared.history.step) == 5   # LM's 3 steps, the polish's 2 within the 5 s

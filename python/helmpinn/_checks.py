@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 
 def real_number(where: str, name: str, value, *, low: float | None = None, high: float | None = None,
@@ -28,6 +29,24 @@ def real_number(where: str, name: str, value, *, low: float | None = None, high:
         bad = v >= high if high_open else v > high
     if bad:
         raise ValueError(f"{where}: {name} must be {want}, got {value!r}")
+    return v
+
+
+def integer(where: str, name: str, value, *, low: int | None = None) -> int:
+    """``value`` as an int (an integer, or a float with an integral value; not a bool), at least
+    ``low`` when given, or a TypeError/ValueError that names ``where`` and ``name``: a count is
+    never truncated silently (``hidden=1.5`` is an error, not one hidden unit)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where}: {name} must be an integer, got {value!r}")
+    if isinstance(value, numbers.Integral):
+        v = int(value)
+    else:
+        f = float(value)
+        if not (math.isfinite(f) and f == int(f)):
+            raise ValueError(f"{where}: {name} must be an integer, got {value!r}")
+        v = int(f)
+    if low is not None and v < low:
+        raise ValueError(f"{where}: {name} must be an integer >= {low}, got {value!r}")
     return v
 
 

@@ -176,7 +176,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     o.add_argument("--w-pde", type=float, help="weight of the PDE term")
     o.add_argument("--w-data", type=float, help="weight of the data (Dirichlet) term")
     o.add_argument("--w-bc", type=float, help="weight of the Robin boundary term")
-    o.add_argument("--lbfgs", type=int, default=None, help="L-BFGS polish iterations after Adam")
+    o.add_argument("--lbfgs", type=int, default=None, help="L-BFGS polish iterations after the optimiser")
     o.add_argument("--warm-start", type=int, default=None, help="Adam steps before L-BFGS or LM (default 0)")
     o.add_argument("--lm-solver", choices=("auto", "primal", "dual", "cg"), default=None,
                    help="LM's linear system: JᵀJ (primal), JJᵀ (dual) or matrix-free CG (default auto: by shape)")
@@ -840,7 +840,7 @@ def _announce(run: _Run) -> None:
 def _train(run: _Run) -> _Trained:
     """The optimiser (after its Adam warm start), then the --lbfgs polish unless the run
     diverged, reached its target or was stopped."""
-    from .solving import train
+    from .solving import polish as polish_phase, train
 
     trainer, settings = run.trainer, run.settings
     history, polish = train(trainer, settings, run.done)   # the Adam warm start, then the optimiser's driver
@@ -849,8 +849,7 @@ def _train(run: _Run) -> _Trained:
     main_steps = len(history.step)
     target = settings["target"]
     reached = target is not None and trainer.last_error is not None and trainer.last_error < target
-    if settings["lbfgs"] and not trainer.diverged and not reached and not interrupted:
-        polish = trainer.polish(settings["lbfgs"])   # checkpointed at its end, as every fit
+    polish = polish_phase(trainer, settings, reached) or polish   # checkpointed at its end, as every fit
     return _Trained(history, polish, main_time, main_steps, interrupted)
 
 

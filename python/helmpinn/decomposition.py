@@ -47,6 +47,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _core, distributed
+from ._checks import integer
 from ._files import write_atomic
 from .batch import Batch, alike_on_every_axis, operator_a
 from .model import Model
@@ -284,8 +285,9 @@ class DecomposedModel:
         of the subdomain's local coordinates, h its mean half-width)."""
         lo = np.asarray(lo, np.float64).reshape(-1)
         levels = [Level(lo, hi, g, overlap) for g in grids]
-        spec = _core.ModelSpec(len(lo), int(ff_dim), int(hidden_dim), int(num_hidden_layers))
-        rng = np.random.default_rng(seed)
+        spec = _core.ModelSpec(len(lo), *(integer("DecomposedModel.create", name, value) for name, value in (
+            ("ff_dim", ff_dim), ("hidden_dim", hidden_dim), ("num_hidden_layers", num_hidden_layers))))
+        rng = np.random.default_rng(None if seed is None else integer("DecomposedModel.create", "seed", seed, low=0))
         parts = []
         for lv in levels:
             sigma = max(float(wavenumber), 1e-12) * float(np.mean(lv.half)) / (2 * math.pi)

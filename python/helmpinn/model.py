@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import _core
 from . import _device
+from ._checks import integer
 from ._files import TEMP_PREFIX, write_atomic   # TEMP_PREFIX: the temporary files' names
 from .params import init_params
 
@@ -121,7 +122,9 @@ class Model:
             from .defaults import fourier_sigma as sigma_rule
 
             fourier_sigma = 1.0 if problem is None else sigma_rule(problem)
-        spec = _core.ModelSpec(int(in_dim), int(ff_dim), int(hidden_dim), int(num_hidden_layers))
+        spec = _core.ModelSpec(*(integer("Model.create", name, value) for name, value in (
+            ("in_dim", in_dim), ("ff_dim", ff_dim), ("hidden_dim", hidden_dim),
+            ("num_hidden_layers", num_hidden_layers))))
         params = init_params(spec, dtype=_dtype_name(dtype), seed=seed, fourier_sigma=fourier_sigma)
         return cls(spec, params, device=device)
 

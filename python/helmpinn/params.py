@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import integer
 from ._core import ModelSpec
 
 __all__ = ["init_params"]
@@ -22,6 +23,8 @@ def init_params(spec: ModelSpec, dtype: str | np.dtype = "float32", seed: int | 
         raise TypeError(f"dtype: expected float32 or float64, got {dt}")
     if not np.isfinite(fourier_sigma) or fourier_sigma < 0:
         raise ValueError(f"fourier_sigma: expected a finite number >= 0, got {fourier_sigma}")
+    if seed is not None:
+        seed = integer("init_params", "seed", seed, low=0)
     rng = np.random.default_rng(seed)
     theta = np.zeros(spec.num_params, dtype=np.float64)
     for name, shape, offset in spec.layout():

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import dd_driver
+from ._checks import integer
 from .decomposition import DecomposedModel
 from .defaults import OPTIMIZERS, run_settings
 from .drivers import MODEL_KINDS, Driver, make_driver, mismatch, model_kind
@@ -28,7 +29,7 @@ from .problems import Problem, get_problem
 from .trainer import History, Trainer
 from .waves import ResonanceWarning, resonance_warning
 
-__all__ = ["solve", "Solution", "train", "plan", "MODELS"]
+__all__ = ["solve", "Solution", "train", "polish", "plan", "MODELS"]
 
 #: What ``solve(model=...)`` takes by name.
 MODELS = ("auto", *MODEL_KINDS)
@@ -96,6 +97,37 @@ def train(trainer: Trainer, settings: dict[str, Any], done: int = 0) -> tuple[Hi
     finally:
         trainer.time_limit = limit
     return history, trainer.driver.summary() if name == "lbfgs" else None
+
+
+def polish(trainer: Trainer, settings: dict[str, Any], reached: bool,
+           deadline: float | None = None) -> dict[str, Any] | None:
+    """The run's last phase: ``settings["lbfgs"]`` iterations of L-BFGS
+    (:meth:`Trainer.polish <helmpinn.Trainer.polish>`) after the optimiser, unless there are none,
+    the run diverged, ``reached`` its target or was stopped by the user, or the ``deadline`` (by
+    ``trainer.clock``) has passed; the polish stops at the deadline (and within the trainer's own
+    ``time_limit``). The optimiser's stop reason stays unless the polish has one of its own.
+    Returns the polish's summary, or None."""
+    n = settings.get("lbfgs", 0)
+    if not n or trainer.diverged or reached or trainer.stop_requested is not None:
+        return None
+    limit, before = trainer.time_limit, trainer.stop_reason
+    if deadline is not None:
+        left = deadline - trainer.clock()
+        if left <= 0:
+            return None
+        trainer.time_limit = left if limit is None else min(limit, left)
+    try:
+        summary = trainer.polish(n)
+    finally:
+        trainer.time_limit = limit
+    trainer.stop_reason = trainer.stop_reason or before
+    return summary
+
+
+#: The integer entries of a plan (``solve``'s overrides are checked against them), each with its
+#: least value.
+INTEGER_SETTINGS = {"steps": 0, "warm_start": 0, "lbfgs": 0, "seed": 0, "ff_dim": 1, "hidden": 1, "layers": 1,
+                    "pde_points": 1, "bc_points": 0, "resample_every": 0, "eval_every": 0}
 
 
 def plan(problem: Problem, model: str = "auto", optimizer: str | Driver = "auto", *,
@@ -176,13 +208,19 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     if unknown:
         raise ValueError(f"solve: unknown settings {sorted(unknown)}; known: {sorted(settings)}")
     overrides.pop("decomposition", None)   # already applied by the plan
-    words = resonance_warning(problem)
-    if words and (comm is None or comm.Get_rank() == 0):
-        warnings.warn(words, ResonanceWarning, stacklevel=2)
     for name in ("lm", "gn"):
         if name in overrides:
             overrides = {**overrides, name: {**settings[name], **overrides[name]}}
     settings.update(overrides)
+    for name, least in INTEGER_SETTINGS.items():
+        if name in settings and not (name == "seed" and settings[name] is None):   # seed=None: a fresh one
+            settings[name] = integer("solve", name, settings[name], low=least)
+    if settings.get("lbfgs") and settings["model"] == "decomposed":
+        raise ValueError("solve: lbfgs (the L-BFGS polish) trains one network; this plan trains a decomposed "
+                         "model (model='network' for one network)")
+    words = resonance_warning(problem)
+    if words and (comm is None or comm.Get_rank() == 0):
+        warnings.warn(words, ResonanceWarning, stacklevel=2)
     s = settings
     if given is not None:
         net = given
@@ -201,7 +239,10 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
                       callbacks=callbacks)
     trainer.model.metadata = {**trainer.model.metadata, "problem": problem.name,
                               "problem_options": problem.options}
+    start = clock()
     history, _ = train(trainer, settings)
+    reached = (trainer.stop_reason or "").startswith("target")
+    polish(trainer, settings, reached, None if time_limit is None else start + time_limit)
     record = {k: v for k, v in settings.items() if not isinstance(v, Driver)}
     return Solution(trainer.model, history, record, trainer.stop_reason, trainer.evaluate(),
                     trainer.validation_loss())

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from . import _core, _device, distributed
+from ._checks import integer
 from ._compat import UNSET, renamed
 from .batch import TERMS, WEIGHTS, Batch
 from .dd_driver import trainable
@@ -143,11 +144,12 @@ class Trainer:
         bc_points = renamed("Trainer", "bc_points", bc_points, "n_bc", n_bc)
         if model.in_dim != problem.dim:
             raise ValueError(f"model takes {model.in_dim}-D points but the problem is {problem.dim}-D")
-        for name, value, least in (("pde_points", pde_points, 1), ("bc_points", bc_points, 0),
-                                   ("resample_every", resample_every, 0), ("val_points", val_points, 0),
-                                   ("eval_every", eval_every, 0), ("checkpoint_every", checkpoint_every, 0)):
-            if value is not None and int(value) < least:
-                raise ValueError(f"{name} must be >= {least}, got {value}")
+        pde_points, bc_points, resample_every, val_points, eval_every, checkpoint_every, batch_size = (
+            None if value is None else integer("Trainer", name, value, low=least)
+            for name, value, least in (("pde_points", pde_points, 1), ("bc_points", bc_points, 0),
+                                       ("resample_every", resample_every, 0), ("val_points", val_points, 0),
+                                       ("eval_every", eval_every, 0), ("checkpoint_every", checkpoint_every, 0),
+                                       ("batch_size", batch_size, 1)))
         if time_limit is not None and not (time_limit > 0 and math.isfinite(time_limit)):
             raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit}")
         if checkpoint_every and checkpoint_path is None:
@@ -458,9 +460,7 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------------------------
     def _run(self, driver: Driver, steps: int, what: str) -> History:
-        steps = int(steps)
-        if steps < 0:
-            raise ValueError(f"{what} must be >= 0, got {steps}")
+        steps = integer("Trainer", what, steps, low=0)
         self._check_device()
         why = mismatch(model_kind(self.model), driver)
         if why:
