@@ -138,6 +138,15 @@ def test_solve_polishes_by_lbfgs_after_the_optimiser_within_its_time_limit(monke
     with pytest.raises(ValueError, match="lbfgs .* trains one network"):
         hp.solve(hp.get_problem("box-source"), model="decomposed", lbfgs=5, progress=False)
 
+    class TwoRanks:   # refused before any training, not after it
+        def Get_size(self):
+            return 2
+
+        def Get_rank(self):
+            return 0
+    with pytest.raises(ValueError, match="L-BFGS runs on one process"):
+        hp.solve(p, steps=3, lbfgs=4, comm=TwoRanks(), **opts)
+
     now = [0.0]
     record = Trainer.record
 

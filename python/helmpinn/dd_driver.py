@@ -81,7 +81,8 @@ sides, each at least one, a PML included):
   iterations (:data:`CG_MAXITER`; against 200, side by side: ``box-source`` at 5 wavelengths
   1.3 to 2 times lower errors after 300 s for four seeds of four, ``free-source`` at 5 and 10
   wavelengths 1.3 and 1.8 times, ``dirichlet2d`` n = 8 1.3 times, ``box-source`` at 10 1.25
-  times; docs/benchmarks.md, "CG's cap"), from the last step where the quadratic model says so (``cg_warm``: rarely,
+  times, ``scatter-soft`` at k = 5 the same; 50 was worse; docs/benchmarks.md, "CG's cap"),
+  from the last step where the quadratic model says so (``cg_warm``: rarely,
   docs/benchmarks.md), in 1-D and 2-D a
   rejected trial's step halved up to 3 times before λ grows (``backtrack``, the solver's default
   :data:`~helmpinn.gauss_newton.BACKTRACK`; measured on ``box-source`` at 5 wavelengths, it
@@ -133,7 +134,8 @@ POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
 #: Dirichlet(0) walls; module docstring): measured in 2-D.
 DAMPING = {True: "geometric", False: "marquardt"}
 #: CG's iterations at most in one Gauss-Newton trial (module docstring: against 200, 1.25 to 2
-#: times lower errors on every 2-D problem and seed measured).
+#: times lower errors on ``box-source``, ``free-source`` and ``dirichlet2d``, the same on
+#: ``scatter-soft``, whose CG mostly stops at its tolerance first).
 CG_MAXITER = 100
 #: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
 #: in 3-D no backtracking (it hurt there) and Marquardt's damping (the geometric one, 1.5 times

@@ -23,6 +23,7 @@ from . import dd_driver
 from ._checks import integer
 from .decomposition import DecomposedModel
 from .defaults import OPTIMIZERS, run_settings
+from .distributed import check_ranks
 from .drivers import MODEL_KINDS, Driver, make_driver, mismatch, model_kind
 from .model import Model
 from .problems import Problem, get_problem
@@ -218,6 +219,8 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     if settings.get("lbfgs") and settings["model"] == "decomposed":
         raise ValueError("solve: lbfgs (the L-BFGS polish) trains one network; this plan trains a decomposed "
                          "model (model='network' for one network)")
+    if settings.get("lbfgs") and comm is not None:   # refused before training, not after it
+        check_ranks("lbfgs", comm.Get_size())
     words = resonance_warning(problem)
     if words and (comm is None or comm.Get_rank() == 0):
         warnings.warn(words, ResonanceWarning, stacklevel=2)
