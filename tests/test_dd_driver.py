@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn import dd_driver, solving
+from helmpinn import dd_driver, solving, waves
 from helmpinn.cli import main
 from helmpinn.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
 from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows
@@ -349,6 +349,8 @@ def test_decomposed_settings_reproduce_the_measured_runs():
     assert s["gn"]["damping"] == "geometric" and f["gn"]["damping"] == "marquardt"
     c3 = dd_driver.decomposed_settings(hp.get_problem("cube3d", k=8 * math.pi))["gn"]
     assert c3["backtrack"] == 0 and c3["damping"] == "marquardt"
+    # mode rows in 1-D and 2-D (measured there), not in 3-D
+    assert s["gn"]["resonance"] == f["gn"]["resonance"] == waves.RESONANCE_WITHIN and c3["resonance"] == 0
     c = dd_driver.decomposed_settings(box(5.0), subdomains_per_wavelength=0.5, coarse_level=True, hidden=16)
     assert c["decomposition"]["grids"] == [[3, 3], [1, 1]] and c["hidden"] == 16
     with pytest.raises(ValueError, match=r"decomposition: unknown settings \['width'\]"):
@@ -582,3 +584,28 @@ if __name__ == "__main__":
         traceback.print_exc()
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(1)
+
+
+def test_gn_weighs_a_closed_box_near_resonance_by_its_mode_rows():
+    """``resonance`` (the plan's default): the residuals of a closed box near resonance carry the
+    mode rows of its near-resonant modes (helmpinn.waves.resonance_rows at the run's PDE points),
+    none where it is 0 or the problem has no such mode; bad values are refused."""
+    p = box(5.0)
+    settings = dd_driver.decomposed_settings(p)
+    assert settings["gn"]["resonance"] == waves.RESONANCE_WITHIN
+    t = trainer(p, small_model(p, grid=(3, 3)))
+    h = t.fit(2, optimizer=GNDriver(resonance=0.05))
+    res = t.gn.res
+    rows = res.rows
+    expected = waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05)
+    assert res.num_modes == expected.shape[1] == 7
+    np.testing.assert_array_equal(res.modes, expected)
+    assert h.loss[-1] < h.loss[0]
+    t2 = trainer(p, small_model(p, grid=(3, 3)))
+    t2.fit(1, optimizer=GNDriver())                        # a driver's own default: none
+    assert t2.gn.res.num_modes == 0
+    f = hp.get_problem("free-source", wavelengths=2)
+    assert waves.resonance_rows(f, rows.x) is None          # so a PML problem gets none from the plan either
+    for bad in (-0.1, 1.0, True, "0.05"):
+        with pytest.raises(ValueError, match="resonance"):
+            GNDriver(resonance=bad)

@@ -49,6 +49,10 @@ CASES = {
                                  "varpro_max_fall": np.inf, "backtrack": 0}),
     "backtrack": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core", "gram": "float64",
                                     "overshoot": 8.0}),   # every CG answer 8 times too long: steps halved
+    # mode rows of the box's modes within 10% of κ ((1, 4) and (4, 1)): the preconditioner's
+    # low-rank term gathered over the ranks
+    "modes": ("box", [(3, 3)], {"coarse": "last_layer", "products": "core", "gram": "float64",
+                                "damping": "geometric", "modes_within": 0.1}),
 }
 
 
@@ -78,8 +82,11 @@ def build(case: str, comm=None):
         constraint = None
     model = DecomposedModel.create(lo, hi, grids, overlap=0.5, ff_dim=4, hidden_dim=8, wavenumber=k,
                                    constraint=constraint, seed=3)
-    res = model.residuals_for(rows, comm=comm)
     options = dict(options)
+    within = options.pop("modes_within", None)
+    modes = None if within is None else hp.waves.resonance_rows(prob, rows.x, within=within)
+    assert within is None or modes.shape[1] == 2
+    res = model.residuals_for(rows, comm=comm, modes=modes)
     sparse_coarse = options.pop("sparse_coarse", False)
     max_fall = options.pop("varpro_max_fall", None)
     overshoot = options.pop("overshoot", None)
@@ -132,7 +139,8 @@ def test_two_ranks_take_one_process_steps(case, two_ranks):
     """box-source over 3x3 subdomains with the coarse level (jvp/vjp by the core), free-source
     over 3x2 plus a one-network level (an uneven split; kept blocks, geodesic acceleration, the
     deflated coarse correction), 2x2 without the coarse level, 3x3 with the output layers projected
-    before every step (varpro), 3x3 with every step too long and halved (backtrack): the parameters after each step
+    before every step (varpro), 3x3 with every step too long and halved (backtrack), 3x3 with
+    mode rows (modes): the parameters after each step
     on 2 ranks equal one process's to 1e-10, every rank holds the same parameters, and CG took
     as many iterations (with varpro within 5%)."""
     got = np.load(two_ranks / f"{case}.npz")

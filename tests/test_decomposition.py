@@ -284,3 +284,40 @@ def test_rows_from_problem_match_the_core_loss():
     r_core = np.asarray(ws.residuals(theta, batch=ts.to_batch("float64"), w_data=3.0))
     assert np.allclose(r, r_core, rtol=1e-10, atol=1e-10 * np.abs(r_core).max())
     assert len(Rows.from_problem(prob, 10, 4, 0)) == 14
+
+
+@pytest.mark.parametrize("d,pml,hard", [(1, False, False), (2, True, True), (3, True, True)])
+def test_mode_rows_extend_the_residuals(d, pml, hard):
+    """Mode rows (``modes=M [N, q]``): the residuals are the point rows' with ``Mᵀ r_re, Mᵀ r_im``
+    after them; J v (against central differences), the dense Jacobian and Jᵀw agree with them;
+    the term losses count the point rows only; ``J_jᵀ mode_columns(j)`` is subnetwork j's share
+    of the mode rows' Jacobian."""
+    model, rows, _ = make_case(d, pml=pml, hard=hard, seed=2)
+    rng = np.random.default_rng(7)
+    M = rng.normal(size=(len(rows), 3))
+    M[rows.term != "pde"] = 0.0
+    plain, res = model.residuals_for(rows), model.residuals_for(rows, modes=M)
+    theta = model.params
+    r0, r = plain.residuals(theta), res.residuals(theta)
+    n = len(r0)
+    assert res.num_residuals == len(r) == n + 6 and res.num_points == n and res.num_modes == 3
+    np.testing.assert_array_equal(r[:n], r0)
+    np.testing.assert_allclose(r[n:], np.concatenate([M.T @ r0[0::2], M.T @ r0[1::2]]), rtol=1e-12, atol=1e-12)
+    v = rng.normal(size=model.num_params)
+    eps = 1e-5
+    fd = (res.residuals(theta + eps * v) - res.residuals(theta - eps * v)) / (2 * eps)
+    Jv = res.jvp(theta, v)
+    assert np.abs(Jv - fd).max() < 1e-6 * np.abs(fd).max()
+    J = res.jacobian(theta)
+    assert J.shape == (n + 6, model.num_params)
+    np.testing.assert_allclose(J @ v, Jv, rtol=0, atol=1e-11 * np.abs(Jv).max())
+    w = rng.normal(size=res.num_residuals)
+    np.testing.assert_allclose(res.vjp(theta, w), J.T @ w, rtol=0, atol=1e-11 * np.abs(J).max() * len(w))
+    assert np.abs(res.jvp(theta, v, "float32") - Jv).max() < 1e-5 * np.abs(Jv).max()
+    assert res.term_losses(r) == plain.term_losses(r0)
+    for j, p in enumerate(res.parts):
+        Uj = res.block(theta, j).T @ res.mode_columns(j)
+        np.testing.assert_allclose(Uj, J[n:, p["slice"]].T, rtol=0, atol=1e-11 * max(1.0, np.abs(Uj).max()))
+    with pytest.raises(ValueError, match=r"modes: expected finite numbers \[%d, q\]" % len(rows)):
+        model.residuals_for(rows, modes=M[:-1])
+    assert model.residuals_for(rows, modes=M[:, :0]).num_modes == 0   # no columns: no mode rows

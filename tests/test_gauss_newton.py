@@ -496,3 +496,60 @@ def test_lam_returns_after_new_points():
             gn.step(theta)   # once only: later steps follow the damping rule
             assert gn.lam > lam_before
     assert runs["keep"] > 10 * runs["restore"]
+
+
+def _mode_rows_case():
+    """The 2-D case with a PML and the hard constraint, with two mode rows on its PDE points."""
+    model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
+    M = np.random.default_rng(11).normal(size=(len(rows), 2)) * 3.0
+    M[rows.term != "pde"] = 0.0
+    return model, model.residuals_for(rows, modes=M)
+
+
+@pytest.mark.parametrize("coarse", [None, "last_layer"])
+@pytest.mark.parametrize("products", ["core", "blocks"])
+def test_cg_step_with_mode_rows_equals_dense(coarse, products):
+    """With mode rows the system is the whole Jacobian's (point and mode rows), D Marquardt's of
+    the point rows alone, and the preconditioner (with the mode rows' low-rank term added by
+    Woodbury's identity) leaves the step the dense one."""
+    model, res = _mode_rows_case()
+    theta = model.params.copy()
+    gn = MatrixFreeGN(res, coarse=coarse, products=products, cg_tol=1e-12, cg_maxiter=2000, gram="float64")
+    J, r = res.jacobian(theta), res.residuals(theta)
+    Jp = J[:res.num_points]
+    d = np.einsum("ij,ij->j", Jp, Jp)
+    D = np.maximum(d, 1e-12 * d.max())
+    lam = 1e-2 * float(np.mean(d))
+    A, b = J.T @ J + lam * np.diag(D), J.T @ r
+    delta, it = gn.direction(theta, lam)
+    dense = np.linalg.solve(A, b)
+    assert np.linalg.norm(A @ delta - b) < 1e-11 * np.linalg.norm(b)
+    assert np.linalg.norm(delta - dense) < 1e-6 * np.linalg.norm(dense)
+    assert 1 <= it < 2000
+
+
+def test_mode_rows_low_rank_preconditioner_is_exact_with_one_subdomain():
+    """One subdomain, no coarse level: the block inverse plus the mode rows' term by Woodbury's
+    identity is the exact inverse of the damped system, so CG converges at once."""
+    from helmpinn.decomposition import DecomposedModel, Rows
+    rng = np.random.default_rng(0)
+    model = DecomposedModel.create([0.0], [1.0], [(1,)], ff_dim=4, hidden_dim=6, wavenumber=3.0)
+    x = rng.uniform(0, 1, (30, 1))
+    rows = Rows(x, 1.0, 0.0, 9.0, rng.normal(size=30), "pde")
+    modes = np.stack([np.sin(np.pi * x[:, 0]), np.sin(2 * np.pi * x[:, 0])], 1) * 5.0
+    gn = MatrixFreeGN(model.residuals_for(rows, modes=modes), coarse=None, cg_tol=1e-10, gram="float64",
+                      products="core")
+    _, it = gn.direction(model.params, 1e-2)
+    assert it == 1
+    # without the low-rank term the block inverse misses the mode rows: more iterations
+    plain = MatrixFreeGN(model.residuals_for(rows, modes=modes), coarse=None, cg_tol=1e-10, gram="float64",
+                         products="core")
+    plain._low_rank = lambda M, U: M
+    assert plain.direction(model.params, 1e-2)[1] > 1
+
+
+def test_mode_rows_are_refused_with_the_deflated_preconditioner_and_varpro():
+    _, res = _mode_rows_case()
+    for options in ({"two_level": "deflated"}, {"varpro": True}):
+        with pytest.raises(ValueError, match="mode rows"):
+            MatrixFreeGN(res, **options)

@@ -219,3 +219,68 @@ def test_box_resonances_finds_every_mode(problem, within):
             expect.add(tuple(m for m, _ in combo))
     found = waves.box_resonances(problem, within)
     assert expect and sorted(m.mode for m in found) == sorted(expect)
+
+
+@pytest.mark.parametrize("ends", [("D", "D"), ("N", "N"), ("D", "N"), ("N", "D")])
+def test_box_mode_values_are_the_modes(ends):
+    """box_mode_values is the eigenmode written here from the boundary conditions (_mode_function)."""
+    bc = {"D": hp.Dirichlet(0.0), "N": hp.Neumann()}
+    p = hp.Problem(hp.geometry.Box([0.0, -0.5], [2.0, 0.5]), kappa=30.0,
+                   bcs={"xmin": bc[ends[0]], "xmax": bc[ends[1]], ("ymin", "ymax"): bc["D"]})
+    x = np.random.default_rng(2).uniform([0, -0.5], [2, 0.5], (50, 2))
+    for mode in [(0, 1), (3, 2), (2, 5)]:
+        np.testing.assert_allclose(waves.box_mode_values(p, mode, x), _mode_function(p, mode)(x).real,
+                                   rtol=0, atol=1e-13)
+    with pytest.raises(ValueError, match="closed box"):
+        waves.box_mode_values(waves.free_source(5), (1, 1), x)
+    with pytest.raises(ValueError, match="x, mode"):
+        waves.box_mode_values(p, (1,), x)
+
+
+def test_resonance_rows():
+    """One column per near-resonant mode with a finite amplification a (the exactly resonant ones
+    left out), the mode at the PDE points scaled to norm sqrt(min(a, cap)² − 1), zero elsewhere."""
+    p = waves.box_source(10)
+    rng = np.random.default_rng(4)
+    x = rng.uniform(0, 1, (400, 2))
+    pde = rng.uniform(size=400) < 0.8
+    modes = [m for m in waves.box_resonances(p, within=0.02) if math.isfinite(m.amplification)]
+    assert (12, 16) not in [m.mode for m in modes] and (20, 1) in [m.mode for m in modes]
+    M = waves.resonance_rows(p, x, pde, within=0.02, cap=300.0)
+    assert M.shape == (400, len(modes))
+    assert np.all(M[~pde] == 0)
+    for col, m in zip(M.T, modes):
+        a = min(m.amplification, 300.0)
+        assert math.isclose(np.linalg.norm(col), math.sqrt(a * a - 1), rel_tol=1e-12)
+        phi = np.sin(m.mode[0] * np.pi * x[pde, 0]) * np.sin(m.mode[1] * np.pi * x[pde, 1])
+        np.testing.assert_allclose(col[pde], phi * math.sqrt(a * a - 1) / np.linalg.norm(phi), rtol=0,
+                                   atol=1e-12 * a)
+    assert waves.resonance_rows(waves.free_source(5), x) is None          # not a closed box
+    assert waves.resonance_rows(p, x, within=1e-4) is None                 # only the exactly resonant ones
+    with pytest.raises(ValueError, match="cap"):
+        waves.resonance_rows(p, x, cap=-1.0)
+
+
+def test_box_error_modes_finds_the_mode_an_error_lies_in(monkeypatch):
+    """benchmarks/box_error_modes.py's spectrum: an error put in the mode (20, 1) of box-source at
+    10 wavelengths (amplified 400 times) is found there, whole, at its distance to resonance."""
+    import importlib.util
+    import pathlib
+
+    bench = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    if not (bench / "box_error_modes.py").exists():
+        pytest.skip("benchmarks/ (a source checkout) not available")
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("box_error_modes", bench / "box_error_modes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    p = waves.box_source(10)
+    bump = lambda x: 1e-3 * np.sin(20 * np.pi * x[:, 0]) * np.sin(np.pi * x[:, 1])   # noqa: E731
+    s = module.spectrum(p, lambda x: p.exact_at(x) + (1 + 2j) * bump(x), 127)
+    E, gap = s["error"], s["gap"]
+    assert math.isclose(E[19, 0] / E.sum(), 1.0, rel_tol=1e-9) and math.isclose(gap[19, 0], 1 / 400, rel_tol=1e-12)
+    t = np.arange(1, 128) / 128
+    X, Y = np.meshgrid(t, t, indexing="ij")
+    x = np.stack([X.ravel(), Y.ravel()], 1)
+    ratio = np.linalg.norm(5 ** 0.5 * bump(x)) / np.linalg.norm(p.exact_at(x))   # |1 + 2i| = √5
+    assert math.isclose(math.sqrt(E.sum() / s["exact"]), ratio, rel_tol=1e-9)

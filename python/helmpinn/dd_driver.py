@@ -22,8 +22,10 @@ weights, under a hard constraint without the Dirichlet rows that the constraint 
 identically, zero data where φ = 0; over MPI every rank holds every rank's points and its own
 subdomains); new points rebuild them. :class:`GNDriver` (``Trainer.fit(steps,
 optimizer="gn")``) runs :class:`helmpinn.gauss_newton.MatrixFreeGN` on them: one step is one
-linearisation and its damped trials. Its :class:`GNStepInfo` carries the damping λ (the
-history's rate), the CG iterations and trials; the progress bar shows them. Adam
+linearisation and its damped trials; in a closed box near resonance its residuals carry
+mode rows (``resonance``, :class:`GNSettings`; the loss it reports includes them). Its
+:class:`GNStepInfo` carries the damping λ (the history's rate), the CG iterations and trials;
+the progress bar shows them. Adam
 (``Trainer.fit(steps, optimizer="adam")``, the FBPINN papers' optimiser) is the one
 :class:`helmpinn.drivers.AdamDriver`, which steps on the model's
 :meth:`~TrainableDecomposedModel.objective`: the loss ``Σ r²`` and its gradient ``2 Jᵀr``, one
@@ -95,6 +97,17 @@ sides, each at least one, a PML included):
   the points grow by LM's rule
   (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap exceeds 3 (without it
   box-source at 5 wavelengths came to fit its points rather than the field: docs/benchmarks.md);
+- in a closed box in 1-D and 2-D, mode rows (``resonance``: the modes within
+  :data:`helmpinn.waves.RESONANCE_WITHIN` of κ weighed by their amplification,
+  :func:`helmpinn.waves.resonance_rows`): there the error of the runs above lay almost whole in
+  the few modes whose eigenvalue lies near κ (``box-source`` at 10 wavelengths after 900 s:
+  99.9% of it in (20, 1) and (1, 20), amplified 400 times), and with them, side by side with
+  the plan without them (one thread each), ``box-source`` at 10 wavelengths reached 6.4e-4
+  and 2.9e-3 after 15 minutes in two runs (1.35e-2 without; on both threads 7.6e-4, against
+  1.1e-2), ``dirichlet2d`` n = 8 1.8e-3
+  after 5 minutes (1.4e-2); at 5 wavelengths, where both meet the target, errors from 0.7 to
+  1.9 times the plan's without them (four seeds)
+  (docs/benchmarks.md, "Mode rows"); not measured in 3-D, so not there (:data:`GN_BY_DIMENSION`);
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
   constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
   papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
@@ -105,7 +118,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 import numpy as np
@@ -138,9 +151,9 @@ DAMPING = {True: "geometric", False: "marquardt"}
 #: ``scatter-soft``, whose CG mostly stops at its tolerance first).
 CG_MAXITER = 100
 #: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
-#: in 3-D no backtracking (it hurt there) and Marquardt's damping (the geometric one, 1.5 times
-#: behind it on ``cube3d``).
-GN_BY_DIMENSION = {3: {"backtrack": 0, "damping": "marquardt"}}
+#: in 3-D no backtracking (it hurt there), Marquardt's damping (the geometric one, 1.5 times
+#: behind it on ``cube3d``) and no mode rows (not measured in 3-D).
+GN_BY_DIMENSION = {3: {"backtrack": 0, "damping": "marquardt", "resonance": 0.0}}
 #: What :func:`decomposed_settings` changes for Adam (module docstring).
 ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
 #: The metadata key under which a decomposed model's file keeps its optimiser state.
@@ -256,17 +269,19 @@ class TrainableDecomposedModel(DecomposedModel):
         keep = ~(data & (phi == 0) & (rows.f == 0))
         return Rows(*(getattr(rows, k)[keep] for k in ("x", "a", "b", "c", "f", "term")))
 
-    def training_residuals(self, training_set: Any, weights: Mapping[str, float], comm: Any = None) -> Any:
-        """The :class:`~helmpinn.decomposition.DecomposedResiduals` of :meth:`training_rows`.
-        Over MPI (``comm`` of several ranks, ``training_set`` this rank's share of a run's
-        points) every rank holds every rank's points
-        (:func:`helmpinn.distributed.gather_training_set`) and its own subdomains
+    def training_residuals(self, training_set: Any, weights: Mapping[str, float], comm: Any = None,
+                           modes: Callable[[Rows], Any] | None = None) -> Any:
+        """The :class:`~helmpinn.decomposition.DecomposedResiduals` of :meth:`training_rows`,
+        with ``modes(rows)``'s mode rows where given (None: none). Over MPI (``comm`` of several
+        ranks, ``training_set`` this rank's share of a run's points) every rank holds every
+        rank's points (:func:`helmpinn.distributed.gather_training_set`) and its own subdomains
         (``residuals_for(rows, comm=)``): the subdomains, not the points, are split."""
         comm = comm if comm is not None and comm.Get_size() > 1 else None
         if comm is not None:
             from .distributed import gather_training_set
             training_set = gather_training_set(comm, training_set)
-        return self.residuals_for(self.training_rows(training_set, weights), comm=comm)
+        rows = self.training_rows(training_set, weights)
+        return self.residuals_for(rows, comm=comm, modes=None if modes is None else modes(rows))
 
     def objective(self, training_set: Any, weights: Mapping[str, float], comm: Any = None
                   ) -> Callable[[NDArray, NDArray], tuple[float, dict[str, float]]]:
@@ -326,7 +341,17 @@ class GNSettings(LMSettings):
     linearly with the points, so no budget caps it), with ``options`` the keywords of
     :class:`helmpinn.gauss_newton.MatrixFreeGN` (``lam``, ``damping``, ``cg_tol``,
     ``cg_maxiter``, ``coarse``, ``products``, ``geodesic``, ``gram``, ...; its constructor checks
-    them)."""
+    them), and ``resonance``: in a closed box the loss also weighs the residual in the modes
+    within this share of κ by the error it causes (the mode rows of
+    :func:`helmpinn.waves.resonance_rows`; module docstring); 0: not."""
+
+    resonance: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        r = self.resonance
+        if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, float, np.number)) or not 0 <= r < 1:
+            raise ValueError(f"resonance: expected a share of κ in [0, 1) (0: no mode rows), got {r!r}")
 
     @staticmethod
     def solver() -> tuple[str, Any]:
@@ -357,10 +382,12 @@ class GNDriver(DampedDriver):
     settings_class = GNSettings
     gn: Any = None   # the MatrixFreeGN, from start
 
-    def __init__(self, settings: GNSettings | None = None, **keywords: Any):
+    def __init__(self, settings: GNSettings | None = None, *, resonance: float = 0.0, **keywords: Any):
         """``settings``, or :class:`~helmpinn.drivers.DampedDriver`'s keywords (the stall and
-        growth rules, the solver's options)."""
+        growth rules, the solver's options) and ``resonance`` (:class:`GNSettings`)."""
         super().__init__(settings, **keywords)
+        if settings is None:
+            self.settings = replace(self.settings, resonance=resonance)
         self.log: list[dict[str, Any]] = []   # one entry per step of the current fit
 
     def start(self, run: "Trainer", steps: int) -> None:
@@ -374,11 +401,16 @@ class GNDriver(DampedDriver):
         self.log = []
         self.growth.start(run)
 
-    @staticmethod
-    def _residuals(run: "Trainer") -> Any:
+    def _residuals(self, run: "Trainer") -> Any:
         """The residuals of the run's points
-        (:meth:`TrainableDecomposedModel.training_residuals`, over MPI too)."""
-        return run.model.training_residuals(run.training_set, run.weights, run.comm)
+        (:meth:`TrainableDecomposedModel.training_residuals`, over MPI too), with the mode rows
+        of the problem's near-resonant modes where ``resonance`` is set and it has any."""
+        within = float(self.settings.resonance)
+
+        def modes(rows: Rows) -> Any:
+            from .waves import resonance_rows
+            return resonance_rows(run.problem, rows.x, rows.term == "pde", within)
+        return run.model.training_residuals(run.training_set, run.weights, run.comm, modes=modes if within else None)
 
     def resampled(self, run: "Trainer") -> None:
         self.gn.set_residuals(self._residuals(run))
@@ -457,6 +489,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     papers' optimiser), :data:`ADAM_SETTINGS`' ``lr``, ``schedule``, ``steps`` and
     ``eval_every``."""
     from .gauss_newton import BACKTRACK   # here, not at the top: importing helmpinn leaves SciPy out
+    from .waves import RESONANCE_WITHIN
 
     if optimizer not in DRIVERS or mismatch("decomposed", optimizer):
         raise ValueError(f"optimizer: a decomposed model trains with "
@@ -497,7 +530,8 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
             "resample_every": 0, "eval_every": 1, "weights": auto_weights(problem, LM_BOUNDARY_SHARE),
             "gn": {"stall_window": 10, "stall_factor": 0.99, "lam": 1e-3, "damping": DAMPING[constraint],
                    "cg_tol": 1e-3, "cg_maxiter": CG_MAXITER, "coarse": "last_layer", "update": "nielsen",
-                   "cg_warm": True, "backtrack": BACKTRACK, **GN_BY_DIMENSION.get(d, {})},
+                   "cg_warm": True, "backtrack": BACKTRACK, "resonance": RESONANCE_WITHIN,
+                   **GN_BY_DIMENSION.get(d, {})},
             "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": float(r["overlap"]),
                               "constraint": constraint, "coarse_level": bool(r["coarse_level"]),
                               "lo": np.asarray(lo, float).tolist(), "hi": np.asarray(hi, float).tolist(),

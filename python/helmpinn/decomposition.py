@@ -388,10 +388,10 @@ class DecomposedModel:
             u[idx] += psi * (val[:, 0] + 1j * val[:, 1])
         return u
 
-    def residuals_for(self, rows: Rows, *, comm: Any = None) -> "DecomposedResiduals":
-        """The residual operations of this model on ``rows`` (``comm``: split over MPI ranks,
-        see :class:`DecomposedResiduals`)."""
-        return DecomposedResiduals(self, rows, comm=comm)
+    def residuals_for(self, rows: Rows, *, comm: Any = None, modes: ArrayLike | None = None) -> "DecomposedResiduals":
+        """The residual operations of this model on ``rows`` (``comm``: split over MPI ranks;
+        ``modes``: mode rows; see :class:`DecomposedResiduals`)."""
+        return DecomposedResiduals(self, rows, comm=comm, modes=modes)
 
     # -- files ---------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -475,9 +475,20 @@ class DecomposedResiduals:
     in rank order, the same number on every rank) and :meth:`gather` makes one whole again
     (one ``Allgatherv``). :meth:`block` and :meth:`jacobian` serve this rank's subdomains /
     one process only.
+
+    **Mode rows** (``modes``, an ``[N, q]`` array, or None): 2q rows more, ``Mᵀ r_re`` and
+    ``Mᵀ r_im`` after the 2N point rows, each a weighted projection of the point rows' residual on
+    one column of M (a near-resonant mode of a closed box, scaled by its weight:
+    :func:`helmpinn.waves.resonance_rows`); the loss ``Σ r²`` then counts a residual in those
+    modes as much more than its size at the points, as the error it causes is. They are linear
+    in the point rows: :meth:`residuals` and :meth:`jvp` append them (:meth:`extend`),
+    :meth:`vjp` folds them back (:meth:`fold`); :meth:`block` stays the point rows' block and
+    :meth:`mode_columns` gives the mode rows' columns over a block's rows, ``J_jᵀ F_j`` being the
+    mode rows' Jacobian restricted to subnetwork j (the low-rank term of ``JᵀJ`` that
+    :class:`helmpinn.gauss_newton.MatrixFreeGN`'s preconditioner adds).
     """
 
-    def __init__(self, model: DecomposedModel, rows: Rows, *, comm: Any = None):
+    def __init__(self, model: DecomposedModel, rows: Rows, *, comm: Any = None, modes: ArrayLike | None = None):
         if not isinstance(rows, Rows):
             raise TypeError(f"rows: expected helmpinn.decomposition.Rows, got {type(rows).__name__}")
         if comm is not None and not all(hasattr(comm, m) for m in ("Get_rank", "Get_size", "Allreduce")):
@@ -488,7 +499,15 @@ class DecomposedResiduals:
         self.model, self.rows = model, rows
         n = len(rows)
         self.num_params = model.num_params
-        self.num_residuals = 2 * n
+        self.num_points = 2 * n   # the point rows; the mode rows follow them
+        self.modes: NDArray[np.float64] | None = None
+        if modes is not None:
+            M = np.asarray(modes, np.float64)
+            if M.ndim != 2 or M.shape[0] != n or not np.all(np.isfinite(M)):
+                raise ValueError(f"modes: expected finite numbers [{n}, q] (one row per point), got shape {M.shape}")
+            self.modes = np.ascontiguousarray(M) if M.shape[1] else None
+        self.num_modes = 0 if self.modes is None else self.modes.shape[1]
+        self.num_residuals = 2 * n + 2 * self.num_modes
         self.target = np.empty(2 * n)
         self.target[0::2], self.target[1::2] = rows.f.real, rows.f.imag
         self.parts: list[dict[str, Any]] = []
@@ -573,6 +592,17 @@ class DecomposedResiduals:
         self.comm.Allgather([np.array([part]), MPI.DOUBLE], [parts, MPI.DOUBLE])
         return float(math.fsum(parts))
 
+    def dots(self, A: NDArray, B: NDArray) -> NDArray:
+        """``AᵀB`` for parameter-space columns A [P, a] and B [P, b] held as in :meth:`dot`: the
+        ranks' partial products gathered and added in rank order (the same on every rank)."""
+        part = np.ascontiguousarray(A[self.own].T @ B[self.own], np.float64)
+        if self.comm is None:
+            return part
+        from mpi4py import MPI
+        parts = np.empty((self.size, *part.shape))
+        self.comm.Allgather([part, MPI.DOUBLE], [parts, MPI.DOUBLE])
+        return np.sum(parts, 0)
+
     def gather(self, v: NDArray) -> NDArray:
         """v [P] made whole in place from each rank's own range (one ``Allgatherv``)."""
         if self.comm is not None:
@@ -587,36 +617,66 @@ class DecomposedResiduals:
             return tuple(values)
         return tuple(self.comm.bcast(tuple(float(v) for v in values), root=0))
 
+    # -- the mode rows -------------------------------------------------------------------------
+    def extend(self, r: NDArray) -> NDArray:
+        """The point rows' vector r [2N] with the mode rows ``Mᵀ r_re, Mᵀ r_im`` appended (r
+        itself without ``modes``)."""
+        if self.modes is None:
+            return r
+        return np.concatenate([r, self.modes.T @ r[0::2], self.modes.T @ r[1::2]])
+
+    def fold(self, w: NDArray) -> NDArray:
+        """A residual-space vector w [2N + 2q] folded onto the point rows: ``w_pts + F w_modes``
+        (the transpose of :meth:`extend`), so that ``Jᵀw`` is one product over the points."""
+        if self.modes is None:
+            return w
+        q, out = self.num_modes, np.array(w[:self.num_points], copy=True)
+        tail = np.asarray(w[self.num_points:], np.float64)
+        out[0::2] += (self.modes @ tail[:q]).astype(out.dtype, copy=False)   # (M stays float64: no copy)
+        out[1::2] += (self.modes @ tail[q:]).astype(out.dtype, copy=False)
+        return out
+
+    def mode_columns(self, j: int) -> NDArray:
+        """``F_j`` [2 m_j, 2q]: the mode rows' weights over part j's point rows (``parts[j]["rows"]``),
+        so that ``J_jᵀ F_j`` are the mode rows' gradients in subnetwork j's parameters."""
+        rows = self.parts[j]["rows"]
+        q = self.num_modes
+        out = np.zeros((len(rows), 2 * q))
+        if q:
+            out[0::2, :q] = self.modes[rows[0::2] // 2]
+            out[1::2, q:] = self.modes[rows[1::2] // 2]
+        return out
+
     # -- the products --------------------------------------------------------------------------
     def residuals(self, theta: NDArray) -> NDArray:
-        """r(θ) [2N] (a collective over several ranks)."""
-        r = np.zeros(self.num_residuals)
+        """r(θ) [2N + 2q] (a collective over several ranks)."""
+        r = np.zeros(self.num_points)
         for p in self.parts:
             for lo, hi, b in p["batches"]:
                 r[p["rows"][2 * lo:2 * hi]] += self._ws(p).residuals(theta[p["slice"]], batch=b, w_pde=hi - lo)
         r = self.allsum(r)
         r -= self.target
-        return r
+        return self.extend(r)
 
     def jvp(self, theta: NDArray, v: NDArray, dtype: str = "float64") -> NDArray:
-        """J v [2N] for v [P] (over several ranks: a collective; each uses its own range of v);
-        ``dtype="float32"``: the core's products in float32 (about twice the rate; the result
+        """J v [2N + 2q] for v [P] (over several ranks: a collective; each uses its own range of
+        v); ``dtype="float32"``: the core's products in float32 (about twice the rate; the result
         float64, within float32's rounding)."""
-        out = np.zeros(self.num_residuals)
+        out = np.zeros(self.num_points)
         t = self._params(theta, dtype)
         v = np.asarray(v, dtype)
         for p in self.parts:
             vp = np.ascontiguousarray(v[p["slice"]])
             for lo, hi, b in self._batches(p, dtype):
                 out[p["rows"][2 * lo:2 * hi]] += self._ws(p, dtype).jvp(t[p["slice"]], vp, batch=b, w_pde=hi - lo)
-        return self.allsum(out)
+        return self.extend(self.allsum(out))
 
     def vjp(self, theta: NDArray, w: NDArray, dtype: str = "float64") -> NDArray:
-        """Jᵀ w [P] for w [2N] (over several ranks: this rank's own range, zeros elsewhere);
+        """Jᵀ w [P] for w [2N + 2q] (over several ranks: this rank's own range, zeros elsewhere);
         ``dtype`` as in :meth:`jvp`."""
         out = np.zeros(self.num_params)
         t = self._params(theta, dtype)
-        w = np.asarray(w, dtype)
+        w = self.fold(np.asarray(w, dtype))
         for p in self.parts:
             for lo, hi, b in self._batches(p, dtype):
                 wp = np.ascontiguousarray(w[p["rows"][2 * lo:2 * hi]])
@@ -640,14 +700,16 @@ class DecomposedResiduals:
         return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
 
     def jacobian(self, theta: NDArray, rows: tuple[int, int] | None = None) -> NDArray:
-        """The dense Jacobian [2N, P] (or rows ``(start, stop)`` of it): for small cases and
+        """The dense Jacobian [2N + 2q, P] (or rows ``(start, stop)`` of it): for small cases and
         one process only."""
         if self.comm is not None:
             raise ValueError("jacobian: the dense Jacobian is for one process (the residuals were "
                              f"built over {self.size} ranks)")
-        J = np.zeros((self.num_residuals, self.num_params))
+        J = np.zeros((self.num_points, self.num_params))
         for j, p in enumerate(self.parts):
             J[p["rows"], p["slice"]] = self.block(theta, j)
+        if self.modes is not None:   # the mode rows: the point rows' columns projected
+            J = np.concatenate([J, self.modes.T @ J[0::2], self.modes.T @ J[1::2]])
         return J if rows is None else J[rows[0]:rows[1]]
 
     def overlaps(self) -> list[tuple[int, int, NDArray, NDArray]]:
@@ -673,6 +735,7 @@ class DecomposedResiduals:
         return self._overlaps
 
     def term_losses(self, r: NDArray) -> dict[str, float]:
-        """The loss ``Σ r²`` of each term's rows."""
+        """The loss ``Σ r²`` of each term's point rows (the mode rows, after them, are no term's)."""
+        r = r[:self.num_points]
         sq = r[0::2] ** 2 + r[1::2] ** 2
         return {t: float(sq[self.rows.term == t].sum()) for t in np.unique(self.rows.term)}

@@ -43,7 +43,13 @@ from .pml import PML
 from .problems import Dirichlet, Problem, Robin
 
 __all__ = ["box_source_solution", "free_source_field", "resonant_modes", "box_source_error",
-           "BoxMode", "box_resonances", "ResonanceWarning", "resonance_warning"]
+           "BoxMode", "box_resonances", "ResonanceWarning", "resonance_warning", "box_mode_values",
+           "resonance_rows", "RESONANCE_WITHIN", "RESONANCE_CAP"]
+
+#: :func:`resonance_rows`' modes: those within this share of κ (amplified 20 times or more).
+RESONANCE_WITHIN = 0.05
+#: :func:`resonance_rows`' largest amplification counted (a mode amplified more weighs as this).
+RESONANCE_CAP = 1000.0
 
 
 class ResonanceWarning(UserWarning):
@@ -166,12 +172,24 @@ def box_resonances(problem: Problem, within: float = 0.01) -> list[BoxMode] | No
     coefficients (``a``, ``b``, density). None for any other problem (an absorbing boundary or
     medium has no real resonance; a variable medium is not analysed)."""
     within = _positive("within", within)
+    faces = _closed_box(problem)
+    if faces is None:
+        return None
+    kappa = float(problem.kappa)
+    axes = [(float(L), 0.5 if d0 != d1 else 0.0, 1 if d0 and d1 else 0) for L, d0, d1 in faces]
+    out = [BoxMode(mode, ev, math.inf if abs(kappa - ev) <= 1e-12 * kappa else kappa / abs(kappa - ev))
+           for mode, ev in zip(*_modes_near(kappa, axes, within))]
+    return sorted(out, key=lambda r: -r.amplification)
+
+
+def _closed_box(problem: Problem) -> list[tuple[float, bool, bool]] | None:
+    """Per axis of a closed box problem (:func:`box_resonances`) its length and whether its min
+    and max faces are Dirichlet (else Neumann); None for any other problem."""
     domain = problem.domain
     if (not isinstance(domain, Box) or problem.pml is not None or problem.uses_operator
             or callable(problem.kappa) or isinstance(problem.kappa, complex) or not problem.kappa > 0):
         return None
-    kappa = float(problem.kappa)
-    axes = []
+    out = []
     for axis in range(problem.dim):
         dirichlet = []
         for side in ("min", "max"):
@@ -180,11 +198,54 @@ def box_resonances(problem: Problem, within: float = 0.01) -> list[BoxMode] | No
                                                       and complex(bc.alpha) == 0):
                 return None
             dirichlet.append(isinstance(bc, Dirichlet))
-        mixed = dirichlet[0] != dirichlet[1]
-        axes.append((float(domain.hi[axis] - domain.lo[axis]), 0.5 if mixed else 0.0, 1 if all(dirichlet) else 0))
-    out = [BoxMode(mode, ev, math.inf if abs(kappa - ev) <= 1e-12 * kappa else kappa / abs(kappa - ev))
-           for mode, ev in zip(*_modes_near(kappa, axes, within))]
-    return sorted(out, key=lambda r: -r.amplification)
+        out.append((float(domain.hi[axis] - domain.lo[axis]), dirichlet[0], dirichlet[1]))
+    return out
+
+
+def box_mode_values(problem: Problem, mode: tuple[int, ...], x: ArrayLike) -> NDArray[np.float64]:
+    """The eigenmode ``mode`` of a closed box problem (:class:`BoxMode`'s indices) at points
+    x [N, d]: per axis ``sin(m π t)`` (Dirichlet at both ends, t = (x − lo)/L), ``cos(m π t)``
+    (Neumann at both), ``sin((m + ½) π t)`` (Dirichlet at the min end only) or ``cos((m + ½) π t)``
+    (at the max end only), multiplied."""
+    faces = _closed_box(problem)
+    if faces is None:
+        raise ValueError("problem: expected a closed box (helmpinn.waves.box_resonances), got another problem")
+    x = np.asarray(x, np.float64)
+    if x.ndim != 2 or x.shape[1] != len(faces) or len(mode) != len(faces):
+        raise ValueError(f"x, mode: expected points [N, {len(faces)}] and {len(faces)} indices, got {x.shape} and {mode}")
+    out = np.ones(len(x))
+    for a, ((L, d0, d1), m) in enumerate(zip(faces, mode)):
+        t = math.pi * (x[:, a] - float(problem.domain.lo[a])) / L
+        out *= (np.sin(m * t) if d1 else np.cos(m * t)) if d0 == d1 else \
+            (np.sin((m + 0.5) * t) if d0 else np.cos((m + 0.5) * t))
+    return out
+
+
+def resonance_rows(problem: Problem, x: ArrayLike, pde: ArrayLike | None = None, within: float = RESONANCE_WITHIN,
+                   cap: float = RESONANCE_CAP) -> NDArray[np.float64] | None:
+    """The mode rows of a closed box's near-resonant modes at the points x [N, d]
+    (:class:`helmpinn.decomposition.DecomposedResiduals`' ``modes``): ``[N, q]``, one column per
+    mode of :func:`box_resonances` within ``within``·κ whose amplification a = κ/|κ − λ| is
+    finite, the mode's values at the PDE points (``pde``, a boolean mask; default all) scaled
+    to norm ``sqrt(min(a, cap)² − 1)`` and zero at the other points. A residual ρ in such a
+    mode then weighs ``min(a, cap)²`` ρ² in the loss instead of ρ², as much as the error
+    ``a ρ`` it causes (up to ``cap``; the points' sum stands for the integral, so a larger
+    weight would weigh the sampling's own error more). The exactly resonant modes are left out
+    (the PDE leaves u undetermined in them: no residual sees them). None where there is no
+    such mode or the problem is not a closed box."""
+    within, cap = _positive("within", within), _positive("cap", cap)
+    modes = [m for m in box_resonances(problem, within) or [] if math.isfinite(m.amplification) and m.amplification > 1]
+    if not modes:
+        return None
+    x = np.asarray(x, np.float64)
+    keep = np.ones(len(x), bool) if pde is None else np.asarray(pde, bool)
+    cols = []
+    for m in modes:
+        phi = np.where(keep, box_mode_values(problem, m.mode, x), 0.0)
+        norm = float(np.linalg.norm(phi))
+        a = min(m.amplification, cap)
+        cols.append(phi * (math.sqrt(a * a - 1.0) / norm) if norm > 0 else phi)
+    return np.stack(cols, 1)
 
 
 def resonance_warning(problem: Problem, within: float = 0.01) -> str | None:
