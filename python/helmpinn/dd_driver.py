@@ -97,7 +97,7 @@ sides, each at least one, a PML included):
   the points grow by LM's rule
   (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap exceeds 3 (without it
   box-source at 5 wavelengths came to fit its points rather than the field: docs/benchmarks.md);
-- in a closed box in 1-D and 2-D, mode rows (``resonance``: the modes within
+- in a closed box in 2-D, mode rows (``resonance``: the modes within
   :data:`helmpinn.waves.RESONANCE_WITHIN` of κ weighed by their amplification,
   :func:`helmpinn.waves.resonance_rows`): there the error of the runs above lay almost whole in
   the few modes whose eigenvalue lies near κ (``box-source`` at 10 wavelengths after 900 s:
@@ -107,7 +107,8 @@ sides, each at least one, a PML included):
   1.1e-2), ``dirichlet2d`` n = 8 1.8e-3
   after 5 minutes (1.4e-2); at 5 wavelengths, where both meet the target, errors from 0.7 to
   1.9 times the plan's without them (four seeds)
-  (docs/benchmarks.md, "Mode rows"); not measured in 3-D, so not there (:data:`GN_BY_DIMENSION`);
+  (docs/benchmarks.md, "Mode rows"); not measured in 1-D or 3-D, so not there
+  (:data:`GN_BY_DIMENSION`);
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
   constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
   papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
@@ -151,9 +152,9 @@ DAMPING = {True: "geometric", False: "marquardt"}
 #: ``scatter-soft``, whose CG mostly stops at its tolerance first).
 CG_MAXITER = 100
 #: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
-#: in 3-D no backtracking (it hurt there), Marquardt's damping (the geometric one, 1.5 times
-#: behind it on ``cube3d``) and no mode rows (not measured in 3-D).
-GN_BY_DIMENSION = {3: {"backtrack": 0, "damping": "marquardt", "resonance": 0.0}}
+#: in 3-D no backtracking (it hurt there) and Marquardt's damping (the geometric one, 1.5 times
+#: behind it on ``cube3d``); mode rows only in 2-D, where they were measured.
+GN_BY_DIMENSION = {1: {"resonance": 0.0}, 3: {"backtrack": 0, "damping": "marquardt", "resonance": 0.0}}
 #: What :func:`decomposed_settings` changes for Adam (module docstring).
 ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
 #: The metadata key under which a decomposed model's file keeps its optimiser state.
