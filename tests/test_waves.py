@@ -259,6 +259,14 @@ def test_resonance_rows():
     assert waves.resonance_rows(p, x, within=1e-4) is None                 # only the exactly resonant ones
     with pytest.raises(ValueError, match="cap"):
         waves.resonance_rows(p, x, cap=-1.0)
+    # the most amplified first, up to `most` of them
+    few = waves.resonance_rows(p, x, pde, within=0.02, cap=300.0, most=3)
+    np.testing.assert_array_equal(few, M[:, :3])
+    assert [m.amplification for m in modes[:3]] == sorted((m.amplification for m in modes), reverse=True)[:3]
+    assert waves.resonance_rows(p, x).shape[1] == 25 <= waves.RESONANCE_MOST   # all 25 within 5% at 10 wavelengths
+    assert waves.resonance_rows(waves.box_source(20), x).shape[1] == waves.RESONANCE_MOST
+    with pytest.raises(ValueError, match="most"):
+        waves.resonance_rows(p, x, most=0)
 
 
 def test_box_error_modes_finds_the_mode_an_error_lies_in(monkeypatch):
