@@ -229,7 +229,7 @@ def resonance_rows(problem: Problem, x: ArrayLike, pde: ArrayLike | None = None,
                    cap: float = RESONANCE_CAP, most: int = RESONANCE_MOST) -> NDArray[np.float64] | None:
     """The mode rows of a closed box's near-resonant modes at the points x [N, d]
     (:class:`helmpinn.decomposition.DecomposedResiduals`' ``modes``): ``[N, q]``, one column per
-    mode of :func:`box_resonances` within ``within``·κ whose amplification a = κ/|κ − λ| is
+    mode of :func:`box_resonances` within ``within``·κ whose amplification ``a = κ/|κ − λ|`` is
     finite, the mode's values at the PDE points (``pde``, a boolean mask; default all) scaled
     to norm ``sqrt(min(a, cap)² − 1)`` and zero at the other points. A residual ρ in such a
     mode then weighs ``min(a, cap)²`` ρ² in the loss instead of ρ², as much as the error
