@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._checks import integer
 from .geometry import Box
 from .pml import PML
 from .problems import Dirichlet, Problem, Robin
@@ -240,10 +241,9 @@ def resonance_rows(problem: Problem, x: ArrayLike, pde: ArrayLike | None = None,
     preconditioner application per damped trial). None where there is no such mode or the
     problem is not a closed box."""
     within, cap = _positive("within", within), _positive("cap", cap)
-    if isinstance(most, bool) or not isinstance(most, (int, np.integer)) or most < 1:
-        raise ValueError(f"most: expected an integer >= 1 (modes taken), got {most!r}")
+    most = integer("resonance_rows", "most", most, low=1)
     modes = [m for m in box_resonances(problem, within) or []
-             if math.isfinite(m.amplification) and m.amplification > 1][:int(most)]
+             if math.isfinite(m.amplification) and m.amplification > 1][:most]
     if not modes:
         return None
     x = np.asarray(x, np.float64)
