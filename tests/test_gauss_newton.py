@@ -548,6 +548,37 @@ def test_mode_rows_low_rank_preconditioner_is_exact_with_one_subdomain():
     assert plain.direction(model.params, 1e-2)[1] > 1
 
 
+@pytest.mark.parametrize("products", ["core", "blocks"])
+def test_cg_tolerance_is_relative_to_the_point_rows_share(products):
+    """With mode rows that dominate the loss, CG's stop is ``cg_tol`` times the point rows'
+    share of Jᵀr, ``‖J_pᵀ r_p‖`` (dense here), not the whole ``‖Jᵀr‖``: ``cg_tol_on="all"``
+    stops earlier, with a residual above what "points" asks for."""
+    model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
+    M = np.random.default_rng(11).normal(size=(len(rows), 2)) * 300.0
+    M[rows.term != "pde"] = 0.0
+    res = model.residuals_for(rows, modes=M)
+    theta = model.params.copy()
+    J, r = res.jacobian(theta), res.residuals(theta)
+    n = res.num_points
+    gp = np.linalg.norm(J[:n].T @ r[:n])
+    g = np.linalg.norm(J.T @ r)
+    assert g > 10 * gp   # the mode rows dominate
+    d = np.einsum("ij,ij->j", J[:n], J[:n])
+    lam = 1e-2 * float(np.mean(d))
+    A, b = J.T @ J + lam * np.diag(np.maximum(d, 1e-12 * d.max())), J.T @ r
+    cg_tol, out = 1e-2, {}
+    for on in ("points", "all"):
+        gn = MatrixFreeGN(res, coarse=None, products=products, cg_tol=cg_tol, cg_maxiter=2000, gram="float64",
+                          cg_tol_on=on)
+        delta, it = gn.direction(theta, lam)
+        out[on] = it, np.linalg.norm(A @ delta - b)
+    assert out["points"][1] <= cg_tol * gp * (1 + 1e-9)
+    assert out["all"][1] <= cg_tol * g * (1 + 1e-9)
+    assert out["all"][1] > cg_tol * gp and out["points"][0] > out["all"][0]
+    with pytest.raises(ValueError, match="cg_tol_on"):
+        MatrixFreeGN(res, cg_tol_on="modes")
+
+
 def test_mode_rows_are_refused_with_the_deflated_preconditioner_and_varpro():
     _, res = _mode_rows_case()
     for options in ({"two_level": "deflated"}, {"varpro": True}):

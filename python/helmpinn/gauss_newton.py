@@ -97,6 +97,13 @@ linearisation) to the additive two-level one by Woodbury's identity (``_low_rank
 applications of it per trial λ and a 2q × 2q factor): without that term the first step on
 ``box-source`` at 5 wavelengths took 70 CG iterations instead of 17, and a run at 10 stalled.
 D stays the point rows' (as measured). Not with the deflated preconditioner or ``varpro``.
+CG's tolerance is relative to the point rows' share of the gradient, ``‖J_pᵀ r_p‖``, where
+that is smaller than ``‖Jᵀr‖`` (``cg_tol_on="points"``, default): early in a run the mode rows
+can hold most of the loss, the preconditioner solves their part at once, and a tolerance
+relative to the whole gradient then stopped CG after a few iterations with the point rows'
+part barely solved (a user's room whose source excites its near-resonant modes stayed near
+its starting error for 30 steps; docs/benchmarks.md, "Mode rows"). ``"all"``: relative to
+``‖Jᵀr‖``.
 
 The step is a function of the parameters only (:meth:`MatrixFreeGN.step`), so a run loop's
 driver wraps it in a few lines: build the residuals from the run's training set
@@ -302,7 +309,9 @@ class MatrixFreeGN:
     default: the first step accepted after :meth:`set_residuals` returns λ to at most its value
     before the new points, module docstring; "keep": λ as the damping rule leaves it),
     ``backtrack`` (:data:`BACKTRACK`: the halvings of a rejected trial's step tried before λ
-    grows, module docstring; 0: none).
+    grows, module docstring; 0: none), ``cg_tol_on`` ("points", default: with mode rows, CG's
+    tolerance relative to the point rows' share of Jᵀr where smaller, module docstring; "all":
+    to the whole Jᵀr; the same without mode rows).
     """
 
     def __init__(self, residuals: Any, *, lam: float = 1e-3, damping: str = "marquardt",
@@ -311,7 +320,8 @@ class MatrixFreeGN:
                  products: str = "core32", geodesic: bool = False, geodesic_h: float = 0.1,
                  geodesic_alpha: float = 0.75, gram: str = "float32", two_level: str = "additive",
                  blas_threads: int | str | None = "auto", update: str = "nielsen", cg_warm: bool = True,
-                 varpro: bool = False, lam_after_new_points: str = "restore", backtrack: int = BACKTRACK):
+                 varpro: bool = False, lam_after_new_points: str = "restore", backtrack: int = BACKTRACK,
+                 cg_tol_on: str = "points"):
         if not (math.isfinite(lam) and lam > 0):
             raise ValueError(f"lam: expected a positive finite number, got {lam}")
         if damping not in DAMPINGS:
@@ -343,6 +353,9 @@ class MatrixFreeGN:
         if isinstance(backtrack, (bool, np.bool_)) or not isinstance(backtrack, (int, np.integer)) or backtrack < 0:
             raise ValueError(f"backtrack: expected an integer >= 0 (halvings of a rejected step), got {backtrack!r}")
         self.backtrack = int(backtrack)
+        if cg_tol_on not in ("points", "all"):
+            raise ValueError(f"cg_tol_on: expected 'points' or 'all', got {cg_tol_on!r}")
+        self.cg_tol_on = cg_tol_on
         self._lam_before_new_points: float | None = None   # λ when the points last changed
         self._warm: NDArray | None = None   # CG's next start (cg_warm): the last well-predicted step
         if update not in UPDATES:
@@ -478,6 +491,11 @@ class MatrixFreeGN:
         res.gather(diag)   # the point rows' diagonal: D leaves the mode rows out (module docstring)
         s = {"theta": theta, "r": r, "grams": grams, "diag": diag, "blocks": blocks if keep else None, "U": U}
         s["g"] = self._vjp(s, r)
+        # CG's tolerance relative to the point rows' share of Jᵀr where it is smaller (module docstring)
+        s["g_scale"] = None
+        if U is not None and self.cg_tol_on == "points":
+            gp = s["g"] - U @ r[res.num_points:]
+            s["g_scale"] = math.sqrt(res.dot(gp, gp))
         if self._coarse_index is not None:
             t1 = time.perf_counter()
             s["coarse"] = self._coarse_gram(zcols)
@@ -637,19 +655,23 @@ class MatrixFreeGN:
         return solve(vc)
 
     def cg(self, s: dict, lam: float, D: NDArray, rhs: NDArray,
-           precond: Callable[[NDArray], NDArray], start: NDArray | None = None) -> tuple[NDArray, NDArray, int]:
+           precond: Callable[[NDArray], NDArray], start: NDArray | None = None,
+           scale: float | None = None) -> tuple[NDArray, NDArray, int]:
         """Preconditioned CG on ``(JᵀJ + λD) x = rhs``: ``(x, J x, iterations)``
         (:func:`helmpinn.lm.pcg`). With a deflated preconditioner CG starts from ``x0 = Q rhs``
         (whose residual has no coarse component, which the iterations then keep); given a
         ``start`` (the warm start, additive only) from ``x0 = α start`` with α the minimiser of
         the quadratic model along it, ``startᵀrhs / startᵀA start`` (from zero when α <= 0; its
         sign is known before the product that gives the denominator, which is then not spent).
-        Either way CG stops at the same ``cg_tol ‖rhs‖``; each of its iterations costs two
-        products, a start taken one more."""
+        Either way CG stops at the same ``cg_tol ‖rhs‖``, or ``cg_tol scale`` where a ``scale``
+        is given and smaller (the point rows' share of Jᵀr, module docstring); each of its
+        iterations costs two products, a start taken one more."""
         normal = self._normal(s, lam, D)
         dot = self.res.dot
         Q = getattr(precond, "deflate", None)
         self.start_scale = 0.0
+        norm = math.sqrt(dot(rhs, rhs))
+        ref = norm if scale is None else min(norm, scale)   # what cg_tol is relative to
         xb = dot(start, rhs) if start is not None and Q is None else 0.0   # α's numerator
         if Q is not None:
             x0 = Q(rhs)
@@ -661,12 +683,13 @@ class MatrixFreeGN:
             x0, Jx0, Ax0 = alpha * start, alpha * Jx0, alpha * Ax0
             self.start_scale = alpha
         else:
-            return pcg(normal, rhs, self.res.num_residuals, precond, self.cg_tol, self.cg_maxiter, dot=dot)
+            tol = self.cg_tol * ref / norm if norm > 0 else self.cg_tol
+            return pcg(normal, rhs, self.res.num_residuals, precond, tol, self.cg_maxiter, dot=dot)
         b = rhs - Ax0
         nb = math.sqrt(dot(b, b))
         if not nb > 0:
             return x0, Jx0, 0
-        tol = self.cg_tol * math.sqrt(dot(rhs, rhs)) / nb
+        tol = self.cg_tol * ref / nb
         y, Jy, it = pcg(normal, b, self.res.num_residuals, precond, tol, self.cg_maxiter, dot=dot)
         return x0 + y, Jx0 + Jy, it
 
@@ -680,7 +703,7 @@ class MatrixFreeGN:
             D = self._D(s)
             M = self.preconditioner(s, lam, D)
         with blas_limit(1):
-            delta, _, it = self.cg(s, lam, D, s["g"], M)
+            delta, _, it = self.cg(s, lam, D, s["g"], M, scale=s["g_scale"])
         return self.res.gather(delta), it
 
     # -- one iteration -------------------------------------------------------------------------
@@ -720,7 +743,8 @@ class MatrixFreeGN:
             t1 = time.perf_counter()
             times["factor"] += t1 - t0
             with blas_limit(1):   # the solves alternate with the engine's products: no BLAS threads spinning
-                delta, Jd, it = self.cg(s, self.lam, D, s["g"], M, self._warm if self.cg_warm else None)
+                delta, Jd, it = self.cg(s, self.lam, D, s["g"], M, self._warm if self.cg_warm else None,
+                                        s["g_scale"])
                 warm_started = self.start_scale > 0
                 its.append(it)
                 t2 = time.perf_counter()
