@@ -104,7 +104,8 @@ sides, each at least one, a PML included):
   99.9% of it in (20, 1) and (1, 20), amplified 400 times), and with them, side by side with
   the plan without them (one thread each), ``box-source`` at 10 wavelengths reached 6.4e-4
   and 2.9e-3 after 15 minutes in two runs (1.35e-2 without; on both threads 7.6e-4, against
-  1.1e-2), ``dirichlet2d`` n = 8 1.8e-3
+  1.1e-2, and 4.2e-4 since CG's tolerance is measured on the point rows' share,
+  :mod:`helmpinn.gauss_newton`), ``dirichlet2d`` n = 8 1.8e-3
   after 5 minutes (1.4e-2); at 5 wavelengths, where both meet the target, errors from 0.7 to
   1.9 times the plan's without them (four seeds)
   (docs/benchmarks.md, "Mode rows"); not measured in 1-D or 3-D, so not there
