@@ -139,8 +139,8 @@ def test_a_failed_warm_start_retries_at_the_same_damping_from_zero():
     """A trial from the warm start that is rejected does not raise λ: the next trial solves the
     same system from zero, and the step is the one a solver without the start takes."""
     class BadStart(MatrixFreeGN):   # every warm-started CG answers uphill
-        def cg(self, s, lam, D, rhs, precond, start=None):
-            x, Jx, it = super().cg(s, lam, D, rhs, precond, start)
+        def cg(self, s, lam, D, rhs, precond, start=None, scale=None):
+            x, Jx, it = super().cg(s, lam, D, rhs, precond, start, scale)
             return (-10.0 * x, -10.0 * Jx, it) if self.start_scale > 0 else (x, Jx, it)
 
     model, rows, _ = make_case(2, pml=True, hard=False, seed=4)
@@ -163,8 +163,8 @@ class _Overshoot(MatrixFreeGN):
     """Every CG answer ``scale`` times too long: a step that overshoots along the right direction."""
     scale = 3.0
 
-    def cg(self, s, lam, D, rhs, precond, start=None):
-        x, Jx, it = super().cg(s, lam, D, rhs, precond, start)
+    def cg(self, s, lam, D, rhs, precond, start=None, scale=None):
+        x, Jx, it = super().cg(s, lam, D, rhs, precond, start, scale)
         return self.scale * x, self.scale * Jx, it
 
 

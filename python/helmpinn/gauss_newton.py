@@ -744,7 +744,7 @@ class MatrixFreeGN:
             times["factor"] += t1 - t0
             with blas_limit(1):   # the solves alternate with the engine's products: no BLAS threads spinning
                 delta, Jd, it = self.cg(s, self.lam, D, s["g"], M, self._warm if self.cg_warm else None,
-                                        s["g_scale"])
+                                        scale=s["g_scale"])
                 warm_started = self.start_scale > 0
                 its.append(it)
                 t2 = time.perf_counter()
