@@ -498,10 +498,11 @@ def test_lam_returns_after_new_points():
     assert runs["keep"] > 10 * runs["restore"]
 
 
-def _mode_rows_case():
-    """The 2-D case with a PML and the hard constraint, with two mode rows on its PDE points."""
+def _mode_rows_case(weight: float = 3.0):
+    """The 2-D case with a PML and the hard constraint, with two mode rows on its PDE points
+    (random columns times ``weight``)."""
     model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
-    M = np.random.default_rng(11).normal(size=(len(rows), 2)) * 3.0
+    M = np.random.default_rng(11).normal(size=(len(rows), 2)) * weight
     M[rows.term != "pde"] = 0.0
     return model, model.residuals_for(rows, modes=M)
 
@@ -553,10 +554,7 @@ def test_cg_tolerance_is_relative_to_the_point_rows_share(products):
     """With mode rows that dominate the loss, CG's stop is ``cg_tol`` times the point rows'
     share of Jᵀr, ``‖J_pᵀ r_p‖`` (dense here), not the whole ``‖Jᵀr‖``: ``cg_tol_on="all"``
     stops earlier, with a residual above what "points" asks for."""
-    model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
-    M = np.random.default_rng(11).normal(size=(len(rows), 2)) * 300.0
-    M[rows.term != "pde"] = 0.0
-    res = model.residuals_for(rows, modes=M)
+    model, res = _mode_rows_case(300.0)
     theta = model.params.copy()
     J, r = res.jacobian(theta), res.residuals(theta)
     n = res.num_points

@@ -670,8 +670,8 @@ class MatrixFreeGN:
         dot = self.res.dot
         Q = getattr(precond, "deflate", None)
         self.start_scale = 0.0
-        norm = math.sqrt(dot(rhs, rhs))
-        ref = norm if scale is None else min(norm, scale)   # what cg_tol is relative to
+        ref = math.sqrt(dot(rhs, rhs))   # what cg_tol is relative to
+        ref = ref if scale is None else min(ref, scale)
         xb = dot(start, rhs) if start is not None and Q is None else 0.0   # α's numerator
         if Q is not None:
             x0 = Q(rhs)
@@ -683,14 +683,12 @@ class MatrixFreeGN:
             x0, Jx0, Ax0 = alpha * start, alpha * Jx0, alpha * Ax0
             self.start_scale = alpha
         else:
-            tol = self.cg_tol * ref / norm if norm > 0 else self.cg_tol
-            return pcg(normal, rhs, self.res.num_residuals, precond, tol, self.cg_maxiter, dot=dot)
+            return pcg(normal, rhs, self.res.num_residuals, precond, self.cg_tol, self.cg_maxiter, dot=dot, ref=ref)
         b = rhs - Ax0
         nb = math.sqrt(dot(b, b))
         if not nb > 0:
             return x0, Jx0, 0
-        tol = self.cg_tol * ref / nb
-        y, Jy, it = pcg(normal, b, self.res.num_residuals, precond, tol, self.cg_maxiter, dot=dot)
+        y, Jy, it = pcg(normal, b, self.res.num_residuals, precond, self.cg_tol, self.cg_maxiter, dot=dot, ref=ref)
         return x0 + y, Jx0 + Jy, it
 
     def direction(self, theta: NDArray, lam: float | None = None) -> tuple[NDArray, int]:

@@ -424,15 +424,16 @@ class _MatrixFree:
 
 def pcg(normal: Callable[[NDArray], tuple[NDArray, NDArray]], rhs: NDArray, num_residuals: int,
         precond: Callable[[NDArray], NDArray] | None, tol: float, maxiter: int, *,
-        dot: Callable[[NDArray, NDArray], float] | None = None) -> tuple[NDArray, NDArray, int]:
+        dot: Callable[[NDArray, NDArray], float] | None = None,
+        ref: float | None = None) -> tuple[NDArray, NDArray, int]:
     """Preconditioned conjugate gradients on the damped normal equations ``(JᵀJ + λD) x = rhs``,
     the one CG of LM's matrix-free system and of :class:`helmpinn.gauss_newton.MatrixFreeGN`.
 
     ``normal(p)`` returns ``(J p, (JᵀJ + λD) p)`` (J p over this process's ``num_residuals``
     rows); ``precond`` an approximate inverse of the matrix (None: none); ``dot`` the inner
     product of two parameter-space vectors (None: ``a @ b``; a global sum where the parameters
-    are split over ranks). Stops when the residual's norm is at most ``tol`` times ``|rhs|``,
-    after ``maxiter`` iterations, or on a direction of non-positive curvature. Returns ``x``,
+    are split over ranks). Stops when the residual's norm is at most ``tol`` times ``ref``
+    (default ``|rhs|``), after ``maxiter`` iterations, or on a direction of non-positive curvature. Returns ``x``,
     ``J x`` (kept along, so that the caller needs no further product) and the iterations taken.
     """
     if dot is None:
@@ -444,7 +445,7 @@ def pcg(normal: Callable[[NDArray], tuple[NDArray, NDArray]], rhs: NDArray, num_
     z = precond(rr) if precond is not None else rr
     p = z.copy()
     rz = dot(rr, z)
-    stop = tol * math.sqrt(dot(rhs, rhs))
+    stop = tol * (math.sqrt(dot(rhs, rhs)) if ref is None else ref)
     it = 0
     for it in range(1, maxiter + 1):
         Jp, Ap = normal(p)
