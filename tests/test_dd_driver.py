@@ -589,19 +589,47 @@ if __name__ == "__main__":
 
 def test_gn_weighs_a_closed_box_near_resonance_by_its_mode_rows():
     """``resonance`` (the plan's default): the residuals of a closed box near resonance carry the
-    mode rows of its near-resonant modes (helmpinn.waves.resonance_rows at the run's PDE points),
-    none where it is 0 or the problem has no such mode; bad values are refused."""
+    mode rows of its near-resonant modes; under the hard constraint by Green's identity
+    (helmpinn.waves.resonance_green_rows: each row ``sqrt(a² − 1) sqrt(w_pde / |Ω|)
+    ((κ − λ)⟨u, ψ̂⟩ − ⟨f, ψ̂⟩)``, checked here from the model's predictions on a fine grid, its
+    value rows adding nothing to the loss), without it the points' sum (resonance_rows at the
+    run's PDE points); none where it is 0 or the problem has no such mode; bad values are refused."""
     p = box(5.0)
     settings = dd_driver.decomposed_settings(p)
     assert settings["gn"]["resonance"] == waves.RESONANCE_WITHIN
     t = trainer(p, small_model(p, grid=(3, 3)))
     h = t.fit(2, optimizer=GNDriver(resonance=0.05))
     res = t.gn.res
-    rows = res.rows
-    expected = waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05)
-    assert res.num_modes == expected.shape[1] == 7
-    np.testing.assert_array_equal(res.modes, expected)
     assert h.loss[-1] < h.loss[0]
+    modes = [m for m in waves.box_resonances(p, 0.05) if np.isfinite(m.amplification)]
+    assert res.num_modes == len(modes) == 7
+    n = res.num_points
+    r = res.residuals(t.model.params)
+    got = r[n:n + 7] + 1j * r[n + 7:]
+    value_rows = res.rows.term == "modes"
+    assert np.all(res.modes[~value_rows] == 0) and (~value_rows).sum() == 600
+    nq = math.isqrt(int(value_rows.sum()))   # the rows read u on an nq × nq Gauss-Legendre grid
+    tq, wq = np.polynomial.legendre.leggauss(nq)
+    X, Y = np.meshgrid((tq + 1) / 2, (tq + 1) / 2, indexing="ij")
+    x = np.stack([X.ravel(), Y.ravel()], 1)
+    np.testing.assert_allclose(res.rows.x[value_rows], x, rtol=0, atol=1e-15)
+    w = np.outer(wq / 2, wq / 2).ravel()
+    xf = (np.arange(1000) + 0.5) / 1000   # ⟨f, ψ̂⟩ by the midpoint rule (f vanishes at the walls)
+    sd = 0.25 / 5.0   # box-source's default: 0.25 / wavelengths
+    F = np.exp(-((xf[:, None] - 0.5) ** 2 + (xf[None, :] - 0.5) ** 2) / (2 * sd ** 2)) / (2 * np.pi * sd ** 2)
+    u = t.model.predict(x).reshape(-1)
+    for i, m in enumerate(modes):
+        psi = np.sin(m.mode[0] * np.pi * x[:, 0]) * np.sin(m.mode[1] * np.pi * x[:, 1]) * 2.0   # ψ̂: norm 1
+        fhat = np.sin(m.mode[0] * np.pi * xf) @ F @ np.sin(m.mode[1] * np.pi * xf) * 2.0 / 1000 ** 2
+        row = (p.kappa - m.eigenvalue) * (w @ (u * psi)) - fhat
+        expected = math.sqrt(m.amplification ** 2 - 1) * math.sqrt(t.weights["pde"]) * row
+        assert abs(got[i] - expected) < 1e-8 * max(abs(expected), 1e-3), (m.mode, got[i], expected)
+    assert res.term_losses(r)["modes"] < 1e-12 * h.loss[-1]
+    # without the hard constraint: the points' sum
+    soft = trainer(p, DecomposedModel.create([0, 0], [1, 1], [(3, 3)], wavenumber=p.wavenumber, seed=0, **SMALL))
+    soft.fit(1, optimizer=GNDriver(resonance=0.05))
+    rows = soft.gn.res.rows
+    np.testing.assert_array_equal(soft.gn.res.modes, waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05))
     t2 = trainer(p, small_model(p, grid=(3, 3)))
     t2.fit(1, optimizer=GNDriver())                        # a driver's own default: none
     assert t2.gn.res.num_modes == 0

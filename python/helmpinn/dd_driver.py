@@ -158,6 +158,10 @@ CG_MAXITER = 100
 GN_BY_DIMENSION = {1: {"resonance": 0.0}, 3: {"backtrack": 0, "damping": "marquardt", "resonance": 0.0}}
 #: What :func:`decomposed_settings` changes for Adam (module docstring).
 ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
+#: The scale of the value rows that Green's mode rows read u from (:meth:`GNDriver._residuals`):
+#: so small that their own ``s² Σ |u − y|²`` adds nothing to the loss, the mode rows' columns
+#: ``1/s`` times larger to match.
+GREEN_ROW_SCALE = 1e-8
 #: The metadata key under which a decomposed model's file keeps its optimiser state.
 STATE_KEY = "optimizer_state"
 
@@ -274,7 +278,8 @@ class TrainableDecomposedModel(DecomposedModel):
     def training_residuals(self, training_set: Any, weights: Mapping[str, float], comm: Any = None,
                            modes: Callable[[Rows], Any] | None = None) -> Any:
         """The :class:`~helmpinn.decomposition.DecomposedResiduals` of :meth:`training_rows`,
-        with ``modes(rows)``'s mode rows where given (None: none). Over MPI (``comm`` of several
+        with ``modes(rows)``'s mode rows where given (None: none; ``modes`` may also return
+        ``(more, M)``: rows of its own, appended after the points', and M over all of them). Over MPI (``comm`` of several
         ranks, ``training_set`` this rank's share of a run's points) every rank holds every
         rank's points (:func:`helmpinn.distributed.gather_training_set`) and its own subdomains
         (``residuals_for(rows, comm=)``): the subdomains, not the points, are split."""
@@ -283,7 +288,11 @@ class TrainableDecomposedModel(DecomposedModel):
             from .distributed import gather_training_set
             training_set = gather_training_set(comm, training_set)
         rows = self.training_rows(training_set, weights)
-        return self.residuals_for(rows, comm=comm, modes=None if modes is None else modes(rows))
+        m = None if modes is None else modes(rows)
+        if isinstance(m, tuple):   # rows of their own for the mode rows, after the points'
+            more, m = m
+            rows = Rows.concat([rows, more])
+        return self.residuals_for(rows, comm=comm, modes=m)
 
     def objective(self, training_set: Any, weights: Mapping[str, float], comm: Any = None
                   ) -> Callable[[NDArray, NDArray], tuple[float, dict[str, float]]]:
@@ -410,8 +419,17 @@ class GNDriver(DampedDriver):
         within = float(self.settings.resonance)
 
         def modes(rows: Rows) -> Any:
-            from .waves import resonance_rows
-            return resonance_rows(run.problem, rows.x, rows.term == "pde", within)
+            from .waves import resonance_green_rows, resonance_rows
+            if getattr(run.model, "constraint", None) is None:
+                return resonance_rows(run.problem, rows.x, rows.term == "pde", within)
+            green = resonance_green_rows(run.problem, within)
+            if green is None:
+                return None
+            z, C, y = green
+            s = GREEN_ROW_SCALE * math.sqrt(float(run.weights["pde"]))
+            M = np.zeros((len(rows) + len(z), C.shape[1]))
+            M[len(rows):] = C / GREEN_ROW_SCALE
+            return Rows(z, 0.0, 0.0, s, s * y, "modes"), M
         return run.model.training_residuals(run.training_set, run.weights, run.comm, modes=modes if within else None)
 
     def resampled(self, run: "Trainer") -> None:
