@@ -109,7 +109,14 @@ sides, each at least one, a PML included):
   after 5 minutes (1.4e-2); at 5 wavelengths, where both meet the target, errors from 0.7 to
   1.9 times the plan's without them (four seeds)
   (docs/benchmarks.md, "Mode rows"); not measured in 1-D or 3-D, so not there
-  (:data:`GN_BY_DIMENSION`);
+  (:data:`GN_BY_DIMENSION`). Under the hard constraint (u = 0 on every wall) each row is
+  ``(κ − λ)⟨u, ψ⟩ − ⟨f, ψ⟩`` by Green's identity, u read on a Gauss-Legendre grid
+  (:func:`helmpinn.waves.resonance_green_rows`), not the points' sum of the residual: on
+  ``dirichlet2d`` n = 8 that sum missed the residual's component in a mode by about 1e-3
+  (amplified 256 times; after 300 s 81% of the error lay in one mode whose sampled component the
+  rows held at zero), the grid's by 1e-6; on one machine, 2 threads, 2.2e-4 after 5 minutes
+  against 1.5e-3, ``box-source`` at 10 wavelengths 1.15e-4 after 15 minutes against 5.1e-4, at
+  5 6.6e-5 against 1.3e-4 (docs/benchmarks.md, "Mode rows by Green's identity");
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
   constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
   papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
@@ -354,7 +361,8 @@ class GNSettings(LMSettings):
     ``cg_maxiter``, ``coarse``, ``products``, ``geodesic``, ``gram``, ...; its constructor checks
     them), and ``resonance``: in a closed box the loss also weighs the residual in the modes
     within this share of κ by the error it causes (the mode rows of
-    :func:`helmpinn.waves.resonance_rows`; module docstring); 0: not."""
+    :func:`helmpinn.waves.resonance_rows`, under a hard constraint
+    :func:`helmpinn.waves.resonance_green_rows`; module docstring); 0: not."""
 
     resonance: float = 0.0
 
@@ -415,7 +423,10 @@ class GNDriver(DampedDriver):
     def _residuals(self, run: "Trainer") -> Any:
         """The residuals of the run's points
         (:meth:`TrainableDecomposedModel.training_residuals`, over MPI too), with the mode rows
-        of the problem's near-resonant modes where ``resonance`` is set and it has any."""
+        of the problem's near-resonant modes where ``resonance`` is set and it has any: on a
+        model with the hard constraint Green's (value rows of scale :data:`GREEN_ROW_SCALE` on
+        the grid of :func:`helmpinn.waves.resonance_green_rows` after the points', the mode
+        rows' columns over them), else the points' sum (:func:`helmpinn.waves.resonance_rows`)."""
         within = float(self.settings.resonance)
 
         def modes(rows: Rows) -> Any:

@@ -239,7 +239,8 @@ def resonance_rows(problem: Problem, x: ArrayLike, pde: ArrayLike | None = None,
     (the PDE leaves u undetermined in them: no residual sees them), and of the rest only the
     ``most`` most amplified are taken (each column costs the solver two parameter vectors and a
     preconditioner application per damped trial). None where there is no such mode or the
-    problem is not a closed box."""
+    problem is not a closed box. For a model that vanishes on every wall,
+    :func:`resonance_green_rows` computes the same rows without the sampling's error."""
     within, cap = _positive("within", within), _positive("cap", cap)
     most = integer("resonance_rows", "most", most, low=1)
     modes = [m for m in box_resonances(problem, within) or []
