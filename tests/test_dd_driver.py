@@ -630,6 +630,14 @@ def test_gn_weighs_a_closed_box_near_resonance_by_its_mode_rows():
     soft.fit(1, optimizer=GNDriver(resonance=0.05))
     rows = soft.gn.res.rows
     np.testing.assert_array_equal(soft.gn.res.modes, waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05))
+    # the constraint forced on a box with a Neumann wall: Green's identity would miss its boundary term
+    neumann = hp.Problem(hp.geometry.Box([0, 0], [1, 1]), kappa=p.kappa, source=p.source_at,
+                         bcs={"xmin": hp.Neumann(), "*": hp.Dirichlet()})
+    forced = trainer(neumann, small_model(p, grid=(3, 3)), bc_points=0)
+    forced.fit(1, optimizer=GNDriver(resonance=0.05))
+    rows = forced.gn.res.rows
+    assert forced.gn.res.num_modes > 0 and not np.any(rows.term == "modes")
+    np.testing.assert_array_equal(forced.gn.res.modes, waves.resonance_rows(neumann, rows.x, rows.term == "pde", 0.05))
     t2 = trainer(p, small_model(p, grid=(3, 3)))
     t2.fit(1, optimizer=GNDriver())                        # a driver's own default: none
     assert t2.gn.res.num_modes == 0

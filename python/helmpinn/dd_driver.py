@@ -424,14 +424,14 @@ class GNDriver(DampedDriver):
         """The residuals of the run's points
         (:meth:`TrainableDecomposedModel.training_residuals`, over MPI too), with the mode rows
         of the problem's near-resonant modes where ``resonance`` is set and it has any: on a
-        model with the hard constraint Green's (value rows of scale :data:`GREEN_ROW_SCALE` on
+        model with the hard constraint, in a box whose every wall is ``Dirichlet(0)``, Green's (value rows of scale :data:`GREEN_ROW_SCALE` on
         the grid of :func:`helmpinn.waves.resonance_green_rows` after the points', the mode
         rows' columns over them), else the points' sum (:func:`helmpinn.waves.resonance_rows`)."""
         within = float(self.settings.resonance)
 
         def modes(rows: Rows) -> Any:
             from .waves import resonance_green_rows, resonance_rows
-            if getattr(run.model, "constraint", None) is None:
+            if getattr(run.model, "constraint", None) is None or not _hard_constraint(run.problem):
                 return resonance_rows(run.problem, rows.x, rows.term == "pde", within)
             green = resonance_green_rows(run.problem, within)
             if green is None:
