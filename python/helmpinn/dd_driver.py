@@ -116,7 +116,8 @@ sides, each at least one, a PML included):
   (amplified 256 times; after 300 s 81% of the error lay in one mode whose sampled component the
   rows held at zero), the grid's by 1e-6; on one machine, 2 threads, 2.2e-4 after 5 minutes
   against 1.5e-3, ``box-source`` at 10 wavelengths 1.15e-4 after 15 minutes against 5.1e-4, at
-  5 6.6e-5 against 1.3e-4 (docs/benchmarks.md, "Mode rows by Green's identity");
+  5 6.6e-5 against 1.3e-4; at 20 wavelengths 6.6e-3 after 630 s where it stayed at 0.94
+  (docs/benchmarks.md, "Mode rows by Green's identity");
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
   constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
   papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
