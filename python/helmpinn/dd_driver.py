@@ -287,9 +287,10 @@ class TrainableDecomposedModel(DecomposedModel):
                            modes: Callable[[Rows], Any] | None = None) -> Any:
         """The :class:`~helmpinn.decomposition.DecomposedResiduals` of :meth:`training_rows`,
         with ``modes(rows)``'s mode rows where given (None: none; ``modes`` may also return
-        ``(more, M)``: rows of its own, appended after the points', and M over all of them). Over MPI (``comm`` of several
-        ranks, ``training_set`` this rank's share of a run's points) every rank holds every
-        rank's points (:func:`helmpinn.distributed.gather_training_set`) and its own subdomains
+        ``(more, M)``: rows of its own, appended after the points', and M over all of them).
+        Over MPI (``comm`` of several ranks, ``training_set`` this rank's share of a run's
+        points) every rank holds every rank's points
+        (:func:`helmpinn.distributed.gather_training_set`) and its own subdomains
         (``residuals_for(rows, comm=)``): the subdomains, not the points, are split."""
         comm = comm if comm is not None and comm.Get_size() > 1 else None
         if comm is not None:
@@ -425,9 +426,10 @@ class GNDriver(DampedDriver):
         """The residuals of the run's points
         (:meth:`TrainableDecomposedModel.training_residuals`, over MPI too), with the mode rows
         of the problem's near-resonant modes where ``resonance`` is set and it has any: on a
-        model with the hard constraint, in a box whose every wall is ``Dirichlet(0)``, Green's (value rows of scale :data:`GREEN_ROW_SCALE` on
-        the grid of :func:`helmpinn.waves.resonance_green_rows` after the points', the mode
-        rows' columns over them), else the points' sum (:func:`helmpinn.waves.resonance_rows`)."""
+        model with the hard constraint, in a box whose every wall is ``Dirichlet(0)``, Green's
+        (value rows of scale :data:`GREEN_ROW_SCALE` on the grid of
+        :func:`helmpinn.waves.resonance_green_rows` after the points', the mode rows' columns
+        over them), else the points' sum (:func:`helmpinn.waves.resonance_rows`)."""
         within = float(self.settings.resonance)
 
         def modes(rows: Rows) -> Any:
