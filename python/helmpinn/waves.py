@@ -241,21 +241,30 @@ def resonance_rows(problem: Problem, x: ArrayLike, pde: ArrayLike | None = None,
     preconditioner application per damped trial). None where there is no such mode or the
     problem is not a closed box. For a model that vanishes on every wall,
     :func:`resonance_green_rows` computes the same rows without the sampling's error."""
-    within, cap = _positive("within", within), _positive("cap", cap)
-    most = integer("resonance_rows", "most", most, low=1)
-    modes = [m for m in box_resonances(problem, within) or []
-             if math.isfinite(m.amplification) and m.amplification > 1][:most]
+    modes, beta = _weighted_modes("resonance_rows", problem, within, cap, most)
     if not modes:
         return None
     x = np.asarray(x, np.float64)
     keep = np.ones(len(x), bool) if pde is None else np.asarray(pde, bool)
     cols = []
-    for m in modes:
+    for m, b in zip(modes, beta):
         phi = np.where(keep, box_mode_values(problem, m.mode, x), 0.0)
         norm = float(np.linalg.norm(phi))
-        a = min(m.amplification, cap)
-        cols.append(phi * (math.sqrt(a * a - 1.0) / norm) if norm > 0 else phi)
+        cols.append(phi * (b / norm) if norm > 0 else phi)
     return np.stack(cols, 1)
+
+
+def _weighted_modes(name: str, problem: Problem, within: float, cap: float, most: int
+                    ) -> tuple[list[BoxMode], NDArray[np.float64]]:
+    """The modes the mode rows take (:func:`resonance_rows`, :func:`resonance_green_rows`; the
+    arguments checked in ``name``'s words): of :func:`box_resonances` within ``within``·κ those
+    with a finite amplification a > 1, the ``most`` most amplified, and each one's row weight
+    ``sqrt(min(a, cap)² − 1)``."""
+    within, cap = _positive("within", within), _positive("cap", cap)
+    most = integer(name, "most", most, low=1)
+    modes = [m for m in box_resonances(problem, within) or []
+             if math.isfinite(m.amplification) and m.amplification > 1][:most]
+    return modes, np.array([math.sqrt(min(m.amplification, cap) ** 2 - 1.0) for m in modes])
 
 
 #: :func:`resonance_green_rows`' Gauss-Legendre nodes per half-wave of the integrand ``u ψ``
@@ -298,15 +307,12 @@ def resonance_green_rows(problem: Problem, within: float = RESONANCE_WITHIN, cap
     whose residual rows carry ``1/sqrt(N)``); y is the part of the exact solution in the modes
     (``⟨f, ψ̂⟩`` on a grid ``source_refine`` times finer per axis, for a sharp source). None
     where there is no such mode; the modes as :func:`resonance_rows` takes them."""
-    within, cap = _positive("within", within), _positive("cap", cap)
-    most = integer("resonance_green_rows", "most", most, low=1)
     refine = integer("resonance_green_rows", "source_refine", source_refine, low=1)
     faces = _closed_box(problem)
     if faces is not None and not all(d0 and d1 for _, d0, d1 in faces):
         raise ValueError("problem: Green's identity needs u = 0 on every wall; a Neumann face "
                          "leaves its boundary term (use resonance_rows)")
-    modes = [m for m in box_resonances(problem, within) or []
-             if math.isfinite(m.amplification) and m.amplification > 1][:most]
+    modes, beta = _weighted_modes("resonance_green_rows", problem, within, cap, most)
     if not modes:
         return None
     lo, hi = np.asarray(problem.domain.lo, float), np.asarray(problem.domain.hi, float)
@@ -328,7 +334,6 @@ def resonance_green_rows(problem: Problem, within: float = RESONANCE_WITHIN, cap
             phi = box_mode_values(problem, m.mode, zf)
             fhat[i] = (wf * f) @ phi / math.sqrt(wf @ phi ** 2)
     shift = np.array([kappa - m.eigenvalue for m in modes])
-    beta = np.array([math.sqrt(min(m.amplification, cap) ** 2 - 1.0) for m in modes])
     C = (w[:, None] * psi) * (beta * shift / math.sqrt(volume))
     # y = Σ_n α_n ψ̂_n with (κ − λ_m) ⟨y, ψ̂_m⟩ = ⟨f, ψ̂_m⟩ on the grid (its Gram is I to round-off)
     gram = psi.T @ (w[:, None] * psi)
