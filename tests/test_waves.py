@@ -182,37 +182,53 @@ def test_box_resonances_only_for_closed_boxes():
         waves.box_resonances(waves.box_source(5), within=0)
 
 
-def test_green_mode_rows_are_the_residuals_projection():
+#: Green's rows' cases by dimension: a box off the origin, the mode κ lies 0.4% above, the modes
+#: taken, the Gauss-Legendre nodes per axis of the independent projection.
+GREEN_CASES = {
+    1: ([0.5], [1.7], (7,), 1, 200),
+    2: ([0.5, -0.2], [1.7, 0.8], (7, 3), 3, 160),
+    3: ([0.5, -0.2, 0.1], [1.7, 0.8, 0.9], (3, 3, 2), 5, 44),
+}
+
+
+@pytest.mark.parametrize("d", sorted(GREEN_CASES))
+def test_green_mode_rows_are_the_residuals_projection(d):
     """resonance_green_rows: for u that vanishes on the walls, ``Σ_j C[j, m] (u(z_j) − y_j)`` is
     ``sqrt(a² − 1) ⟨Δu + κu − f, ψ̂_m⟩ / sqrt(|Ω|)``, the residual (fourth-order differences)
-    projected on a fine Gauss-Legendre grid, on a box off the origin with a source; the rows of
-    box-source's exact solution are zero."""
-    lo, hi = np.array([0.5, -0.2]), np.array([1.7, 0.8])
+    projected on a fine Gauss-Legendre grid, on a box off the origin with a complex source, in
+    1, 2 and 3 dimensions; the rows of box-source's exact solution are zero."""
+    lo, hi, top, count, nodes = GREEN_CASES[d]
+    lo, hi = np.array(lo), np.array(hi)
     L = hi - lo
-    lam = (7 * math.pi / L[0]) ** 2 + (3 * math.pi / L[1]) ** 2
-    src = lambda x: np.exp(-20 * ((x[:, 0] - 1.0) ** 2 + (x[:, 1] - 0.4) ** 2)) * (1 + 0.5j)   # noqa: E731
-    p = hp.Problem(hp.geometry.Box(lo, hi), kappa=lam * 1.004, source=src, bcs={"*": hp.Dirichlet()})
+    lam = sum((m * math.pi / La) ** 2 for m, La in zip(top, L))
+    centre, plane = lo + 0.4 * L, np.array([3.0, 2.0, 1.0])[:d]
+    src = lambda x: np.exp(-20 * ((x - centre) ** 2).sum(1)) * (1 + 0.5j)   # noqa: E731
+    domain = hp.geometry.Interval(lo[0], hi[0]) if d == 1 else hp.geometry.Box(lo, hi)
+    p = hp.Problem(domain, kappa=lam * 1.004, source=src, bcs={"*": hp.Dirichlet()})
     modes = [m for m in waves.box_resonances(p, 0.05) if m.amplification > 1][:waves.RESONANCE_MOST]
-    assert len(modes) == 3 and modes[0].mode == (7, 3)
+    assert len(modes) == count and modes[0].mode == top
     z, C, y = waves.resonance_green_rows(p)
     assert C.shape == (len(z), len(modes)) and y.shape == (len(z),)
 
     def u(x):
         t = (x - lo) / L
-        return t[:, 0] * (1 - t[:, 0]) * t[:, 1] * (1 - t[:, 1]) * np.exp(1j * (3 * x[:, 0] + 2 * x[:, 1]))
+        return np.prod(t * (1 - t), 1) * np.exp(1j * (x @ plane))
 
-    t, w = np.polynomial.legendre.leggauss(160)
-    g = [lo[a] + L[a] * (t + 1) / 2 for a in range(2)]
-    X, Y = np.meshgrid(*g, indexing="ij")
-    x = np.stack([X.ravel(), Y.ravel()], 1)
-    wx = np.outer(w * L[0] / 2, w * L[1] / 2).ravel()
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    x = np.stack([g.ravel() for g in np.meshgrid(*[lo[a] + L[a] * (t + 1) / 2 for a in range(d)],
+                                                 indexing="ij")], 1)
+    wx = np.ones(1)
+    for a in range(d):
+        wx = np.multiply.outer(wx, w * L[a] / 2).ravel()
     r = _lap4(u, x, 1e-3) + p.kappa * u(x) - src(x)
     for i, m in enumerate(modes):
         psi = _mode_function(p, m.mode)(x)
-        proj = wx @ (r * psi) / math.sqrt(np.prod(L) / 4)
+        proj = wx @ (r * psi) / math.sqrt(np.prod(L) / 2 ** d)
         expected = math.sqrt(min(m.amplification, waves.RESONANCE_CAP) ** 2 - 1) * proj / math.sqrt(np.prod(L))
         got = C[:, i] @ (u(z) - y)
         assert abs(got - expected) < 1e-7 * abs(expected), (m.mode, got, expected)
+    if d != 2:
+        return
     b = waves.box_source(10)
     z, C, y = waves.resonance_green_rows(b)
     assert np.abs(C.T @ (b.exact_at(z) - y)).max() < 1e-10 * np.abs(C.T @ y).max()

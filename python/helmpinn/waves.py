@@ -33,6 +33,7 @@ into an error; :func:`helmpinn.solve` issues a :class:`ResonanceWarning` from it
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -219,11 +220,17 @@ def box_mode_values(problem: Problem, mode: tuple[int, ...], x: ArrayLike) -> ND
     if x.ndim != 2 or x.shape[1] != len(faces) or len(mode) != len(faces):
         raise ValueError(f"x, mode: expected points [N, {len(faces)}] and {len(faces)} indices, got {x.shape} and {mode}")
     out = np.ones(len(x))
-    for a, ((L, d0, d1), m) in enumerate(zip(faces, mode)):
-        t = math.pi * (x[:, a] - float(problem.domain.lo[a])) / L
-        out *= (np.sin(m * t) if d1 else np.cos(m * t)) if d0 == d1 else \
-            (np.sin((m + 0.5) * t) if d0 else np.cos((m + 0.5) * t))
+    for a, m in enumerate(mode):
+        out *= _mode_factor(faces[a], m, x[:, a] - float(problem.domain.lo[a]))
     return out
+
+
+def _mode_factor(face: tuple[float, bool, bool], m: int, s: NDArray) -> NDArray[np.float64]:
+    """One axis's factor of a box mode (:func:`box_mode_values`) at distances s from its min face."""
+    L, d0, d1 = face
+    t = math.pi * s / L
+    return (np.sin(m * t) if d1 else np.cos(m * t)) if d0 == d1 else \
+        (np.sin((m + 0.5) * t) if d0 else np.cos((m + 0.5) * t))
 
 
 def resonance_rows(problem: Problem, x: ArrayLike, pde: ArrayLike | None = None, within: float = RESONANCE_WITHIN,
@@ -275,19 +282,24 @@ GREEN_NODES_PER_HALF_WAVE = 2.0
 GREEN_NODES_ADDED = 16
 
 
-def _gauss_legendre_grid(lo: NDArray, hi: NDArray, counts: list[int]) -> tuple[NDArray, NDArray]:
-    """The tensor Gauss-Legendre grid of ``counts`` nodes per axis on the box [lo, hi]: nodes
-    [Π counts, d] and weights (summing to the box's volume)."""
+def _gauss_legendre_axes(lo: NDArray, hi: NDArray, counts: list[int]) -> list[tuple[NDArray, NDArray]]:
+    """Per axis of the box [lo, hi] the ``counts[a]`` Gauss-Legendre nodes and weights."""
     axes = []
     for a, n in enumerate(counts):
         t, w = np.polynomial.legendre.leggauss(int(n))
         half = 0.5 * float(hi[a] - lo[a])
         axes.append((float(lo[a]) + half * (t + 1.0), half * w))
-    nodes = np.stack([g.ravel() for g in np.meshgrid(*[t for t, _ in axes], indexing="ij")], 1)
-    weights = np.ones(len(nodes))
-    for g in np.meshgrid(*[w for _, w in axes], indexing="ij"):
-        weights *= g.ravel()
-    return nodes, weights
+    return axes
+
+
+def _tensor(factors: list[NDArray]) -> NDArray:
+    """The tensor grid's values [Π n_a, ...] of a product of per-axis factors [n_a, ...] (axis 0
+    slowest, as ``np.meshgrid(..., indexing="ij")`` orders the nodes)."""
+    d = len(factors)
+    out = np.ones(())
+    for a, f in enumerate(factors):
+        out = out * f.reshape((1,) * a + (len(f),) + (1,) * (d - 1 - a) + f.shape[1:])
+    return out.reshape((-1,) + factors[0].shape[1:])
 
 
 def resonance_green_rows(problem: Problem, within: float = RESONANCE_WITHIN, cap: float = RESONANCE_CAP,
@@ -321,24 +333,52 @@ def resonance_green_rows(problem: Problem, within: float = RESONANCE_WITHIN, cap
     counts = [math.ceil(GREEN_NODES_PER_HALF_WAVE * (math.sqrt(kappa) * float(hi[a] - lo[a]) / math.pi
                                                      + max(m.mode[a] for m in modes))) + GREEN_NODES_ADDED
               for a in range(problem.dim)]
-    z, w = _gauss_legendre_grid(lo, hi, counts)
+
+    def factors(axes: list[tuple[NDArray, NDArray]]) -> list[NDArray]:
+        # per axis [n_a, q]: the modes' factors at the nodes, scaled so ψ̂ = Π factors has unit norm
+        out = []
+        for a, (t, w) in enumerate(axes):
+            f = np.stack([_mode_factor(faces[a], m.mode[a], t - lo[a]) for m in modes], 1)
+            out.append(f / np.sqrt(w @ f ** 2))
+        return out
+
+    axes = _gauss_legendre_axes(lo, hi, counts)
+    z = np.stack([g.ravel() for g in np.meshgrid(*[t for t, _ in axes], indexing="ij")], 1)
+    w = _tensor([wa for _, wa in axes])
+    psi = _tensor(factors(axes))   # ψ̂ on the grid [M, q]
+    fhat = _source_in_modes(problem, _gauss_legendre_axes(lo, hi, [refine * c for c in counts]), factors)
     volume = float(np.prod(hi - lo))
-    psi = np.stack([box_mode_values(problem, m.mode, z) for m in modes], 1)
-    psi /= np.sqrt(w @ psi ** 2)   # ψ̂ on the grid
-    zf, wf = _gauss_legendre_grid(lo, hi, [refine * c for c in counts])
-    f = problem.source_at(zf)
-    fhat = np.zeros(len(modes), np.complex128)
-    if f is not None:
-        f = np.asarray(f, np.complex128).reshape(-1)
-        for i, m in enumerate(modes):
-            phi = box_mode_values(problem, m.mode, zf)
-            fhat[i] = (wf * f) @ phi / math.sqrt(wf @ phi ** 2)
     shift = np.array([kappa - m.eigenvalue for m in modes])
     C = (w[:, None] * psi) * (beta * shift / math.sqrt(volume))
     # y = Σ_n α_n ψ̂_n with (κ − λ_m) ⟨y, ψ̂_m⟩ = ⟨f, ψ̂_m⟩ on the grid (its Gram is I to round-off)
     gram = psi.T @ (w[:, None] * psi)
     y = psi @ np.linalg.solve(gram, fhat / shift)
     return z, C, y
+
+
+def _source_in_modes(problem: Problem, axes: list[tuple[NDArray, NDArray]], factors: Callable[..., list[NDArray]]
+                     ) -> NDArray[np.complex128]:
+    """⟨f, ψ̂_m⟩ for each mode on the tensor Gauss-Legendre grid ``axes``, ψ̂ from the per-axis
+    ``factors(axes)``: the source evaluated a slab of the first axis at a time (a 3-D grid 4
+    times finer than the rows' holds millions of nodes), each slab contracted axis by axis."""
+    F = factors(axes)
+    q = F[0].shape[1]
+    out = np.zeros(q, np.complex128)
+    rest = [t for t, _ in axes[1:]]
+    grid = np.stack([g.ravel() for g in np.meshgrid(*rest, indexing="ij")], 1) if rest else np.zeros((1, 0))
+    wrest = _tensor([wa for _, wa in axes[1:]]) if rest else np.ones(1)
+    psirest = _tensor(F[1:]) if rest else np.ones((1, q))
+    t0, w0 = axes[0]
+    slab = max(1, (1 << 20) // len(grid))
+    for i in range(0, len(t0), slab):
+        j = min(i + slab, len(t0))
+        x = np.concatenate([np.repeat(t0[i:j], len(grid))[:, None], np.tile(grid, (j - i, 1))], 1)
+        f = problem.source_at(x)
+        if f is None:
+            return out
+        f = np.asarray(f, np.complex128).reshape(j - i, len(grid)) * wrest
+        out += np.einsum("ir,rq,iq->q", f * w0[i:j, None], psirest, F[0][i:j])
+    return out
 
 
 def resonance_warning(problem: Problem, within: float = 0.01) -> str | None:
