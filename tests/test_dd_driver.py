@@ -349,9 +349,14 @@ def test_decomposed_settings_reproduce_the_measured_runs():
     assert s["gn"]["damping"] == "geometric" and f["gn"]["damping"] == "marquardt"
     c3 = dd_driver.decomposed_settings(hp.get_problem("cube3d", k=8 * math.pi))["gn"]
     assert c3["backtrack"] == 0 and c3["damping"] == "marquardt"
-    # mode rows in 2-D (measured there), not in 1-D or 3-D
-    assert s["gn"]["resonance"] == f["gn"]["resonance"] == waves.RESONANCE_WITHIN and c3["resonance"] == 0
+    # mode rows in 2-D and 3-D (measured there), not in 1-D
+    assert s["gn"]["resonance"] == f["gn"]["resonance"] == c3["resonance"] == waves.RESONANCE_WITHIN
     assert dd_driver.decomposed_settings(hp.get_problem("plane1d", k=400.0))["gn"]["resonance"] == 0
+    # the points grow at a lower gap than LM's (dd_driver's docstring), and the driver gets it
+    from helmpinn.defaults import LM_GROW_GAP
+
+    assert s["gn"]["grow_gap"] == dd_driver.GROW_GAP == 1.5 < LM_GROW_GAP
+    assert dd_driver.GNDriver(**s["gn"]).settings.grow_gap == dd_driver.GROW_GAP
     c = dd_driver.decomposed_settings(box(5.0), subdomains_per_wavelength=0.5, coarse_level=True, hidden=16)
     assert c["decomposition"]["grids"] == [[3, 3], [1, 1]] and c["hidden"] == 16
     with pytest.raises(ValueError, match=r"decomposition: unknown settings \['width'\]"):

@@ -57,9 +57,10 @@ sides, each at least one, a PML included):
   150 s, 2.8 × 0.6: 2.5e-5, 2.4e-5, 1.3e-4, 1.5e-4 against 1.6e-4, 2.2e-4, 3.4e-4, 5.5e-4),
   at 2.95 across (3 × 0.6, 6.6 long) once off its plateau (0.37 at 120 s, 6.0e-5 at 240 s
   against 5.1e-4 and 2.4e-4), and the decomposition at 3.41 (2 × 1.2: 4.0e-4 against
-  4.9e-3); the rule on the longest side (until 2026-12-03) decomposed all six. In 3-D neither
-  works yet at 4.6 (``cube3d`` k = 8π after 15 minutes: decomposed 0.66, one network 0.32;
-  docs/benchmarks.md says what holds the decomposition back), and at 2.6 across (``cube3d``
+  4.9e-3); the rule on the longest side (until 2026-12-03) decomposed all six. In 3-D at 4.6
+  (``cube3d`` k = 8π after 15 minutes) one network reached 0.32, the decomposition 0.66, and
+  3.3e-2 since the mode rows and the earlier growth of the points in 3-D
+  (docs/benchmarks.md, "Mode rows in 3-D"), and at 2.6 across (``cube3d``
   k = 4π) one network ended lower after 300 s (8.9e-4 against 3.2e-3), so the 3-D threshold
   is the 2-D one until a 3-D problem above 3 is measured; 1-D networks reach 4e-6 at 32
   wavelengths (``plane1d`` k = 200), so 1-D ones only above 32;
@@ -95,9 +96,11 @@ sides, each at least one, a PML included):
   300 s at k = 8π; docs/benchmarks.md, "Backtracking a rejected step"); the output-layer
   coarse space; 200 iterations at most, stopping when the loss falls by less than 1% over 10;
   the points grow by LM's rule
-  (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap exceeds 3 (without it
-  box-source at 5 wavelengths came to fit its points rather than the field: docs/benchmarks.md);
-- in a closed box in 2-D, mode rows (``resonance``: the modes within
+  (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap exceeds 1.5
+  (:data:`GROW_GAP`; without growth box-source at 5 wavelengths came to fit its points rather
+  than the field; LM's 3 left ``dirichlet2d`` n = 8 at 2.4e-4 after 300 s, 1.5 at 1.5e-4:
+  docs/benchmarks.md, "Growing the points sooner");
+- in a closed box in 2-D and 3-D, mode rows (``resonance``: the modes within
   :data:`helmpinn.waves.RESONANCE_WITHIN` of κ weighed by their amplification,
   :func:`helmpinn.waves.resonance_rows`): there the error of the runs above lay almost whole in
   the few modes whose eigenvalue lies near κ (``box-source`` at 10 wavelengths after 900 s:
@@ -108,7 +111,7 @@ sides, each at least one, a PML included):
   :mod:`helmpinn.gauss_newton`), ``dirichlet2d`` n = 8 1.8e-3
   after 5 minutes (1.4e-2); at 5 wavelengths, where both meet the target, errors from 0.7 to
   1.9 times the plan's without them (four seeds)
-  (docs/benchmarks.md, "Mode rows"); not measured in 1-D or 3-D, so not there
+  (docs/benchmarks.md, "Mode rows"); not measured in 1-D, so not there
   (:data:`GN_BY_DIMENSION`). Under the hard constraint (u = 0 on every wall) each row is
   ``(κ − λ)⟨u, ψ⟩ − ⟨f, ψ⟩`` by Green's identity, u read on a Gauss-Legendre grid
   (:func:`helmpinn.waves.resonance_green_rows`), not the points' sum of the residual: on
@@ -117,7 +120,8 @@ sides, each at least one, a PML included):
   rows held at zero), the grid's by 1e-6; on one machine, 2 threads, 2.2e-4 after 5 minutes
   against 1.5e-3, ``box-source`` at 10 wavelengths 1.15e-4 after 15 minutes against 5.1e-4, at
   5 6.6e-5 against 1.3e-4; at 20 wavelengths 6.6e-3 after 630 s where it stayed at 0.94
-  (docs/benchmarks.md, "Mode rows by Green's identity");
+  (docs/benchmarks.md, "Mode rows by Green's identity"); ``cube3d`` at k = 8π 8.3e-2 after
+  600 s against 0.35 without them (docs/benchmarks.md, "Mode rows in 3-D");
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
   constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
   papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
@@ -143,7 +147,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "trainable", "load_model", "term_means",
            "decomposed_settings", "should_decompose", "build_decomposed_model", "DECOMPOSE_ABOVE",
-           "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH", "DAMPING", "GN_BY_DIMENSION",
+           "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH", "DAMPING", "GN_BY_DIMENSION", "GROW_GAP",
            "ADAM_SETTINGS"]
 
 #: Decompose a problem that spans more than this many wavelengths across its sampled domain
@@ -160,10 +164,13 @@ DAMPING = {True: "geometric", False: "marquardt"}
 #: times lower errors on ``box-source``, ``free-source`` and ``dirichlet2d``, the same on
 #: ``scatter-soft``, whose CG mostly stops at its tolerance first).
 CG_MAXITER = 100
+#: The validation gap (validation loss / training loss) above which the points grow
+#: (:class:`~helmpinn.drivers.PointsGrowth`; LM's is 3; module docstring).
+GROW_GAP = 1.5
 #: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
 #: in 3-D no backtracking (it hurt there) and Marquardt's damping (the geometric one, 1.5 times
-#: behind it on ``cube3d``); mode rows only in 2-D, where they were measured.
-GN_BY_DIMENSION = {1: {"resonance": 0.0}, 3: {"backtrack": 0, "damping": "marquardt", "resonance": 0.0}}
+#: behind it on ``cube3d``); mode rows in 2-D and 3-D, where they were measured, not in 1-D.
+GN_BY_DIMENSION = {1: {"resonance": 0.0}, 3: {"backtrack": 0, "damping": "marquardt"}}
 #: What :func:`decomposed_settings` changes for Adam (module docstring).
 ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
 #: The scale of the value rows that Green's mode rows read u from (:meth:`GNDriver._residuals`):
@@ -564,7 +571,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
             "resample_every": 0, "eval_every": 1, "weights": auto_weights(problem, LM_BOUNDARY_SHARE),
             "gn": {"stall_window": 10, "stall_factor": 0.99, "lam": 1e-3, "damping": DAMPING[constraint],
                    "cg_tol": 1e-3, "cg_maxiter": CG_MAXITER, "coarse": "last_layer", "update": "nielsen",
-                   "cg_warm": True, "backtrack": BACKTRACK, "resonance": RESONANCE_WITHIN,
+                   "cg_warm": True, "backtrack": BACKTRACK, "resonance": RESONANCE_WITHIN, "grow_gap": GROW_GAP,
                    **GN_BY_DIMENSION.get(d, {})},
             "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": float(r["overlap"]),
                               "constraint": constraint, "coarse_level": bool(r["coarse_level"]),
