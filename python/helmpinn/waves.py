@@ -33,7 +33,6 @@ into an error; :func:`helmpinn.solve` issues a :class:`ResonanceWarning` from it
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -292,6 +291,12 @@ def _gauss_legendre_axes(lo: NDArray, hi: NDArray, counts: list[int]) -> list[tu
     return axes
 
 
+def _grid_points(axes: list[NDArray]) -> NDArray[np.float64]:
+    """The tensor grid's nodes [Π n_a, d] of per-axis nodes (axis 0 slowest: ``np.meshgrid(...,
+    indexing="ij")``'s order, which :func:`_tensor` follows)."""
+    return np.stack([g.ravel() for g in np.meshgrid(*axes, indexing="ij")], 1)
+
+
 def _tensor(factors: list[NDArray]) -> NDArray:
     """The tensor grid's values [Π n_a, ...] of a product of per-axis factors [n_a, ...] (axis 0
     slowest, as ``np.meshgrid(..., indexing="ij")`` orders the nodes)."""
@@ -343,10 +348,11 @@ def resonance_green_rows(problem: Problem, within: float = RESONANCE_WITHIN, cap
         return out
 
     axes = _gauss_legendre_axes(lo, hi, counts)
-    z = np.stack([g.ravel() for g in np.meshgrid(*[t for t, _ in axes], indexing="ij")], 1)
+    z = _grid_points([t for t, _ in axes])
     w = _tensor([wa for _, wa in axes])
     psi = _tensor(factors(axes))   # ψ̂ on the grid [M, q]
-    fhat = _source_in_modes(problem, _gauss_legendre_axes(lo, hi, [refine * c for c in counts]), factors)
+    fine = _gauss_legendre_axes(lo, hi, [refine * c for c in counts])
+    fhat = _source_in_modes(problem, fine, factors(fine))
     volume = float(np.prod(hi - lo))
     shift = np.array([kappa - m.eigenvalue for m in modes])
     C = (w[:, None] * psi) * (beta * shift / math.sqrt(volume))
@@ -356,28 +362,21 @@ def resonance_green_rows(problem: Problem, within: float = RESONANCE_WITHIN, cap
     return z, C, y
 
 
-def _source_in_modes(problem: Problem, axes: list[tuple[NDArray, NDArray]], factors: Callable[..., list[NDArray]]
+def _source_in_modes(problem: Problem, axes: list[tuple[NDArray, NDArray]], F: list[NDArray]
                      ) -> NDArray[np.complex128]:
-    """⟨f, ψ̂_m⟩ for each mode on the tensor Gauss-Legendre grid ``axes``, ψ̂ from the per-axis
-    ``factors(axes)``: the source evaluated a slab of the first axis at a time (a 3-D grid 4
-    times finer than the rows' holds millions of nodes), each slab contracted axis by axis."""
-    F = factors(axes)
-    q = F[0].shape[1]
-    out = np.zeros(q, np.complex128)
-    rest = [t for t, _ in axes[1:]]
-    grid = np.stack([g.ravel() for g in np.meshgrid(*rest, indexing="ij")], 1) if rest else np.zeros((1, 0))
-    wrest = _tensor([wa for _, wa in axes[1:]]) if rest else np.ones(1)
-    psirest = _tensor(F[1:]) if rest else np.ones((1, q))
+    """⟨f, ψ̂_m⟩ for each mode on the tensor Gauss-Legendre grid ``axes`` (nodes and weights per
+    axis), ψ̂ the product of the per-axis factors F [n_a, q]: a slab of the first axis at a time
+    (a 3-D grid 4 times finer than the rows' holds millions of nodes)."""
     t0, w0 = axes[0]
-    slab = max(1, (1 << 20) // len(grid))
+    slab = max(1, (1 << 18) // int(np.prod([len(t) for t, _ in axes[1:]])))
+    out = np.zeros(F[0].shape[1], np.complex128)
     for i in range(0, len(t0), slab):
-        j = min(i + slab, len(t0))
-        x = np.concatenate([np.repeat(t0[i:j], len(grid))[:, None], np.tile(grid, (j - i, 1))], 1)
-        f = problem.source_at(x)
+        part = [(t0[i:i + slab], w0[i:i + slab])] + axes[1:]
+        f = problem.source_at(_grid_points([t for t, _ in part]))
         if f is None:
             return out
-        f = np.asarray(f, np.complex128).reshape(j - i, len(grid)) * wrest
-        out += np.einsum("ir,rq,iq->q", f * w0[i:j, None], psirest, F[0][i:j])
+        w = _tensor([wa for _, wa in part])
+        out += (np.asarray(f, np.complex128).reshape(-1) * w) @ _tensor([F[0][i:i + slab]] + F[1:])
     return out
 
 
