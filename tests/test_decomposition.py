@@ -81,9 +81,10 @@ def make_case(d, *, pml=False, hard=False, seed=0):
         a, b = np.ones((n, d)), np.zeros((n, d))
     pde = Rows(x, 0.7 * a, 0.7 * b, 0.7 * k * k, 0.7 * (rng.normal(size=n) + 1j * rng.normal(size=n)), "pde")
     parts = [pde]
-    if d >= 2:   # data rows (a = b = 0, c = s) and Robin rows (b = s n, c = s α)
+    if d >= 2:   # value rows (a = b = 0, a complex c: Dirichlet's c = s, Green's rows' too) and
+        # Robin rows (b = s n, c = s α)
         xd = rng.uniform(lo + margin, hi - margin, (7, d))
-        parts.append(Rows(xd, 0.0, 0.0, 2.0, 2.0 * rng.normal(size=7), "data"))
+        parts.append(Rows(xd, 0.0, 0.0, 2.0 - 0.7j, 2.0 * rng.normal(size=7), "data"))
         xb = rng.uniform(lo + margin, hi - margin, (6, d))
         nb = rng.normal(size=(6, d))
         nb /= np.linalg.norm(nb, axis=1, keepdims=True)
@@ -144,47 +145,56 @@ def test_jvp_vjp_jacobian(d, pml, hard):
 
 
 @pytest.mark.parametrize("d,pml", [(2, False), (2, True), (3, True)])
-def test_subnetworks_take_the_scalar_operator_where_every_axis_is_alike(d, pml, monkeypatch):
-    """A subnetwork's points with the same a on every axis (outside the PML, where its
-    half-width is the same on every axis) get the operator's scalar form (a_lap: d + 2 streams,
-    faster), the others the diagonal form: one core batch, or two (those points first) where it
-    has both; the residuals, J v, Jᵀw and the Jacobian blocks are the diagonal form's
-    everywhere, to rounding."""
+def test_subnetworks_take_the_cheapest_form_of_the_operator(d, pml, monkeypatch):
+    """A subnetwork's points are kept by the form their operator takes in the core: value rows
+    (a = b = 0: the data term, one stream, times C), those that only carry mode rows (term
+    "modes") before the others, then the points with the same a on every axis (outside the PML,
+    where its half-width is the same on every axis: the scalar form, a_lap, d + 2 streams), then
+    the rest (the diagonal form); one core batch per form present. The residuals, J v, Jᵀw and
+    the Jacobian blocks are the diagonal form's everywhere, to rounding."""
     import helmpinn.decomposition as dm
 
     _, rows, (lo, hi, _, overlap, spec, scale) = make_case(d, pml=pml, hard=True, seed=3)
+    xc = np.random.default_rng(4).uniform(lo, hi, (9, d))
+    rows = Rows.concat([Rows(xc, 0.0, 0.0, 1e-3, 1e-3 * (1 + 2j), "modes"), rows])
     model = DecomposedModel.create(lo, hi, [(3,) * d, (1,) * d, (3, 2, 1)[:d]], overlap=overlap,
                                    ff_dim=spec.ff_dim, hidden_dim=spec.hidden_dim,
                                    num_hidden_layers=spec.num_hidden_layers, wavenumber=4.0,
                                    constraint=BoxConstraint(lo, hi, scale), seed=3)
     res = model.residuals_for(rows)
-    alike = np.all(rows.a == rows.a[:, :1], axis=1)   # the same a on every axis, per point
-    kinds = set()
+    value = np.all(rows.a == 0, axis=1) & np.all(rows.b == 0, axis=1)   # written again here
+    alike = np.all(rows.a == rows.a[:, :1], axis=1)
+    forms = set()
     for p in res.parts:
         half = model.subdomains[p["j"]]["half"]
-        scalar = alike[p["idx"]] & bool(np.all(half == half[0]))
-        bounds = [(lo_, hi_) for lo_, hi_, _ in p["batches"]]
-        assert bounds == ([] if not len(p["idx"]) else
-                          [(0, len(p["idx"]))] if scalar.all() or not scalar.any() else
-                          [(0, int(scalar.sum())), (int(scalar.sum()), len(p["idx"]))])
-        for lo_, hi_, b in p["batches"]:
-            assert ("a_lap" in b) == bool(scalar[lo_]) and np.all(scalar[lo_:hi_] == scalar[lo_])
-            assert ("a_pde" in b) != ("a_lap" in b)
-        kinds.add("mixed" if len(p["batches"]) == 2 else "a_lap" if "a_lap" in p["batches"][0][2] else "a_pde")
-    # both forms in every case (the grid (3, 2, 1) has unequal half-widths); with a PML, parts
-    # with points of both kinds
-    assert {"a_lap", "a_pde"} <= kinds and (("mixed" in kinds) == pml)
+        form = np.where(value[p["idx"]], np.where(rows.term[p["idx"]] == "modes", 0, 1),
+                        np.where(alike[p["idx"]] & bool(np.all(half == half[0])), 2, 3))
+        assert np.all(np.diff(form) >= 0)   # kept in that order
+        assert p["counted"] == 2 * np.sum(form == 0)
+        want = [(int(np.searchsorted(form, k)), int(np.searchsorted(form, k, "right"))) for k in range(4)]
+        assert [(g.lo, g.hi) for g in p["batches"]] == [b for b in want if b[1] > b[0]]
+        for g in p["batches"]:
+            k = form[g.lo]
+            assert (g.c is not None, "a_lap" in g.batch, "a_pde" in g.batch) == (k <= 1, k == 2, k == 3)
+            assert ("x_data" in g.batch) == (k <= 1) and ("x_pde" in g.batch) == (k > 1)
+            forms.add(int(k))
+    assert forms == {0, 1, 2, 3}   # every form in every case (the grid (3, 2, 1) has unequal half-widths)
     monkeypatch.setattr(dm, "operator_a", lambda a: {"a_pde": a})
+    monkeypatch.setattr(dm, "_row_kinds", lambda a, b, same, carrier: np.full(len(a), dm.GENERAL, np.int8))
     diag = model.residuals_for(rows)
-    assert all("a_pde" in b for p in diag.parts for _, _, b in p["batches"])
+    assert all("a_pde" in g.batch for p in diag.parts for g in p["batches"])
     theta = model.params
     rng = np.random.default_rng(7)
     v, w = rng.normal(size=model.num_params), rng.normal(size=res.num_residuals)
     pairs = [(res.residuals(theta), diag.residuals(theta)), (res.jvp(theta, v), diag.jvp(theta, v)),
              (res.vjp(theta, w), diag.vjp(theta, w)), (res.jacobian(theta), diag.jacobian(theta)),
-             (res.jvp(theta, v, "float32"), diag.jvp(theta, v, "float32"))]
+             (res.jvp(theta, v, "float32"), diag.jvp(theta, v, "float32")),
+             (res.vjp(theta, w, "float32"), diag.vjp(theta, w, "float32"))]
     for k, (got, want) in enumerate(pairs):
         assert np.abs(got - want).max() <= (1e-12 if k < 4 else 1e-5) * np.abs(want).max(), k
+    j = next(j for j, p in enumerate(res.parts) if p["counted"])
+    B32, B = res.block(theta, j, "float32"), res.block(theta, j)   # (B is the Jacobian's above)
+    assert B32.dtype == np.float32 and np.abs(B32 - B).max() <= 1e-5 * np.abs(B).max()
 
 
 @pytest.mark.parametrize("d", [1, 2, 3])

@@ -2,6 +2,8 @@
 preconditioned CG step equals the dense Gauss-Newton step, and LM steps lower the loss."""
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import pytest
 
@@ -547,6 +549,34 @@ def test_mode_rows_low_rank_preconditioner_is_exact_with_one_subdomain():
                          products="core")
     plain._low_rank = lambda M, U: M
     assert plain.direction(model.params, 1e-2)[1] > 1
+
+
+def test_green_mode_rows_carriers_stay_out_of_the_gram_matrices():
+    """Green's mode rows (dd_driver): value rows of the term "modes" at a negligible scale carry
+    them, through the core's data term. The blocks' Gram matrices leave those carriers out (their
+    own JᵀJ is ~1e-16 of the rest), the mode rows' term U is read from them: with one subdomain
+    the preconditioner is still the exact inverse, CG converges at once."""
+    from helmpinn.decomposition import DecomposedModel, Rows
+    rng = np.random.default_rng(1)
+    model = DecomposedModel.create([0.0], [1.0], [(1,)], ff_dim=4, hidden_dim=6, wavenumber=3.0)
+    x, z = rng.uniform(0, 1, (30, 1)), np.linspace(0.01, 0.99, 25)[:, None]
+    f = rng.normal(size=30)
+    for s in (0.3, 1e-8):   # a scale whose JᵀJ would show, then dd_driver's kind
+        rows = Rows.concat([Rows(x, 1.0, 0.0, 9.0, f, "pde"), Rows(z, 0.0, 0.0, s, 0.0, "modes")])
+        modes = np.zeros((55, 2))
+        modes[30:] = np.stack([np.sin(np.pi * z[:, 0]), np.sin(2 * np.pi * z[:, 0])], 1) * 0.2 / s
+        res = model.residuals_for(rows, modes=modes)
+        assert res.parts[0]["counted"] == 50   # the carriers, first in the part's rows
+        gn = MatrixFreeGN(res, coarse=None, cg_tol=1e-10, gram="float64", products="core")
+        theta = model.params
+        J = res.jacobian(theta)
+        pde = np.arange(res.num_points) < 60   # the PDE points' (re, im) rows; the carriers' after
+        lin = gn.linearize(theta, collections.defaultdict(float))
+        G = J[:res.num_points][pde]
+        assert np.allclose(np.triu(lin["grams"][0]), np.triu(G.T @ G), rtol=1e-12, atol=1e-12 * np.abs(G).max() ** 2)
+        assert np.allclose(lin["U"], J[res.num_points:].T, rtol=1e-10, atol=1e-10 * np.abs(J).max())
+    _, it = gn.direction(theta, 1e-2)
+    assert it == 1
 
 
 @pytest.mark.parametrize("products", ["core", "blocks"])

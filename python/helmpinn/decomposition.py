@@ -160,7 +160,8 @@ class BoxConstraint:
 class Rows:
     """Residual rows ``s (Σ a_a u_aa + Σ b_a u_a + c u − f)`` at points x, already scaled:
     ``x [N, d]``, ``a, b`` complex ``[N, d]``, ``c, f`` complex ``[N]`` (every one times the row's
-    loss scale s), ``term`` the loss term of each row ("pde", "data", "bc")."""
+    loss scale s), ``term`` the loss term of each row ("pde", "data", "bc"; :data:`CARRIER_TERM`
+    for value rows that only carry mode rows)."""
 
     x: NDArray[np.float64]
     a: NDArray[np.complex128]
@@ -447,17 +448,89 @@ def assign_subdomains(costs: Sequence[float], size: int) -> NDArray[np.int64]:
     return np.minimum((mid * size / c.sum()).astype(np.int64), size - 1)
 
 
+#: The term of the rows that only carry mode rows (the value rows Green's mode rows read u from,
+#: of a negligible scale of their own: :data:`helmpinn.dd_driver.GREEN_ROW_SCALE`).
+CARRIER_TERM = "modes"
+#: The forms a row's windowed operator takes in the core (:func:`_row_kinds`), in the order a
+#: part's points are kept: value rows that only carry mode rows, other value rows, the scalar
+#: form, the diagonal form.
+CARRIER, VALUE, SCALAR, GENERAL = 0, 1, 2, 3
+
+
+def _row_kinds(a: NDArray, b: NDArray, same_half: bool, carrier: NDArray) -> NDArray[np.int8]:
+    """Per row (``a, b`` its operator's ``[N, d]`` coefficients), the form its windowed
+    operator takes in the core: :data:`VALUE` where ``a = b = 0`` (the operator on ``ψ_j N_j``
+    is ``C N_j``: the core's data term, whose points carry one stream instead of the Laplacian's
+    d + 2: Dirichlet rows, the value rows of Green's mode rows), :data:`CARRIER` for those of
+    them that only carry mode rows (``carrier``: of :data:`CARRIER_TERM`), :data:`SCALAR` where
+    every axis has the same ``a`` and the subdomain the same half-width (``same_half``), else
+    :data:`GENERAL`."""
+    value = ~(np.any(a != 0, axis=1) | np.any(b != 0, axis=1))
+    scalar = alike_on_every_axis(a) & same_half
+    return np.where(value, np.where(carrier, CARRIER, VALUE),
+                    np.where(scalar, SCALAR, GENERAL)).astype(np.int8)
+
+
+def _times(c: NDArray, v: NDArray, conj: bool = False, out: NDArray | None = None) -> NDArray:
+    """Rows ``v`` in (re, im) pairs (``[2m]`` or ``[2m, P]``) times the complex ``c [m]`` (its
+    conjugate with ``conj``: the adjoint), in v's dtype, into ``out`` (v itself allowed)."""
+    out = np.empty_like(v) if out is None else out
+    if not np.any(c.imag):   # a real c (Dirichlet's, Green's): each pair scaled
+        cr = np.repeat(c.real, 2).astype(v.dtype)
+        return np.multiply(v, cr[:, None] if v.ndim == 2 else cr, out=out)
+    cr, ci = c.real, -c.imag if conj else c.imag
+    if v.ndim == 2:
+        cr, ci = cr[:, None], ci[:, None]
+    re, im = v[0::2].copy(), v[1::2].copy()
+    out[0::2] = cr * re - ci * im
+    out[1::2] = ci * re + cr * im
+    return out
+
+
+@dataclass
+class _Segment:
+    """A run ``idx[lo:hi]`` of a part's points and its core batch: the general operator's, or
+    for :data:`VALUE` rows the data term's (``c`` set), whose rows ``N_j`` are multiplied by
+    the complex ``c [hi − lo]`` here (:meth:`rows`; :meth:`adjoint` the transpose)."""
+
+    lo: int
+    hi: int
+    batch: Batch
+    c: NDArray[np.complex128] | None = None
+
+    @property
+    def weight(self) -> dict[str, int]:
+        """The loss weight that makes the core's row scale ``sqrt(w / m)`` one."""
+        return {"w_pde" if self.c is None else "w_data": self.hi - self.lo}
+
+    def rows(self, v: NDArray, in_place: bool = False) -> NDArray:
+        """The core's rows (a vector or a Jacobian's rows) as the residual's (in v itself with
+        ``in_place``)."""
+        return v if self.c is None else _times(self.c, v, out=v if in_place else None)
+
+    def adjoint(self, w: NDArray) -> NDArray:
+        """The residual's adjoint rows w as the core's (the transpose of :meth:`rows`)."""
+        return w if self.c is None else np.ascontiguousarray(_times(self.c, w, conj=True))
+
+    def astype(self, dtype: Any) -> "_Segment":
+        return _Segment(self.lo, self.hi, self.batch.astype(dtype), self.c)
+
+
 class DecomposedResiduals:
     """The residual vector of a :class:`DecomposedModel` on :class:`Rows` and its products.
 
     ``r [2N]`` (each row as (re, im)), ``jvp``, ``vjp`` and the Jacobian's blocks, each one core
-    call per subnetwork on the points its subdomain covers (the Batches are built here once; the
-    core's row scale ``sqrt(w_pde/m)`` is made 1 by ``w_pde = m``, the rows carry their own).
-    Where a subnetwork's points have the same ``a`` on every axis (outside a PML, the same
-    half-width on every axis) its operator takes the scalar form (``a_lap``: the Laplacian's
-    d + 2 streams instead of 2d + 1, :func:`helmpinn.batch.operator_a`); a subnetwork with
-    points of both kinds has them ordered those first and two core calls, one per form (a part's
-    ``batches``: ``(lo, hi, Batch)`` over its points ``idx[lo:hi]``).
+    call per subnetwork and form of operator on the points its subdomain covers (the Batches are
+    built here once; the core's row scale ``sqrt(w/m)`` is made 1 by ``w = m``, the rows carry
+    their own). A subnetwork's points are kept by form (:func:`_row_kinds`): value rows
+    (``a = b = 0``: through the core's data term, one stream, times ``C`` here), then those with
+    the same ``a`` on every axis (outside a PML, the same half-width on every axis: the scalar
+    form, ``a_lap``, the Laplacian's d + 2 streams instead of 2d + 1,
+    :func:`helmpinn.batch.operator_a`), then the rest; one core call per form present (a part's
+    ``batches``: :class:`_Segment` over its points ``idx[lo:hi]``). The value rows of
+    :data:`CARRIER_TERM` come first: they only carry mode rows (below), and a part's block rows
+    from ``counted`` on are the ones whose own ``JᵀJ`` counts (the preconditioner's Gram matrices
+    leave the carriers out, :meth:`helmpinn.gauss_newton.MatrixFreeGN.linearize`).
     Follows :class:`helmpinn.lm.Residuals` (``residuals``, ``jacobian``, ``jvp``, ``vjp``), so
     :class:`helmpinn.LevenbergMarquardt` can run on it too (one process); ``jacobian`` is dense
     (small cases).
@@ -529,38 +602,44 @@ class DecomposedResiduals:
                 sd = model.subdomains[j]
                 m = len(idx)
                 h = sd["half"]
-                a = rows.a[idx]
-                # the points whose operator has the same a on every axis first (every rank
-                # orders them alike: the overlaps and the coarse matrix read positions in idx)
-                alike = alike_on_every_axis(a) & bool(np.all(h == h[0]))
-                cut = int(alike.sum())
-                if 0 < cut < m:
-                    order = np.argsort(~alike, kind="stable")
-                    idx, a, psi, d1, d2, xi = idx[order], a[order], psi[order], d1[order], d2[order], xi[order]
+                # the points by the form of their operator (_row_kinds' order; every rank orders
+                # them alike: the overlaps and the coarse matrix read positions in idx)
+                kind = _row_kinds(rows.a[idx], rows.b[idx], bool(np.all(h == h[0])), rows.term[idx] == CARRIER_TERM)
+                order = np.argsort(kind, kind="stable")
+                idx, kind, psi, d1, d2, xi = idx[order], kind[order], psi[order], d1[order], d2[order], xi[order]
                 r_idx = np.empty(2 * m, np.int64)
                 r_idx[0::2], r_idx[1::2] = 2 * idx, 2 * idx + 1
                 batches = []
                 if m and self.owner[j] == self.rank:
-                    b, c = rows.b[idx], rows.c[idx]
+                    a, b, c = rows.a[idx], rows.b[idx], rows.c[idx]
                     A = a * psi[:, None] / h ** 2
                     B = (2.0 * a * d1 + b * psi[:, None]) / h
                     C = (a * d2).sum(1) + (b * d1).sum(1) + c * psi
-                    for lo, hi in ((0, cut), (cut, m)) if 0 < cut < m else ((0, m),):
-                        batches.append((lo, hi, Batch(x_pde=xi[lo:hi], **operator_a(A[lo:hi]), b_pde=B[lo:hi],
-                                                      c_pde=C[lo:hi], f=np.zeros((hi - lo, 2)), dtype="float64")))
+                    cuts = np.searchsorted(kind, [CARRIER, VALUE, SCALAR, GENERAL, GENERAL + 1])
+                    for k, lo, hi in zip(range(4), cuts[:-1], cuts[1:]):
+                        if hi == lo:
+                            continue
+                        if k <= VALUE:   # C N_j: the core's data term (one stream), times C here
+                            batch = Batch(x_data=xi[lo:hi], y=np.zeros((hi - lo, 2)), dtype="float64")
+                            batches.append(_Segment(int(lo), int(hi), batch, C[lo:hi]))
+                        else:
+                            batch = Batch(x_pde=xi[lo:hi], **operator_a(A[lo:hi]), b_pde=B[lo:hi], c_pde=C[lo:hi],
+                                          f=np.zeros((hi - lo, 2)), dtype="float64")
+                            batches.append(_Segment(int(lo), int(hi), batch))
                 self.parts.append({"j": j, "level": sd["level"], "slice": sd["slice"], "idx": idx,
-                                   "rows": r_idx, "batches": batches, "own": bool(self.owner[j] == self.rank)})
+                                   "rows": r_idx, "batches": batches, "own": bool(self.owner[j] == self.rank),
+                                   "counted": 2 * int(np.sum(kind == CARRIER))})
 
     def _ws(self, part, dtype: str = "float64"):
         return self.model.workspace(part["level"], dtype)
 
-    def _batches(self, part: dict, dtype: str) -> list[tuple[int, int, Any]]:
-        """Part's core batches ``(lo, hi, Batch)`` in ``dtype`` (the float32 ones made once, on
+    def _batches(self, part: dict, dtype: str) -> list[_Segment]:
+        """Part's core batches (:class:`_Segment`) in ``dtype`` (the float32 ones made once, on
         first use); none where the part has no points or is another rank's."""
         if dtype == "float64":
             return part["batches"]
         if part.get("batches32") is None:
-            part["batches32"] = [(lo, hi, b.astype(np.float32)) for lo, hi, b in part["batches"]]
+            part["batches32"] = [g.astype(np.float32) for g in part["batches"]]
         return part["batches32"]
 
     def _params(self, theta: NDArray, dtype: str) -> NDArray:
@@ -652,8 +731,9 @@ class DecomposedResiduals:
         """r(θ) [2N + 2q] (a collective over several ranks)."""
         r = np.zeros(self.num_points)
         for p in self.parts:
-            for lo, hi, b in p["batches"]:
-                r[p["rows"][2 * lo:2 * hi]] += self._ws(p).residuals(theta[p["slice"]], batch=b, w_pde=hi - lo)
+            for g in p["batches"]:
+                r[p["rows"][2 * g.lo:2 * g.hi]] += g.rows(self._ws(p).residuals(theta[p["slice"]], batch=g.batch,
+                                                                                **g.weight))
         r = self.allsum(r)
         r -= self.target
         return self.extend(r)
@@ -667,8 +747,9 @@ class DecomposedResiduals:
         v = np.asarray(v, dtype)
         for p in self.parts:
             vp = np.ascontiguousarray(v[p["slice"]])
-            for lo, hi, b in self._batches(p, dtype):
-                out[p["rows"][2 * lo:2 * hi]] += self._ws(p, dtype).jvp(t[p["slice"]], vp, batch=b, w_pde=hi - lo)
+            for g in self._batches(p, dtype):
+                out[p["rows"][2 * g.lo:2 * g.hi]] += g.rows(self._ws(p, dtype).jvp(t[p["slice"]], vp, batch=g.batch,
+                                                                                   **g.weight))
         return self.extend(self.allsum(out))
 
     def vjp(self, theta: NDArray, w: NDArray, dtype: str = "float64") -> NDArray:
@@ -678,9 +759,9 @@ class DecomposedResiduals:
         t = self._params(theta, dtype)
         w = self.fold(np.asarray(w, dtype))
         for p in self.parts:
-            for lo, hi, b in self._batches(p, dtype):
-                wp = np.ascontiguousarray(w[p["rows"][2 * lo:2 * hi]])
-                out[p["slice"]] += self._ws(p, dtype).vjp(t[p["slice"]], wp, batch=b, w_pde=hi - lo)
+            for g in self._batches(p, dtype):
+                wp = g.adjoint(np.ascontiguousarray(w[p["rows"][2 * g.lo:2 * g.hi]]))
+                out[p["slice"]] += self._ws(p, dtype).vjp(t[p["slice"]], wp, batch=g.batch, **g.weight)
         return out
 
     def block(self, theta: NDArray, j: int, dtype: str = "float64") -> NDArray:
@@ -693,11 +774,11 @@ class DecomposedResiduals:
             raise ValueError(f"j: subdomain {j} belongs to rank {self.owner[j]}, not to rank {self.rank}")
         P = p["slice"].stop - p["slice"].start
         t = self._params(theta, dtype)[p["slice"]]
-        blocks = [np.asarray(self._ws(p, dtype).jacobian(t, batch=b, w_pde=hi - lo))
-                  for lo, hi, b in self._batches(p, dtype)]
-        if not blocks:
-            return np.zeros((0, P), dtype)
-        return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        J = np.empty((len(p["rows"]) if p["batches"] else 0, P), dtype)
+        for g in self._batches(p, dtype):   # each form's rows written in place
+            self._ws(p, dtype).jacobian(t, out=J[2 * g.lo:2 * g.hi], batch=g.batch, **g.weight)
+            g.rows(J[2 * g.lo:2 * g.hi], in_place=True)
+        return J
 
     def jacobian(self, theta: NDArray, rows: tuple[int, int] | None = None) -> NDArray:
         """The dense Jacobian [2N + 2q, P] (or rows ``(start, stop)`` of it): for small cases and

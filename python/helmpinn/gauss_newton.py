@@ -476,14 +476,17 @@ class MatrixFreeGN:
             for j in res.local:
                 J = res.block(theta, j, dtype)
                 t1 = time.perf_counter()
-                grams[j] = _gram(J, self.gram)
+                grams[j] = _gram(J[res.parts[j]["counted"]:], self.gram)   # (without the mode rows' carriers)
                 times["gram"] += time.perf_counter() - t1
                 if keep:
                     blocks[j] = J
                 if self._coarse_index is not None:   # only the output layers' columns stay
                     zcols[j] = np.ascontiguousarray(J[:, self._coarse_index[j]], np.float64)
-                if U is not None:
-                    U[res.parts[j]["slice"]] = J.T @ res.mode_columns(j).astype(J.dtype)
+                if U is not None:   # over the rows the mode rows read (Green's: the carriers)
+                    F = res.mode_columns(j)
+                    live = np.flatnonzero(F.any(1))
+                    lo, hi = (live[0], live[-1] + 1) if len(live) else (0, 0)
+                    U[res.parts[j]["slice"]] = J[lo:hi].T @ F[lo:hi].astype(J.dtype)
                 del J
         diag = np.zeros(res.num_params)
         for j, G in grams.items():
