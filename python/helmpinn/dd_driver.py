@@ -121,7 +121,9 @@ sides, each at least one, a PML included):
   against 1.5e-3, ``box-source`` at 10 wavelengths 1.15e-4 after 15 minutes against 5.1e-4, at
   5 6.6e-5 against 1.3e-4; at 20 wavelengths 6.6e-3 after 630 s where it stayed at 0.94
   (docs/benchmarks.md, "Mode rows by Green's identity"); ``cube3d`` at k = 8π 8.3e-2 after
-  600 s against 0.35 without them (docs/benchmarks.md, "Mode rows in 3-D");
+  600 s against 0.35 without them (docs/benchmarks.md, "Mode rows in 3-D"). The grid's rows are
+  value rows of the term :data:`helmpinn.decomposition.CARRIER_TERM` (the core's data term, out
+  of the preconditioner's Gram matrices: a 3-D step 14-15 s instead of 20-21);
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
   constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
   papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
@@ -139,7 +141,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .batch import TERMS
-from .decomposition import FORMAT, BoxConstraint, DecomposedModel, Level, Rows
+from .decomposition import CARRIER_TERM, FORMAT, BoxConstraint, DecomposedModel, Level, Rows
 from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo, mismatch
 
 if TYPE_CHECKING:
@@ -450,7 +452,7 @@ class GNDriver(DampedDriver):
             s = GREEN_ROW_SCALE * math.sqrt(float(run.weights["pde"]))
             M = np.zeros((len(rows) + len(z), C.shape[1]))
             M[len(rows):] = C / GREEN_ROW_SCALE
-            return Rows(z, 0.0, 0.0, s, s * y, "modes"), M
+            return Rows(z, 0.0, 0.0, s, s * y, CARRIER_TERM), M
         return run.model.training_residuals(run.training_set, run.weights, run.comm, modes=modes if within else None)
 
     def resampled(self, run: "Trainer") -> None:

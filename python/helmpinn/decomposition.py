@@ -54,7 +54,7 @@ from .model import Model
 from .params import init_params
 
 __all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals",
-           "assign_subdomains", "FORMAT", "WINDOW_CUTOFF"]
+           "assign_subdomains", "CARRIER_TERM", "FORMAT", "WINDOW_CUTOFF"]
 
 #: The ``kind`` written into a saved decomposed model.
 FORMAT = "helmpinn-decomposed-1"

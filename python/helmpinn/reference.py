@@ -104,21 +104,33 @@ class FDSolution:
 
 
 def _interpolate(axes: list[NDArray], values: NDArray, x: NDArray) -> NDArray[np.complex128]:
-    """Interpolating cubic splines through the nodes (fourth order, like the solution)."""
-    from scipy.interpolate import RectBivariateSpline, RegularGridInterpolator, make_interp_spline
+    """The interpolating tensor-product cubic spline through the nodes (not-a-knot ends; fourth
+    order, like the solution) at the points x [N, d], in any dimension: its coefficients by one
+    1-D solve per axis (``make_interp_spline`` along it: the tensor product's system separates),
+    its value at a point from the ``4^d`` B-splines that do not vanish there (each axis's
+    ``BSpline.design_matrix``), a chunk of points at a time."""
+    from scipy.interpolate import BSpline, make_interp_spline
 
-    if len(axes) == 1:
-        return make_interp_spline(axes[0], values, k=3)(x[:, 0])
-    if len(axes) == 2:
-        part = lambda v: RectBivariateSpline(axes[0], axes[1], v, kx=3, ky=3, s=0)(  # noqa: E731
-            x[:, 0], x[:, 1], grid=False)
-        return part(values.real) + 1j * part(values.imag)
-    # 3-D: tensor-product cubic splines; SciPy's default iterative solver for their
-    # coefficients stops at a loose tolerance, so ask for a direct solve.
-    from scipy.sparse.linalg import spsolve
-
-    part = lambda v: RegularGridInterpolator(axes, v, method="cubic", solver=spsolve)(x)  # noqa: E731
-    return part(values.real) + 1j * part(values.imag)
+    d = len(axes)
+    c = np.stack([values.real, values.imag], -1)   # [n_0, ..., n_{d-1}, 2]
+    knots = []
+    for a, t in enumerate(axes):
+        spline = make_interp_spline(t, np.moveaxis(c, a, 0), k=3)
+        knots.append(spline.t)
+        c = np.moveaxis(spline.c, 0, a)
+    out = np.empty(len(x), np.complex128)
+    chunk = max(1, (1 << 22) // 4 ** d)
+    for lo in range(0, len(x), chunk):
+        xs = x[lo:lo + chunk]
+        index, weight = [], np.ones((len(xs),) + (1,) * d)
+        for a in range(d):   # the 4 B-splines of axis a at each point, broadcast along axis a + 1
+            B = BSpline.design_matrix(xs[:, a], knots[a], 3).tocsr()
+            shape = (len(xs),) + (1,) * a + (4,) + (1,) * (d - 1 - a)
+            index.append(B.indices.reshape(shape))
+            weight = weight * B.data.reshape(shape)
+        v = (c[tuple(index)] * weight[..., None]).reshape(len(xs), -1, 2).sum(1)
+        out[lo:lo + chunk] = v[:, 0] + 1j * v[:, 1]
+    return out
 
 
 def _grid(problem, h: Any) -> tuple[list[NDArray], NDArray, NDArray]:
