@@ -142,7 +142,7 @@ def test_two_ranks_take_one_process_steps(case, two_ranks):
     before every step (varpro), 3x3 with every step too long and halved (backtrack), 3x3 with
     mode rows (modes): the parameters after each step
     on 2 ranks equal one process's to 1e-10, every rank holds the same parameters, and CG took
-    as many iterations (with varpro within 5%)."""
+    as many trials and iterations within 5% (or 2: where a stop is decided by rounding)."""
     got = np.load(two_ranks / f"{case}.npz")
     single, its = run_steps(case)
     steps = got["steps"]
@@ -156,14 +156,13 @@ def test_two_ranks_take_one_process_steps(case, two_ranks):
         err = np.max(np.abs(steps[n] - single[n]))
         assert err <= tol * scale, f"step {n}: 2 ranks differ from one process by {err:.2e}"
     got_its = json.loads(str(got["its"]))
-    if case == "varpro":
-        # CG to 1e-10 after a projection ends on a plateau of its residual, where the ranks' last
-        # bits (their sums' order) move the stop by a few iterations (a CI build: 160 against 166
-        # at step 3, the parameters equal as asserted above): the counts agree to 5%
-        assert [len(t) for t in got_its] == [len(t) for t in its]
-        assert all(abs(a - b) <= max(2, 0.05 * b) for u, v in zip(got_its, its) for a, b in zip(u, v)), (got_its, its)
-    else:
-        assert got_its == its
+    # CG stops where its residual crosses the tolerance; where that residual lies on a plateau the
+    # ranks' last bits (their sums' order) move the stop by an iteration or a few (a CI build:
+    # varpro 160 against 166 at step 3; modes 59 against 58 at step 3 on an AMD EPYC, on the
+    # commit before and after its last change alike), the parameters equal as asserted above: the
+    # same trials, the counts within 5% (or 2)
+    assert [len(t) for t in got_its] == [len(t) for t in its]
+    assert all(abs(a - b) <= max(2, 0.05 * b) for u, v in zip(got_its, its) for a, b in zip(u, v)), (got_its, its)
 
 
 def _trainer(problem, comm=None):
