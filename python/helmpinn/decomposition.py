@@ -471,22 +471,6 @@ def _row_kinds(a: NDArray, b: NDArray, same_half: bool, carrier: NDArray) -> NDA
                     np.where(scalar, SCALAR, GENERAL)).astype(np.int8)
 
 
-def _times(c: NDArray, v: NDArray, conj: bool = False, out: NDArray | None = None) -> NDArray:
-    """Rows ``v`` in (re, im) pairs (``[2m]`` or ``[2m, P]``) times the complex ``c [m]`` (its
-    conjugate with ``conj``: the adjoint), in v's dtype, into ``out`` (v itself allowed)."""
-    out = np.empty_like(v) if out is None else out
-    if not np.any(c.imag):   # a real c (Dirichlet's, Green's): each pair scaled
-        cr = np.repeat(c.real, 2).astype(v.dtype)
-        return np.multiply(v, cr[:, None] if v.ndim == 2 else cr, out=out)
-    cr, ci = c.real, -c.imag if conj else c.imag
-    if v.ndim == 2:
-        cr, ci = cr[:, None], ci[:, None]
-    re, im = v[0::2].copy(), v[1::2].copy()
-    out[0::2] = cr * re - ci * im
-    out[1::2] = ci * re + cr * im
-    return out
-
-
 @dataclass
 class _Segment:
     """A run ``idx[lo:hi]`` of a part's points and its core batch: the general operator's, or
@@ -498,19 +482,40 @@ class _Segment:
     batch: Batch
     c: NDArray[np.complex128] | None = None
 
+    def __post_init__(self) -> None:
+        # a real c (Dirichlet's, Green's) scales each (re, im) pair: the scale made once, in the
+        # batch's dtype (the products run every CG iteration)
+        real = self.c is not None and not np.any(self.c.imag)
+        self.pairs = np.repeat(self.c.real, 2).astype(self.batch.dtype) if real else None
+
     @property
     def weight(self) -> dict[str, int]:
         """The loss weight that makes the core's row scale ``sqrt(w / m)`` one."""
         return {"w_pde" if self.c is None else "w_data": self.hi - self.lo}
 
+    def _times(self, v: NDArray, conj: bool, out: NDArray | None) -> NDArray:
+        """Rows v in (re, im) pairs (``[2m]`` or ``[2m, P]``) times c (its conjugate with
+        ``conj``), in v's dtype, into ``out`` (v itself allowed)."""
+        if self.pairs is not None:
+            return np.multiply(v, self.pairs[:, None] if v.ndim == 2 else self.pairs, out=out)
+        assert self.c is not None
+        cr, ci = self.c.real, -self.c.imag if conj else self.c.imag
+        if v.ndim == 2:
+            cr, ci = cr[:, None], ci[:, None]
+        re, im = v[0::2].copy(), v[1::2].copy()
+        out = np.empty_like(v) if out is None else out
+        out[0::2] = cr * re - ci * im
+        out[1::2] = ci * re + cr * im
+        return out
+
     def rows(self, v: NDArray, in_place: bool = False) -> NDArray:
         """The core's rows (a vector or a Jacobian's rows) as the residual's (in v itself with
         ``in_place``)."""
-        return v if self.c is None else _times(self.c, v, out=v if in_place else None)
+        return v if self.c is None else self._times(v, False, v if in_place else None)
 
     def adjoint(self, w: NDArray) -> NDArray:
         """The residual's adjoint rows w as the core's (the transpose of :meth:`rows`)."""
-        return w if self.c is None else np.ascontiguousarray(_times(self.c, w, conj=True))
+        return w if self.c is None else np.ascontiguousarray(self._times(w, True, None))
 
     def astype(self, dtype: Any) -> "_Segment":
         return _Segment(self.lo, self.hi, self.batch.astype(dtype), self.c)
