@@ -63,10 +63,12 @@ def main() -> None:
         log = trainer.driver.log if isinstance(trainer.driver, GNDriver) else []   # λ, CG iterations per step
         gn = log[-1] if log else {}
         rows.append({"step": step, "seconds": t - start - spent[0], "loss": loss, "error": err, "raw": raw,
-                     "gap": gap, "points": trainer.pde_points, "lam": gn.get("lam"), "cg": gn.get("cg")})
+                     "gap": gap, "points": trainer.pde_points, "lam": gn.get("lam"), "cg": gn.get("cg"),
+                     "times": gn.get("times")})   # seconds in each phase of the step
         print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s loss {loss:.3e} error {err:.3e} (raw {raw:.3e}) "
               f"gap {gap if gap is None else round(gap, 2)} points {trainer.pde_points}"
-              + (f" lam {gn['lam']:.1e} cg {gn['cg']}" if gn else ""), flush=True)
+              + (f" lam {gn['lam']:.1e} cg {gn['cg']} (" + " ".join(f"{k} {v:.1f}" for k, v in gn["times"].items()) + " s)"
+                 if gn else ""), flush=True)
         spent[0] += time.perf_counter() - t
 
     try:

@@ -318,19 +318,34 @@ def test_block_solves_are_each_blocks_solve(dtype, threads):
     assert np.all(out[~inside] == 0)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_gram_is_the_upper_triangle_the_factor_reads(dtype):
-    """``_gram(J)`` fills JᵀJ's upper triangle only; ``_factor`` reads only that triangle, so its
-    solves equal those of the full matrix."""
-    from helmpinn.gauss_newton import _factor, _gram
+def test_grams_are_the_upper_triangles_the_factor_reads(dtype, threads):
+    """``_grams`` fills each block's JᵀJ upper triangle (the strict lower one zero), in the
+    blocks' dtype, blocks of any size (none, no rows, one column) spread over the engine's
+    threads; ``_factor`` reads only the upper triangle, so its solves equal those of the full
+    matrix."""
+    from helmpinn import _core
+    from helmpinn.gauss_newton import _factor, _grams
     rng = np.random.default_rng(2)
-    J = rng.normal(size=(50, 30))
-    G, full = _gram(J, dtype), J.T @ J
+    shapes = [(50, 30), (0, 4), (7, 1), (3, 12), (64, 9)]
+    Js = [rng.normal(size=s) for s in shapes]
+    before = _core.get_num_threads()
+    _core.set_num_threads(threads)
+    try:
+        Gs = _grams(Js, dtype)
+        assert _grams([], dtype) == []
+    finally:
+        _core.set_num_threads(before)
     tol = 1e-5 if dtype == "float32" else 1e-12
-    assert np.allclose(np.triu(G), np.triu(full), rtol=0, atol=tol * np.abs(full).max())
-    A = G + 1e-2 * np.eye(30)
+    for J, G in zip(Js, Gs):
+        full = J.T @ J
+        assert G.dtype == np.dtype(dtype) and G.shape == full.shape and G.flags.f_contiguous
+        assert np.allclose(np.triu(G), np.triu(full), rtol=0, atol=tol * max(np.abs(full).max(), 1.0))
+        assert np.all(np.tril(G, -1) == 0)
+    A = Gs[0] + 1e-2 * np.eye(30)
     b = rng.normal(size=30)
-    exact = np.linalg.solve(full + 1e-2 * np.eye(30), b)
+    exact = np.linalg.solve(Js[0].T @ Js[0] + 1e-2 * np.eye(30), b)
     assert np.linalg.norm(_factor(A)(b) - exact) <= 10 * tol * np.linalg.norm(exact)
 
 

@@ -335,3 +335,48 @@ def test_cholesky_solves_checks_its_arguments():
     empty = np.zeros((0, 0), np.float32, order="F")
     _core.cholesky_solves(s, [U, empty], [3, 1], y)   # the block [3, 6): (UᵀU)⁻¹ = I/4 there, the rest untouched
     np.testing.assert_array_equal(y, [1, 1, 1, 0.25, 0.25, 0.25])
+
+
+def test_gram_blocks_checks_its_arguments():
+    """_core.gram_blocks (the preconditioner's Gram matrices, helmpinn.gauss_newton) calls a BLAS
+    function pointer on raw memory from the engine's threads: every argument that could make it
+    read or write out of place, or two threads write the same memory, is refused with ValueError
+    naming the argument, before anything runs."""
+    from scipy.linalg import cython_blas
+    s, d = cython_blas.__pyx_capi__["ssyrk"], cython_blas.__pyx_capi__["dsyrk"]
+    J = np.arange(12, dtype=np.float32).reshape(4, 3)
+    G = np.zeros((3, 3), np.float32, order="F")
+    shared = np.zeros((3, 6), np.float32, order="F")
+    bad = [
+        (dict(syrk=d), "syrk"),                       # the float64 routine for float32 data
+        (dict(syrk=cython_blas.__pyx_capi__["strsv"]), "syrk"),
+        (dict(syrk=cython_blas.__pyx_capi__["sgemm"]), "syrk"),
+        (dict(syrk=1), "syrk"),
+        (dict(blocks=[J.astype(np.float64)]), "syrk"),   # float64 blocks: dsyrk expected
+        (dict(syrk=d, blocks=[J.astype(np.float64)]), r"grams\[0\]"),   # the outputs' dtype differs
+        (dict(blocks=[J, J.astype(np.float64)], grams=[G, G.astype(np.float64, order="F")]), r"blocks\[1\]"),
+        (dict(blocks=[np.asfortranarray(J)]), r"blocks\[0\]"),
+        (dict(blocks=[J.ravel()]), r"blocks\[0\]"),
+        (dict(blocks=[J.astype(np.int32)]), r"blocks\[0\]"),
+        (dict(blocks=[J, J[:, :2].copy()], grams=[G]), "grams"),   # one output per block
+        (dict(grams=[np.zeros((3, 3), np.float32)[:, :2]]), r"grams\[0\]"),
+        (dict(grams=[np.zeros((2, 2), np.float32, order="F")]), r"grams\[0\]"),
+        (dict(grams=[np.zeros((3, 3), np.float64, order="F")]), r"grams\[0\]"),
+        (dict(grams=[np.zeros((4, 4), np.float32, order="F")[:3, :3]]), r"grams\[0\]"),   # not contiguous
+        (dict(blocks=[J, J], grams=[G, G]), "share memory"),
+        (dict(blocks=[J, J], grams=[shared[:, :3], shared[:, 2:5]]), "share memory"),
+        (dict(blocks=(J,)), "blocks"),
+    ]
+    ro = np.zeros((3, 3), np.float32, order="F")
+    ro.setflags(write=False)
+    bad.append((dict(grams=[ro]), r"grams\[0\]"))
+    for change, name in bad:
+        args = dict(syrk=s, blocks=[J], grams=[G.copy(order="F")]) | change
+        with pytest.raises(ValueError, match=name):
+            _core.gram_blocks(**args)
+    _core.gram_blocks(s, [], [])
+    out = [np.full((3, 3), 7, np.float32, order="F"), np.zeros((0, 0), np.float32, order="F")]
+    _core.gram_blocks(s, [J, np.zeros((5, 0), np.float32)], out)   # the strict lower triangle left as it is
+    full = J.T @ J
+    np.testing.assert_allclose(np.triu(out[0]), np.triu(full), rtol=1e-6)
+    assert np.all(out[0][np.tril_indices(3, -1)] == 7)

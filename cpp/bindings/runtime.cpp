@@ -1,5 +1,5 @@
 // The runtime: DeviceArray, the thread count, the CPU's kernel sets, the CUDA devices, and host
-// work on the engine's threads (cholesky_solves).
+// work on the engine's threads (cholesky_solves, gram_blocks).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +18,40 @@ namespace {
 // pointer. The capsule's name is the C signature Cython gives it.
 template <typename T>
 using Trsv = void (*)(char*, char*, char*, int*, T*, int*, T*, int*);
+
+// SciPy's scipy.linalg.cython_blas ?syrk (uplo, trans, n, k, alpha, a, lda, beta, c, ldc).
+template <typename T>
+using Syrk = void (*)(char*, char*, int*, int*, T*, T*, int*, T*, T*, int*);
+
+// A capsule of scipy.linalg.cython_blas for the routine `routine` (its s- or d- form, by T), told
+// by the C signature Cython names it with, argument by argument: `kinds` has 'c' for char *,
+// 'i' for int * and 'T' for a pointer to Cython's typedef of T (cython_blas_s or _d).
+template <typename T>
+void check_blas_capsule(py::capsule cap, const char* routine, const std::string& kinds, const char* argument) {
+    const char* name = cap.name();
+    const std::string real = std::is_same<T, float>::value ? "cython_blas_s *" : "cython_blas_d *";
+    bool ok = name != nullptr;
+    std::string sig = ok ? name : "";
+    const std::string head = "void (";
+    ok = ok && sig.compare(0, head.size(), head) == 0 && sig.size() > head.size() && sig.back() == ')';
+    std::size_t at = head.size();
+    for (std::size_t k = 0; ok && k < kinds.size(); ++k) {
+        const std::size_t end = std::min(sig.find(", ", at), sig.size() - 1);
+        const std::string arg = sig.substr(at, end - at);
+        if (kinds[k] == 'c')
+            ok = arg == "char *";
+        else if (kinds[k] == 'i')
+            ok = arg == "int *";
+        else
+            ok = arg.size() >= real.size() && arg.compare(arg.size() - real.size(), real.size(), real) == 0;
+        ok = ok && (k + 1 < kinds.size() ? end < sig.size() - 1 : end == sig.size() - 1);
+        at = end + 2;
+    }
+    if (!ok)
+        throw py::value_error(std::string(argument) + ": expected scipy.linalg.cython_blas.__pyx_capi__['" +
+                              (std::is_same<T, float>::value ? "s" : "d") + routine + "'] for arrays of dtype " +
+                              dtype_name<T>() + ", got a capsule named " + (name ? name : "(none)"));
+}
 
 template <typename T>
 struct CholeskySolves {
@@ -39,13 +73,7 @@ void cholesky_solve_task(std::int64_t j, void* context) {
 
 template <typename T>
 void cholesky_solves(py::capsule trsv, py::list factors, py::list starts, py::array x) {
-    const char* name = trsv.name();
-    const char* blas_type = std::is_same<T, float>::value ? "cython_blas_s *" : "cython_blas_d *";
-    if (name == nullptr || std::strncmp(name, "void (char *, char *, char *, int *, ", 37) != 0 ||
-        std::strstr(name, blas_type) == nullptr)
-        throw py::value_error(std::string("trsv: expected scipy.linalg.cython_blas.__pyx_capi__['") +
-                              (std::is_same<T, float>::value ? "strsv" : "dtrsv") + "'] for x of dtype " +
-                              dtype_name<T>() + ", got a capsule named " + (name ? name : "(none)"));
+    check_blas_capsule<T>(trsv, "trsv", "ccciTiTi", "trsv");
     if (py::len(starts) != py::len(factors))
         throw py::value_error("starts: expected one start per factor (" + std::to_string(py::len(factors)) +
                               "), got " + std::to_string(py::len(starts)));
@@ -83,6 +111,70 @@ void cholesky_solves(py::capsule trsv, py::list factors, py::list starts, py::ar
             throw py::value_error("starts: the blocks overlap (at " + std::to_string(ranges[k].first) + ")");
     py::gil_scoped_release release;
     helmpinn::parallel_tasks(std::int64_t(c.sizes.size()), &cholesky_solve_task<T>, &c);
+}
+
+template <typename T>
+struct GramBlocks {
+    Syrk<T> syrk = nullptr;
+    std::vector<const T*> blocks;
+    std::vector<T*> grams;
+    std::vector<int> rows, cols;
+};
+
+// Block j: the upper triangle of G_j <- J_jᵀ J_j. J_j [R, P] C-ordered is the Fortran matrix
+// A = J_jᵀ [P, R] (lda = P), so ?syrk's C = A Aᵀ with trans = 'N'.
+template <typename T>
+void gram_block_task(std::int64_t j, void* context) {
+    auto& c = *static_cast<GramBlocks<T>*>(context);
+    const auto i = std::size_t(j);
+    int n = c.cols[i], k = c.rows[i], lda = std::max(n, 1);
+    if (n == 0) return;
+    char upper = 'U', no_trans = 'N';
+    T one = 1, zero = 0;
+    c.syrk(&upper, &no_trans, &n, &k, &one, const_cast<T*>(c.blocks[i]), &lda, &zero, c.grams[i], &lda);
+}
+
+template <typename T>
+void gram_blocks(py::capsule syrk, py::list blocks, py::list grams) {
+    check_blas_capsule<T>(syrk, "syrk", "cciiTTiTTi", "syrk");
+    if (py::len(grams) != py::len(blocks))
+        throw py::value_error("grams: expected one output per block (" + std::to_string(py::len(blocks)) +
+                              "), got " + std::to_string(py::len(grams)));
+    GramBlocks<T> c;
+    c.syrk = reinterpret_cast<Syrk<T>>(syrk.get_pointer());
+    std::vector<std::pair<const char*, const char*>> written;   // each output's bytes
+    for (std::size_t j = 0; j < py::len(blocks); ++j) {
+        const std::string which = "[" + std::to_string(j) + "]";
+        py::handle b = blocks[j], g = grams[j];
+        if (!py::isinstance<py::array_t<T>>(b))
+            throw py::value_error("blocks" + which + ": expected a NumPy array of dtype " + dtype_name<T>());
+        auto J = py::reinterpret_borrow<py::array>(b);
+        if (J.ndim() != 2 || !(J.flags() & py::array::c_style) || J.shape(0) > 0x7fffffff || J.shape(1) > 0x7fffffff)
+            throw py::value_error("blocks" + which + ": expected a C-contiguous 2-D array, got shape " +
+                                  shape_str(Shape(J.shape(), J.shape() + J.ndim())));
+        const auto P = J.shape(1);
+        if (!py::isinstance<py::array_t<T>>(g))
+            throw py::value_error("grams" + which + ": expected a NumPy array of dtype " + dtype_name<T>() +
+                                  " (the blocks' dtype)");
+        auto G = py::reinterpret_borrow<py::array>(g);
+        if (G.ndim() != 2 || G.shape(0) != P || G.shape(1) != P || !(G.flags() & py::array::f_style) ||
+            !G.writeable())
+            throw py::value_error("grams" + which + ": expected a writable Fortran-ordered array of shape (" +
+                                  std::to_string(P) + ", " + std::to_string(P) + ") (the block's columns), got shape " +
+                                  shape_str(Shape(G.shape(), G.shape() + G.ndim())));
+        auto* out = static_cast<T*>(G.mutable_data());
+        written.emplace_back(reinterpret_cast<const char*>(out), reinterpret_cast<const char*>(out + P * P));
+        c.blocks.push_back(static_cast<const T*>(J.data()));
+        c.grams.push_back(out);
+        c.rows.push_back(int(J.shape(0)));
+        c.cols.push_back(int(P));
+    }
+    std::sort(written.begin(), written.end());
+    for (std::size_t k = 1; k < written.size(); ++k)
+        if (written[k - 1].second > written[k].first && written[k].first != written[k].second)
+            throw py::value_error("grams: two outputs share memory (the blocks are written in parallel)");
+    py::gil_scoped_release release;
+    helmpinn::parallel_tasks(std::int64_t(c.grams.size()), &gram_block_task<T>, &c);
 }
 
 }  // namespace
@@ -134,6 +226,30 @@ void register_runtime(py::module_& mod) {
        "calls of `trsv` (scipy.linalg.cython_blas.__pyx_capi__['strsv'] for float32, 'dtrsv' for "
        "float64) per block, the blocks spread over the engine's threads (helmpinn::parallel_tasks) with "
        "the GIL released. The blocks must not overlap; x outside them is left as it is.");
+    mod.def("gram_blocks", [](py::object syrk, py::object blocks, py::object grams) {
+        if (!py::isinstance<py::capsule>(syrk))
+            throw py::value_error("syrk: expected a PyCapsule of scipy.linalg.cython_blas (ssyrk or dsyrk)");
+        if (!py::isinstance<py::list>(blocks) || !py::isinstance<py::list>(grams))
+            throw py::value_error("blocks, grams: expected lists");
+        auto c = py::reinterpret_borrow<py::capsule>(syrk);
+        auto b = py::reinterpret_borrow<py::list>(blocks), g = py::reinterpret_borrow<py::list>(grams);
+        if (py::len(b) == 0) {
+            if (py::len(g) != 0)
+                throw py::value_error("grams: expected one output per block (0), got " + std::to_string(py::len(g)));
+            return;
+        }
+        if (py::isinstance<py::array_t<float>>(b[0]))
+            gram_blocks<float>(c, b, g);
+        else if (py::isinstance<py::array_t<double>>(b[0]))
+            gram_blocks<double>(c, b, g);
+        else
+            throw py::value_error("blocks[0]: expected a NumPy array of dtype float32 or float64");
+    }, py::arg("syrk"), py::arg("blocks"), py::arg("grams"),
+       "grams[j] <- the upper triangle of blocks[j]ᵀ blocks[j] for every C-contiguous block [R_j, P_j] "
+       "(one dtype), into its Fortran-ordered output [P_j, P_j] (the strict lower triangle left as it is), "
+       "by one call of `syrk` (scipy.linalg.cython_blas.__pyx_capi__['ssyrk'] for float32, 'dsyrk' for "
+       "float64) a block, the blocks spread over the engine's threads (helmpinn::parallel_tasks) with the "
+       "GIL released: call it with the BLAS limited to one thread. The outputs must not share memory.");
 }
 
 }  // namespace bindings

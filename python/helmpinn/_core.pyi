@@ -284,3 +284,10 @@ def cholesky_solves(trsv: object, factors: list[np.ndarray], starts: list[int], 
     (``scipy.linalg.cython_blas.__pyx_capi__["strsv"]`` for float32 x, ``"dtrsv"`` for float64)
     a block, the blocks spread over the engine's threads with the GIL released. The blocks must
     not overlap; x outside them is left as it is. ValueError names a bad argument."""
+def gram_blocks(syrk: object, blocks: list[np.ndarray], grams: list[np.ndarray]) -> None:
+    """grams[j] <- the upper triangle of blocks[j]ᵀ blocks[j] for every C-contiguous block
+    [R_j, P_j] (one dtype) into its Fortran-ordered output [P_j, P_j] (the strict lower triangle
+    left as it is), by one call of ``syrk`` (``scipy.linalg.cython_blas.__pyx_capi__["ssyrk"]``
+    for float32, ``"dsyrk"`` for float64) a block, the blocks spread over the engine's threads
+    with the GIL released (call it with the BLAS limited to one thread). The outputs must not
+    share memory. ValueError names a bad argument."""

@@ -475,7 +475,7 @@ class GNDriver(DampedDriver):
                     "converged or stuck")
         cg = sum(st.cg_iterations)
         self.log.append({"loss": st.loss, "lam": st.lam, "cg": list(st.cg_iterations), "trials": st.trials,
-                         "accepted": st.accepted, "alpha": st.alpha})
+                         "accepted": st.accepted, "alpha": st.alpha, "times": dict(st.times)})
         shortened = f" step={st.alpha:g}" if st.alpha < 1.0 else ""   # a rejected trial's step, halved
         return GNStepInfo(st.loss, terms, st.lam, f"lam={st.lam:.1e} cg={cg} trials={st.trials}{shortened}", stop,
                           dict(st.times), list(st.cg_iterations), st.trials, st.accepted)

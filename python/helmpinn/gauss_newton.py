@@ -140,12 +140,12 @@ from scipy import sparse
 from scipy.linalg import blas
 from scipy.sparse.linalg import splu
 
-from . import distributed
+from . import _core, distributed
 from ._blas import blas_limit, check_blas_threads
 from .lm import DAMPINGS as LM_DAMPINGS, UPDATES, next_damping, pcg
 
 __all__ = ["GNStep", "MatrixFreeGN", "SPARSE_COARSE_ABOVE", "WARM_RHO", "VARPRO_RIDGE", "VARPRO_MAX_FALL", "BACKTRACK",
-           "DAMPINGS"]
+           "DAMPINGS", "GRAM_BATCH", "GRAM_BATCH_BYTES"]
 
 #: Coarse systems of more unknowns than this are assembled and factored sparse (SuperLU): a
 #: subdomain's output layer couples only to its neighbours', and the dense factor's
@@ -163,6 +163,11 @@ VARPRO_MAX_FALL = 2.0
 #: ``backtrack``'s default: a rejected trial's step is halved up to this many times, and the first
 #: at which the loss falls is taken (module docstring, "Backtracking").
 BACKTRACK = 3
+#: The linearisation holds up to this many Jacobian blocks per engine thread, or
+#: :data:`GRAM_BATCH_BYTES` of them, before their Gram matrices are formed side by side on the
+#: engine's threads (``_grams``: each thread one block at a time, the batch balanced over them).
+GRAM_BATCH = 4
+GRAM_BATCH_BYTES = 256 << 20
 #: The damping matrices D of (JᵀJ + λD) δ = Jᵀr (module docstring): LM's and the geometric one.
 DAMPINGS = (*LM_DAMPINGS, "geometric")
 
@@ -193,16 +198,25 @@ class GNStep:
     alpha: float = 1.0
 
 
-def _gram(J: NDArray, dtype: str = "float64") -> NDArray:
-    """The upper triangle of JᵀJ (float64; the strict lower triangle is not filled: its one use,
-    the Cholesky factor of :func:`_factor`, reads the upper one) by dsyrk, or ssyrk for
-    ``dtype="float32"``."""
-    if J.shape[0] == 0:
-        return np.zeros((J.shape[1],) * 2)
-    Jt = J.T   # Fortran order for a C-ordered J: no copy for dsyrk (A Aᵀ with A = Jᵀ)
-    if dtype == "float32":
-        return blas.ssyrk(1.0, np.asfortranarray(Jt, dtype=np.float32), trans=0, lower=0).astype(np.float64)
-    return blas.dsyrk(1.0, np.asfortranarray(Jt), trans=0, lower=0)
+def _grams(blocks: list[NDArray], dtype: str = "float64") -> list[NDArray]:
+    """The upper triangles of ``J_jᵀJ_j`` for the blocks J_j [R_j, P_j] (the strict lower
+    triangles zero; their one use, the Cholesky factors of :func:`_cholesky`, reads the upper
+    ones), Fortran-ordered [P_j, P_j] in ``dtype``: one ssyrk (``dtype="float32"``, the blocks
+    rounded to it where they are float64) or dsyrk a block, the blocks spread over the engine's
+    threads (:func:`helmpinn._core.gram_blocks`) with the BLAS at one thread. Not the BLAS's own
+    threads block after block: between the engine's calls that make the blocks, its idle
+    threads spin (OpenBLAS: 2²⁸ cycles after each call) on the cores the engine then needs; on
+    ``dirichlet2d`` n = 8 with 2 threads that made the linearisation 1.9 times slower
+    (docs/benchmarks.md, "The Gram matrices on the engine's threads")."""
+    from scipy.linalg import cython_blas
+
+    dt = np.float32 if dtype == "float32" else np.float64
+    syrk = cython_blas.__pyx_capi__["ssyrk" if dt == np.float32 else "dsyrk"]
+    blocks = [np.ascontiguousarray(J, dt) for J in blocks]
+    out = [np.zeros((J.shape[1],) * 2, dt, order="F") for J in blocks]
+    with blas_limit(1):
+        _core.gram_blocks(syrk, blocks, out)
+    return out
 
 
 def _sparse_blocks(blocks: list[tuple[int, int, NDArray]], n: int) -> Any:
@@ -262,8 +276,6 @@ def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], ND
     the second core reads the others' meanwhile (docs/benchmarks.md, "The block solves on the
     engine's threads")."""
     from scipy.linalg import cython_blas
-
-    from . import _core
 
     dtype = blocks[0][1].dtype if blocks else np.dtype(np.float64)
     trsv = cython_blas.__pyx_capi__["strsv" if dtype == np.float32 else "dtrsv"]
@@ -472,12 +484,23 @@ class MatrixFreeGN:
         # the blocks in float32 where they only make float32 Gram matrices (and the coarse
         # columns, which only precondition, or start varpro's projection, checked by the loss)
         dtype = "float32" if self.gram == "float32" and not keep else "float64"
-        with distributed.collective(res.comm, "the Jacobian blocks"):
+        # the Gram matrices a batch of blocks at a time, on the engine's threads (_grams)
+        batch: list[tuple[int, NDArray]] = []
+        per_batch = GRAM_BATCH * _core.get_num_threads()
+
+        def grams_of_batch() -> None:
+            t1 = time.perf_counter()
+            for (j, _), G in zip(batch, _grams([Jc for _, Jc in batch], self.gram)):
+                grams[j] = G
+            batch.clear()
+            times["gram"] += time.perf_counter() - t1
+
+        with distributed.collective(res.comm, "the Jacobian blocks"), blas_limit(1):
             for j in res.local:
                 J = res.block(theta, j, dtype)
-                t1 = time.perf_counter()
-                grams[j] = _gram(J[res.parts[j]["counted"]:], self.gram)   # (without the mode rows' carriers)
-                times["gram"] += time.perf_counter() - t1
+                batch.append((j, J[res.parts[j]["counted"]:]))   # (without the mode rows' carriers)
+                if len(batch) >= per_batch or sum(Jc.nbytes for _, Jc in batch) >= GRAM_BATCH_BYTES:
+                    grams_of_batch()
                 if keep:
                     blocks[j] = J
                 if self._coarse_index is not None:   # only the output layers' columns stay
@@ -488,6 +511,7 @@ class MatrixFreeGN:
                     lo, hi = (live[0], live[-1] + 1) if len(live) else (0, 0)
                     U[res.parts[j]["slice"]] = J[lo:hi].T @ F[lo:hi].astype(J.dtype)
                 del J
+            grams_of_batch()
         diag = np.zeros(res.num_params)
         for j, G in grams.items():
             diag[res.parts[j]["slice"]] = np.diag(G)
