@@ -14,8 +14,8 @@ Jacobian block at a time, the blocks' Gram matrices (``Σ_j P_j²``), their outp
 and the coarse matrix.
 
 **Preconditioner** (two-level additive Schwarz). Each subnetwork's diagonal block
-``G_j = J_jᵀJ_j`` (its Jacobian block's Gram matrix, ``P_j × P_j``) plus ``λD_j`` is factored by
-Cholesky once per trial λ; with ``coarse="last_layer"`` (default) a coarse space adds the exact
+``G_j = J_jᵀJ_j`` (its Jacobian block's Gram matrix, ``P_j × P_j``, formed a batch of blocks at
+a time on the engine's threads: ``_grams``) plus ``λD_j`` is factored by Cholesky once per trial λ; with ``coarse="last_layer"`` (default) a coarse space adds the exact
 Gauss-Newton system restricted to every subnetwork's output layer (``2H + 2`` parameters each):
 the columns ``J_Z`` couple neighbouring subnetworks through the rows they share, so
 ``Z(ZᵀAZ)⁻¹Zᵀ`` carries the global coupling of a wave problem that the blocks alone lack. The
@@ -206,8 +206,8 @@ def _grams(blocks: list[NDArray], dtype: str = "float64") -> list[NDArray]:
     threads (:func:`helmpinn._core.gram_blocks`) with the BLAS at one thread. Not the BLAS's own
     threads block after block: between the engine's calls that make the blocks, its idle
     threads spin (OpenBLAS: 2²⁸ cycles after each call) on the cores the engine then needs; on
-    ``dirichlet2d`` n = 8 with 2 threads that made the linearisation 1.9 times slower
-    (docs/benchmarks.md, "The Gram matrices on the engine's threads")."""
+    ``dirichlet2d`` n = 8 with 2 threads the linearisation took 3.9-5.5 s a step where it now
+    takes 1.8-2.3 s (docs/benchmarks.md, "The Gram matrices on the engine's threads")."""
     from scipy.linalg import cython_blas
 
     dt = np.float32 if dtype == "float32" else np.float64
