@@ -349,6 +349,30 @@ def test_grams_are_the_upper_triangles_the_factor_reads(dtype, threads):
     assert np.linalg.norm(_factor(A)(b) - exact) <= 10 * tol * np.linalg.norm(exact)
 
 
+def test_gram_matrices_do_not_depend_on_the_batch(monkeypatch):
+    """The linearisation forms the blocks' Gram matrices a batch at a time (``GRAM_BATCH``
+    blocks per thread, at most ``GRAM_BATCH_BYTES``): one block a batch gives the same matrices
+    bit for bit, and the same D, Jᵀr and coarse matrix, as one batch of all."""
+    from helmpinn import gauss_newton
+    model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
+    res = model.residuals_for(rows)
+    theta = model.params.copy()
+    assert len(res.parts) > 2
+    lins = []
+    for per, size in [(64, 1 << 30), (1, 1 << 30), (64, 1)]:
+        monkeypatch.setattr(gauss_newton, "GRAM_BATCH", per)
+        monkeypatch.setattr(gauss_newton, "GRAM_BATCH_BYTES", size)
+        gn = MatrixFreeGN(res, coarse="last_layer")
+        lins.append(gn.linearize(theta, collections.defaultdict(float)))
+    for lin in lins[1:]:
+        assert lins[0]["grams"].keys() == lin["grams"].keys()
+        for j, G in lins[0]["grams"].items():
+            np.testing.assert_array_equal(G, lin["grams"][j])
+        np.testing.assert_array_equal(lins[0]["diag"], lin["diag"])
+        np.testing.assert_array_equal(lins[0]["g"], lin["g"])
+        np.testing.assert_array_equal(lins[0]["coarse"][0], lin["coarse"][0])
+
+
 @pytest.mark.parametrize("geodesic", [False, True])
 def test_steps_lower_the_loss(geodesic):
     model, rows, _ = make_case(2, pml=True, hard=False, seed=4)

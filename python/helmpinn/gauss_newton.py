@@ -14,9 +14,9 @@ Jacobian block at a time, the blocks' Gram matrices (``Σ_j P_j²``), their outp
 and the coarse matrix.
 
 **Preconditioner** (two-level additive Schwarz). Each subnetwork's diagonal block
-``G_j = J_jᵀJ_j`` (its Jacobian block's Gram matrix, ``P_j × P_j``, formed a batch of blocks at
-a time on the engine's threads: ``_grams``) plus ``λD_j`` is factored by Cholesky once per trial λ; with ``coarse="last_layer"`` (default) a coarse space adds the exact
-Gauss-Newton system restricted to every subnetwork's output layer (``2H + 2`` parameters each):
+``G_j = J_jᵀJ_j`` (its Jacobian block's Gram matrix, ``P_j × P_j``, formed a batch of blocks
+at a time on the engine's threads: ``_grams``) plus ``λD_j`` is factored by Cholesky once per
+trial λ; with ``coarse="last_layer"`` (default) a coarse space adds the exact Gauss-Newton system restricted to every subnetwork's output layer (``2H + 2`` parameters each):
 the columns ``J_Z`` couple neighbouring subnetworks through the rows they share, so
 ``Z(ZᵀAZ)⁻¹Zᵀ`` carries the global coupling of a wave problem that the blocks alone lack. The
 coarse matrix is assembled from the blocks over the overlaps (``DecomposedResiduals.overlaps``)
@@ -137,7 +137,6 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import NDArray
 from scipy import sparse
-from scipy.linalg import blas
 from scipy.sparse.linalg import splu
 
 from . import _core, distributed
@@ -164,8 +163,9 @@ VARPRO_MAX_FALL = 2.0
 #: at which the loss falls is taken (module docstring, "Backtracking").
 BACKTRACK = 3
 #: The linearisation holds up to this many Jacobian blocks per engine thread, or
-#: :data:`GRAM_BATCH_BYTES` of them, before their Gram matrices are formed side by side on the
-#: engine's threads (``_grams``: each thread one block at a time, the batch balanced over them).
+#: :data:`GRAM_BATCH_BYTES` of them (whole blocks, Green's carrier rows included), before their
+#: Gram matrices are formed side by side on the engine's threads (``_grams``: each thread one
+#: block at a time, whichever is free taking the next). The same matrices whatever the batch.
 GRAM_BATCH = 4
 GRAM_BATCH_BYTES = 256 << 20
 #: The damping matrices D of (JᵀJ + λD) δ = Jᵀr (module docstring): LM's and the geometric one.
@@ -486,6 +486,7 @@ class MatrixFreeGN:
         dtype = "float32" if self.gram == "float32" and not keep else "float64"
         # the Gram matrices a batch of blocks at a time, on the engine's threads (_grams)
         batch: list[tuple[int, NDArray]] = []
+        held = [0]   # the bytes of the batch's whole blocks (a row range keeps its block alive)
         per_batch = GRAM_BATCH * _core.get_num_threads()
 
         def grams_of_batch() -> None:
@@ -493,13 +494,15 @@ class MatrixFreeGN:
             for (j, _), G in zip(batch, _grams([Jc for _, Jc in batch], self.gram)):
                 grams[j] = G
             batch.clear()
+            held[0] = 0
             times["gram"] += time.perf_counter() - t1
 
         with distributed.collective(res.comm, "the Jacobian blocks"), blas_limit(1):
             for j in res.local:
                 J = res.block(theta, j, dtype)
                 batch.append((j, J[res.parts[j]["counted"]:]))   # (without the mode rows' carriers)
-                if len(batch) >= per_batch or sum(Jc.nbytes for _, Jc in batch) >= GRAM_BATCH_BYTES:
+                held[0] += J.nbytes
+                if len(batch) >= per_batch or held[0] >= GRAM_BATCH_BYTES:
                     grams_of_batch()
                 if keep:
                     blocks[j] = J
