@@ -316,6 +316,17 @@ def test_block_solves_are_each_blocks_solve(dtype, threads):
             exact = np.linalg.solve(A, v[sl])
             assert np.linalg.norm(out[sl] - exact) <= tol * np.linalg.norm(exact)
     assert np.all(out[~inside] == 0)
+    # a 2-D v [P, k]: every column solved at once (two ?trsm a block), as each alone to rounding
+    V = rng.normal(size=(len(v), 4))
+    V[:, 0] = v
+    kept = V.copy()
+    many = _block_solves(factors)(V)
+    np.testing.assert_array_equal(V, kept)   # (a block of one row is a view both ways: not overwritten)
+    assert many.shape == V.shape and many.dtype == np.float64
+    cols = np.stack([_block_solves(factors)(np.ascontiguousarray(V[:, k])) for k in range(4)], 1)
+    scale = np.abs(cols).max(0)
+    assert np.all(np.abs(many - cols) <= (1e-5 if dtype == "float32" else 1e-12) * scale)
+    assert np.all(many[~inside] == 0)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -347,6 +358,24 @@ def test_grams_are_the_upper_triangles_the_factor_reads(dtype, threads):
     b = rng.normal(size=30)
     exact = np.linalg.solve(Js[0].T @ Js[0] + 1e-2 * np.eye(30), b)
     assert np.linalg.norm(_factor(A)(b) - exact) <= 10 * tol * np.linalg.norm(exact)
+
+
+@pytest.mark.parametrize("coarse", [None, "last_layer"])
+def test_preconditioner_applies_to_many_columns_as_to_each(coarse):
+    """The two-level preconditioner M applied to a matrix [P, k] (the mode rows' Woodbury term
+    applies it to U's 2q columns at once) gives each column's M v, to float32's rounding of
+    the block factors."""
+    model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
+    res = model.residuals_for(rows)
+    theta = model.params.copy()
+    gn = MatrixFreeGN(res, coarse=coarse)
+    s = gn.linearize(theta, collections.defaultdict(float))
+    D = gn._D(s)
+    M = gn.preconditioner(s, 1e-2 * float(np.mean(D)), D)
+    V = np.random.default_rng(5).normal(size=(res.num_params, 5))
+    many = M(V)
+    cols = np.stack([M(np.ascontiguousarray(V[:, k])) for k in range(5)], 1)
+    assert np.all(np.abs(many - cols) <= 1e-5 * np.abs(cols).max(0))
 
 
 def test_gram_matrices_do_not_depend_on_the_batch(monkeypatch):

@@ -274,11 +274,14 @@ def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], ND
     blocks are solved on the engine's own threads (:func:`helmpinn._core.cholesky_solves`, two of
     SciPy's ?trsv a block), not on this thread alone: a solve is bound by reading its factor, and
     the second core reads the others' meanwhile (docs/benchmarks.md, "The block solves on the
-    engine's threads")."""
-    from scipy.linalg import cython_blas
+    engine's threads"). A 2-D v [P, k] is solved column by column in one pass: two ?trsm a block
+    on the calling thread (the BLAS's threads as the caller set them), each factor read once for
+    all k columns instead of k times (``_low_rank``'s ``M U``)."""
+    from scipy.linalg import blas, cython_blas
 
     dtype = blocks[0][1].dtype if blocks else np.dtype(np.float64)
     trsv = cython_blas.__pyx_capi__["strsv" if dtype == np.float32 else "dtrsv"]
+    trsm = blas.strsm if dtype == np.float32 else blas.dtrsm
     slices, factors = [sl for sl, _ in blocks], [U for _, U in blocks]
     for sl in slices:
         if sl.step not in (None, 1):
@@ -286,6 +289,13 @@ def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], ND
     starts = [int(sl.start or 0) for sl in slices]
 
     def solve(v: NDArray) -> NDArray:
+        if v.ndim == 2:
+            X = np.zeros(v.shape)
+            for sl, U in zip(slices, factors):
+                if len(U):   # Uᵀ Y = V_j, then U X_j = Y (in a copy: v[sl] may already be F-ordered)
+                    Y = trsm(1.0, U, np.array(v[sl], dtype, order="F"), trans_a=1, overwrite_b=1)
+                    X[sl] = trsm(1.0, U, Y, overwrite_b=1)
+            return X
         x = np.zeros(len(v), dtype)
         for sl in slices:
             x[sl] = v[sl]
@@ -652,9 +662,10 @@ class MatrixFreeGN:
     def _low_rank(self, M: Callable[[NDArray], NDArray], U: NDArray) -> Callable[[NDArray], NDArray]:
         """``(M⁻¹ + UUᵀ)⁻¹ v = M v − W (I + UᵀW)⁻¹ Wᵀ v`` with ``W = M U`` (Woodbury; M symmetric):
         the preconditioner M of the point rows' system with the mode rows' term ``UUᵀ`` added
-        exactly. Costs ``2q`` applications of M once, then two products with W [P, 2q] and one
-        gather of 2q numbers per application."""
-        W = np.stack([M(np.ascontiguousarray(U[:, k])) for k in range(U.shape[1])], 1)
+        exactly. Costs one application of M to the 2q columns of U at once (each block's factor
+        and the coarse factor read once for all of them), then two products with W [P, 2q] and
+        one gather of 2q numbers per application."""
+        W = M(np.ascontiguousarray(U))
         S = np.eye(U.shape[1]) + self.res.dots(U, W)
         factor = sla.cho_factor((S + S.T) / 2)
 
@@ -675,13 +686,15 @@ class MatrixFreeGN:
     def _coarse_solve(self, coarse: tuple, v: NDArray) -> NDArray:
         """The coarse system's solution for the output-layer components of v (this rank's own
         range; one ``Allgatherv`` over several ranks): the whole coarse vector, alike on every
-        rank."""
+        rank; for a 2-D v [P, k] the k columns' at once ([n, k])."""
         solve, own_idx, lo, hi, ranges, n = coarse
-        vc = np.zeros(n)
+        vc = np.zeros((n,) + v.shape[1:])
         vc[lo:hi] = v[own_idx]
         if self.res.comm is not None:
             from mpi4py import MPI
-            self.res.comm.Allgatherv(MPI.IN_PLACE, [vc, ranges[:, 1] - ranges[:, 0], ranges[:, 0], MPI.DOUBLE])
+            k = int(np.prod(v.shape[1:], dtype=np.int64))   # the rows of vc are contiguous
+            self.res.comm.Allgatherv(MPI.IN_PLACE, [vc, (ranges[:, 1] - ranges[:, 0]) * k, ranges[:, 0] * k,
+                                                    MPI.DOUBLE])
         return solve(vc)
 
     def cg(self, s: dict, lam: float, D: NDArray, rhs: NDArray,
