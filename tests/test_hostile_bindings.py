@@ -380,3 +380,48 @@ def test_gram_blocks_checks_its_arguments():
     full = J.T @ J
     np.testing.assert_allclose(np.triu(out[0]), np.triu(full), rtol=1e-6)
     assert np.all(out[0][np.tril_indices(3, -1)] == 7)
+
+
+def test_product_blocks_checks_its_arguments():
+    """_core.product_blocks (the mode rows' gradients J_jᵀF_j, helmpinn.gauss_newton) calls a
+    BLAS function pointer on raw memory from the engine's threads: every argument that could make
+    it read or write out of place, or two threads write the same memory, is refused with
+    ValueError naming the argument, before anything runs; blocks without rows give zeros."""
+    from scipy.linalg import cython_blas
+    s, d = cython_blas.__pyx_capi__["sgemm"], cython_blas.__pyx_capi__["dgemm"]
+    A = np.arange(12, dtype=np.float32).reshape(4, 3)
+    B = np.arange(8, dtype=np.float32).reshape(4, 2) - 3
+    O = np.zeros((3, 2), np.float32, order="F")
+    shared = np.zeros((3, 3), np.float32, order="F")
+    bad = [
+        (dict(gemm=d), "gemm"),
+        (dict(gemm=cython_blas.__pyx_capi__["ssyrk"]), "gemm"),
+        (dict(gemm=cython_blas.__pyx_capi__["sgemv"]), "gemm"),
+        (dict(gemm="sgemm"), "gemm"),
+        (dict(a=[A.astype(np.float64)]), "gemm"),               # float64 blocks: dgemm expected
+        (dict(gemm=d, a=[A.astype(np.float64)]), r"b\[0\]"),   # b's dtype differs
+        (dict(a=[np.asfortranarray(A)]), r"a\[0\]"),
+        (dict(a=[A.astype(np.int64)]), r"a\[0\]"),
+        (dict(b=[B[:3]]), r"b\[0\]"),                            # rows differ from a's
+        (dict(b=[np.asfortranarray(B)]), r"b\[0\]"),
+        (dict(b=[B, B]), "b"),
+        (dict(out=[]), "out"),
+        (dict(out=[np.zeros((3, 2), np.float32)]), r"out\[0\]"),          # C-ordered
+        (dict(out=[np.zeros((2, 3), np.float32, order="F")]), r"out\[0\]"),
+        (dict(out=[np.zeros((3, 2), np.float64, order="F")]), r"out\[0\]"),
+        (dict(a=[A, A], b=[B, B], out=[O, O]), "share memory"),
+        (dict(a=[A, A], b=[B, B], out=[shared[:, :2], shared[:, 1:]]), "share memory"),
+        (dict(a=(A,)), "a, b, out"),
+    ]
+    ro = np.zeros((3, 2), np.float32, order="F")
+    ro.setflags(write=False)
+    bad.append((dict(out=[ro]), r"out\[0\]"))
+    for change, name in bad:
+        args = dict(gemm=s, a=[A], b=[B], out=[O.copy(order="F")]) | change
+        with pytest.raises(ValueError, match=name):
+            _core.product_blocks(**args)
+    _core.product_blocks(s, [], [], [])
+    out = [np.full((3, 2), 7, np.float32, order="F"), np.full((3, 2), 7, np.float32, order="F")]
+    _core.product_blocks(s, [A, np.zeros((0, 3), np.float32)], [B, np.zeros((0, 2), np.float32)], out)
+    np.testing.assert_array_equal(out[0], A.T @ B)
+    np.testing.assert_array_equal(out[1], 0)   # no rows: the empty sum

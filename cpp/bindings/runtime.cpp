@@ -1,5 +1,5 @@
 // The runtime: DeviceArray, the thread count, the CPU's kernel sets, the CUDA devices, and host
-// work on the engine's threads (cholesky_solves, gram_blocks).
+// work on the engine's threads (cholesky_solves, gram_blocks, product_blocks).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -52,6 +52,11 @@ void check_blas_capsule(py::capsule cap, const char* routine, const std::string&
                               (std::is_same<T, float>::value ? "s" : "d") + routine + "'] for arrays of dtype " +
                               dtype_name<T>() + ", got a capsule named " + (name ? name : "(none)"));
 }
+
+// SciPy's scipy.linalg.cython_blas ?gemm (transa, transb, m, n, k, alpha, a, lda, b, ldb, beta,
+// c, ldc).
+template <typename T>
+using Gemm = void (*)(char*, char*, int*, int*, int*, T*, T*, int*, T*, int*, T*, T*, int*);
 
 template <typename T>
 struct CholeskySolves {
@@ -113,6 +118,51 @@ void cholesky_solves(py::capsule trsv, py::list factors, py::list starts, py::ar
     helmpinn::parallel_tasks(std::int64_t(c.sizes.size()), &cholesky_solve_task<T>, &c);
 }
 
+// The outputs [P_j, K_j] of the blocks' tasks: each a writable Fortran-ordered array of T of
+// its shape, no two sharing memory (the tasks write them in parallel); their data pointers.
+template <typename T>
+std::vector<T*> checked_outputs(py::list outs, const std::vector<std::pair<py::ssize_t, py::ssize_t>>& shapes,
+                                const std::string& argument) {
+    if (py::len(outs) != shapes.size())
+        throw py::value_error(argument + ": expected one output per block (" + std::to_string(shapes.size()) +
+                              "), got " + std::to_string(py::len(outs)));
+    std::vector<T*> data;
+    std::vector<std::pair<const char*, const char*>> written;
+    for (std::size_t j = 0; j < shapes.size(); ++j) {
+        const std::string which = argument + "[" + std::to_string(j) + "]";
+        py::handle o = outs[j];
+        if (!py::isinstance<py::array_t<T>>(o))
+            throw py::value_error(which + ": expected a NumPy array of dtype " + dtype_name<T>() + " (the blocks' dtype)");
+        auto G = py::reinterpret_borrow<py::array>(o);
+        const auto rows = shapes[j].first, cols = shapes[j].second;
+        if (G.ndim() != 2 || G.shape(0) != rows || G.shape(1) != cols || !(G.flags() & py::array::f_style) ||
+            !G.writeable())
+            throw py::value_error(which + ": expected a writable Fortran-ordered array of shape (" +
+                                  std::to_string(rows) + ", " + std::to_string(cols) + "), got shape " +
+                                  shape_str(Shape(G.shape(), G.shape() + G.ndim())));
+        auto* out = static_cast<T*>(G.mutable_data());
+        written.emplace_back(reinterpret_cast<const char*>(out), reinterpret_cast<const char*>(out + rows * cols));
+        data.push_back(out);
+    }
+    std::sort(written.begin(), written.end());
+    for (std::size_t k = 1; k < written.size(); ++k)
+        if (written[k - 1].second > written[k].first && written[k].first != written[k].second)
+            throw py::value_error(argument + ": two outputs share memory (the blocks are written in parallel)");
+    return data;
+}
+
+// blocks[j] of `argument`: a C-contiguous 2-D array of T whose sizes fit an int.
+template <typename T>
+py::array checked_block(py::handle b, const std::string& which) {
+    if (!py::isinstance<py::array_t<T>>(b))
+        throw py::value_error(which + ": expected a NumPy array of dtype " + dtype_name<T>());
+    auto J = py::reinterpret_borrow<py::array>(b);
+    if (J.ndim() != 2 || !(J.flags() & py::array::c_style) || J.shape(0) > 0x7fffffff || J.shape(1) > 0x7fffffff)
+        throw py::value_error(which + ": expected a C-contiguous 2-D array, got shape " +
+                              shape_str(Shape(J.shape(), J.shape() + J.ndim())));
+    return J;
+}
+
 template <typename T>
 struct GramBlocks {
     Syrk<T> syrk = nullptr;
@@ -137,44 +187,68 @@ void gram_block_task(std::int64_t j, void* context) {
 template <typename T>
 void gram_blocks(py::capsule syrk, py::list blocks, py::list grams) {
     check_blas_capsule<T>(syrk, "syrk", "cciiTTiTTi", "syrk");
-    if (py::len(grams) != py::len(blocks))
-        throw py::value_error("grams: expected one output per block (" + std::to_string(py::len(blocks)) +
-                              "), got " + std::to_string(py::len(grams)));
     GramBlocks<T> c;
     c.syrk = reinterpret_cast<Syrk<T>>(syrk.get_pointer());
-    std::vector<std::pair<const char*, const char*>> written;   // each output's bytes
+    std::vector<std::pair<py::ssize_t, py::ssize_t>> shapes;
     for (std::size_t j = 0; j < py::len(blocks); ++j) {
-        const std::string which = "[" + std::to_string(j) + "]";
-        py::handle b = blocks[j], g = grams[j];
-        if (!py::isinstance<py::array_t<T>>(b))
-            throw py::value_error("blocks" + which + ": expected a NumPy array of dtype " + dtype_name<T>());
-        auto J = py::reinterpret_borrow<py::array>(b);
-        if (J.ndim() != 2 || !(J.flags() & py::array::c_style) || J.shape(0) > 0x7fffffff || J.shape(1) > 0x7fffffff)
-            throw py::value_error("blocks" + which + ": expected a C-contiguous 2-D array, got shape " +
-                                  shape_str(Shape(J.shape(), J.shape() + J.ndim())));
-        const auto P = J.shape(1);
-        if (!py::isinstance<py::array_t<T>>(g))
-            throw py::value_error("grams" + which + ": expected a NumPy array of dtype " + dtype_name<T>() +
-                                  " (the blocks' dtype)");
-        auto G = py::reinterpret_borrow<py::array>(g);
-        if (G.ndim() != 2 || G.shape(0) != P || G.shape(1) != P || !(G.flags() & py::array::f_style) ||
-            !G.writeable())
-            throw py::value_error("grams" + which + ": expected a writable Fortran-ordered array of shape (" +
-                                  std::to_string(P) + ", " + std::to_string(P) + ") (the block's columns), got shape " +
-                                  shape_str(Shape(G.shape(), G.shape() + G.ndim())));
-        auto* out = static_cast<T*>(G.mutable_data());
-        written.emplace_back(reinterpret_cast<const char*>(out), reinterpret_cast<const char*>(out + P * P));
+        auto J = checked_block<T>(blocks[j], "blocks[" + std::to_string(j) + "]");
+        shapes.emplace_back(J.shape(1), J.shape(1));
         c.blocks.push_back(static_cast<const T*>(J.data()));
-        c.grams.push_back(out);
         c.rows.push_back(int(J.shape(0)));
-        c.cols.push_back(int(P));
+        c.cols.push_back(int(J.shape(1)));
     }
-    std::sort(written.begin(), written.end());
-    for (std::size_t k = 1; k < written.size(); ++k)
-        if (written[k - 1].second > written[k].first && written[k].first != written[k].second)
-            throw py::value_error("grams: two outputs share memory (the blocks are written in parallel)");
+    c.grams = checked_outputs<T>(grams, shapes, "grams");
     py::gil_scoped_release release;
     helmpinn::parallel_tasks(std::int64_t(c.grams.size()), &gram_block_task<T>, &c);
+}
+
+template <typename T>
+struct ProductBlocks {
+    Gemm<T> gemm = nullptr;
+    std::vector<const T*> a, b;
+    std::vector<T*> out;
+    std::vector<int> rows, cols_a, cols_b;
+};
+
+// Block j: out_j <- a_jᵀ b_j. a_j [m, P] and b_j [m, K] C-ordered are the Fortran matrices
+// A = a_jᵀ [P, m] and B = b_jᵀ [K, m], so ?gemm's C = A Bᵀ with transa = 'N', transb = 'T'.
+template <typename T>
+void product_block_task(std::int64_t j, void* context) {
+    auto& c = *static_cast<ProductBlocks<T>*>(context);
+    const auto i = std::size_t(j);
+    int m = c.cols_a[i], n = c.cols_b[i], k = c.rows[i], lda = std::max(m, 1), ldb = std::max(n, 1);
+    if (m == 0 || n == 0) return;
+    char no_trans = 'N', trans = 'T';
+    T one = 1, zero = 0;
+    c.gemm(&no_trans, &trans, &m, &n, &k, &one, const_cast<T*>(c.a[i]), &lda, const_cast<T*>(c.b[i]), &ldb, &zero,
+           c.out[i], &lda);
+}
+
+template <typename T>
+void product_blocks(py::capsule gemm, py::list a, py::list b, py::list out) {
+    check_blas_capsule<T>(gemm, "gemm", "cciiiTTiTiTTi", "gemm");
+    if (py::len(b) != py::len(a))
+        throw py::value_error("b: expected one block per block of a (" + std::to_string(py::len(a)) + "), got " +
+                              std::to_string(py::len(b)));
+    ProductBlocks<T> c;
+    c.gemm = reinterpret_cast<Gemm<T>>(gemm.get_pointer());
+    std::vector<std::pair<py::ssize_t, py::ssize_t>> shapes;
+    for (std::size_t j = 0; j < py::len(a); ++j) {
+        const std::string which = "[" + std::to_string(j) + "]";
+        auto A = checked_block<T>(a[j], "a" + which), B = checked_block<T>(b[j], "b" + which);
+        if (B.shape(0) != A.shape(0))
+            throw py::value_error("b" + which + ": expected the rows of a" + which + " (" + std::to_string(A.shape(0)) +
+                                  "), got " + std::to_string(B.shape(0)));
+        shapes.emplace_back(A.shape(1), B.shape(1));
+        c.a.push_back(static_cast<const T*>(A.data()));
+        c.b.push_back(static_cast<const T*>(B.data()));
+        c.rows.push_back(int(A.shape(0)));
+        c.cols_a.push_back(int(A.shape(1)));
+        c.cols_b.push_back(int(B.shape(1)));
+    }
+    c.out = checked_outputs<T>(out, shapes, "out");
+    py::gil_scoped_release release;
+    helmpinn::parallel_tasks(std::int64_t(c.out.size()), &product_block_task<T>, &c);
 }
 
 }  // namespace
@@ -250,6 +324,31 @@ void register_runtime(py::module_& mod) {
        "by one call of `syrk` (scipy.linalg.cython_blas.__pyx_capi__['ssyrk'] for float32, 'dsyrk' for "
        "float64) a block, the blocks spread over the engine's threads (helmpinn::parallel_tasks) with the "
        "GIL released: call it with the BLAS limited to one thread. The outputs must not share memory.");
+    mod.def("product_blocks", [](py::object gemm, py::object a, py::object b, py::object out) {
+        if (!py::isinstance<py::capsule>(gemm))
+            throw py::value_error("gemm: expected a PyCapsule of scipy.linalg.cython_blas (sgemm or dgemm)");
+        if (!py::isinstance<py::list>(a) || !py::isinstance<py::list>(b) || !py::isinstance<py::list>(out))
+            throw py::value_error("a, b, out: expected lists");
+        auto c = py::reinterpret_borrow<py::capsule>(gemm);
+        auto la = py::reinterpret_borrow<py::list>(a), lb = py::reinterpret_borrow<py::list>(b),
+             lo = py::reinterpret_borrow<py::list>(out);
+        if (py::len(la) == 0) {
+            if (py::len(lb) != 0 || py::len(lo) != 0)
+                throw py::value_error("b, out: expected one per block of a (0)");
+            return;
+        }
+        if (py::isinstance<py::array_t<float>>(la[0]))
+            product_blocks<float>(c, la, lb, lo);
+        else if (py::isinstance<py::array_t<double>>(la[0]))
+            product_blocks<double>(c, la, lb, lo);
+        else
+            throw py::value_error("a[0]: expected a NumPy array of dtype float32 or float64");
+    }, py::arg("gemm"), py::arg("a"), py::arg("b"), py::arg("out"),
+       "out[j] <- a[j]ᵀ b[j] for every pair of C-contiguous blocks a[j] [m_j, P_j] and b[j] [m_j, K_j] "
+       "(one dtype), into its Fortran-ordered output [P_j, K_j], by one call of `gemm` "
+       "(scipy.linalg.cython_blas.__pyx_capi__['sgemm'] for float32, 'dgemm' for float64) a block, the "
+       "blocks spread over the engine's threads (helmpinn::parallel_tasks) with the GIL released: call it "
+       "with the BLAS limited to one thread. The outputs must not share memory.");
 }
 
 }  // namespace bindings

@@ -291,3 +291,10 @@ def gram_blocks(syrk: object, blocks: list[np.ndarray], grams: list[np.ndarray])
     for float32, ``"dsyrk"`` for float64) a block, the blocks spread over the engine's threads
     with the GIL released (call it with the BLAS limited to one thread). The outputs must not
     share memory. ValueError names a bad argument."""
+def product_blocks(gemm: object, a: list[np.ndarray], b: list[np.ndarray], out: list[np.ndarray]) -> None:
+    """out[j] <- a[j]ᵀ b[j] for every pair of C-contiguous blocks a[j] [m_j, P_j] and b[j]
+    [m_j, K_j] (one dtype) into its Fortran-ordered output [P_j, K_j], by one call of ``gemm``
+    (``scipy.linalg.cython_blas.__pyx_capi__["sgemm"]`` for float32, ``"dgemm"`` for float64) a
+    block, the blocks spread over the engine's threads with the GIL released (call it with the
+    BLAS limited to one thread). The outputs must not share memory. ValueError names a bad
+    argument."""

@@ -219,6 +219,26 @@ def _grams(blocks: list[NDArray], dtype: str = "float64") -> list[NDArray]:
     return out
 
 
+def _products(a: list[NDArray], b: list[NDArray]) -> list[NDArray]:
+    """``a_jᵀ b_j`` [P_j, K_j] in float64 for the pairs of blocks a_j [m_j, P_j], b_j [m_j, K_j]
+    (one dtype): one ?gemm a pair, the pairs spread over the engine's threads
+    (:func:`helmpinn._core.product_blocks`) with the BLAS at one thread, as :func:`_grams`. The
+    mode rows' gradients ``U_j = J_jᵀF_j`` over Green's carriers: in 3-D most of a block's rows
+    (docs/benchmarks.md, "The Gram matrices on the engine's threads")."""
+    from scipy.linalg import cython_blas
+
+    if not a:
+        return []
+    dt = a[0].dtype
+    gemm = cython_blas.__pyx_capi__["sgemm" if dt == np.float32 else "dgemm"]
+    a = [np.ascontiguousarray(x, dt) for x in a]
+    b = [np.ascontiguousarray(x, dt) for x in b]
+    out = [np.zeros((x.shape[1], y.shape[1]), dt, order="F") for x, y in zip(a, b)]
+    with blas_limit(1):
+        _core.product_blocks(gemm, a, b, out)
+    return [o.astype(np.float64) for o in out]
+
+
 def _sparse_blocks(blocks: list[tuple[int, int, NDArray]], n: int) -> Any:
     """The sparse CSC matrix [n, n] that sums the dense ``blocks`` (row offset, column offset,
     block) where they fall."""
@@ -494,37 +514,41 @@ class MatrixFreeGN:
         # the blocks in float32 where they only make float32 Gram matrices (and the coarse
         # columns, which only precondition, or start varpro's projection, checked by the loss)
         dtype = "float32" if self.gram == "float32" and not keep else "float64"
-        # the Gram matrices a batch of blocks at a time, on the engine's threads (_grams)
-        batch: list[tuple[int, NDArray]] = []
+        # the Gram matrices (and U's products) a batch of blocks at a time, on the engine's threads
+        batch: list[tuple[int, NDArray, NDArray | None, NDArray | None]] = []
         held = [0]   # the bytes of the batch's whole blocks (a row range keeps its block alive)
         per_batch = GRAM_BATCH * _core.get_num_threads()
 
-        def grams_of_batch() -> None:
+        def batch_done() -> None:
             t1 = time.perf_counter()
-            for (j, _), G in zip(batch, _grams([Jc for _, Jc in batch], self.gram)):
+            for (j, *_), G in zip(batch, _grams([Jc for _, Jc, _, _ in batch], self.gram)):
                 grams[j] = G
+            times["gram"] += time.perf_counter() - t1
+            pairs = [(j, Ja, Fa) for j, _, Ja, Fa in batch if Ja is not None]
+            for (j, _, _), Uj in zip(pairs, _products([Ja for _, Ja, _ in pairs], [Fa for _, _, Fa in pairs])):
+                U[res.parts[j]["slice"]] = Uj
             batch.clear()
             held[0] = 0
-            times["gram"] += time.perf_counter() - t1
 
         with distributed.collective(res.comm, "the Jacobian blocks"), blas_limit(1):
             for j in res.local:
                 J = res.block(theta, j, dtype)
-                batch.append((j, J[res.parts[j]["counted"]:]))   # (without the mode rows' carriers)
-                held[0] += J.nbytes
-                if len(batch) >= per_batch or held[0] >= GRAM_BATCH_BYTES:
-                    grams_of_batch()
-                if keep:
-                    blocks[j] = J
-                if self._coarse_index is not None:   # only the output layers' columns stay
-                    zcols[j] = np.ascontiguousarray(J[:, self._coarse_index[j]], np.float64)
+                Ja = Fa = None
                 if U is not None:   # over the rows the mode rows read (Green's: the carriers)
                     F = res.mode_columns(j)
                     live = np.flatnonzero(F.any(1))
                     lo, hi = (live[0], live[-1] + 1) if len(live) else (0, 0)
-                    U[res.parts[j]["slice"]] = J[lo:hi].T @ F[lo:hi].astype(J.dtype)
+                    Ja, Fa = J[lo:hi], np.ascontiguousarray(F[lo:hi], J.dtype)
+                batch.append((j, J[res.parts[j]["counted"]:], Ja, Fa))   # (the Gram: not the carriers)
+                held[0] += J.nbytes
+                if keep:
+                    blocks[j] = J
+                if self._coarse_index is not None:   # only the output layers' columns stay
+                    zcols[j] = np.ascontiguousarray(J[:, self._coarse_index[j]], np.float64)
                 del J
-            grams_of_batch()
+                if len(batch) >= per_batch or held[0] >= GRAM_BATCH_BYTES:
+                    batch_done()
+            batch_done()
         diag = np.zeros(res.num_params)
         for j, G in grams.items():
             diag[res.parts[j]["slice"]] = np.diag(G)
