@@ -643,6 +643,11 @@ def test_green_mode_rows_carriers_stay_out_of_the_gram_matrices():
         G = J[:res.num_points][pde]
         assert np.allclose(np.triu(lin["grams"][0]), np.triu(G.T @ G), rtol=1e-12, atol=1e-12 * np.abs(G).max() ** 2)
         assert np.allclose(lin["U"], J[res.num_points:].T, rtol=1e-10, atol=1e-10 * np.abs(J).max())
+        # the coarse matrix leaves them out too: the output layers' columns over the PDE rows
+        two = MatrixFreeGN(res, coarse="last_layer", gram="float64", products="core")
+        Gc, idx = two.linearize(theta, collections.defaultdict(float))["coarse"]
+        Z = G[:, idx]
+        assert np.allclose(Gc, Z.T @ Z, rtol=1e-12, atol=1e-12 * np.abs(Z).max() ** 2)
     _, it = gn.direction(theta, 1e-2)
     assert it == 1
 

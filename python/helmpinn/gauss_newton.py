@@ -433,6 +433,7 @@ class MatrixFreeGN:
                              f"(their low-rank term is added to it by Woodbury's identity), got "
                              f"two_level={self.two_level!r}, varpro={self.varpro}")
         self.res = residuals
+        self._pairs: list[tuple[int, int, NDArray, NDArray]] | None = None   # (_coarse_pairs)
         self._next: tuple[bytes, NDArray] | None = None
         self._coarse_index = self._last_layer() if self.coarse else None
 
@@ -573,7 +574,8 @@ class MatrixFreeGN:
 
     def _coarse_gram(self, zcols: Mapping[int, NDArray]) -> tuple[Any, NDArray]:
         """``(Gc, idx)``: ``J_Zᵀ J_Z`` over the output layers' columns ``idx`` (global), from each
-        block's columns ``zcols[j]`` summed over the rows the blocks share: a dense array, or
+        block's columns ``zcols[j]`` summed over the point rows the blocks share (not Green's
+        carriers: :meth:`_coarse_pairs`): a dense array, or
         above :data:`SPARSE_COARSE_ABOVE` coarse unknowns a sparse CSC matrix (a subdomain's
         block row holds only its neighbours). Over several ranks each rank fills the block rows
         of its own subdomains (the columns of another rank's subdomain restricted to the shared
@@ -582,7 +584,7 @@ class MatrixFreeGN:
         res = self.res
         zi = self._coarse_index
         offs = self._coarse_offsets()
-        pairs = res.overlaps()
+        pairs = self._coarse_pairs()
         halo: dict[tuple[int, int], NDArray] = {}
         if res.comm is not None:
             send: list[dict] = [{} for _ in range(res.size)]
@@ -622,6 +624,21 @@ class MatrixFreeGN:
                                                    MPI.DOUBLE])
         idx = np.concatenate([p["slice"].start + z for p, z in zip(res.parts, zi)])
         return Gc, idx
+
+    def _coarse_pairs(self) -> list[tuple[int, int, NDArray, NDArray]]:
+        """The parts' overlaps (:meth:`~helmpinn.decomposition.DecomposedResiduals.overlaps`)
+        without the carriers of Green's mode rows (each part's first ``counted / 2`` points), which
+        the coarse matrix leaves out as the blocks' Gram matrices do (their own ``JᵀJ`` is 1e-16
+        of the rest; in 3-D they are most of the shared rows); pairs left with no shared point
+        dropped. Found once per residuals (alike on every rank)."""
+        if self._pairs is None:
+            parts, out = self.res.parts, []
+            for i, j, pi, pj in self.res.overlaps():
+                keep = pi >= parts[i]["counted"] // 2   # a carrier in one part is one in the other
+                if keep.any():
+                    out.append((i, j, pi[keep], pj[keep]))
+            self._pairs = out
+        return self._pairs
 
     def _coarse_ranges(self) -> NDArray:
         """``[ranks, 2]``: each rank's range of the coarse vector (its subdomains' output layers)."""
