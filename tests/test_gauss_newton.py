@@ -650,6 +650,19 @@ def test_green_mode_rows_carriers_stay_out_of_the_gram_matrices():
         assert np.allclose(Gc, Z.T @ Z, rtol=1e-12, atol=1e-12 * np.abs(Z).max() ** 2)
     _, it = gn.direction(theta, 1e-2)
     assert it == 1
+    # over three overlapping subdomains (carriers shared between them) the same: the coarse
+    # matrix sums the output layers' columns over the PDE rows the blocks share
+    model = DecomposedModel.create([0.0], [1.0], [(3,)], overlap=0.5, ff_dim=4, hidden_dim=6, wavenumber=3.0)
+    rows = Rows.concat([Rows(x, 1.0, 0.0, 9.0, f, "pde"), Rows(z, 0.0, 0.0, 0.3, 0.0, "modes")])   # a scale that shows
+    modes = np.zeros((55, 2))
+    modes[30:] = np.stack([np.sin(np.pi * z[:, 0]), np.sin(2 * np.pi * z[:, 0])], 1)
+    res = model.residuals_for(rows, modes=modes)
+    assert all(p["counted"] > 0 for p in res.parts)
+    two = MatrixFreeGN(res, coarse="last_layer", gram="float64", products="core")
+    theta = model.params
+    Gc, idx = two.linearize(theta, collections.defaultdict(float))["coarse"]
+    Z = res.jacobian(theta)[:res.num_points][pde][:, idx]
+    assert np.allclose(Gc, Z.T @ Z, rtol=1e-12, atol=1e-12 * np.abs(Z).max() ** 2)
 
 
 @pytest.mark.parametrize("products", ["core", "blocks"])

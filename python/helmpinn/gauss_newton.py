@@ -545,7 +545,7 @@ class MatrixFreeGN:
                 if keep:
                     blocks[j] = J
                 if self._coarse_index is not None:   # only the output layers' columns stay
-                    zcols[j] = np.ascontiguousarray(J[:, self._coarse_index[j]], np.float64)
+                    zcols[j] = np.ascontiguousarray(J[res.parts[j]["counted"]:, self._coarse_index[j]], np.float64)
                 del J
                 if len(batch) >= per_batch or held[0] >= GRAM_BATCH_BYTES:
                     batch_done()
@@ -574,8 +574,8 @@ class MatrixFreeGN:
 
     def _coarse_gram(self, zcols: Mapping[int, NDArray]) -> tuple[Any, NDArray]:
         """``(Gc, idx)``: ``J_Zᵀ J_Z`` over the output layers' columns ``idx`` (global), from each
-        block's columns ``zcols[j]`` summed over the point rows the blocks share (not Green's
-        carriers: :meth:`_coarse_pairs`): a dense array, or
+        block's columns ``zcols[j]`` (its rows after Green's carriers) summed over the point rows
+        the blocks share (:meth:`_coarse_pairs`): a dense array, or
         above :data:`SPARSE_COARSE_ABOVE` coarse unknowns a sparse CSC matrix (a subdomain's
         block row holds only its neighbours). Over several ranks each rank fills the block rows
         of its own subdomains (the columns of another rank's subdomain restricted to the shared
@@ -629,14 +629,16 @@ class MatrixFreeGN:
         """The parts' overlaps (:meth:`~helmpinn.decomposition.DecomposedResiduals.overlaps`)
         without the carriers of Green's mode rows (each part's first ``counted / 2`` points), which
         the coarse matrix leaves out as the blocks' Gram matrices do (their own ``JᵀJ`` is 1e-16
-        of the rest; in 3-D they are most of the shared rows); pairs left with no shared point
+        of the rest; in 3-D they are most of the shared rows), the positions counted from each
+        part's first point after them (the rows of ``zcols``); pairs left with no shared point
         dropped. Found once per residuals (alike on every rank)."""
         if self._pairs is None:
             parts, out = self.res.parts, []
             for i, j, pi, pj in self.res.overlaps():
-                keep = pi >= parts[i]["counted"] // 2   # a carrier in one part is one in the other
+                ci, cj = parts[i]["counted"] // 2, parts[j]["counted"] // 2
+                keep = pi >= ci   # a carrier in one part is one in the other
                 if keep.any():
-                    out.append((i, j, pi[keep], pj[keep]))
+                    out.append((i, j, pi[keep] - ci, pj[keep] - cj))
             self._pairs = out
         return self._pairs
 
