@@ -347,6 +347,7 @@ def test_gram_blocks_checks_its_arguments():
     J = np.arange(12, dtype=np.float32).reshape(4, 3)
     G = np.zeros((3, 3), np.float32, order="F")
     shared = np.zeros((3, 6), np.float32, order="F")
+    buf = np.zeros(30, np.float32)
     bad = [
         (dict(syrk=d), "syrk"),                       # the float64 routine for float32 data
         (dict(syrk=cython_blas.__pyx_capi__["strsv"]), "syrk"),
@@ -365,6 +366,8 @@ def test_gram_blocks_checks_its_arguments():
         (dict(grams=[np.zeros((4, 4), np.float32, order="F")[:3, :3]]), r"grams\[0\]"),   # not contiguous
         (dict(blocks=[J, J], grams=[G, G]), "share memory"),
         (dict(blocks=[J, J], grams=[shared[:, :3], shared[:, 2:5]]), "share memory"),
+        (dict(blocks=[buf[:12].reshape(4, 3)], grams=[buf[3:12].reshape(3, 3).T]),
+         r"grams\[0\]: shares memory"),   # an output inside an input block (another thread reads it)
         (dict(blocks=(J,)), "blocks"),
     ]
     ro = np.zeros((3, 3), np.float32, order="F")
@@ -393,6 +396,7 @@ def test_product_blocks_checks_its_arguments():
     B = np.arange(8, dtype=np.float32).reshape(4, 2) - 3
     O = np.zeros((3, 2), np.float32, order="F")
     shared = np.zeros((3, 3), np.float32, order="F")
+    buf = np.zeros(30, np.float32)
     bad = [
         (dict(gemm=d), "gemm"),
         (dict(gemm=cython_blas.__pyx_capi__["ssyrk"]), "gemm"),
@@ -411,6 +415,8 @@ def test_product_blocks_checks_its_arguments():
         (dict(out=[np.zeros((3, 2), np.float64, order="F")]), r"out\[0\]"),
         (dict(a=[A, A], b=[B, B], out=[O, O]), "share memory"),
         (dict(a=[A, A], b=[B, B], out=[shared[:, :2], shared[:, 1:]]), "share memory"),
+        (dict(a=[buf[:12].reshape(4, 3)], b=[B], out=[buf[6:12].reshape(2, 3).T]), r"out\[0\]: shares memory"),
+        (dict(b=[buf[:8].reshape(4, 2)], out=[buf[:6].reshape(2, 3).T]), r"out\[0\]: shares memory"),
         (dict(a=(A,)), "a, b, out"),
     ]
     ro = np.zeros((3, 2), np.float32, order="F")

@@ -151,6 +151,26 @@ std::vector<T*> checked_outputs(py::list outs, const std::vector<std::pair<py::s
     return data;
 }
 
+// No output's bytes among the inputs' (`read`: each input's [first, last) bytes): another thread
+// may still be reading them.
+template <typename T>
+void check_apart(const std::vector<T*>& outs, const std::vector<std::pair<py::ssize_t, py::ssize_t>>& shapes,
+                 const std::vector<std::pair<const char*, const char*>>& read, const std::string& argument) {
+    for (std::size_t j = 0; j < outs.size(); ++j) {
+        const char* lo = reinterpret_cast<const char*>(outs[j]);
+        const char* hi = reinterpret_cast<const char*>(outs[j] + shapes[j].first * shapes[j].second);
+        for (const auto& r : read)
+            if (lo < hi && r.first < r.second && lo < r.second && r.first < hi)
+                throw py::value_error(argument + "[" + std::to_string(j) + "]: shares memory with an input block");
+    }
+}
+
+// The bytes of a C-contiguous array.
+inline std::pair<const char*, const char*> bytes_of(const py::array& a) {
+    const char* p = static_cast<const char*>(a.data());
+    return {p, p + a.nbytes()};
+}
+
 // blocks[j] of `argument`: a C-contiguous 2-D array of T whose sizes fit an int.
 template <typename T>
 py::array checked_block(py::handle b, const std::string& which) {
@@ -190,14 +210,17 @@ void gram_blocks(py::capsule syrk, py::list blocks, py::list grams) {
     GramBlocks<T> c;
     c.syrk = reinterpret_cast<Syrk<T>>(syrk.get_pointer());
     std::vector<std::pair<py::ssize_t, py::ssize_t>> shapes;
+    std::vector<std::pair<const char*, const char*>> read;
     for (std::size_t j = 0; j < py::len(blocks); ++j) {
         auto J = checked_block<T>(blocks[j], "blocks[" + std::to_string(j) + "]");
         shapes.emplace_back(J.shape(1), J.shape(1));
+        read.push_back(bytes_of(J));
         c.blocks.push_back(static_cast<const T*>(J.data()));
         c.rows.push_back(int(J.shape(0)));
         c.cols.push_back(int(J.shape(1)));
     }
     c.grams = checked_outputs<T>(grams, shapes, "grams");
+    check_apart(c.grams, shapes, read, "grams");
     py::gil_scoped_release release;
     helmpinn::parallel_tasks(std::int64_t(c.grams.size()), &gram_block_task<T>, &c);
 }
@@ -233,6 +256,7 @@ void product_blocks(py::capsule gemm, py::list a, py::list b, py::list out) {
     ProductBlocks<T> c;
     c.gemm = reinterpret_cast<Gemm<T>>(gemm.get_pointer());
     std::vector<std::pair<py::ssize_t, py::ssize_t>> shapes;
+    std::vector<std::pair<const char*, const char*>> read;
     for (std::size_t j = 0; j < py::len(a); ++j) {
         const std::string which = "[" + std::to_string(j) + "]";
         auto A = checked_block<T>(a[j], "a" + which), B = checked_block<T>(b[j], "b" + which);
@@ -240,6 +264,8 @@ void product_blocks(py::capsule gemm, py::list a, py::list b, py::list out) {
             throw py::value_error("b" + which + ": expected the rows of a" + which + " (" + std::to_string(A.shape(0)) +
                                   "), got " + std::to_string(B.shape(0)));
         shapes.emplace_back(A.shape(1), B.shape(1));
+        read.push_back(bytes_of(A));
+        read.push_back(bytes_of(B));
         c.a.push_back(static_cast<const T*>(A.data()));
         c.b.push_back(static_cast<const T*>(B.data()));
         c.rows.push_back(int(A.shape(0)));
@@ -247,6 +273,7 @@ void product_blocks(py::capsule gemm, py::list a, py::list b, py::list out) {
         c.cols_b.push_back(int(B.shape(1)));
     }
     c.out = checked_outputs<T>(out, shapes, "out");
+    check_apart(c.out, shapes, read, "out");
     py::gil_scoped_release release;
     helmpinn::parallel_tasks(std::int64_t(c.out.size()), &product_block_task<T>, &c);
 }
