@@ -93,9 +93,10 @@ point rows' residual projected on one near-resonant mode of a closed box and wei
 error such a residual causes (:func:`helmpinn.waves.resonance_rows`). Their Jacobian ``FᵀJ`` is
 dense over the subnetworks but of rank 2q, so the preconditioner adds their term ``UUᵀ`` of
 ``JᵀJ`` (``U = JᵀF``, each block's ``J_jᵀF_j`` taken from the Jacobian blocks of the
-linearisation) to the additive two-level one by Woodbury's identity (``_low_rank``: 2q
-applications of it per trial λ and a 2q × 2q factor): without that term the first step on
-``box-source`` at 5 wavelengths took 70 CG iterations instead of 17, and a run at 10 stalled.
+linearisation) to the additive two-level one by Woodbury's identity (``_low_rank``: one
+application of it to U's 2q columns at once per trial λ and a 2q × 2q factor): without that
+term the first step on ``box-source`` at 5 wavelengths took 70 CG iterations instead of 17,
+and a run at 10 stalled.
 D stays the point rows' (as measured). Not with the deflated preconditioner or ``varpro``.
 CG's tolerance is relative to the point rows' share of the gradient, ``‖J_pᵀ r_p‖``, where
 that is smaller than ``‖Jᵀr‖`` (``cg_tol_on="points"``, default): early in a run the mode rows
