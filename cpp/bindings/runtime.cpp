@@ -119,9 +119,12 @@ void cholesky_solves(py::capsule trsv, py::list factors, py::list starts, py::ar
 }
 
 // The outputs [P_j, K_j] of the blocks' tasks: each a writable Fortran-ordered array of T of
-// its shape, no two sharing memory (the tasks write them in parallel); their data pointers.
+// its shape, no two sharing memory (the tasks write them in parallel) and none among the inputs'
+// bytes (`read`: each input's [first, last); another thread may still be reading them); their
+// data pointers.
 template <typename T>
 std::vector<T*> checked_outputs(py::list outs, const std::vector<std::pair<py::ssize_t, py::ssize_t>>& shapes,
+                                const std::vector<std::pair<const char*, const char*>>& read,
                                 const std::string& argument) {
     if (py::len(outs) != shapes.size())
         throw py::value_error(argument + ": expected one output per block (" + std::to_string(shapes.size()) +
@@ -141,7 +144,12 @@ std::vector<T*> checked_outputs(py::list outs, const std::vector<std::pair<py::s
                                   std::to_string(rows) + ", " + std::to_string(cols) + "), got shape " +
                                   shape_str(Shape(G.shape(), G.shape() + G.ndim())));
         auto* out = static_cast<T*>(G.mutable_data());
-        written.emplace_back(reinterpret_cast<const char*>(out), reinterpret_cast<const char*>(out + rows * cols));
+        const char* lo = reinterpret_cast<const char*>(out);
+        const char* hi = reinterpret_cast<const char*>(out + rows * cols);
+        for (const auto& r : read)
+            if (lo < hi && r.first < r.second && lo < r.second && r.first < hi)
+                throw py::value_error(which + ": shares memory with an input block");
+        written.emplace_back(lo, hi);
         data.push_back(out);
     }
     std::sort(written.begin(), written.end());
@@ -149,20 +157,6 @@ std::vector<T*> checked_outputs(py::list outs, const std::vector<std::pair<py::s
         if (written[k - 1].second > written[k].first && written[k].first != written[k].second)
             throw py::value_error(argument + ": two outputs share memory (the blocks are written in parallel)");
     return data;
-}
-
-// No output's bytes among the inputs' (`read`: each input's [first, last) bytes): another thread
-// may still be reading them.
-template <typename T>
-void check_apart(const std::vector<T*>& outs, const std::vector<std::pair<py::ssize_t, py::ssize_t>>& shapes,
-                 const std::vector<std::pair<const char*, const char*>>& read, const std::string& argument) {
-    for (std::size_t j = 0; j < outs.size(); ++j) {
-        const char* lo = reinterpret_cast<const char*>(outs[j]);
-        const char* hi = reinterpret_cast<const char*>(outs[j] + shapes[j].first * shapes[j].second);
-        for (const auto& r : read)
-            if (lo < hi && r.first < r.second && lo < r.second && r.first < hi)
-                throw py::value_error(argument + "[" + std::to_string(j) + "]: shares memory with an input block");
-    }
 }
 
 // The bytes of a C-contiguous array.
@@ -219,8 +213,7 @@ void gram_blocks(py::capsule syrk, py::list blocks, py::list grams) {
         c.rows.push_back(int(J.shape(0)));
         c.cols.push_back(int(J.shape(1)));
     }
-    c.grams = checked_outputs<T>(grams, shapes, "grams");
-    check_apart(c.grams, shapes, read, "grams");
+    c.grams = checked_outputs<T>(grams, shapes, read, "grams");
     py::gil_scoped_release release;
     helmpinn::parallel_tasks(std::int64_t(c.grams.size()), &gram_block_task<T>, &c);
 }
@@ -272,8 +265,7 @@ void product_blocks(py::capsule gemm, py::list a, py::list b, py::list out) {
         c.cols_a.push_back(int(A.shape(1)));
         c.cols_b.push_back(int(B.shape(1)));
     }
-    c.out = checked_outputs<T>(out, shapes, "out");
-    check_apart(c.out, shapes, read, "out");
+    c.out = checked_outputs<T>(out, shapes, read, "out");
     py::gil_scoped_release release;
     helmpinn::parallel_tasks(std::int64_t(c.out.size()), &product_block_task<T>, &c);
 }

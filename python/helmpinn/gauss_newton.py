@@ -16,7 +16,8 @@ and the coarse matrix.
 **Preconditioner** (two-level additive Schwarz). Each subnetwork's diagonal block
 ``G_j = J_jᵀJ_j`` (its Jacobian block's Gram matrix, ``P_j × P_j``, formed a batch of blocks
 at a time on the engine's threads: ``_grams``) plus ``λD_j`` is factored by Cholesky once per
-trial λ; with ``coarse="last_layer"`` (default) a coarse space adds the exact Gauss-Newton system restricted to every subnetwork's output layer (``2H + 2`` parameters each):
+trial λ; with ``coarse="last_layer"`` (default) a coarse space adds the exact Gauss-Newton
+system restricted to every subnetwork's output layer (``2H + 2`` parameters each):
 the columns ``J_Z`` couple neighbouring subnetworks through the rows they share, so
 ``Z(ZᵀAZ)⁻¹Zᵀ`` carries the global coupling of a wave problem that the blocks alone lack. The
 coarse matrix is assembled from the blocks over the overlaps (``DecomposedResiduals.overlaps``)
@@ -199,6 +200,15 @@ class GNStep:
     alpha: float = 1.0
 
 
+def _blas_routine(name: str, dtype: Any) -> Any:
+    """SciPy's BLAS routine ``name`` (``"syrk"``, ``"gemm"``, ``"trsv"``) for ``dtype`` (its s- or
+    d- form), as the function pointer ``scipy.linalg.cython_blas`` exports: what the core's
+    host-work bindings call on the engine's threads."""
+    from scipy.linalg import cython_blas
+
+    return cython_blas.__pyx_capi__[("s" if np.dtype(dtype) == np.float32 else "d") + name]
+
+
 def _grams(blocks: list[NDArray], dtype: str = "float64") -> list[NDArray]:
     """The upper triangles of ``J_jᵀJ_j`` for the blocks J_j [R_j, P_j] (the strict lower
     triangles zero; their one use, the Cholesky factors of :func:`_cholesky`, reads the upper
@@ -209,14 +219,11 @@ def _grams(blocks: list[NDArray], dtype: str = "float64") -> list[NDArray]:
     threads spin (OpenBLAS: 2²⁸ cycles after each call) on the cores the engine then needs; on
     ``dirichlet2d`` n = 8 with 2 threads the linearisation took 3.9-5.5 s a step where it now
     takes 1.8-2.3 s (docs/benchmarks.md, "The Gram matrices on the engine's threads")."""
-    from scipy.linalg import cython_blas
-
     dt = np.float32 if dtype == "float32" else np.float64
-    syrk = cython_blas.__pyx_capi__["ssyrk" if dt == np.float32 else "dsyrk"]
     blocks = [np.ascontiguousarray(J, dt) for J in blocks]
     out = [np.zeros((J.shape[1],) * 2, dt, order="F") for J in blocks]
     with blas_limit(1):
-        _core.gram_blocks(syrk, blocks, out)
+        _core.gram_blocks(_blas_routine("syrk", dt), blocks, out)
     return out
 
 
@@ -226,17 +233,14 @@ def _products(a: list[NDArray], b: list[NDArray]) -> list[NDArray]:
     (:func:`helmpinn._core.product_blocks`) with the BLAS at one thread, as :func:`_grams`. The
     mode rows' gradients ``U_j = J_jᵀF_j`` over Green's carriers: in 3-D most of a block's rows
     (docs/benchmarks.md, "The Gram matrices on the engine's threads")."""
-    from scipy.linalg import cython_blas
-
     if not a:
         return []
     dt = a[0].dtype
-    gemm = cython_blas.__pyx_capi__["sgemm" if dt == np.float32 else "dgemm"]
     a = [np.ascontiguousarray(x, dt) for x in a]
     b = [np.ascontiguousarray(x, dt) for x in b]
     out = [np.zeros((x.shape[1], y.shape[1]), dt, order="F") for x, y in zip(a, b)]
     with blas_limit(1):
-        _core.product_blocks(gemm, a, b, out)
+        _core.product_blocks(_blas_routine("gemm", dt), a, b, out)
     return [o.astype(np.float64) for o in out]
 
 
@@ -298,10 +302,10 @@ def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], ND
     engine's threads"). A 2-D v [P, k] is solved column by column in one pass: two ?trsm a block
     on the calling thread (the BLAS's threads as the caller set them), each factor read once for
     all k columns instead of k times (``_low_rank``'s ``M U``)."""
-    from scipy.linalg import blas, cython_blas
+    from scipy.linalg import blas
 
     dtype = blocks[0][1].dtype if blocks else np.dtype(np.float64)
-    trsv = cython_blas.__pyx_capi__["strsv" if dtype == np.float32 else "dtrsv"]
+    trsv = _blas_routine("trsv", dtype)
     trsm = blas.strsm if dtype == np.float32 else blas.dtrsm
     slices, factors = [sl for sl, _ in blocks], [U for _, U in blocks]
     for sl in slices:
@@ -518,10 +522,11 @@ class MatrixFreeGN:
         dtype = "float32" if self.gram == "float32" and not keep else "float64"
         # the Gram matrices (and U's products) a batch of blocks at a time, on the engine's threads
         batch: list[tuple[int, NDArray, NDArray | None, NDArray | None]] = []
-        held = [0]   # the bytes of the batch's whole blocks (a row range keeps its block alive)
+        held = 0   # the bytes of the batch's whole blocks (a row range keeps its block alive)
         per_batch = GRAM_BATCH * _core.get_num_threads()
 
         def batch_done() -> None:
+            nonlocal held
             t1 = time.perf_counter()
             for (j, *_), G in zip(batch, _grams([Jc for _, Jc, _, _ in batch], self.gram)):
                 grams[j] = G
@@ -530,7 +535,7 @@ class MatrixFreeGN:
             for (j, _, _), Uj in zip(pairs, _products([Ja for _, Ja, _ in pairs], [Fa for _, _, Fa in pairs])):
                 U[res.parts[j]["slice"]] = Uj
             batch.clear()
-            held[0] = 0
+            held = 0
 
         with distributed.collective(res.comm, "the Jacobian blocks"), blas_limit(1):
             for j in res.local:
@@ -541,14 +546,15 @@ class MatrixFreeGN:
                     live = np.flatnonzero(F.any(1))
                     lo, hi = (live[0], live[-1] + 1) if len(live) else (0, 0)
                     Ja, Fa = J[lo:hi], np.ascontiguousarray(F[lo:hi], J.dtype)
-                batch.append((j, J[res.parts[j]["counted"]:], Ja, Fa))   # (the Gram: not the carriers)
-                held[0] += J.nbytes
+                counted = res.parts[j]["counted"]   # the rows after the carriers
+                batch.append((j, J[counted:], Ja, Fa))
+                held += J.nbytes
                 if keep:
                     blocks[j] = J
                 if self._coarse_index is not None:   # only the output layers' columns stay
-                    zcols[j] = np.ascontiguousarray(J[res.parts[j]["counted"]:, self._coarse_index[j]], np.float64)
+                    zcols[j] = np.ascontiguousarray(J[counted:, self._coarse_index[j]], np.float64)
                 del J
-                if len(batch) >= per_batch or held[0] >= GRAM_BATCH_BYTES:
+                if len(batch) >= per_batch or held >= GRAM_BATCH_BYTES:
                     batch_done()
             batch_done()
         diag = np.zeros(res.num_params)
