@@ -228,8 +228,8 @@ def _grams(blocks: list[NDArray], dtype: str = "float64") -> list[NDArray]:
 
 
 def _products(a: list[NDArray], b: list[NDArray]) -> list[NDArray]:
-    """``a_jᵀ b_j`` [P_j, K_j] in float64 for the pairs of blocks a_j [m_j, P_j], b_j [m_j, K_j]
-    (one dtype): one ?gemm a pair, the pairs spread over the engine's threads
+    """``a_jᵀ b_j`` [P_j, K_j] in the blocks' dtype for the pairs of blocks a_j [m_j, P_j], b_j
+    [m_j, K_j] (one dtype): one ?gemm a pair, the pairs spread over the engine's threads
     (:func:`helmpinn._core.product_blocks`) with the BLAS at one thread, as :func:`_grams`. The
     mode rows' gradients ``U_j = J_jᵀF_j`` over Green's carriers: in 3-D most of a block's rows
     (docs/benchmarks.md, "The Gram matrices on the engine's threads")."""
@@ -241,7 +241,7 @@ def _products(a: list[NDArray], b: list[NDArray]) -> list[NDArray]:
     out = [np.zeros((x.shape[1], y.shape[1]), dt, order="F") for x, y in zip(a, b)]
     with blas_limit(1):
         _core.product_blocks(_blas_routine("gemm", dt), a, b, out)
-    return [o.astype(np.float64) for o in out]
+    return out
 
 
 def _sparse_blocks(blocks: list[tuple[int, int, NDArray]], n: int) -> Any:
@@ -533,7 +533,7 @@ class MatrixFreeGN:
             times["gram"] += time.perf_counter() - t1
             pairs = [(j, Ja, Fa) for j, _, Ja, Fa in batch if Ja is not None]
             for (j, _, _), Uj in zip(pairs, _products([Ja for _, Ja, _ in pairs], [Fa for _, _, Fa in pairs])):
-                U[res.parts[j]["slice"]] = Uj
+                U[res.parts[j]["slice"]] = Uj   # (into float64 U)
             batch.clear()
             held = 0
 
