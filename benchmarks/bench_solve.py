@@ -2,7 +2,7 @@
 """``hp.solve`` with its defaults on a built-in problem, the error against time.
 
     PYTHONPATH=python python benchmarks/bench_solve.py --problem box-source:wavelengths=5 \
-        --time-limit 300 [--threads 2] [--json out.json] [--pml-share S] [--set KEY=VALUE]
+        --time-limit 300 [--threads 2] [--json out.json] [--save model.npz] [--pml-share S] [--set KEY=VALUE]
 
 A callback records, after every step, the wall time since the fit began, the loss (and for
 Gauss-Newton its damping λ and CG iterations per trial), and the
@@ -11,7 +11,8 @@ points (for ``box-source`` also with the resonant modes removed, :func:`helmpinn
 The gap and the point count shown are the run's at its last evaluation (the step before: the
 callbacks run before a step's own evaluation). The seconds the callback spends are subtracted
 from the clock it reports (the run's own time
-limit counts them, so a run does a little less than it could). Run on a quiet machine.
+limit counts them, so a run does a little less than it could). ``--save`` writes the trained
+model (``benchmarks/box_error_modes.py --model`` reads it). Run on a quiet machine.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def main() -> None:
     ap.add_argument("--eval-points", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--save", default=None, help="write the trained model here (.npz)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an hp.solve override (a Python literal), repeatable: --set pde_points=24000")
     ap.add_argument("--pml-share", type=float, default=None,
@@ -81,6 +83,8 @@ def main() -> None:
     print(f"{a.problem}: {sol.settings.get('model', 'network')} / {sol.settings.get('optimizer')}, "
           f"{len(rows)} steps, stop: {sol.stop_reason}; last error {rows[-1]['error']:.3e} "
           f"(raw {rows[-1]['raw']:.3e}) at {rows[-1]['seconds']:.0f} s", flush=True)
+    if a.save:
+        sol.save(a.save)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"problem": a.problem, "overrides": overrides, "time_limit": a.time_limit, "threads": hp.get_num_threads(),

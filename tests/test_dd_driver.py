@@ -349,8 +349,11 @@ def test_decomposed_settings_reproduce_the_measured_runs():
     assert s["gn"]["damping"] == "geometric" and f["gn"]["damping"] == "marquardt"
     c3 = dd_driver.decomposed_settings(hp.get_problem("cube3d", k=8 * math.pi))["gn"]
     assert c3["backtrack"] == 0 and c3["damping"] == "marquardt"
-    # mode rows in 2-D and 3-D (measured there), not in 1-D
-    assert s["gn"]["resonance"] == f["gn"]["resonance"] == c3["resonance"] == waves.RESONANCE_WITHIN
+    # mode rows in 2-D and 3-D (measured there), not in 1-D; in 3-D out to 8% of κ, 64 at most
+    assert s["gn"]["resonance"] == f["gn"]["resonance"] == waves.RESONANCE_WITHIN
+    assert s["gn"]["resonance_most"] == waves.RESONANCE_MOST == 32
+    assert (c3["resonance"], c3["resonance_most"]) == (0.08, 64)
+    assert dd_driver.GNDriver(**c3).settings.resonance_most == 64
     assert dd_driver.decomposed_settings(hp.get_problem("plane1d", k=400.0))["gn"]["resonance"] == 0
     # the points grow at a lower gap than LM's (dd_driver's docstring), and the driver gets it
     from helmpinn.defaults import LM_GROW_GAP
@@ -646,6 +649,18 @@ def test_gn_weighs_a_closed_box_near_resonance_by_its_mode_rows():
     t2 = trainer(p, small_model(p, grid=(3, 3)))
     t2.fit(1, optimizer=GNDriver())                        # a driver's own default: none
     assert t2.gn.res.num_modes == 0
+    # resonance_most: of the modes, the most amplified only, in either form of the rows
+    most3 = trainer(p, small_model(p, grid=(3, 3)))
+    most3.fit(1, optimizer=GNDriver(resonance=0.05, resonance_most=3))
+    assert most3.gn.res.num_modes == 3 == waves.resonance_green_rows(p, 0.05, most=3)[1].shape[1]
+    soft3 = trainer(p, DecomposedModel.create([0, 0], [1, 1], [(3, 3)], wavenumber=p.wavenumber, seed=0, **SMALL))
+    soft3.fit(1, optimizer=GNDriver(resonance=0.05, resonance_most=3.0))
+    assert soft3.driver.settings.resonance_most == 3 and type(soft3.driver.settings.resonance_most) is int
+    rows = soft3.gn.res.rows
+    np.testing.assert_array_equal(soft3.gn.res.modes, waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05)[:, :3])
+    for bad in (0, -1, 2.5, True, "3"):
+        with pytest.raises((TypeError, ValueError), match="resonance_most"):
+            GNDriver(resonance=0.05, resonance_most=bad)
     f = hp.get_problem("free-source", wavelengths=2)
     assert waves.resonance_rows(f, rows.x) is None          # so a PML problem gets none from the plan either
     for bad in (-0.1, 1.0, True, "0.05"):

@@ -348,3 +348,10 @@ def test_box_error_modes_finds_the_mode_an_error_lies_in(monkeypatch):
     x = np.stack([X.ravel(), Y.ravel()], 1)
     ratio = np.linalg.norm(5 ** 0.5 * bump(x)) / np.linalg.norm(p.exact_at(x))   # |1 + 2i| = √5
     assert math.isclose(math.sqrt(E.sum() / s["exact"]), ratio, rel_tol=1e-9)
+    # in 3-D: cube3d at k = 8π, an error in (1, 3, 7) (λ = 59π², 5/64 of κ from it)
+    c = hp.get_problem("cube3d", k=8 * np.pi)
+    bump3 = lambda x: 1e-3j * np.sin(np.pi * x[:, 0]) * np.sin(3 * np.pi * x[:, 1]) * np.sin(7 * np.pi * x[:, 2])  # noqa: E731
+    s = module.spectrum(c, lambda x: c.exact_at(x) + bump3(x), 31)
+    E, gap = s["error"], s["gap"]
+    assert E.shape == (31, 31, 31) and math.isclose(E[0, 2, 6] / E.sum(), 1.0, rel_tol=1e-9)
+    assert math.isclose(gap[0, 2, 6], 5 / 64, rel_tol=1e-12)

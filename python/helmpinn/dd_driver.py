@@ -121,7 +121,12 @@ sides, each at least one, a PML included):
   against 1.5e-3, ``box-source`` at 10 wavelengths 1.15e-4 after 15 minutes against 5.1e-4, at
   5 6.6e-5 against 1.3e-4; at 20 wavelengths 6.6e-3 after 630 s where it stayed at 0.94
   (docs/benchmarks.md, "Mode rows by Green's identity"); ``cube3d`` at k = 8π 8.3e-2 after
-  600 s against 0.35 without them (docs/benchmarks.md, "Mode rows in 3-D"). The grid's rows are
+  600 s against 0.35 without them (docs/benchmarks.md, "Mode rows in 3-D"); in 3-D out to 8%
+  of κ, 64 modes at most (:data:`GN_BY_DIMENSION`): a 3-D box has many more modes near κ, and
+  after 600 s of ``cube3d`` at k = 8π 82% of the error lay in those 5-10% from it, amplified
+  10-20 times, none within 5%; with them 5.1e-3 after 15 minutes against 1.0e-2 (seed 0) and
+  2.3e-3 against 2.8e-3 (seed 1); out to 15% seed 0 reached 6.1e-3 and seed 1 stalled at 0.16
+  (docs/benchmarks.md, "Mode rows farther from resonance in 3-D"). The grid's rows are
   value rows of the term :data:`helmpinn.decomposition.CARRIER_TERM` (the core's data term, out
   of the preconditioner's Gram matrices: a 3-D step 14-15 s instead of 20-21);
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
@@ -140,9 +145,11 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._checks import integer
 from .batch import TERMS
 from .decomposition import CARRIER_TERM, FORMAT, BoxConstraint, DecomposedModel, Level, Rows
 from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo, mismatch
+from .waves import RESONANCE_MOST, RESONANCE_WITHIN
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -170,9 +177,12 @@ CG_MAXITER = 100
 #: (:class:`~helmpinn.drivers.PointsGrowth`; LM's is 3; module docstring).
 GROW_GAP = 1.5
 #: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
-#: in 3-D no backtracking (it hurt there) and Marquardt's damping (the geometric one, 1.5 times
-#: behind it on ``cube3d``); mode rows in 2-D and 3-D, where they were measured, not in 1-D.
-GN_BY_DIMENSION = {1: {"resonance": 0.0}, 3: {"backtrack": 0, "damping": "marquardt"}}
+#: in 3-D no backtracking (it hurt there), Marquardt's damping (the geometric one, 1.5 times
+#: behind it on ``cube3d``) and mode rows out to 8% of κ, 64 at most (a 3-D box has more modes
+#: near κ, and ``cube3d``'s error lay in those 5-8% from it); mode rows in 2-D and 3-D, where
+#: they were measured, not in 1-D.
+GN_BY_DIMENSION = {1: {"resonance": 0.0},
+                   3: {"backtrack": 0, "damping": "marquardt", "resonance": 0.08, "resonance_most": 64}}
 #: What :func:`decomposed_settings` changes for Adam (module docstring).
 ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
 #: The scale of the value rows that Green's mode rows read u from (:meth:`GNDriver._residuals`):
@@ -373,15 +383,19 @@ class GNSettings(LMSettings):
     them), and ``resonance``: in a closed box the loss also weighs the residual in the modes
     within this share of κ by the error it causes (the mode rows of
     :func:`helmpinn.waves.resonance_rows`, under a hard constraint
-    :func:`helmpinn.waves.resonance_green_rows`; module docstring); 0: not."""
+    :func:`helmpinn.waves.resonance_green_rows`; module docstring); 0: not; ``resonance_most``:
+    of those modes at most this many, the most amplified (each costs two parameter vectors and
+    two preconditioner applications a trial)."""
 
     resonance: float = 0.0
+    resonance_most: int = RESONANCE_MOST
 
     def __post_init__(self) -> None:
         super().__post_init__()
         r = self.resonance
         if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, float, np.number)) or not 0 <= r < 1:
             raise ValueError(f"resonance: expected a share of κ in [0, 1) (0: no mode rows), got {r!r}")
+        object.__setattr__(self, "resonance_most", integer("GNSettings", "resonance_most", self.resonance_most, low=1))
 
     @staticmethod
     def solver() -> tuple[str, Any]:
@@ -412,12 +426,14 @@ class GNDriver(DampedDriver):
     settings_class = GNSettings
     gn: Any = None   # the MatrixFreeGN, from start
 
-    def __init__(self, settings: GNSettings | None = None, *, resonance: float = 0.0, **keywords: Any):
+    def __init__(self, settings: GNSettings | None = None, *, resonance: float = 0.0,
+                 resonance_most: int = RESONANCE_MOST, **keywords: Any):
         """``settings``, or :class:`~helmpinn.drivers.DampedDriver`'s keywords (the stall and
-        growth rules, the solver's options) and ``resonance`` (:class:`GNSettings`)."""
+        growth rules, the solver's options), ``resonance`` and ``resonance_most``
+        (:class:`GNSettings`)."""
         super().__init__(settings, **keywords)
         if settings is None:
-            self.settings = replace(self.settings, resonance=resonance)
+            self.settings = replace(self.settings, resonance=resonance, resonance_most=resonance_most)
         self.log: list[dict[str, Any]] = []   # one entry per step of the current fit
 
     def start(self, run: "Trainer", steps: int) -> None:
@@ -439,13 +455,13 @@ class GNDriver(DampedDriver):
         (value rows of scale :data:`GREEN_ROW_SCALE` on the grid of
         :func:`helmpinn.waves.resonance_green_rows` after the points', the mode rows' columns
         over them), else the points' sum (:func:`helmpinn.waves.resonance_rows`)."""
-        within = float(self.settings.resonance)
+        within, most = float(self.settings.resonance), int(self.settings.resonance_most)
 
         def modes(rows: Rows) -> Any:
             from .waves import resonance_green_rows, resonance_rows
             if getattr(run.model, "constraint", None) is None or not _hard_constraint(run.problem):
-                return resonance_rows(run.problem, rows.x, rows.term == "pde", within)
-            green = resonance_green_rows(run.problem, within)
+                return resonance_rows(run.problem, rows.x, rows.term == "pde", within, most=most)
+            green = resonance_green_rows(run.problem, within, most=most)
             if green is None:
                 return None
             z, C, y = green
@@ -532,7 +548,6 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     papers' optimiser), :data:`ADAM_SETTINGS`' ``lr``, ``schedule``, ``steps`` and
     ``eval_every``."""
     from .gauss_newton import BACKTRACK   # here, not at the top: importing helmpinn leaves SciPy out
-    from .waves import RESONANCE_WITHIN
 
     if optimizer not in DRIVERS or mismatch("decomposed", optimizer):
         raise ValueError(f"optimizer: a decomposed model trains with "
@@ -573,7 +588,8 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
             "resample_every": 0, "eval_every": 1, "weights": auto_weights(problem, LM_BOUNDARY_SHARE),
             "gn": {"stall_window": 10, "stall_factor": 0.99, "lam": 1e-3, "damping": DAMPING[constraint],
                    "cg_tol": 1e-3, "cg_maxiter": CG_MAXITER, "coarse": "last_layer", "update": "nielsen",
-                   "cg_warm": True, "backtrack": BACKTRACK, "resonance": RESONANCE_WITHIN, "grow_gap": GROW_GAP,
+                   "cg_warm": True, "backtrack": BACKTRACK, "resonance": RESONANCE_WITHIN,
+                   "resonance_most": RESONANCE_MOST, "grow_gap": GROW_GAP,
                    **GN_BY_DIMENSION.get(d, {})},
             "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": float(r["overlap"]),
                               "constraint": constraint, "coarse_level": bool(r["coarse_level"]),
