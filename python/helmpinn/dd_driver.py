@@ -121,12 +121,11 @@ sides, each at least one, a PML included):
   against 1.5e-3, ``box-source`` at 10 wavelengths 1.15e-4 after 15 minutes against 5.1e-4, at
   5 6.6e-5 against 1.3e-4; at 20 wavelengths 6.6e-3 after 630 s where it stayed at 0.94
   (docs/benchmarks.md, "Mode rows by Green's identity"); ``cube3d`` at k = 8π 8.3e-2 after
-  600 s against 0.35 without them (docs/benchmarks.md, "Mode rows in 3-D"); in 3-D out to 8%
-  of κ, 64 modes at most (:data:`GN_BY_DIMENSION`): a 3-D box has many more modes near κ, and
-  after 600 s of ``cube3d`` at k = 8π 82% of the error lay in those 5-10% from it, amplified
-  10-20 times, none within 5%; with them 5.1e-3 after 15 minutes against 1.0e-2 (seed 0) and
-  2.3e-3 against 2.8e-3 (seed 1); out to 15% seed 0 reached 6.1e-3 and seed 1 stalled at 0.16
-  (docs/benchmarks.md, "Mode rows farther from resonance in 3-D"). The grid's rows are
+  600 s against 0.35 without them (docs/benchmarks.md, "Mode rows in 3-D"); there, after 600 s,
+  three quarters of the error lay in six modes 7.8% from κ, outside the rows' 5%, but the rows
+  out to 8% (``resonance_most`` 64) ended 2 and 1.2 times lower after 15 minutes for two seeds
+  and 3.4 times higher for a third, and out to 15% stalled one seed of two (docs/benchmarks.md,
+  "Mode rows farther from resonance in 3-D"), so 3-D keeps 5% and 32. The grid's rows are
   value rows of the term :data:`helmpinn.decomposition.CARRIER_TERM` (the core's data term, out
   of the preconditioner's Gram matrices: a 3-D step 14-15 s instead of 20-21);
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
@@ -149,7 +148,7 @@ from ._checks import integer
 from .batch import TERMS
 from .decomposition import CARRIER_TERM, FORMAT, BoxConstraint, DecomposedModel, Level, Rows
 from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo, mismatch
-from .waves import RESONANCE_MOST, RESONANCE_WITHIN
+from .waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -177,12 +176,9 @@ CG_MAXITER = 100
 #: (:class:`~helmpinn.drivers.PointsGrowth`; LM's is 3; module docstring).
 GROW_GAP = 1.5
 #: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
-#: in 3-D no backtracking (it hurt there), Marquardt's damping (the geometric one, 1.5 times
-#: behind it on ``cube3d``) and mode rows out to 8% of κ, 64 at most (a 3-D box has more modes
-#: near κ, and ``cube3d``'s error lay in those 5-8% from it); mode rows in 2-D and 3-D, where
-#: they were measured, not in 1-D.
-GN_BY_DIMENSION = {1: {"resonance": 0.0},
-                   3: {"backtrack": 0, "damping": "marquardt", "resonance": 0.08, "resonance_most": 64}}
+#: in 3-D no backtracking (it hurt there) and Marquardt's damping (the geometric one, 1.5 times
+#: behind it on ``cube3d``); mode rows in 2-D and 3-D, where they were measured, not in 1-D.
+GN_BY_DIMENSION = {1: {"resonance": 0.0}, 3: {"backtrack": 0, "damping": "marquardt"}}
 #: What :func:`decomposed_settings` changes for Adam (module docstring).
 ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
 #: The scale of the value rows that Green's mode rows read u from (:meth:`GNDriver._residuals`):
@@ -458,7 +454,6 @@ class GNDriver(DampedDriver):
         within, most = float(self.settings.resonance), int(self.settings.resonance_most)
 
         def modes(rows: Rows) -> Any:
-            from .waves import resonance_green_rows, resonance_rows
             if getattr(run.model, "constraint", None) is None or not _hard_constraint(run.problem):
                 return resonance_rows(run.problem, rows.x, rows.term == "pde", within, most=most)
             green = resonance_green_rows(run.problem, within, most=most)
