@@ -3,16 +3,16 @@
 
     PYTHONPATH=python python benchmarks/box_error_modes.py --problem box-source:wavelengths=10 \
         (--model model.npz | --time-limit 900 [--threads 2] [--seed 0] [--set KEY=VALUE] [--save m.npz]) \
-        [--grid 511]
+        [--grid G]   (points per axis: 511 in 2-D, 127 in 3-D)
 
 Trains ``hp.solve(problem, time_limit=...)`` with its defaults (or reads a saved model), then
 takes the error ``u − exact`` on the interior grid ``x_i = i/(G+1)`` (G points per axis) of the
 unit box (2-D and 3-D problems on [0, 1]^d with Dirichlet walls: ``box-source``, ``dirichlet2d``,
 ``cube3d``), writes it as ``Σ c_mn sin(mπx) sin(nπy) [sin(lπz)]`` by a type-I DST (exact on that
 grid), and prints the share of the error's energy and the relative error in each band of the
-modes' relative distance ``|κ − π²(m² + n² [+ l²])|/κ`` to resonance (a residual in a mode is amplified by its inverse), the
-exactly resonant modes left out (the problem does not determine u in them), and the modes that
-carry most of it.
+modes' relative distance ``|κ − π²(m² + n² [+ l²])|/κ`` to resonance (a residual in a mode is
+amplified by its inverse), the exactly resonant modes left out (the problem does not determine u
+in them), and the modes that carry most of it.
 """
 from __future__ import annotations
 
