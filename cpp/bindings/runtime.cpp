@@ -270,6 +270,33 @@ void product_blocks(py::capsule gemm, py::list a, py::list b, py::list out) {
     helmpinn::parallel_tasks(std::int64_t(c.out.size()), &product_block_task<T>, &c);
 }
 
+// The argument `name`: a capsule of scipy.linalg.cython_blas (whose routine the typed functions
+// above check), else ValueError naming it and the expected `routines`.
+py::capsule blas_argument(py::handle h, const char* name, const char* routines) {
+    if (!py::isinstance<py::capsule>(h))
+        throw py::value_error(std::string(name) + ": expected a PyCapsule of scipy.linalg.cython_blas (" +
+                              routines + ")");
+    return py::reinterpret_borrow<py::capsule>(h);
+}
+
+// The argument `name`: a list, else ValueError naming it.
+py::list list_argument(py::handle h, const char* name) {
+    if (!py::isinstance<py::list>(h))
+        throw py::value_error(std::string(name) + ": expected a list, got " + std::string(py::str(py::type::handle_of(h))));
+    return py::reinterpret_borrow<py::list>(h);
+}
+
+// f(T{}) with T the element type of the array `first` (float or double), else ValueError naming `what`.
+template <typename F>
+void by_dtype(py::handle first, const std::string& what, F&& f) {
+    if (py::isinstance<py::array_t<float>>(first))
+        f(float{});
+    else if (py::isinstance<py::array_t<double>>(first))
+        f(double{});
+    else
+        throw py::value_error(what + ": expected a NumPy array of dtype float32 or float64");
+}
+
 }  // namespace
 
 void register_runtime(py::module_& mod) {
@@ -296,23 +323,14 @@ void register_runtime(py::module_& mod) {
         return out;
     });
     mod.def("cholesky_solves", [](py::object trsv, py::object factors, py::object starts, py::object x) {
-        if (!py::isinstance<py::capsule>(trsv))
-            throw py::value_error("trsv: expected a PyCapsule of scipy.linalg.cython_blas (strsv or dtrsv)");
-        if (!py::isinstance<py::list>(factors) || !py::isinstance<py::list>(starts))
-            throw py::value_error("factors, starts: expected lists");
+        auto c = blas_argument(trsv, "trsv", "strsv or dtrsv");
+        auto f = list_argument(factors, "factors"), s = list_argument(starts, "starts");
         if (!py::array::check_(x))
             throw py::value_error("x: expected a NumPy array");
         auto arr = py::reinterpret_borrow<py::array>(x);
         if (arr.ndim() != 1 || !(arr.flags() & py::array::c_style) || !arr.writeable())
             throw py::value_error("x: expected a writable contiguous 1-D array");
-        auto c = py::reinterpret_borrow<py::capsule>(trsv);
-        auto f = py::reinterpret_borrow<py::list>(factors), s = py::reinterpret_borrow<py::list>(starts);
-        if (py::isinstance<py::array_t<float>>(x))
-            cholesky_solves<float>(c, f, s, arr);
-        else if (py::isinstance<py::array_t<double>>(x))
-            cholesky_solves<double>(c, f, s, arr);
-        else
-            throw py::value_error("x: expected dtype float32 or float64, got " + std::string(py::str(arr.dtype())));
+        by_dtype(x, "x", [&](auto t) { cholesky_solves<decltype(t)>(c, f, s, arr); });
     }, py::arg("trsv"), py::arg("factors"), py::arg("starts"), py::arg("x"),
        "x[s_j : s_j + n_j] <- (U_jᵀ U_j)⁻¹ x[s_j : s_j + n_j] in place for every upper Cholesky factor "
        "U_j of `factors` (square, Fortran-ordered, the dtype of x) at its start s_j of `starts`, by two "
@@ -320,23 +338,14 @@ void register_runtime(py::module_& mod) {
        "float64) per block, the blocks spread over the engine's threads (helmpinn::parallel_tasks) with "
        "the GIL released. The blocks must not overlap; x outside them is left as it is.");
     mod.def("gram_blocks", [](py::object syrk, py::object blocks, py::object grams) {
-        if (!py::isinstance<py::capsule>(syrk))
-            throw py::value_error("syrk: expected a PyCapsule of scipy.linalg.cython_blas (ssyrk or dsyrk)");
-        if (!py::isinstance<py::list>(blocks) || !py::isinstance<py::list>(grams))
-            throw py::value_error("blocks, grams: expected lists");
-        auto c = py::reinterpret_borrow<py::capsule>(syrk);
-        auto b = py::reinterpret_borrow<py::list>(blocks), g = py::reinterpret_borrow<py::list>(grams);
+        auto c = blas_argument(syrk, "syrk", "ssyrk or dsyrk");
+        auto b = list_argument(blocks, "blocks"), g = list_argument(grams, "grams");
         if (py::len(b) == 0) {
             if (py::len(g) != 0)
                 throw py::value_error("grams: expected one output per block (0), got " + std::to_string(py::len(g)));
             return;
         }
-        if (py::isinstance<py::array_t<float>>(b[0]))
-            gram_blocks<float>(c, b, g);
-        else if (py::isinstance<py::array_t<double>>(b[0]))
-            gram_blocks<double>(c, b, g);
-        else
-            throw py::value_error("blocks[0]: expected a NumPy array of dtype float32 or float64");
+        by_dtype(b[0], "blocks[0]", [&](auto t) { gram_blocks<decltype(t)>(c, b, g); });
     }, py::arg("syrk"), py::arg("blocks"), py::arg("grams"),
        "grams[j] <- the upper triangle of blocks[j]ᵀ blocks[j] for every C-contiguous block [R_j, P_j] "
        "(one dtype), into its Fortran-ordered output [P_j, P_j] (the strict lower triangle left as it is), "
@@ -344,24 +353,14 @@ void register_runtime(py::module_& mod) {
        "float64) a block, the blocks spread over the engine's threads (helmpinn::parallel_tasks) with the "
        "GIL released: call it with the BLAS limited to one thread. The outputs must not share memory.");
     mod.def("product_blocks", [](py::object gemm, py::object a, py::object b, py::object out) {
-        if (!py::isinstance<py::capsule>(gemm))
-            throw py::value_error("gemm: expected a PyCapsule of scipy.linalg.cython_blas (sgemm or dgemm)");
-        if (!py::isinstance<py::list>(a) || !py::isinstance<py::list>(b) || !py::isinstance<py::list>(out))
-            throw py::value_error("a, b, out: expected lists");
-        auto c = py::reinterpret_borrow<py::capsule>(gemm);
-        auto la = py::reinterpret_borrow<py::list>(a), lb = py::reinterpret_borrow<py::list>(b),
-             lo = py::reinterpret_borrow<py::list>(out);
+        auto c = blas_argument(gemm, "gemm", "sgemm or dgemm");
+        auto la = list_argument(a, "a"), lb = list_argument(b, "b"), lo = list_argument(out, "out");
         if (py::len(la) == 0) {
             if (py::len(lb) != 0 || py::len(lo) != 0)
                 throw py::value_error("b, out: expected one per block of a (0)");
             return;
         }
-        if (py::isinstance<py::array_t<float>>(la[0]))
-            product_blocks<float>(c, la, lb, lo);
-        else if (py::isinstance<py::array_t<double>>(la[0]))
-            product_blocks<double>(c, la, lb, lo);
-        else
-            throw py::value_error("a[0]: expected a NumPy array of dtype float32 or float64");
+        by_dtype(la[0], "a[0]", [&](auto t) { product_blocks<decltype(t)>(c, la, lb, lo); });
     }, py::arg("gemm"), py::arg("a"), py::arg("b"), py::arg("out"),
        "out[j] <- a[j]ᵀ b[j] for every pair of C-contiguous blocks a[j] [m_j, P_j] and b[j] [m_j, K_j] "
        "(one dtype), into its Fortran-ordered output [P_j, K_j], by one call of `gemm` "
