@@ -59,6 +59,14 @@ CASES = {
                                 "damping": "geometric", "modes_within": 0.1, "cg_tol": 1e-12}),
 }
 
+# The parameters' agreement, relative to their scale, where it is not 1e-10 (float64 Gram
+# matrices) or 1e-5 (float32). varpro: its step 2 takes four trials, CG 400, 400, 301 and 147
+# iterations, after a least-squares projection of the output layers, and the ranks' sums in
+# another order leave the parameters 9.6e-10 of their scale apart from step 2 on (5.9e-11 with
+# the subnetworks' earlier Fourier scale, whose step 2 took five shorter trials); lost
+# collectives give differences of order one
+TOLERANCE = {"varpro": 1e-8}
+
 
 def build(case: str, comm=None):
     """The model, residuals and solver of a case (the same on every rank and in one process)."""
@@ -146,7 +154,7 @@ def test_two_ranks_take_one_process_steps(case, two_ranks):
     deflated coarse correction), 2x2 without the coarse level, 3x3 with the output layers projected
     before every step (varpro), 3x3 with every step too long and halved (backtrack), 3x3 with
     mode rows (modes): the parameters after each step
-    on 2 ranks equal one process's to 1e-10, every rank holds the same parameters, and CG took
+    on 2 ranks equal one process's to 1e-10 (TOLERANCE where not), every rank holds the same parameters, and CG took
     as many trials and iterations within 5% (or 2: where a stop is decided by rounding)."""
     got = np.load(two_ranks / f"{case}.npz")
     single, its = run_steps(case)
@@ -156,7 +164,7 @@ def test_two_ranks_take_one_process_steps(case, two_ranks):
         np.testing.assert_array_equal(got["last0"], got[f"last{k}"])   # replicas stay equal
     scale = np.max(np.abs(single))
     assert np.max(np.abs(single[-1] - single[0])) > 1e-3 * scale   # the steps moved
-    tol = 1e-10 if CASES[case][2]["gram"] == "float64" else 1e-5
+    tol = TOLERANCE.get(case, 1e-10 if CASES[case][2]["gram"] == "float64" else 1e-5)
     for n in range(STEPS + 1):
         err = np.max(np.abs(steps[n] - single[n]))
         assert err <= tol * scale, f"step {n}: 2 ranks differ from one process by {err:.2e}"

@@ -272,6 +272,34 @@ def test_subnetwork_shares_params():
     assert math.isfinite(float(np.abs(model.predict(rows.x)).max()))
 
 
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_fourier_scale_is_a_single_networks_at_the_local_wavenumber(d):
+    """Each subnetwork's B ~ N(0, σ²) with σ = k h / (2π sqrt(d)), h its level's mean half-width:
+    the draws of init_params at that σ and the seeds the model draws, level by level; and
+    build_decomposed_model(sigma=s) gives the first level exactly s."""
+    from helmpinn import init_params
+    from helmpinn.dd_driver import build_decomposed_model
+
+    lo, hi, grids, k = np.zeros(d), np.arange(1, d + 1, dtype=float), [(3,) * d, (1,) * d], 7.0
+    spec = ModelSpec(d, 4, 6, 1)
+    model = DecomposedModel.create(lo, hi, grids, overlap=0.5, ff_dim=4, hidden_dim=6, num_hidden_layers=1,
+                                   wavenumber=k, seed=5)
+    rng = np.random.default_rng(5)
+    for sd in model.subdomains:
+        h = np.mean(Level(lo, hi, grids[sd["level"]], 0.5).half)
+        sigma = k * h / (2 * math.pi * math.sqrt(d))
+        want = init_params(spec, "float64", seed=int(rng.integers(1 << 31)), fourier_sigma=sigma)
+        np.testing.assert_array_equal(model.params[sd["slice"]], want)
+    dd = {"lo": lo, "hi": hi, "grids": grids, "overlap": 0.5, "wavenumber": k, "constraint": False}
+    built = build_decomposed_model(None, dd, 4, 6, 1, seed=5, sigma=0.3)
+    first = built.subdomains[0]
+    B = next((off, shape) for name, shape, off in spec.layout() if name == "B")
+    rng = np.random.default_rng(5)
+    want = init_params(spec, "float64", seed=int(rng.integers(1 << 31)), fourier_sigma=0.3)
+    got = built.params[first["slice"]][B[0]:B[0] + int(np.prod(B[1]))]
+    np.testing.assert_allclose(got, want[B[0]:B[0] + int(np.prod(B[1]))], rtol=1e-12)
+
+
 def test_rows_from_problem_match_the_core_loss():
     """Rows of a problem's draw, on a one-subdomain model with ω = 1, give the core's own
     residuals of that network on the same TrainingSet (PML coefficients, wall data rows)."""

@@ -141,11 +141,15 @@ def test_a_failed_warm_start_retries_at_the_same_damping_from_zero():
     """A trial from the warm start that is rejected does not raise λ: the next trial solves the
     same system from zero, and the step is the one a solver without the start takes."""
     class BadStart(MatrixFreeGN):   # every warm-started CG answers uphill
+        started = 0
+
         def cg(self, s, lam, D, rhs, precond, start=None, scale=None):
             x, Jx, it = super().cg(s, lam, D, rhs, precond, start, scale)
+            self.started += self.start_scale > 0
             return (-10.0 * x, -10.0 * Jx, it) if self.start_scale > 0 else (x, Jx, it)
 
-    model, rows, _ = make_case(2, pml=True, hard=False, seed=4)
+    # a case whose second step takes the warm start (the scale along the last step positive)
+    model, rows, _ = make_case(2, pml=True, hard=False, seed=3)
     res = model.residuals_for(rows)
     theta = model.params.copy()
     bad = BadStart(res, cg_tol=1e-8, cg_maxiter=500, cg_warm=True)
@@ -155,6 +159,7 @@ def test_a_failed_warm_start_retries_at_the_same_damping_from_zero():
     cold.lam, cold.nu = bad.lam, bad.nu
     theta_cold = theta.copy()
     st = bad.step(theta)
+    assert bad.started == 1
     ref = cold.step(theta_cold)
     assert st.accepted and st.trials == ref.trials + 1
     assert st.lam == ref.lam and st.loss == ref.loss

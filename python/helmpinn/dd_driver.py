@@ -68,7 +68,11 @@ sides, each at least one, a PML included):
   (:data:`SUBDOMAINS_PER_WAVELENGTH`; the measured runs' 5 × 5 for 5 wavelengths, 6 × 6 for
   7), overlap 0.6, no coarse network level (a one-network level did not help the prototype;
   the solver's coarse space does that work); subnetworks of 16 frequencies and one hidden layer
-  of 32 (1,154 parameters in 2-D);
+  of 32 (1,154 parameters in 2-D), their Fourier scale a single network's at the local
+  wavenumber k h (:meth:`~helmpinn.decomposition.DecomposedModel.create`; without the
+  ``1/sqrt(d)`` of :func:`~helmpinn.params.sigma_for`, until 2026-12-05, ``cube3d`` at k = 8π
+  ended at 2.7e-3 to 1.0e-2 after 15 minutes by the seed, with it 7.4e-4 to 3.9e-3; in 2-D
+  within the seeds' spread; docs/benchmarks.md, "The subnetworks' Fourier scale");
 - ``max(25^d Π w_a, P/2)`` PDE points (:data:`POINTS_PER_WAVELENGTH`, fixed Sobol points,
   rounded up to 500; the measured runs' 16,000 for 5 × 5 subnetworks), boundary points 1/20 of
   them (none under a hard constraint);
@@ -148,6 +152,7 @@ from ._checks import integer
 from .batch import TERMS
 from .decomposition import CARRIER_TERM, FORMAT, BoxConstraint, DecomposedModel, Level, Rows
 from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo, mismatch
+from .params import sigma_for
 from .waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
 
 if TYPE_CHECKING:
@@ -605,9 +610,9 @@ def build_decomposed_model(problem: Any, decomposition: Mapping[str, Any], ff_di
     dd = decomposition
     lo, hi = np.asarray(dd["lo"], float), np.asarray(dd["hi"], float)
     k = float(dd["wavenumber"])
-    if sigma is not None:   # σ = k h / 2π on the first level: the k that gives this σ
+    if sigma is not None:   # σ = sigma_for(k h, d) on the first level: the k that gives this σ
         half = Level(lo, hi, dd["grids"][0], dd["overlap"]).half
-        k = 2 * math.pi * float(sigma) / float(np.mean(half))
+        k = float(sigma) / sigma_for(float(np.mean(half)), len(lo))
     constraint = BoxConstraint(lo, hi, 1.0 / float(dd["wavenumber"])) if dd["constraint"] else None
     return TrainableDecomposedModel.create(lo, hi, [tuple(g) for g in dd["grids"]], overlap=dd["overlap"],
                                            ff_dim=ff_dim, hidden_dim=hidden, num_hidden_layers=layers,

@@ -51,7 +51,7 @@ from ._checks import integer
 from ._files import write_atomic
 from .batch import Batch, alike_on_every_axis, operator_a
 from .model import Model
-from .params import init_params
+from .params import init_params, sigma_for
 
 __all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals",
            "assign_subdomains", "CARRIER_TERM", "FORMAT", "WINDOW_CUTOFF"]
@@ -282,8 +282,10 @@ class DecomposedModel:
                wavenumber: float = 1.0, constraint: BoxConstraint | None = None,
                seed: int = 0) -> "DecomposedModel":
         """Fresh subnetworks on each level of ``grids`` (one grid of counts per level); Fourier
-        frequencies ``B ~ N(0, σ²)`` with ``σ = wavenumber h / (2π)`` (the wave's cycles per unit
-        of the subdomain's local coordinates, h its mean half-width)."""
+        frequencies ``B ~ N(0, σ²)`` with ``σ = wavenumber h / (2π sqrt(d))``
+        (:func:`helmpinn.params.sigma_for` of the wavenumber in the subdomain's local coordinates,
+        h its mean half-width: the features' angular frequencies have a root mean square of
+        ``wavenumber h``, as a single network's have of k)."""
         lo = np.asarray(lo, np.float64).reshape(-1)
         levels = [Level(lo, hi, g, overlap) for g in grids]
         spec = _core.ModelSpec(len(lo), *(integer("DecomposedModel.create", name, value) for name, value in (
@@ -291,7 +293,7 @@ class DecomposedModel:
         rng = np.random.default_rng(None if seed is None else integer("DecomposedModel.create", "seed", seed, low=0))
         parts = []
         for lv in levels:
-            sigma = max(float(wavenumber), 1e-12) * float(np.mean(lv.half)) / (2 * math.pi)
+            sigma = sigma_for(max(float(wavenumber), 1e-12) * float(np.mean(lv.half)), len(lo))
             for _ in lv.indices:
                 parts.append(init_params(spec, dtype="float64", seed=int(rng.integers(1 << 31)),
                                          fourier_sigma=sigma))

@@ -176,7 +176,9 @@ def fourier_sigma(problem: Any) -> float:
     """``sigma = k / (2π sqrt(d))``, the standard deviation of the entries of B ~ N(0, sigma²):
     the features' angular frequencies ``2π|B|`` then have a root mean square of k
     (:func:`scale_wavenumber`) in any dimension d."""
-    return scale_wavenumber(problem) / (2 * math.pi * math.sqrt(int(problem.dim)))
+    from .params import sigma_for
+
+    return sigma_for(scale_wavenumber(problem), problem.dim)
 
 
 def _robin_alpha_rms(problem: Any) -> float | None:

@@ -1,12 +1,23 @@
 """Flat parameter vectors: initialisation and named views."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._checks import integer
 from ._core import ModelSpec
 
-__all__ = ["init_params"]
+__all__ = ["init_params", "sigma_for"]
+
+
+def sigma_for(wavenumber: float, dim: int) -> float:
+    """The Fourier scale for waves of ``wavenumber`` (angular, in the network's own coordinates)
+    in ``dim`` dimensions: ``σ = k / (2π sqrt(d))``, so that the features' angular frequencies
+    ``2π|B_j|``, B ~ N(0, σ²), have a root mean square of k in any dimension (a single network:
+    :func:`helmpinn.defaults.fourier_sigma`; a subdomain's network: k times its half-width,
+    :meth:`helmpinn.decomposition.DecomposedModel.create`)."""
+    return float(wavenumber) / (2 * math.pi * math.sqrt(int(dim)))
 
 
 def init_params(spec: ModelSpec, dtype: str | np.dtype = "float32", seed: int | None = 0,
