@@ -298,6 +298,12 @@ def test_fourier_scale_is_a_single_networks_at_the_local_wavenumber(d):
     want = init_params(spec, "float64", seed=int(rng.integers(1 << 31)), fourier_sigma=0.3)
     got = built.params[first["slice"]][B[0]:B[0] + int(np.prod(B[1]))]
     np.testing.assert_allclose(got, want[B[0]:B[0] + int(np.prod(B[1]))], rtol=1e-12)
+    from helmpinn.params import sigma_for
+    for bad, name in ((-1.0, "wavenumber"), (math.nan, "wavenumber"), ("7", "wavenumber")):
+        with pytest.raises((TypeError, ValueError), match=name):
+            sigma_for(bad, d)
+    with pytest.raises(ValueError, match="dim"):
+        sigma_for(k, 0)
 
 
 def test_rows_from_problem_match_the_core_loss():

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ._checks import integer
+from ._checks import integer, real_number
 from ._core import ModelSpec
 
 __all__ = ["init_params", "sigma_for"]
@@ -17,7 +17,8 @@ def sigma_for(wavenumber: float, dim: int) -> float:
     ``2π|B_j|``, B ~ N(0, σ²), have a root mean square of k in any dimension (a single network:
     :func:`helmpinn.defaults.fourier_sigma`; a subdomain's network: k times its half-width,
     :meth:`helmpinn.decomposition.DecomposedModel.create`)."""
-    return float(wavenumber) / (2 * math.pi * math.sqrt(int(dim)))
+    k = real_number("sigma_for", "wavenumber", wavenumber, low=0.0, low_open=False)
+    return k / (2 * math.pi * math.sqrt(integer("sigma_for", "dim", dim, low=1)))
 
 
 def init_params(spec: ModelSpec, dtype: str | np.dtype = "float32", seed: int | None = 0,
