@@ -279,6 +279,7 @@ def test_fourier_scale_is_a_single_networks_at_the_local_wavenumber(d):
     build_decomposed_model(sigma=s) gives the first level exactly s."""
     from helmpinn import init_params
     from helmpinn.dd_driver import build_decomposed_model
+    from helmpinn.params import sigma_for
 
     lo, hi, grids, k = np.zeros(d), np.arange(1, d + 1, dtype=float), [(3,) * d, (1,) * d], 7.0
     spec = ModelSpec(d, 4, 6, 1)
@@ -292,13 +293,10 @@ def test_fourier_scale_is_a_single_networks_at_the_local_wavenumber(d):
         np.testing.assert_array_equal(model.params[sd["slice"]], want)
     dd = {"lo": lo, "hi": hi, "grids": grids, "overlap": 0.5, "wavenumber": k, "constraint": False}
     built = build_decomposed_model(None, dd, 4, 6, 1, seed=5, sigma=0.3)
-    first = built.subdomains[0]
-    B = next((off, shape) for name, shape, off in spec.layout() if name == "B")
+    B = next(slice(off, off + int(np.prod(shape))) for name, shape, off in spec.layout() if name == "B")
     rng = np.random.default_rng(5)
     want = init_params(spec, "float64", seed=int(rng.integers(1 << 31)), fourier_sigma=0.3)
-    got = built.params[first["slice"]][B[0]:B[0] + int(np.prod(B[1]))]
-    np.testing.assert_allclose(got, want[B[0]:B[0] + int(np.prod(B[1]))], rtol=1e-12)
-    from helmpinn.params import sigma_for
+    np.testing.assert_allclose(built.params[built.subdomains[0]["slice"]][B], want[B], rtol=1e-12)
     for bad, name in ((-1.0, "wavenumber"), (math.nan, "wavenumber"), ("7", "wavenumber")):
         with pytest.raises((TypeError, ValueError), match=name):
             sigma_for(bad, d)

@@ -293,6 +293,9 @@ void by_dtype(py::handle first, const std::string& what, F&& f) {
         f(float{});
     else if (py::isinstance<py::array_t<double>>(first))
         f(double{});
+    else if (py::array::check_(first))
+        throw py::value_error(what + ": expected dtype float32 or float64, got " +
+                              std::string(py::str(py::reinterpret_borrow<py::array>(first).dtype())));
     else
         throw py::value_error(what + ": expected a NumPy array of dtype float32 or float64");
 }

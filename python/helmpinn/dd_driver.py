@@ -72,8 +72,8 @@ sides, each at least one, a PML included):
   wavenumber k h (:meth:`~helmpinn.decomposition.DecomposedModel.create`; without the
   ``1/sqrt(d)`` of :func:`~helmpinn.params.sigma_for`, until 2026-12-05, ``cube3d`` at k = 8π
   ended at 2.7e-3 to 1.6e-2 after 15 minutes by the seed, with it 7.4e-4 to 3.9e-3 (four
-  seeds, two below 1e-3); in 2-D
-  within the seeds' spread; docs/benchmarks.md, "The subnetworks' Fourier scale");
+  seeds, two below 1e-3); in 2-D within the seeds' spread; docs/benchmarks.md, "The
+  subnetworks' Fourier scale");
 - ``max(25^d Π w_a, P/2)`` PDE points (:data:`POINTS_PER_WAVELENGTH`, fixed Sobol points,
   rounded up to 500; the measured runs' 16,000 for 5 × 5 subnetworks), boundary points 1/20 of
   them (none under a hard constraint);
