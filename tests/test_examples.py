@@ -95,3 +95,25 @@ def test_readme_links():
     assert local, "README.md links to no page"
     missing = [link for link in local if not (REPO / link).exists()]
     assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_api_index_names_exist():
+    """Every name docs/api/index.md lists as ``helmpinn.<name>`` is one, and every name it lists
+    in parentheses after a module (``geometry`` (``Box``, ...)) is that module's."""
+    import helmpinn as hp
+
+    text = (REPO / "docs" / "api" / "index.md").read_text(encoding="utf-8")
+    cells = [line.split("|")[1] for line in text.splitlines() if line.startswith("| `")][1:]   # not the header
+    missing, count = [], 0
+    for cell in cells:
+        grouped = re.fullmatch(r"\s*`(\w+)` \((.*)\)\s*", cell)
+        owner, names = (getattr(hp, grouped[1], None), grouped[2]) if grouped else (hp, cell)
+        if grouped and owner is None:
+            missing.append(grouped[1])
+            continue
+        for name in re.findall(r"`([^`]+)`", names):
+            count += 1
+            if not hasattr(owner, name):
+                missing.append(name if owner is hp else f"{grouped[1]}.{name}")
+    assert count > 40, cells
+    assert not missing, f"docs/api/index.md lists names helmpinn does not have: {missing}"
