@@ -333,6 +333,13 @@ def test_threshold_counts_an_elongated_domain_by_its_area():
     assert dd_driver.should_decompose(duct(2.0, 1.2))
 
 
+def test_the_3d_threshold_lies_between_the_cubes_measured():
+    """``cube3d`` at k = 3π (2.1 across: one network ahead after 150 s) trains one network, at
+    k = 4π (2.6 across: the decomposition ahead) a decomposed model (dd_driver's docstring)."""
+    assert not dd_driver.should_decompose(hp.get_problem("cube3d", k=3 * math.pi))
+    assert dd_driver.should_decompose(hp.get_problem("cube3d", k=4 * math.pi))
+
+
 def test_decomposed_settings_reproduce_the_measured_runs():
     s = dd_driver.decomposed_settings(box(5.0))
     dd = s["decomposition"]
@@ -340,15 +347,15 @@ def test_decomposed_settings_reproduce_the_measured_runs():
     assert s["pde_points"] == 16000 and (s["ff_dim"], s["hidden"], s["layers"]) == (16, 32, 1)
     f = dd_driver.decomposed_settings(hp.get_problem("free-source", wavelengths=5.0))
     assert f["decomposition"]["grids"] == [[6, 6]] and not f["decomposition"]["constraint"] and f["bc_points"] > 0
-    # backtracking where it was measured to help (2-D), not in 3-D (dd_driver's docstring)
+    # backtracking in 2-D and 3-D, where it was measured to help (dd_driver's docstring)
     from helmpinn.gauss_newton import BACKTRACK   # the solver's default, not a copy of it
 
     assert s["gn"]["backtrack"] == f["gn"]["backtrack"] == BACKTRACK == 3
     # the damping halfway between Marquardt's and the identity under the hard constraint (the
-    # box), Marquardt's with a PML and in 3-D
+    # boxes, in 2-D and 3-D), Marquardt's with a PML
     assert s["gn"]["damping"] == "geometric" and f["gn"]["damping"] == "marquardt"
     c3 = dd_driver.decomposed_settings(hp.get_problem("cube3d", k=8 * math.pi))["gn"]
-    assert c3["backtrack"] == 0 and c3["damping"] == "marquardt"
+    assert c3["backtrack"] == BACKTRACK and c3["damping"] == "geometric"
     # mode rows in 2-D and 3-D (measured there), not in 1-D; the 32 most amplified within 5% of κ
     assert s["gn"]["resonance"] == f["gn"]["resonance"] == c3["resonance"] == waves.RESONANCE_WITHIN
     assert s["gn"]["resonance_most"] == c3["resonance_most"] == waves.RESONANCE_MOST == 32

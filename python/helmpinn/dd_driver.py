@@ -60,9 +60,12 @@ sides, each at least one, a PML included):
   4.9e-3); the rule on the longest side (until 2026-12-03) decomposed all six. In 3-D at 4.6
   (``cube3d`` k = 8π after 15 minutes) one network reached 0.32, the decomposition 0.66, and
   3.3e-2 since the mode rows and the earlier growth of the points in 3-D
-  (docs/benchmarks.md, "Mode rows in 3-D"), and at 2.6 across (``cube3d``
-  k = 4π) one network ended lower after 300 s (8.9e-4 against 3.2e-3), so the 3-D threshold
-  is the 2-D one until a 3-D problem above 3 is measured; 1-D networks reach 4e-6 at 32
+  (docs/benchmarks.md, "Mode rows in 3-D"); at 2.6 across (``cube3d`` k = 4π) one network
+  ended lower after 300 s with 3-D's own Gauss-Newton plan (8.9e-4 against 3.2e-3), but with
+  the 2-D plan, 3-D's since 2026-12-05, the decomposition reached 2.5e-4 in 150 s, one network
+  1.5e-2 (5.2e-4 after 300 s), while at 2.1 across (k = 3π) one network stayed ahead (1.2e-2
+  against 4.6e-2 after 150 s; one seed each, docs/benchmarks.md, "The 2-D plan in 3-D"), so
+  the 3-D threshold is 2.4, between the two; 1-D networks reach 4e-6 at 32
   wavelengths (``plane1d`` k = 200), so 1-D ones only above 32;
 - one level of ``ceil(0.85 w_a)`` subdomains along each axis
   (:data:`SUBDOMAINS_PER_WAVELENGTH`; the measured runs' 5 × 5 for 5 wavelengths, 6 × 6 for
@@ -91,14 +94,14 @@ sides, each at least one, a PML included):
   wavelengths 1.3 and 1.8 times, ``dirichlet2d`` n = 8 1.3 times, ``box-source`` at 10 1.25
   times, ``scatter-soft`` at k = 5 the same; 50 was worse; docs/benchmarks.md, "CG's cap"),
   from the last step where the quadratic model says so (``cg_warm``: rarely,
-  docs/benchmarks.md), in 1-D and 2-D a
+  docs/benchmarks.md), a
   rejected trial's step halved up to 3 times before λ grows (``backtrack``, the solver's default
   :data:`~helmpinn.gauss_newton.BACKTRACK`; measured on ``box-source`` at 5 wavelengths, it
-  removed a slow start); in 3-D (:data:`GN_BY_DIMENSION`) Marquardt's damping everywhere (the
-  geometric one left ``cube3d`` at k = 8π at 0.86 after 900 s, Marquardt's at 0.57) and no
-  backtracking (on ``cube3d`` every full step overshot, the halved steps kept λ at its first
-  value, and the error at 140 s was 0.24 with them, 2.6e-2 without at k = 4π; 0.88 and 0.79 at
-  300 s at k = 8π; docs/benchmarks.md, "Backtracking a rejected step"); the output-layer
+  removed a slow start); in 3-D as in 2-D since 2026-12-05 (3-D had Marquardt's damping and no
+  halvings, chosen when every full step overshot, with the subnetworks' earlier Fourier scale;
+  with the present one the 2-D plan took ``cube3d`` at k = 8π below 1e-3 within 15 minutes for
+  four seeds of four, where 3-D's own left two of them at 3.9e-3 and 1.2e-3; at k = 4π 2.5e-4
+  after 150 s against 2.2e-3; docs/benchmarks.md, "The 2-D plan in 3-D"); the output-layer
   coarse space; 200 iterations at most, stopping when the loss falls by less than 1% over 10;
   the points grow by LM's rule
   (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap exceeds 1.5
@@ -166,13 +169,13 @@ __all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "
 
 #: Decompose a problem that spans more than this many wavelengths across its sampled domain
 #: (the geometric mean of the sides'), by dimension (module docstring: the measurements).
-DECOMPOSE_ABOVE = {1: 32.0, 2: 3.0, 3: 3.0}
+DECOMPOSE_ABOVE = {1: 32.0, 2: 3.0, 3: 2.4}
 #: Subdomains per wavelength along each axis of the fine level.
 SUBDOMAINS_PER_WAVELENGTH = 0.85
 #: PDE points per wavelength per dimension of a decomposed run, by dimension.
 POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
 #: Gauss-Newton's damping by whether the model has the hard constraint (a closed box with
-#: Dirichlet(0) walls; module docstring): measured in 2-D.
+#: Dirichlet(0) walls; module docstring): measured in 2-D and on ``cube3d``.
 DAMPING = {True: "geometric", False: "marquardt"}
 #: CG's iterations at most in one Gauss-Newton trial (module docstring: against 200, 1.25 to 2
 #: times lower errors on ``box-source``, ``free-source`` and ``dirichlet2d``, the same on
@@ -182,9 +185,9 @@ CG_MAXITER = 100
 #: (:class:`~helmpinn.drivers.PointsGrowth`; LM's is 3; module docstring).
 GROW_GAP = 1.5
 #: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
-#: in 3-D no backtracking (it hurt there) and Marquardt's damping (the geometric one, 1.5 times
-#: behind it on ``cube3d``); mode rows in 2-D and 3-D, where they were measured, not in 1-D.
-GN_BY_DIMENSION = {1: {"resonance": 0.0}, 3: {"backtrack": 0, "damping": "marquardt"}}
+#: mode rows in 2-D and 3-D, where they were measured, not in 1-D. (3-D had its own damping and
+#: no backtracking until 2026-12-05: docs/benchmarks.md, "The 2-D plan in 3-D".)
+GN_BY_DIMENSION = {1: {"resonance": 0.0}}
 #: What :func:`decomposed_settings` changes for Adam (module docstring).
 ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
 #: The scale of the value rows that Green's mode rows read u from (:meth:`GNDriver._residuals`):
