@@ -63,8 +63,9 @@ sides, each at least one, a PML included):
   (docs/benchmarks.md, "Mode rows in 3-D"); at 2.6 across (``cube3d`` k = 4π) one network
   ended lower after 300 s with 3-D's own Gauss-Newton plan (8.9e-4 against 3.2e-3), but with
   the 2-D plan, 3-D's since 2026-12-05, the decomposition reached 2.5e-4 in 150 s, one network
-  1.5e-2 (5.2e-4 after 300 s), while at 2.1 across (k = 3π) one network stayed ahead (1.2e-2
-  against 4.6e-2 after 150 s; one seed each, docs/benchmarks.md, "The 2-D plan in 3-D"), so
+  1.5e-2 (5.2e-4 after 300 s; a second seed 5.4e-4 against 6.9e-4), while at 2.1 across
+  (k = 3π) one network stayed ahead (1.2e-2 against 4.6e-2 after 150 s; docs/benchmarks.md,
+  "Where the decomposition starts"), so
   the 3-D threshold is 2.4, between the two; 1-D networks reach 4e-6 at 32
   wavelengths (``plane1d`` k = 200), so 1-D ones only above 32;
 - one level of ``ceil(0.85 w_a)`` subdomains along each axis
