@@ -65,9 +65,8 @@ sides, each at least one, a PML included):
   the 2-D plan, 3-D's since 2026-12-05, the decomposition reached 2.5e-4 in 150 s, one network
   1.5e-2 (5.2e-4 after 300 s; a second seed 5.4e-4 against 6.9e-4), while at 2.1 across
   (k = 3π) one network stayed ahead (1.2e-2 against 4.6e-2 after 150 s; docs/benchmarks.md,
-  "Where the decomposition starts"), so
-  the 3-D threshold is 2.4, between the two; 1-D networks reach 4e-6 at 32
-  wavelengths (``plane1d`` k = 200), so 1-D ones only above 32;
+  "Where the decomposition starts"), so the 3-D threshold is 2.4, between the two; 1-D
+  networks reach 4e-6 at 32 wavelengths (``plane1d`` k = 200), so 1-D ones only above 32;
 - one level of ``ceil(0.85 w_a)`` subdomains along each axis
   (:data:`SUBDOMAINS_PER_WAVELENGTH`; the measured runs' 5 × 5 for 5 wavelengths, 6 × 6 for
   7), overlap 0.6, no coarse network level (a one-network level did not help the prototype;
