@@ -29,9 +29,10 @@ problem posed here is the complex conjugate of theirs: source ``conj(Ps)``, and 
 the conjugate of helmpinn's u. The PML is helmpinn's own :class:`~helmpinn.PML` over their
 layer's extent (50 nodes) with their strength (σ/ω at the wall, read from ``C``) and profile
 power 2 (``--pml-nodes N``: a thinner layer of N nodes with helmpinn's default strength, still
-compared on their nodes: fewer wavelengths for the network). Coordinates are (x, z) in km, z
-the depth; the velocity is ``1/sqrt(m)`` in km/s as a :class:`~helmpinn.GridField` over the
-whole grid.
+compared on their nodes: fewer wavelengths for the network; since 2026-12-05 that default
+strength is matched to the velocities in the layer, :meth:`helmpinn.PML.for_medium`).
+Coordinates are (x, z) in km, z the depth; the velocity is ``1/sqrt(m)`` in km/s as a
+:class:`~helmpinn.GridField` over the whole grid.
 
 Sources (``--source``): their ``Ps`` is a point source smoothed by a Gaussian of 3 nodes
 truncated at ±6 nodes, times a complex Ricker amplitude.
@@ -284,7 +285,29 @@ def compare_fd(case: SongCase, problem) -> dict:
     return {"fd_seconds": seconds, "fd_vs_theirs": errors(case, problem, values),
             "best_factor": [factor.real, factor.imag],
             "fd_vs_theirs_away_after_factor": relative_error(factor * ours, theirs),
+            "fd_vs_theirs_by_layer_distance": by_layer_distance(case, problem, values),
             "solution": values}
+
+
+#: The bands of :func:`by_layer_distance`: a node's distance to their layer, in km.
+LAYER_BANDS = ((0.0, 0.5), (0.5, 1.0), (1.0, math.inf))
+
+
+def by_layer_distance(case: SongCase, problem, values: np.ndarray) -> dict[str, float]:
+    """Relative L2 errors of ``values`` against their solution on the ``away`` nodes, in bands of
+    the distance to their absorbing layer (:data:`LAYER_BANDS`): where a difference between
+    the two absorbing layers shows, it is largest next to them."""
+    lo, hi = case.box
+    nodes = case.nodes
+    distance = np.min(np.concatenate([nodes - lo, hi - nodes], axis=1), axis=1).reshape(case.shape)
+    away = error_masks(case, problem)["away"]
+    out = {}
+    for a, b in LAYER_BANDS:
+        mask = away & (distance >= a - 1e-12) & (distance < b)
+        if mask.any():
+            u = problem.total_field(nodes[mask.ravel()], values[mask])
+            out[f"{a:g}-{b:g} km"] = relative_error(u, np.conj(case.field[mask]))
+    return out
 
 
 def train(case: SongCase, problem, *, optimizer: str, time_limit: float, points: int | None,
@@ -377,6 +400,7 @@ def _results(case: SongCase, problem, model, history, out: dict, fd: np.ndarray 
     values = values.reshape(case.shape)
     out.update(final_loss=history.loss[-1] if history.loss else None,
                error_vs_theirs=errors(case, problem, values),
+               error_vs_theirs_by_layer_distance=by_layer_distance(case, problem, values),
                history={"step": history.eval_step, "error": history.eval_error, "time": history.eval_time})
     if fd is not None:
         out["error_vs_fd_solve"] = {}
@@ -414,7 +438,8 @@ def main(argv=None) -> int:
     p.add_argument("--source", choices=("point", "grid", "background"), default="point")
     p.add_argument("--points", type=int, default=None, help="PDE points (default: the optimiser's)")
     p.add_argument("--pml-nodes", type=int, default=None,
-                   help="a thinner PML of this many node spacings (helmpinn's default strength); "
+                   help="a thinner PML of this many node spacings (helmpinn's default strength for "
+                        "the medium in it); "
                         "default: their layer, their strength")
     p.add_argument("--pml-share", type=float, default=None, help="share of PDE points in the layer")
     p.add_argument("--ff-dim", type=int, default=None)
@@ -440,7 +465,8 @@ def main(argv=None) -> int:
     info.update(source=a.source, **fd)
     print(f"fd_solve vs theirs ({a.source} source): {_show(fd['fd_vs_theirs'])}; best factor "
           f"{complex(*fd['best_factor']):.5f} -> {fd['fd_vs_theirs_away_after_factor']:.3e} away "
-          f"({fd['fd_seconds']:.1f} s)")
+          f"({fd['fd_seconds']:.1f} s); by distance to their layer: "
+          f"{_show(fd['fd_vs_theirs_by_layer_distance'])}")
     if not a.fd_only:
         result = train(case, problem, optimizer=a.optimizer, time_limit=a.time_limit, points=a.points,
                        ff_dim=a.ff_dim, hidden=a.hidden, layers=a.layers, seed=a.seed,
@@ -449,7 +475,8 @@ def main(argv=None) -> int:
         print(f"{a.optimizer}: {result['steps']} steps, {result['wall_s']:.0f} s wall "
               f"({result['stop_reason']}); P = {result['params']}, {result['pde_points']} PDE points; "
               f"error vs theirs {_show(result['error_vs_theirs'])}; vs fd_solve "
-              f"{_show(result.get('error_vs_fd_solve', {}))}")
+              f"{_show(result.get('error_vs_fd_solve', {}))}; vs theirs by distance to their "
+              f"layer {_show(result['error_vs_theirs_by_layer_distance'])}")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(info, fh, indent=1)

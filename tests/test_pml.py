@@ -451,3 +451,64 @@ def test_a_complex_kappa_with_zero_imaginary_part_stays_real():
     ts = prob.sample(8, 0, rng=0)
     assert not np.iscomplexobj(ts.kappa) and "kappa" in ts.to_batch(np.float64)
     assert hp.Problem(Interval(0.0, 1.0), kappa=9.0 + 0j, bcs={"*": None}).kappa == 9.0
+
+
+def test_for_medium_scales_only_the_default_strength():
+    pml = hp.PML(0.5)
+    stronger = pml.for_medium(9.0, 1.0)                      # the layer holds k 1 to 9: sqrt(9/1)
+    assert stronger.strength == pytest.approx(3.0 * pml.strength)
+    assert (stronger.width, stronger.power) == (pml.width, pml.power)
+    assert stronger.reflection() == pytest.approx(pml.reflection() ** 3.0)
+    # A homogeneous layer of k 3 around a medium up to k 9: matched to 3 exactly.
+    assert pml.for_medium(9.0, 3.0, 3.0).strength == pytest.approx(3.0 * pml.strength)
+    assert pml.for_medium(9.0, 2.0, 8.0).strength == pytest.approx(9.0 / 4.0 * pml.strength)
+    given = hp.PML(0.5, strength=7.0)
+    assert given.for_medium(9.0, 1.0) is given               # a given strength is the user's
+    assert pml.for_medium(9.0, 9.0) is pml and pml.for_medium(9.0, 12.0) is pml
+    assert pml.for_medium(9.0, 8.0, 12.0) is pml             # slower in the layer: no weaker layer
+    assert pml.for_medium(9.0, 0.0) is pml                   # Re κ <= 0 in the layer: no rule
+
+
+def _line_source(strength_factor, ratio=3.0):
+    """A Gaussian source on the line in a medium of wavenumber kl, the problem's wavenumber
+    ratio times larger (as if a slower medium elsewhere set it), a PML of a quarter around."""
+    kl = 2 * math.pi * 3
+    pml = hp.PML(0.25)
+    if strength_factor is not None:
+        pml = hp.PML(0.25, strength=strength_factor * pml.strength)
+    return kl, hp.Problem(Interval(-1, 1), kappa=lambda x: np.full(len(x), kl**2), wavenumber=ratio * kl,
+                          source=hp.PointSource((0.0,), width=0.02), bcs={}, pml=pml)
+
+
+def test_a_problem_faster_in_its_layer_gets_the_stronger_default():
+    kl, p = _line_source(None)   # a homogeneous layer at a third of the problem's k: 3 times
+    assert p.pml.strength == pytest.approx(3.0 * hp.PML(0.25).strength, rel=1e-12)
+    # A layer that holds k and k/4: the default times 2 (the problem's k over their geometric mean).
+    ramp = hp.Problem(Interval(-1, 1), kappa=lambda x: np.where(x[:, 0] > 1, 1 / 16, 1.0) * kl**2,
+                      bcs={}, pml=hp.PML(0.25))
+    assert ramp.pml.strength == pytest.approx(2.0 * hp.PML(0.25).strength, rel=1e-12)
+    _, given = _line_source(1.0)
+    assert given.pml.strength == pytest.approx(hp.PML(0.25).strength)
+    constant = hp.Problem(Interval(-1, 1), kappa=kl**2, wavenumber=3 * kl, bcs={}, pml=hp.PML(0.25))
+    assert constant.pml.strength == hp.PML(0.25).strength    # κ constant: no medium to adapt to
+    # Slower in the layer than in the domain (k_min = the problem's k): the plain default.
+    slow = hp.Problem(Interval(-1, 1), kappa=lambda x: np.where(np.abs(x[:, 0]) > 1, 4.0, 1.0) * kl**2,
+                      bcs={}, pml=hp.PML(0.25))
+    assert slow.wavenumber == pytest.approx(kl) and slow.pml.strength == hp.PML(0.25).strength
+
+
+def test_the_stronger_default_reflects_less_of_a_faster_wave():
+    # The outgoing field of a Gaussian source of width s, e^{-k²s²/2} e^{ik|x|}/(2ik) away from
+    # it, through the layer with the plain default (round trip R^{1/3} = 4.6e-2) and with the
+    # one matched to the layer's medium (R), by fd_solve.
+    from helmpinn.reference import fd_solve
+
+    x = np.linspace(-1, 1, 401)[:, None]
+    far = np.abs(x[:, 0]) > 0.12
+    errors = {}
+    for factor in (1.0, None):
+        kl, p = _line_source(factor)
+        exact = np.exp(-(kl * 0.02) ** 2 / 2) * np.exp(1j * kl * np.abs(x[:, 0])) / (2j * kl)
+        u = fd_solve(p, h=1 / 800)(x)
+        errors[factor] = np.linalg.norm(u[far] - exact[far]) / np.linalg.norm(exact[far])
+    assert errors[1.0] > 3e-2 and errors[None] < 1e-2

@@ -130,3 +130,25 @@ def test_a_thinner_pml_is_compared_on_their_nodes(bench, mini):
     assert result["fd_vs_theirs"]["away"] < 2e-2   # on shifted nodes it would be O(1)
     with pytest.raises(ValueError, match="--pml-nodes"):
         bench.build_problem(case, "grid", pml_nodes=LAYER + 1)
+
+
+def test_errors_by_distance_to_their_layer_partition_the_away_nodes(bench, mini):
+    # The bands split the ``away`` nodes: their squared errors, weighted by the reference's
+    # norm in each band, add up to the ``away`` error; an error put next to the layer only
+    # shows in the first band.
+    folder, u = mini
+    case = bench.load_case(folder, "mini")
+    problem = bench.build_problem(case, "grid")
+    values = np.conj(u) * (1 + 0.01 * np.random.default_rng(0).standard_normal(u.shape))
+    lo, hi = case.box
+    d = np.min(np.concatenate([case.nodes - lo, hi - case.nodes], axis=1), axis=1).reshape(case.shape)
+    bands = bench.by_layer_distance(case, problem, values)
+    assert list(bands) == ["0-0.5 km", "0.5-1 km"]   # the mini box is 1.8 km across
+    away = bench.error_masks(case, problem)["away"]
+    ref = np.conj(case.field)
+    weights = [np.linalg.norm(ref[away & (d >= a - 1e-12) & (d < b)]) for a, b in bench.LAYER_BANDS[:2]]
+    combined = math.hypot(*(e * w for e, w in zip(bands.values(), weights))) / np.linalg.norm(ref[away])
+    assert combined == pytest.approx(bench.errors(case, problem, values)["away"], rel=1e-12)
+    near = np.where(d < 0.3, 1.1, 1.0) * np.conj(u)
+    bands = bench.by_layer_distance(case, problem, near)
+    assert bands["0-0.5 km"] > 0.05 and bands["0.5-1 km"] < 1e-12

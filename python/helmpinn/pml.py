@@ -17,6 +17,18 @@ the same at every frequency). The default σ₀ makes that round trip ``R = 1e-4
 ln(10⁴)/(2w)``, 13.8/w for p = 2): at 60° incidence the round trip is still ``R^{cos 60°} = 1e-2``
 of an amplitude that itself is far below the field in most problems. Much larger σ₀ makes the
 field in the layer decay over a fraction of a wavelength, which a PINN resolves badly.
+
+In a medium the stretching divides σ by the problem's wavenumber k (its largest), so a wave of
+local wavenumber ``k_x < k`` (a faster part of the medium) decays as ``exp(−(k_x/k)∫σ)``: its
+round trip is ``R^{k_x/k}``. The plain default thus matches only waves of wavenumber k; in
+Marmousi at 3 Hz (velocities 1.5 to 5.5) the fastest make the round trip ``R^{0.27}`` = 8e-2.
+A :class:`~helmpinn.Problem` whose κ varies matches its layer to the wavenumbers the layer
+holds, ``k_min`` to ``k_max``: the default σ₀ times ``k/sqrt(k_min k_max)`` when that exceeds 1
+(:meth:`PML.for_medium`), so that the geometric mean of the two makes the round trip R, the
+fastest ``R^{sqrt(k_min/k_max)}`` and the slowest ``R^{sqrt(k_max/k_min)}`` (a homogeneous layer
+around a slower inclusion: R exactly). Matching the fastest instead makes the slowest decay
+over a fraction of a wavelength (docs/benchmarks.md, "A PML in a medium"). A given
+``strength`` is used as given.
 """
 from __future__ import annotations
 
@@ -88,6 +100,19 @@ class PML:
         if self._strength is not None:
             return self._strength
         return (self.power + 1) * math.log(1.0 / DEFAULT_REFLECTION) / (2.0 * self.width)
+
+    def for_medium(self, k: float, k_min: float, k_max: float | None = None) -> "PML":
+        """The layer a :class:`~helmpinn.Problem` uses where the local wavenumbers in the layer
+        range from ``k_min`` to ``k_max`` (default ``k``) below the problem's ``k``: with the
+        default strength, a copy whose σ₀ is the default times ``k/sqrt(k_min k_max)`` when that
+        exceeds 1 (see the module docstring); otherwise, or with a given strength, ``self``."""
+        k_max = k if k_max is None else k_max
+        if self._strength is not None or not (0.0 < k_min <= k_max):
+            return self
+        factor = k / math.sqrt(k_min * k_max)
+        if not factor > 1.0:
+            return self
+        return PML(self.width, strength=self.strength * factor, power=self.power)
 
     def reflection(self) -> float:
         """The round-trip amplitude ``exp(−2 σ₀ w/(p+1))`` of a wave at normal incidence."""

@@ -350,6 +350,8 @@ class Problem:
         self.wavenumber = real_number("Problem", "wavenumber", wavenumber, low=0.0, low_open=False)
         if pml is not None:
             pml.check(*self._box, self.wavenumber)
+            # a medium that is faster somewhere in the layer: a stronger default (PML.for_medium)
+            self.pml = pml.for_medium(self.wavenumber, *self._layer_wavenumbers())
         self._set_source(source, source_share)
         self._set_background(background)
 
@@ -560,6 +562,24 @@ class Problem:
         return operator_coefficients(x, pml=self.pml, box=(lo, hi), k=self.wavenumber,
                                      density=self.density, density_grad=self.density_grad,
                                      scale=scale, drift=drift)
+
+    def _layer_wavenumbers(self, n: int = 4096) -> tuple[float, float]:
+        """``(k_min, k_max)``: the local wavenumbers ``sqrt(Re κ)`` at n random points of the
+        PML (the problem's wavenumber twice when κ is a constant; k_min 0 when Re κ <= 0
+        somewhere there)."""
+        if not callable(self.kappa):
+            return self.wavenumber, self.wavenumber
+        if isinstance(self.domain, PointCloud):
+            x = self.domain.interior[self.in_layer(self.domain.interior)]
+        else:
+            keep = max(self._layer_volume() / self.sampling_domain.volume, 1e-3)
+            x = self.sampling_domain.sample_interior(int(math.ceil(n / keep)) + 8, np.random.default_rng(0))
+            x = x[self.in_layer(x)][:n]
+        if not len(x):
+            return self.wavenumber, self.wavenumber
+        kappa = np.real(np.asarray(self.kappa_at(x)))
+        low, high = float(np.min(kappa)), float(np.max(kappa))
+        return (math.sqrt(low) if low > 0 else 0.0), math.sqrt(max(high, 0.0))
 
     def in_layer(self, x: NDArray) -> NDArray[np.bool_]:
         """True for points of the PML (outside the physical box); all False without one."""
