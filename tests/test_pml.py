@@ -425,6 +425,11 @@ def test_a_point_cloud_holds_its_layer():
         hp.Problem(geo_cloud, kappa=4.0, bcs={"wall": None}, pml=hp.PML(2.0))
     with pytest.raises(ValueError, match="pml_share: a PointCloud's points are given"):
         hp.Problem(geo_cloud, kappa=4.0, bcs={"wall": None}, pml=hp.PML(0.5), pml_share=0.5)
+    # Its layer's own points set the medium's strength: k 2 inside, 1 in the layer, so 2 times.
+    medium = hp.Problem(geo_cloud, kappa=lambda x: np.where(np.any(np.abs(x) > 1.0, axis=1), 1.0, 4.0),
+                        bcs={"wall": None}, pml=hp.PML(0.5))
+    assert medium.wavenumber == pytest.approx(2.0)
+    assert medium.pml.strength == pytest.approx(2.0 * hp.PML(0.5).strength)
 
 
 @pytest.mark.parametrize("domain", [Box([0.0, 0.0], [1.0, 1.0]),

@@ -564,16 +564,17 @@ class Problem:
                                      scale=scale, drift=drift)
 
     def _layer_wavenumbers(self, n: int = 4096) -> tuple[float, float]:
-        """``(k_min, k_max)``: the local wavenumbers ``sqrt(Re κ)`` at n random points of the
-        PML (the problem's wavenumber twice when κ is a constant; k_min 0 when Re κ <= 0
-        somewhere there)."""
+        """``(k_min, k_max)``: the extremes of the local wavenumber ``sqrt(Re κ)`` at up to n
+        random points of the PML (a point cloud's: its first n there); the problem's wavenumber
+        twice when κ is a constant; k_min 0 when Re κ <= 0 somewhere there."""
         if not callable(self.kappa):
             return self.wavenumber, self.wavenumber
         if isinstance(self.domain, PointCloud):
-            x = self.domain.interior[self.in_layer(self.domain.interior)]
+            x = self.domain.interior[self.in_layer(self.domain.interior)][:n]
         else:
-            keep = max(self._layer_volume() / self.sampling_domain.volume, 1e-3)
-            x = self.sampling_domain.sample_interior(int(math.ceil(n / keep)) + 8, np.random.default_rng(0))
+            share = self._layer_volume() / self.sampling_domain.volume
+            m = min(int(math.ceil(n / max(share, 1e-12))) + 8, 64 * n)   # a thin layer: fewer
+            x = self.sampling_domain.sample_interior(m, np.random.default_rng(0))
             x = x[self.in_layer(x)][:n]
         if not len(x):
             return self.wavenumber, self.wavenumber
