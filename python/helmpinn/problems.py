@@ -23,7 +23,9 @@ A :class:`Problem` holds
   :class:`~helmpinn.geometry.BoxMinusBall`): the box's faces are then no boundary at all, the layer
   is sampled with the domain, ``u = 0`` on its outer wall, and ``bcs`` names only the remaining
   parts (a scatterer); errors, plots and predictions stay on the physical domain (a
-  :class:`~helmpinn.geometry.PointCloud` holds its layer itself: see below);
+  :class:`~helmpinn.geometry.PointCloud` holds its layer itself: see below); where κ varies in
+  the layer, a default strength is matched to the wavenumbers there
+  (:meth:`~helmpinn.pml.PML.for_medium`; ``problem.pml`` is the layer used);
 - ``density``: an optional ``ρ(x) -> real [N] > 0`` (with ``density_grad(x) -> [N, d]``, or
   ρ's own ``gradient`` for a :class:`~helmpinn.media.GridField`, or central differences of ρ):
   the equation becomes ``∇·(ρ⁻¹∇u) + κu = f``;
