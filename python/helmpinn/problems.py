@@ -574,10 +574,7 @@ class Problem:
         if isinstance(self.domain, PointCloud):
             x = self.domain.interior[self.in_layer(self.domain.interior)][:n]
         else:
-            share = self._layer_volume() / self.sampling_domain.volume
-            m = min(int(math.ceil(n / max(share, 1e-12))) + 8, 64 * n)   # a thin layer: fewer
-            x = self.sampling_domain.sample_interior(m, np.random.default_rng(0))
-            x = x[self.in_layer(x)][:n]
+            x = self._sample_layer(n, np.random.default_rng(0))
         if not len(x):
             return self.wavenumber, self.wavenumber
         kappa = np.real(np.asarray(self.kappa_at(x)))
@@ -680,15 +677,19 @@ class Problem:
             return self.sampling_domain.sample_interior(n, rng, method)
         n_layer = int(round(self.pml_share * n))
         inner = self.domain.sample_interior(n - n_layer, rng, method)
+        return np.concatenate([inner, self._sample_layer(n_layer, rng, method)])
+
+    def _sample_layer(self, n: int, rng: np.random.Generator, method: str = "uniform") -> NDArray[np.float64]:
+        """n points uniform in the PML: the outer domain's draws outside the box."""
         layer, have = [], 0
         keep = max(self._layer_volume() / self.sampling_domain.volume, 1e-3)
-        while have < n_layer:  # uniform in the layer: the outer domain's points outside the box
-            m = int(math.ceil((n_layer - have) / keep * 1.1)) + 8
+        while have < n:
+            m = int(math.ceil((n - have) / keep * 1.1)) + 8
             x = self.sampling_domain.sample_interior(m, rng, method)
-            x = x[self.in_layer(x)][: n_layer - have]
+            x = x[self.in_layer(x)][: n - have]
             layer.append(x)
             have += len(x)
-        return np.concatenate([inner, *layer]) if layer else inner
+        return np.concatenate(layer) if layer else np.empty((0, self.dim))
 
     def _base_density(self, x: NDArray) -> NDArray[np.float64]:
         """p(x), the density of :meth:`_base_sample`."""
