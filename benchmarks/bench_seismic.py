@@ -4,8 +4,9 @@ solutions: the homogeneous 4 Hz model and Marmousi at 3 Hz.
 
     python benchmarks/bench_seismic.py --data DIR --case homogeneous4hz|marmousi3hz
         [--time-limit 600] [--optimizer auto|lm|adam] [--source point|grid|background]
-        [--points N] [--pml-nodes N] [--pml-share S] [--ff-dim M --hidden H --layers L]
-        [--steps N] [--seed 0] [--fd-only] [--no-progress] [--json out.json]
+        [--absorber pml|damping] [--points N] [--pml-nodes N] [--pml-share S]
+        [--ff-dim M --hidden H --layers L] [--steps N] [--seed 0] [--fd-only]
+        [--check-reference] [--no-progress] [--json out.json]
 
 Data. The authors publish their models, absorbing-layer coefficients and finite-difference
 solutions in the public repository songc0a/PINN-Helmholtz-solver-adaptive-sine (its README
@@ -33,6 +34,23 @@ compared on their nodes: fewer wavelengths for the network; since 2026-12-05 tha
 strength is matched to the velocities in the layer, :meth:`helmpinn.PML.for_medium`).
 Coordinates are (x, z) in km, z the depth; the velocity is ``1/sqrt(m)`` in km/s as a
 :class:`~helmpinn.GridField` over the whole grid.
+
+Absorbers (``--absorber``). Their PINN is given the PML above, but their finite-difference
+solution was not computed with it: their script calls ``Helm2D(ω/v, o, d, n, nb)``, which is not
+in that repository; the one in the first author's earlier repository
+(songc0a/PINN-based-Helmholtz-solver, ``isotropic/Helm2D.m``, a version of T. van Leeuwen's
+SLIM operator) reproduces their ``U`` to 1e-14 (``--check-reference`` rebuilds it here from its
+description, :func:`reference_operator`). It discretises, on the whole grid (their layer
+included), ``ΔU + k_d² U = Ps`` with a damping layer, ``k_d = (ω/v) w(x) w(z)``,
+``w = 1/(1 + iβr²)``, β = 0.55, ``r`` from 1 at the outer node to 0 at their layer's inner node,
+by the optimal 9-point scheme of Jo, Shin & Suh (1996), with a first-order absorbing condition
+``∂U/∂n = −i k_d U`` on the sides and the bottom and ``∂U/∂n = U/h`` on the top row (its ghost
+node is twice the top node).
+
+- ``pml`` (default): helmpinn's PML over the physical domain (above): the problem their PINN poses.
+- ``damping``: the problem their finite-difference solution solves (in helmpinn's convention: the
+  conjugate): the whole grid as the domain, complex ``κ = conj(k_d)²``, Robin conditions
+  ``∂u/∂n = i conj(k_d) u`` on the sides and bottom and ``∂u/∂n = u/h`` on the top. No PML.
 
 Sources (``--source``): their ``Ps`` is a point source smoothed by a Gaussian of 3 nodes
 truncated at ±6 nodes, times a complex Ricker amplitude.
@@ -79,6 +97,11 @@ VARIABLES = ("x_star", "z_star", "m", "Ps", "C", "U_real", "U_imag")
 EXCLUDE_WIDTHS = 4.0
 #: The scattered-field form's point source sits this many node spacings off their source node.
 BACKGROUND_OFFSET = 1e-6
+#: Their finite-difference solution's damping layer (``--absorber damping``): the wavenumber is
+#: ``k / (1 + i β r²)`` (their convention) at the depth ``r`` (0 to 1) into its nodes.
+DAMPING_BETA = 0.55
+#: The optimal 9-point scheme of Jo, Shin & Suh (Geophysics 1996) their solution is computed with.
+JO_ALPHA, JO_DELTA, JO_GAMMA = 0.5461, 0.09381, 0.6248
 
 
 @dataclass
@@ -199,13 +222,20 @@ def far_field_factor(case: SongCase) -> float:
 
 
 def build_problem(case: SongCase, source: str = "point", pml_share: float | None = None,
-                  pml_nodes: int | None = None):
+                  pml_nodes: int | None = None, absorber: str = "pml"):
     """The helmpinn Problem of ``case`` in helmpinn's convention (the complex conjugate of
-    theirs), with its source in the form ``source`` (see the module docstring). The PML spans
-    their layer with their strength; ``pml_nodes`` (1 to their layer's nodes) makes it that many
-    node spacings thick instead, with helmpinn's default strength."""
+    theirs), with its source in the form ``source`` (see the module docstring). ``absorber``
+    "pml": the PML spans their layer with their strength; ``pml_nodes`` (1 to their layer's
+    nodes) makes it that many node spacings thick instead, with helmpinn's default strength.
+    "damping": the problem their finite-difference solution solves (:func:`damping_problem`)."""
     import helmpinn as hp
 
+    if absorber == "damping":
+        if pml_nodes is not None or pml_share is not None:
+            raise ValueError("--pml-nodes, --pml-share: not with --absorber damping (no PML)")
+        return damping_problem(case, source)
+    if absorber != "pml":
+        raise ValueError(f"--absorber: expected pml or damping, got {absorber!r}")
     lo, hi = case.box
     k = case.omega / float(case.velocity.min())
     velocity = hp.GridField(case.velocity, origin=(0.0, 0.0), spacing=case.h)
@@ -215,27 +245,133 @@ def build_problem(case: SongCase, source: str = "point", pml_share: float | None
         pml = hp.PML(pml_nodes * case.h, power=2)
     else:
         raise ValueError(f"--pml-nodes: expected 1 to {case.layer_nodes}, got {pml_nodes}")
+    return hp.Problem(hp.geometry.Box(lo, hi), frequency=case.frequency, velocity=velocity,
+                      pml=pml, wavenumber=k, pml_share=pml_share, exact=_theirs(case),
+                      name=case.name, **_source(case, source))
+
+
+def _theirs(case: SongCase):
+    """Their solution in helmpinn's convention, as the problem's ``exact``."""
+    import helmpinn as hp
+
+    return hp.GridField(np.conj(case.field), origin=(0.0, 0.0), spacing=case.h)
+
+
+def _source(case: SongCase, source: str) -> dict:
+    """The Problem's source keyword (``source`` or ``background``) in the form ``source``."""
+    import helmpinn as hp
+
     i, j = case.source_node
     x0 = (i * case.h, j * case.h)
     mass = complex(np.sum(np.conj(case.source))) * case.h**2
-    kw = {}
     if source == "grid":
-        kw["source"] = hp.GridField(np.conj(case.source), origin=(0.0, 0.0), spacing=case.h)
-    elif source == "point":
-        kw["source"] = hp.PointSource(x0, amplitude=mass * far_field_factor(case), width=case.source_width)
-    elif source == "background":
+        return {"source": hp.GridField(np.conj(case.source), origin=(0.0, 0.0), spacing=case.h)}
+    if source == "point":
+        return {"source": hp.PointSource(x0, amplitude=mass * far_field_factor(case), width=case.source_width)}
+    if source == "background":
         k0 = case.omega / float(case.velocity[i, j])
         g = math.exp(-0.5 * (k0 * case.source_width) ** 2) * far_field_factor(case)
         # Δu + k²u = f, f of integral M, far away: u = −M g G with ΔG + k²G = −δ. u₀ is singular
         # at x₀, which is one of their nodes (and fd_solve's): move it off by BACKGROUND_OFFSET.
         x0 = (x0[0] + BACKGROUND_OFFSET * case.h, x0[1])
-        kw["background"] = hp.FreeSpaceSource(x0, k0, amplitude=-mass * g)
-    else:
-        raise ValueError(f"--source: expected point, grid or background, got {source!r}")
-    theirs = hp.GridField(np.conj(case.field), origin=(0.0, 0.0), spacing=case.h)
-    return hp.Problem(hp.geometry.Box(lo, hi), frequency=case.frequency, velocity=velocity,
-                      pml=pml, wavenumber=k, pml_share=pml_share, exact=theirs,
-                      name=case.name, **kw)
+        return {"background": hp.FreeSpaceSource(x0, k0, amplitude=-mass * g)}
+    raise ValueError(f"--source: expected point, grid or background, got {source!r}")
+
+
+def damping_ramp(case: SongCase, t: np.ndarray, axis: int) -> np.ndarray:
+    """Their damping layer's ``r`` at coordinates ``t`` (km) along ``axis`` (0: x, 1: z): 1 at the
+    grid's outer nodes, falling linearly to 0 at their layer's innermost node, 0 inside."""
+    width = (case.layer_nodes - 1) * case.h
+    length = (case.shape[axis] - 1) * case.h
+    return np.clip(np.maximum(width - t, t - (length - width)) / width, 0.0, 1.0)
+
+
+def damped_wavenumber(case: SongCase, velocity, x: np.ndarray, conjugate: bool = True) -> np.ndarray:
+    """``k_d = (ω/v) w(x) w(z)``, ``w = 1/(1 + iβr²)`` at the points ``x`` [N, 2] (``velocity``:
+    a callable, or values at ``x``); helmpinn's convention (its conjugate) unless ``conjugate`` is
+    False."""
+    v = velocity(x) if callable(velocity) else np.asarray(velocity)
+    sign = -1.0 if conjugate else 1.0
+    w = [1.0 / (1.0 + sign * 1j * DAMPING_BETA * damping_ramp(case, x[:, a], a) ** 2) for a in (0, 1)]
+    return case.omega / v * w[0] * w[1]
+
+
+def damping_problem(case: SongCase, source: str = "point"):
+    """The problem their finite-difference solution solves (module docstring, "Absorbers"), in
+    helmpinn's convention: the whole grid as a Box, ``κ = k_d²`` (complex), Robin
+    ``∂u/∂n − i k_d u = 0`` on the sides and the bottom (x = 0, x = L_x, z = L_z) and
+    ``∂u/∂n − u/h = 0`` on the top (z = 0)."""
+    import helmpinn as hp
+
+    velocity = hp.GridField(case.velocity, origin=(0.0, 0.0), spacing=case.h)
+    k_d = lambda x: damped_wavenumber(case, velocity, x)   # noqa: E731
+    absorbing = hp.Robin(lambda x: -1j * k_d(x))
+    top = hp.Robin(-1.0 / case.h)
+    hi = (np.array(case.shape) - 1) * case.h
+    return hp.Problem(hp.geometry.Box((0.0, 0.0), hi), kappa=lambda x: k_d(x) ** 2,
+                      bcs={"xmin": absorbing, "xmax": absorbing, "ymax": absorbing, "ymin": top},
+                      wavenumber=case.omega / float(case.velocity.min()), exact=_theirs(case),
+                      name=f"{case.name}-damping", **_source(case, source))
+
+
+def reference_operator(case: SongCase):
+    """Their finite-difference operator (module docstring, "Absorbers"), rebuilt from its
+    description: a sparse matrix over every node in their order (column-major, depth fastest),
+    their convention; ``spsolve(H, Ps)`` is their ``U``. The 9-point scheme of Jo et al. is
+    ``γ k² u + δ Σ₄ k² u + (1−γ−4δ)/4 Σ₄ₓ k² u + α L₀ u + (1−α) L₄₅ u`` (Σ₄ over the four edge
+    neighbours, Σ₄ₓ the four diagonal ones, both of the damped k², L₀ the 5-point Laplacian, L₄₅
+    the one on the diagonals, spacing h√2). Edge rows as in their code: L₀'s ghost nodes are
+    ``u/(1 + i k_d h)`` on the sides and the bottom and ``2u`` on the top; L₄₅ has no terms at
+    the edge nodes or to them; the Σ sums run over the grid's nodes in their vector's order, so
+    a neighbour one index away across a column's end is the next column's end node (kept, as
+    they have it)."""
+    from scipy import sparse
+
+    nz, nx = case.shape[1], case.shape[0]
+    n = nx * nz
+    h = case.h
+    ix, iz = np.divmod(np.arange(n), nz)            # index q = ix nz + iz
+    k_d = damped_wavenumber(case, case.velocity.ravel(), np.stack([ix * h, iz * h], 1), conjugate=False)
+    top, bottom, side = iz == 0, iz == nz - 1, (ix == 0) | (ix == nx - 1)
+    edge = top | bottom | side
+    rows, cols, vals = [], [], []
+
+    def add(offset: int, value, where=None):
+        """value at (q, q + offset), for the q (in ``where``) whose q + offset is a node."""
+        q = np.arange(n)
+        ok = (q + offset >= 0) & (q + offset < n) & (True if where is None else where)
+        rows.append(q[ok])
+        cols.append(q[ok] + offset)
+        vals.append(np.broadcast_to(np.asarray(value, np.complex128), (n,))[ok])
+
+    k2 = k_d ** 2
+    add(0, JO_GAMMA * k2)
+    for off in (-nz, -1, 1, nz):      # mass: edge neighbours in vector order (wrapping at column ends)
+        add(off, JO_DELTA * np.roll(k2, -off))
+    for off in (-nz - 1, -nz + 1, nz - 1, nz + 1):
+        add(off, 0.25 * (1 - JO_GAMMA - 4 * JO_DELTA) * np.roll(k2, -off))
+    ghost = 1.0 / (1.0 + 1j * k_d * h)
+    diag_z = np.where(top, 0.0, -2.0 + np.where(bottom, ghost, 0.0))   # top: ghost 2u
+    diag_x = -2.0 + np.where(side, ghost, 0.0)
+    add(0, JO_ALPHA * (diag_z + diag_x) / h**2)
+    add(1, JO_ALPHA / h**2, ~bottom)                # no coupling across a column's end
+    add(-1, JO_ALPHA / h**2, ~top)
+    add(nz, JO_ALPHA / h**2)
+    add(-nz, JO_ALPHA / h**2)
+    d2 = 2 * h * h
+    add(0, (1 - JO_ALPHA) * np.where(edge, 0.0, -4.0) / d2)
+    for off in (-nz - 1, -nz + 1, nz - 1, nz + 1):  # rotated: none to an edge node
+        target = np.roll(edge, -off)
+        add(off, (1 - JO_ALPHA) / d2, ~target)
+    return sparse.csc_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n, n))
+
+
+def check_reference(case: SongCase) -> float:
+    """The relative difference between their ``U`` and :func:`reference_operator`'s solution."""
+    from scipy.sparse.linalg import spsolve
+
+    u = spsolve(reference_operator(case), case.source.ravel())   # [nx, nz] C order = theirs
+    return relative_error(u.reshape(case.shape), case.field)
 
 
 def error_masks(case: SongCase, problem) -> dict[str, np.ndarray]:
@@ -436,6 +572,11 @@ def main(argv=None) -> int:
     p.add_argument("--optimizer", choices=("auto", "lm", "adam"), default="lm",
                    help="auto: hp.solve with its defaults")
     p.add_argument("--source", choices=("point", "grid", "background"), default="point")
+    p.add_argument("--absorber", choices=("pml", "damping"), default="pml",
+                   help="pml: the PML their PINN is given; damping: the damping layer and edge "
+                        "conditions their finite-difference solution was computed with")
+    p.add_argument("--check-reference", action="store_true",
+                   help="also solve their finite-difference operator, rebuilt, and compare with their U")
     p.add_argument("--points", type=int, default=None, help="PDE points (default: the optimiser's)")
     p.add_argument("--pml-nodes", type=int, default=None,
                    help="a thinner PML of this many node spacings (helmpinn's default strength for "
@@ -458,8 +599,12 @@ def main(argv=None) -> int:
 
     case = load_case(a.data, a.case)
     info = describe(case)
-    problem = build_problem(case, a.source, a.pml_share, a.pml_nodes)
+    problem = build_problem(case, a.source, a.pml_share, a.pml_nodes, a.absorber)
+    info["absorber"] = a.absorber
     print(json.dumps(info, indent=1))
+    if a.check_reference:
+        info["reference_rebuilt_vs_theirs"] = check_reference(case)
+        print(f"their operator, rebuilt: {info['reference_rebuilt_vs_theirs']:.2e} from their U (all nodes)")
     fd = compare_fd(case, problem)
     solution = fd.pop("solution")
     info.update(source=a.source, **fd)
