@@ -5,6 +5,7 @@ through the PML's equation, and the cylinder-scattering problems' exact solution
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -517,3 +518,26 @@ def test_the_stronger_default_reflects_less_of_a_faster_wave():
         u = fd_solve(p, h=1 / 800)(x)
         errors[factor] = np.linalg.norm(u[far] - exact[far]) / np.linalg.norm(exact[far])
     assert errors[1.0] > 3e-2 and errors[None] < 1e-2
+
+
+def test_a_source_near_or_in_the_pml_is_warned_about():
+    # Half a local wavelength from the layer or more: quiet; closer, or in the layer: a warning
+    # naming the source and the distance. k = 2π·3 here (λ = 1/3): the limit is 1/6.
+    box = hp.geometry.Box([0.0, 0.0], [1.0, 1.0])
+
+    def pose(position, velocity=1.0):
+        return hp.Problem(box, frequency=3.0, velocity=velocity, pml=hp.PML(0.3),
+                          source=hp.PointSource(position))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pose((0.5, 0.5))
+        pose((0.2, 0.5))            # 0.6 wavelengths
+    with pytest.warns(UserWarning, match=r"\[0.1, 0.5\] is 0.1 from the PML \(0.3 local wavelengths\)"):
+        pose((0.1, 0.5))
+    with pytest.warns(UserWarning, match="lies in the PML"):
+        pose((0.5, 1.05))
+    # The local wavelength: in a medium three times faster at the source, 0.2 is 0.2 wavelengths.
+    faster = lambda x: np.where(x[:, 0] < 0.4, 3.0, 1.0)   # noqa: E731
+    with pytest.warns(UserWarning, match="0.2 local wavelengths"):
+        pose((0.2, 0.5), velocity=faster)
