@@ -321,8 +321,9 @@ def reference_operator(case: SongCase):
     ``γ k² u + δ Σ₄ k² u + (1−γ−4δ)/4 Σ₄ₓ k² u + α L₀ u + (1−α) L₄₅ u`` (Σ₄ over the four edge
     neighbours, Σ₄ₓ the four diagonal ones, both of the damped k², L₀ the 5-point Laplacian, L₄₅
     the one on the diagonals, spacing h√2). Edge rows as in their code: L₀'s ghost nodes are
-    ``u/(1 + i k_d h)`` on the sides and the bottom and ``2u`` on the top; L₄₅ has no terms at
-    the edge nodes or to them; the Σ sums run over the grid's nodes in their vector's order, so
+    ``u/(1 + i k_d h)`` on the sides and the bottom and ``2u`` on the top; L₄₅ has no diagonal
+    term at an edge node and no coupling to one (an edge node's row keeps those to its interior
+    diagonal neighbours); the Σ sums run over the grid's nodes in their vector's order, so
     a neighbour one index away across a column's end is the next column's end node (kept, as
     they have it)."""
     from scipy import sparse

@@ -47,7 +47,7 @@ def _medium(problem: Problem, x: np.ndarray) -> tuple[np.ndarray, str] | None:
     if callable(velocity):
         values, name = np.asarray(velocity(x), np.float64), "velocity"
     elif callable(problem.kappa):
-        values, name = np.sqrt(np.maximum(np.real(problem.kappa_at(x)), 0.0)), "local wavenumber"
+        values, name = problem.local_wavenumber(x), "local wavenumber"
     else:
         return None
     spread = np.ptp(values) if len(values) else 0.0

@@ -416,8 +416,7 @@ class Problem:
         for src in self.point_sources:
             x0 = np.asarray(src.position, np.float64)
             gap = float(np.min(np.concatenate([x0 - lo, hi - x0])))
-            kappa = complex(np.asarray(self.kappa_at(x0[None, :])).reshape(-1)[0])
-            k = math.sqrt(abs(kappa)) if kappa != 0 else self.wavenumber
+            k = float(self.local_wavenumber(x0[None, :])[0]) or self.wavenumber
             if gap < 0:
                 warnings.warn(f"source: the PointSource at {x0.tolist()} lies in the PML (outside the "
                               f"physical box {lo.tolist()} .. {hi.tolist()}); the layer is not a "
@@ -597,7 +596,7 @@ class Problem:
                                      scale=scale, drift=drift)
 
     def _layer_wavenumbers(self, n: int = 4096) -> tuple[float, float]:
-        """``(k_min, k_max)``: the extremes of the local wavenumber ``sqrt(Re κ)`` at up to n
+        """``(k_min, k_max)``: the extremes of :meth:`local_wavenumber` at up to n
         random points of the PML (a point cloud's: its first n there); the problem's wavenumber
         twice when κ is a constant; k_min 0 when Re κ <= 0 somewhere there."""
         if not callable(self.kappa):
@@ -608,9 +607,8 @@ class Problem:
             x = self._sample_layer(n, np.random.default_rng(0))
         if not len(x):
             return self.wavenumber, self.wavenumber
-        kappa = np.real(np.asarray(self.kappa_at(x)))
-        low, high = float(np.min(kappa)), float(np.max(kappa))
-        return (math.sqrt(low) if low > 0 else 0.0), math.sqrt(max(high, 0.0))
+        k = self.local_wavenumber(x)
+        return float(np.min(k)), float(np.max(k))
 
     def in_layer(self, x: NDArray) -> NDArray[np.bool_]:
         """True for points of the PML (outside the physical box); all False without one."""
@@ -659,6 +657,11 @@ class Problem:
                 raise ValueError(f"kappa callable returned shape {k.shape}, expected ({len(x)},)")
             return k
         return self.kappa
+
+    def local_wavenumber(self, x: NDArray) -> NDArray[np.float64]:
+        """``sqrt(max(Re κ, 0))`` at x [N, d] ([N]): 0 where the medium is evanescent."""
+        kappa = np.broadcast_to(np.real(np.asarray(self.kappa_at(x))), (len(x),))
+        return np.sqrt(np.maximum(kappa, 0.0))
 
     def source_at(self, x: NDArray) -> NDArray[np.complex128] | None:
         """f at x; with a background, the scattered field's: ``f − L u₀`` (away from x₀)."""
