@@ -218,7 +218,7 @@ def _grams(blocks: list[NDArray], dtype: str = "float64") -> list[NDArray]:
     threads block after block: between the engine's calls that make the blocks, its idle
     threads spin (OpenBLAS: 2²⁸ cycles after each call) on the cores the engine then needs; on
     ``dirichlet2d`` n = 8 with 2 threads the linearisation took 3.9-5.5 s a step where it now
-    takes 1.8-2.3 s (docs/benchmarks.md, "The Gram matrices on the engine's threads")."""
+    takes 1.8-2.3 s (docs/benchmarks-archive.md, "The Gram matrices on the engine's threads")."""
     dt = np.float32 if dtype == "float32" else np.float64
     blocks = [np.ascontiguousarray(J, dt) for J in blocks]
     out = [np.zeros((J.shape[1],) * 2, dt, order="F") for J in blocks]
@@ -232,7 +232,7 @@ def _products(a: list[NDArray], b: list[NDArray]) -> list[NDArray]:
     [m_j, K_j] (one dtype): one ?gemm a pair, the pairs spread over the engine's threads
     (:func:`helmpinn._core.product_blocks`) with the BLAS at one thread, as :func:`_grams`. The
     mode rows' gradients ``U_j = J_jᵀF_j`` over Green's carriers: in 3-D most of a block's rows
-    (docs/benchmarks.md, "The Gram matrices on the engine's threads")."""
+    (docs/benchmarks-archive.md, "The Gram matrices on the engine's threads")."""
     if not a:
         return []
     dt = a[0].dtype
@@ -298,7 +298,7 @@ def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], ND
     the blocks), for the upper factors U_j of :func:`_cholesky` (one dtype). The
     blocks are solved on the engine's own threads (:func:`helmpinn._core.cholesky_solves`, two of
     SciPy's ?trsv a block), not on this thread alone: a solve is bound by reading its factor, and
-    the second core reads the others' meanwhile (docs/benchmarks.md, "The block solves on the
+    the second core reads the others' meanwhile (docs/benchmarks-archive.md, "The block solves on the
     engine's threads"). A 2-D v [P, k] is solved column by column in one pass: two ?trsm a block
     on the calling thread (the BLAS's threads as the caller set them), each factor read once for
     all k columns instead of k times (``_low_rank``'s ``M U``)."""
@@ -338,7 +338,7 @@ class MatrixFreeGN:
     ``max_trials``, ``cg_tol`` (CG stops at ``‖residual‖ <= cg_tol ‖Jᵀr‖``), ``cg_maxiter``,
     ``coarse`` ("last_layer" or None), ``products`` ("core32", default: CG's jvp/vjp by the core
     in float32, the residuals, Jᵀr and the trials staying float64: faster CG iterations, and the
-    same errors step by step within the runs' spread, docs/benchmarks.md; "core": the same
+    same errors step by step within the runs' spread, docs/benchmarks-archive.md; "core": the same
     in float64, memory O(R + P) either way; "blocks": the Jacobian blocks kept, memory
     Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
     ("float32", default: the Jacobian blocks computed by the core in float32, their Gram
