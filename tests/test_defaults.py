@@ -86,7 +86,7 @@ def test_wavelengths_across_is_the_geometric_mean_and_sizes_lms_network():
     wavelength 1/2.2 (5.28 × 1.32 wavelengths) is 2.64 across, and gets the network of a square
     of 2.64 (m 24, 2 × 48), not that of a square of 5.28 (m 32, 2 × 64: a dense LM system over
     the memory budget, so Adam and matrix-free LM; 0.23 against 1.3e-4 after 120 s,
-    docs/benchmarks.md "Elongated domains")."""
+    docs/benchmarks-archive.md "Elongated domains")."""
     k = 2.2 * 2 * math.pi
     duct = hp.Problem(Box([0, 0], [2.4, 0.6]), kappa=k * k, bcs={"*": hp.Sommerfeld(k)})
     np.testing.assert_allclose(wavelengths(duct), [5.28, 1.32])

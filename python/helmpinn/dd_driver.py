@@ -34,112 +34,81 @@ core ``vjp`` per subnetwork.
 **Defaults** (:func:`decomposed_settings`, what :func:`helmpinn.solve` and ``helmpinn train
 --optimizer auto`` take above :data:`DECOMPOSE_ABOVE` wavelengths across the sampled domain,
 :func:`helmpinn.defaults.wavelengths_across`: the geometric mean of the wavelengths along its
-sides, each at least one, a PML included):
+sides, each at least one, a PML included). Each choice was measured against its alternatives
+through ``hp.solve`` (benchmarks/bench_solve.py, benchmarks/bench_threshold.py) on the built-in
+problems and a few a user might write; the measurements are in docs/benchmarks-archive.md, in
+the section named beside each item.
 
-- the threshold: ``hp.solve(problem, model=M, time_limit=150)`` with each model's own defaults
-  on the same problems (2026-12-03, 2 threads, benchmarks/bench_threshold.py,
-  docs/benchmarks.md "Where the decomposition starts"): one network by Levenberg-Marquardt ended
-  lower at 2.8 and 3 wavelengths (``heterogeneous2d`` 7e-7 against 6e-5; a room with absorbing
-  walls 2.2e-5 against 1.8e-4; ``box-source`` W = 3 8.4e-5 against 3.2e-4), the decomposition
-  from 3.5 up, where the network (4,850 parameters, its points growing with the wavelengths²,
-  and with them the cost of a dense step) had not yet left its plateau (``box-source`` W = 3.5
-  4.6e-4 against 0.42, ``scatter-soft`` k = 3 8.0e-4 against 4.4e-3, ``free-source`` W = 2
-  3.9e-4 against 7.7e-3, ``dirichlet2d`` n = 4 1.2e-3 against 0.18, the room at 4 wavelengths
-  1.1e-3 against 0.54, a lens in the room at 4.2 1.8e-4 against 0.35, the layered tutorial at
-  4.5 1.5e-3 against 0.28), so 2-D problems above 3 are decomposed. Given 300 s the network can
-  overtake once off its plateau (the room at 4 wavelengths 2.7e-5 against 2.1e-4, the lens
-  6e-5), or not (``scatter-soft`` k = 3 1.4e-3 against 5.4e-4, ``free-source`` W = 2 5.1e-4
-  against 2.9e-4); when it leaves the plateau is not known before the run, and the
-  decomposition reached 1e-2 within 90 s on every one of them. The wavelengths are counted
-  across (the geometric mean), not along the longest side: on ducts of a wavy two-layer
-  medium (k0 = 4π to 1.1 k0, benchmarks/bench_threshold.py's ``duct``; 120 s) one network
-  ended lower at 2.64-2.85 across though 3.5-6.2 long (1.6 × 1, 2 × 0.8, 2.4 × 0.6 and, at
-  150 s, 2.8 × 0.6: 2.5e-5, 2.4e-5, 1.3e-4, 1.5e-4 against 1.6e-4, 2.2e-4, 3.4e-4, 5.5e-4),
-  at 2.95 across (3 × 0.6, 6.6 long) once off its plateau (0.37 at 120 s, 6.0e-5 at 240 s
-  against 5.1e-4 and 2.4e-4), and the decomposition at 3.41 (2 × 1.2: 4.0e-4 against
-  4.9e-3); the rule on the longest side (until 2026-12-03) decomposed all six. In 3-D at 4.6
-  (``cube3d`` k = 8π after 15 minutes) one network reached 0.32, the decomposition 0.66, and
-  3.3e-2 since the mode rows and the earlier growth of the points in 3-D
-  (docs/benchmarks.md, "Mode rows in 3-D"); at 2.6 across (``cube3d`` k = 4π) one network
-  ended lower after 300 s with 3-D's own Gauss-Newton plan (8.9e-4 against 3.2e-3), but with
-  the 2-D plan, 3-D's since 2026-12-05, the decomposition reached 2.5e-4 in 150 s, one network
-  1.5e-2 (5.2e-4 after 300 s; a second seed 5.4e-4 against 6.9e-4), while at 2.1 across
-  (k = 3π) one network stayed ahead (1.2e-2 against 4.6e-2 after 150 s; docs/benchmarks.md,
-  "Where the decomposition starts"), so the 3-D threshold is 2.4, between the two; 1-D
-  networks reach 4e-6 at 32 wavelengths (``plane1d`` k = 200), so 1-D ones only above 32;
-- one level of ``ceil(0.85 w_a)`` subdomains along each axis
-  (:data:`SUBDOMAINS_PER_WAVELENGTH`; the measured runs' 5 × 5 for 5 wavelengths, 6 × 6 for
-  7), overlap 0.6, no coarse network level (a one-network level did not help the prototype;
-  the solver's coarse space does that work); subnetworks of 16 frequencies and one hidden layer
-  of 32 (1,154 parameters in 2-D), their Fourier scale a single network's at the local
-  wavenumber k h (:meth:`~helmpinn.decomposition.DecomposedModel.create`; without the
-  ``1/sqrt(d)`` of :func:`~helmpinn.params.sigma_for`, until 2026-12-05, ``cube3d`` at k = 8π
-  ended at 2.7e-3 to 1.6e-2 after 15 minutes by the seed, with it 7.4e-4 to 3.9e-3 (four
-  seeds, two below 1e-3); in 2-D within the seeds' spread; docs/benchmarks.md, "The
-  subnetworks' Fourier scale");
+- the threshold, :data:`DECOMPOSE_ABOVE` (3 wavelengths across in 2-D, 2.4 in 3-D, 32 in 1-D):
+  below it one network trained by Levenberg-Marquardt ends lower; above it that network's dense
+  steps (its points, and with them a step's cost, grow with the wavelengths²) keep it on a
+  plateau for most of a few minutes' budget, while the decomposition passes 1e-2 within a
+  minute or two and its error is the predictable one. Given longer, one network off its plateau
+  can still end lower (``hp.solve(problem, model="network")``); when it leaves the plateau is not
+  known before the run. The wavelengths are counted across (the geometric mean), not along the
+  longest side: one network's cost grows with the domain's area in square wavelengths, and on
+  elongated ducts up to 3 wavelengths across it ended lower. In 3-D the threshold lies between
+  2.1 wavelengths, where one network was ahead, and 2.6, where the decomposition was; a 1-D
+  network holds 32 wavelengths ("Where the decomposition starts", "Elongated domains",
+  "In 3-D");
+- one level of ``ceil(0.85 w_a)`` subdomains along each axis (:data:`SUBDOMAINS_PER_WAVELENGTH`;
+  5 × 5 at 5 wavelengths), overlap 0.6, no coarse network level (the solver's coarse space
+  carries the global coupling; a one-network level added parameters whose steps cost more than
+  they gained: "The coarse correction: additive or deflated"); subnetworks of 16 frequencies
+  and one hidden layer of 32 (1,154 parameters in 2-D), their Fourier scale a single network's
+  at the local wavenumber k h (:meth:`~helmpinn.decomposition.DecomposedModel.create`,
+  :func:`~helmpinn.params.sigma_for`, whose ``1/sqrt(d)`` gives the features' frequencies a root
+  mean square of the local wavenumber; without it they were √d times higher, and ``cube3d`` at
+  k = 8π ended higher for three seeds of four: "The subnetworks' Fourier scale");
 - ``max(25^d Π w_a, P/2)`` PDE points (:data:`POINTS_PER_WAVELENGTH`, fixed Sobol points,
-  rounded up to 500; the measured runs' 16,000 for 5 × 5 subnetworks), boundary points 1/20 of
-  them (none under a hard constraint);
+  rounded up to 500), boundary points 1/20 of them (none under a hard constraint);
 - a hard constraint (:class:`~helmpinn.decomposition.BoxConstraint` of scale 1/k) when the
   problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
-- Gauss-Newton with Nielsen's λ rule and, on a model with the hard constraint (:data:`DAMPING`),
-  the damping D halfway between Marquardt's and the identity (``damping="geometric"``, D =
-  sqrt(diag(JᵀJ) × its mean); on ``box-source`` at 5 wavelengths 1.25 to 2.8 times lower errors
-  after 300 s than Marquardt's D = diag(JᵀJ), four seeds of four; on ``dirichlet2d`` n = 8, three
-  seeds side by side, 1.1-1.2 times lower for two and 1.5 times higher for one), elsewhere
-  Marquardt's (on ``free-source`` and ``scatter-soft`` at 5 wavelengths the geometric damping
-  was 1.1 to 1.4 times behind; docs/benchmarks.md, "The damping's scale"), CG to 1e-3 or 100
-  iterations (:data:`CG_MAXITER`; against 200, side by side: ``box-source`` at 5 wavelengths
-  1.3 to 2 times lower errors after 300 s for four seeds of four, ``free-source`` at 5 and 10
-  wavelengths 1.3 and 1.8 times, ``dirichlet2d`` n = 8 1.3 times, ``box-source`` at 10 1.25
-  times, ``scatter-soft`` at k = 5 the same; 50 was worse; docs/benchmarks.md, "CG's cap"),
-  from the last step where the quadratic model says so (``cg_warm``: rarely,
-  docs/benchmarks.md), a
-  rejected trial's step halved up to 3 times before λ grows (``backtrack``, the solver's default
-  :data:`~helmpinn.gauss_newton.BACKTRACK`; measured on ``box-source`` at 5 wavelengths, it
-  removed a slow start); in 3-D as in 2-D since 2026-12-05 (3-D had Marquardt's damping and no
-  halvings, chosen when every full step overshot, with the subnetworks' earlier Fourier scale;
-  with the present one the 2-D plan took ``cube3d`` at k = 8π below 1e-3 within 15 minutes for
-  four seeds of four, where 3-D's own left two of them at 3.9e-3 and 1.2e-3; at k = 4π 2.5e-4
-  after 150 s against 2.2e-3; docs/benchmarks.md, "The 2-D plan in 3-D"); the output-layer
-  coarse space; 200 iterations at most, stopping when the loss falls by less than 1% over 10;
-  the points grow by LM's rule
-  (:class:`~helmpinn.drivers.PointsGrowth`) when the validation gap exceeds 1.5
-  (:data:`GROW_GAP`; without growth box-source at 5 wavelengths came to fit its points rather
-  than the field; LM's 3 left ``dirichlet2d`` n = 8 at 2.4e-4 after 300 s, 1.5 at 1.5e-4:
-  docs/benchmarks.md, "Growing the points sooner");
+- Gauss-Newton with Nielsen's λ rule. On a model with the hard constraint (:data:`DAMPING`) the
+  damping D lies halfway between Marquardt's and the identity (``damping="geometric"``, D =
+  sqrt(diag(JᵀJ) × its mean)): on ``box-source`` it ended lower than Marquardt's
+  D = diag(JᵀJ) for every seed measured, and far lower than the identity, and on
+  ``dirichlet2d`` the two lay within the seeds' spread; elsewhere Marquardt's, where the
+  geometric form was a little behind (the problems with a PML). Why the closed boxes prefer it
+  is not known ("The damping's scale");
+- CG to 1e-3 or 100 iterations (:data:`CG_MAXITER`): a step's second hundred iterations do less
+  than a new linearisation, so truncated steps taken shorter and more often end lower; 50 was
+  too short ("CG's cap"). CG starts from the last step where the quadratic model says so
+  (``cg_warm``; rarely taken);
+- a rejected trial's step halved up to 3 times before λ grows (``backtrack``, the solver's
+  default :data:`~helmpinn.gauss_newton.BACKTRACK`): a rejected Gauss-Newton step of a
+  decomposed model often has the right direction and too great a length, and without the
+  halvings one rejection could raise λ by orders of magnitude and slow the run for many steps
+  ("Backtracking a rejected step"). 3-D takes the same plan as 2-D (:data:`GN_BY_DIMENSION`
+  changes only 1-D): with the subnetworks' Fourier scale above, it took ``cube3d`` at k = 8π
+  below 1e-3 within 15 minutes for every seed measured ("The 2-D plan in 3-D");
+- the output-layer coarse space; 200 steps at most, stopping when the loss falls by less than 1%
+  over 10;
+- the points grow by LM's rule (:class:`~helmpinn.drivers.PointsGrowth`) when the validation
+  gap exceeds 1.5 (:data:`GROW_GAP`, half LM's 3): a run comes to fit its points rather than the
+  field, and new points then gain more than further steps on the old ones; growing at 1.5 ended
+  lower than at 3 or the same within the seeds' spread ("Growing the points sooner");
 - in a closed box in 2-D and 3-D, mode rows (``resonance``: the modes within
-  :data:`helmpinn.waves.RESONANCE_WITHIN` of κ weighed by their amplification,
-  :func:`helmpinn.waves.resonance_rows`): there the error of the runs above lay almost whole in
-  the few modes whose eigenvalue lies near κ (``box-source`` at 10 wavelengths after 900 s:
-  99.9% of it in (20, 1) and (1, 20), amplified 400 times), and with them, side by side with
-  the plan without them (one thread each), ``box-source`` at 10 wavelengths reached 6.4e-4
-  and 2.9e-3 after 15 minutes in two runs (1.35e-2 without; on both threads 7.6e-4, against
-  1.1e-2, and 4.2e-4 since CG's tolerance is measured on the point rows' share,
-  :mod:`helmpinn.gauss_newton`), ``dirichlet2d`` n = 8 1.8e-3
-  after 5 minutes (1.4e-2); at 5 wavelengths, where both meet the target, errors from 0.7 to
-  1.9 times the plan's without them (four seeds)
-  (docs/benchmarks.md, "Mode rows"); not measured in 1-D, so not there
+  :data:`helmpinn.waves.RESONANCE_WITHIN` of κ, at most :data:`helmpinn.waves.RESONANCE_MOST`,
+  :func:`helmpinn.waves.resonance_rows`): there the error lies almost whole in the few modes whose
+  eigenvalue lies near κ, which a least-squares residual weighs 1/amplification² times less than
+  the error they cause; each mode's row weighs its residual by its amplification, so the loss
+  counts it as that error ("Mode rows"). Not in 1-D, where they were not measured
   (:data:`GN_BY_DIMENSION`). Under the hard constraint (u = 0 on every wall) each row is
   ``(κ − λ)⟨u, ψ⟩ − ⟨f, ψ⟩`` by Green's identity, u read on a Gauss-Legendre grid
-  (:func:`helmpinn.waves.resonance_green_rows`), not the points' sum of the residual: on
-  ``dirichlet2d`` n = 8 that sum missed the residual's component in a mode by about 1e-3
-  (amplified 256 times; after 300 s 81% of the error lay in one mode whose sampled component the
-  rows held at zero), the grid's by 1e-6; on one machine, 2 threads, 2.2e-4 after 5 minutes
-  against 1.5e-3, ``box-source`` at 10 wavelengths 1.15e-4 after 15 minutes against 5.1e-4, at
-  5 6.6e-5 against 1.3e-4; at 20 wavelengths 6.6e-3 after 630 s where it stayed at 0.94
-  (docs/benchmarks.md, "Mode rows by Green's identity"); ``cube3d`` at k = 8π 8.3e-2 after
-  600 s against 0.35 without them (docs/benchmarks.md, "Mode rows in 3-D"); there, after 600 s,
-  three quarters of the error lay in six modes 7.8% from κ, outside the rows' 5%, but the rows
-  out to 8% (``resonance_most`` 64) ended 2 and 1.2 times lower after 15 minutes for two seeds
-  and 3.4 times higher for a third, and out to 15% stalled one seed of two (docs/benchmarks.md,
-  "Mode rows farther from resonance in 3-D"), so 3-D keeps 5% and 32. The grid's rows are
-  value rows of the term :data:`helmpinn.decomposition.CARRIER_TERM` (the core's data term, out
-  of the preconditioner's Gram matrices: a 3-D step 14-15 s instead of 20-21);
+  (:func:`helmpinn.waves.resonance_green_rows`), not the points' sum of the residual: that sum
+  carries the sampling's error, amplified like the residual, and the runs levelled at it
+  ("Mode rows", its part on Green's identity). The grid's rows are value rows of the term
+  :data:`helmpinn.decomposition.CARRIER_TERM` (the core's data term, kept out of the
+  preconditioner's Gram matrices, which makes a 3-D step cheaper: "Green's rows through the
+  data term"). In 3-D the error then moves to the modes just outside the rows' share, but
+  holding more of them made some seeds' steps less predictable and gained nothing across seeds,
+  so 3-D keeps the same share and cap ("Mode rows farther from resonance in 3-D");
 - with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
   constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
   papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
-  Adam stays far behind Gauss-Newton (docs/benchmarks.md, benchmarks/bench_decomposed_adam.py).
+  Adam stays far behind Gauss-Newton ("hp.solve with its defaults, after the speed-ups";
+  benchmarks/bench_decomposed_adam.py).
 """
 from __future__ import annotations
 
@@ -185,8 +154,8 @@ CG_MAXITER = 100
 #: (:class:`~helmpinn.drivers.PointsGrowth`; LM's is 3; module docstring).
 GROW_GAP = 1.5
 #: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
-#: mode rows in 2-D and 3-D, where they were measured, not in 1-D. (3-D had its own damping and
-#: no backtracking until 2026-12-05: docs/benchmarks.md, "The 2-D plan in 3-D".)
+#: mode rows in 2-D and 3-D, where they were measured, not in 1-D; 3-D takes the 2-D plan
+#: (docs/benchmarks-archive.md, "The 2-D plan in 3-D").
 GN_BY_DIMENSION = {1: {"resonance": 0.0}}
 #: What :func:`decomposed_settings` changes for Adam (module docstring).
 ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}

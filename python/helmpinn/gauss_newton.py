@@ -27,14 +27,16 @@ Comput. 2009; ``Q = Z (ZᵀAZ)⁻¹ Zᵀ``, M the blocks), with CG started from 
 space's components are solved exactly rather than added to the blocks' (which contain the output
 layers too), at the cost of one more product per iteration. CG then reaches ``cg_tol`` in far
 fewer iterations, but its early stop no longer regularises the coarse directions: at small λ
-the steps can overshoot and be rejected, so the default stays additive.
+the steps overshoot and are rejected, and whole runs end higher, so the default is additive
+(docs/benchmarks-archive.md, "The coarse correction: additive or deflated").
 
 **Damping** as :class:`helmpinn.LevenbergMarquardt`: a trial is accepted when the loss falls and
 the linear model predicted a decrease (``rho`` the ratio), else λ grows and another trial runs
 with the same linearisation; ``update`` is the rule (:func:`helmpinn.lm.next_damping`), Nielsen's
 by default here (λ falls by up to 3 on acceptance, the more the better the model predicted, and
 grows by a doubling factor on rejection): the fixed rule's ``λ /= 3`` after every acceptance made
-every other step of the decomposed runs a rejected trial (docs/benchmarks.md). New points
+every other step of the decomposed runs a rejected trial (docs/benchmarks-archive.md, "hp.solve
+with its defaults, after the speed-ups"). New points
 (:meth:`MatrixFreeGN.set_residuals`: a resample, or the points grown) often cost the first step
 on them a rejected trial or two, the model's misfit at the new points rather than its
 nonlinearity, and Nielsen's rule, which lowers λ only where ρ is well above ½, then held the
@@ -45,10 +47,9 @@ every subnetwork's parameters damped on their own scale, which the decomposed mo
 more than one network does), ``"identity"`` (D = 1, the initial ``lam`` relative to the mean
 of ``diag(JᵀJ)``, :mod:`helmpinn.lm`'s default) or ``"geometric"`` (D = sqrt(diag(JᵀJ) × its
 mean), halfway between the two on a log scale; :func:`helmpinn.dd_driver.decomposed_settings`'
-choice for a hard-constrained box in 1-D and 2-D: on ``box-source`` at 5 wavelengths lower
-errors than Marquardt's for four seeds of four, where the identity's were 20 times higher, and
-a little behind Marquardt's on the problems with a PML; docs/benchmarks.md, "The damping's
-scale"). Optional geodesic
+choice for a hard-constrained box: there it ended lower than Marquardt's and far lower than the
+identity, and a little behind Marquardt's on the problems with a PML; docs/benchmarks-archive.md,
+"The damping's scale"). Optional geodesic
 acceleration (``geodesic=True``) as in :mod:`helmpinn.lm`, one more CG solve per trial.
 
 **Backtracking** (``backtrack``, default :data:`BACKTRACK` = 3): a rejected trial's step is
@@ -57,22 +58,22 @@ the loss falls is accepted; λ stays and ν starts again (the shorter step has a
 overshoot: raising λ by 1/α as well, tried, kept a run's later steps damped, Nielsen's rule
 leaving λ as it is at the ρ ≈ ½ of late steps). Each α costs one residual
 evaluation, where a trial at a larger λ costs a CG solve; and where a Gauss-Newton step overshoots
-a decomposed model, the direction is often right and the length wrong. Measured on
-``box-source`` at 5 wavelengths: two steps' first trials, rejected with the loss × 4.3 and × 2.2,
-had it × 0.55 and × 0.50 at α = 1/2; without backtracking, the first step took six more trials,
-λ raised 5·10⁴ times, for a loss × 0.93 (docs/benchmarks.md, "Backtracking a rejected step").
-(With ``geodesic``, the shortened steps leave out the acceleration.) ``backtrack=0``: λ grows
-at once, as before.
+a decomposed model, the direction is often right and the length wrong: the rejected trials
+measured lowered the loss at half their length, where raising λ instead took several more CG
+solves and left λ raised by orders of magnitude for many steps (docs/benchmarks-archive.md,
+"Backtracking a rejected step"). (With ``geodesic``, the shortened steps leave out the
+acceleration.) ``backtrack=0``: λ grows at once.
 
 **Warm start** (``cg_warm=True``, default): CG starts from the last step, scaled by the
 minimiser of the quadratic model along it (one product more; from zero, without that product,
 where the scale is not positive), where that step was accepted with ``rho >= WARM_RHO`` (a
 poorly predicted or rejected step is not repeated): the initialisation of Martens'
 Hessian-free optimisation (ICML 2010). A warm-started trial that is rejected does not count
-against λ: the next trial solves the same system from zero. Measured, the start is rarely
-taken: a full Gauss-Newton step overshoots along itself, so the next gradient points away
-from it and the scale is not positive; on the built-in problems it was taken at a few of the
-first steps, scaled by less than 0.16 (docs/benchmarks.md, "How often the start is taken").
+against λ: the next trial solves the same system from zero. The start is rarely taken: a full
+Gauss-Newton step overshoots along itself, so the next gradient points away from it and the
+scale is not positive; on the built-in problems it was taken only at a few of the first steps,
+and small (docs/benchmarks-archive.md, "hp.solve with its defaults, after the speed-ups", its
+part "How often the start is taken").
 
 **Output layers projected** (``varpro=True``): the residuals are linear in the subnetworks'
 output layers z (``u = Σ ω_j (W_j h_j + b_j)``, times the constraint's distance), so before each
@@ -86,7 +87,8 @@ in a run every projection would lower it tens to thousands of times and is refus
 Gauss-Newton steps have brought the hidden layers close, it is taken. Measured, it helps some
 runs (the 5-wavelength box, three seeds of four) and hurts others (it fits the training points
 more than the field: the fourth seed, ``free-source``, ``dirichlet2d``), so it is off by default
-(docs/benchmarks.md, "Output layers projected, late").
+(docs/benchmarks-archive.md, "The coarse correction: additive or deflated", its part "Output
+layers projected, late").
 
 **Mode rows** (residuals built with ``modes=``,
 :class:`~helmpinn.decomposition.DecomposedResiduals`): the loss also holds 2q rows, each the
@@ -96,15 +98,14 @@ dense over the subnetworks but of rank 2q, so the preconditioner adds their term
 ``JᵀJ`` (``U = JᵀF``, each block's ``J_jᵀF_j`` taken from the Jacobian blocks of the
 linearisation) to the additive two-level one by Woodbury's identity (``_low_rank``: one
 application of it to U's 2q columns at once per trial λ and a 2q × 2q factor): without that
-term the first step on ``box-source`` at 5 wavelengths took 70 CG iterations instead of 17,
-and a run at 10 stalled.
-D stays the point rows' (as measured). Not with the deflated preconditioner or ``varpro``.
+term CG takes several times the iterations and a run can stall (docs/benchmarks-archive.md,
+"Mode rows"). D stays the point rows'. Not with the deflated preconditioner or ``varpro``.
 CG's tolerance is relative to the point rows' share of the gradient, ``‖J_pᵀ r_p‖``, where
 that is smaller than ``‖Jᵀr‖`` (``cg_tol_on="points"``, default): early in a run the mode rows
 can hold most of the loss, the preconditioner solves their part at once, and a tolerance
 relative to the whole gradient then stopped CG after a few iterations with the point rows'
 part barely solved (a user's room whose source excites its near-resonant modes stayed near
-its starting error for 30 steps; docs/benchmarks.md, "Mode rows"). ``"all"``: relative to
+its starting error for 30 steps; docs/benchmarks-archive.md, "Mode rows"). ``"all"``: relative to
 ``‖Jᵀr‖``.
 
 The step is a function of the parameters only (:meth:`MatrixFreeGN.step`), so a run loop's
@@ -218,7 +219,7 @@ def _grams(blocks: list[NDArray], dtype: str = "float64") -> list[NDArray]:
     threads block after block: between the engine's calls that make the blocks, its idle
     threads spin (OpenBLAS: 2²⁸ cycles after each call) on the cores the engine then needs; on
     ``dirichlet2d`` n = 8 with 2 threads the linearisation took 3.9-5.5 s a step where it now
-    takes 1.8-2.3 s (docs/benchmarks.md, "The Gram matrices on the engine's threads")."""
+    takes 1.8-2.3 s (docs/benchmarks-archive.md, "The Gram matrices on the engine's threads")."""
     dt = np.float32 if dtype == "float32" else np.float64
     blocks = [np.ascontiguousarray(J, dt) for J in blocks]
     out = [np.zeros((J.shape[1],) * 2, dt, order="F") for J in blocks]
@@ -232,7 +233,7 @@ def _products(a: list[NDArray], b: list[NDArray]) -> list[NDArray]:
     [m_j, K_j] (one dtype): one ?gemm a pair, the pairs spread over the engine's threads
     (:func:`helmpinn._core.product_blocks`) with the BLAS at one thread, as :func:`_grams`. The
     mode rows' gradients ``U_j = J_jᵀF_j`` over Green's carriers: in 3-D most of a block's rows
-    (docs/benchmarks.md, "The Gram matrices on the engine's threads")."""
+    (docs/benchmarks-archive.md, "The Gram matrices on the engine's threads")."""
     if not a:
         return []
     dt = a[0].dtype
@@ -298,7 +299,7 @@ def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], ND
     the blocks), for the upper factors U_j of :func:`_cholesky` (one dtype). The
     blocks are solved on the engine's own threads (:func:`helmpinn._core.cholesky_solves`, two of
     SciPy's ?trsv a block), not on this thread alone: a solve is bound by reading its factor, and
-    the second core reads the others' meanwhile (docs/benchmarks.md, "The block solves on the
+    the second core reads the others' meanwhile (docs/benchmarks-archive.md, "The block solves on the
     engine's threads"). A 2-D v [P, k] is solved column by column in one pass: two ?trsm a block
     on the calling thread (the BLAS's threads as the caller set them), each factor read once for
     all k columns instead of k times (``_low_rank``'s ``M U``)."""
@@ -338,7 +339,7 @@ class MatrixFreeGN:
     ``max_trials``, ``cg_tol`` (CG stops at ``‖residual‖ <= cg_tol ‖Jᵀr‖``), ``cg_maxiter``,
     ``coarse`` ("last_layer" or None), ``products`` ("core32", default: CG's jvp/vjp by the core
     in float32, the residuals, Jᵀr and the trials staying float64: faster CG iterations, and the
-    same errors step by step within the runs' spread, docs/benchmarks.md; "core": the same
+    same errors step by step within the runs' spread, docs/benchmarks-archive.md; "core": the same
     in float64, memory O(R + P) either way; "blocks": the Jacobian blocks kept, memory
     Σ_j R_j P_j), ``geodesic`` / ``geodesic_h`` / ``geodesic_alpha``, ``gram``
     ("float32", default: the Jacobian blocks computed by the core in float32, their Gram

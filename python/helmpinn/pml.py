@@ -27,7 +27,7 @@ holds, ``k_min`` to ``k_max``: the default σ₀ times ``k/sqrt(k_min k_max)`` w
 (:meth:`PML.for_medium`), so that the geometric mean of the two makes the round trip R, the
 fastest ``R^{sqrt(k_min/k_max)}`` and the slowest ``R^{sqrt(k_max/k_min)}`` (a homogeneous layer
 around a slower inclusion: R exactly). Matching the fastest instead makes the slowest decay
-over a fraction of a wavelength (docs/benchmarks.md, "A PML in a medium"). A given
+over a fraction of a wavelength (docs/benchmarks-archive.md, "A PML in a medium"). A given
 ``strength`` is used as given.
 """
 from __future__ import annotations

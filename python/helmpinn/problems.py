@@ -409,7 +409,7 @@ class Problem:
         """Warn about a PointSource in a PML or within half a local wavelength of it: its near
         field enters the layer, whose stretching then spreads the error over the domain
         (Marmousi at 3 Hz, source 0.1 wavelength from a 15-node layer: 3.3e-2 from free space,
-        5.4e-3 with the source 1.5 wavelengths away; docs/benchmarks.md, "A PML in a medium")."""
+        5.4e-3 with the source 1.5 wavelengths away; docs/benchmarks-archive.md, "A PML in a medium")."""
         if self.pml is None or not self.point_sources or self._box is None:
             return
         lo, hi = (np.asarray(b, np.float64) for b in self._box)

@@ -66,7 +66,7 @@ def cylinder_scattered_field(x, k: float, radius: float, theta: float, hard: boo
 
 def _scatter(hard: bool, k: float, radius: float, theta: float, pml_width: float) -> Problem:
     """The problem as a user would write it: no hints, its training settings are the general
-    defaults' (:mod:`helmpinn.defaults`; measurements in docs/benchmarks.md)."""
+    defaults' (:mod:`helmpinn.defaults`; measurements in docs/benchmarks-archive.md)."""
     where = "scatter-hard" if hard else "scatter-soft"
     k = real_number(where, "k", k, low=0.0, high=MAX_WAVENUMBER)
     radius = real_number(where, "radius", radius, low=0.0, high=_HALF, high_open=True)
