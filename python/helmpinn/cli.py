@@ -29,7 +29,8 @@ Ctrl-C (SIGINT) stops after the current step, saves the checkpoint and the repor
 with status 130; SIGTERM (how batch schedulers stop a job) does the same and exits with status
 143 (in a single process; under MPI it ends the job as it always has). ``helmpinn train --resume
 OUT`` continues that run with its saved settings (its ``--device`` included), keeping its
-history. ``--device cuda`` trains on the first GPU; without a CUDA build or a visible GPU, or
+history; a run of a user's own factory resumes only with ``--problem`` naming that factory again
+(a run folder is data: nothing it names is imported or called on its word alone). ``--device cuda`` trains on the first GPU; without a CUDA build or a visible GPU, or
 with ``--optimizer lm`` (CPU only), it is refused (status 2) before anything is written. A run
 that diverges (non-finite loss or parameters) keeps the last good checkpoint and exits with
 status 1; without a checkpoint it writes no model, and a previous run's model in OUT stays with
@@ -63,8 +64,9 @@ _DIVERGED_REPORT = "diverged-metrics.json"
 _ALL_OUTPUTS = OUTPUTS + (_DIVERGED_REPORT,)
 #: The largest metrics.json --resume reads (the history of a few million steps).
 _MAX_REPORT_BYTES = 1 << 30
-#: Options that may be given with ``--resume`` (every other setting comes from the checkpoint).
-_RESUME_OPTIONS = ("steps", "checkpoint_every", "threads", "quiet", "no_plots")
+#: Options that may be given with ``--resume`` (every other setting comes from the checkpoint;
+#: ``--problem`` only names the run's own problem again: :func:`_trusted_problem`).
+_RESUME_OPTIONS = ("steps", "checkpoint_every", "threads", "quiet", "no_plots", "problem")
 _INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 _TERMINATED = 143   # 128 + SIGTERM
 
@@ -137,7 +139,9 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
                        description="Options without a stated default take the problem's (helmpinn "
                                    "problems; helmpinn.trainer.default_settings, helmpinn.lm.lm_defaults).",
                        formatter_class=_HelpFormatter)
-    t.add_argument("--problem", help="built-in problem (see `helmpinn problems`); required unless --resume")
+    t.add_argument("--problem", help="built-in problem (see `helmpinn problems`) or a factory of your own "
+                   "(path/to/file.py:make); required unless --resume, with which it names the run's "
+                   "own factory again (a run folder's factory is never loaded on its word alone)")
     t.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the run saved in DIR (its model.npz) with its settings; only "
                         + ", ".join("--" + o.replace("_", "-") for o in _RESUME_OPTIONS)
@@ -520,12 +524,38 @@ def _resumed_run(args: argparse.Namespace):
     if settings["steps"] + settings.get("warm_start", 0) <= done:
         raise _UsageError(f"--resume: the run in {folder!r} is already at step {done} of {settings['steps']}; "
                           f"give --steps N with N > {done} to train it further")
+    _trusted_problem(settings["problem"], args.problem, path)
     try:
         problem = get_problem(settings["problem"], **settings["problem_options"])
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"--resume: {path}: problem {settings['problem']!r}: {exc}") from None
     _check_memory(settings, problem, model.specs[0] if hasattr(model, "specs") else model.spec, args.threads)
     return settings, problem, model, done
+
+
+def _trusted_problem(saved: Any, given: str | None, path: str) -> None:
+    """A run folder is data, and may come from anyone: the problem its checkpoint names is
+    built on resume only when it is a registered name, or a user's factory (``file.py:make``,
+    ``package.module:make``) that the command line names again with ``--problem``. Nothing a
+    data file names alone is imported or called (a spec such as ``os:system`` would run it)."""
+    from .registry import canonical_name, problem_names
+
+    if not isinstance(saved, str):
+        raise _UsageError(f"--resume: {path}: the problem it records is not a name ({saved!r})")
+    if given is not None:
+        try:
+            same = canonical_name(given) == canonical_name(saved)
+        except (ValueError, TypeError):
+            same = False
+        if not same:
+            raise _UsageError(f"--resume: {path} is a run of problem {saved!r}; --problem {given!r} names "
+                              f"another (with --resume, --problem only confirms the run's own)")
+        return
+    if saved in problem_names():
+        return
+    raise _UsageError(f"--resume: {path} names the problem {saved!r}, a factory that is not built in; "
+                      f"helmpinn does not import or call what a data file names; if it is a factory of "
+                      f"your own, name it yourself: --problem {saved}")
 
 
 def _check_device(settings: dict[str, Any], ranks: int, resume: str | None) -> None:

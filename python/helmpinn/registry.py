@@ -25,7 +25,7 @@ from . import builtin, scattering, waves
 from .problems import Problem
 
 __all__ = ["get_problem", "list_problems", "problem_names", "problem_options", "register_problem",
-           "load_factory"]
+           "load_factory", "canonical_name"]
 
 #: name -> (factory, one-line description): the built-in tables, then what register_problem adds.
 _REGISTRY: dict[str, tuple[Callable[..., Problem], str]] = {
@@ -61,6 +61,30 @@ def list_problems() -> list[tuple[str, str]]:
 
 def _is_spec(name: str) -> bool:
     return isinstance(name, str) and ":" in name and name not in _REGISTRY
+
+
+def _names_a_file(where: str) -> bool:
+    """Whether the part before the ``:`` of a user spec is a file's path (else a module)."""
+    return where.endswith(".py") or os.sep in where or "/" in where
+
+
+def canonical_name(spec: str) -> str:
+    """The name :func:`get_problem` gives the problem ``spec`` names, found without importing
+    or calling anything: a registered name as it is, ``path/to/file.py:make`` with the file's
+    absolute path, ``package.module:make`` as it is. Raises ValueError for a name that is none
+    of these. (``helmpinn train --resume`` compares the name a run folder records with the one
+    the command line gives before anything is loaded.)"""
+    if not isinstance(spec, str):
+        raise TypeError(f"problem name must be a string, got {type(spec).__name__}")
+    if spec in _REGISTRY:
+        return spec
+    where, colon, attr = spec.rpartition(":")
+    if not colon or not where or not attr.isidentifier():
+        raise ValueError(f"problem {spec!r}: neither a registered name nor path/to/file.py:factory "
+                         f"or package.module:factory")
+    if _names_a_file(where):
+        return f"{os.path.abspath(os.path.expanduser(where))}:{attr}"
+    return spec
 
 
 _LOADED: dict[tuple[str, int], Any] = {}  # (absolute path, mtime_ns) -> module
@@ -108,7 +132,7 @@ def load_factory(spec: str) -> tuple[Callable[..., Problem], str, str]:
     if not where or not attr.isidentifier():
         raise ValueError(f"problem {spec!r}: expected path/to/file.py:factory or "
                          f"package.module:factory (factory a Python name)")
-    if where.endswith(".py") or os.sep in where or "/" in where:
+    if _names_a_file(where):
         module, full = _load_file(where, spec)
         canonical = f"{full}:{attr}"
     else:

@@ -1,0 +1,83 @@
+"""``helmpinn train`` and the Trainer against hostile run folders and factories (issue #61): a
+run folder is data and never names code to run; a user's factory that exits, raises or has
+defaults JSON cannot write is one line before training; a checkpoint that cannot be written
+does not end the run; a resumed run whose problem changed is named as such."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from helmpinn.cli import main
+
+TINY = ["--optimizer", "adam", "--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "32",
+        "--bc-points", "8", "--eval-every", "0", "--quiet", "--no-plots"]
+
+FACTORY = '''
+import numpy as np
+import helmpinn as hp
+
+def make(k: float = 3.0):
+    """A 1-D plane wave of my own."""
+    return hp.Problem(hp.geometry.Interval(0, 1), kappa=k * k,
+                      bcs={"xmin": hp.Dirichlet(1.0), "xmax": hp.Sommerfeld(k)},
+                      exact=lambda x: np.exp(1j * k * x[:, 0]))
+'''
+
+
+def _one_line(err):
+    assert err.count("\n") == 1 and err.startswith("helmpinn: ") and "Traceback" not in err, err
+
+
+def _rewrite_metadata(path, **changes):
+    """Rewrite model.npz's metadata (its settings too) as someone handing over a folder could."""
+    arrays = dict(np.load(path))
+    meta = json.loads(str(arrays["metadata"]))
+    for key, value in changes.items():
+        meta[key] = value
+        meta["settings"][key] = value
+    arrays["metadata"] = np.array(json.dumps(meta))
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+@pytest.fixture
+def user_file(tmp_path):
+    path = tmp_path / "my_problem.py"
+    path.write_text(FACTORY)
+    return path
+
+
+# -- finding 1: a run folder never names code to run -----------------------------------------------
+def test_resume_never_calls_what_the_run_folder_names(tmp_path, capsys):
+    out, marker = tmp_path / "run", tmp_path / "ran"
+    assert main(["train", "--problem", "plane1d", "--k", "5", *TINY, "--steps", "2", "--out", str(out)]) == 0
+    _rewrite_metadata(out / "model.npz", problem="os:system", problem_options={"command": f"touch {marker}"})
+    before = (out / "model.npz").read_bytes()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--steps", "4"]) == 2
+    err = capsys.readouterr().err
+    _one_line(err)
+    assert "names the problem 'os:system', a factory that is not built in" in err
+    assert "--problem os:system" in err   # what to pass, for a factory the user trusts
+    assert not marker.exists()
+    assert (out / "model.npz").read_bytes() == before
+    # a --problem that names another problem than the run's is refused too
+    assert main(["train", "--resume", str(out), "--steps", "4", "--problem", "plane1d"]) == 2
+    assert "is a run of problem 'os:system'; --problem 'plane1d' names another" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_a_users_factory_resumes_when_the_command_line_names_it(user_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    assert main(["train", "--problem", "my_problem.py:make", *TINY, "--steps", "2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--steps", "4"]) == 2
+    err = capsys.readouterr().err
+    _one_line(err)
+    assert f"--problem {user_file}:make" in err
+    # named again (relative to here, as it was given): the run goes on
+    assert main(["train", "--resume", str(out), "--steps", "4", "--problem", "my_problem.py:make"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["final_step"] == 4
