@@ -105,6 +105,34 @@ def test_cli_train_with_a_failure_on_one_rank_ends(tmp_path):
     assert re.search(r"MemoryError: no room for the points", res.stderr), res.stderr
 
 
+# A user's factory that fails on one rank only (a data file missing on one node): rank 1 raises
+RANK_FACTORY = """
+import helmpinn as hp
+from mpi4py import MPI
+
+def make(k: float = 3.0):
+    if MPI.COMM_WORLD.Get_rank() == 1:
+        raise {error}("no velocity file on this node")
+    return hp.get_problem("plane1d", k=k)
+"""
+
+
+@pytest.mark.parametrize("error", ["ValueError", "RuntimeError"])
+def test_cli_usage_error_on_one_rank_ends_every_rank_with_its_message(tmp_path, error):
+    """`helmpinn train` under mpiexec whose problem factory fails on rank 1 only: every rank
+    agrees on it before any other collective (no hang in the threads' count or the Trainer's
+    draw), exits with status 2, and rank 0 prints rank 1's message in one line."""
+    (tmp_path / "factory.py").write_text(RANK_FACTORY.format(error=error))
+    res = _launch("cli_usage_error", tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert [(tmp_path / f"rc{r}.txt").read_text() for r in range(RANKS)] == ["2", "2"], res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("helmpinn: ")]
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    kind = "" if error == "ValueError" else f"the factory raised {error}: "
+    assert re.search(f"rank 1: problem .*factory.py:make.: {kind}no velocity file on this node", lines[0]), lines
+    assert not os.path.exists(tmp_path / "run" / "model.npz")
+
+
 def test_threads_per_rank_with_different_environments(tmp_path):
     """OMP_NUM_THREADS set on rank 0 only (an MPMD launch): both ranks still count the ranks on
     their node together (a collective), and go on in step."""
@@ -254,6 +282,16 @@ def _case(name: str, comm, out: str) -> None:
         cli.main(["train", "--problem", "dirichlet2d", "--optimizer", "adam", "--steps", "3", "--points", "64",
                   "--bc-points", "32", "--hidden", "8", "--layers", "1", "--fourier", "4", "--quiet",
                   "--no-plots", "--out", os.path.join(out, "run")])
+    elif name == "cli_usage_error":
+        from helmpinn import cli
+
+        rc = cli.main(["train", "--problem", os.path.join(out, "factory.py:make"), "--optimizer", "adam",
+                       "--steps", "3", "--points", "64", "--bc-points", "4", "--hidden", "8", "--layers", "1",
+                       "--fourier", "4", "--quiet", "--no-plots", "--out", os.path.join(out, "run")])
+        with open(os.path.join(out, f"rc{rank}.txt"), "w") as fh:
+            fh.write(str(rc))
+        comm.Barrier()
+        sys.exit(rc)
     else:
         raise KeyError(name)
 

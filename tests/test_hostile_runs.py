@@ -81,3 +81,23 @@ def test_a_users_factory_resumes_when_the_command_line_names_it(user_file, tmp_p
     # named again (relative to here, as it was given): the run goes on
     assert main(["train", "--resume", str(out), "--steps", "4", "--problem", "my_problem.py:make"]) == 0
     assert json.loads((out / "metrics.json").read_text())["final_step"] == 4
+
+
+# -- finding 19: a factory that exits or raises is one line, before anything is written ------------
+@pytest.mark.parametrize("body, words", [
+    ("import sys\n\ndef make(k: float = 3.0):\n    sys.exit(0)\n", "the factory called sys.exit(0)"),
+    ("def make(k: float = 3.0):\n    raise RuntimeError('no data here')\n",
+     "the factory raised RuntimeError: no data here"),
+    ("raise RuntimeError('broken at import')\n\ndef make(k: float = 3.0):\n    pass\n",
+     "the factory raised RuntimeError: broken at import"),
+    ("raise SystemExit(3)\n", "the factory called sys.exit(3)"),
+], ids=["exit", "raises", "raises-on-import", "exits-on-import"])
+def test_a_factory_that_exits_or_raises_is_one_line(tmp_path, capsys, body, words):
+    (tmp_path / "bad.py").write_text(body)
+    out = tmp_path / "run"
+    spec = f"{tmp_path / 'bad.py'}:make"
+    assert main(["train", "--problem", spec, *TINY, "--steps", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    _one_line(err)
+    assert f"problem {spec!r}: {words}" in err
+    assert not out.exists()

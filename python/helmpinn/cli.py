@@ -222,7 +222,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         first.add_argument("--problem")
         problem = first.parse_known_args(argv[1:])[0].problem
     try:
-        parser = build_parser(problem)
+        with _user_code(problem):
+            parser = build_parser(problem)
     except (ValueError, TypeError) as exc:   # a user's factory that cannot be loaded
         raise _UsageError(str(exc)) from None
     args, unknown = parser.parse_known_args(argv)
@@ -330,9 +331,31 @@ def _make_problem(args: argparse.Namespace):
         integral = isinstance(default, int) and not isinstance(default, bool)
         opts[name] = int(value) if integral and float(value).is_integer() else value
     try:
-        return get_problem(args.problem, **opts)
+        with _user_code(args.problem):
+            return get_problem(args.problem, **opts)
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"problem {args.problem!r}: {exc}") from None
+
+
+@contextlib.contextmanager
+def _user_code(name: str | None):
+    """Around loading or calling the problem ``name``: where it is a user's factory
+    (``file.py:make``, ``package.module:make``), whatever that code raises is one line naming
+    it and its exception (exit status 2), and a ``sys.exit()`` in it is refused as such, not
+    taken for the end of the run (status 0 having done nothing). ValueError and TypeError pass
+    through (the caller words them); a built-in's other errors keep their traceback (a bug)."""
+    from .registry import _is_spec
+
+    try:
+        yield
+    except (ValueError, TypeError, _UsageError):
+        raise
+    except (Exception, SystemExit) as exc:
+        if not _is_spec(name):
+            raise
+        what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else \
+            f"raised {type(exc).__name__}: {exc}"
+        raise _UsageError(f"problem {name!r}: the factory {what}") from None
 
 
 def _chosen(args: argparse.Namespace) -> str:
@@ -526,7 +549,8 @@ def _resumed_run(args: argparse.Namespace):
                           f"give --steps N with N > {done} to train it further")
     _trusted_problem(settings["problem"], args.problem, path)
     try:
-        problem = get_problem(settings["problem"], **settings["problem_options"])
+        with _user_code(settings["problem"]):
+            problem = get_problem(settings["problem"], **settings["problem_options"])
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"--resume: {path}: problem {settings['problem']!r}: {exc}") from None
     _check_memory(settings, problem, model.specs[0] if hasattr(model, "specs") else model.spec, args.threads)
@@ -751,9 +775,14 @@ def _cmd_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
 def _set_up(run: _Run, held: contextlib.ExitStack) -> bool:
     """Every check, then rank 0 locks the output folder and claims its files, and the Trainer
     is built. False, after one line on stderr, when the command line is refused (on every rank
-    when on one)."""
-    failed = False
-    try:
+    when on one).
+
+    Under MPI a usage error may come on one rank only (a factory whose data file is missing on
+    one node): the ranks agree on the checks (:func:`_agreed`) before any other collective
+    (the count of the ranks on a node, the Trainer's comparison of the ranks' problems, its
+    draw of points), so that every rank stops, with status 2, and rank 0 prints the failing
+    rank's message."""
+    def check() -> None:
         _check_options(run.args)
         _resolve(run, held)
         _check_ranks(run.settings, run.ranks)
@@ -761,20 +790,44 @@ def _set_up(run: _Run, held: contextlib.ExitStack) -> bool:
         if run.rank == 0 and run.folder is None:
             _prepare_out(run.out)
             run.folder = _lock(run.out, "--out", held)
-        _set_threads(run)
+
+    def build() -> None:
         run.trainer = _make_trainer(run)
         if run.done:
             run.trainer.history, run.trainer.train_time, run.same_run = \
                 _previous_history(run.out, run.done, run.settings)
         if run.folder is not None:
             _claim_outputs(run)
+
+    failure = _agreed(run, check, "helmpinn train: checks")
+    if failure is None:
+        _set_threads(run)   # a collective under MPI: every rank gets here, or none
+        failure = _agreed(run, build, "helmpinn train: set-up")
+    if failure is not None and run.rank == 0:
+        print(f"helmpinn: {failure}", file=sys.stderr)
+    return failure is None
+
+
+def _agreed(run: _Run, work, what: str) -> str | None:
+    """Runs ``work()``; the message of a usage error on any rank (every rank learns it: one
+    agreement, :func:`helmpinn.distributed.agree`, which a rank that failed early meets in the
+    others' next collective of :mod:`helmpinn.distributed`), prefixed with the rank where it is
+    another rank's; None when no rank failed."""
+    from .distributed import CollectiveError, agree
+
+    error = None
+    try:
+        try:
+            work()
+        except _UsageError as exc:
+            error = exc
+        agree(run.comm, error, what)
     except _UsageError as exc:
-        if run.rank == 0:
-            print(f"helmpinn: {exc}", file=sys.stderr)
-        failed = True
-    if run.comm is not None:  # a check that failed on one rank stops every rank
-        failed = run.comm.allreduce(int(failed)) > 0
-    return not failed
+        return str(exc)
+    except CollectiveError as exc:   # another rank's usage error
+        rank, _, kind, message = exc.failures[0]
+        return f"rank {rank}: {message if kind == _UsageError.__name__ else f'{kind}: {message}'}"
+    return None
 
 
 def _resolve(run: _Run, held: contextlib.ExitStack) -> None:

@@ -65,7 +65,10 @@ def _mpi():
 # -- errors are collective -------------------------------------------------------------------------
 class CollectiveError(RuntimeError):
     """Raised on the other ranks when a rank failed inside a collective step: its message names
-    the failing rank(s), their exception type and message (that rank raises its own)."""
+    the failing rank(s), their exception type and message (that rank raises its own);
+    ``failures`` holds them as ``(rank, step, type name, message)``."""
+
+    failures: list[tuple[int, str, str, str]] = []
 
 
 # One agreement is an Allgather of _SLOTS int64 per rank: failed, the step's name (CRC-32), and
@@ -97,13 +100,15 @@ def _exchange(comm, error: BaseException | None, what: str, payload=()) -> np.nd
 def _raise_agreed(comm, error: BaseException | None, what: str) -> None:
     """After every rank learnt that some failed: gather their messages (a collective) and raise,
     the rank's own exception where it failed, a CollectiveError naming the others' elsewhere."""
-    note = None if error is None else (what, f"{type(error).__name__}: {error}")
+    note = None if error is None else (what, type(error).__name__, str(error))
     notes = comm.allgather(note)
     if error is not None:
         raise error
-    failed = [(r, n) for r, n in enumerate(notes) if n is not None]
-    text = "; ".join(f"rank {r} failed in {w}: {msg}" for r, (w, msg) in failed)
-    raise CollectiveError(f"{text} (this rank stopped in {what})")
+    failed = [(r, *n) for r, n in enumerate(notes) if n is not None]
+    text = "; ".join(f"rank {r} failed in {w}: {kind}: {msg}" for r, w, kind, msg in failed)
+    exc = CollectiveError(f"{text} (this rank stopped in {what})")
+    exc.failures = failed
+    raise exc
 
 
 def agree(comm, error: BaseException | None = None, what: str = "helmpinn step") -> None:
