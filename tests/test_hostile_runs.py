@@ -101,3 +101,24 @@ def test_a_factory_that_exits_or_raises_is_one_line(tmp_path, capsys, body, word
     _one_line(err)
     assert f"problem {spec!r}: {words}" in err
     assert not out.exists()
+
+
+def test_resuming_after_the_factory_changed_names_it(user_file, tmp_path, capsys):
+    """The checkpoint records the problem's fingerprint; a factory edited since (here: the
+    interval doubled) is refused on resume naming what differs, before training."""
+    out, spec = tmp_path / "run", f"{user_file}:make"
+    assert main(["train", "--problem", spec, *TINY, "--steps", "2", "--out", str(out)]) == 0
+    before = (out / "model.npz").read_bytes()
+    user_file.write_text(FACTORY.replace("Interval(0, 1)", "Interval(0, 2)"))
+    os.utime(user_file, ns=(1, 10**18))   # a new mtime, whatever the clock's resolution
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--steps", "4", "--problem", spec]) == 2
+    err = capsys.readouterr().err
+    _one_line(err)
+    assert f"problem {spec!r} now builds another problem than the run trained on (the interior points " \
+           "(the geometry)" in err and "changed since" in err
+    assert (out / "model.npz").read_bytes() == before
+    # the factory as it was: the run goes on
+    user_file.write_text(FACTORY)
+    os.utime(user_file, ns=(1, 2 * 10**18))
+    assert main(["train", "--resume", str(out), "--steps", "4", "--problem", spec]) == 0

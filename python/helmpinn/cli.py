@@ -553,6 +553,7 @@ def _resumed_run(args: argparse.Namespace):
             problem = get_problem(settings["problem"], **settings["problem_options"])
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"--resume: {path}: problem {settings['problem']!r}: {exc}") from None
+    _check_same_problem(model.metadata.get("problem_signature"), problem, path)
     _check_memory(settings, problem, model.specs[0] if hasattr(model, "specs") else model.spec, args.threads)
     return settings, problem, model, done
 
@@ -580,6 +581,19 @@ def _trusted_problem(saved: Any, given: str | None, path: str) -> None:
     raise _UsageError(f"--resume: {path} names the problem {saved!r}, a factory that is not built in; "
                       f"helmpinn does not import or call what a data file names; if it is a factory of "
                       f"your own, name it yourself: --problem {saved}")
+
+
+def _check_same_problem(recorded: Any, problem, path: str) -> None:
+    """The problem a resumed run rebuilt is the one its checkpoint trained on (the fingerprint
+    the checkpoint records, :mod:`helmpinn._signature`): a factory, its file or its data
+    changed since is named as such, before training, not as a failure deep inside it."""
+    from ._signature import changed
+
+    differ = changed(recorded, problem)
+    if differ:
+        raise _UsageError(f"--resume: {path}: problem {problem.name!r} now builds another problem than the run "
+                          f"trained on ({', '.join(differ)} differ); its factory, file or data changed since. "
+                          f"Restore them, or train anew into another --out")
 
 
 def _check_device(settings: dict[str, Any], ranks: int, resume: str | None) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import _core, _device, distributed
+from . import _core, _device, _signature, distributed
 from ._checks import integer
 from ._compat import UNSET, renamed
 from .batch import TERMS, WEIGHTS, Batch
@@ -107,6 +107,8 @@ class Trainer:
     points (:func:`helmpinn.distributed.sample_shard`), the loss and gradient are the union's,
     every rank takes the same step, checked every ``check_every`` steps; stops are agreed by all
     ranks; only rank 0 shows progress and writes checkpoints. Every rank makes the same calls.
+    The ranks first check that they have the same problem and model
+    (:func:`helmpinn.distributed.check_same_run`; ValueError on every rank where they differ).
 
     A non-finite loss (or non-finite parameters at a checkpoint or after the last step) stops
     cleanly: the model and optimiser go back to the last good state (the last checkpoint, or the
@@ -236,6 +238,9 @@ class Trainer:
         self.driver: Driver | None = None      # the driver of the current (or last) fit
         self.step_times: dict[str, float] = {}  # the drivers' StepInfo.times, summed over the fit
         self._good: tuple[int, np.ndarray, dict[str, Any]] | None = None
+        self._fingerprint: dict[str, Any] | None = None   # the problem's, for checkpoints (helmpinn._signature)
+        if comm is not None and self._ranks > 1:   # before any draw: the same problem and model everywhere
+            distributed.check_same_run(comm, problem, self.model)
 
     @property
     def n_pde(self) -> int:
@@ -383,9 +388,11 @@ class Trainer:
             raise ValueError("no checkpoint path")
         if not self._params_finite():
             return False
+        if self._fingerprint is None:   # once per Trainer: what a resumed run compares its problem with
+            self._fingerprint = _signature.record(self.problem) or {}
         meta = {**self.model.metadata, "step": self.step, "problem": self.problem.name,
                 "problem_options": self.problem.options, "last_error": self.last_error,
-                "sampler": self._draw_state}
+                "sampler": self._draw_state, "problem_signature": self._fingerprint}
         if self._grown:   # the counts of the current draw, for a resumed run to draw it again
             meta["grown_points"] = [self.pde_points, self.bc_points]
         failed = None
