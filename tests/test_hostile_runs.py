@@ -122,3 +122,39 @@ def test_resuming_after_the_factory_changed_names_it(user_file, tmp_path, capsys
     user_file.write_text(FACTORY)
     os.utime(user_file, ns=(1, 2 * 10**18))
     assert main(["train", "--resume", str(out), "--steps", "4", "--problem", spec]) == 0
+
+
+# -- finding 10: options JSON cannot hold never fail a write at the end of a run -------------------
+ODD_DEFAULTS = '''
+import numpy as np
+import helmpinn as hp
+
+def make(k: float = 3.0, weight=lambda x: x, c: complex = 1 + 2j, shape=np.zeros(3)):
+    assert callable(weight) and isinstance(c, complex) and isinstance(shape, np.ndarray)
+    return hp.get_problem("plane1d", k=k)
+'''
+
+
+def test_a_factory_default_json_cannot_hold_is_not_recorded(tmp_path, capsys):
+    """Defaults that are a function, a complex and an array: the run writes its model and its
+    report (they record the other options, and these by repr), and resumes with the
+    factory's defaults again."""
+    (tmp_path / "odd.py").write_text(ODD_DEFAULTS)
+    out, spec = tmp_path / "run", f"{tmp_path / 'odd.py'}:make"
+    assert main(["train", "--problem", spec, *TINY, "--steps", "2", "--out", str(out), "--k", "4"]) == 0
+    meta = json.loads(str(np.load(out / "model.npz")["metadata"]))
+    assert meta["problem_options"] == {"k": 4.0}
+    assert set(meta["problem_options_by_repr"]) == {"weight", "c", "shape"} and meta["problem_options_by_repr"]["c"] == "(1+2j)"
+    assert json.loads((out / "metrics.json").read_text())["settings"]["problem_options"] == {"k": 4.0}
+    assert main(["train", "--resume", str(out), "--steps", "4", "--problem", spec]) == 0
+    assert json.loads((out / "metrics.json").read_text())["final_step"] == 4
+
+
+def test_metadata_a_checkpoint_cannot_hold_is_refused_before_training(tmp_path):
+    import helmpinn as hp
+
+    model = hp.Model.create(1, 4, 8, 1, seed=0)
+    model.metadata = {"note": print}
+    with pytest.raises(ValueError, match="checkpoint_path: the model's metadata cannot be written .*builtin_function"):
+        hp.Trainer(hp.get_problem("plane1d"), model, checkpoint_path=tmp_path / "m.npz", progress=False)
+    assert not (tmp_path / "m.npz").exists()

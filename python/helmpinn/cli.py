@@ -358,6 +358,16 @@ def _user_code(name: str | None):
         raise _UsageError(f"problem {name!r}: the factory {what}") from None
 
 
+def _recorded(problem) -> dict[str, Any]:
+    """The problem's options as the run's files record them: those JSON holds as they are (a
+    user's factory's default that is a function, an array or a complex is left out, so that
+    its default holds again on --resume: :func:`helmpinn.registry.recorded_options`), so that
+    no write fails at the end of the run."""
+    from .registry import recorded_options
+
+    return recorded_options(problem.options)[0]
+
+
 def _chosen(args: argparse.Namespace) -> str:
     """' (hp.solve's choice ...)' where the optimiser was not named on the command line."""
     return "" if args.optimizer not in (None, "auto") else \
@@ -385,7 +395,7 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
     pick = lambda key, value: s[key] if value is None else value  # noqa: E731
     seed = 0 if args.seed is None else args.seed
     settings = {
-        "problem": problem.name, "problem_options": problem.options,
+        "problem": problem.name, "problem_options": _recorded(problem),
         "hidden": pick("hidden", args.hidden), "layers": pick("layers", args.layers),
         "fourier": pick("ff_dim", args.fourier), "sigma": pick("sigma", args.sigma),
         "dtype": pick("dtype", args.dtype), "steps": pick("steps", args.steps),
@@ -894,7 +904,7 @@ def _make_trainer(run: _Run):
     from .trainer import Trainer
 
     s, model = run.settings, run.model
-    model.metadata = {**model.metadata, "problem": run.problem.name, "problem_options": run.problem.options,
+    model.metadata = {**model.metadata, "problem": run.problem.name, "problem_options": _recorded(run.problem),
                       "settings": s}
     try:
         return Trainer(run.problem, model, lr=s["lr"], schedule=s["schedule"], betas=s["betas"],

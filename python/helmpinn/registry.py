@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 import os
 import sys
 from typing import Any, Callable
@@ -25,7 +26,7 @@ from . import builtin, scattering, waves
 from .problems import Problem
 
 __all__ = ["get_problem", "list_problems", "problem_names", "problem_options", "register_problem",
-           "load_factory", "canonical_name"]
+           "load_factory", "canonical_name", "recorded_options"]
 
 #: name -> (factory, one-line description): the built-in tables, then what register_problem adds.
 _REGISTRY: dict[str, tuple[Callable[..., Problem], str]] = {
@@ -169,6 +170,32 @@ def problem_options(name: str) -> dict[str, Any]:
     (None for a parameter without one, which must then be given)."""
     factory, canonical, _ = load_factory(name)
     return _options(factory, canonical)
+
+
+def _json_exact(value: Any) -> bool:
+    """Whether JSON writes ``value`` and reads it back as the same value: None, a bool, an int,
+    a finite float, a string, and lists / tuples / string-keyed dicts of these (a tuple reads
+    back as a list)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_json_exact(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_exact(v) for k, v in value.items())
+    return False
+
+
+def recorded_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(recorded, by_repr)``: the options a run's files record to rebuild the problem with
+    (:func:`get_problem` ``(name, **recorded)``: those JSON reads back as they are) and the
+    others by ``repr`` (a function, an array, a complex default of a user's factory: left out
+    of ``recorded``, so that the factory's default holds again when the problem is rebuilt; a
+    checkpoint's fingerprint of the problem tells when it then differs). Checked when a run
+    starts, so that no such option fails a write at its end."""
+    recorded = {k: v for k, v in options.items() if _json_exact(v)}
+    return recorded, {k: repr(v) for k, v in options.items() if k not in recorded}
 
 
 def get_problem(name: str, **options) -> Problem:

@@ -27,6 +27,7 @@ from .distributed import check_ranks
 from .drivers import MODEL_KINDS, Driver, make_driver, mismatch, model_kind
 from .model import Model
 from .problems import Problem, get_problem
+from .registry import recorded_options
 from .trainer import History, Trainer
 from .waves import ResonanceWarning, resonance_warning
 
@@ -241,7 +242,7 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
                       time_limit=time_limit, clock=clock, progress=progress, seed=s["seed"], comm=comm,
                       callbacks=callbacks)
     trainer.model.metadata = {**trainer.model.metadata, "problem": problem.name,
-                              "problem_options": problem.options}
+                              "problem_options": recorded_options(problem.options)[0]}
     start = clock()
     history, _ = train(trainer, settings)
     reached = (trainer.stop_reason or "").startswith("target")

@@ -8,6 +8,7 @@ Levenberg-Marquardt (:meth:`Trainer.fit_lm`) or a user's own. Default settings:
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -156,6 +157,8 @@ class Trainer:
             raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit}")
         if checkpoint_every and checkpoint_path is None:
             raise ValueError("checkpoint_every needs a checkpoint_path")
+        if checkpoint_path is not None:
+            _check_metadata(model)
         if comm is not None and target != "cpu":
             raise NotImplementedError(f"Trainer(comm=...): data-parallel training runs on the CPU "
                                       f"(the ranks reduce host gradients), not on {target}: "
@@ -390,9 +393,9 @@ class Trainer:
             return False
         if self._fingerprint is None:   # once per Trainer: what a resumed run compares its problem with
             self._fingerprint = _signature.record(self.problem) or {}
-        meta = {**self.model.metadata, "step": self.step, "problem": self.problem.name,
-                "problem_options": self.problem.options, "last_error": self.last_error,
-                "sampler": self._draw_state, "problem_signature": self._fingerprint}
+        meta = {**self.model.metadata, **_problem_record(self.problem), "step": self.step,
+                "last_error": self.last_error, "sampler": self._draw_state,
+                "problem_signature": self._fingerprint}
         if self._grown:   # the counts of the current draw, for a resumed run to draw it again
             meta["grown_points"] = [self.pde_points, self.bc_points]
         failed = None
@@ -661,6 +664,28 @@ class Trainer:
         if self.last_gap is not None:
             s += f" gap={self.last_gap:.3g}"
         return s
+
+
+def _problem_record(problem: Problem) -> dict[str, Any]:
+    """What a checkpoint records of its problem: the name and the options it can be rebuilt
+    with, and any option JSON cannot hold by repr (:func:`helmpinn.registry.recorded_options`)."""
+    from .registry import recorded_options
+
+    options, by_repr = recorded_options(dict(getattr(problem, "options", None) or {}))
+    return {"problem": problem.name, "problem_options": options,
+            **({"problem_options_by_repr": by_repr} if by_repr else {})}
+
+
+def _check_metadata(model: Any) -> None:
+    """A checkpoint's metadata must be writable: checked when the Trainer is made, so that
+    no run fails at its first checkpoint (or its last) on a value JSON cannot hold."""
+    from .model import _json_default
+
+    try:
+        json.dumps(model.metadata, default=_json_default)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"checkpoint_path: the model's metadata cannot be written to a checkpoint ({exc}); "
+                         f"keep it to numbers, strings, lists and dicts") from None
 
 
 class _Bar:
