@@ -158,3 +158,55 @@ def test_metadata_a_checkpoint_cannot_hold_is_refused_before_training(tmp_path):
     with pytest.raises(ValueError, match="checkpoint_path: the model's metadata cannot be written .*builtin_function"):
         hp.Trainer(hp.get_problem("plane1d"), model, checkpoint_path=tmp_path / "m.npz", progress=False)
     assert not (tmp_path / "m.npz").exists()
+
+
+# -- finding 14: a checkpoint that cannot be written does not end the run --------------------------
+def _full_disk(monkeypatch, fail_calls):
+    """numpy.savez writes a little, then fails as a full disk does, on the calls numbered in
+    ``fail_calls`` (from 1; "all": every call)."""
+    import errno
+
+    real, calls = np.savez, []
+
+    def savez(fh, **arrays):
+        calls.append(1)
+        if fail_calls == "all" or len(calls) in fail_calls:
+            fh.write(b"PK\x03\x04 part of a file")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fh, **arrays)
+
+    monkeypatch.setattr(np, "savez", savez)
+    return calls
+
+
+def test_a_failed_periodic_checkpoint_is_retried_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    _full_disk(monkeypatch, {1, 2})   # the checkpoints at steps 2 and 4; those at 6 and the end succeed
+    assert main(["train", "--problem", "plane1d", "--k", "5", *TINY, "--steps", "7", "--checkpoint-every", "2",
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    failures = [ln for ln in err.splitlines() if "could not write the checkpoint" in ln]
+    assert len(failures) == 2 and "Traceback" not in err, err
+    assert f"could not write the checkpoint {out / 'model.npz'} at step 2 (No space left on device); no " \
+           "checkpoint of this run was written yet; training goes on and the next checkpoint tries again" in failures[0]
+    assert "at step 4" in failures[1]
+    assert json.loads(str(np.load(out / "model.npz")["metadata"]))["step"] == 7
+    assert not [n for n in os.listdir(out) if n.startswith(".tmp-")]
+
+
+def test_a_failed_last_checkpoint_keeps_the_last_good_file(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    assert main(["train", "--problem", "plane1d", "--k", "5", *TINY, "--steps", "2", "--out", str(out)]) == 0
+    before = (out / "model.npz").read_bytes()
+    _full_disk(monkeypatch, "all")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--steps", "6", "--checkpoint-every", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("helmpinn: the run's last checkpoint was not written: could not write the checkpoint ")
+    assert f"at step 6 (No space left on device); {out / 'model.npz'} keeps step 2; wrote {out / 'metrics.json'}" \
+        in last
+    assert (out / "model.npz").read_bytes() == before   # the last good file, whole
+    assert json.loads((out / "metrics.json").read_text())["final_step"] == 6
+    assert not [n for n in os.listdir(out) if n.startswith(".tmp-")]

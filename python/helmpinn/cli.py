@@ -21,7 +21,9 @@ included, is refused (status 2) without touching anything.
 No work is lost, however a run stops. Every file is written to a temporary file in OUT and
 renamed into place; the previous run's model, report and figures stay until this run has its
 model (the first checkpoint), and then only the previous files this run did not replace are
-removed. Only files helmpinn wrote are ever replaced or removed: ``OUT/.helmpinn-manifest.json``
+removed. A checkpoint that cannot be written (a full disk) is one line, the file keeps the last
+good one and the next checkpoint tries again; a run whose last checkpoint or report could not be
+written exits with status 1 saying so. Only files helmpinn wrote are ever replaced or removed: ``OUT/.helmpinn-manifest.json``
 records them, and a file under one of helmpinn's names that it did not write (a user's own
 ``metrics.json``, a directory named ``model.npz``) makes the run stop before training with a
 message naming it; temporary files are removed only under the exact names helmpinn gives them.
@@ -820,6 +822,7 @@ def _set_up(run: _Run, held: contextlib.ExitStack) -> bool:
         if run.done:
             run.trainer.history, run.trainer.train_time, run.same_run = \
                 _previous_history(run.out, run.done, run.settings)
+            run.trainer.checkpoint_step = run.done   # the checkpoint resumed from is in OUT
         if run.folder is not None:
             _claim_outputs(run)
 
@@ -1000,10 +1003,19 @@ def _finish(run: _Run, metrics: dict[str, Any], trained: _Trained, error: float 
     """Rank 0 writes the report and the figures and says how the run ended (``error``: the
     final relative L2 error); the exit status."""
     trainer, settings, out = run.trainer, run.settings, run.out
-    status = _write_outputs(run.folder, metrics, run.problem, run.model, trained.history.as_dict(),
-                            have_model=have_model, kept_previous=not have_model and run.before is not None,
-                            plots=not run.args.no_plots)
+    try:
+        status = _write_outputs(run.folder, metrics, run.problem, run.model, trained.history.as_dict(),
+                                have_model=have_model, kept_previous=not have_model and run.before is not None,
+                                plots=not run.args.no_plots)
+    except OSError as exc:   # a full disk: said in one line, the files already there left whole
+        print(f"helmpinn: could not write the report or the figures in {out} ({exc.strerror or exc}); "
+              f"{_model_state(run)}", file=sys.stderr)
+        return 1
     metrics_path = os.path.join(out, status["report"])
+    if trainer.checkpoint_failed and not trainer.diverged:
+        print(f"helmpinn: the run's last checkpoint was not written: {trainer.checkpoint_failed}; wrote "
+              f"{metrics_path}", file=sys.stderr)
+        return 1
     if trainer.diverged:
         kept = (f"kept the last good checkpoint {run.model_path} (step {trainer.step})" if have_model else
                 "no model was written (no checkpoint before the divergence; --checkpoint-every N keeps one)")
@@ -1026,6 +1038,16 @@ def _finish(run: _Run, metrics: dict[str, Any], trained: _Trained, error: float 
               + (f"; removed the previous run's {', '.join(status['removed'])}" if status["removed"] else ""),
               file=sys.stderr)
     return _TERMINATED if terminated else 0
+
+
+def _model_state(run: _Run) -> str:
+    """Which model the output folder holds, in words, after a write failed."""
+    trainer = run.trainer
+    if trainer.checkpoint_failed:
+        return trainer.checkpoint_failed
+    if trainer.checkpoint_step is not None:
+        return f"{run.model_path} holds step {trainer.checkpoint_step}"
+    return "this run wrote no model"
 
 
 def _write_outputs(folder: runfiles.RunFolder, metrics: dict[str, Any], problem, model, history,

@@ -242,6 +242,9 @@ class Trainer:
         self.step_times: dict[str, float] = {}  # the drivers' StepInfo.times, summed over the fit
         self._good: tuple[int, np.ndarray, dict[str, Any]] | None = None
         self._fingerprint: dict[str, Any] | None = None   # the problem's, for checkpoints (helmpinn._signature)
+        self.checkpoint_step: int | None = None   # the step of the last checkpoint written
+        self.checkpoint_failed: str | None = None  # why the last checkpoint could not be written
+        self._periodic = False   # inside the checkpoint every checkpoint_every steps
         if comm is not None and self._ranks > 1:   # before any draw: the same problem and model everywhere
             distributed.check_same_run(comm, problem, self.model)
 
@@ -385,7 +388,14 @@ class Trainer:
         return step
 
     def save_checkpoint(self, path: str | os.PathLike | None = None) -> bool:
-        """Save model + optimiser state (only if every parameter is finite); returns success."""
+        """Save model + optimiser state (only if every parameter is finite); returns whether
+        the state was good (False: non-finite parameters, nothing written).
+
+        A write that fails with an OSError (a full disk, a file-size limit, a folder gone) does
+        not end the run: the file is written whole or not at all (the last good checkpoint
+        stays), one line on stderr (rank 0) says what failed, :attr:`checkpoint_failed` holds
+        it until a later checkpoint is written, and the next checkpoint tries again.
+        :attr:`checkpoint_step` is the step of the last checkpoint this Trainer wrote."""
         path = path or self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path")
@@ -398,20 +408,44 @@ class Trainer:
                 "problem_signature": self._fingerprint}
         if self._grown:   # the counts of the current draw, for a resumed run to draw it again
             meta["grown_points"] = [self.pde_points, self.bc_points]
-        failed = None
+        failed, why = None, None
         if self.rank == 0:
             try:
                 self.model.save(path, optimizer_state=self._optimizer_state(), metadata=meta)
+            except OSError as exc:   # the run goes on; the next checkpoint tries again
+                why = exc.strerror or str(exc)
             except Exception as exc:
                 if self.comm is None:
                     raise
                 failed = exc
-        if self.comm is not None and self.comm.bcast(failed is not None, root=0):
-            if failed is not None:
-                raise failed
-            raise RuntimeError(f"rank 0 could not write the checkpoint {os.fspath(path)!r}")
+        if self.comm is not None:
+            failed_anywhere, why = self.comm.bcast((failed is not None, why), root=0)
+            if failed_anywhere:
+                if failed is not None:
+                    raise failed
+                raise RuntimeError(f"rank 0 could not write the checkpoint {os.fspath(path)!r}")
+        if why is None:
+            self.checkpoint_failed, self.checkpoint_step = None, self.step
+        else:
+            self._checkpoint_failed(os.fspath(path), why)
         self._snapshot()
         return True
+
+    def _checkpoint_failed(self, path: str, why: str) -> None:
+        kept = "no checkpoint of this run was written yet" if self.checkpoint_step is None else \
+            f"{path} keeps step {self.checkpoint_step}"
+        self.checkpoint_failed = f"could not write the checkpoint {path} at step {self.step} ({why}); {kept}"
+        if self.rank == 0:
+            going_on = "; training goes on and the next checkpoint tries again" if self._periodic else ""
+            print(f"\nhelmpinn: {self.checkpoint_failed}{going_on}", file=sys.stderr, flush=True)
+
+    def _periodic_checkpoint(self) -> bool:
+        """The checkpoint every ``checkpoint_every`` steps (a failed write is said to be retried)."""
+        self._periodic = True
+        try:
+            return self.save_checkpoint()
+        finally:
+            self._periodic = False
 
     def _resume_sampler(self) -> None:
         """Put the sampler back where a checkpoint's run drew its current points (so a resumed
@@ -589,7 +623,7 @@ class Trainer:
             self._evaluate(step, self.train_time + t1 - self._t0 - self._t_aside)
             self._grow = self.driver.points_factor(self)
             self._t_aside += self.clock() - t1
-        if self.checkpoint_every and step % self.checkpoint_every == 0 and not self.save_checkpoint():
+        if self.checkpoint_every and step % self.checkpoint_every == 0 and not self._periodic_checkpoint():
             good = self._restore()
             self.diverged = True
             self.stop_reason = (f"non-finite parameters at step {step}; "
