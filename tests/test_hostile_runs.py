@@ -210,3 +210,27 @@ def test_a_failed_last_checkpoint_keeps_the_last_good_file(tmp_path, capsys, mon
     assert (out / "model.npz").read_bytes() == before   # the last good file, whole
     assert json.loads((out / "metrics.json").read_text())["final_step"] == 6
     assert not [n for n in os.listdir(out) if n.startswith(".tmp-")]
+
+
+# -- finding 19: hp.solve's numbers are checked before anything is planned -------------------------
+@pytest.mark.parametrize("name, value, error, words", [
+    ("tol", float("inf"), ValueError, "solve: tol must be a finite number > 0, got inf"),
+    ("tol", "1e-3", TypeError, "solve: tol must be a real number, got '1e-3'"),
+    ("tol", True, TypeError, "solve: tol must be a real number, got True"),
+    ("time_limit", True, TypeError, "solve: time_limit must be a real number, got True"),
+    ("time_limit", "5", TypeError, "solve: time_limit must be a real number, got '5'"),
+    ("time_limit", float("nan"), ValueError, "solve: time_limit must be a finite number > 0, got nan"),
+    ("memory_bytes", "2", TypeError, "solve: memory_bytes must be an integer, got '2'"),
+    ("memory_bytes", True, TypeError, "solve: memory_bytes must be an integer, got True"),
+    ("memory_bytes", -1, ValueError, "solve: memory_bytes must be an integer >= 1, got -1"),
+])
+def test_solve_checks_its_numbers_before_planning(monkeypatch, name, value, error, words):
+    import helmpinn as hp
+    from helmpinn import solving
+
+    def plan(*args, **kw):
+        raise AssertionError("planned before the arguments were checked")
+
+    monkeypatch.setattr(solving, "plan", plan)
+    with pytest.raises(error, match="^" + words.replace("(", r"\(") + "$"):
+        hp.solve(hp.get_problem("plane1d", k=4.0), progress=False, **{name: value})

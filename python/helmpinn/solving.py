@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import dd_driver
-from ._checks import integer
+from ._checks import integer, real_number
 from .decomposition import DecomposedModel
 from .defaults import OPTIMIZERS, run_settings
 from .distributed import check_ranks
@@ -195,10 +195,12 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     (:func:`helmpinn.waves.box_resonances`: a mode of −Δ within 1% of κ) gets a
     :class:`~helmpinn.waves.ResonanceWarning` (on rank 0).
     """
+    # the numbers first, before any planning (a string, a bool, an infinity named as such)
+    tol = None if tol is None else real_number("solve", "tol", tol, low=0)
+    time_limit = None if time_limit is None else real_number("solve", "time_limit", time_limit, low=0)
+    memory_bytes = integer("solve", "memory_bytes", memory_bytes, low=1)
     if isinstance(problem, str):
         problem = get_problem(problem)
-    if tol is not None and not tol > 0:
-        raise ValueError(f"tol must be a positive number, got {tol}")
     given = None if isinstance(model, str) else model
     if given is not None and not isinstance(given, (Model, DecomposedModel)):
         raise TypeError(f"model: expected 'auto', 'network', 'decomposed', a Model or a DecomposedModel, "
