@@ -798,6 +798,10 @@ def _cmd_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     return _finish(run, metrics, trained, error, have_model=have_model, terminated=bool(terminated))
 
 
+#: The name of the set-up's first agreement under MPI (that of a rank refused earlier too).
+_CHECKS = "helmpinn train: checks"
+
+
 def _set_up(run: _Run, held: contextlib.ExitStack) -> bool:
     """Every check, then rank 0 locks the output folder and claims its files, and the Trainer
     is built. False, after one line on stderr, when the command line is refused (on every rank
@@ -813,11 +817,11 @@ def _set_up(run: _Run, held: contextlib.ExitStack) -> bool:
         _resolve(run, held)
         _check_ranks(run.settings, run.ranks)
         _check_device(run.settings, run.ranks, run.args.resume)
-        if run.rank == 0 and run.folder is None:
-            _prepare_out(run.out)
-            run.folder = _lock(run.out, "--out", held)
 
     def build() -> None:
+        if run.rank == 0 and run.folder is None:   # a new run's folder, once every rank's checks passed
+            _prepare_out(run.out)
+            run.folder = _lock(run.out, "--out", held)
         run.trainer = _make_trainer(run)
         if run.done:
             run.trainer.history, run.trainer.train_time, run.same_run = \
@@ -826,7 +830,7 @@ def _set_up(run: _Run, held: contextlib.ExitStack) -> bool:
         if run.folder is not None:
             _claim_outputs(run)
 
-    failure = _agreed(run, check, "helmpinn train: checks")
+    failure = _agreed(run, check, _CHECKS)
     if failure is None:
         _set_threads(run)   # a collective under MPI: every rank gets here, or none
         failure = _agreed(run, build, "helmpinn train: set-up")
@@ -840,21 +844,52 @@ def _agreed(run: _Run, work, what: str) -> str | None:
     agreement, :func:`helmpinn.distributed.agree`, which a rank that failed early meets in the
     others' next collective of :mod:`helmpinn.distributed`), prefixed with the rank where it is
     another rank's; None when no rank failed."""
-    from .distributed import CollectiveError, agree
+    from .distributed import CollectiveError
 
     error = None
     try:
-        try:
-            work()
-        except _UsageError as exc:
-            error = exc
-        agree(run.comm, error, what)
+        work()
+    except _UsageError as exc:
+        error = exc
+    except CollectiveError as exc:   # a collective inside work met another rank's failure: agreed
+        return _their_message(exc)
+    return _agree_on(run.comm, error, what)
+
+
+def _agree_on(comm: Any, error: _UsageError | None, what: str) -> str | None:
+    """The agreement of :func:`_agreed` (``comm`` None: this process's ``error`` alone)."""
+    from .distributed import CollectiveError, agree
+
+    try:
+        agree(comm, error, what)
     except _UsageError as exc:
         return str(exc)
     except CollectiveError as exc:   # another rank's usage error
-        rank, _, kind, message = exc.failures[0]
-        return f"rank {rank}: {message if kind == _UsageError.__name__ else f'{kind}: {message}'}"
+        return _their_message(exc)
     return None
+
+
+def _their_message(exc) -> str:
+    """The first failing rank's message of a CollectiveError, as rank 0 prints it."""
+    rank, _, kind, message = exc.failures[0]
+    return f"rank {rank}: {message if kind == _UsageError.__name__ else f'{kind}: {message}'}"
+
+
+def _refused_command_line(error: _UsageError) -> int:
+    """A command line refused before the run's set-up: one line, status 2. Under several MPI
+    ranks the others may have read theirs (a user's factory that cannot be loaded on one node
+    only): this rank meets them in the set-up's first agreement, so that every rank stops
+    (status 2) instead of waiting for it, and rank 0 prints the message."""
+    from .distributed import launch_comm
+
+    try:
+        comm = launch_comm()
+    except RuntimeError:   # mpi4py missing under a launcher: every rank says so alone
+        comm = None
+    failure = _agree_on(comm, error, _CHECKS)
+    if comm is None or comm.Get_rank() == 0:
+        print(f"helmpinn: {failure}", file=sys.stderr)
+    return 2
 
 
 def _resolve(run: _Run, held: contextlib.ExitStack) -> None:
@@ -1105,8 +1140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parse(argv)
     except _UsageError as exc:
-        print(f"helmpinn: {exc}", file=sys.stderr)
-        return 2
+        return _refused_command_line(exc)
     if args.command == "problems":
         return _cmd_problems()
     from .distributed import abort_on_error, launch_comm
