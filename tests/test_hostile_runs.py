@@ -144,7 +144,8 @@ def test_a_factory_default_json_cannot_hold_is_not_recorded(tmp_path, capsys):
     assert main(["train", "--problem", spec, *TINY, "--steps", "2", "--out", str(out), "--k", "4"]) == 0
     meta = json.loads(str(np.load(out / "model.npz")["metadata"]))
     assert meta["problem_options"] == {"k": 4.0}
-    assert set(meta["problem_options_by_repr"]) == {"weight", "c", "shape"} and meta["problem_options_by_repr"]["c"] == "(1+2j)"
+    by_repr = meta["problem_options_by_repr"]
+    assert set(by_repr) == {"weight", "c", "shape"} and by_repr["c"] == "(1+2j)"
     assert json.loads((out / "metrics.json").read_text())["settings"]["problem_options"] == {"k": 4.0}
     assert main(["train", "--resume", str(out), "--steps", "4", "--problem", spec]) == 0
     assert json.loads((out / "metrics.json").read_text())["final_step"] == 4

@@ -23,17 +23,19 @@ renamed into place; the previous run's model, report and figures stay until this
 model (the first checkpoint), and then only the previous files this run did not replace are
 removed. A checkpoint that cannot be written (a full disk) is one line, the file keeps the last
 good one and the next checkpoint tries again; a run whose last checkpoint or report could not be
-written exits with status 1 saying so. Only files helmpinn wrote are ever replaced or removed: ``OUT/.helmpinn-manifest.json``
-records them, and a file under one of helmpinn's names that it did not write (a user's own
-``metrics.json``, a directory named ``model.npz``) makes the run stop before training with a
-message naming it; temporary files are removed only under the exact names helmpinn gives them.
+written exits with status 1 saying so. Only files helmpinn wrote are ever replaced or removed:
+``OUT/.helmpinn-manifest.json`` records them, and a file under one of helmpinn's names that it
+did not write (a user's own ``metrics.json``, a directory named ``model.npz``) makes the run
+stop before training with a message naming it; temporary files are removed only under the
+exact names helmpinn gives them.
 Ctrl-C (SIGINT) stops after the current step, saves the checkpoint and the report and exits
 with status 130; SIGTERM (how batch schedulers stop a job) does the same and exits with status
 143 (in a single process; under MPI it ends the job as it always has). ``helmpinn train --resume
 OUT`` continues that run with its saved settings (its ``--device`` included), keeping its
 history; a run of a user's own factory resumes only with ``--problem`` naming that factory again
-(a run folder is data: nothing it names is imported or called on its word alone). ``--device cuda`` trains on the first GPU; without a CUDA build or a visible GPU, or
-with ``--optimizer lm`` (CPU only), it is refused (status 2) before anything is written. A run
+(a run folder is data: nothing it names is imported or called on its word alone). ``--device
+cuda`` trains on the first GPU; without a CUDA build or a visible GPU, or with ``--optimizer lm``
+(CPU only), it is refused (status 2) before anything is written. A run
 that diverges (non-finite loss or parameters) keeps the last good checkpoint and exits with
 status 1; without a checkpoint it writes no model, and a previous run's model in OUT stays with
 its report (this run's report then goes to ``diverged-metrics.json``).

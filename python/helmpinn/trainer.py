@@ -118,7 +118,9 @@ class Trainer:
     Inf from the problem raises ValueError naming the array. Every fit ends with an evaluation
     and, with ``checkpoint_path``, a checkpoint (model, optimiser state, the sampler's state): a
     Trainer given a model loaded from it continues the run (step count, optimiser state, the
-    schedule, the same points).
+    schedule, the same points). A checkpoint that cannot be written (an OSError: a full disk)
+    does not stop the run: the file keeps the last good one and the next checkpoint tries
+    again (:meth:`save_checkpoint`).
 
     The Trainer runs where the model is (``device``: None follows it; "cuda" / "cpu" moves it
     first). On a GPU the points, parameters, gradient and Adam's moments stay in device memory;
