@@ -235,3 +235,21 @@ def test_solve_checks_its_numbers_before_planning(monkeypatch, name, value, erro
     monkeypatch.setattr(solving, "plan", plan)
     with pytest.raises(error, match="^" + words.replace("(", r"\(") + "$"):
         hp.solve(hp.get_problem("plane1d", k=4.0), progress=False, **{name: value})
+
+
+def test_a_report_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from helmpinn import runfiles
+
+    def write(self, name, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runfiles.RunFolder, "write", write)
+    out = tmp_path / "run"
+    assert main(["train", "--problem", "plane1d", "--k", "5", *TINY, "--steps", "2", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    _one_line(err)
+    assert f"could not write the report or the figures in {out} (No space left on device); " \
+           f"{out / 'model.npz'} holds step 2" in err
+    assert json.loads(str(np.load(out / "model.npz")["metadata"]))["step"] == 2
