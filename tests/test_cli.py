@@ -221,6 +221,12 @@ class _TwoRanks:
     def allreduce(self, value):
         return value
 
+    def Allgather(self, send, recv):   # the set-up's agreement: the other rank as this one
+        recv[0][:] = send[0]
+
+    def allgather(self, value):
+        return [value, value]
+
 
 @pytest.mark.parametrize("flags,flag,what", [(["--optimizer", "lbfgs"], "--optimizer lbfgs", "lbfgs"),
                                              (["--lbfgs", "3"], "--lbfgs 3", "lbfgs"),

@@ -66,6 +66,8 @@ CASES = {
         "MemoryError: no room"),
     "sample_shard": ("CollectiveError: rank 1 failed in distributed.sample_shard: MemoryError: no room",
                      "MemoryError: no room"),
+    "models_differ_before_training": ("ValueError: the ranks' models differ .*rank 0: 118 parameters.*"
+                                      "rank 1: 170 parameters",) * 2,
     "replicas_length": ("RuntimeError: the parameters differ between ranks .*\\(5\\).*\\(6\\)",) * 2,
     "lm_budget_on_one_rank": ("ValueError: solver 'primal' needs about .* GiB .*R = 4000 residuals "
                               "\\(the largest share; P×P on each of the 2 ranks\\), over max_matrix_bytes",) * 2,
@@ -103,6 +105,65 @@ def test_cli_train_with_a_failure_on_one_rank_ends(tmp_path):
     res = _launch("cli", tmp_path)
     assert res.returncode != 0
     assert re.search(r"MemoryError: no room for the points", res.stderr), res.stderr
+
+
+# A user's factory that fails on one rank only (a data file missing on one node): rank 1 raises
+RANK_FACTORY = """
+import os
+import helmpinn as hp
+
+RANK = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK"))   # MPICH's, Open MPI's
+if {on_import} and RANK == "1":
+    raise {error}("no velocity file on this node")
+
+def make(k: float = 3.0):
+    if RANK == "1":
+        raise {error}("no velocity file on this node")
+    return hp.get_problem("plane1d", k=k)
+"""
+
+
+@pytest.mark.parametrize("error, on_import", [("ValueError", False), ("RuntimeError", False),
+                                              ("RuntimeError", True)])
+def test_cli_usage_error_on_one_rank_ends_every_rank_with_its_message(tmp_path, error, on_import):
+    """`helmpinn train` under mpiexec whose problem factory fails on rank 1 only (when it is
+    called, or when its file is loaded, before the command line is read): every rank agrees on
+    it before any other collective (no hang in the threads' count or the Trainer's draw, or in
+    the set-up's agreement itself), exits with status 2, and rank 0 prints rank 1's message in
+    one line."""
+    (tmp_path / "factory.py").write_text(RANK_FACTORY.format(error=error, on_import=on_import))
+    res = _launch("cli_usage_error", tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert [(tmp_path / f"rc{r}.txt").read_text() for r in range(RANKS)] == ["2", "2"], res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("helmpinn: ")]
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    kind = "" if error == "ValueError" else f"the factory raised {error}: "
+    assert re.search(f"rank 1: problem .*factory.py:make.: {kind}no velocity file on this node", lines[0]), lines
+    assert not os.path.exists(tmp_path / "run")   # nothing written: the folder comes after the checks
+
+
+NODE_FACTORY = """
+import helmpinn as hp
+from mpi4py import MPI
+
+def make(k: float = 3.0):
+    # a wavenumber read from a node-local file: another on rank 1
+    return hp.get_problem("plane1d", k=k + MPI.COMM_WORLD.Get_rank())
+"""
+
+
+def test_cli_ranks_whose_problems_differ_stop_before_training(tmp_path):
+    """A factory that builds another problem on rank 1: the Trainer compares the ranks'
+    problems (distributed.check_same_run) before its first draw; every rank exits with status
+    2 and rank 0 says what differs, instead of training each rank on its own problem."""
+    (tmp_path / "factory.py").write_text(NODE_FACTORY)
+    res = _launch("cli_usage_error", tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert [(tmp_path / f"rc{r}.txt").read_text() for r in range(RANKS)] == ["2", "2"], res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("helmpinn: ")]
+    assert len(lines) == 1, res.stderr
+    assert re.search(r"the ranks' problems differ .*rank 1 differs from rank 0's in .*κ \(the medium\)",
+                     lines[0]), lines
 
 
 def test_threads_per_rank_with_different_environments(tmp_path):
@@ -174,6 +235,12 @@ def _case(name: str, comm, out: str) -> None:
                 raise MemoryError("no room")
             problem.sample = sample
         dist.sample_shard(problem, 10, 4, *dist.rank_generators(0, rank), "sobol", rank, 2, comm=comm)
+    elif name == "models_differ_before_training":
+        import helmpinn as hp
+
+        model = hp.Model.create(2, 4, 6 if rank == 0 else 8, 2, dtype="float64", seed=0)
+        hp.Trainer(hp.get_problem("dirichlet2d"), model, comm=comm, pde_points=20, bc_points=8,
+                   eval_every=0, progress=False)
     elif name == "replicas_length":
         dist.check_replicas(comm, np.zeros(5 + rank))
     elif name == "lm_failure_on_one_rank":
@@ -254,6 +321,16 @@ def _case(name: str, comm, out: str) -> None:
         cli.main(["train", "--problem", "dirichlet2d", "--optimizer", "adam", "--steps", "3", "--points", "64",
                   "--bc-points", "32", "--hidden", "8", "--layers", "1", "--fourier", "4", "--quiet",
                   "--no-plots", "--out", os.path.join(out, "run")])
+    elif name == "cli_usage_error":
+        from helmpinn import cli
+
+        rc = cli.main(["train", "--problem", os.path.join(out, "factory.py:make"), "--optimizer", "adam",
+                       "--steps", "3", "--points", "64", "--bc-points", "4", "--hidden", "8", "--layers", "1",
+                       "--fourier", "4", "--quiet", "--no-plots", "--out", os.path.join(out, "run")])
+        with open(os.path.join(out, f"rc{rank}.txt"), "w") as fh:
+            fh.write(str(rc))
+        comm.Barrier()
+        sys.exit(rc)
     else:
         raise KeyError(name)
 

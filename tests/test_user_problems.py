@@ -119,9 +119,11 @@ def test_cli_trains_a_user_problem_and_resumes_it(user_file, tmp_path, monkeypat
     assert metrics["settings"]["problem"] == f"{user_file}:make"
     assert metrics["settings"]["problem_options"] == {"k": 4.0, "side": 1}
     assert np.isfinite(metrics["final"]["relative_l2"])
-    # resumed from another directory: the absolute path finds the same file
+    # resumed from another directory, the factory named again (a run folder's is never loaded
+    # on its word alone): the absolute path finds the same file
     monkeypatch.chdir(user_file.anchor)
-    assert main(["train", "--resume", str(out), "--steps", "5", "--no-plots", "--quiet"]) == 0
+    assert main(["train", "--resume", str(out), "--steps", "5", "--no-plots", "--quiet",
+                 "--problem", f"{user_file}:make"]) == 0
     assert json.loads((out / "metrics.json").read_text())["final_step"] == 5
     # a bad spec is one line and exit status 2
     with pytest.raises(SystemExit) as info:

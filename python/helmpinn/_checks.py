@@ -9,8 +9,9 @@ def real_number(where: str, name: str, value, *, low: float | None = None, high:
                 low_open: bool = True, high_open: bool = False) -> float:
     """``value`` as a finite float in the given range, or a TypeError/ValueError that names
     ``where`` and ``name`` and what was expected (``low < value`` when ``low_open``, else
-    ``low <= value``; ``value <= high`` unless ``high_open``)."""
-    if isinstance(value, (str, bytes, complex)):
+    ``low <= value``; ``value <= high`` unless ``high_open``). A bool is not a number here
+    (``time_limit=True`` is a mistake, not one second)."""
+    if isinstance(value, (str, bytes, complex, bool)):
         raise TypeError(f"{where}: {name} must be a real number, got {value!r}")
     try:
         v = float(value)

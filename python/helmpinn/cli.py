@@ -21,16 +21,21 @@ included, is refused (status 2) without touching anything.
 No work is lost, however a run stops. Every file is written to a temporary file in OUT and
 renamed into place; the previous run's model, report and figures stay until this run has its
 model (the first checkpoint), and then only the previous files this run did not replace are
-removed. Only files helmpinn wrote are ever replaced or removed: ``OUT/.helmpinn-manifest.json``
-records them, and a file under one of helmpinn's names that it did not write (a user's own
-``metrics.json``, a directory named ``model.npz``) makes the run stop before training with a
-message naming it; temporary files are removed only under the exact names helmpinn gives them.
+removed. A checkpoint that cannot be written (a full disk) is one line, the file keeps the last
+good one and the next checkpoint tries again; a run whose last checkpoint or report could not be
+written exits with status 1 saying so. Only files helmpinn wrote are ever replaced or removed:
+``OUT/.helmpinn-manifest.json`` records them, and a file under one of helmpinn's names that it
+did not write (a user's own ``metrics.json``, a directory named ``model.npz``) makes the run
+stop before training with a message naming it; temporary files are removed only under the
+exact names helmpinn gives them.
 Ctrl-C (SIGINT) stops after the current step, saves the checkpoint and the report and exits
 with status 130; SIGTERM (how batch schedulers stop a job) does the same and exits with status
 143 (in a single process; under MPI it ends the job as it always has). ``helmpinn train --resume
 OUT`` continues that run with its saved settings (its ``--device`` included), keeping its
-history. ``--device cuda`` trains on the first GPU; without a CUDA build or a visible GPU, or
-with ``--optimizer lm`` (CPU only), it is refused (status 2) before anything is written. A run
+history; a run of a user's own factory resumes only with ``--problem`` naming that factory again
+(a run folder is data: nothing it names is imported or called on its word alone). ``--device
+cuda`` trains on the first GPU; without a CUDA build or a visible GPU, or with ``--optimizer lm``
+(CPU only), it is refused (status 2) before anything is written. A run
 that diverges (non-finite loss or parameters) keeps the last good checkpoint and exits with
 status 1; without a checkpoint it writes no model, and a previous run's model in OUT stays with
 its report (this run's report then goes to ``diverged-metrics.json``).
@@ -63,8 +68,9 @@ _DIVERGED_REPORT = "diverged-metrics.json"
 _ALL_OUTPUTS = OUTPUTS + (_DIVERGED_REPORT,)
 #: The largest metrics.json --resume reads (the history of a few million steps).
 _MAX_REPORT_BYTES = 1 << 30
-#: Options that may be given with ``--resume`` (every other setting comes from the checkpoint).
-_RESUME_OPTIONS = ("steps", "checkpoint_every", "threads", "quiet", "no_plots")
+#: Options that may be given with ``--resume`` (every other setting comes from the checkpoint;
+#: ``--problem`` only names the run's own problem again: :func:`_trusted_problem`).
+_RESUME_OPTIONS = ("steps", "checkpoint_every", "threads", "quiet", "no_plots", "problem")
 _INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 _TERMINATED = 143   # 128 + SIGTERM
 
@@ -137,7 +143,9 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
                        description="Options without a stated default take the problem's (helmpinn "
                                    "problems; helmpinn.trainer.default_settings, helmpinn.lm.lm_defaults).",
                        formatter_class=_HelpFormatter)
-    t.add_argument("--problem", help="built-in problem (see `helmpinn problems`); required unless --resume")
+    t.add_argument("--problem", help="built-in problem (see `helmpinn problems`) or a factory of your own "
+                   "(path/to/file.py:make); required unless --resume, with which it names the run's "
+                   "own factory again (a run folder's factory is never loaded on its word alone)")
     t.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the run saved in DIR (its model.npz) with its settings; only "
                         + ", ".join("--" + o.replace("_", "-") for o in _RESUME_OPTIONS)
@@ -218,7 +226,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         first.add_argument("--problem")
         problem = first.parse_known_args(argv[1:])[0].problem
     try:
-        parser = build_parser(problem)
+        with _user_code(problem):
+            parser = build_parser(problem)
     except (ValueError, TypeError) as exc:   # a user's factory that cannot be loaded
         raise _UsageError(str(exc)) from None
     args, unknown = parser.parse_known_args(argv)
@@ -326,9 +335,41 @@ def _make_problem(args: argparse.Namespace):
         integral = isinstance(default, int) and not isinstance(default, bool)
         opts[name] = int(value) if integral and float(value).is_integer() else value
     try:
-        return get_problem(args.problem, **opts)
+        with _user_code(args.problem):
+            return get_problem(args.problem, **opts)
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"problem {args.problem!r}: {exc}") from None
+
+
+@contextlib.contextmanager
+def _user_code(name: str | None):
+    """Around loading or calling the problem ``name``: where it is a user's factory
+    (``file.py:make``, ``package.module:make``), whatever that code raises is one line naming
+    it and its exception (exit status 2), and a ``sys.exit()`` in it is refused as such, not
+    taken for the end of the run (status 0 having done nothing). ValueError and TypeError pass
+    through (the caller words them); a built-in's other errors keep their traceback (a bug)."""
+    from .registry import _is_spec
+
+    try:
+        yield
+    except (ValueError, TypeError, _UsageError):
+        raise
+    except (Exception, SystemExit) as exc:
+        if not _is_spec(name):
+            raise
+        what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else \
+            f"raised {type(exc).__name__}: {exc}"
+        raise _UsageError(f"problem {name!r}: the factory {what}") from None
+
+
+def _recorded(problem) -> dict[str, Any]:
+    """The problem's options as the run's files record them: those JSON holds as they are (a
+    user's factory's default that is a function, an array or a complex is left out, so that
+    its default holds again on --resume: :func:`helmpinn.registry.recorded_options`), so that
+    no write fails at the end of the run."""
+    from .registry import recorded_options
+
+    return recorded_options(problem.options)[0]
 
 
 def _chosen(args: argparse.Namespace) -> str:
@@ -358,7 +399,7 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
     pick = lambda key, value: s[key] if value is None else value  # noqa: E731
     seed = 0 if args.seed is None else args.seed
     settings = {
-        "problem": problem.name, "problem_options": problem.options,
+        "problem": problem.name, "problem_options": _recorded(problem),
         "hidden": pick("hidden", args.hidden), "layers": pick("layers", args.layers),
         "fourier": pick("ff_dim", args.fourier), "sigma": pick("sigma", args.sigma),
         "dtype": pick("dtype", args.dtype), "steps": pick("steps", args.steps),
@@ -520,12 +561,53 @@ def _resumed_run(args: argparse.Namespace):
     if settings["steps"] + settings.get("warm_start", 0) <= done:
         raise _UsageError(f"--resume: the run in {folder!r} is already at step {done} of {settings['steps']}; "
                           f"give --steps N with N > {done} to train it further")
+    _trusted_problem(settings["problem"], args.problem, path)
     try:
-        problem = get_problem(settings["problem"], **settings["problem_options"])
+        with _user_code(settings["problem"]):
+            problem = get_problem(settings["problem"], **settings["problem_options"])
     except (ValueError, TypeError) as exc:
         raise _UsageError(f"--resume: {path}: problem {settings['problem']!r}: {exc}") from None
+    _check_same_problem(model.metadata.get("problem_signature"), problem, path)
     _check_memory(settings, problem, model.specs[0] if hasattr(model, "specs") else model.spec, args.threads)
     return settings, problem, model, done
+
+
+def _trusted_problem(saved: Any, given: str | None, path: str) -> None:
+    """A run folder is data, and may come from anyone: the problem its checkpoint names is
+    built on resume only when it is a registered name, or a user's factory (``file.py:make``,
+    ``package.module:make``) that the command line names again with ``--problem``. Nothing a
+    data file names alone is imported or called (a spec such as ``os:system`` would run it)."""
+    from .registry import canonical_name, problem_names
+
+    if not isinstance(saved, str):
+        raise _UsageError(f"--resume: {path}: the problem it records is not a name ({saved!r})")
+    if given is not None:
+        try:
+            same = canonical_name(given) == canonical_name(saved)
+        except (ValueError, TypeError):
+            same = False
+        if not same:
+            raise _UsageError(f"--resume: {path} is a run of problem {saved!r}; --problem {given!r} names "
+                              f"another (with --resume, --problem only confirms the run's own)")
+        return
+    if saved in problem_names():
+        return
+    raise _UsageError(f"--resume: {path} names the problem {saved!r}, a factory that is not built in; "
+                      f"helmpinn does not import or call what a data file names; if it is a factory of "
+                      f"your own, name it yourself: --problem {saved}")
+
+
+def _check_same_problem(recorded: Any, problem, path: str) -> None:
+    """The problem a resumed run rebuilt is the one its checkpoint trained on (the fingerprint
+    the checkpoint records, :mod:`helmpinn._signature`): a factory, its file or its data
+    changed since is named as such, before training, not as a failure deep inside it."""
+    from ._signature import changed
+
+    differ = changed(recorded, problem)
+    if differ:
+        raise _UsageError(f"--resume: {path}: problem {problem.name!r} now builds another problem than the run "
+                          f"trained on ({', '.join(differ)} differ); its factory, file or data changed since. "
+                          f"Restore them, or train anew into another --out")
 
 
 def _check_device(settings: dict[str, Any], ranks: int, resume: str | None) -> None:
@@ -718,33 +800,98 @@ def _cmd_train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     return _finish(run, metrics, trained, error, have_model=have_model, terminated=bool(terminated))
 
 
+#: The name of the set-up's first agreement under MPI (that of a rank refused earlier too).
+_CHECKS = "helmpinn train: checks"
+
+
 def _set_up(run: _Run, held: contextlib.ExitStack) -> bool:
     """Every check, then rank 0 locks the output folder and claims its files, and the Trainer
     is built. False, after one line on stderr, when the command line is refused (on every rank
-    when on one)."""
-    failed = False
-    try:
+    when on one).
+
+    Under MPI a usage error may come on one rank only (a factory whose data file is missing on
+    one node): the ranks agree on the checks (:func:`_agreed`) before any other collective
+    (the count of the ranks on a node, the Trainer's comparison of the ranks' problems, its
+    draw of points), so that every rank stops, with status 2, and rank 0 prints the failing
+    rank's message."""
+    def check() -> None:
         _check_options(run.args)
         _resolve(run, held)
         _check_ranks(run.settings, run.ranks)
         _check_device(run.settings, run.ranks, run.args.resume)
-        if run.rank == 0 and run.folder is None:
+
+    def build() -> None:
+        if run.rank == 0 and run.folder is None:   # a new run's folder, once every rank's checks passed
             _prepare_out(run.out)
             run.folder = _lock(run.out, "--out", held)
-        _set_threads(run)
         run.trainer = _make_trainer(run)
         if run.done:
             run.trainer.history, run.trainer.train_time, run.same_run = \
                 _previous_history(run.out, run.done, run.settings)
+            run.trainer.checkpoint_step = run.done   # the checkpoint resumed from is in OUT
         if run.folder is not None:
             _claim_outputs(run)
+
+    failure = _agreed(run, check, _CHECKS)
+    if failure is None:
+        _set_threads(run)   # a collective under MPI: every rank gets here, or none
+        failure = _agreed(run, build, "helmpinn train: set-up")
+    if failure is not None and run.rank == 0:
+        print(f"helmpinn: {failure}", file=sys.stderr)
+    return failure is None
+
+
+def _agreed(run: _Run, work, what: str) -> str | None:
+    """Runs ``work()``; the message of a usage error on any rank (every rank learns it: one
+    agreement, :func:`helmpinn.distributed.agree`, which a rank that failed early meets in the
+    others' next collective of :mod:`helmpinn.distributed`), prefixed with the rank where it is
+    another rank's; None when no rank failed."""
+    from .distributed import CollectiveError
+
+    error = None
+    try:
+        work()
     except _UsageError as exc:
-        if run.rank == 0:
-            print(f"helmpinn: {exc}", file=sys.stderr)
-        failed = True
-    if run.comm is not None:  # a check that failed on one rank stops every rank
-        failed = run.comm.allreduce(int(failed)) > 0
-    return not failed
+        error = exc
+    except CollectiveError as exc:   # a collective inside work met another rank's failure: agreed
+        return _their_message(exc)
+    return _agree_on(run.comm, error, what)
+
+
+def _agree_on(comm: Any, error: _UsageError | None, what: str) -> str | None:
+    """The agreement of :func:`_agreed` (``comm`` None: this process's ``error`` alone)."""
+    from .distributed import CollectiveError, agree
+
+    try:
+        agree(comm, error, what)
+    except _UsageError as exc:
+        return str(exc)
+    except CollectiveError as exc:   # another rank's usage error
+        return _their_message(exc)
+    return None
+
+
+def _their_message(exc) -> str:
+    """The first failing rank's message of a CollectiveError, as rank 0 prints it."""
+    rank, _, kind, message = exc.failures[0]
+    return f"rank {rank}: {message if kind == _UsageError.__name__ else f'{kind}: {message}'}"
+
+
+def _refused_command_line(error: _UsageError) -> int:
+    """A command line refused before the run's set-up: one line, status 2. Under several MPI
+    ranks the others may have read theirs (a user's factory that cannot be loaded on one node
+    only): this rank meets them in the set-up's first agreement, so that every rank stops
+    (status 2) instead of waiting for it, and rank 0 prints the message."""
+    from .distributed import launch_comm
+
+    try:
+        comm = launch_comm()
+    except RuntimeError:   # mpi4py missing under a launcher: every rank says so alone
+        comm = None
+    failure = _agree_on(comm, error, _CHECKS)
+    if comm is None or comm.Get_rank() == 0:
+        print(f"helmpinn: {failure}", file=sys.stderr)
+    return 2
 
 
 def _resolve(run: _Run, held: contextlib.ExitStack) -> None:
@@ -797,7 +944,7 @@ def _make_trainer(run: _Run):
     from .trainer import Trainer
 
     s, model = run.settings, run.model
-    model.metadata = {**model.metadata, "problem": run.problem.name, "problem_options": run.problem.options,
+    model.metadata = {**model.metadata, "problem": run.problem.name, "problem_options": _recorded(run.problem),
                       "settings": s}
     try:
         return Trainer(run.problem, model, lr=s["lr"], schedule=s["schedule"], betas=s["betas"],
@@ -893,10 +1040,19 @@ def _finish(run: _Run, metrics: dict[str, Any], trained: _Trained, error: float 
     """Rank 0 writes the report and the figures and says how the run ended (``error``: the
     final relative L2 error); the exit status."""
     trainer, settings, out = run.trainer, run.settings, run.out
-    status = _write_outputs(run.folder, metrics, run.problem, run.model, trained.history.as_dict(),
-                            have_model=have_model, kept_previous=not have_model and run.before is not None,
-                            plots=not run.args.no_plots)
+    try:
+        status = _write_outputs(run.folder, metrics, run.problem, run.model, trained.history.as_dict(),
+                                have_model=have_model, kept_previous=not have_model and run.before is not None,
+                                plots=not run.args.no_plots)
+    except OSError as exc:   # a full disk: said in one line, the files already there left whole
+        print(f"helmpinn: could not write the report or the figures in {out} ({exc.strerror or exc}); "
+              f"{_model_state(run)}", file=sys.stderr)
+        return 1
     metrics_path = os.path.join(out, status["report"])
+    if trainer.checkpoint_failed and not trainer.diverged:
+        print(f"helmpinn: the run's last checkpoint was not written: {trainer.checkpoint_failed}; wrote "
+              f"{metrics_path}", file=sys.stderr)
+        return 1
     if trainer.diverged:
         kept = (f"kept the last good checkpoint {run.model_path} (step {trainer.step})" if have_model else
                 "no model was written (no checkpoint before the divergence; --checkpoint-every N keeps one)")
@@ -919,6 +1075,16 @@ def _finish(run: _Run, metrics: dict[str, Any], trained: _Trained, error: float 
               + (f"; removed the previous run's {', '.join(status['removed'])}" if status["removed"] else ""),
               file=sys.stderr)
     return _TERMINATED if terminated else 0
+
+
+def _model_state(run: _Run) -> str:
+    """Which model the output folder holds, in words, after a write failed."""
+    trainer = run.trainer
+    if trainer.checkpoint_failed:
+        return trainer.checkpoint_failed
+    if trainer.checkpoint_step is not None:
+        return f"{run.model_path} holds step {trainer.checkpoint_step}"
+    return "this run wrote no model"
 
 
 def _write_outputs(folder: runfiles.RunFolder, metrics: dict[str, Any], problem, model, history,
@@ -976,8 +1142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parse(argv)
     except _UsageError as exc:
-        print(f"helmpinn: {exc}", file=sys.stderr)
-        return 2
+        return _refused_command_line(exc)
     if args.command == "problems":
         return _cmd_problems()
     from .distributed import abort_on_error, launch_comm

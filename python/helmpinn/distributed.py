@@ -12,6 +12,7 @@ ranks' losses and gradients add up to the full-batch ones exactly:
 - :func:`sample_shard` -- this rank's share of one draw of a problem's points;
   :func:`gather_training_set` -- every rank's shares, on every rank;
 - :func:`check_replicas` -- a cheap check that the parameters are the same on every rank;
+  :func:`check_same_run` -- that every rank has the same problem and model, before training;
 - :func:`launch_comm` / :func:`threads_per_rank` -- what ``helmpinn train`` uses under
   ``mpiexec`` / ``srun``.
 - :data:`ONE_PROCESS` / :func:`check_ranks` -- what does not run over several ranks (L-BFGS,
@@ -48,7 +49,7 @@ from .problems import Problem, TrainingSet
 __all__ = ["value_and_grad", "global_counts", "local_counts", "shard_batch", "sample_shard", "shard_size",
            "rank_generators", "check_replicas", "launch_comm", "launched_size", "threads_per_rank",
            "agree", "collective", "abort_on_error", "CollectiveError", "ONE_PROCESS", "check_ranks",
-           "gather_training_set"]
+           "gather_training_set", "check_same_run"]
 
 _POINTS = POINTS   # each term's points keyword, from the core's loss-term table
 
@@ -65,7 +66,10 @@ def _mpi():
 # -- errors are collective -------------------------------------------------------------------------
 class CollectiveError(RuntimeError):
     """Raised on the other ranks when a rank failed inside a collective step: its message names
-    the failing rank(s), their exception type and message (that rank raises its own)."""
+    the failing rank(s), their exception type and message (that rank raises its own);
+    ``failures`` holds them as ``(rank, step, type name, message)``."""
+
+    failures: list[tuple[int, str, str, str]] = []
 
 
 # One agreement is an Allgather of _SLOTS int64 per rank: failed, the step's name (CRC-32), and
@@ -97,13 +101,15 @@ def _exchange(comm, error: BaseException | None, what: str, payload=()) -> np.nd
 def _raise_agreed(comm, error: BaseException | None, what: str) -> None:
     """After every rank learnt that some failed: gather their messages (a collective) and raise,
     the rank's own exception where it failed, a CollectiveError naming the others' elsewhere."""
-    note = None if error is None else (what, f"{type(error).__name__}: {error}")
+    note = None if error is None else (what, type(error).__name__, str(error))
     notes = comm.allgather(note)
     if error is not None:
         raise error
-    failed = [(r, n) for r, n in enumerate(notes) if n is not None]
-    text = "; ".join(f"rank {r} failed in {w}: {msg}" for r, (w, msg) in failed)
-    raise CollectiveError(f"{text} (this rank stopped in {what})")
+    failed = [(r, *n) for r, n in enumerate(notes) if n is not None]
+    text = "; ".join(f"rank {r} failed in {w}: {kind}: {msg}" for r, w, kind, msg in failed)
+    exc = CollectiveError(f"{text} (this rank stopped in {what})")
+    exc.failures = failed
+    raise exc
 
 
 def agree(comm, error: BaseException | None = None, what: str = "helmpinn step") -> None:
@@ -482,6 +488,59 @@ def check_replicas(comm, params: np.ndarray, step: int | None = None) -> None:
             + ", ".join(f"{r}: {int(c):08x} ({int(n)})" for r, (c, n) in enumerate(table[:, :2]))
             + "); every rank must take the same steps: something changed them on some ranks only "
             "(a callback?), or the MPI library's Allreduce is not deterministic")
+
+
+def _layout_code(model: Any) -> int:
+    """A CRC-32 of a model's layout: its spec (one network) or its specs (a decomposed model)."""
+    layout = getattr(model, "spec", None)
+    layout = getattr(model, "specs", None) if layout is None else layout
+    fields = [tuple(getattr(sp, k, None) for k in ("in_dim", "ff_dim", "hidden_dim", "num_hidden_layers"))
+              for sp in (layout if isinstance(layout, (list, tuple)) else [layout])]
+    return zlib.crc32(repr(fields).encode())
+
+
+def check_same_run(comm, problem: Problem, model: Any) -> None:
+    """Raise ValueError on every rank unless every rank of ``comm`` trains the same model (its
+    parameter count, dtype, layout and parameters) on the same problem (its name and its
+    fingerprint, :func:`helmpinn._signature.problem_signature`: a small draw of its points and
+    data with a fixed seed, compared to a relative 1e-9). A factory that builds another problem
+    on another node (a node-local data file) would otherwise train each rank on its own
+    problem, or end in MPI's "Message truncated". One agreement (:func:`agree`), then, only
+    where the fingerprints' CRC-32s differ, one allgather of the fingerprints; a collective.
+    The Trainer calls it once, before its first draw."""
+    from ._signature import differences, flat, problem_signature
+
+    error, mine, sig = None, [0] * 6, {}
+    try:
+        sig = problem_signature(problem)
+        params = np.ascontiguousarray(_host(model.params))
+        mine = [zlib.crc32(str(problem.name).encode()), zlib.crc32(flat(sig).tobytes()), int(model.num_params),
+                _dtype_code(params), _layout_code(model), zlib.crc32(params.view(np.uint8))]
+    except Exception as exc:  # agreed below
+        error = exc
+    table = _exchange(comm, error, "distributed.check_same_run", mine)
+    what = "every rank must build the same problem and model: a factory that reads node-local files, the " \
+           "host name or the rank builds another on each"
+    if np.any(table[:, 0] != table[0, 0]):
+        names = comm.allgather(str(problem.name))
+        raise ValueError(f"the ranks' problems differ ({what}): "
+                         + "; ".join(f"rank {r}: {n!r}" for r, n in enumerate(names)))
+    if np.any(table[:, 1] != table[0, 1]):
+        sigs = comm.allgather(sig)
+        bad = [(r, differences(sigs[0], s)) for r, s in enumerate(sigs)]
+        bad = [(r, d) for r, d in bad if d]
+        if bad:
+            raise ValueError(f"the ranks' problems differ ({what}): problem {problem.name!r} on "
+                             + "; ".join(f"rank {r} differs from rank 0's in {', '.join(d)}" for r, d in bad))
+    if np.any(table[:, 2:6] != table[0, 2:6]):
+        raise ValueError(f"the ranks' models differ ({what}): " + "; ".join(
+            f"rank {r}: {int(n)} parameters, {_dtype_name(int(c))}, layout {int(h) & 0xffffffff:08x}, "
+            f"parameters {int(p) & 0xffffffff:08x}" for r, (n, c, h, p) in enumerate(table[:, 2:6])))
+
+
+def _host(a: Any) -> np.ndarray:
+    """A host array of ``a`` (a device array is copied)."""
+    return a if isinstance(a, np.ndarray) else np.asarray(a.get() if hasattr(a, "get") else a)
 
 
 # -- what runs over several ranks ----------------------------------------------------------------

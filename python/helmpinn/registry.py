@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 import os
 import sys
 from typing import Any, Callable
@@ -25,7 +26,7 @@ from . import builtin, scattering, waves
 from .problems import Problem
 
 __all__ = ["get_problem", "list_problems", "problem_names", "problem_options", "register_problem",
-           "load_factory"]
+           "load_factory", "canonical_name", "recorded_options"]
 
 #: name -> (factory, one-line description): the built-in tables, then what register_problem adds.
 _REGISTRY: dict[str, tuple[Callable[..., Problem], str]] = {
@@ -61,6 +62,30 @@ def list_problems() -> list[tuple[str, str]]:
 
 def _is_spec(name: str) -> bool:
     return isinstance(name, str) and ":" in name and name not in _REGISTRY
+
+
+def _names_a_file(where: str) -> bool:
+    """Whether the part before the ``:`` of a user spec is a file's path (else a module)."""
+    return where.endswith(".py") or os.sep in where or "/" in where
+
+
+def canonical_name(spec: str) -> str:
+    """The name :func:`get_problem` gives the problem ``spec`` names, found without importing
+    or calling anything: a registered name as it is, ``path/to/file.py:make`` with the file's
+    absolute path, ``package.module:make`` as it is. Raises ValueError for a name that is none
+    of these. (``helmpinn train --resume`` compares the name a run folder records with the one
+    the command line gives before anything is loaded.)"""
+    if not isinstance(spec, str):
+        raise TypeError(f"problem name must be a string, got {type(spec).__name__}")
+    if spec in _REGISTRY:
+        return spec
+    where, colon, attr = spec.rpartition(":")
+    if not colon or not where or not attr.isidentifier():
+        raise ValueError(f"problem {spec!r}: neither a registered name nor path/to/file.py:factory "
+                         f"or package.module:factory")
+    if _names_a_file(where):
+        return f"{os.path.abspath(os.path.expanduser(where))}:{attr}"
+    return spec
 
 
 _LOADED: dict[tuple[str, int], Any] = {}  # (absolute path, mtime_ns) -> module
@@ -108,7 +133,7 @@ def load_factory(spec: str) -> tuple[Callable[..., Problem], str, str]:
     if not where or not attr.isidentifier():
         raise ValueError(f"problem {spec!r}: expected path/to/file.py:factory or "
                          f"package.module:factory (factory a Python name)")
-    if where.endswith(".py") or os.sep in where or "/" in where:
+    if _names_a_file(where):
         module, full = _load_file(where, spec)
         canonical = f"{full}:{attr}"
     else:
@@ -145,6 +170,32 @@ def problem_options(name: str) -> dict[str, Any]:
     (None for a parameter without one, which must then be given)."""
     factory, canonical, _ = load_factory(name)
     return _options(factory, canonical)
+
+
+def _json_exact(value: Any) -> bool:
+    """Whether JSON writes ``value`` and reads it back as the same value: None, a bool, an int,
+    a finite float, a string, and lists / tuples / string-keyed dicts of these (a tuple reads
+    back as a list)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_json_exact(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_exact(v) for k, v in value.items())
+    return False
+
+
+def recorded_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(recorded, by_repr)``: the options a run's files record to rebuild the problem with
+    (:func:`get_problem` ``(name, **recorded)``: those JSON reads back as they are) and the
+    others by ``repr`` (a function, an array, a complex default of a user's factory: left out
+    of ``recorded``, so that the factory's default holds again when the problem is rebuilt; a
+    checkpoint's fingerprint of the problem tells when it then differs). Checked when a run
+    starts, so that no such option fails a write at its end."""
+    recorded = {k: v for k, v in options.items() if _json_exact(v)}
+    return recorded, {k: repr(v) for k, v in options.items() if k not in recorded}
 
 
 def get_problem(name: str, **options) -> Problem:

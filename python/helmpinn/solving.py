@@ -20,13 +20,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import dd_driver
-from ._checks import integer
+from ._checks import integer, real_number
 from .decomposition import DecomposedModel
 from .defaults import OPTIMIZERS, run_settings
 from .distributed import check_ranks
 from .drivers import MODEL_KINDS, Driver, make_driver, mismatch, model_kind
 from .model import Model
 from .problems import Problem, get_problem
+from .registry import recorded_options
 from .trainer import History, Trainer
 from .waves import ResonanceWarning, resonance_warning
 
@@ -194,10 +195,12 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     (:func:`helmpinn.waves.box_resonances`: a mode of −Δ within 1% of κ) gets a
     :class:`~helmpinn.waves.ResonanceWarning` (on rank 0).
     """
+    # the numbers first, before any planning (a string, a bool, an infinity named as such)
+    tol = None if tol is None else real_number("solve", "tol", tol, low=0)
+    time_limit = None if time_limit is None else real_number("solve", "time_limit", time_limit, low=0)
+    memory_bytes = integer("solve", "memory_bytes", memory_bytes, low=1)
     if isinstance(problem, str):
         problem = get_problem(problem)
-    if tol is not None and not tol > 0:
-        raise ValueError(f"tol must be a positive number, got {tol}")
     given = None if isinstance(model, str) else model
     if given is not None and not isinstance(given, (Model, DecomposedModel)):
         raise TypeError(f"model: expected 'auto', 'network', 'decomposed', a Model or a DecomposedModel, "
@@ -241,7 +244,7 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
                       time_limit=time_limit, clock=clock, progress=progress, seed=s["seed"], comm=comm,
                       callbacks=callbacks)
     trainer.model.metadata = {**trainer.model.metadata, "problem": problem.name,
-                              "problem_options": problem.options}
+                              "problem_options": recorded_options(problem.options)[0]}
     start = clock()
     history, _ = train(trainer, settings)
     reached = (trainer.stop_reason or "").startswith("target")

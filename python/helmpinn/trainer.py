@@ -8,6 +8,7 @@ Levenberg-Marquardt (:meth:`Trainer.fit_lm`) or a user's own. Default settings:
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -20,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import _core, _device, distributed
+from . import _core, _device, _signature, distributed
 from ._checks import integer
 from ._compat import UNSET, renamed
 from .batch import TERMS, WEIGHTS, Batch
@@ -107,6 +108,8 @@ class Trainer:
     points (:func:`helmpinn.distributed.sample_shard`), the loss and gradient are the union's,
     every rank takes the same step, checked every ``check_every`` steps; stops are agreed by all
     ranks; only rank 0 shows progress and writes checkpoints. Every rank makes the same calls.
+    The ranks first check that they have the same problem and model
+    (:func:`helmpinn.distributed.check_same_run`; ValueError on every rank where they differ).
 
     A non-finite loss (or non-finite parameters at a checkpoint or after the last step) stops
     cleanly: the model and optimiser go back to the last good state (the last checkpoint, or the
@@ -115,7 +118,9 @@ class Trainer:
     Inf from the problem raises ValueError naming the array. Every fit ends with an evaluation
     and, with ``checkpoint_path``, a checkpoint (model, optimiser state, the sampler's state): a
     Trainer given a model loaded from it continues the run (step count, optimiser state, the
-    schedule, the same points).
+    schedule, the same points). A checkpoint that cannot be written (an OSError: a full disk)
+    does not stop the run: the file keeps the last good one and the next checkpoint tries
+    again (:meth:`save_checkpoint`).
 
     The Trainer runs where the model is (``device``: None follows it; "cuda" / "cpu" moves it
     first). On a GPU the points, parameters, gradient and Adam's moments stay in device memory;
@@ -154,6 +159,8 @@ class Trainer:
             raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit}")
         if checkpoint_every and checkpoint_path is None:
             raise ValueError("checkpoint_every needs a checkpoint_path")
+        if checkpoint_path is not None:
+            _check_metadata(model)
         if comm is not None and target != "cpu":
             raise NotImplementedError(f"Trainer(comm=...): data-parallel training runs on the CPU "
                                       f"(the ranks reduce host gradients), not on {target}: "
@@ -236,6 +243,12 @@ class Trainer:
         self.driver: Driver | None = None      # the driver of the current (or last) fit
         self.step_times: dict[str, float] = {}  # the drivers' StepInfo.times, summed over the fit
         self._good: tuple[int, np.ndarray, dict[str, Any]] | None = None
+        self._fingerprint: dict[str, Any] | None = None   # the problem's, for checkpoints (helmpinn._signature)
+        self.checkpoint_step: int | None = None   # the step of the last checkpoint written
+        self.checkpoint_failed: str | None = None  # why the last checkpoint could not be written
+        self._periodic = False   # inside the checkpoint every checkpoint_every steps
+        if comm is not None and self._ranks > 1:   # before any draw: the same problem and model everywhere
+            distributed.check_same_run(comm, problem, self.model)
 
     @property
     def n_pde(self) -> int:
@@ -377,31 +390,64 @@ class Trainer:
         return step
 
     def save_checkpoint(self, path: str | os.PathLike | None = None) -> bool:
-        """Save model + optimiser state (only if every parameter is finite); returns success."""
+        """Save model + optimiser state (only if every parameter is finite); returns whether
+        the state was good (False: non-finite parameters, nothing written).
+
+        A write that fails with an OSError (a full disk, a file-size limit, a folder gone) does
+        not end the run: the file is written whole or not at all (the last good checkpoint
+        stays), one line on stderr (rank 0) says what failed, :attr:`checkpoint_failed` holds
+        it until a later checkpoint is written, and the next checkpoint tries again.
+        :attr:`checkpoint_step` is the step of the last checkpoint this Trainer wrote."""
         path = path or self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path")
         if not self._params_finite():
             return False
-        meta = {**self.model.metadata, "step": self.step, "problem": self.problem.name,
-                "problem_options": self.problem.options, "last_error": self.last_error,
-                "sampler": self._draw_state}
+        if self._fingerprint is None:   # once per Trainer: what a resumed run compares its problem with
+            self._fingerprint = _signature.record(self.problem) or {}
+        meta = {**self.model.metadata, **_problem_record(self.problem), "step": self.step,
+                "last_error": self.last_error, "sampler": self._draw_state,
+                "problem_signature": self._fingerprint}
         if self._grown:   # the counts of the current draw, for a resumed run to draw it again
             meta["grown_points"] = [self.pde_points, self.bc_points]
-        failed = None
+        failed, why = None, None
         if self.rank == 0:
             try:
                 self.model.save(path, optimizer_state=self._optimizer_state(), metadata=meta)
+            except OSError as exc:   # the run goes on; the next checkpoint tries again
+                why = exc.strerror or str(exc)
             except Exception as exc:
                 if self.comm is None:
                     raise
                 failed = exc
-        if self.comm is not None and self.comm.bcast(failed is not None, root=0):
-            if failed is not None:
-                raise failed
-            raise RuntimeError(f"rank 0 could not write the checkpoint {os.fspath(path)!r}")
+        if self.comm is not None:
+            failed_anywhere, why = self.comm.bcast((failed is not None, why), root=0)
+            if failed_anywhere:
+                if failed is not None:
+                    raise failed
+                raise RuntimeError(f"rank 0 could not write the checkpoint {os.fspath(path)!r}")
+        if why is None:
+            self.checkpoint_failed, self.checkpoint_step = None, self.step
+        else:
+            self._checkpoint_failed(os.fspath(path), why)
         self._snapshot()
         return True
+
+    def _checkpoint_failed(self, path: str, why: str) -> None:
+        kept = "no checkpoint of this run was written yet" if self.checkpoint_step is None else \
+            f"{path} keeps step {self.checkpoint_step}"
+        self.checkpoint_failed = f"could not write the checkpoint {path} at step {self.step} ({why}); {kept}"
+        if self.rank == 0:
+            going_on = "; training goes on and the next checkpoint tries again" if self._periodic else ""
+            print(f"\nhelmpinn: {self.checkpoint_failed}{going_on}", file=sys.stderr, flush=True)
+
+    def _periodic_checkpoint(self) -> bool:
+        """The checkpoint every ``checkpoint_every`` steps (a failed write is said to be retried)."""
+        self._periodic = True
+        try:
+            return self.save_checkpoint()
+        finally:
+            self._periodic = False
 
     def _resume_sampler(self) -> None:
         """Put the sampler back where a checkpoint's run drew its current points (so a resumed
@@ -579,7 +625,7 @@ class Trainer:
             self._evaluate(step, self.train_time + t1 - self._t0 - self._t_aside)
             self._grow = self.driver.points_factor(self)
             self._t_aside += self.clock() - t1
-        if self.checkpoint_every and step % self.checkpoint_every == 0 and not self.save_checkpoint():
+        if self.checkpoint_every and step % self.checkpoint_every == 0 and not self._periodic_checkpoint():
             good = self._restore()
             self.diverged = True
             self.stop_reason = (f"non-finite parameters at step {step}; "
@@ -654,6 +700,28 @@ class Trainer:
         if self.last_gap is not None:
             s += f" gap={self.last_gap:.3g}"
         return s
+
+
+def _problem_record(problem: Problem) -> dict[str, Any]:
+    """What a checkpoint records of its problem: the name and the options it can be rebuilt
+    with, and any option JSON cannot hold by repr (:func:`helmpinn.registry.recorded_options`)."""
+    from .registry import recorded_options
+
+    options, by_repr = recorded_options(dict(getattr(problem, "options", None) or {}))
+    return {"problem": problem.name, "problem_options": options,
+            **({"problem_options_by_repr": by_repr} if by_repr else {})}
+
+
+def _check_metadata(model: Any) -> None:
+    """A checkpoint's metadata must be writable: checked when the Trainer is made, so that
+    no run fails at its first checkpoint (or its last) on a value JSON cannot hold."""
+    from .model import _json_default
+
+    try:
+        json.dumps(model.metadata, default=_json_default)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"checkpoint_path: the model's metadata cannot be written to a checkpoint ({exc}); "
+                         f"keep it to numbers, strings, lists and dicts") from None
 
 
 class _Bar:
