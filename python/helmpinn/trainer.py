@@ -34,6 +34,11 @@ from .problems import Problem, TrainingSet
 
 __all__ = ["Trainer", "History", "default_settings", "auto_weights", "relative_l2"]
 
+#: Under a time limit, the next step is taken to last as long as the longest of this many last
+#: steps (a step that would end past the limit is not begun): one step's time alone misjudges
+#: the next where they vary (Levenberg-Marquardt's trials, an evaluation every few steps).
+STEPS_TIMED = 3
+
 
 def _norm(a: np.ndarray) -> float:
     # Elementwise NumPy, not np.linalg.norm: that calls the BLAS, whose worker threads then spin
@@ -88,7 +93,8 @@ class Trainer:
     validation set, None: min(pde_points, 512), 0: none); ``target_error`` /
     ``target_val_loss`` (stop once the relative L2 error / the validation loss is below it);
     ``time_limit`` (seconds each fit may run, measured by ``clock``, a function returning
-    seconds); ``checkpoint_every`` / ``checkpoint_path``; ``callbacks`` (``f(trainer, step)``
+    seconds; a step is not begun when the longest of the last :data:`STEPS_TIMED` steps would
+    take the fit past it); ``checkpoint_every`` / ``checkpoint_path``; ``callbacks`` (``f(trainer, step)``
     after every step; may change ``model.params`` or set ``stop_reason``); ``progress``; ``seed``;
     ``stop_on_interrupt`` (the first Ctrl-C in the main thread stops after the current step, as
     :meth:`request_stop` does; a second raises KeyboardInterrupt); ``comm``; ``device``.
@@ -492,6 +498,7 @@ class Trainer:
             self._t0 = self.clock()
             self._t_aside = 0.0          # evaluation time, not counted as training time
             self._pending, self._bar_at = 0, self._t0
+            self._step_ends = [self._t0]   # when the last steps ended: the next step's duration
             self._bar = _Bar(steps, self.time_limit, self.progress)
             try:
                 driver.run(self, steps)
@@ -585,16 +592,17 @@ class Trainer:
             self.stop_reason = (f"non-finite parameters at step {step}; "
                                 f"restored the last good state (step {good})")
         now = self.clock()
-        out_of_time = self.time_limit is not None and now - self._t0 >= self.time_limit
+        out_of_time = self._out_of_time(now)
         requested = self.stop_requested is not None
         if self.comm is not None:   # every rank stops at the same step
             flags = np.array([out_of_time, requested], dtype=np.int64)
             self.comm.Allreduce(distributed._mpi().IN_PLACE, flags, op=distributed._mpi().MAX)
-            out_of_time, requested = bool(flags[0]), bool(flags[1])
+            out_of_time, requested = int(flags[0]), bool(flags[1])
             if requested and self.stop_requested is None:
                 self.stop_requested = "stop requested on another rank"
         if out_of_time and not self.stop_reason:
-            self.stop_reason = f"time limit {self.time_limit:g} s reached at step {step}"
+            self.stop_reason = f"time limit {self.time_limit:g} s reached at step {step}" if out_of_time == 2 \
+                else f"time limit {self.time_limit:g} s: stopped at step {step}, before a step that would end past it"
         if requested:
             self._stop_spent = True
             if not self.stop_reason:
@@ -616,6 +624,17 @@ class Trainer:
             self.driver.resampled(self)
             self._stall_from = self.step + 1
         return False
+
+    def _out_of_time(self, now: float) -> int:
+        """Whether the fit stops for its time limit after the step that ended at ``now``: 2 when
+        the limit has passed, 1 when the next step, as long as the longest of the last
+        :data:`STEPS_TIMED` (their evaluations and checkpoints included), would end past it, else
+        0 (a number, so that the ranks of a run agree on the largest)."""
+        ends = self._step_ends = (self._step_ends + [now])[-STEPS_TIMED - 1:]
+        if self.time_limit is None:
+            return 0
+        longest = max(b - a for a, b in zip(ends, ends[1:]))
+        return 2 if now - self._t0 >= self.time_limit else 1 if now - self._t0 + longest > self.time_limit else 0
 
     @contextlib.contextmanager
     def _interrupt_handler(self):
