@@ -441,7 +441,7 @@ class Problem:
         if any(isinstance(i, PointSource) and i.width is None for i in items) and not self.wavenumber > 0:
             raise ValueError("source: a PointSource without a width takes λ/10 from the problem's "
                              "wavenumber, which is 0; give width=")
-        items = [i.with_wavenumber(self._source_wavenumber(i)) if isinstance(i, PointSource) else i for i in items]
+        items = [i.with_wavenumber(_source_wavenumber(self, i)) if isinstance(i, PointSource) else i for i in items]
         self.point_sources = [i for i in items if isinstance(i, PointSource)]
         self._source_terms = items
         self.source = (items[0] if len(items) == 1 else self._summed_source) if items else None
@@ -453,14 +453,6 @@ class Problem:
             raise ValueError("source_share: the problem has no PointSource to draw points at")
         if self.source_share > 0 and isinstance(self.domain, PointCloud):
             raise ValueError("source_share: a PointCloud's points are given, not drawn")
-
-    def _source_wavenumber(self, src: PointSource) -> float:
-        """The k whose λ/10 a PointSource without a width takes: in a variable medium the local
-        wavenumber at the source (the largest anywhere would make a source in a faster region
-        needlessly narrow), the problem's where the medium is constant or evanescent there."""
-        if src.width is not None or not callable(self.kappa):
-            return self.wavenumber
-        return float(self.local_wavenumber(np.asarray(src.position, np.float64)[None, :])[0]) or self.wavenumber
 
     def _set_background(self, background) -> None:
         """The scattered-field form: check that the medium is homogeneous at the source."""
@@ -902,6 +894,16 @@ class Problem:
 _FORWARDED = {name: "registry" for name in ("get_problem", "list_problems", "problem_names",
                                             "problem_options", "register_problem", "_REGISTRY")}
 _FORWARDED.update({name: "builtin" for name in ("plane1d", "dirichlet2d", "heterogeneous2d", "cube3d")})
+
+
+def _source_wavenumber(problem: Problem, src: PointSource) -> float:
+    """The k whose λ/10 a PointSource without a width takes: in a variable medium the local
+    wavenumber at the source (the largest anywhere would make a source in a faster region
+    needlessly narrow), the problem's where the medium is constant or evanescent there."""
+    if src.width is not None or not callable(problem.kappa):
+        return problem.wavenumber
+    at = np.asarray(src.position, np.float64)[None, :]
+    return float(problem.local_wavenumber(at)[0]) or problem.wavenumber
 
 
 def __getattr__(name: str):

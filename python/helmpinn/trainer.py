@@ -40,6 +40,19 @@ __all__ = ["Trainer", "History", "default_settings", "auto_weights", "relative_l
 STEPS_TIMED = 3
 
 
+def _out_of_time(ends: Sequence[float], start: float, limit: float | None) -> int:
+    """Whether a fit that began at ``start`` stops for its time ``limit`` after the step that
+    ended at ``ends[-1]`` (``ends``: when the last steps ended, the fit's start first until
+    there are :data:`STEPS_TIMED` of them): 2 when the limit has passed, 1 when the next step,
+    as long as the longest of those (their evaluations and checkpoints included), would end
+    past it, else 0 (a number, so that the ranks of a run agree on the largest)."""
+    if limit is None:
+        return 0
+    elapsed = ends[-1] - start
+    longest = max(b - a for a, b in zip(ends, ends[1:]))
+    return 2 if elapsed >= limit else 1 if elapsed + longest > limit else 0
+
+
 def _norm(a: np.ndarray) -> float:
     # Elementwise NumPy, not np.linalg.norm: that calls the BLAS, whose worker threads then spin
     # for about 0.1 s (OpenBLAS) on the cores the next training steps need.
@@ -592,7 +605,8 @@ class Trainer:
             self.stop_reason = (f"non-finite parameters at step {step}; "
                                 f"restored the last good state (step {good})")
         now = self.clock()
-        out_of_time = self._out_of_time(now)
+        self._step_ends = (self._step_ends + [now])[-STEPS_TIMED - 1:]
+        out_of_time = _out_of_time(self._step_ends, self._t0, self.time_limit)
         requested = self.stop_requested is not None
         if self.comm is not None:   # every rank stops at the same step
             flags = np.array([out_of_time, requested], dtype=np.int64)
@@ -624,17 +638,6 @@ class Trainer:
             self.driver.resampled(self)
             self._stall_from = self.step + 1
         return False
-
-    def _out_of_time(self, now: float) -> int:
-        """Whether the fit stops for its time limit after the step that ended at ``now``: 2 when
-        the limit has passed, 1 when the next step, as long as the longest of the last
-        :data:`STEPS_TIMED` (their evaluations and checkpoints included), would end past it, else
-        0 (a number, so that the ranks of a run agree on the largest)."""
-        ends = self._step_ends = (self._step_ends + [now])[-STEPS_TIMED - 1:]
-        if self.time_limit is None:
-            return 0
-        longest = max(b - a for a, b in zip(ends, ends[1:]))
-        return 2 if now - self._t0 >= self.time_limit else 1 if now - self._t0 + longest > self.time_limit else 0
 
     @contextlib.contextmanager
     def _interrupt_handler(self):
