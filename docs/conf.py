@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import sys
 import types
 
@@ -42,6 +43,11 @@ napoleon_use_rtype = False
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
+# Defaults as the source writes them (``clock=time.perf_counter``), not as their repr
+# (``<built-in function perf_counter>``): a repr that is not Python made Sphinx give up parsing
+# the whole signature and print its annotations raw, each with a literal "~"
+# (``~helmpinn.problems.Problem``).
+autodoc_preserve_defaults = True
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
 # A broken link between pages fails the build (myst.xref_missing under -W). References to Python
 # objects are checked only with HELMPINN_DOCS_NITPICKY=1: the docstrings' references and types
@@ -97,6 +103,15 @@ def _fix_docstring(app, what, name, obj, options, lines) -> None:
         lines[i] = line.replace(old, new)
 
 
+def _parseable_defaults(app, what, name, obj, options, signature, return_annotation):
+    """A default that has no source to preserve and whose repr is not Python (a dataclass
+    field's ``<factory>``) written as ``...``: Sphinx then parses the signature instead of
+    printing its annotations raw, each with a literal "~"."""
+    if signature:
+        signature = re.sub(r"=\s*<[^<>]*>", "= ...", signature)
+    return signature, return_annotation
+
+
 def _resolve_reexport(app, env, node, contnode):
     """Resolve a reference to a name helmpinn re-exports (``helmpinn.Problem``,
     ``helmpinn.Trainer.fit_lm``) to where it is documented (``helmpinn.problems.Problem``)."""
@@ -128,4 +143,5 @@ def _resolve_reexport(app, env, node, contnode):
 
 def setup(app) -> None:
     app.connect("autodoc-process-docstring", _fix_docstring)
+    app.connect("autodoc-process-signature", _parseable_defaults)
     app.connect("missing-reference", _resolve_reexport)

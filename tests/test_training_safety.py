@@ -88,7 +88,8 @@ def test_failed_save_leaves_no_temporary_file(tmp_path, monkeypatch):
     (["--hidden", "0"], "--hidden"), (["--layers", "99"], "--layers"), (["--threads", "0"], "--threads"),
     (["--lr", "-1"], "--lr"), (["--lr", "nan"], "--lr"), (["--eval-every", "-1"], "--eval-every"),
     (["--resample", "-1"], "--resample"), (["--checkpoint-every", "-3"], "--checkpoint-every"),
-    (["--seed", "-1"], "--seed"), (["--w-pde", "-1"], "--w-pde"), (["--target", "0"], "--target"),
+    (["--seed", "-1"], "--seed"), (["--w-pde", "-1"], "--w-pde"), (["--target", "-1"], "--target"),
+    (["--target", "nan"], "--target"), (["--time-limit", "0"], "--time-limit"),
 ])
 def test_cli_misuse_is_one_line(tmp_path, capsys, bad, flag):
     out = tmp_path / "run"

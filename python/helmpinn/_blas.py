@@ -2,25 +2,21 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 
 __all__ = ["blas_limit", "auto_blas_threads", "check_blas_threads"]
 
 
 def auto_blas_threads() -> int:
-    """helmpinn's thread count (:func:`helmpinn.get_num_threads`) when the machine looks idle
-    apart from this process (1-minute load average below that count + 0.75: this process's own
-    threads count in it), else 1: BLAS threads that share their cores with other work spin
-    against it and against the engine's OpenMP threads."""
+    """helmpinn's thread count (:func:`helmpinn.get_num_threads`: ``OMP_NUM_THREADS``,
+    :func:`helmpinn.set_num_threads` or the cores), whatever the machine's load. The BLAS's sums
+    depend on its thread count, so a count read from the load (as "auto" once was) gave another
+    result on a busy machine than on an idle one; this one gives the same numbers on every
+    machine of the same kind. On cores shared with other work the BLAS threads spin against it:
+    ``blas_threads=1`` is then faster, and also the same on every machine."""
     from . import _core
 
-    threads = _core.get_num_threads()
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):   # no load average on this platform
-        return threads
-    return threads if load < threads + 0.75 else 1
+    return int(_core.get_num_threads())
 
 
 def check_blas_threads(n: object) -> int | str | None:

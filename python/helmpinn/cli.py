@@ -70,7 +70,13 @@ _ALL_OUTPUTS = OUTPUTS + (_DIVERGED_REPORT,)
 _MAX_REPORT_BYTES = 1 << 30
 #: Options that may be given with ``--resume`` (every other setting comes from the checkpoint;
 #: ``--problem`` only names the run's own problem again: :func:`_trusted_problem`).
-_RESUME_OPTIONS = ("steps", "checkpoint_every", "threads", "quiet", "no_plots", "problem")
+_RESUME_OPTIONS = ("steps", "checkpoint_every", "threads", "quiet", "no_plots", "problem",
+                   "target", "time_limit")
+#: ``train``'s target (the relative L2 error at which it stops) where the problem has an exact
+#: solution and --target is not given: a first run ends once it has made the point (dirichlet2d:
+#: Levenberg-Marquardt's iteration 20 of 200, 2.9e-6) rather than after every iteration
+#: (6e-8, four to ten times as long); --target 0 trains to the optimiser's own stop.
+DEFAULT_TARGET = 1e-5
 _INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 _TERMINATED = 143   # 128 + SIGTERM
 
@@ -193,7 +199,12 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     o.add_argument("--lm-gram", choices=("float64", "float32"), default=None,
                    help="precision of LM's JᵀJ: float32 halves its cost and preconditions CG on the "
                         "float64 system (primal solver; default: the problem's, else float64)")
-    o.add_argument("--target", type=float, default=None, help="stop once the relative L2 error is below this")
+    o.add_argument("--target", type=float, default=None,
+                   help=f"stop once the relative L2 error is below this (default {DEFAULT_TARGET:g} where the "
+                        "problem has an exact solution; 0: no target, train to the optimiser's own stop)")
+    o.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="stop training after about this many seconds (a step that would end past it is not "
+                        "begun; the --lbfgs polish within it; default: none)")
     o.add_argument("--eval-every", type=int, help="steps between error evaluations")
     o.add_argument("--checkpoint-every", type=int, default=None,
                    help="steps between checkpoints (default 0: only at the end and on Ctrl-C)")
@@ -262,8 +273,8 @@ def _cmd_problems() -> int:
 _INT_LIMITS = {"steps": 1, "points": 1, "bc_points": 0, "hidden": 1, "layers": 1, "fourier": 1,
                "threads": 1, "eval_every": 0, "resample": 0, "checkpoint_every": 0, "lbfgs": 0, "seed": 0,
                "warm_start": 0}
-_POSITIVE = ("lr", "sigma", "target")
-_NON_NEGATIVE = ("w_pde", "w_data", "w_bc")
+_POSITIVE = ("lr", "sigma", "time_limit")
+_NON_NEGATIVE = ("w_pde", "w_data", "w_bc", "target")
 
 
 def _flag(name: str) -> str:
@@ -409,7 +420,7 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
         "eval_every": pick("eval_every", args.eval_every), "lbfgs": pick("lbfgs", args.lbfgs),
         "weights": {term: s["weights"][term] if given is None else given
                     for term, given in (("pde", args.w_pde), ("data", args.w_data), ("bc", args.w_bc))},
-        "train_fourier": not args.freeze_fourier, "target": args.target, "seed": seed,
+        "train_fourier": not args.freeze_fourier, "target": _target(args.target, problem), "seed": seed,
         "checkpoint_every": args.checkpoint_every or 0,
         "optimizer": optimizer, "model": s["model"], "warm_start": pick("warm_start", args.warm_start),
         "device": args.device or "cpu",
@@ -431,6 +442,14 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
             raise _UsageError(f"--lbfgs and --warm-start train one network; this run trains a decomposed "
                               f"model with {optimizer}{_chosen(args)}")
     return settings
+
+
+def _target(given: float | None, problem) -> float | None:
+    """The run's target error: --target (0: none), else :data:`DEFAULT_TARGET` where the
+    problem has an exact solution (none without one: there is no error to compare)."""
+    if given is not None:
+        return float(given) or None
+    return DEFAULT_TARGET if problem.exact is not None else None
 
 
 def _decomposed(settings: dict[str, Any]) -> bool:
@@ -558,6 +577,8 @@ def _resumed_run(args: argparse.Namespace):
         settings["steps"] = args.steps
     if args.checkpoint_every is not None:
         settings["checkpoint_every"] = args.checkpoint_every
+    if args.target is not None:
+        settings["target"] = float(args.target) or None
     if settings["steps"] + settings.get("warm_start", 0) <= done:
         raise _UsageError(f"--resume: the run in {folder!r} is already at step {done} of {settings['steps']}; "
                           f"give --steps N with N > {done} to train it further")
@@ -828,7 +849,7 @@ def _set_up(run: _Run, held: contextlib.ExitStack) -> bool:
         if run.done:
             run.trainer.history, run.trainer.train_time, run.same_run = \
                 _previous_history(run.out, run.done, run.settings)
-            run.trainer.checkpoint_step = run.done   # the checkpoint resumed from is in OUT
+            run.trainer.checkpoints.step = run.done   # the checkpoint resumed from is in OUT
         if run.folder is not None:
             _claim_outputs(run)
 
@@ -950,7 +971,7 @@ def _make_trainer(run: _Run):
         return Trainer(run.problem, model, lr=s["lr"], schedule=s["schedule"], betas=s["betas"],
                        pde_points=s["points"], bc_points=s["bc_points"], sampling=s["sampling"],
                        resample_every=s["resample"], weights=s["weights"], train_fourier=s["train_fourier"],
-                       eval_every=s["eval_every"], target_error=s["target"],
+                       eval_every=s["eval_every"], target_error=s["target"], time_limit=run.args.time_limit,
                        checkpoint_every=s["checkpoint_every"], checkpoint_path=run.model_path,
                        progress=not run.quiet, seed=s["seed"], stop_on_interrupt=run.ranks == 1,
                        comm=run.comm, device=s["device"])
@@ -978,7 +999,9 @@ def _announce(run: _Run) -> None:
     what = f"resuming at step {run.done} of" if run.done else "training for"
     print(f"helmpinn: {run.problem!r}\nhelmpinn: {run.model!r}, {run.settings['threads']} threads, "
           f"{what} {run.settings['steps']} steps, {run.trainer.pde_points} + {run.trainer.bc_points} points"
-          + (f", {run.ranks} MPI ranks" if run.ranks > 1 else ""), file=sys.stderr)
+          + (f", {run.ranks} MPI ranks" if run.ranks > 1 else "")
+          + (f", until an error below {run.settings['target']:g} (--target)" if run.settings.get("target") else "")
+          + (f", within {run.args.time_limit:g} s" if run.args.time_limit else ""), file=sys.stderr)
     words = resonance_warning(run.problem)
     if words:
         print(f"helmpinn: note: {words}", file=sys.stderr)
@@ -990,13 +1013,15 @@ def _train(run: _Run) -> _Trained:
     from .solving import polish as polish_phase, train
 
     trainer, settings = run.trainer, run.settings
+    limit, start = trainer.time_limit, trainer.clock()   # --time-limit covers every phase, the polish too
     history, polish = train(trainer, settings, run.done)   # the Adam warm start, then the optimiser's driver
     interrupted = trainer.stop_requested is not None
     main_time = trainer.train_time   # the optimiser's (Adam, L-BFGS or LM), before any --lbfgs polish
     main_steps = len(history.step)
     target = settings["target"]
     reached = target is not None and trainer.last_error is not None and trainer.last_error < target
-    polish = polish_phase(trainer, settings, reached) or polish   # checkpointed at its end, as every fit
+    deadline = None if limit is None else start + limit
+    polish = polish_phase(trainer, settings, reached, deadline) or polish   # checkpointed at its end, as every fit
     return _Trained(history, polish, main_time, main_steps, interrupted)
 
 
@@ -1049,8 +1074,8 @@ def _finish(run: _Run, metrics: dict[str, Any], trained: _Trained, error: float 
               f"{_model_state(run)}", file=sys.stderr)
         return 1
     metrics_path = os.path.join(out, status["report"])
-    if trainer.checkpoint_failed and not trainer.diverged:
-        print(f"helmpinn: the run's last checkpoint was not written: {trainer.checkpoint_failed}; wrote "
+    if trainer.checkpoints.failed and not trainer.diverged:
+        print(f"helmpinn: the run's last checkpoint was not written: {trainer.checkpoints.failed}; wrote "
               f"{metrics_path}", file=sys.stderr)
         return 1
     if trainer.diverged:
@@ -1080,10 +1105,10 @@ def _finish(run: _Run, metrics: dict[str, Any], trained: _Trained, error: float 
 def _model_state(run: _Run) -> str:
     """Which model the output folder holds, in words, after a write failed."""
     trainer = run.trainer
-    if trainer.checkpoint_failed:
-        return trainer.checkpoint_failed
-    if trainer.checkpoint_step is not None:
-        return f"{run.model_path} holds step {trainer.checkpoint_step}"
+    if trainer.checkpoints.failed:
+        return trainer.checkpoints.failed
+    if trainer.checkpoints.step is not None:
+        return f"{run.model_path} holds step {trainer.checkpoints.step}"
     return "this run wrote no model"
 
 

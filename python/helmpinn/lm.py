@@ -583,9 +583,9 @@ class LevenbergMarquardt:
     fits, else "cg"; an explicit "primal" or "dual" over it is refused, :func:`choose_solver`),
     ``blas_threads`` (limit the BLAS to this many threads inside a step with threadpoolctl;
     None leaves it; "auto", the default: as many as helmpinn's own threads,
-    :func:`helmpinn.get_num_threads`, when the machine's 1-minute load average is below that
-    count + 0.75, else one, decided at every step: BLAS threads that share their cores with
-    other work spin against it and against the engine's threads; pass ``blas_threads=1`` on a
+    :func:`helmpinn.get_num_threads`, whatever the machine's load, so that a run gives the same
+    numbers on a busy machine as on an idle one; BLAS threads that share their cores with other
+    work spin against it and against the engine's threads: ``blas_threads=1`` is faster on a
     busy machine). The Jacobian chunks are large by default (``chunk_bytes`` 256 MiB) because
     every switch between the engine's OpenMP threads and the BLAS's costs their spin-waits.
 

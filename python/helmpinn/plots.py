@@ -23,7 +23,8 @@ from ._files import write_atomic
 from .model import Model
 from .problems import Problem
 
-__all__ = ["solution_figure", "plot_solution", "plot_error", "plot_history", "plot_all", "save_figure"]
+__all__ = ["solution_figure", "history_figure", "plot_solution", "plot_error", "plot_history", "plot_all",
+           "save_figure"]
 
 
 def _figure(nrows: int = 1, ncols: int = 1, sharex: bool = False, **kw):
@@ -38,6 +39,15 @@ def _figure(nrows: int = 1, ncols: int = 1, sharex: bool = False, **kw):
 def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> str:
     """Writes ``fig`` as a PNG to ``path`` (atomically: :func:`helmpinn._files.write_atomic`)."""
     return write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi))
+
+
+def _display_name(problem: Problem) -> str:
+    """The problem's name for a title: a user's ``/abs/path/file.py:make`` as ``file.py:make``
+    (the path, kept in the name so that a resumed run finds the file, would not fit a title)."""
+    where, colon, factory = problem.name.rpartition(":")
+    if colon and (where.endswith(".py") or "/" in where or os.sep in where):
+        return f"{os.path.basename(where)}:{factory}"
+    return problem.name
 
 
 def _medium(problem: Problem, x: np.ndarray) -> tuple[np.ndarray, str] | None:
@@ -141,7 +151,7 @@ def solution_figure(problem: Problem, model: Model, n: int | None = None):
                 _image(axes[r, c], fig, part, npx, extent, labels, f"{name}, {label}{title}", vmax=vmax)
                 if medium is not None:
                     _contours(axes[r, c], grid.reshape(npx, npx), extent)
-    fig.suptitle(f"{problem.name}: solution")
+    fig.suptitle(f"{_display_name(problem)}: solution")
     fig.tight_layout()
     return fig
 
@@ -179,13 +189,37 @@ def plot_error(problem: Problem, model: Model, path: str | os.PathLike, n: int |
     ref = np.nansum(np.abs(ue) ** 2)
     what = (f"relative L2 {np.sqrt(np.nansum(err**2) / ref):.2e}" if ref > 0 else
             f"root mean square {np.sqrt(np.nanmean(err**2)):.2e}, the exact field being 0")
-    fig.suptitle(f"{problem.name}: error ({what} on this grid)", fontsize=10)
+    fig.suptitle(f"{_display_name(problem)}: error ({what} on this grid)", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, path)
 
 
 def plot_history(history: Mapping[str, Any], path: str | os.PathLike) -> str:
-    """Loss terms per step, the validation loss and the relative L2 error at the evaluation steps."""
+    """:func:`history_figure` written to ``path`` (PNG)."""
+    return save_figure(history_figure(history), path)
+
+
+def _time_axis(ax, history: Mapping[str, Any]) -> None:
+    """A second x axis above ``ax``: the training seconds at its steps, read from the
+    evaluations' times (``eval_step``, ``eval_time``; interpolated between them, step 0 at 0 s);
+    none without two evaluations at increasing steps and times."""
+    steps = np.asarray(history.get("eval_step", []), dtype=float)
+    times = np.asarray(history.get("eval_time", []), dtype=float)
+    if len(steps) != len(times) or len(steps) < 2 or not np.all(np.isfinite(times)):
+        return
+    if steps[0] > 0 and times[0] > 0:
+        steps, times = np.concatenate([[0.0], steps]), np.concatenate([[0.0], times])
+    if not (np.all(np.diff(steps) > 0) and np.all(np.diff(times) > 0)):
+        return
+    top = ax.secondary_xaxis("top", functions=(lambda s: np.interp(s, steps, times),
+                                               lambda t: np.interp(t, times, steps)))
+    top.set_xlabel("training time (s)", fontsize=8)
+    top.tick_params(labelsize=8)
+
+
+def history_figure(history: Mapping[str, Any]):
+    """Loss terms per step, the validation loss and the relative L2 error at the evaluation
+    steps, each panel with the training time along its top (:func:`_time_axis`)."""
     errors = [np.nan if e is None else e for e in history.get("eval_error", [])]
     has_err = bool(np.any(np.isfinite(np.asarray(errors, dtype=float))))
     fig, axes = _figure(1, 2 if has_err else 1, figsize=(11 if has_err else 6, 4))
@@ -210,8 +244,10 @@ def plot_history(history: Mapping[str, Any], path: str | os.PathLike) -> str:
         ax.set_xlabel("step")
         ax.set_ylabel("relative L2 error")
         ax.grid(True, which="both", alpha=0.3)
+    for ax in axes[0]:
+        _time_axis(ax, history)
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
 
 
 def plot_all(problem: Problem, model: Model, history: Mapping[str, Any], out_dir: str | os.PathLike

@@ -10,7 +10,8 @@ A :class:`Problem` holds
   callable such as a :class:`~helmpinn.media.GridField`, in length units per second):
   ``κ = (2πf)²/v²``;
 - ``source``: ``f``, a callable ``x -> complex [N]``, a :class:`~helmpinn.sources.PointSource`,
-  a list of them (summed), or None (zero); PointSources without a width get λ/10;
+  a list of them (summed), or None (zero); PointSources without a width get λ/10 (the local
+  wavelength at the source);
 - ``bcs``: a dict from boundary part name (or a tuple of names, or ``"*"`` for every part not
   named otherwise) to a boundary condition: :class:`Dirichlet` (``u = value``, enters the loss's
   data term), :class:`Robin` (``∂u/∂n + α u = g``, the loss's bc term) and its helpers
@@ -440,7 +441,7 @@ class Problem:
         if any(isinstance(i, PointSource) and i.width is None for i in items) and not self.wavenumber > 0:
             raise ValueError("source: a PointSource without a width takes λ/10 from the problem's "
                              "wavenumber, which is 0; give width=")
-        items = [i.with_wavenumber(self.wavenumber) if isinstance(i, PointSource) else i for i in items]
+        items = [i.with_wavenumber(_source_wavenumber(self, i)) if isinstance(i, PointSource) else i for i in items]
         self.point_sources = [i for i in items if isinstance(i, PointSource)]
         self._source_terms = items
         self.source = (items[0] if len(items) == 1 else self._summed_source) if items else None
@@ -893,6 +894,16 @@ class Problem:
 _FORWARDED = {name: "registry" for name in ("get_problem", "list_problems", "problem_names",
                                             "problem_options", "register_problem", "_REGISTRY")}
 _FORWARDED.update({name: "builtin" for name in ("plane1d", "dirichlet2d", "heterogeneous2d", "cube3d")})
+
+
+def _source_wavenumber(problem: Problem, src: PointSource) -> float:
+    """The k whose λ/10 a PointSource without a width takes: in a variable medium the local
+    wavenumber at the source (the largest anywhere would make a source in a faster region
+    needlessly narrow), the problem's where the medium is constant or evanescent there."""
+    if src.width is not None or not callable(problem.kappa):
+        return problem.wavenumber
+    at = np.asarray(src.position, np.float64)[None, :]
+    return float(problem.local_wavenumber(at)[0]) or problem.wavenumber
 
 
 def __getattr__(name: str):

@@ -104,11 +104,21 @@ def _load_file(path: str, spec: str):
             raise ValueError(f"problem {spec!r}: {full} cannot be loaded as a Python file")
         module = importlib.util.module_from_spec(file_spec)
         sys.modules[mod_name] = module  # dataclasses and pickling look modules up there
+        # The file's folder first on the import path while it runs, as `python file.py` has it:
+        # a module beside the file imports from any working directory.
+        folder = os.path.dirname(full)
+        sys.path.insert(0, folder)
         try:
             file_spec.loader.exec_module(module)
+        except ModuleNotFoundError as exc:
+            sys.modules.pop(mod_name, None)
+            raise ValueError(f"problem {spec!r}: {full} imports {exc.name!r}, which is neither installed nor "
+                             f"a module beside the file in {folder}") from exc
         except BaseException:
             sys.modules.pop(mod_name, None)
             raise
+        finally:
+            sys.path.remove(folder)   # the entry inserted above (the first equal one)
         _LOADED[key] = module
     return _LOADED[key], full
 
@@ -117,9 +127,10 @@ def load_factory(spec: str) -> tuple[Callable[..., Problem], str, str]:
     """``(factory, canonical name, description)`` for a registered name or a user spec
     ``"path/to/file.py:factory"`` / ``"package.module:factory"``.
 
-    Raises ValueError for an unknown name, a missing file or module, or a missing attribute;
-    TypeError when the attribute is not callable. Errors raised by the user's module itself
-    while it is imported propagate unchanged.
+    Raises ValueError for an unknown name, a missing file or module (also a module the file
+    imports, which is looked for beside the file too), or a missing attribute; TypeError when
+    the attribute is not callable. Other errors raised by the user's module itself while it is
+    imported propagate unchanged.
     """
     if not isinstance(spec, str):
         raise TypeError(f"problem name must be a string, got {type(spec).__name__}")

@@ -7,10 +7,10 @@ A problem takes several sources summed in its ``source=`` argument, as one list:
 
 ``PointSource(position, amplitude, width)`` is ``f(x) = A exp(−|x − x₀|²/(2σ²)) / (2πσ²)^{d/2}``,
 a Gaussian of integral A that tends to ``A δ(x − x₀)`` as σ → 0. Without a width a Problem gives
-it ``σ = λ/10``, λ = 2π/k with k the problem's wavenumber: narrow enough that, in a homogeneous
-medium, the field away from the source is the point source's times ``exp(−k²σ²/2) ≈ 0.82`` (the
-Gaussian's Fourier transform at ``|ξ| = k``), wide enough for a network whose frequencies are about k
-to resolve it.
+it ``σ = λ/10``, λ = 2π/k with k the medium's wavenumber at the source (the problem's wavenumber
+in a constant medium): narrow enough that, in a homogeneous medium, the field away from the
+source is the point source's times ``exp(−k²σ²/2) ≈ 0.82`` (the Gaussian's Fourier transform at
+``|ξ| = k``), wide enough for a network whose frequencies are about k to resolve it.
 """
 from __future__ import annotations
 

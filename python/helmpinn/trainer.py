@@ -29,11 +29,30 @@ from .dd_driver import trainable
 from .defaults import auto_weights, default_settings
 from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, NonFiniteStep, \
     StepInfo, make_driver, mismatch, model_kind
-from .model import Model
+from .model import Model, _json_default
 from .optim import Adam, Schedule
 from .problems import Problem, TrainingSet
+from .registry import recorded_options
 
 __all__ = ["Trainer", "History", "default_settings", "auto_weights", "relative_l2"]
+
+#: Under a time limit, the next step is taken to last as long as the longest of this many last
+#: steps (a step that would end past the limit is not begun): one step's time alone misjudges
+#: the next where they vary (Levenberg-Marquardt's trials, an evaluation every few steps).
+STEPS_TIMED = 3
+
+
+def _out_of_time(ends: Sequence[float], start: float, limit: float | None) -> int:
+    """Whether a fit that began at ``start`` stops for its time ``limit`` after the step that
+    ended at ``ends[-1]`` (``ends``: when the last steps ended, the fit's start first until
+    there are :data:`STEPS_TIMED` of them): 2 when the limit has passed, 1 when the next step,
+    as long as the longest of those (their evaluations and checkpoints included), would end
+    past it, else 0 (a number, so that the ranks of a run agree on the largest)."""
+    if limit is None:
+        return 0
+    elapsed = ends[-1] - start
+    longest = max(b - a for a, b in zip(ends, ends[1:]))
+    return 2 if elapsed >= limit else 1 if elapsed + longest > limit else 0
 
 
 def _norm(a: np.ndarray) -> float:
@@ -89,7 +108,8 @@ class Trainer:
     validation set, None: min(pde_points, 512), 0: none); ``target_error`` /
     ``target_val_loss`` (stop once the relative L2 error / the validation loss is below it);
     ``time_limit`` (seconds each fit may run, measured by ``clock``, a function returning
-    seconds); ``checkpoint_every`` / ``checkpoint_path``; ``callbacks`` (``f(trainer, step)``
+    seconds; a step is not begun when the longest of the last :data:`STEPS_TIMED` steps would
+    take the fit past it); ``checkpoint_every`` / ``checkpoint_path``; ``callbacks`` (``f(trainer, step)``
     after every step; may change ``model.params`` or set ``stop_reason``); ``progress``; ``seed``;
     ``stop_on_interrupt`` (the first Ctrl-C in the main thread stops after the current step, as
     :meth:`request_stop` does; a second raises KeyboardInterrupt); ``comm``; ``device``.
@@ -243,10 +263,7 @@ class Trainer:
         self.driver: Driver | None = None      # the driver of the current (or last) fit
         self.step_times: dict[str, float] = {}  # the drivers' StepInfo.times, summed over the fit
         self._good: tuple[int, np.ndarray, dict[str, Any]] | None = None
-        self._fingerprint: dict[str, Any] | None = None   # the problem's, for checkpoints (helmpinn._signature)
-        self.checkpoint_step: int | None = None   # the step of the last checkpoint written
-        self.checkpoint_failed: str | None = None  # why the last checkpoint could not be written
-        self._periodic = False   # inside the checkpoint every checkpoint_every steps
+        self.checkpoints = Checkpoints()   # what was written, and what failed
         if comm is not None and self._ranks > 1:   # before any draw: the same problem and model everywhere
             distributed.check_same_run(comm, problem, self.model)
 
@@ -395,59 +412,17 @@ class Trainer:
 
         A write that fails with an OSError (a full disk, a file-size limit, a folder gone) does
         not end the run: the file is written whole or not at all (the last good checkpoint
-        stays), one line on stderr (rank 0) says what failed, :attr:`checkpoint_failed` holds
-        it until a later checkpoint is written, and the next checkpoint tries again.
-        :attr:`checkpoint_step` is the step of the last checkpoint this Trainer wrote."""
+        stays), one line on stderr (rank 0) says what failed, ``checkpoints.failed`` holds it
+        until a later checkpoint is written, and the next checkpoint tries again
+        (:class:`Checkpoints`)."""
         path = path or self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path")
         if not self._params_finite():
             return False
-        if self._fingerprint is None:   # once per Trainer: what a resumed run compares its problem with
-            self._fingerprint = _signature.record(self.problem) or {}
-        meta = {**self.model.metadata, **_problem_record(self.problem), "step": self.step,
-                "last_error": self.last_error, "sampler": self._draw_state,
-                "problem_signature": self._fingerprint}
-        if self._grown:   # the counts of the current draw, for a resumed run to draw it again
-            meta["grown_points"] = [self.pde_points, self.bc_points]
-        failed, why = None, None
-        if self.rank == 0:
-            try:
-                self.model.save(path, optimizer_state=self._optimizer_state(), metadata=meta)
-            except OSError as exc:   # the run goes on; the next checkpoint tries again
-                why = exc.strerror or str(exc)
-            except Exception as exc:
-                if self.comm is None:
-                    raise
-                failed = exc
-        if self.comm is not None:
-            failed_anywhere, why = self.comm.bcast((failed is not None, why), root=0)
-            if failed_anywhere:
-                if failed is not None:
-                    raise failed
-                raise RuntimeError(f"rank 0 could not write the checkpoint {os.fspath(path)!r}")
-        if why is None:
-            self.checkpoint_failed, self.checkpoint_step = None, self.step
-        else:
-            self._checkpoint_failed(os.fspath(path), why)
+        self.checkpoints.write(self, os.fspath(path))
         self._snapshot()
         return True
-
-    def _checkpoint_failed(self, path: str, why: str) -> None:
-        kept = "no checkpoint of this run was written yet" if self.checkpoint_step is None else \
-            f"{path} keeps step {self.checkpoint_step}"
-        self.checkpoint_failed = f"could not write the checkpoint {path} at step {self.step} ({why}); {kept}"
-        if self.rank == 0:
-            going_on = "; training goes on and the next checkpoint tries again" if self._periodic else ""
-            print(f"\nhelmpinn: {self.checkpoint_failed}{going_on}", file=sys.stderr, flush=True)
-
-    def _periodic_checkpoint(self) -> bool:
-        """The checkpoint every ``checkpoint_every`` steps (a failed write is said to be retried)."""
-        self._periodic = True
-        try:
-            return self.save_checkpoint()
-        finally:
-            self._periodic = False
 
     def _resume_sampler(self) -> None:
         """Put the sampler back where a checkpoint's run drew its current points (so a resumed
@@ -538,6 +513,7 @@ class Trainer:
             self._t0 = self.clock()
             self._t_aside = 0.0          # evaluation time, not counted as training time
             self._pending, self._bar_at = 0, self._t0
+            self._step_ends = [self._t0]   # when the last steps ended: the next step's duration
             self._bar = _Bar(steps, self.time_limit, self.progress)
             try:
                 driver.run(self, steps)
@@ -625,22 +601,24 @@ class Trainer:
             self._evaluate(step, self.train_time + t1 - self._t0 - self._t_aside)
             self._grow = self.driver.points_factor(self)
             self._t_aside += self.clock() - t1
-        if self.checkpoint_every and step % self.checkpoint_every == 0 and not self._periodic_checkpoint():
+        if self.checkpoint_every and step % self.checkpoint_every == 0 and not self.checkpoints.periodic(self):
             good = self._restore()
             self.diverged = True
             self.stop_reason = (f"non-finite parameters at step {step}; "
                                 f"restored the last good state (step {good})")
         now = self.clock()
-        out_of_time = self.time_limit is not None and now - self._t0 >= self.time_limit
+        self._step_ends = (self._step_ends + [now])[-STEPS_TIMED - 1:]
+        out_of_time = _out_of_time(self._step_ends, self._t0, self.time_limit)
         requested = self.stop_requested is not None
         if self.comm is not None:   # every rank stops at the same step
             flags = np.array([out_of_time, requested], dtype=np.int64)
             self.comm.Allreduce(distributed._mpi().IN_PLACE, flags, op=distributed._mpi().MAX)
-            out_of_time, requested = bool(flags[0]), bool(flags[1])
+            out_of_time, requested = int(flags[0]), bool(flags[1])
             if requested and self.stop_requested is None:
                 self.stop_requested = "stop requested on another rank"
         if out_of_time and not self.stop_reason:
-            self.stop_reason = f"time limit {self.time_limit:g} s reached at step {step}"
+            self.stop_reason = f"time limit {self.time_limit:g} s reached at step {step}" if out_of_time == 2 \
+                else f"time limit {self.time_limit:g} s: stopped at step {step}, before a step that would end past it"
         if requested:
             self._stop_spent = True
             if not self.stop_reason:
@@ -702,21 +680,79 @@ class Trainer:
         return s
 
 
-def _problem_record(problem: Problem) -> dict[str, Any]:
-    """What a checkpoint records of its problem: the name and the options it can be rebuilt
-    with, and any option JSON cannot hold by repr (:func:`helmpinn.registry.recorded_options`)."""
-    from .registry import recorded_options
+class Checkpoints:
+    """A Trainer's checkpoints: ``step``, of the last one written (None: none yet); ``failed``,
+    why the last one could not be written (None once a later one is); the problem's
+    ``fingerprint`` (:mod:`helmpinn._signature`, taken once), which a resumed run compares its
+    problem with.
 
-    options, by_repr = recorded_options(dict(getattr(problem, "options", None) or {}))
-    return {"problem": problem.name, "problem_options": options,
-            **({"problem_options_by_repr": by_repr} if by_repr else {})}
+    A write that fails with an OSError is one line on stderr (rank 0) and the run goes on; under
+    MPI every rank learns the outcome from rank 0, and any other exception there is raised on
+    every rank."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.failed: str | None = None
+        self.fingerprint: dict[str, Any] | None = None
+        self._periodic = False
+
+    def metadata(self, trainer: "Trainer") -> dict[str, Any]:
+        """The checkpoint's metadata: the model's, the problem's record (its name, the options
+        it is rebuilt with, those JSON cannot hold by repr: :func:`helmpinn.registry.recorded_options`),
+        the step, the sampler's state and the problem's fingerprint."""
+        if self.fingerprint is None:
+            self.fingerprint = _signature.record(trainer.problem) or {}
+        options, by_repr = recorded_options(dict(getattr(trainer.problem, "options", None) or {}))
+        meta = {**trainer.model.metadata, "problem": trainer.problem.name, "problem_options": options,
+                "step": trainer.step, "last_error": trainer.last_error, "sampler": trainer._draw_state,
+                "problem_signature": self.fingerprint}
+        if by_repr:
+            meta["problem_options_by_repr"] = by_repr
+        if trainer._grown:   # the counts of the current draw, for a resumed run to draw it again
+            meta["grown_points"] = [trainer.pde_points, trainer.bc_points]
+        return meta
+
+    def write(self, trainer: "Trainer", path: str) -> None:
+        """Write the checkpoint (rank 0) and record the outcome on every rank."""
+        failed, why = None, None
+        if trainer.rank == 0:
+            try:
+                trainer.model.save(path, optimizer_state=trainer._optimizer_state(),
+                                   metadata=self.metadata(trainer))
+            except OSError as exc:   # the run goes on; the next checkpoint tries again
+                why = exc.strerror or str(exc)
+            except Exception as exc:
+                if trainer.comm is None:
+                    raise
+                failed = exc
+        if trainer.comm is not None:
+            failed_anywhere, why = trainer.comm.bcast((failed is not None, why), root=0)
+            if failed_anywhere:
+                if failed is not None:
+                    raise failed
+                raise RuntimeError(f"rank 0 could not write the checkpoint {path!r}")
+        if why is None:
+            self.failed, self.step = None, trainer.step
+            return
+        kept = "no checkpoint of this run was written yet" if self.step is None else \
+            f"{path} keeps step {self.step}"
+        self.failed = f"could not write the checkpoint {path} at step {trainer.step} ({why}); {kept}"
+        if trainer.rank == 0:
+            going_on = "; training goes on and the next checkpoint tries again" if self._periodic else ""
+            print(f"\nhelmpinn: {self.failed}{going_on}", file=sys.stderr, flush=True)
+
+    def periodic(self, trainer: "Trainer") -> bool:
+        """The checkpoint every ``checkpoint_every`` steps (a failed write is said to be retried)."""
+        self._periodic = True
+        try:
+            return trainer.save_checkpoint()
+        finally:
+            self._periodic = False
 
 
 def _check_metadata(model: Any) -> None:
     """A checkpoint's metadata must be writable: checked when the Trainer is made, so that
     no run fails at its first checkpoint (or its last) on a value JSON cannot hold."""
-    from .model import _json_default
-
     try:
         json.dumps(model.metadata, default=_json_default)
     except (TypeError, ValueError) as exc:

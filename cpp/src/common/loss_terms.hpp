@@ -273,16 +273,22 @@ HELMPINN_HD void with_term(int e, F&& f) {
 // Host code only (the argument checks, the backends' launch planning, the Python binding):
 // kernels read LossInputs' fields through the entries above.
 
+/// A field of LossInputs<T> of type M. Spelled through this alias, not as `M LossInputs<T>::*`:
+/// nvcc's front end rewrites such a member declaration as `M (LossInputs<T>::*name)` in the host
+/// code it hands to the host compiler, which then warns of unnecessary parentheses (-Wparentheses).
+template <typename T, typename M>
+using Field = M LossInputs<T>::*;
+
 /// One term (its index in the table is its terms::Term, and LossBreakdown::mean's index): its
 /// name, its weight's keyword and its fields in LossInputs (points, global count, weight).
 template <typename T>
 struct TermInfo {
     const char* name;
     const char* weight_name;
-    const T* LossInputs<T>::*x;
-    std::size_t LossInputs<T>::*num;
-    std::size_t LossInputs<T>::*count;
-    T LossInputs<T>::*weight;
+    Field<T, const T*> x;
+    Field<T, std::size_t> num;
+    Field<T, std::size_t> count;
+    Field<T, T> weight;
 };
 
 /// An array's shape: N rows of d, 1, 2 (a complex value as (re, im)) or d x 2 values; N is the
@@ -303,9 +309,9 @@ struct ArrayInfo {
     bool required;
     Constant constant;
     bool selects_operator;
-    const T* LossInputs<T>::*array;
-    T LossInputs<T>::*real_const;          ///< Constant::real
-    T (LossInputs<T>::*complex_const)[2];  ///< Constant::complex
+    Field<T, const T*> array;
+    Field<T, T> real_const;           ///< Constant::real
+    Field<T, T[2]> complex_const;     ///< Constant::complex
 };
 
 template <typename T>
