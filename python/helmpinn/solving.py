@@ -15,7 +15,7 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -155,6 +155,9 @@ def plan(problem: Problem, model: str = "auto", optimizer: str | Driver = "auto"
     why = mismatch(model, optimizer if isinstance(optimizer, Driver) else named)
     if why:
         raise ValueError(f"optimizer {getattr(optimizer, 'name', named)!r} {why} (model={model!r})")
+    if decomposition is not None and not isinstance(decomposition, Mapping):
+        raise TypeError(f"decomposition: expected a dict of the decomposition's settings, got "
+                        f"{type(decomposition).__name__}")
     if model == "decomposed":
         settings = dd_driver.decomposed_settings(problem, optimizer="adam" if named == "adam" else "gn",
                                                  **(decomposition or {}))
