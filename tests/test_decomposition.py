@@ -530,7 +530,7 @@ def test_receivers_record_a_plain_decomposed_model():
     ("points_per_wavelength", -1, "points_per_wavelength must be a finite number > 0"),
     ("subdomains_per_wavelength", math.nan, "subdomains_per_wavelength must be a finite number"),
     ("overlap", "0.5", "overlap must be a real number"),
-    ("overlap", 5, "overlap must be a finite number > 0 and <= 4"),
+    ("overlap", 5, "overlap must be a finite number >= 0.01 and <= 4"),
 ])
 def test_solve_checks_each_decomposition_entry(entry, value, why):
     """Finding 16: hp.solve(decomposition={...}) converted its entries ("no" became True, 1.5

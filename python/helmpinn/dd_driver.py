@@ -154,7 +154,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._checks import integer
 from .batch import TERMS
-from .decomposition import CARRIER_TERM, FORMAT, MAX_SUBDOMAINS, BoxConstraint, DecomposedModel, Level, Rows
+from .decomposition import CARRIER_TERM, FORMAT, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, DecomposedModel, Level, Rows
 from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo, mismatch
 from .params import sigma_for
 from .waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
@@ -476,8 +476,19 @@ class GNDriver(DampedDriver):
 
     def points_factor(self, run: "Trainer") -> float:
         """:class:`~helmpinn.drivers.PointsGrowth`'s factor: more points once the gap says the
-        model fits its points rather than the field (every rank sees the same gap)."""
-        return self.growth.factor(run)
+        model fits its points rather than the field (every rank sees the same gap), unless the
+        run on that many would exceed the memory limit on a rank
+        (:func:`helmpinn.memory.check_fit`)."""
+        def fits(factor: float) -> bool:   # the grown points' run within the memory limit, on every rank
+            from .memory import MemoryEstimateError, check_fit
+
+            try:
+                check_fit(run, self, math.ceil(factor * run.pde_points))
+                ok = 1
+            except MemoryEstimateError:
+                ok = 0
+            return bool(ok if run.comm is None else run.comm.allreduce(ok, op=_mpi_min()))
+        return self.growth.factor(run, fits)
 
     def step(self, run: "Trainer") -> GNStepInfo:
         try:
@@ -508,6 +519,12 @@ class GNDriver(DampedDriver):
             return None
         return {"steps": len(self.log), "final_lambda": self.gn.lam,
                 "cg_iterations": [sum(e["cg"]) for e in self.log], "trials": [e["trials"] for e in self.log]}
+
+
+def _mpi_min() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MIN
 
 
 DRIVERS.setdefault("gn", GNDriver)   # Trainer.fit(optimizer="gn"), helmpinn.drivers.make_driver("gn")
@@ -566,7 +583,7 @@ def _checked_decomposition(r: dict[str, Any], problem: Any) -> dict[str, Any]:
     out = dict(r)
     for name in ("subdomains_per_wavelength", "points_per_wavelength"):
         out[name] = real_number(where, name, r[name], low=0.0)
-    out["overlap"] = real_number(where, "overlap", r["overlap"], low=0.0, high=4.0)
+    out["overlap"] = real_number(where, "overlap", r["overlap"], low=MIN_OVERLAP, low_open=False, high=4.0)
     for name in ("ff_dim", "hidden", "layers"):
         out[name] = integer(where, name, r[name], low=1)
     for name in ("coarse_level", "constraint"):

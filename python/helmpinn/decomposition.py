@@ -55,12 +55,19 @@ from .model import Model
 from .params import init_params, sigma_for
 
 __all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals",
-           "assign_subdomains", "CARRIER_TERM", "FORMAT", "WINDOW_CUTOFF"]
+           "assign_subdomains", "CARRIER_TERM", "FORMAT", "WINDOW_CUTOFF", "MIN_OVERLAP", "MIN_CONSTRAINT_SCALE",
+           "MAX_SUBDOMAINS", "WINDOW_CHUNK", "subdomain_grid"]
 
 #: The ``kind`` written into a saved decomposed model.
 FORMAT = "helmpinn-decomposed-1"
 #: Window values below this count as outside a subdomain (its network is not evaluated there).
 WINDOW_CUTOFF = 1e-13
+#: The least overlap: between two subdomains the bumps are ``exp(−1/(2 overlap))`` about, which
+#: below an overlap of 7e-4 underflows to 0 and leaves points outside every window.
+MIN_OVERLAP = 0.01
+#: The constraint's least scale, relative to the box's largest side: below it φ's second
+#: derivative (``1/scale²``) is not finite.
+MIN_CONSTRAINT_SCALE = 1e-6
 #: The most subdomains a model may have (over all its levels): each costs about a kilobyte of
 #: bookkeeping before its parameters, and a grid read from a file is checked against it before
 #: anything is enumerated.
@@ -114,7 +121,8 @@ def subdomain_grid(grid: Any, d: int, name: str = "grid") -> tuple[int, ...]:
 class Level:
     """A regular grid of ``grid[a]`` overlapping subdomains along each axis of ``[lo, hi]``.
 
-    ``overlap`` (> 0): each subdomain's width is ``(1 + overlap)`` times the grid's spacing.
+    ``overlap`` (:data:`MIN_OVERLAP` to 4): each subdomain's width is ``(1 + overlap)`` times
+    the grid's spacing.
     """
 
     def __init__(self, lo: ArrayLike, hi: ArrayLike, grid: Sequence[int], overlap: float = 0.5):
@@ -123,7 +131,7 @@ class Level:
         if d not in (1, 2, 3):
             raise ValueError(f"lo, hi: expected 1 to 3 coordinates each, got {self.lo}, {self.hi}")
         grid = subdomain_grid(grid, d)
-        overlap = real_number("decomposition", "overlap", overlap, low=0.0, high=4.0)
+        overlap = real_number("decomposition", "overlap", overlap, low=MIN_OVERLAP, low_open=False, high=4.0)
         self.grid, self.overlap, self.dim = grid, overlap, d
         spacing = (self.hi - self.lo) / np.array(grid)
         self.half = 0.5 * spacing * (1.0 + overlap)
@@ -215,9 +223,11 @@ class BoxConstraint:
 
     def __init__(self, lo: ArrayLike, hi: ArrayLike, scale: float):
         self.lo, self.hi = _box(lo, hi, "BoxConstraint: lo, hi")
-        scale = float(scale)
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"BoxConstraint: scale must be a positive number, got {scale}")
+        least = MIN_CONSTRAINT_SCALE * float(np.max(self.hi - self.lo))
+        scale = real_number("BoxConstraint", "scale", scale, low=0.0)
+        if scale < least:
+            raise ValueError(f"BoxConstraint: scale must be at least {least:g} ({MIN_CONSTRAINT_SCALE:g} times the "
+                             f"box's largest side), got {scale!r}")
         self.scale = scale
 
     def config(self) -> dict[str, Any]:

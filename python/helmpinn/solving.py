@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import dd_driver
+from . import dd_driver, distributed, memory
 from ._checks import integer
 from .decomposition import DecomposedModel
 from .defaults import OPTIMIZERS, run_settings
@@ -224,6 +224,9 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
                          "model (model='network' for one network)")
     if settings.get("lbfgs") and comm is not None:   # refused before training, not after it
         check_ranks("lbfgs", comm.Get_size())
+    if settings["model"] == "decomposed":   # the whole run's memory, before anything is allocated
+        with distributed.collective(comm, "the memory estimate"):
+            memory.check_settings(settings, problem, model=given, ranks=1 if comm is None else comm.Get_size())
     words = resonance_warning(problem)
     if words and (comm is None or comm.Get_rank() == 0):
         warnings.warn(words, ResonanceWarning, stacklevel=2)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import _core, _device, distributed
+from . import _core, _device, distributed, memory
 from ._checks import integer
 from ._compat import UNSET, renamed
 from .batch import TERMS, WEIGHTS, Batch
@@ -467,6 +467,9 @@ class Trainer:
             raise TypeError(f"optimizer {driver.name!r} {why} (the model is a {type(self.model).__name__})")
         if not self._params_finite():
             raise ValueError("the model's parameters contain NaN or Inf; cannot train from them")
+        if model_kind(self.model) == "decomposed":   # the fit's memory, before its points are drawn
+            with distributed.collective(self.comm, "the memory estimate"):
+                memory.check_fit(self, driver)
         state = self.model.optimizer_state or {}
         resumed = not self.step and int(state.get("step", 0) or 0) > 0
         if resumed:   # a model loaded from a checkpoint: its run goes on, on its points
