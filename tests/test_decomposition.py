@@ -484,7 +484,8 @@ def test_load_checks_what_model_load_checks(tmp_path):
     cases = {"nan": (bad, cfg, "NaN"),
              "inf": (model.params, {**cfg, "hi": [math.inf, 1.0]}, "finite"),
              "other": (model.params, {**cfg, "constraint": {**cfg["constraint"], "hi": [2.0, 1.0]}}, "not the model's"),
-             "kind": (model.params, {**cfg, "constraint": {**cfg["constraint"], "kind": "ball"}}, "unknown kind 'ball'"),
+             "kind": (model.params, {**cfg, "constraint": {**cfg["constraint"], "kind": "ball"}},
+                      "unknown kind 'ball'"),
              "spec": (model.params, {**cfg, "specs": [[2, 2.5, 4, 1]]}, "integer"),
              "overlap": (model.params, {**cfg, "levels": [{"grid": [2, 2], "overlap": "0.5"}]}, "overlap")}
     for name, (params, c, why) in cases.items():

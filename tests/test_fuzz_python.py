@@ -207,8 +207,8 @@ def test_fuzz_decomposed_model(data):
     from helmpinn.decomposition import BoxConstraint, DecomposedModel
 
     draw = data.draw
-    which = draw(st.sampled_from(["none", "none", "none", "none", "lo", "hi", "grid", "overlap", "ff", "hidden", "seed", "scale",
-                                  "other box", "x", "chunk"]))
+    which = draw(st.sampled_from(["none", "none", "none", "none", "lo", "hi", "grid", "overlap", "ff", "hidden",
+                                  "seed", "scale", "other box", "x", "chunk"]))
 
     def arg(name, valid, hostile_value):
         return hostile_value(draw) if which == name else valid

@@ -154,7 +154,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._checks import integer
 from .batch import TERMS
-from .decomposition import CARRIER_TERM, FORMAT, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, DecomposedModel, Level, Rows
+from .decomposition import (CARRIER_TERM, FORMAT, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, DecomposedModel, Level,
+                            Rows)
 from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo, mismatch
 from .params import sigma_for
 from .waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows

@@ -113,8 +113,8 @@ def subdomain_grid(grid: Any, d: int, name: str = "grid") -> tuple[int, ...]:
         raise ValueError(f"decomposition: {name}: expected {d} counts (one per axis), got {grid!r}")
     out = tuple(integer("decomposition", name, n, low=1) for n in counts)
     if math.prod(out) > MAX_SUBDOMAINS:
-        raise ValueError(f"decomposition: {name}: {' x '.join(map(str, out))} = {math.prod(out):,} subdomains, more than "
-                         f"{MAX_SUBDOMAINS:,} (helmpinn.decomposition.MAX_SUBDOMAINS)")
+        raise ValueError(f"decomposition: {name}: {' x '.join(map(str, out))} = {math.prod(out):,} subdomains, "
+                         f"more than {MAX_SUBDOMAINS:,} (helmpinn.decomposition.MAX_SUBDOMAINS)")
     return out
 
 

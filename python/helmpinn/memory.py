@@ -59,7 +59,7 @@ rows):
 Over ``ranks`` MPI ranks every rank holds every point and the windows of every subdomain, but
 the batches, blocks, Gram matrices and factors of its own subdomains only (a share
 ``1/ranks``); the estimate is one rank's. Measured against the peak resident memory of small
-runs (docs/guide/errors-threads.md, "Memory"), the estimate is between 1 and 3 times the
+runs (docs/guide/errors-threads.md, "Memory"), the estimate was 1.0 to 2.4 times the
 growth of the process's peak over its size before the run.
 """
 from __future__ import annotations
@@ -140,12 +140,12 @@ def _coverage(grid: Sequence[int], overlap: float) -> float:
     return math.prod(1.0 if g == 1 else min(g, 1.0 + overlap - overlap / g) for g in grid)
 
 
-def _gauss_newton(layout: Mapping[str, Any], n: int, pairs: float, ranks: int, threads: int,
+def _gauss_newton(layout: Mapping[str, Any], n: int, ranks: int, threads: int,
                   options: Mapping[str, Any]) -> dict[str, int]:
     """Gauss-Newton's own arrays (module docstring), one rank's."""
     from .gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
 
-    d, overlap = layout["dim"], layout["overlap"]
+    overlap = layout["overlap"]
     gram = options.get("gram", "float32")
     g_item = 4 if gram == "float32" else 8
     keep = options.get("products", "core32") == "blocks"
@@ -220,7 +220,7 @@ def decomposed_run(layout: Mapping[str, Any], pde_points: int, bc_points: int = 
                                      and options.get("products", "core32") != "core32")
     sizes["subdomain batches"] = ((72 + 40 * d) + (0 if single else 16 + 20 * d)) * pairs / ranks
     if optimizer == "gn":
-        sizes.update(_gauss_newton(layout, n, pairs, ranks, threads, options))
+        sizes.update(_gauss_newton(layout, n, ranks, threads, options))
         sizes["mode rows"] = _mode_rows(layout, n, modes, green_wavelengths)
     sizes["workspaces"] = sum(runfiles.workspace_bytes(s, "float64", 2048, threads)
                               + runfiles.workspace_bytes(s, "float32", 2048, threads) for _, s in levels)
