@@ -128,3 +128,20 @@ def test_the_estimate_counts_ranks_and_settings():
     assert f64["Gram matrices"] == 2 * one["Gram matrices"]
     adam = memory.decomposed_run(layout, 40_000, 0, optimizer="adam", threads=1)
     assert "Gram matrices" not in adam and sum(adam.values()) < sum(one.values())
+
+
+def test_gauss_newton_grows_its_points_only_while_the_run_fits(monkeypatch):
+    """Finding 3: the points grow (PointsGrowth) by the validation gap alone; the Gauss-Newton
+    driver now asks the estimate first, so a growth that would exceed the limit is not taken."""
+    from helmpinn.dd_driver import GNDriver
+
+    model = DecomposedModel.create([0, 0], [1, 1], [(2, 2)], ff_dim=2, hidden_dim=4)
+    trainer = hp.Trainer(hp.get_problem("box-source"), model, pde_points=20_000, bc_points=0, progress=False)
+    driver = GNDriver(grow_gap=1.0, grow_patience=1, grow_factor=2.0, grow_max=4.0)
+    driver.growth.start(trainer)
+    trainer.last_gap = 10.0
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "none")
+    now = sum(memory.check_fit(trainer, driver).values())
+    assert driver.points_factor(trainer) == 2.0
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, str(int(1.2 * now)))   # this run fits, twice the points not
+    assert driver.points_factor(trainer) == 1.0
