@@ -363,3 +363,194 @@ def test_mode_rows_extend_the_residuals(d, pml, hard):
     with pytest.raises(ValueError, match=r"modes: expected finite numbers \[%d, q\]" % len(rows)):
         model.residuals_for(rows, modes=M[:-1])
     assert model.residuals_for(rows, modes=M[:, :0]).num_modes == 0   # no columns: no mode rows
+
+
+# -- hostile inputs (issue 61) ------------------------------------------------------------------
+def _small(grid=(9, 9), **kw):
+    return DecomposedModel.create([0, 0], [1, 1], [grid], ff_dim=2, hidden_dim=4, wavenumber=10.0, **kw)
+
+
+def _peak_bytes(fn):
+    """``fn()``'s result and the peak of the memory NumPy allocated meanwhile (tracemalloc)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        out = fn()
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_predict_memory_is_bounded_by_the_chunk_and_the_output():
+    """Finding 4: predict took the windows of all points at once ([grid, N] arrays several
+    times over: 2 M points on 9 x 9 took 1.6 GB); chunked, the peak is the chunk's, and the
+    result the same whatever the chunk."""
+    model = _small((20, 20))
+    x = np.random.default_rng(0).random((40_000, 2))
+    u, peak = _peak_bytes(lambda: model.predict(x))
+    assert peak < 16 << 20   # the windows of all points at once: [20, 40000] arrays, about 60 MB
+    assert np.array_equal(model.predict(x, chunk=len(x)), u)
+    assert np.array_equal(model.predict(x, chunk=1001), u)
+
+
+def test_residual_builder_windows_are_bounded_by_the_chunk():
+    """Finding 4, the residual builder: pieces() held [grid, N] windows of every point for every
+    axis; now its scratch is a chunk's and the rest the output it yields."""
+    model = _small((30, 30))
+    x = np.random.default_rng(1).random((60_000, 2))
+
+    def consume():
+        return sum(len(idx) for _, idx, *_ in model.pieces(x))
+    covered, peak = _peak_bytes(consume)
+    output = covered * (8 + 8 + 3 * 16)   # idx, ψ, ∂ψ, ∂²ψ, ξ per covered point
+    assert peak < 2 * output + (8 << 20)
+
+
+def test_windows_are_the_dense_ones():
+    """The candidate windows (Level.axis_candidates) hold exactly the nonzero entries of the
+    dense ones (Level.axis_windows), with the same numbers."""
+    rng = np.random.default_rng(2)
+    for overlap in (0.05, 0.6, 2.5):
+        lv = Level([-0.7, 0.2], [1.3, 0.9], (7, 3), overlap)
+        x = np.concatenate([[lv.lo, lv.hi], lv.lo + (lv.hi - lv.lo) * rng.random((3000, 2))])
+        dense = lv.axis_windows(x)
+        for a in range(2):
+            i, *w = lv.axis_candidates(x[:, a], a)
+            for m in range(3):
+                sparse = np.zeros_like(dense[a][m])
+                np.add.at(sparse, (np.where(i >= 0, i, 0), np.broadcast_to(np.arange(len(x)), i.shape)),
+                          np.where(i >= 0, w[m], 0.0))
+                assert np.array_equal(sparse, dense[a][m])
+
+
+def _write(path, params, cfg):
+    import json
+
+    np.savez(path, params=np.asarray(params), config=np.array(json.dumps(cfg)))
+
+
+def test_load_checks_the_grid_against_the_parameters_before_enumerating(tmp_path, monkeypatch):
+    """Finding 5: a 1 KB file with grid [200000, 200000] made load enumerate 4e10 subdomains."""
+    import helmpinn.decomposition as dec
+
+    model = _small((2, 2))
+    cfg = model.config()
+    cfg["levels"][0]["grid"] = [200000, 200000]
+    _write(tmp_path / "huge.npz", model.params, cfg)
+    with pytest.raises(ValueError, match=r"huge\.npz.*subdomains, more than"):
+        DecomposedModel.load(tmp_path / "huge.npz")
+
+    def no_level(*args, **kwargs):
+        raise AssertionError("a Level was made before the parameters were counted")
+    cfg["levels"][0]["grid"] = [300, 300]   # within the bound, but not these parameters' grid
+    _write(tmp_path / "wrong.npz", model.params, cfg)
+    monkeypatch.setattr(dec, "Level", no_level)
+    with pytest.raises(ValueError, match=r"wrong\.npz.*need a float vector of [0-9,]+ parameters"):
+        DecomposedModel.load(tmp_path / "wrong.npz")
+
+
+def test_load_refuses_a_fifo_without_blocking(tmp_path):
+    """Finding 6: load opened a FIFO and waited for a writer forever; Model.load's check."""
+    import os
+    import threading
+
+    fifo = tmp_path / "model.npz"
+    os.mkfifo(fifo)
+    got = []
+
+    def load():
+        try:
+            DecomposedModel.load(fifo)
+        except ValueError as exc:
+            got.append(str(exc))
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():   # unblock it, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(5)
+        pytest.fail("DecomposedModel.load blocked on a FIFO")
+    assert got and "not a regular file" in got[0] and "model.npz" in got[0]
+
+
+def test_load_checks_what_model_load_checks(tmp_path):
+    """Finding 17: NaN parameters, an infinite box, a constraint on another box or of an
+    unknown kind were accepted."""
+    model = _small((2, 2), constraint=BoxConstraint([0, 0], [1, 1], 0.1))
+    cfg = model.config()
+    bad = model.params.copy()
+    bad[3] = np.nan
+    cases = {"nan": (bad, cfg, "NaN"),
+             "inf": (model.params, {**cfg, "hi": [math.inf, 1.0]}, "finite"),
+             "other": (model.params, {**cfg, "constraint": {**cfg["constraint"], "hi": [2.0, 1.0]}}, "not the model's"),
+             "kind": (model.params, {**cfg, "constraint": {**cfg["constraint"], "kind": "ball"}},
+                      "unknown kind 'ball'"),
+             "spec": (model.params, {**cfg, "specs": [[2, 2.5, 4, 1]]}, "integer"),
+             "overlap": (model.params, {**cfg, "levels": [{"grid": [2, 2], "overlap": "0.5"}]}, "overlap")}
+    for name, (params, c, why) in cases.items():
+        _write(tmp_path / f"{name}.npz", params, c)
+        with pytest.raises(ValueError, match=rf"{name}\.npz.*{why}"):
+            DecomposedModel.load(tmp_path / f"{name}.npz")
+    with pytest.raises(ValueError, match="not the model's"):
+        DecomposedModel.create([0, 0], [1, 1], [(2, 2)], constraint=BoxConstraint([0, 0], [2, 1], 0.1))
+    model.save(tmp_path / "good.npz")   # the checks pass a model's own file
+    assert np.array_equal(DecomposedModel.load(tmp_path / "good.npz").params, model.params)
+
+
+def test_pickle_and_deepcopy_after_predict():
+    """Finding 12: the cached Workspace made a model that had predicted unpicklable."""
+    import copy
+    import pickle
+
+    model = _small((2, 2))
+    x = np.random.default_rng(3).random((50, 2))
+    u = model.predict(x)
+    for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert np.array_equal(other.predict(x), u)
+    assert model._ws   # the original keeps its cache
+
+
+def test_receivers_record_a_plain_decomposed_model():
+    """Finding 13: record read model.in_dim, which only the run loop's wrapper had."""
+    from helmpinn.receivers import receiver_line, record
+
+    model = _small((2, 2))
+    rec = record(model, receiver_line((0.1, 0.5), (0.9, 0.5), 11))
+    assert np.array_equal(rec["u"], model.predict(rec["x"]))
+
+
+@pytest.mark.parametrize("entry, value, why", [
+    ("constraint", "no", "constraint must be True, False or None"),
+    ("coarse_level", 1, "coarse_level must be True or False"),
+    ("ff_dim", 1.5, "ff_dim must be an integer"),
+    ("hidden", 0, "hidden must be an integer >= 1"),
+    ("grids", [[3.5, 2]], r"grids\[0\] must be an integer"),
+    ("grids", [[3]], r"grids\[0\]: expected 2 counts"),
+    ("grids", [[200000, 200000]], r"grids\[0\]: 200000 x 200000 = .* subdomains, more than"),
+    ("points_per_wavelength", -1, "points_per_wavelength must be a finite number > 0"),
+    ("subdomains_per_wavelength", math.nan, "subdomains_per_wavelength must be a finite number"),
+    ("overlap", "0.5", "overlap must be a real number"),
+    ("overlap", 5, "overlap must be a finite number >= 0.01 and <= 4"),
+])
+def test_solve_checks_each_decomposition_entry(entry, value, why):
+    """Finding 16: hp.solve(decomposition={...}) converted its entries ("no" became True, 1.5
+    became 1, grids were truncated, a negative density was taken); each is checked and named,
+    before anything is trained."""
+    import helmpinn as hp
+
+    with pytest.raises((TypeError, ValueError), match=f"decomposition: {why}"):
+        hp.solve("box-source", model="decomposed", progress=False, decomposition={entry: value})
+
+
+def test_solve_refuses_the_hard_constraint_on_nonzero_boundary_data():
+    """Finding 16: constraint=True forced u = 0 on walls whose data is not zero."""
+    import helmpinn as hp
+    from helmpinn.dd_driver import decomposed_settings
+
+    with pytest.raises(ValueError, match="constraint=True .* boundary condition 'xmin' is Dirichlet"):
+        hp.solve("heterogeneous2d", model="decomposed", progress=False, decomposition={"constraint": True})
+    with pytest.raises(TypeError, match="decomposition: expected a dict"):
+        hp.solve("box-source", model="decomposed", progress=False, decomposition=[("constraint", True)])
+    assert decomposed_settings(hp.get_problem("box-source"), constraint=True)["decomposition"]["constraint"] is True
+    assert decomposed_settings(hp.get_problem("free-source"), constraint=True)["decomposition"]["constraint"] is True

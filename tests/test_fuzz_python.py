@@ -9,11 +9,15 @@ a message; when it returns, what it returns is finite where the inputs were.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
+import os
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from test_fuzz import FUZZ, caller, hostile
 
@@ -163,3 +167,124 @@ def test_fuzz_fd_solve(data):
     how, sol = call(fd_solve, problem, number(draw, 0.05), order=draw(st.sampled_from([2, 4, 3, "4"])))
     if how == "ok":
         assert np.all(np.isfinite(sol.values))
+
+
+COUNTS = st.sampled_from([1, 2, 3, 0, -1, 1.5, 2**40, "x", None, True, math.nan, [2]])
+SMALL = hypothesis_settings(
+    max_examples=25, deadline=None, derandomize=True,
+    suppress_health_check=list(HealthCheck))
+
+
+@contextlib.contextmanager
+def _memory_limit(value):
+    """helmpinn.memory's limit set to ``value`` for the block."""
+    from helmpinn.memory import LIMIT_VARIABLE
+
+    old = os.environ.get(LIMIT_VARIABLE)
+    os.environ[LIMIT_VARIABLE] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[LIMIT_VARIABLE]
+        else:
+            os.environ[LIMIT_VARIABLE] = old
+
+
+def _count(draw, valid):
+    return valid if draw(st.booleans()) else draw(COUNTS)
+
+
+@SMALL
+@given(data=st.data())
+def test_fuzz_decomposed_model(data):
+    """DecomposedModel create / predict / save / load with hostile arguments and files: only
+    Python exceptions with a message, never a hang or an unbounded allocation (a grid's count
+    is checked against MAX_SUBDOMAINS and the parameters before anything is enumerated)."""
+    import json
+    import tempfile
+
+    from helmpinn.decomposition import BoxConstraint, DecomposedModel
+
+    draw = data.draw
+    which = draw(st.sampled_from(["none", "none", "none", "none", "lo", "hi", "grid", "overlap", "ff", "hidden",
+                                  "seed", "scale", "other box", "x", "chunk"]))
+
+    def arg(name, valid, hostile_value):
+        return hostile_value(draw) if which == name else valid
+
+    lo = [arg("lo", 0.0, lambda d: d(NUMBERS)), 0.0]
+    hi = [1.0, arg("hi", 1.0, lambda d: d(NUMBERS))]
+    how, c = call(lambda: BoxConstraint(lo, [2.0, 1.0] if which == "other box" else hi,
+                                        arg("scale", 0.1, lambda d: d(NUMBERS))))
+    if how != "ok":
+        return
+    how, model = call(DecomposedModel.create, lo, hi, [(arg("grid", 2, lambda d: d(COUNTS)), 3)],
+                      overlap=arg("overlap", 0.5, lambda d: d(NUMBERS)), ff_dim=arg("ff", 2, lambda d: d(COUNTS)),
+                      hidden_dim=arg("hidden", 3, lambda d: d(COUNTS)), constraint=c,
+                      seed=arg("seed", 0, lambda d: d(COUNTS)))
+    if how != "ok":
+        return
+    x = np.array([[0.2, 0.3], [0.9, 0.1], [0.0, 1.0]])
+    how, u = call(model.predict, hostile(draw, x) if which == "x" else x,
+                  chunk=arg("chunk", 2, lambda d: d(COUNTS)))
+    if how == "ok":
+        assert u.dtype == np.complex128 and np.all(np.isfinite(u))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.npz")
+        model.save(path)
+        cfg = model.config()
+        params = model.params
+        field = draw(st.sampled_from(["none", "lo", "hi", "grid", "overlap", "specs", "constraint", "params",
+                                      "kind", "levels"]))
+        bad = draw(st.sampled_from([math.nan, math.inf, -1, 0, 2**40, "x", None, [], {}, [1, 2, 3], 1.5]))
+        if field in ("lo", "hi", "kind", "levels", "constraint"):
+            cfg = {**cfg, field: bad}
+        elif field in ("grid", "overlap"):
+            cfg["levels"] = [{**cfg["levels"][0], field: bad}]
+        elif field == "specs":
+            cfg["specs"] = [[2, bad, 3, 1]]
+        elif field == "params":
+            params = np.full(draw(st.sampled_from([0, 1, len(params)])), bad if isinstance(bad, float) else 1.0)
+        with open(path, "wb") as fh:
+            np.savez(fh, params=params, config=np.array(json.dumps(cfg, default=str)))
+        how, back = call(DecomposedModel.load, path)
+        if how == "ok":
+            assert np.all(np.isfinite(back.params))
+        else:
+            assert isinstance(back, ValueError) and "m.npz" in str(back)
+
+
+@functools.lru_cache(maxsize=1)
+def _one_wavelength_box():
+    return hp.get_problem("box-source", wavelengths=1.0)
+
+
+@SMALL
+@given(data=st.data())
+def test_fuzz_solve_arguments(data):
+    """hp.solve's arguments and decomposition entries, hostile: refused with a message before
+    anything is trained, or a run of at most one step on a one-subdomain model; a run over the
+    memory limit is refused by its estimate (helmpinn.memory), not by the machine."""
+    import warnings
+
+    draw = data.draw
+    problem = _one_wavelength_box()
+    hostile_values = {
+        "ff_dim": COUNTS, "hidden": COUNTS, "points_per_wavelength": NUMBERS, "overlap": NUMBERS,
+        "grids": st.sampled_from([[[2**20, 2**20]], [[1.5, 1]], [[0, 1]], "x", [[1]], [[400, 400]], [], 3]),
+        "constraint": st.sampled_from(["no", 1, 0.0, [True]]), "coarse_level": st.sampled_from([0, "yes", None]),
+        "tol": NUMBERS, "steps": st.sampled_from([-1, 1.5, "x", None, math.nan]),
+        "pde_points": st.sampled_from([0, 2**40, 1e300, -3, 2.5, "x"])}
+    which = draw(st.sampled_from(["none", "none", "none", *hostile_values]))
+    valid = {"ff_dim": 2, "hidden": 4, "grids": None, "points_per_wavelength": 25.0, "overlap": 0.6,
+             "constraint": None, "coarse_level": False, "tol": None, "steps": 1, "pde_points": 500}
+    given_ = {k: draw(hostile_values[k]) if k == which else v for k, v in valid.items()}
+    decomposition = {k: given_.pop(k) for k in ("ff_dim", "hidden", "grids", "points_per_wavelength", "overlap",
+                                                 "constraint", "coarse_level")}
+    with warnings.catch_warnings(), _memory_limit("256M"):
+        warnings.simplefilter("ignore")
+        how, sol = call(hp.solve, problem, progress=False, model="decomposed", decomposition=decomposition,
+                        **given_)
+    if how == "ok":
+        assert sol.history.loss and np.all(np.isfinite(sol.history.loss))

@@ -499,6 +499,15 @@ def _check_memory(settings: dict[str, Any], problem, spec, threads: int | None) 
 
     # a CPU workspace has scratch rows for as many threads as OpenMP runs or there are CPUs
     threads = max(threads or _core.get_num_threads(), _cpus())
+    if _decomposed(settings):   # the whole decomposed run (helmpinn.memory), not one subnetwork's
+        from . import memory
+        from .distributed import launched_size
+        try:
+            memory.check_settings(settings, problem, ranks=launched_size(), threads=threads, flags={
+                "points": "--points", "grids": "the problem's size", "hidden": "--hidden, --fourier"})
+        except memory.MemoryEstimateError as exc:
+            raise _UsageError(str(exc)) from None
+        return
     sizes = runfiles.training_memory(
         problem.dim, settings["points"], settings["bc_points"], spec.num_params, settings["dtype"],
         runfiles.workspace_bytes(spec, settings["dtype"], threads=threads))

@@ -123,10 +123,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._checks import integer
 from .batch import TERMS
-from .decomposition import CARRIER_TERM, FORMAT, BoxConstraint, DecomposedModel, Level, Rows
+from .decomposition import (CARRIER_TERM, FORMAT, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, DecomposedModel, Level,
+                            Rows)
 from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo, mismatch
 from .params import sigma_for
 from .waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
+from .memory import MemoryEstimateError, check_fit
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -215,10 +217,6 @@ class TrainableDecomposedModel(DecomposedModel):
     @property
     def dtype(self) -> np.dtype:
         return self.params.dtype
-
-    @property
-    def in_dim(self) -> int:
-        return self.dim
 
     def to(self, device: str) -> "TrainableDecomposedModel":
         if device != "cpu":
@@ -449,8 +447,17 @@ class GNDriver(DampedDriver):
 
     def points_factor(self, run: "Trainer") -> float:
         """:class:`~helmpinn.drivers.PointsGrowth`'s factor: more points once the gap says the
-        model fits its points rather than the field (every rank sees the same gap)."""
-        return self.growth.factor(run)
+        model fits its points rather than the field (every rank sees the same gap), unless the
+        run on that many would exceed the memory limit on a rank
+        (:func:`helmpinn.memory.check_fit`)."""
+        def fits(factor: float) -> bool:   # the grown points' run within the memory limit, on every rank
+            try:
+                check_fit(run, self, math.ceil(factor * run.pde_points))
+                ok = 1
+            except MemoryEstimateError:
+                ok = 0
+            return bool(ok if run.comm is None else run.comm.allreduce(ok, op=_mpi_min()))
+        return self.growth.factor(run, fits)
 
     def step(self, run: "Trainer") -> GNStepInfo:
         try:
@@ -483,6 +490,12 @@ class GNDriver(DampedDriver):
                 "cg_iterations": [sum(e["cg"]) for e in self.log], "trials": [e["trials"] for e in self.log]}
 
 
+def _mpi_min() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MIN
+
+
 DRIVERS.setdefault("gn", GNDriver)   # Trainer.fit(optimizer="gn"), helmpinn.drivers.make_driver("gn")
 
 
@@ -506,6 +519,62 @@ def _hard_constraint(problem: Any) -> bool:
     return (isinstance(problem.domain, Box) and getattr(problem, "pml", None) is None and bool(bcs)
             and all(isinstance(bc, Dirichlet) and not callable(bc.value) and complex(bc.value) == 0 for bc in bcs)
             and getattr(problem, "data", None) is None)
+
+
+def _constraint_refusal(problem: Any) -> str | None:
+    """Why the hard constraint (u = 0 on every face of the sampled box,
+    :class:`~helmpinn.decomposition.BoxConstraint`) cannot hold ``problem``'s solution, or None
+    where it can: the sampled domain is a box and every boundary condition is ``Dirichlet(0)``
+    (a PML's outer wall, with no condition of its own, included)."""
+    from .geometry import Box
+    from .problems import Dirichlet
+
+    domain = getattr(problem, "sampling_domain", problem.domain)
+    if not isinstance(domain, Box):
+        return f"holds u = 0 on the faces of a box, and the problem's sampled domain is a {type(domain).__name__}"
+    for name, bc in getattr(problem, "bcs", {}).items():
+        if not isinstance(bc, Dirichlet) or callable(bc.value) or complex(bc.value) != 0:
+            what = f"{type(bc).__name__}" + ("(a function of x)" if callable(getattr(bc, "value", None)) else
+                                             f"({bc.value!r})" if isinstance(bc, Dirichlet) else "")
+            return (f"holds u = 0 on every face of the box, and the problem's boundary condition {name!r} is "
+                    f"{what}, not Dirichlet(0)")
+    return None
+
+
+def _checked_decomposition(r: dict[str, Any], problem: Any) -> dict[str, Any]:
+    """The entries of :func:`decomposed_settings`' table ``r`` checked one by one (none
+    converted: a count is an integer, a flag a bool; a TypeError/ValueError names the entry);
+    ``constraint=True`` only where :func:`_constraint_refusal` finds nothing against it."""
+    from ._checks import real_number
+    from .decomposition import subdomain_grid
+
+    where = "decomposition"
+    out = dict(r)
+    for name in ("subdomains_per_wavelength", "points_per_wavelength"):
+        out[name] = real_number(where, name, r[name], low=0.0)
+    out["overlap"] = real_number(where, "overlap", r["overlap"], low=MIN_OVERLAP, low_open=False, high=4.0)
+    for name in ("ff_dim", "hidden", "layers"):
+        out[name] = integer(where, name, r[name], low=1)
+    for name in ("coarse_level", "constraint"):
+        value = r[name]
+        if not (isinstance(value, (bool, np.bool_)) or (name == "constraint" and value is None)):
+            allowed = "True, False or None (the rule)" if name == "constraint" else "True or False"
+            raise TypeError(f"{where}: {name} must be {allowed}, got {value!r}")
+        out[name] = None if value is None else bool(value)
+    if out["constraint"]:
+        why = _constraint_refusal(problem)
+        if why:
+            raise ValueError(f"{where}: constraint=True {why}; give constraint=False or None")
+    grids = r["grids"]
+    if grids is not None:
+        if not isinstance(grids, (list, tuple)) or not grids:
+            raise TypeError(f"{where}: grids must be None or a non-empty list of grids (one per level), got {grids!r}")
+        d = int(problem.dim)
+        out["grids"] = [subdomain_grid(g, d, f"grids[{i}]") for i, g in enumerate(grids)]
+        total = sum(math.prod(g) for g in out["grids"])
+        if total > MAX_SUBDOMAINS:
+            raise ValueError(f"{where}: grids have {total:,} subdomains, more than {MAX_SUBDOMAINS:,}")
+    return out
 
 
 def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition: Any) -> dict[str, Any]:
@@ -536,26 +605,28 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     unknown = set(decomposition) - set(rules)
     if unknown:
         raise ValueError(f"decomposition: unknown settings {sorted(unknown)}; known: {sorted(rules)}")
-    r = {**rules, **decomposition}
-    spw = float(r["subdomains_per_wavelength"])
-    if not (math.isfinite(spw) and spw > 0):
-        raise ValueError(f"decomposition: subdomains_per_wavelength must be a positive number, got {spw}")
+    r = _checked_decomposition({**rules, **decomposition}, problem)
+    spw = r["subdomains_per_wavelength"]
     waves = wavelengths(problem)
     grids = r["grids"]
     if grids is None:
         grids = [[max(1, math.ceil(spw * w - 1e-9)) for w in waves]]
-    grids = [list(map(int, np.atleast_1d(g))) for g in grids]
+        if math.prod(grids[0]) > MAX_SUBDOMAINS:
+            raise ValueError(f"decomposition: {' x '.join(map(str, grids[0]))} subdomains ({spw:g} per wavelength "
+                             f"over {' x '.join(f'{w:.3g}' for w in waves)} wavelengths) are more than "
+                             f"{MAX_SUBDOMAINS:,} (helmpinn.decomposition.MAX_SUBDOMAINS)")
+    grids = [list(g) for g in grids]
     if r["coarse_level"] and [1] * d not in grids:
         grids.append([1] * d)
-    constraint = _hard_constraint(problem) if r["constraint"] is None else bool(r["constraint"])
-    P = _core.ModelSpec(d, int(r["ff_dim"]), int(r["hidden"]), int(r["layers"])).num_params
-    P *= sum(int(np.prod(g)) for g in grids)
-    n = max(float(r["points_per_wavelength"]) ** d * float(np.prod(waves)), P / 2)
+    constraint = _hard_constraint(problem) if r["constraint"] is None else r["constraint"]
+    P = _core.ModelSpec(d, r["ff_dim"], r["hidden"], r["layers"]).num_params
+    P *= sum(math.prod(g) for g in grids)
+    n = max(r["points_per_wavelength"] ** d * float(np.prod(waves)), P / 2)
     pde_points = int(500 * math.ceil(n / 500))
     lo, hi = getattr(problem, "sampling_domain", problem.domain).bounds
     adam = default_settings(problem)
     return {**adam, "model": "decomposed", "optimizer": "gn", "warm_start": 0, "lbfgs": 0,
-            "ff_dim": int(r["ff_dim"]), "hidden": int(r["hidden"]), "layers": int(r["layers"]),
+            "ff_dim": r["ff_dim"], "hidden": r["hidden"], "layers": r["layers"],
             "sigma": None, "dtype": "float64", "steps": 200, "pde_points": pde_points,
             "bc_points": 0 if constraint else (2 if d == 1 else pde_points // 20), "sampling": "sobol",
             "resample_every": 0, "eval_every": 1, "weights": auto_weights(problem, LM_BOUNDARY_SHARE),
@@ -564,11 +635,11 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
                    "cg_warm": True, "backtrack": BACKTRACK, "resonance": RESONANCE_WITHIN,
                    "resonance_most": RESONANCE_MOST, "grow_gap": GROW_GAP,
                    **GN_BY_DIMENSION.get(d, {})},
-            "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": float(r["overlap"]),
-                              "constraint": constraint, "coarse_level": bool(r["coarse_level"]),
+            "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": r["overlap"],
+                              "constraint": constraint, "coarse_level": r["coarse_level"],
                               "lo": np.asarray(lo, float).tolist(), "hi": np.asarray(hi, float).tolist(),
                               "wavenumber": scale_wavenumber(problem),
-                              "points_per_wavelength": float(r["points_per_wavelength"])},
+                              "points_per_wavelength": r["points_per_wavelength"]},
             **(ADAM_SETTINGS if optimizer == "adam" else {})}
 
 

@@ -37,6 +37,7 @@ FBPINN papers' choice with ``scale = 1/k``); the lift g is zero (homogeneous con
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -47,19 +48,34 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _core, distributed
-from ._checks import integer
+from ._checks import integer, real_number
 from ._files import write_atomic
 from .batch import Batch, alike_on_every_axis, operator_a
 from .model import Model
 from .params import init_params, sigma_for
 
 __all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals",
-           "assign_subdomains", "CARRIER_TERM", "FORMAT", "WINDOW_CUTOFF"]
+           "assign_subdomains", "CARRIER_TERM", "FORMAT", "WINDOW_CUTOFF", "MIN_OVERLAP", "MIN_CONSTRAINT_SCALE",
+           "MAX_SUBDOMAINS", "WINDOW_CHUNK", "subdomain_grid"]
 
 #: The ``kind`` written into a saved decomposed model.
 FORMAT = "helmpinn-decomposed-1"
 #: Window values below this count as outside a subdomain (its network is not evaluated there).
 WINDOW_CUTOFF = 1e-13
+#: The least overlap: between two subdomains the bumps are ``exp(−1/(2 overlap))`` about, which
+#: below an overlap of 7e-4 underflows to 0 and leaves points outside every window.
+MIN_OVERLAP = 0.01
+#: The constraint's least scale, relative to the box's largest side: below it φ's second
+#: derivative (``1/scale²``) is not finite.
+MIN_CONSTRAINT_SCALE = 1e-6
+#: The most subdomains a model may have (over all its levels): each costs about a kilobyte of
+#: bookkeeping before its parameters, and a grid read from a file is checked against it before
+#: anything is enumerated.
+MAX_SUBDOMAINS = 1 << 18
+#: The points whose windows are computed at a time (:meth:`DecomposedModel.pieces`,
+#: :meth:`~DecomposedModel.predict`): the windows' scratch is a few arrays of this many points
+#: times the candidate subdomains per point (about ``(2 + overlap)^d``).
+WINDOW_CHUNK = 1 << 15
 
 
 def _bump(t: NDArray) -> tuple[NDArray, NDArray, NDArray]:
@@ -75,23 +91,47 @@ def _bump(t: NDArray) -> tuple[NDArray, NDArray, NDArray]:
     return v, d1, d2
 
 
+def _box(lo: ArrayLike, hi: ArrayLike, name: str) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``lo, hi`` as float64 vectors of one length whose every coordinate is finite with
+    ``hi > lo``, or a ValueError naming ``name``."""
+    try:
+        a, b = np.asarray(lo, np.float64).reshape(-1), np.asarray(hi, np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected numbers, got {lo!r}, {hi!r}") from None
+    if a.shape != b.shape or not a.size or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))) \
+            or not np.all(b > a):
+        raise ValueError(f"{name}: expected finite coordinates of one length with hi > lo, got {a}, {b}")
+    return a, b
+
+
+def subdomain_grid(grid: Any, d: int, name: str = "grid") -> tuple[int, ...]:
+    """``grid`` as d integer counts >= 1 (one per axis; a count is never truncated: 1.5 is an
+    error) of at most :data:`MAX_SUBDOMAINS` subdomains, or a TypeError/ValueError naming
+    ``name``."""
+    counts = list(grid) if isinstance(grid, (list, tuple, np.ndarray)) else [grid]
+    if len(counts) != d:
+        raise ValueError(f"decomposition: {name}: expected {d} counts (one per axis), got {grid!r}")
+    out = tuple(integer("decomposition", name, n, low=1) for n in counts)
+    if math.prod(out) > MAX_SUBDOMAINS:
+        raise ValueError(f"decomposition: {name}: {' x '.join(map(str, out))} = {math.prod(out):,} subdomains, "
+                         f"more than {MAX_SUBDOMAINS:,} (helmpinn.decomposition.MAX_SUBDOMAINS)")
+    return out
+
+
 class Level:
     """A regular grid of ``grid[a]`` overlapping subdomains along each axis of ``[lo, hi]``.
 
-    ``overlap`` (> 0): each subdomain's width is ``(1 + overlap)`` times the grid's spacing.
+    ``overlap`` (:data:`MIN_OVERLAP` to 4): each subdomain's width is ``(1 + overlap)`` times
+    the grid's spacing.
     """
 
     def __init__(self, lo: ArrayLike, hi: ArrayLike, grid: Sequence[int], overlap: float = 0.5):
-        self.lo, self.hi = np.asarray(lo, np.float64).reshape(-1), np.asarray(hi, np.float64).reshape(-1)
+        self.lo, self.hi = _box(lo, hi, "lo, hi")
         d = len(self.lo)
-        if d not in (1, 2, 3) or self.hi.shape != (d,) or not np.all(self.hi > self.lo):
-            raise ValueError(f"lo, hi: expected 1 to 3 coordinates each with hi > lo, got {self.lo}, {self.hi}")
-        grid = tuple(int(n) for n in np.atleast_1d(grid))
-        if len(grid) != d or min(grid) < 1:
-            raise ValueError(f"grid: expected {d} counts >= 1 (one per axis), got {grid}")
-        overlap = float(overlap)
-        if not (math.isfinite(overlap) and 0 < overlap <= 4):
-            raise ValueError(f"overlap: expected a number in (0, 4], got {overlap}")
+        if d not in (1, 2, 3):
+            raise ValueError(f"lo, hi: expected 1 to 3 coordinates each, got {self.lo}, {self.hi}")
+        grid = subdomain_grid(grid, d)
+        overlap = real_number("decomposition", "overlap", overlap, low=MIN_OVERLAP, low_open=False, high=4.0)
         self.grid, self.overlap, self.dim = grid, overlap, d
         spacing = (self.hi - self.lo) / np.array(grid)
         self.half = 0.5 * spacing * (1.0 + overlap)
@@ -119,6 +159,60 @@ class Level:
             out.append((w, w1, w2))
         return out
 
+    def axis_candidates(self, xa: NDArray, a: int) -> tuple[NDArray, NDArray, NDArray, NDArray]:
+        """For the coordinates ``xa`` [C] along axis a: the subdomains that may cover each point,
+        ``i`` [K, C] (K = ⌊1 + overlap⌋ + 3, increasing along K; −1 past the grid's ends), and
+        their normalised windows and first and second derivatives ``w, w1, w2`` [K, C] (0 where
+        i is −1 or the bump vanishes). These are the nonzero entries of :meth:`axis_windows`,
+        the same numbers (its sums over the grid add only exact zeros besides), in O(K C)
+        memory instead of O(grid[a] C)."""
+        g, c, h = self.grid[a], self.centres[a], self.half[a]
+        spacing = (self.hi[a] - self.lo[a]) / g
+        K = int(math.floor(1.0 + self.overlap)) + 3   # one spare either side of the support's ⌈1 + overlap⌉
+        first = np.floor((xa - self.lo[a]) / spacing - 0.5 * (2.0 + self.overlap)).astype(np.int64)
+        i = first[None, :] + np.arange(K)[:, None]
+        outside = (i < 0) | (i >= g)
+        v, d1, d2 = _bump((xa[None, :] - c[np.clip(i, 0, g - 1)]) / h)
+        v[outside], d1[outside], d2[outside] = 0.0, 0.0, 0.0
+        d1, d2 = d1 / h, d2 / (h * h)
+        S, S1, S2 = v.sum(0), d1.sum(0), d2.sum(0)
+        w = v / S
+        w1 = (d1 - w * S1) / S
+        w2 = (d2 - 2.0 * w1 * S1 - w * S2) / S
+        i[outside] = -1
+        return i, w, w1, w2
+
+    def covers(self, x: NDArray, derivatives: bool = True) -> tuple[NDArray, ...]:
+        """Every (subdomain, point) pair of the points x [C, d] whose window exceeds
+        :data:`WINDOW_CUTOFF`, ordered by subdomain (C order of the grid), then point:
+        ``(sub [M], pt [M], ω [M], w [M, d], w1 [M, d], w2 [M, d])``, the per-axis windows and
+        their derivatives (:meth:`axis_candidates`) only with ``derivatives`` (else None). ω is
+        their product over the axes taken in axis order, as :meth:`axis_windows`' would be."""
+        ax = [self.axis_candidates(x[:, a], a) for a in range(self.dim)]
+        K = ax[0][0].shape[0]
+        parts = []
+        for ks in itertools.product(range(K), repeat=self.dim):
+            om = np.ones(len(x))
+            for a, k in enumerate(ks):
+                om = om * ax[a][1][k]
+            pt = np.flatnonzero(om > WINDOW_CUTOFF)
+            if not len(pt):
+                continue
+            sub = np.zeros(len(pt), np.int64)
+            for a, k in enumerate(ks):
+                sub = sub * self.grid[a] + ax[a][0][k][pt]
+            ws = tuple(np.stack([ax[a][m][k][pt] for a, k in enumerate(ks)], 1) for m in (1, 2, 3)) \
+                if derivatives else (None, None, None)
+            parts.append((sub, pt, om[pt], *ws))
+        if not parts:
+            e = np.zeros((0, self.dim))
+            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0),
+                    *((e, e, e) if derivatives else (None, None, None)))
+        order = np.argsort(np.concatenate([p[0] for p in parts]) * max(len(x), 1)
+                           + np.concatenate([p[1] for p in parts]))
+        return tuple(None if parts[0][m] is None else np.concatenate([p[m] for p in parts])[order]
+                     for m in range(6))
+
     def centre(self, index: tuple[int, ...]) -> NDArray:
         return np.array([self.centres[a][i] for a, i in enumerate(index)])
 
@@ -128,12 +222,12 @@ class BoxConstraint:
     ``[lo, hi]``, about 1 more than ``scale`` inside (the hard constraint ``u = φ Σ ω_j N_j``)."""
 
     def __init__(self, lo: ArrayLike, hi: ArrayLike, scale: float):
-        self.lo, self.hi = np.asarray(lo, np.float64).reshape(-1), np.asarray(hi, np.float64).reshape(-1)
-        if self.lo.shape != self.hi.shape or not np.all(self.hi > self.lo):
-            raise ValueError(f"BoxConstraint: expected lo < hi of the same length, got {self.lo}, {self.hi}")
-        scale = float(scale)
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"BoxConstraint: scale must be a positive number, got {scale}")
+        self.lo, self.hi = _box(lo, hi, "BoxConstraint: lo, hi")
+        least = MIN_CONSTRAINT_SCALE * float(np.max(self.hi - self.lo))
+        scale = real_number("BoxConstraint", "scale", scale, low=0.0)
+        if scale < least:
+            raise ValueError(f"BoxConstraint: scale must be at least {least:g} ({MIN_CONSTRAINT_SCALE:g} times the "
+                             f"box's largest side), got {scale!r}")
         self.scale = scale
 
     def config(self) -> dict[str, Any]:
@@ -258,6 +352,14 @@ class DecomposedModel:
                 raise ValueError(f"specs: expected in_dim {d} (the box's dimension), got {s.in_dim}")
         if constraint is not None and (not isinstance(constraint, BoxConstraint) or len(constraint.lo) != d):
             raise TypeError(f"constraint: expected None or a BoxConstraint in {d} dimensions")
+        if constraint is not None:   # φ vanishes on the faces of the model's own box, nowhere else
+            tol = 1e-12 * float(np.max(levels[0].hi - levels[0].lo))
+            if not (np.allclose(constraint.lo, levels[0].lo, rtol=0, atol=tol)
+                    and np.allclose(constraint.hi, levels[0].hi, rtol=0, atol=tol)):
+                raise ValueError(f"constraint: its box [{constraint.lo.tolist()}, {constraint.hi.tolist()}] is not "
+                                 f"the model's [{levels[0].lo.tolist()}, {levels[0].hi.tolist()}]")
+        if sum(len(lv) for lv in levels) > MAX_SUBDOMAINS:
+            raise ValueError(f"levels: {sum(len(lv) for lv in levels):,} subdomains, more than {MAX_SUBDOMAINS:,}")
         self.levels, self.specs, self.constraint = list(levels), list(specs), constraint
         self.lo, self.hi, self.dim = levels[0].lo, levels[0].hi, d
         self.metadata = dict(metadata or {})
@@ -303,6 +405,19 @@ class DecomposedModel:
     def num_params(self) -> int:
         return len(self.params)
 
+    @property
+    def in_dim(self) -> int:
+        """The points' dimension (the box's; as :attr:`helmpinn.Model.in_dim`)."""
+        return self.dim
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling and ``copy.deepcopy`` leave out the cached Workspaces (rebuilt by the next
+        :meth:`predict`; a Workspace holds native buffers and is not picklable), as
+        :meth:`helmpinn.Model.__getstate__` does."""
+        state = self.__dict__.copy()
+        state["_ws"] = {}
+        return state
+
     def __len__(self) -> int:
         return len(self.subdomains)
 
@@ -340,23 +455,44 @@ class DecomposedModel:
                ) -> Iterator[tuple[int, NDArray, NDArray, NDArray | None, NDArray | None, NDArray]]:
         """For each subdomain j: ``(j, idx, ψ, ∂ψ, ∂²ψ, ξ)`` at the points ``x[idx]`` it covers:
         ``ψ = φ ω_j`` [m], its first and second partials in x [m, d] (None without
-        ``derivatives``), and the local coordinates ξ [m, d]."""
-        x = self._check_points(x)
+        ``derivatives``), and the local coordinates ξ [m, d]. The windows are found
+        :data:`WINDOW_CHUNK` points at a time, from each point's few candidate subdomains per
+        axis (:meth:`Level.covers`), so their scratch is bounded by the chunk and the rest by
+        the output (about ``(1 + overlap)^d`` entries per point)."""
+        return self._pieces(self._check_points(x), derivatives)
+
+    @staticmethod
+    def _level_covers(lv: Level, x: NDArray, derivatives: bool) -> tuple[NDArray | None, ...]:
+        """:meth:`Level.covers` of all the points x, :data:`WINDOW_CHUNK` points at a time
+        (the chunks' pairs merged in the order of subdomain, then point)."""
+        if len(x) <= WINDOW_CHUNK:
+            return lv.covers(x, derivatives)
+        chunks = []
+        for c0 in range(0, len(x), WINDOW_CHUNK):
+            got = lv.covers(x[c0:c0 + WINDOW_CHUNK], derivatives)
+            chunks.append([got[0], got[1] + c0, *got[2:]])
+        order = np.argsort(np.concatenate([c[0] for c in chunks]), kind="stable")
+        out = []
+        for m in range(6):
+            out.append(None if chunks[0][m] is None else np.concatenate([c[m] for c in chunks])[order])
+            for c in chunks:   # each column's chunks freed once merged
+                c[m] = None
+        return tuple(out)
+
+    def _pieces(self, x: NDArray, derivatives: bool
+                ) -> Iterator[tuple[int, NDArray, NDArray, NDArray | None, NDArray | None, NDArray]]:
+        """:meth:`pieces` of points already checked."""
         phi = self.constraint(x) if self.constraint is not None else None
         j = 0
-        for li, lv in enumerate(self.levels):
-            ax = lv.axis_windows(x)
-            for index in lv.indices:
-                om = np.ones(len(x))
-                for a, i in enumerate(index):
-                    om = om * ax[a][0][i]
-                idx = np.nonzero(om > WINDOW_CUTOFF)[0]
-                om = om[idx]
+        for lv in self.levels:
+            sub, pt, omega, w0s, w1s, w2s = self._level_covers(lv, x, derivatives)
+            bounds = np.searchsorted(sub, np.arange(len(lv) + 1))
+            for s, index in enumerate(lv.indices):
+                lo, hi = bounds[s], bounds[s + 1]
+                idx, om = pt[lo:hi], omega[lo:hi]
                 d1 = d2 = None
                 if derivatives:
-                    w0 = np.stack([ax[a][0][i][idx] for a, i in enumerate(index)], 1)
-                    w1 = np.stack([ax[a][1][i][idx] for a, i in enumerate(index)], 1)
-                    w2 = np.stack([ax[a][2][i][idx] for a, i in enumerate(index)], 1)
+                    w0, w1, w2 = w0s[lo:hi], w1s[lo:hi], w2s[lo:hi]
                     rest = np.where(w0 > 0, om[:, None] / np.where(w0 > 0, w0, 1.0), 0.0)
                     d1, d2 = w1 * rest, w2 * rest
                 psi = om
@@ -373,22 +509,37 @@ class DecomposedModel:
     def window_sums(self, x: ArrayLike) -> NDArray[np.float64]:
         """``[levels, N]``: each level's Σ_j ω_j at x (1 on the box; without the constraint)."""
         x = self._check_points(x)
-        return np.array([np.prod([w[0].sum(0) for w in lv.axis_windows(x)], axis=0) for lv in self.levels])
+        out = np.empty((len(self.levels), len(x)))
+        for c0 in range(0, len(x), WINDOW_CHUNK):
+            xc = x[c0:c0 + WINDOW_CHUNK]
+            for li, lv in enumerate(self.levels):
+                out[li, c0:c0 + len(xc)] = np.prod([lv.axis_candidates(xc[:, a], a)[1].sum(0)
+                                                    for a in range(self.dim)], axis=0)
+        return out
 
     # -- evaluation ----------------------------------------------------------------------------
-    def predict(self, x: ArrayLike, params: ArrayLike | None = None) -> NDArray[np.complex128]:
-        """u at x [N, d] (complex [N]); ``params`` other than the model's own optional."""
+    def predict(self, x: ArrayLike, params: ArrayLike | None = None, *,
+                chunk: int | None = None) -> NDArray[np.complex128]:
+        """u at x [N, d] (complex [N]); ``params`` other than the model's own optional. The
+        points are taken ``chunk`` at a time (None: :data:`WINDOW_CHUNK`, or 4 per subdomain
+        where that is more, up to 2²⁰), so the memory beyond the output is the chunk's; each
+        point's sum over its subdomains is taken in the same order whatever the chunk."""
         theta = self.params if params is None else np.ascontiguousarray(params, np.float64)
         if theta.shape != self.params.shape:
             raise ValueError(f"params: expected {self.num_params} parameters, got shape {theta.shape}")
+        if chunk is None:
+            chunk = min(max(WINDOW_CHUNK, 4 * len(self.subdomains)), 1 << 20)
+        chunk = integer("DecomposedModel.predict", "chunk", chunk, low=1)
         x = self._check_points(x)
         u = np.zeros(len(x), np.complex128)
-        for j, idx, psi, _, _, xi in self.pieces(x, derivatives=False):
-            if len(idx) == 0:
-                continue
-            sd = self.subdomains[j]
-            val = np.asarray(self.workspace(sd["level"]).forward(theta[sd["slice"]], xi, 0))
-            u[idx] += psi * (val[:, 0] + 1j * val[:, 1])
+        for c0 in range(0, len(x), chunk):
+            uc = u[c0:c0 + chunk]
+            for j, idx, psi, _, _, xi in self._pieces(x[c0:c0 + chunk], derivatives=False):
+                if len(idx) == 0:
+                    continue
+                sd = self.subdomains[j]
+                val = np.asarray(self.workspace(sd["level"]).forward(theta[sd["slice"]], xi, 0))
+                uc[idx] += psi * (val[:, 0] + 1j * val[:, 1])
         return u
 
     def residuals_for(self, rows: Rows, *, comm: Any = None, modes: ArrayLike | None = None) -> "DecomposedResiduals":
@@ -411,26 +562,68 @@ class DecomposedModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "DecomposedModel":
-        """A model written by :meth:`save`; ValueError naming the file and what is wrong."""
+        """A model written by :meth:`save`; ValueError naming the file and what is wrong. Read as
+        :meth:`helmpinn.Model.load` reads (a regular file only, never a FIFO or device; every
+        array read eagerly), and checked as it checks: the grids' subdomain count against
+        :data:`MAX_SUBDOMAINS` and their parameters against the file's parameter vector before
+        any subdomain is enumerated, finite parameters, a finite box, a constraint of a known
+        kind on the model's own box."""
+        from .model import _read_npz
+
         path = os.fspath(path)
+        arrays = _read_npz(path)
+        for key in ("params", "config"):
+            if key not in arrays:
+                raise ValueError(f"{path}: missing {key!r}; not a decomposed model file")
         try:
-            with np.load(path, allow_pickle=False) as z:
-                params = np.array(z["params"])
-                cfg = json.loads(str(z["config"]))
-        except FileNotFoundError:
-            raise
-        except Exception as e:  # noqa: BLE001 - any unreadable content is one error for the user
-            raise ValueError(f"{path}: not a readable decomposed model ({type(e).__name__}: {e})") from None
+            cfg = json.loads(str(arrays["config"]))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: config is not valid JSON ({e})") from None
         if not isinstance(cfg, dict) or cfg.get("kind") != FORMAT:
             raise ValueError(f"{path}: not a decomposed model of format {FORMAT!r}")
+        params = arrays["params"]
         try:
-            levels = [Level(cfg["lo"], cfg["hi"], lv["grid"], lv["overlap"]) for lv in cfg["levels"]]
-            specs = [_core.ModelSpec(*map(int, s)) for s in cfg["specs"]]
-            c = cfg["constraint"]
-            constraint = None if c is None else BoxConstraint(c["lo"], c["hi"], c["scale"])
-            return cls(levels, specs, params, constraint, cfg.get("metadata"))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{path}: inconsistent decomposed model ({type(e).__name__}: {e})") from None
+            return cls._from_config(cfg, params)
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
+            what = f"missing entry {e}" if isinstance(e, KeyError) else str(e)
+            raise ValueError(f"{path}: inconsistent decomposed model ({what})") from None
+
+    @classmethod
+    def _from_config(cls, cfg: Mapping[str, Any], params: NDArray) -> "DecomposedModel":
+        """The model of a file's ``config`` and ``params`` (:meth:`load`), each entry checked
+        before it is used."""
+        lo, hi = _box(cfg["lo"], cfg["hi"], "lo, hi")
+        d = len(lo)
+        if not isinstance(cfg["levels"], list) or not isinstance(cfg["specs"], list) \
+                or not cfg["levels"] or len(cfg["specs"]) != len(cfg["levels"]):
+            raise ValueError("levels, specs: expected one spec per level, at least one level")
+        grids = [subdomain_grid(lv["grid"], d, f"levels[{i}].grid") for i, lv in enumerate(cfg["levels"])]
+        specs = []
+        for i, sp in enumerate(cfg["specs"]):
+            if not isinstance(sp, list) or len(sp) != 4:
+                raise ValueError(f"specs[{i}]: expected 4 integers (in_dim, ff_dim, hidden_dim, layers), got {sp!r}")
+            specs.append(_core.ModelSpec(*(integer("specs", f"specs[{i}]", v, low=1) for v in sp)))
+        total = sum(math.prod(g) for g in grids)
+        if total > MAX_SUBDOMAINS:
+            raise ValueError(f"levels: {total:,} subdomains, more than {MAX_SUBDOMAINS:,}")
+        expected = sum(math.prod(g) * s.num_params for g, s in zip(grids, specs))
+        if params.ndim != 1 or len(params) != expected or params.dtype.kind != "f":
+            raise ValueError(f"params: the grids and specs need a float vector of {expected:,} parameters, "
+                             f"got {params.dtype} {params.shape}")
+        if not np.all(np.isfinite(params)):
+            raise ValueError("params contain NaN or Inf")
+        c = cfg["constraint"]
+        constraint = None
+        if c is not None:
+            if not isinstance(c, dict) or c.get("kind") != "box":
+                kind = c.get("kind") if isinstance(c, dict) else c
+                raise ValueError(f"constraint: unknown kind {kind!r} (this helmpinn knows 'box')")
+            constraint = BoxConstraint(c["lo"], c["hi"], c["scale"])
+        meta = cfg.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise ValueError("metadata: expected a JSON object")
+        levels = [Level(lo, hi, g, lv["overlap"]) for g, lv in zip(grids, cfg["levels"])]
+        return cls(levels, specs, params, constraint, meta)
 
 
 def assign_subdomains(costs: Sequence[float], size: int) -> NDArray[np.int64]:

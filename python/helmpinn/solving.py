@@ -15,11 +15,11 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import dd_driver
+from . import dd_driver, distributed, memory
 from ._checks import integer, real_number
 from .decomposition import DecomposedModel
 from .defaults import OPTIMIZERS, run_settings
@@ -156,6 +156,9 @@ def plan(problem: Problem, model: str = "auto", optimizer: str | Driver = "auto"
     why = mismatch(model, optimizer if isinstance(optimizer, Driver) else named)
     if why:
         raise ValueError(f"optimizer {getattr(optimizer, 'name', named)!r} {why} (model={model!r})")
+    if decomposition is not None and not isinstance(decomposition, Mapping):
+        raise TypeError(f"decomposition: expected a dict of the decomposition's settings, got "
+                        f"{type(decomposition).__name__}")
     if model == "decomposed":
         settings = dd_driver.decomposed_settings(problem, optimizer="adam" if named == "adam" else "gn",
                                                  **(decomposition or {}))
@@ -224,6 +227,9 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
                          "model (model='network' for one network)")
     if settings.get("lbfgs") and comm is not None:   # refused before training, not after it
         check_ranks("lbfgs", comm.Get_size())
+    if settings["model"] == "decomposed":   # the whole run's memory, before anything is allocated
+        with distributed.collective(comm, "the memory estimate"):
+            memory.check_settings(settings, problem, model=given, ranks=1 if comm is None else comm.Get_size())
     words = resonance_warning(problem)
     if words and (comm is None or comm.Get_rank() == 0):
         warnings.warn(words, ResonanceWarning, stacklevel=2)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import _core, _device, _signature, distributed
+from . import _core, _device, _signature, distributed, memory
 from ._checks import integer
 from ._compat import UNSET, renamed
 from .batch import TERMS, WEIGHTS, Batch
@@ -127,9 +127,8 @@ class Trainer:
     ``comm`` (an mpi4py communicator) trains data-parallel: each rank draws its share of the
     points (:func:`helmpinn.distributed.sample_shard`), the loss and gradient are the union's,
     every rank takes the same step, checked every ``check_every`` steps; stops are agreed by all
-    ranks; only rank 0 shows progress and writes checkpoints. Every rank makes the same calls.
-    The ranks first check that they have the same problem and model
-    (:func:`helmpinn.distributed.check_same_run`; ValueError on every rank where they differ).
+    ranks; only rank 0 shows progress and writes checkpoints. Every rank makes the same calls,
+    and first checks that all have the same problem and model (:func:`~helmpinn.distributed.check_same_run`).
 
     A non-finite loss (or non-finite parameters at a checkpoint or after the last step) stops
     cleanly: the model and optimiser go back to the last good state (the last checkpoint, or the
@@ -488,6 +487,7 @@ class Trainer:
             raise TypeError(f"optimizer {driver.name!r} {why} (the model is a {type(self.model).__name__})")
         if not self._params_finite():
             raise ValueError("the model's parameters contain NaN or Inf; cannot train from them")
+        memory.check_trainer(self, driver)   # a decomposed fit's memory, before its points are drawn
         state = self.model.optimizer_state or {}
         resumed = not self.step and int(state.get("step", 0) or 0) > 0
         if resumed:   # a model loaded from a checkpoint: its run goes on, on its points

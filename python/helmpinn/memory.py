@@ -1,0 +1,336 @@
+"""Memory estimates of a run, made before anything is allocated: one function per kind of run.
+
+:func:`decomposed_run` estimates a domain-decomposed run (:mod:`helmpinn.decomposition`,
+trained by Gauss-Newton, :mod:`helmpinn.gauss_newton`, or by Adam) from its layout alone: the
+grids, the subnetworks' shape, the points and the solver's options, so that ``helmpinn train``
+(:mod:`helmpinn.cli`), :func:`helmpinn.solve` and the :class:`~helmpinn.Trainer` refuse a run
+that cannot fit with one message (:class:`MemoryEstimateError`) naming the sizes, the total, the
+memory available and what to change, instead of dying with a MemoryError, or under the kernel's
+OOM killer, minutes later. The three call :func:`check_decomposed` (the CLI through its memory
+check, ``solve`` before it builds the model, the Trainer before a fit draws its points; the
+Gauss-Newton driver again before the points grow). One network's run is
+:func:`helmpinn.runfiles.training_memory` (with LM's matrices,
+:func:`helmpinn.lm.memory_estimate`).
+
+**The limit** (:func:`limit`): :data:`helmpinn.runfiles.MEMORY_FRACTION` (80%) of the memory
+available when the check runs (:func:`helmpinn.runfiles.available_memory`: the smallest of
+/proc/meminfo's MemAvailable, else ``os.sysconf``, a cgroup's limit less its usage and the
+address-space limit less this process's size), or the environment variable
+:data:`LIMIT_VARIABLE` (``HELMPINN_MEMORY_LIMIT``): a number of bytes with an optional K, M, G or
+T suffix (powers of 1024), used as it is, or ``none`` for no check.
+
+**The numbers** (bytes; N points, the PDE's and the boundary's, d the dimension, a level of
+``S`` subdomains of ``P`` parameters each; M = N Σ_levels Π_a c_a the (subdomain, point) pairs,
+``c_a = min(g_a, 1 + overlap − overlap/g_a)`` the subdomains that cover a point along an axis of
+``g_a`` subdomains; the Jacobian blocks of the largest subdomain ``2 N Π_a min(1, (1 + overlap)/g_a)``
+rows):
+
+- ``points arrays``, ``training set``, ``parameters``: :func:`helmpinn.runfiles.training_memory`
+  (the sampler's scratch, two draws alive at once, and 8 parameter vectors);
+- ``rows``: the residual rows (:class:`~helmpinn.decomposition.Rows`: x, the operator's a, b, c
+  and f, the term), ``(40 d + 52) N``, twice (they are concatenated from the terms');
+- ``windows``: each pair's subdomain, point, window and its derivatives while the pieces are
+  made, ``(48 + 48 d) M``, and one chunk's scratch, ``8 (4 d + 10) K C`` for
+  C = :data:`helmpinn.decomposition.WINDOW_CHUNK` points of K = ⌊1 + overlap⌋ + 3 candidates
+  per axis;
+- ``subdomain batches``: each pair's row indices and core inputs in float64, ``(72 + 40 d) M``,
+  and with float32 products or Gram matrices a float32 copy, ``(16 + 20 d) M`` more;
+- Gauss-Newton only: ``Gram matrices``, ``S P²`` in the Gram's dtype (4 bytes for
+  ``gram="float32"``, the default, else 8), and ``Cholesky factors`` twice that (a damped
+  trial's factors are made while the last trial's are alive); ``Jacobian blocks``: the blocks of
+  a batch (``GRAM_BATCH`` per thread, at most S, or ``GRAM_BATCH_BYTES`` and one more) of the largest
+  subdomain, or with ``products="blocks"`` all of them in float64, ``16 M P``; ``coarse
+  space``: each pair's output-layer columns (``16 (2H + 2) M``) and the coarse matrix of
+  ``n = S (2H + 2)`` unknowns, dense ``32 n²`` up to
+  :data:`helmpinn.gauss_newton.SPARSE_COARSE_ABOVE`, else sparse, ``E`` = S block rows of
+  ``Π_a min(g_a, 2⌈1 + overlap⌉ − 1)`` blocks of ``(2H + 2)²`` entries:
+  ``max(ASSEMBLY, 12 + 12 F) E`` bytes, :data:`ASSEMBLY` while it is assembled and then the
+  matrix and two trials' SuperLU factors of :func:`coarse_fill` F entries per entry;
+  ``mode rows``: with ``resonance`` set, up to ``resonance_most`` = q modes, ``16 q P`` for
+  their gradients and ``8 q N`` for their columns, and on a Green's grid
+  (:func:`helmpinn.waves.resonance_green_rows`, under the hard constraint)
+  ``8 q (3 G + 2 min(4^d G, 2^18))`` for its G nodes (``Π_a (⌈4.1 w_a⌉ + 16)``, w_a the
+  wavelengths along axis a) and the slabs of the grid 4 times finer that projects the source;
+  ``solver
+  vectors``: ``128 P`` and ``160 N`` (CG's and the step's parameter and residual vectors);
+- ``workspaces``: each level's core workspaces (:func:`helmpinn.runfiles.workspace_bytes`, in
+  float64 and float32); ``bookkeeping``: 4 KiB a subdomain.
+
+Over ``ranks`` MPI ranks every rank holds every point and the windows of every subdomain, but
+the batches, blocks, Gram matrices and factors of its own subdomains only (a share
+``1/ranks``); the estimate is one rank's. Measured against the peak resident memory of small
+runs (docs/guide/errors-threads.md, "Memory"), the estimate was 1.0 to 2.4 times the
+growth of the process's peak over its size before the run.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any, Mapping, Sequence
+
+from . import _core, distributed, runfiles
+from .decomposition import WINDOW_CHUNK, DecomposedModel
+from .defaults import wavelengths
+from .gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
+from .waves import RESONANCE_MOST, _closed_box
+
+__all__ = ["MemoryEstimateError", "LIMIT_VARIABLE", "ASSEMBLY", "coarse_fill", "limit", "decomposed_run",
+           "decomposed_layout", "check", "check_decomposed", "check_fit", "settings_run", "check_settings"]
+
+#: The environment variable that replaces the limit (bytes, a K/M/G/T suffix, or "none").
+LIMIT_VARIABLE = "HELMPINN_MEMORY_LIMIT"
+#: Bytes per entry of the sparse coarse matrix's dense blocks while it is assembled (the blocks,
+#: their indices, the concatenated triplets and the CSC conversion, alive together).
+ASSEMBLY = 64
+
+
+def coarse_fill(subdomains: int) -> float:
+    """SuperLU's factors of the sparse coarse matrix over S subdomains, in entries per entry of
+    its blocks: ``(1.3 + 0.1 sqrt(S)) / 2`` (half the blocks' entries are the exact zeros
+    between the real and the imaginary output, which the matrix drops; the fill measured 2.3,
+    3.3 and 4.15 times its entries on 10 × 10, 20 × 20 and 30 × 30 grids)."""
+    return (1.3 + 0.1 * math.sqrt(subdomains)) / 2
+#: The nodes of the finer Green's grid taken at a time (``helmpinn.waves._source_in_modes``'s slab).
+GREEN_SLAB = 1 << 18
+#: Bytes of Python bookkeeping per subdomain (its dicts, slices, centre, core batches' objects).
+BOOKKEEPING = 4096
+
+
+class MemoryEstimateError(runfiles.MemoryBudgetError, ValueError):
+    """A run whose estimate (:func:`decomposed_run`) exceeds :func:`limit`; the message names
+    the sizes, the total, the limit and what to change. A ValueError, so that code catching bad
+    arguments catches it, and :class:`helmpinn.runfiles.MemoryBudgetError`, which the CLI turns
+    into its one line and status 2."""
+
+
+def _parse_limit(text: str) -> int | None:
+    text = text.strip()
+    if text.lower() in ("none", "off", "no"):
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d*)?)\s*([KMGT]?)(?:i?B)?", text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"{LIMIT_VARIABLE}={text!r}: expected a number of bytes with an optional K, M, G or T "
+                         "suffix (e.g. 64G), or 'none'")
+    scale = 1 << (10 * "_KMGT".index(m.group(2).upper() or "_"))
+    return int(float(m.group(1)) * scale)
+
+
+def limit() -> int | None:
+    """The bytes a run may use: :data:`LIMIT_VARIABLE` where it is set (None for "none": no
+    check), else :data:`helmpinn.runfiles.MEMORY_FRACTION` of
+    :func:`helmpinn.runfiles.available_memory` (None where that is unknown)."""
+    given = os.environ.get(LIMIT_VARIABLE)
+    if given is not None and given.strip():
+        return _parse_limit(given)
+    available = runfiles.available_memory()
+    return None if available is None else int(runfiles.MEMORY_FRACTION * available)
+
+
+def decomposed_layout(model: Any = None, *, dim: int | None = None, grids: Sequence[Sequence[int]] = (),
+                      spec: Any = None, overlap: float | None = None) -> dict[str, Any]:
+    """The layout :func:`decomposed_run` takes, ``{"dim", "overlap", "levels": [(grid,
+    ModelSpec), ...]}``: of a :class:`~helmpinn.decomposition.DecomposedModel`, or of ``grids``
+    (one per level), one ``spec`` for every level, ``dim`` and ``overlap`` (a run's settings,
+    before the model exists)."""
+    if model is not None:
+        return {"dim": model.dim, "overlap": model.levels[0].overlap,
+                "levels": [(tuple(lv.grid), s) for lv, s in zip(model.levels, model.specs)]}
+    return {"dim": int(dim), "overlap": float(overlap), "levels": [(tuple(int(n) for n in g), spec) for g in grids]}
+
+
+def _coverage(grid: Sequence[int], overlap: float) -> float:
+    """The subdomains of a level that cover a point, on average (module docstring)."""
+    return math.prod(1.0 if g == 1 else min(g, 1.0 + overlap - overlap / g) for g in grid)
+
+
+def _gauss_newton(layout: Mapping[str, Any], n: int, ranks: int, threads: int,
+                  options: Mapping[str, Any]) -> dict[str, int]:
+    """Gauss-Newton's own arrays (module docstring), one rank's."""
+    overlap = layout["overlap"]
+    gram = options.get("gram", "float32")
+    g_item = 4 if gram == "float32" else 8
+    keep = options.get("products", "core32") == "blocks"
+    grams = sum(math.prod(g) * s.num_params ** 2 for g, s in layout["levels"]) * g_item / ranks
+    # a trial's factors are made while the last trial's are still alive
+    out = {"Gram matrices": grams, "Cholesky factors": 2 * grams}
+    biggest = max(2 * n * math.prod(min(1.0, (1 + overlap) / a) for a in g) * s.num_params
+                  for g, s in layout["levels"])
+    if keep:
+        out["Jacobian blocks"] = 16 * sum(n * _coverage(g, overlap) * s.num_params
+                                          for g, s in layout["levels"]) / ranks
+    else:
+        batch = min(GRAM_BATCH * threads, math.ceil(sum(math.prod(g) for g, _ in layout["levels"]) / ranks))
+        out["Jacobian blocks"] = min(GRAM_BATCH_BYTES + biggest * g_item, batch * biggest * g_item)
+    if options.get("coarse", "last_layer"):
+        width = [2 * s.hidden_dim + 2 for _, s in layout["levels"]]
+        unknowns = sum(math.prod(g) * w for (g, _), w in zip(layout["levels"], width))
+        columns = 16 * sum(n * _coverage(g, overlap) * w for (g, _), w in zip(layout["levels"], width)) / ranks
+        if unknowns <= SPARSE_COARSE_ABOVE:
+            matrix = 4 * 8 * unknowns ** 2
+        else:
+            near = 2 * math.ceil(1 + overlap) - 1
+            entries = sum(math.prod(g) * math.prod(min(a, near) for a in g) * w * w
+                          for (g, _), w in zip(layout["levels"], width))
+            S = sum(math.prod(g) for g, _ in layout["levels"])
+            matrix = max(ASSEMBLY, 12 + 12 * coarse_fill(S)) * entries
+        out["coarse space"] = columns + matrix
+    P = sum(math.prod(g) * s.num_params for g, s in layout["levels"])
+    out["solver vectors"] = 128 * P + 160 * n
+    return out
+
+
+def _mode_rows(layout: Mapping[str, Any], n: int, modes: int, green_wavelengths: Sequence[float] | None) -> int:
+    """The mode rows' arrays (module docstring): none without modes."""
+    if not modes:
+        return 0
+    P = sum(math.prod(g) * s.num_params for g, s in layout["levels"])
+    size = 16 * modes * P + 8 * modes * n
+    if green_wavelengths is not None:
+        nodes = math.prod(math.ceil(4.1 * w) + 16 for w in green_wavelengths)
+        size += 8 * modes * (3 * nodes + 2 * min(4 ** layout["dim"] * nodes, GREEN_SLAB))
+    return size
+
+
+def decomposed_run(layout: Mapping[str, Any], pde_points: int, bc_points: int = 0, *, optimizer: str = "gn",
+                   options: Mapping[str, Any] | None = None, ranks: int = 1, threads: int | None = None,
+                   modes: int = 0, green_wavelengths: Sequence[float] | None = None) -> dict[str, int]:
+    """The estimated bytes of a decomposed run's large allocations, by name (module docstring):
+    ``layout`` (:func:`decomposed_layout`), the points, ``optimizer`` ("gn" or "adam"),
+    ``options`` (Gauss-Newton's: ``gram``, ``products``, ``coarse``), ``ranks`` (MPI ranks; the
+    estimate is one rank's), ``threads`` (the engine's; None: its current count), ``modes`` (the
+    mode rows at most, 0: none) and ``green_wavelengths`` (the wavelengths along each axis where
+    the mode rows are Green's, None where they are not). Nothing is allocated."""
+    d, overlap = int(layout["dim"]), float(layout["overlap"])
+    n = int(pde_points) + int(bc_points)
+    ranks = max(int(ranks), 1)
+    threads = max(int(threads or _core.get_num_threads()), 1)
+    options = dict(options or {})
+    levels = layout["levels"]
+    P = sum(math.prod(g) * s.num_params for g, s in levels)
+    S = sum(math.prod(g) for g, _ in levels)
+    pairs = n * sum(_coverage(g, overlap) for g, _ in levels)
+    sizes = runfiles.training_memory(d, pde_points, bc_points, P, "float64", 0)
+    del sizes["workspace"]
+    K = int(math.floor(1 + overlap)) + 3
+    sizes["rows"] = 2 * (40 * d + 52) * n
+    sizes["windows"] = (48 + 48 * d) * pairs + WINDOW_CHUNK * K * 8 * (4 * d + 10)
+    single = optimizer == "adam" or (options.get("gram", "float32") != "float32"
+                                     and options.get("products", "core32") != "core32")
+    sizes["subdomain batches"] = ((72 + 40 * d) + (0 if single else 16 + 20 * d)) * pairs / ranks
+    if optimizer == "gn":
+        sizes.update(_gauss_newton(layout, n, ranks, threads, options))
+        sizes["mode rows"] = _mode_rows(layout, n, modes, green_wavelengths)
+    sizes["workspaces"] = sum(runfiles.workspace_bytes(s, "float64", 2048, threads)
+                              + runfiles.workspace_bytes(s, "float32", 2048, threads) for _, s in levels)
+    sizes["bookkeeping"] = BOOKKEEPING * S
+    return {k: int(v) for k, v in sizes.items() if v}
+
+
+def check(sizes: Mapping[str, int], what: str, change: str, available: int | None = None) -> int:
+    """Refuse (:class:`MemoryEstimateError`) when the sizes together exceed ``available``
+    (default :func:`limit`; no check when that is None); ``what`` names the run, ``change``
+    says what would make it smaller. Returns the total."""
+    total = sum(int(v) for v in sizes.values())
+    cap = limit() if available is None else available
+    if cap is not None and total > cap:
+        parts = ", ".join(f"{k} {runfiles.format_bytes(v)}" for k, v in
+                          sorted(sizes.items(), key=lambda kv: -kv[1]) if v >= total / 100)
+        source = f"{LIMIT_VARIABLE}" if os.environ.get(LIMIT_VARIABLE, "").strip() else \
+            f"{runfiles.MEMORY_FRACTION:.0%} of the memory available"
+        raise MemoryEstimateError(f"{what} needs about {runfiles.format_bytes(total)} ({parts}), more than the "
+                                  f"{runfiles.format_bytes(cap)} it may use ({source}); {change}, or set "
+                                  f"{LIMIT_VARIABLE} (bytes, e.g. 64G, or none) to allow more")
+    return total
+
+
+def check_decomposed(layout: Mapping[str, Any], pde_points: int, bc_points: int = 0, *,
+                     flags: Mapping[str, str] | None = None, **run: Any) -> dict[str, int]:
+    """:func:`decomposed_run`'s estimate, refused by :func:`check` where it exceeds the limit,
+    with the settings to change named by ``flags`` (a setting's name as the caller spells it:
+    the CLI's ``--points``, ``solve``'s ``pde_points``). Returns the sizes."""
+    sizes = decomposed_run(layout, pde_points, bc_points, **run)
+    names = {"points": "pde_points", "grids": "decomposition's grids or subdomains_per_wavelength",
+             "hidden": "hidden", **dict(flags or {})}
+    S = sum(math.prod(g) for g, _ in layout["levels"])
+    grids = " + ".join("x".join(map(str, g)) for g, _ in layout["levels"])
+    top = max(sizes, key=sizes.get)
+    if top in ("Gram matrices", "Cholesky factors", "Jacobian blocks", "coarse space", "parameters", "bookkeeping"):
+        change = f"use fewer subdomains ({names['grids']}) or smaller subnetworks ({names['hidden']})"
+    else:
+        change = f"use fewer points ({names['points']}) or fewer subdomains ({names['grids']})"
+    if run.get("optimizer", "gn") == "gn":
+        change += ", or spread the subdomains over more MPI ranks"
+    what = (f"this decomposed run ({grids} = {S:,} subdomains of {layout['levels'][0][1].num_params:,} parameters, "
+            f"{int(pde_points) + int(bc_points):,} points, {run.get('optimizer', 'gn')})")
+    check(sizes, what, change)
+    return sizes
+
+
+def _modes(problem: Any, optimizer: str, options: Mapping[str, Any], hard: bool) -> tuple[int, list[float] | None]:
+    """The mode rows at most and, where they are Green's (``hard``: the model has the hard
+    constraint), the wavelengths along each axis: ``resonance_most`` where ``resonance`` is
+    set and the problem is a closed box (not looked for: their count is an upper bound)."""
+    if optimizer != "gn" or not options.get("resonance") or _closed_box(problem) is None:
+        return 0, None
+    most = int(options.get("resonance_most", RESONANCE_MOST))
+    return most, [float(w) for w in wavelengths(problem)] if hard else None
+
+
+def check_fit(trainer: Any, driver: Any, pde_points: int | None = None) -> dict[str, int]:
+    """:func:`check_decomposed` of a :class:`~helmpinn.Trainer`'s fit of a decomposed model by
+    ``driver`` (Gauss-Newton's options from its settings; any other driver counted as Adam) on
+    ``pde_points`` (default the trainer's; the boundary's in proportion): what the Trainer calls
+    before a fit draws its points, and the Gauss-Newton driver before they grow."""
+    name = "gn" if getattr(driver, "name", None) == "gn" else "adam"
+    settings = getattr(driver, "settings", None)
+    options = {**dict(getattr(settings, "options", {}) or {}),
+               "resonance": getattr(settings, "resonance", 0.0),
+               "resonance_most": getattr(settings, "resonance_most", 0)}
+    pde = trainer.pde_points if pde_points is None else int(pde_points)
+    bc = trainer.bc_points if pde_points is None or trainer.problem.dim == 1 \
+        else math.ceil(trainer.bc_points * pde / trainer.pde_points)
+    modes, green = _modes(trainer.problem, name, options, trainer.model.constraint is not None)
+    ranks = 1 if trainer.comm is None else trainer.comm.Get_size()
+    return check_decomposed(decomposed_layout(trainer.model), pde, bc, optimizer=name, options=options,
+                            ranks=ranks, modes=modes, green_wavelengths=green,
+                            flags={"points": "pde_points", "grids": "the model's grids", "hidden": "hidden_dim"})
+
+
+def check_trainer(trainer: Any, driver: Any) -> None:
+    """:func:`check_fit` where the trainer's model is decomposed (one network: nothing), agreed
+    across the trainer's ranks (a refusal on one rank raises on every rank)."""
+    if not isinstance(trainer.model, DecomposedModel):
+        return
+    with distributed.collective(trainer.comm, "the memory estimate"):
+        check_fit(trainer, driver)
+
+
+def settings_run(settings: Mapping[str, Any], problem: Any, model: Any = None
+                 ) -> tuple[dict[str, Any], int, int, dict[str, Any]]:
+    """``(layout, pde_points, bc_points, keywords)`` of :func:`decomposed_run` for a decomposed
+    run's settings table (:func:`helmpinn.dd_driver.decomposed_settings`', as ``solve`` keeps it,
+    or the CLI's, whose counts are ``fourier`` and ``points``) on ``problem`` (the layout
+    ``model``'s where one is given, a model to train on those settings): the mode rows
+    counted at their most (``resonance_most``) where ``resonance`` is set and the problem is a
+    closed box, Green's where the model has the hard constraint."""
+    dd = settings["decomposition"]
+    d = int(problem.dim)
+    spec = _core.ModelSpec(d, int(settings.get("ff_dim", settings.get("fourier"))), int(settings["hidden"]),
+                           int(settings["layers"]))
+    layout = decomposed_layout(model) if model is not None else \
+        decomposed_layout(dim=d, grids=dd["grids"], spec=spec, overlap=dd["overlap"])
+    points = int(settings.get("pde_points", settings.get("points")))
+    optimizer = "adam" if settings.get("optimizer") == "adam" else "gn"
+    gn = dict(settings.get("gn") or {})
+    hard = bool(dd.get("constraint")) if model is None else model.constraint is not None
+    modes, green = _modes(problem, optimizer, gn, hard)
+    return layout, points, int(settings["bc_points"]), {"optimizer": optimizer, "options": gn, "modes": modes,
+                                                        "green_wavelengths": green}
+
+
+def check_settings(settings: Mapping[str, Any], problem: Any, *, model: Any = None, ranks: int = 1,
+                   threads: int | None = None, flags: Mapping[str, str] | None = None) -> dict[str, int]:
+    """:func:`check_decomposed` of a decomposed run's settings table (:func:`settings_run`)."""
+    layout, pde, bc, run = settings_run(settings, problem, model)
+    return check_decomposed(layout, pde, bc, flags=flags, ranks=ranks, threads=threads, **run)
