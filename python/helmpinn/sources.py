@@ -15,6 +15,7 @@ to resolve it.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Sequence
 
 import numpy as np
@@ -31,7 +32,7 @@ WIDTH_PER_WAVELENGTH = 10.0
 def _width_with_finite_peak(width, dim: int, amplitude: complex) -> float:
     """``width`` checked as a PointSource's σ: a finite number > 0 whose Gaussian's
     normalisation ``(2πσ²)^{d/2}`` is a positive finite float with a finite peak ``|A| /
-    (2πσ²)^{d/2}``: below about 1e-160 in 1-D, 1e-154 in 2-D and 1e-103 in 3-D σ² or the
+    (2πσ²)^{d/2}`` and a normal float σ²: below about 1.5e-154 (1e-103 in 3-D) σ² or the
     normalisation underflows and the source is NaN or infinite at its centre; above about 1e154
     σ² overflows and the source vanishes everywhere."""
     s = real_number("PointSource", "width", width, low=0.0)
@@ -39,7 +40,8 @@ def _width_with_finite_peak(width, dim: int, amplitude: complex) -> float:
         norm = (2 * math.pi * s * s) ** (dim / 2)
     except OverflowError:   # Python's float power raises where NumPy's gives inf
         norm = math.inf
-    if not (s * s > 0 and math.isfinite(norm) and norm > 0 and math.isfinite(max(1.0, abs(amplitude)) / norm)):
+    if not (s * s >= sys.float_info.min and math.isfinite(norm) and norm > 0
+            and math.isfinite(max(1.0, abs(amplitude)) / norm)):
         what = "underflows (the source would be infinite or NaN at its centre)" if s < 1 else \
             "overflows (the source would be zero everywhere)"
         raise ValueError(f"PointSource: width {width!r} is out of range in {dim}-D: the Gaussian's "
@@ -97,7 +99,8 @@ class PointSource:
             raise ValueError(f"PointSource: expected points of shape (N, {self.dim}), got {x.shape}")
         s = self._width()
         r2 = np.sum((x - self.position) ** 2, axis=1)
-        return np.exp(-r2 / (2 * s * s)) / (2 * math.pi * s * s) ** (self.dim / 2)
+        with np.errstate(over="ignore", under="ignore"):   # far from a narrow source: exp(−inf) = 0
+            return np.exp(-r2 / (2 * s * s)) / (2 * math.pi * s * s) ** (self.dim / 2)
 
     def __call__(self, x: ArrayLike) -> NDArray[np.complex128]:
         """The source term A × density at x [N, d]."""
