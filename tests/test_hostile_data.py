@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -341,3 +342,43 @@ def test_a_background_source_on_the_boundary_is_refused(position):
     with pytest.raises(ValueError, match="on the domain's boundary"):
         hp.Problem(scatterer, kappa=100.0, bcs={"*": hp.Dirichlet()},
                    background=hp.sources.FreeSpaceSource((0.25, 0.0), 10.0))
+
+
+_CRASH_PROBE = """
+import sys
+from helmpinn.media import GridField
+try:
+    GridField.from_mat(sys.argv[1], "v")
+except ValueError as exc:
+    print("ValueError:", exc)
+"""
+
+
+def test_mat_files_that_crash_scipys_reader_are_refused_first(tmp_path):
+    """A flipped byte in a .mat v5 file crashed the interpreter inside scipy.io.loadmat (its
+    compiled reader indexes a table by the element's type unchecked): a type that is no MATLAB
+    type, or the complex flag on an array without an imaginary part (the reader then takes the
+    next variable's matrix as one). Run in a child process, so that a crash fails the test
+    rather than ending the run."""
+    import subprocess
+
+    from scipy import io
+
+    io.savemat(tmp_path / "good.mat", {"v": np.arange(30.0).reshape(5, 6) + 1, "name": "model"})
+    raw = (tmp_path / "good.mat").read_bytes()
+    at = raw.index(b"v\0\0\0") + 4          # the real part's tag, after the name's small element
+    assert raw[at] == 9                      # miDOUBLE
+    flags = 128 + 8 + 8                      # header, matrix tag, flags tag: the class byte
+    assert raw[flags] == 6                   # mxDOUBLE_CLASS
+    cases = {"type.mat": (at + 1, 65, "an element has type 16649, not a MATLAB data type"),
+             "complex.mat": (flags + 1, 0x08, r"a matrix of class 6 \(complex\) lacks its 2 values")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for name, (i, value, what) in cases.items():
+        bad = bytearray(raw)
+        bad[i] = value
+        (tmp_path / name).write_bytes(bytes(bad))
+        out = subprocess.run([sys.executable, "-c", _CRASH_PROBE, str(tmp_path / name)], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, f"{name}: the reader crashed (exit {out.returncode})"
+        assert re.search(rf"ValueError: GridField.from_mat: '.*{name}' is not a readable MATLAB file, "
+                         rf"truncated or corrupt: {what}", out.stdout), out.stdout + out.stderr

@@ -21,6 +21,8 @@ from typing import Any, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._matcheck import check_mat5
+
 __all__ = ["GridField"]
 
 _DEGREE = 3
@@ -322,6 +324,11 @@ def _read_mat(path: str, key: str | None) -> NDArray:
     from scipy import io
 
     with _open_regular("from_mat", path) as fh:
+        try:
+            check_mat5(fh, os.fstat(fh.fileno()).st_size)   # a broken v5 file crashes loadmat
+        except ValueError as exc:
+            raise ValueError(f"GridField.from_mat: {path!r} is not a readable MATLAB file, truncated or "
+                             f"corrupt: {exc}") from None
         try:
             data = io.loadmat(fh)
         except NotImplementedError:
