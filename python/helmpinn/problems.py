@@ -386,6 +386,7 @@ class Problem:
             self.pml = pml.for_medium(self.wavenumber, *self._layer_wavenumbers())
         self._set_source(source, source_share)
         self._warn_sources_outside()
+        self._warn_sources_near_pml()
         self._set_background(background)
         if exact is not None and isinstance(domain, PointCloud):
             self.test_points()   # refuses a cloud without test points (its error would read 0)
@@ -442,13 +443,35 @@ class Problem:
     #: A PointSource closer than this many (local) wavelengths to a PML gets a warning.
     SOURCE_PML_WAVELENGTHS = 0.5
 
+    def _warn_sources_near_pml(self) -> None:
+        """Warn about a PointSource in a PML or within half a local wavelength of it: its near
+        field enters the layer, whose stretching then spreads the error over the domain
+        (Marmousi at 3 Hz, source 0.1 wavelength from a 15-node layer: 3.3e-2 from free space,
+        5.4e-3 with the source 1.5 wavelengths away; docs/benchmarks.md, "A PML in a medium")."""
+        if self.pml is None or not self.point_sources or self._box is None:
+            return
+        lo, hi = (np.asarray(b, np.float64) for b in self._box)
+        for src in self.point_sources:
+            x0 = np.asarray(src.position, np.float64)
+            if not self.sampling_domain.contains(x0[None, :])[0]:
+                continue   # outside the domain altogether: _warn_sources_outside's warning
+            gap = float(np.min(np.concatenate([x0 - lo, hi - x0])))
+            k = float(self.local_wavenumber(x0[None, :])[0]) or self.wavenumber
+            if gap < 0:
+                warnings.warn(f"source: the PointSource at {x0.tolist()} lies in the PML (outside the "
+                              f"physical box {lo.tolist()} .. {hi.tolist()}); the layer is not a "
+                              f"physical medium", UserWarning, stacklevel=3)
+            elif k > 0 and gap * k / (2 * math.pi) < self.SOURCE_PML_WAVELENGTHS:
+                warnings.warn(f"source: the PointSource at {x0.tolist()} is {gap:.3g} from the PML "
+                              f"({gap * k / (2 * math.pi):.2g} local wavelengths); its near field "
+                              f"enters the layer and the error spreads over the domain: keep sources "
+                              f"{self.SOURCE_PML_WAVELENGTHS:g} wavelength from a PML (a larger box)",
+                              UserWarning, stacklevel=3)
+
     def _warn_sources_outside(self) -> None:
-        """Warn about a PointSource whose centre lies outside the domain (with a PML: outside
-        its outer box; only its Gaussian's tail inside acts, a source the user hardly meant), in
-        a PML, or within half a local wavelength of a PML: its near field enters the layer,
-        whose stretching then spreads the error over the domain (Marmousi at 3 Hz, source 0.1
-        wavelength from a 15-node layer: 3.3e-2 from free space, 5.4e-3 with the source 1.5
-        wavelengths away; docs/benchmarks.md, "A PML in a medium")."""
+        """Warn about a PointSource whose centre lies outside the domain (with a PML: outside its
+        outer box): only its Gaussian's tail inside acts, a source the user hardly meant
+        (:meth:`_warn_sources_near_pml` warns about one in a PML or near it)."""
         for src in self.point_sources:
             x0 = np.asarray(src.position, np.float64)
             if not self.sampling_domain.contains(x0[None, :])[0]:
@@ -457,25 +480,6 @@ class Problem:
                 warnings.warn(f"source: the PointSource at {x0.tolist()} lies outside the domain "
                               f"({where}); only its Gaussian's tail inside acts as a source",
                               UserWarning, stacklevel=3)
-                continue
-            if self.pml is not None and self._box is not None:
-                self._warn_source_near_pml(x0)
-
-    def _warn_source_near_pml(self, x0: NDArray) -> None:
-        """The warning of :meth:`_warn_sources_outside` for a source in the PML or near it."""
-        lo, hi = (np.asarray(b, np.float64) for b in self._box)
-        gap = float(np.min(np.concatenate([x0 - lo, hi - x0])))
-        k = float(self.local_wavenumber(x0[None, :])[0]) or self.wavenumber
-        if gap < 0:
-            warnings.warn(f"source: the PointSource at {x0.tolist()} lies in the PML (outside the "
-                          f"physical box {lo.tolist()} .. {hi.tolist()}); the layer is not a "
-                          f"physical medium", UserWarning, stacklevel=4)
-        elif k > 0 and gap * k / (2 * math.pi) < self.SOURCE_PML_WAVELENGTHS:
-            warnings.warn(f"source: the PointSource at {x0.tolist()} is {gap:.3g} from the PML "
-                          f"({gap * k / (2 * math.pi):.2g} local wavelengths); its near field "
-                          f"enters the layer and the error spreads over the domain: keep sources "
-                          f"{self.SOURCE_PML_WAVELENGTHS:g} wavelength from a PML (a larger box)",
-                          UserWarning, stacklevel=4)
 
     def _set_source(self, source, source_share) -> None:
         """The source terms (PointSources given their width) and the share drawn at them."""
