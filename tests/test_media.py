@@ -138,7 +138,7 @@ def test_velocity_on_a_grid_gives_kappa_and_a_density_brings_its_gradient():
         hp.Problem(Box([0, 0], [1, 1]), frequency=2.0, bcs={"*": None})
     with pytest.raises(ValueError, match="velocity must be a finite number > 0"):
         hp.Problem(Box([0, 0], [1, 1]), frequency=2.0, velocity=-4.0, bcs={"*": None})
-    with pytest.raises(ValueError, match="velocity must give finite values > 0"):
+    with pytest.raises(ValueError, match="velocity must be finite and > 0 at every point"):
         hp.Problem(Box([0, 0], [1, 1]), frequency=2.0, velocity=GridField(v - 1800.0, 0.0, 1 / (n - 1)),
                    bcs={"*": None})
     # density on a grid: b = grad(1/rho) from the spline's own gradient

@@ -150,6 +150,11 @@ class Domain:
         """(lo, hi) of the bounding box."""
         raise NotImplementedError
 
+    def boundary_distance(self, x: ArrayLike) -> NDArray[np.float64] | None:
+        """The distance [N] from points x [N, d] of the closed domain to its boundary (None
+        where a domain does not say: the base class)."""
+        return None
+
     @property
     def volume(self) -> float:
         raise NotImplementedError
@@ -198,6 +203,10 @@ class Box(Domain):
         x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
         tol = 1e-12 * np.max(self.hi - self.lo)
         return np.all((x >= self.lo - tol) & (x <= self.hi + tol), axis=1)
+
+    def boundary_distance(self, x):
+        x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
+        return np.min(np.abs(np.concatenate([x - self.lo, self.hi - x], axis=1)), axis=1)
 
     def sample_interior(self, n, rng=None, method="uniform"):
         u = sample_unit_cube(n, self.dim, _as_rng(rng), method)
@@ -280,6 +289,10 @@ class Ball(Domain):
         x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
         return np.linalg.norm(x - self.center, axis=1) <= self.radius * (1 + 1e-12)
 
+    def boundary_distance(self, x):
+        x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
+        return np.abs(np.linalg.norm(x - self.center, axis=1) - self.radius)
+
     def sample_interior(self, n, rng=None, method="uniform"):
         d = self.dim
         if d == 1:
@@ -341,6 +354,9 @@ class BoxMinusBall(Domain):
         r = np.linalg.norm(x - self.ball.center, axis=1)
         return self.box.contains(x) & (r >= self.ball.radius * (1 - 1e-12))
 
+    def boundary_distance(self, x):
+        return np.minimum(self.box.boundary_distance(x), self.ball.boundary_distance(x))
+
     def sample_interior(self, n, rng=None, method="uniform"):
         rng = _as_rng(rng)
         n = int(n)
@@ -387,6 +403,10 @@ class PointCloud(Domain):
         nrm = np.ascontiguousarray(np.asarray(normals, dtype=np.float64))
         if nrm.shape != b.shape:
             raise ValueError(f"PointCloud: normals must have the boundary's shape {b.shape}, got {nrm.shape}")
+        for what, arr in (("interior", self.interior), ("boundary", b), ("normals", nrm)):
+            if not np.all(np.isfinite(arr)):
+                i = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
+                raise ValueError(f"PointCloud: {what} must be finite, got {arr[i].tolist()} at row {i}")
         length = np.linalg.norm(nrm, axis=1)
         if len(b) and not np.allclose(length, 1.0, atol=1e-6):
             raise ValueError("PointCloud: normals must be unit vectors")
@@ -416,6 +436,16 @@ class PointCloud(Domain):
         x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
         lo, hi = self.bounds
         return np.all((x >= lo) & (x <= hi), axis=1)
+
+    def boundary_distance(self, x):
+        """The distance to the nearest boundary point (inf without boundary points)."""
+        x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
+        out = np.full(len(x), np.inf)
+        b = self.boundary.x
+        for i in range(0, len(b), 4096):   # [N, 4096] distances at a time
+            d = np.linalg.norm(x[:, None, :] - b[None, i:i + 4096], axis=2)
+            out = np.minimum(out, d.min(axis=1))
+        return out
 
     def grid(self, n_per_dim):
         raise NotImplementedError("PointCloud has no grid; evaluate on its own points")

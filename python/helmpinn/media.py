@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from typing import Any, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from ._matcheck import check_mat5
 
 __all__ = ["GridField"]
 
@@ -74,6 +77,7 @@ class GridField:
         if outside not in ("error", "nearest"):
             raise ValueError(f"GridField: outside must be 'error' or 'nearest', got {outside!r}")
         self.values = v
+        self.path: str | None = None   # the file a loader read it from
         self.origin, self.spacing, self.outside = origin, spacing, outside
         self.dim = d
         self.lo = origin
@@ -101,8 +105,9 @@ class GridField:
         self._coef_by_order: dict[tuple[int, ...], NDArray] = {}
 
     def __repr__(self) -> str:
+        where = "" if self.path is None else f", from {self.path!r}"
         return (f"GridField(shape={self.values.shape}, origin={self.origin.tolist()}, "
-                f"spacing={self.spacing.tolist()}, outside={self.outside!r})")
+                f"spacing={self.spacing.tolist()}, outside={self.outside!r}{where})")
 
     # -- evaluation -----------------------------------------------------------------------------
     def _points(self, x: ArrayLike) -> tuple[NDArray, NDArray]:
@@ -185,42 +190,27 @@ class GridField:
         return GridField(fn(self.values), self.origin, self.spacing, outside=self.outside)
 
     # -- loaders --------------------------------------------------------------------------------
+    # Each reads only a regular file, checks what it holds before allocating, and fails with one
+    # ValueError naming the file and what is wrong (_read_npy, _read_mat, _read_segy).
     @classmethod
     def from_npy(cls, path: str | os.PathLike, origin: Any = 0.0, spacing: Any = 1.0,
                  **kwargs) -> "GridField":
-        """A GridField from a ``.npy`` array file (loaded without pickle); axis j is x_j."""
-        try:
-            values = np.load(os.fspath(path), allow_pickle=False)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"GridField.from_npy: no such file {os.fspath(path)!r}") from None
-        if not isinstance(values, np.ndarray):
-            raise ValueError(f"GridField.from_npy: {os.fspath(path)!r} holds several arrays (an "
-                             f".npz); load it with numpy and give the array to GridField")
-        return cls(values, origin, spacing, **kwargs)
+        """A GridField from a ``.npy`` array file (loaded without pickle); axis j is x_j. The
+        header's shape and dtype are checked against the file's size before the array is read."""
+        path = os.fspath(path)
+        return cls._from_file("from_npy", path, _read_npy(path), origin, spacing, kwargs)
 
     @classmethod
     def from_mat(cls, path: str | os.PathLike, key: str | None = None, origin: Any = 0.0,
                  spacing: Any = 1.0, **kwargs) -> "GridField":
         """A GridField from a MATLAB ``.mat`` file (``scipy.io.loadmat``, formats up to v7.2):
-        the variable ``key`` (or the only array variable in the file); axis j is x_j."""
-        from scipy import io
-
-        try:
-            data = io.loadmat(os.fspath(path))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"GridField.from_mat: no such file {os.fspath(path)!r}") from None
-        arrays = {k: v for k, v in data.items() if not k.startswith("__") and isinstance(v, np.ndarray)}
-        if key is None:
-            if len(arrays) != 1:
-                raise ValueError(f"GridField.from_mat: give key=, one of {sorted(arrays)}")
-            key = next(iter(arrays))
-        if key not in arrays:
-            raise ValueError(f"GridField.from_mat: no variable {key!r} in {os.fspath(path)!r}; "
-                             f"it has {sorted(arrays)}")
-        values = arrays[key]
+        the variable ``key`` (or the only numeric array variable in the file), a full (not
+        sparse) real or complex array; axis j is x_j."""
+        path = os.fspath(path)
+        values = _read_mat(path, key)
         if values.ndim == 2 and 1 in values.shape:  # MATLAB stores vectors as 1 x n or n x 1
             values = values.reshape(-1)
-        return cls(values, origin, spacing, **kwargs)
+        return cls._from_file("from_mat", path, values, origin, spacing, kwargs)
 
     @classmethod
     def from_segy(cls, path: str | os.PathLike, spacing: Any, origin: Any = 0.0, *,
@@ -231,7 +221,9 @@ class GridField:
         Trace i is the column x = origin[0] + i * spacing[0], its samples the depths z =
         origin[1] + s * spacing[1]: values[i, s]. ``spacing`` is required (SEG-Y headers store
         the sample interval in microseconds, which a depth model does not use consistently);
-        ``scale`` multiplies the values (e.g. 1000 for a model in km/s to m/s).
+        ``scale`` multiplies the values (e.g. 1000 for a model in km/s to m/s). The binary
+        header's trace length is checked against the file's size before the traces are read
+        (a truncated file is named as such).
         """
         try:
             import segyio
@@ -240,6 +232,167 @@ class GridField:
         scale = float(scale)
         if not (math.isfinite(scale) and scale != 0):
             raise ValueError(f"GridField.from_segy: scale must be a finite non-zero number, got {scale}")
-        with segyio.open(os.fspath(path), "r", ignore_geometry=True) as f:
-            values = np.asarray(f.trace.raw[:], dtype=np.float64)
-        return cls(values * scale, origin, spacing, **kwargs)
+        path = os.fspath(path)
+        values = _read_segy(segyio, path)
+        return cls._from_file("from_segy", path, values * scale, origin, spacing, kwargs)
+
+    @classmethod
+    def _from_file(cls, loader: str, path: str, values: NDArray, origin: Any, spacing: Any,
+                   kwargs: dict) -> "GridField":
+        """The GridField of a loader's array, its ``path`` recorded (:meth:`__repr__` shows it);
+        a ValueError or TypeError about the values (not finite, too few nodes) names the file."""
+        try:
+            field = cls(values, origin, spacing, **kwargs)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"GridField.{loader}: {path!r}: {exc}") from None
+        field.path = path
+        return field
+
+
+# -- file readers of the loaders ------------------------------------------------------------------
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _open_regular(loader: str, path: str):
+    """A binary file object of ``path``, a regular file only: opened without blocking, then
+    checked, so that a FIFO or a device under the name neither hangs nor is read without end."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"GridField.{loader}: no such file {path!r}") from None
+    except OSError as exc:
+        raise ValueError(f"GridField.{loader}: {path!r} cannot be read ({exc.strerror or exc})") from None
+    fh = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fh.close()
+        raise ValueError(f"GridField.{loader}: {path!r} is not a regular file (a directory, FIFO or device)")
+    return fh
+
+
+def _read_npy(path: str) -> NDArray:
+    """The array of the ``.npy`` file at ``path``, its header's shape and dtype checked against
+    the file's size first (a header claiming 12 GB in a 1 KB file is refused, not allocated)."""
+    fmt = np.lib.format
+    with _open_regular("from_npy", path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(len(_NPY_MAGIC))
+        fh.seek(0)
+        if head.startswith(b"PK"):
+            raise ValueError(f"GridField.from_npy: {path!r} holds several arrays (an .npz); load it "
+                             f"with numpy and give the array to GridField")
+        if head != _NPY_MAGIC:
+            what = "it is empty" if not head else f"it starts with {head!r}"
+            raise ValueError(f"GridField.from_npy: {path!r} is not a .npy file ({what})")
+        try:
+            version = fmt.read_magic(fh)
+            read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = read_header(fh)
+        except Exception as exc:  # noqa: BLE001 - any failure here is a corrupt header, named as such
+            raise ValueError(f"GridField.from_npy: {path!r} has no valid .npy header "
+                             f"({type(exc).__name__}: {exc})") from None
+        if dtype.hasobject:
+            raise ValueError(f"GridField.from_npy: {path!r} holds Python objects (a pickled array), "
+                             f"which are not loaded; GridField takes a numeric array")
+        need, have = math.prod(shape) * dtype.itemsize, size - fh.tell()
+        if need > have:
+            raise ValueError(f"GridField.from_npy: {path!r} is truncated or corrupt: its header says "
+                             f"shape {shape} of {dtype} ({need:,} bytes), but the file holds {have:,} "
+                             f"bytes after the header")
+        fh.seek(0)
+        try:
+            return np.load(fh, allow_pickle=False)
+        except Exception as exc:  # noqa: BLE001 - a short read after all: named with the file
+            raise ValueError(f"GridField.from_npy: {path!r} could not be read "
+                             f"({type(exc).__name__}: {exc})") from None
+
+
+def _mat_kind(value: Any) -> str | None:
+    """What a ``loadmat`` variable is when it is not a full numeric array (None when it is)."""
+    from scipy import sparse
+
+    if sparse.issparse(value):
+        return "a sparse matrix"
+    if not isinstance(value, np.ndarray):
+        return f"a {type(value).__name__}"
+    return {"f": None, "i": None, "u": None, "c": None, "b": "a logical array", "U": "text",
+            "S": "text", "O": "a cell array or object", "V": "a struct"}.get(value.dtype.kind,
+                                                                             f"of dtype {value.dtype}")
+
+
+def _read_mat(path: str, key: str | None) -> NDArray:
+    """The variable ``key`` (or the only full numeric array) of the ``.mat`` file at ``path``."""
+    from scipy import io
+
+    with _open_regular("from_mat", path) as fh:
+        try:
+            check_mat5(fh, os.fstat(fh.fileno()).st_size)   # a broken v5 file crashes loadmat
+        except ValueError as exc:
+            raise ValueError(f"GridField.from_mat: {path!r} is not a readable MATLAB file, truncated or "
+                             f"corrupt: {exc}") from None
+        try:
+            data = io.loadmat(fh)
+        except NotImplementedError:
+            raise ValueError(f"GridField.from_mat: {path!r} is a MATLAB v7.3 (HDF5) file, which "
+                             f"scipy.io.loadmat does not read: save it with save(..., '-v7'), or read "
+                             f"the array with h5py and give it to GridField") from None
+        except Exception as exc:  # noqa: BLE001 - scipy raises many kinds; all mean a bad file
+            raise ValueError(f"GridField.from_mat: {path!r} is not a readable MATLAB file, truncated or "
+                             f"corrupt ({type(exc).__name__}: {exc})") from None
+    variables = {k: v for k, v in data.items() if not k.startswith("__")}
+    kinds = {k: _mat_kind(v) for k, v in variables.items()}
+    numeric = sorted(k for k, kind in kinds.items() if kind is None)
+    listed = ", ".join(f"{k!r} ({kind or 'numeric'})" for k, kind in sorted(kinds.items())) or "none"
+    if key is None:
+        if len(numeric) != 1:
+            raise ValueError(f"GridField.from_mat: give key=, one of {numeric}" if numeric else
+                             f"GridField.from_mat: {path!r} holds no full numeric array; its "
+                             f"variables: {listed}")
+        key = numeric[0]
+    if key not in variables:
+        raise ValueError(f"GridField.from_mat: no variable {key!r} in {path!r}; it has {listed}")
+    if kinds[key] is not None:
+        raise ValueError(f"GridField.from_mat: variable {key!r} in {path!r} is {kinds[key]}; GridField "
+                         f"takes a full real or complex array (in MATLAB: full(...) of a sparse "
+                         f"matrix, double(...) of a logical one)")
+    return variables[key]
+
+
+#: SEG-Y sample sizes in bytes by the binary header's format code.
+_SEGY_SAMPLE_BYTES = {1: 4, 2: 4, 3: 2, 5: 4, 6: 8, 8: 1, 9: 8, 10: 4, 11: 2, 12: 8, 15: 3, 16: 1}
+
+
+def _check_segy(path: str) -> None:
+    """Check the SEG-Y file at ``path`` against its own headers (big-endian, as segyio reads by
+    default): a 3,600-byte file header, then whole traces of a 240-byte header and ns samples
+    (ns and the sample format from the binary header, ns from the first trace's header when the
+    binary header has 0). A truncated file is refused here, before segyio reads it."""
+    with _open_regular("from_segy", path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(3600 + 240)
+    if len(head) < 3600:
+        raise ValueError(f"GridField.from_segy: {path!r} is not a SEG-Y file, or a truncated one: "
+                         f"{size:,} bytes, shorter than the 3,600-byte file header")
+    ns, code, extended = (int.from_bytes(head[a:a + 2], "big", signed=True) for a in (3220, 3224, 3504))
+    if ns == 0 and len(head) == 3840:
+        ns = int.from_bytes(head[3600 + 114:3600 + 116], "big", signed=True)
+    if code not in _SEGY_SAMPLE_BYTES or ns <= 0:
+        raise ValueError(f"GridField.from_segy: {path!r} is not a readable SEG-Y file: its binary header "
+                         f"gives {ns} samples per trace and sample format {code}")
+    trace = 240 + ns * _SEGY_SAMPLE_BYTES[code]
+    body = size - 3600 - 3200 * max(extended, 0)
+    if body <= 0 or (extended >= 0 and body % trace):
+        raise ValueError(f"GridField.from_segy: {path!r} is truncated or corrupt: {max(body, 0):,} bytes "
+                         f"of traces is not a whole number of traces of {trace:,} bytes (a 240-byte "
+                         f"header and {ns} samples of {_SEGY_SAMPLE_BYTES[code]} bytes)")
+
+
+def _read_segy(segyio: Any, path: str) -> NDArray[np.float64]:
+    """The traces [n_traces, ns] of the SEG-Y file at ``path`` (checked by :func:`_check_segy`
+    first), read with ``segyio``; its errors are named with the file."""
+    _check_segy(path)
+    try:
+        with segyio.open(path, "r", ignore_geometry=True) as f:
+            return np.asarray(f.trace.raw[:], dtype=np.float64)
+    except Exception as exc:  # noqa: BLE001 - segyio raises RuntimeError, IndexError, OSError, ...
+        raise ValueError(f"GridField.from_segy: {path!r} is not a readable SEG-Y file "
+                         f"({type(exc).__name__}: {exc})") from None

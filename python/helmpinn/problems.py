@@ -133,6 +133,30 @@ def pairs_to_complex(p: ArrayLike) -> NDArray[np.complex128]:
     return p[..., 0].astype(np.float64) + 1j * p[..., 1].astype(np.float64)
 
 
+def check_finite_data(where: str, what: str, values: Any, x: NDArray, points: str) -> None:
+    """A ValueError when ``values`` (a number, [N] or [N, ...], one row per point of x [N, d])
+    is not finite everywhere, naming ``what`` (the array: "kappa", "source", a condition's
+    value), its first bad point (its index among ``points`` and its coordinates) and value, and
+    saying that the problem's data is at fault: a NaN or Inf there would otherwise surface
+    as a non-finite loss blamed on the network's parameters."""
+    v = np.asarray(values)
+    if v.size == 0 or v.dtype.kind not in "fc":
+        return
+    ok = np.isfinite(v)
+    if ok.all():
+        return
+    if v.ndim == 0:
+        raise ValueError(f"{where}: {what} is {v.item()!r}; the problem's data must be finite")
+    rows = ok.reshape(len(v), -1).all(axis=1)
+    i = int(np.argmin(rows))
+    n_bad = int(np.count_nonzero(~rows))
+    shown = v[i].tolist() if v.ndim > 1 else v[i].item()
+    raise ValueError(f"{where}: {what} is not finite at {points} {i} of {len(v)}, x = "
+                     f"{np.asarray(x)[i].tolist()} (value {shown}; {n_bad} such point(s)); the "
+                     f"problem's data (κ, the source, the conditions, the data points) must be "
+                     f"finite at every point: fix the problem, not the training settings")
+
+
 def _complex_values(v, x: NDArray, *args) -> NDArray[np.complex128]:
     """Evaluate a constant or callable to a complex [N] array at x."""
     n = len(x)
@@ -342,6 +366,8 @@ class Problem:
             if xd.ndim != 2 or xd.shape[1] != self.dim or len(yd) != len(xd):
                 raise ValueError(f"data must be (x [N, {self.dim}], y complex [N]), got shapes "
                                  f"{xd.shape} and {yd.shape}")
+            check_finite_data("Problem", "data's x", xd, xd, "data point")
+            check_finite_data("Problem", "data's y", yd, xd, "data point")
             self.data = (xd, yd)
         else:
             self.data = None
@@ -349,6 +375,7 @@ class Problem:
             if callable(self.kappa):
                 pts = domain.sample_interior(4096, np.random.default_rng(0))
                 kappa_pts = self.kappa_at(pts)
+                check_finite_data("Problem", "kappa", kappa_pts, pts, "probe point (for the wavenumber)")
                 kmax = float(np.max(np.abs(kappa_pts) if np.iscomplexobj(kappa_pts) else kappa_pts))
             else:
                 kmax = abs(self.kappa) if isinstance(self.kappa, complex) else self.kappa
@@ -359,8 +386,11 @@ class Problem:
             # a medium that is faster somewhere in the layer: a stronger default (PML.for_medium)
             self.pml = pml.for_medium(self.wavenumber, *self._layer_wavenumbers())
         self._set_source(source, source_share)
+        self._warn_sources_outside()
         self._warn_sources_near_pml()
         self._set_background(background)
+        if exact is not None and isinstance(domain, PointCloud):
+            self.test_points()   # refuses a cloud without test points (its error would read 0)
 
     # -- construction helpers -----------------------------------------------------------------
     def _coefficient(self, name: str, value, vector: bool = False):
@@ -395,11 +425,19 @@ class Problem:
             v = real_number("Problem", "velocity", velocity, low=0.0)
             return omega * omega / (v * v)
 
+        named = f"velocity ({velocity!r})" if getattr(velocity, "path", None) else "velocity"
+
         def kappa_from_velocity(x):
             v = np.asarray(velocity(x), np.float64)
-            if v.shape != (len(x),) or not np.all(np.isfinite(v) & (v > 0)):
-                raise ValueError(f"velocity must give finite values > 0 of shape ({len(x)},) at "
-                                 f"every point (including a PML), got shape {v.shape}")
+            if v.shape != (len(x),):
+                raise ValueError(f"{named} must give one value per point, shape ({len(x)},), got "
+                                 f"shape {v.shape}")
+            bad = ~(np.isfinite(v) & (v > 0))
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"{named} must be finite and > 0 at every point (a PML included), "
+                                 f"got {v[i]:g} at x = {np.asarray(x)[i].tolist()} ({int(bad.sum())} "
+                                 f"of {len(x)} points asked for)")
             return omega * omega / (v * v)
         return kappa_from_velocity
 
@@ -416,6 +454,8 @@ class Problem:
         lo, hi = (np.asarray(b, np.float64) for b in self._box)
         for src in self.point_sources:
             x0 = np.asarray(src.position, np.float64)
+            if not self.sampling_domain.contains(x0[None, :])[0]:
+                continue   # outside the domain altogether: _warn_sources_outside's warning
             gap = float(np.min(np.concatenate([x0 - lo, hi - x0])))
             k = float(self.local_wavenumber(x0[None, :])[0]) or self.wavenumber
             if gap < 0:
@@ -427,6 +467,19 @@ class Problem:
                               f"({gap * k / (2 * math.pi):.2g} local wavelengths); its near field "
                               f"enters the layer and the error spreads over the domain: keep sources "
                               f"{self.SOURCE_PML_WAVELENGTHS:g} wavelength from a PML (a larger box)",
+                              UserWarning, stacklevel=3)
+
+    def _warn_sources_outside(self) -> None:
+        """Warn about a PointSource whose centre lies outside the domain (with a PML: outside its
+        outer box): only its Gaussian's tail inside acts, a source the user hardly meant
+        (:meth:`_warn_sources_near_pml` warns about one in a PML or near it)."""
+        for src in self.point_sources:
+            x0 = np.asarray(src.position, np.float64)
+            if not self.sampling_domain.contains(x0[None, :])[0]:
+                lo, hi = (np.asarray(b).tolist() for b in self.sampling_domain.bounds)
+                where = f"the PML's outer box {lo} .. {hi}" if self.pml is not None else repr(self.domain)
+                warnings.warn(f"source: the PointSource at {x0.tolist()} lies outside the domain "
+                              f"({where}); only its Gaussian's tail inside acts as a source",
                               UserWarning, stacklevel=3)
 
     def _set_source(self, source, source_share) -> None:
@@ -471,6 +524,11 @@ class Problem:
         x0 = background.position[None, :]
         if self.in_layer(x0)[0] or not self.sampling_domain.contains(x0)[0]:
             raise ValueError(f"background: the source {x0[0].tolist()} must lie in the physical domain")
+        gap = self.sampling_domain.boundary_distance(x0)
+        if gap is not None and gap[0] <= background.core_radius:
+            raise ValueError(f"background: the source {x0[0].tolist()} lies on the domain's boundary "
+                             f"({self.sampling_domain!r}), where the boundary conditions would take u0 "
+                             f"and its gradient, infinite at the source: move it inside the domain")
         k0 = background.wavenumber
         kappa0 = complex(np.ravel(self.kappa_at(x0))[0])
         if abs(kappa0 - k0 * k0) > BACKGROUND_TOLERANCE * k0 * k0:
@@ -691,7 +749,9 @@ class Problem:
     def test_points(self, n_per_dim: int | None = None) -> NDArray[np.float64]:
         """Points of a regular grid inside the domain for error reports (a point cloud's own
         interior points, without those of a PML), without those at the background source in 2-D
-        and 3-D (where the exact solution is infinite)."""
+        and 3-D (where the exact solution is infinite). A ValueError when none is left: an
+        error measured on no point would read 0 (a Problem with ``exact`` on a PointCloud
+        without such points is refused when it is built)."""
         if isinstance(self.domain, PointCloud):
             pts = self.domain.interior
             pts = pts[~self.in_layer(pts)] if self.pml is not None else pts
@@ -699,7 +759,16 @@ class Problem:
             if n_per_dim is None:
                 n_per_dim = {1: 1001, 2: 101}.get(self.dim, 31)
             pts = self.domain.grid(n_per_dim)[0]
-        return pts[~self._singular(pts)] if self.background is not None else pts
+        pts = pts[~self._singular(pts)] if self.background is not None else pts
+        if len(pts):
+            return pts
+        if isinstance(self.domain, PointCloud):
+            raise ValueError(f"exact: the error is measured at the PointCloud's interior points outside "
+                             f"any PML and away from a background source, and this one has none "
+                             f"({len(self.domain.interior)} interior point(s) in all): give interior "
+                             f"points, or leave exact out")
+        raise ValueError(f"test_points: no point of a grid of {n_per_dim} per axis lies inside "
+                         f"{self.domain!r}; give more points per axis")
 
     # -- sampling -----------------------------------------------------------------------------
     def _layer_volume(self) -> float:
@@ -771,6 +840,11 @@ class Problem:
         x_pde, weight = self.sample_pde(pde_points, rng, method)
         kappa = self.kappa_at(x_pde)
         f = self.source_at(x_pde)
+        check = lambda what, v, x, points: check_finite_data(  # noqa: E731
+            f"problem {self.name!r}", what, v, x, points)
+        check("a PDE point's coordinates", x_pde, x_pde, "PDE point")
+        check("kappa", np.broadcast_to(kappa, (len(x_pde),)), x_pde, "PDE point")
+        check("the source", f, x_pde, "PDE point")
         if self._absorbed:
             # The outer box's faces are now the PML's outer wall (u = 0, data term); a scatterer
             # inside gets half the boundary points (by measure it would get a sliver of them).
@@ -802,14 +876,17 @@ class Problem:
             if isinstance(bc, Dirichlet):
                 xd.append(x)
                 yd.append(self._dirichlet_at(bc, x))
+                check(f"the Dirichlet value on {part!r}", yd[-1], x, f"boundary point on {part!r}")
             else:
                 nrm = b.normals[mask]
                 xr.append(x)
                 nr.append(nrm)
                 ar.append(bc.alpha_values(x))
+                check(f"the Robin alpha on {part!r}", ar[-1], x, f"boundary point on {part!r}")
                 if not callable(bc.alpha):
                     const_alpha.append(complex(bc.alpha))
                 g = self._robin_g_at(bc, x, nrm)
+                check(f"the Robin g on {part!r}", g, x, f"boundary point on {part!r}")
                 any_g |= g is not None
                 gr.append(np.zeros(len(x), np.complex128) if g is None else g)
         if self.data is not None:
@@ -831,6 +908,8 @@ class Problem:
         )
         if self.uses_operator:
             ts.a_pde, ts.b_pde = self.operator_at(x_pde)
+            check("the operator's a (from a=, the density, the PML)", ts.a_pde, x_pde, "PDE point")
+            check("the operator's b (from b=, the density, the PML)", ts.b_pde, x_pde, "PDE point")
         if weight is not None:  # sqrt(w) on every PDE coefficient: |r|² times w (module docstring)
             root = np.sqrt(weight)
             if ts.a_pde is None:

@@ -15,6 +15,7 @@ source is the point source's times ``exp(−k²σ²/2) ≈ 0.82`` (the Gaussian'
 from __future__ import annotations
 
 import math
+import sys
 from typing import Sequence
 
 import numpy as np
@@ -28,6 +29,26 @@ __all__ = ["PointSource", "FreeSpaceSource", "WIDTH_PER_WAVELENGTH", "mixture_de
 WIDTH_PER_WAVELENGTH = 10.0
 
 
+def _width_with_finite_peak(width, dim: int, amplitude: complex) -> float:
+    """``width`` checked as a PointSource's σ: a finite number > 0 whose Gaussian's
+    normalisation ``(2πσ²)^{d/2}`` is a positive finite float with a finite peak ``|A| /
+    (2πσ²)^{d/2}`` and a normal float σ²: below about 1.5e-154 (1e-103 in 3-D) σ² or the
+    normalisation underflows and the source is NaN or infinite at its centre; above about 1e154
+    σ² overflows and the source vanishes everywhere."""
+    s = real_number("PointSource", "width", width, low=0.0)
+    try:
+        norm = (2 * math.pi * s * s) ** (dim / 2)
+    except OverflowError:   # Python's float power raises where NumPy's gives inf
+        norm = math.inf
+    if not (s * s >= sys.float_info.min and math.isfinite(norm) and norm > 0
+            and math.isfinite(max(1.0, abs(amplitude)) / norm)):
+        what = "underflows (the source would be infinite or NaN at its centre)" if s < 1 else \
+            "overflows (the source would be zero everywhere)"
+        raise ValueError(f"PointSource: width {width!r} is out of range in {dim}-D: the Gaussian's "
+                         f"normalisation (2π width²)^(d/2) {what}")
+    return s
+
+
 class PointSource:
     """A normalised Gaussian source of integral ``amplitude`` centred at ``position``.
 
@@ -39,7 +60,8 @@ class PointSource:
         A, the integral of the source term (the weight of δ(x − x₀) it approximates).
     width : float > 0 or None
         σ, the Gaussian's standard deviation (length units); None: λ/10 from the problem's
-        wavenumber (see the module docstring), set when the Problem is built.
+        wavenumber (see the module docstring), set when the Problem is built. A width whose
+        normalisation ``(2πσ²)^{d/2}`` underflows or overflows in float64 is refused.
     """
 
     def __init__(self, position: ArrayLike, amplitude: complex = 1.0, width: float | None = None):
@@ -50,8 +72,8 @@ class PointSource:
                              f"in size), got {position!r}")
         self.position = pos
         self.amplitude = complex_number("PointSource", "amplitude", amplitude)
-        self.width = None if width is None else real_number("PointSource", "width", width, low=0.0)
         self.dim = pos.size
+        self.width = None if width is None else _width_with_finite_peak(width, self.dim, self.amplitude)
 
     def __repr__(self) -> str:
         return (f"PointSource(position={self.position.tolist()}, amplitude={self.amplitude!r}, "
@@ -77,7 +99,8 @@ class PointSource:
             raise ValueError(f"PointSource: expected points of shape (N, {self.dim}), got {x.shape}")
         s = self._width()
         r2 = np.sum((x - self.position) ** 2, axis=1)
-        return np.exp(-r2 / (2 * s * s)) / (2 * math.pi * s * s) ** (self.dim / 2)
+        with np.errstate(over="ignore", under="ignore"):   # far from a narrow source: exp(−inf) = 0
+            return np.exp(-r2 / (2 * s * s)) / (2 * math.pi * s * s) ** (self.dim / 2)
 
     def __call__(self, x: ArrayLike) -> NDArray[np.complex128]:
         """The source term A × density at x [N, d]."""
