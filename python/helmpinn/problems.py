@@ -278,6 +278,82 @@ class TrainingSet:
         return self.to_batch(dtype)
 
 
+def _medium_kappa(kappa, frequency, velocity):
+    """κ from ``kappa``, or from ``frequency`` and ``velocity`` (κ = (2πf)²/v²)."""
+    if frequency is None and velocity is None:
+        if kappa is None:
+            raise TypeError("Problem: give kappa (k², a number or a callable), or frequency= and "
+                            "velocity=")
+        if callable(kappa):
+            return kappa
+        if isinstance(kappa, (complex, np.complexfloating)) and complex(kappa).imag != 0:
+            return complex_number("Problem", "kappa", kappa)
+        return real_number("Problem", "kappa", complex(kappa).real if np.iscomplexobj(kappa) else kappa)
+    if kappa is not None:
+        raise TypeError("Problem: give kappa or frequency= with velocity=, not both")
+    if frequency is None or velocity is None:
+        raise TypeError("Problem: frequency= and velocity= go together (κ = (2πf)²/v²)")
+    omega = 2 * math.pi * real_number("Problem", "frequency", frequency, low=0.0)
+    if not callable(velocity):
+        v = real_number("Problem", "velocity", velocity, low=0.0)
+        return omega * omega / (v * v)
+
+    named = f"velocity ({velocity!r})" if getattr(velocity, "path", None) else "velocity"
+
+    def kappa_from_velocity(x):
+        v = np.asarray(velocity(x), np.float64)
+        if v.shape != (len(x),):
+            raise ValueError(f"{named} must give one value per point, shape ({len(x)},), got "
+                             f"shape {v.shape}")
+        bad = ~(np.isfinite(v) & (v > 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{named} must be finite and > 0 at every point (a PML included), "
+                             f"got {v[i]:g} at x = {np.asarray(x)[i].tolist()} ({int(bad.sum())} "
+                             f"of {len(x)} points asked for)")
+        return omega * omega / (v * v)
+    return kappa_from_velocity
+
+
+def _warn_sources_near_pml(self: "Problem") -> None:
+    """Warn about a PointSource in a PML or within half a local wavelength of it: its near
+    field enters the layer, whose stretching then spreads the error over the domain
+    (Marmousi at 3 Hz, source 0.1 wavelength from a 15-node layer: 3.3e-2 from free space,
+    5.4e-3 with the source 1.5 wavelengths away; docs/benchmarks-archive.md, "A PML in a medium")."""
+    if self.pml is None or not self.point_sources or self._box is None:
+        return
+    lo, hi = (np.asarray(b, np.float64) for b in self._box)
+    for src in self.point_sources:
+        x0 = np.asarray(src.position, np.float64)
+        if not self.sampling_domain.contains(x0[None, :])[0]:
+            continue   # outside the domain altogether: _warn_sources_outside's warning
+        gap = float(np.min(np.concatenate([x0 - lo, hi - x0])))
+        k = float(self.local_wavenumber(x0[None, :])[0]) or self.wavenumber
+        if gap < 0:
+            warnings.warn(f"source: the PointSource at {x0.tolist()} lies in the PML (outside the "
+                          f"physical box {lo.tolist()} .. {hi.tolist()}); the layer is not a "
+                          f"physical medium", UserWarning, stacklevel=3)
+        elif k > 0 and gap * k / (2 * math.pi) < self.SOURCE_PML_WAVELENGTHS:
+            warnings.warn(f"source: the PointSource at {x0.tolist()} is {gap:.3g} from the PML "
+                          f"({gap * k / (2 * math.pi):.2g} local wavelengths); its near field "
+                          f"enters the layer and the error spreads over the domain: keep sources "
+                          f"{self.SOURCE_PML_WAVELENGTHS:g} wavelength from a PML (a larger box)",
+                          UserWarning, stacklevel=3)
+
+def _warn_sources_outside(self: "Problem") -> None:
+    """Warn about a PointSource whose centre lies outside the domain (with a PML: outside its
+    outer box): only its Gaussian's tail inside acts, a source the user hardly meant
+    (:func:`_warn_sources_near_pml` warns about one in a PML or near it)."""
+    for src in self.point_sources:
+        x0 = np.asarray(src.position, np.float64)
+        if not self.sampling_domain.contains(x0[None, :])[0]:
+            lo, hi = (np.asarray(b).tolist() for b in self.sampling_domain.bounds)
+            where = f"the PML's outer box {lo} .. {hi}" if self.pml is not None else repr(self.domain)
+            warnings.warn(f"source: the PointSource at {x0.tolist()} lies outside the domain "
+                          f"({where}); only its Gaussian's tail inside acts as a source",
+                          UserWarning, stacklevel=3)
+
+
 class Problem:
     """A Helmholtz problem ``Δu + κ u = f`` (see the module docstring for every argument).
 
@@ -352,7 +428,7 @@ class Problem:
                 raise ValueError("pml_share: a PointCloud's points are given, not drawn")
             self.pml_share = real_number("Problem", "pml_share", pml_share, low=0.0, low_open=False,
                                          high=1.0)
-        self.kappa = self._medium(kappa, frequency, velocity)
+        self.kappa = _medium_kappa(kappa, frequency, velocity)
         self.velocity = velocity    # as given (None with kappa=): the plots draw it
         self.exact = exact
         self.exact_grad = exact_grad
@@ -386,8 +462,8 @@ class Problem:
             # a medium that is faster somewhere in the layer: a stronger default (PML.for_medium)
             self.pml = pml.for_medium(self.wavenumber, *self._layer_wavenumbers())
         self._set_source(source, source_share)
-        self._warn_sources_outside()
-        self._warn_sources_near_pml()
+        _warn_sources_outside(self)
+        _warn_sources_near_pml(self)
         self._set_background(background)
         if exact is not None and isinstance(domain, PointCloud):
             self.test_points()   # refuses a cloud without test points (its error would read 0)
@@ -405,82 +481,8 @@ class Problem:
             return v
         return complex_number("Problem", name, value, "a number or a callable x -> [N]")
 
-    def _medium(self, kappa, frequency, velocity):
-        """κ from ``kappa``, or from ``frequency`` and ``velocity`` (κ = (2πf)²/v²)."""
-        if frequency is None and velocity is None:
-            if kappa is None:
-                raise TypeError("Problem: give kappa (k², a number or a callable), or frequency= and "
-                                "velocity=")
-            if callable(kappa):
-                return kappa
-            if isinstance(kappa, (complex, np.complexfloating)) and complex(kappa).imag != 0:
-                return complex_number("Problem", "kappa", kappa)
-            return real_number("Problem", "kappa", complex(kappa).real if np.iscomplexobj(kappa) else kappa)
-        if kappa is not None:
-            raise TypeError("Problem: give kappa or frequency= with velocity=, not both")
-        if frequency is None or velocity is None:
-            raise TypeError("Problem: frequency= and velocity= go together (κ = (2πf)²/v²)")
-        omega = 2 * math.pi * real_number("Problem", "frequency", frequency, low=0.0)
-        if not callable(velocity):
-            v = real_number("Problem", "velocity", velocity, low=0.0)
-            return omega * omega / (v * v)
-
-        named = f"velocity ({velocity!r})" if getattr(velocity, "path", None) else "velocity"
-
-        def kappa_from_velocity(x):
-            v = np.asarray(velocity(x), np.float64)
-            if v.shape != (len(x),):
-                raise ValueError(f"{named} must give one value per point, shape ({len(x)},), got "
-                                 f"shape {v.shape}")
-            bad = ~(np.isfinite(v) & (v > 0))
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise ValueError(f"{named} must be finite and > 0 at every point (a PML included), "
-                                 f"got {v[i]:g} at x = {np.asarray(x)[i].tolist()} ({int(bad.sum())} "
-                                 f"of {len(x)} points asked for)")
-            return omega * omega / (v * v)
-        return kappa_from_velocity
-
     #: A PointSource closer than this many (local) wavelengths to a PML gets a warning.
     SOURCE_PML_WAVELENGTHS = 0.5
-
-    def _warn_sources_near_pml(self) -> None:
-        """Warn about a PointSource in a PML or within half a local wavelength of it: its near
-        field enters the layer, whose stretching then spreads the error over the domain
-        (Marmousi at 3 Hz, source 0.1 wavelength from a 15-node layer: 3.3e-2 from free space,
-        5.4e-3 with the source 1.5 wavelengths away; docs/benchmarks-archive.md, "A PML in a medium")."""
-        if self.pml is None or not self.point_sources or self._box is None:
-            return
-        lo, hi = (np.asarray(b, np.float64) for b in self._box)
-        for src in self.point_sources:
-            x0 = np.asarray(src.position, np.float64)
-            if not self.sampling_domain.contains(x0[None, :])[0]:
-                continue   # outside the domain altogether: _warn_sources_outside's warning
-            gap = float(np.min(np.concatenate([x0 - lo, hi - x0])))
-            k = float(self.local_wavenumber(x0[None, :])[0]) or self.wavenumber
-            if gap < 0:
-                warnings.warn(f"source: the PointSource at {x0.tolist()} lies in the PML (outside the "
-                              f"physical box {lo.tolist()} .. {hi.tolist()}); the layer is not a "
-                              f"physical medium", UserWarning, stacklevel=3)
-            elif k > 0 and gap * k / (2 * math.pi) < self.SOURCE_PML_WAVELENGTHS:
-                warnings.warn(f"source: the PointSource at {x0.tolist()} is {gap:.3g} from the PML "
-                              f"({gap * k / (2 * math.pi):.2g} local wavelengths); its near field "
-                              f"enters the layer and the error spreads over the domain: keep sources "
-                              f"{self.SOURCE_PML_WAVELENGTHS:g} wavelength from a PML (a larger box)",
-                              UserWarning, stacklevel=3)
-
-    def _warn_sources_outside(self) -> None:
-        """Warn about a PointSource whose centre lies outside the domain (with a PML: outside its
-        outer box): only its Gaussian's tail inside acts, a source the user hardly meant
-        (:meth:`_warn_sources_near_pml` warns about one in a PML or near it)."""
-        for src in self.point_sources:
-            x0 = np.asarray(src.position, np.float64)
-            if not self.sampling_domain.contains(x0[None, :])[0]:
-                lo, hi = (np.asarray(b).tolist() for b in self.sampling_domain.bounds)
-                where = f"the PML's outer box {lo} .. {hi}" if self.pml is not None else repr(self.domain)
-                warnings.warn(f"source: the PointSource at {x0.tolist()} lies outside the domain "
-                              f"({where}); only its Gaussian's tail inside acts as a source",
-                              UserWarning, stacklevel=3)
 
     def _set_source(self, source, source_share) -> None:
         """The source terms (PointSources given their width) and the share drawn at them."""
