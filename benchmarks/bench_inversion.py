@@ -117,6 +117,13 @@ def velocity_error(velocity, case: dict, initial=None) -> float:
     return float(np.linalg.norm(values(velocity) - vt) / np.linalg.norm(vt - v0))
 
 
+def regularization_rule(noise: float) -> float:
+    """fwi's α from the data's relative noise level: ``max(10 noise², 1e-5)`` (measured on the
+    ring case: noiseless 1e-5 / 1e-4 / 1e-3 gave velocity errors 0.071 / 0.074 / 0.083; with 1 %
+    noise 0.14 / 0.097 / 0.087)."""
+    return max(10.0 * noise * noise, 1e-5)
+
+
 def run_fwi(case: dict, args) -> dict:
     """The classical baseline: :func:`helmpinn.reference.fwi` with its defaults."""
     from helmpinn.reference import fwi
@@ -126,12 +133,15 @@ def run_fwi(case: dict, args) -> dict:
             print(f"  group {info['group']} iteration {info['iteration']:3d}  misfit "
                   f"{info['misfit']:.3e}  error {info['velocity_error']:.3f}  "
                   f"t {info['time']:.1f} s", flush=True)
+    alpha = args.regularization
+    if alpha is None:
+        alpha = regularization_rule(case["noise"])
     result = fwi(case["survey"], case["initial"], domain=case["domain"], pml=case["pml"],
-                 bounds=case["bounds"], regularization=args.regularization,
+                 bounds=case["bounds"], regularization=alpha,
                  max_iter=args.max_iter, time_limit=args.time_limit or case["time_limit"],
                  true=case["true"], region=case["region"], callback=report)
     return {"velocity": result.velocity, "seconds": result.seconds, "history": result.history,
-            "stopped": result.stopped, "n_solves": result.n_solves}
+            "stopped": result.stopped, "n_solves": result.n_solves, "regularization": alpha}
 
 
 METHODS = {"fwi": run_fwi}
@@ -144,7 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--noise", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-limit", type=float, default=None)
-    ap.add_argument("--regularization", type=float, default=1e-4)
+    ap.add_argument("--regularization", type=float, default=None,
+                    help="α of fwi's Tikhonov term (default: the rule max(10 noise², 1e-5))")
     ap.add_argument("--max-iter", type=int, default=50)
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--json", default=None)
@@ -156,6 +167,7 @@ def main(argv=None) -> int:
     err = velocity_error(out["velocity"], case)
     row = {"case": args.case, "method": args.method, "noise": args.noise, "seconds": out["seconds"],
            "velocity_error": err, "data_seconds": t_data, "stopped": out.get("stopped"),
+           "regularization": out.get("regularization"), "n_solves": out.get("n_solves"),
            "history": {k: v for k, v in out["history"].items()}}
     print(f"{args.case} {args.method} noise={args.noise:g}: velocity error {err:.4f} after "
           f"{out['seconds']:.1f} s (data {t_data:.1f} s; {out.get('stopped', '')})")

@@ -79,11 +79,13 @@ class FWIObjective:
     absorbing faces, ``∂u/∂n − i k₀ u = 0`` with the initial model's mean wavenumber);
     ``medium_axes``: the medium grid's nodes per axis; ``m_initial``: the initial node values
     of m (it fixes the PML's strength and k₀); ``h``: the finite-difference spacing;
-    ``regularization``: α; ``m_scale``: the unit of the unknowns.
+    ``regularization``: α; ``m_scale``: the unit of the unknowns; ``source_width``: the width
+    given to a PointSource without one.
     """
 
     def __init__(self, survey, frequencies: Sequence[float], *, domain, pml, medium_axes,
-                 m_initial: NDArray, h: float, regularization: float, m_scale: float):
+                 m_initial: NDArray, h: float, regularization: float, m_scale: float,
+                 source_width: float | None = None):
         from ..media import GridField
         from ..problems import Problem, Sommerfeld
 
@@ -94,7 +96,7 @@ class FWIObjective:
         self.extent = hi - lo
         spacing = np.array([a[1] - a[0] for a in self.medium_axes])
         m0 = GridField(m_initial, lo, spacing, outside="nearest")
-        sources = [_with_width(s, survey) for s in survey.sources]
+        sources = [_with_width(s, source_width) for s in survey.sources]
         self.freq_index = [int(np.flatnonzero(survey.frequencies == f)[0]) for f in frequencies]
         self.parts = []
         for i in self.freq_index:
@@ -198,15 +200,12 @@ class _Stop(Exception):
     pass
 
 
-def _with_width(source, survey):
-    """A PointSource without a width gets the shortest wavelength's tenth, as Survey.synthetic
-    gives it (here from the highest frequency at velocity 1 unless the survey's sources carry
-    widths, which synthetic surveys do)."""
-    from ..sources import WIDTH_PER_WAVELENGTH, PointSource
+def _with_width(source, width: float):
+    """A PointSource without a width gets ``width``; anything else is used as given."""
+    from ..sources import PointSource
 
     if isinstance(source, PointSource) and source.width is None:
-        return PointSource(source.position, source.amplitude,
-                           1.0 / float(survey.frequencies.max()) / WIDTH_PER_WAVELENGTH)
+        return PointSource(source.position, source.amplitude, width)
     return source
 
 
@@ -275,13 +274,17 @@ def fwi(survey, initial, *, domain, pml, bounds: tuple[float, float], grid: floa
     ``callback(info)``: after each iteration with a dict (``group``, ``iteration``,
     ``misfit``, ``time``, ``velocity_error``); returning True stops. ``true``: the true
     velocity, for ``history["velocity_error"]`` = ‖v − v_true‖/‖v_true − v_initial‖ at the
-    points of a regular grid of the box where ``region(x)`` is true (default: all).
+    points of a regular grid of the box where ``region(x)`` is true (default: all). A
+    PointSource without a width is given λ/10 of the initial model's shortest wavelength (its
+    smallest velocity over the highest frequency; :meth:`~helmpinn.Survey.synthetic` stores the
+    widths it used in the survey, so synthetic data and the inversion model the same source).
 
     Every argument is checked, and every grid's memory estimated, before any solve.
     """
     from ..geometry import Box
     from ..media import GridField
     from ..pml import PML
+    from ..sources import WIDTH_PER_WAVELENGTH
     from ..survey import Survey
 
     start = time.perf_counter()
@@ -325,6 +328,7 @@ def fwi(survey, initial, *, domain, pml, bounds: tuple[float, float], grid: floa
         check_memory(int(np.prod(np.ceil((ohi - olo) / hg - 1e-9) + 1)), domain.dim)
 
     m_scale = float(np.mean(1.0 / v0**2))
+    lam0 = float(v0.min()) / float(survey.frequencies.max())   # the initial model's λ_min
     x = (1.0 / v0**2 / m_scale).ravel()
     shape = tuple(len(a) for a in axes)
     lo = domain.bounds[0]
@@ -349,7 +353,8 @@ def fwi(survey, initial, *, domain, pml, bounds: tuple[float, float], grid: floa
     for gi, (group, hg) in enumerate(zip(groups, hs)):
         objective = FWIObjective(survey, group, domain=domain, pml=pml, medium_axes=axes,
                                  m_initial=x.reshape(shape) * m_scale, h=hg,
-                                 regularization=regularization, m_scale=m_scale)
+                                 regularization=regularization, m_scale=m_scale,
+                                 source_width=lam0 / WIDTH_PER_WAVELENGTH)
         x, why = _minimise(objective, x, box, max_iter, start, time_limit, callback, history,
                            group, gi, error_of)
         n_solves += objective.n_solves
