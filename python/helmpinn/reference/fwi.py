@@ -21,8 +21,8 @@ interpolation to receiver r, ``E_f = ½ Σ |w d|²`` the frequency's data energy
 weighs the same), ``w`` the survey's weights (1 without), and the Tikhonov term the mean over
 the medium grid of the squared gradient of ``m/m₀`` (``m₀`` the mean initial m, L the box's
 size per axis): dimensionless, so that ``α = regularization`` compares directly with the
-relative squared data misfit (the rule: α about the squared relative noise level of the data
-times a few; measured in docs/guide/fwi.md).
+relative squared data misfit (the rule: ``α ≈ max(10 σ², 1e-5)`` for data of relative noise
+level σ, measured on the ring case of benchmarks/bench_inversion.py; docs/guide/fwi.md).
 
 Per frequency and medium the operator is assembled once (:class:`~helmpinn.reference.FDOperator`:
 only its diagonal changes with m) and factorised once; the same LU solves every source's
