@@ -11,7 +11,7 @@ in m than in v. The default spacing of the medium grid is a quarter of the short
 (the lower velocity bound over the highest frequency): the finest detail the data resolve is
 about half a wavelength.
 
-For a group of frequencies the misfit is
+For a group of frequencies the misfit is::
 
     J(m) = Σ_f (1/E_f) ½ Σ_{s,r} w_{fsr}² |P_r u_{fs}(m) − d_{fsr}|²  +  ½ α ⟨|L ∇(m/m₀)|²⟩,
 
