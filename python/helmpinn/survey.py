@@ -323,7 +323,7 @@ def _array(name: str, value: Any, dtype, ndim: int) -> NDArray:
         arr = arr.reshape(1)
     if arr.ndim != ndim:
         raise ValueError(f"Survey: {name} must have {ndim} axes, got shape {list(arr.shape)}")
-    return np.ascontiguousarray(arr, dtype=dtype)
+    return np.array(arr, dtype=dtype, order="C", copy=True)   # the survey's own copy
 
 
 def _stored(arrays: dict, key: str, kinds: str, ndim: int) -> NDArray:
