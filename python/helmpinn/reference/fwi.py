@@ -397,7 +397,7 @@ def _minimise(objective, x, box, max_iter, start, time_limit, callback, history,
                     "time": t, "velocity_error": err}
             if callback(info):
                 why["reason"] = "callback"
-                raise StopIteration
+                raise _Stop   # not StopIteration: SciPy before 1.11 would not catch that
 
     bounds = [box] * len(x)
     try:
