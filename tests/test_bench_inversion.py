@@ -42,3 +42,14 @@ def test_the_true_medium_and_the_error_measure(bench):
     assert bench.velocity_error(1.0, case) == pytest.approx(1.0)
     assert bench.velocity_error(lambda x: 0.5 * (1 + v(x)), case) == pytest.approx(0.5)
     assert bench.regularization_rule(0.0) == 1e-5 and bench.regularization_rule(0.01) == pytest.approx(1e-3)
+
+
+def test_the_figure_is_drawn(bench, tmp_path):
+    import helmpinn as hp
+
+    src, rec, region = bench._crosswell_geometry()
+    survey = hp.Survey([hp.PointSource(p) for p in src], rec, [2.0], np.zeros((1, 8, 32)))
+    case = {"domain": Box([0.0, 0.0], [1.0, 1.0]), "region": region, "true": bench.true_velocity,
+            "initial": 1.0, "survey": survey}
+    bench.plot_case(case, 1.0, str(tmp_path / "f.png"), "title")
+    assert (tmp_path / "f.png").stat().st_size > 10_000
