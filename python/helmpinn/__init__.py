@@ -39,6 +39,7 @@ from .sources import FreeSpaceSource, PointSource
 from . import receivers
 from . import defaults, drivers
 from .solving import Solution, solve
+from .survey import Survey
 
 __all__ = [
     "Adam",
@@ -88,4 +89,5 @@ __all__ = [
     "drivers",
     "Solution",
     "solve",
+    "Survey",
 ]
