@@ -227,9 +227,8 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
                          "model (model='network' for one network)")
     if settings.get("lbfgs") and comm is not None:   # refused before training, not after it
         check_ranks("lbfgs", comm.Get_size())
-    if settings["model"] == "decomposed":   # the whole run's memory, before anything is allocated
-        with distributed.collective(comm, "the memory estimate"):
-            memory.check_settings(settings, problem, model=given, ranks=1 if comm is None else comm.Get_size())
+    with distributed.collective(comm, "the memory estimate"):   # the whole run's, before anything is allocated
+        memory.check_settings(settings, problem, model=given, ranks=1 if comm is None else comm.Get_size())
     words = resonance_warning(problem)
     if words and (comm is None or comm.Get_rank() == 0):
         warnings.warn(words, ResonanceWarning, stacklevel=2)
