@@ -156,7 +156,11 @@ def _grid(problem, h: Any) -> tuple[list[NDArray], NDArray, NDArray]:
             f"{type(domain).__name__}; curved boundaries and point clouds are not supported")
     lo, hi = domain.bounds
     d = len(lo)
-    hs = np.broadcast_to(np.asarray(h, dtype=np.float64), (d,)).astype(np.float64)
+    try:   # a number, or one per axis
+        hs = np.broadcast_to(np.asarray(h, dtype=np.float64), (d,)).astype(np.float64)
+    except (ValueError, TypeError):
+        raise ValueError(f"fd_solve: h must be a positive number or {d} of them (one per axis), "
+                         f"got {h!r}") from None
     if not np.all(np.isfinite(hs) & (hs > 0)):
         raise ValueError(f"fd_solve: h must be positive and finite, got {h!r}")
     intervals = np.ceil((hi - lo) / hs - 1e-9)
