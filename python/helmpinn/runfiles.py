@@ -36,7 +36,7 @@ import re
 import secrets
 import shutil
 import stat
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 try:
     import fcntl
