@@ -45,11 +45,11 @@ parameters, an item of 4 bytes in float32 and 8 in float64):
   :func:`helmpinn.lm.choose_solver` picks within ``max_matrix_bytes``, and its
   :func:`helmpinn.lm.memory_estimate`, for 2 (N + B) rows shared over the ranks).
 
-**A decomposed run** (:func:`decomposed_run`; bytes, N points, the PDE's and the boundary's, d the dimension, a level of
-``S`` subdomains of ``P`` parameters each; M = N Σ_levels Π_a c_a the (subdomain, point) pairs,
-``c_a = min(g_a, 1 + overlap − overlap/g_a)`` the subdomains that cover a point along an axis of
-``g_a`` subdomains; the Jacobian blocks of the largest subdomain ``2 N Π_a min(1, (1 + overlap)/g_a)``
-rows):
+**A decomposed run** (:func:`decomposed_run`; bytes, N points, the PDE's and the boundary's, d
+the dimension, a level of ``S`` subdomains of ``P`` parameters each; M = N Σ_levels Π_a c_a
+the (subdomain, point) pairs, ``c_a = min(g_a, 1 + overlap − overlap/g_a)`` the subdomains that
+cover a point along an axis of ``g_a`` subdomains; the Jacobian blocks of the largest subdomain
+``2 N Π_a min(1, (1 + overlap)/g_a)`` rows):
 
 - ``points arrays``, ``training set``, ``parameters``: :func:`training_memory`
   (the sampler's scratch, two draws alive at once, and 8 parameter vectors);

@@ -467,8 +467,9 @@ def fd_solve(problem, h: float | ArrayLike, *, order: int = 4,
     network on the physical domain, e.g. at ``problem.test_points()``. κ and the right-hand side
     are checked finite first (a ValueError names the array and its first bad node); a grid
     whose assembly and factorisation would not fit within the memory limit is refused
-    (:func:`helmpinn.memory.check_fd`, a :class:`~helmpinn.memory.MemoryEstimateError`). ``ordering``: the factorisation's (:meth:`FDOperator.factorize`;
-    "COLAMD" with partial pivoting is SciPy's plain ``splu(A)``). Many sources or many κ on one
+    (:func:`helmpinn.memory.check_fd`, a :class:`~helmpinn.memory.MemoryEstimateError`).
+    ``ordering``: the factorisation's (:meth:`FDOperator.factorize`; "COLAMD" with partial
+    pivoting is SciPy's plain ``splu(A)``). Many sources or many κ on one
     grid: use :class:`FDOperator`.
     """
     if ordering not in _ORDERINGS:
