@@ -18,7 +18,7 @@ from conftest import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helmpinn import runfiles
+from helmpinn import memory, runfiles
 from helmpinn.cli import main
 from helmpinn.model import Model
 from helmpinn.problems import list_problems, problem_options
@@ -355,7 +355,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_anything(tmp_path, ca
     out = tmp_path / "run"
     assert _train(out) == 0
     previous = _files(out)
-    monkeypatch.setattr(runfiles, "available_memory", lambda: 8 << 30)
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 << 30)   # the one reading of every kind
     capsys.readouterr()
     assert _train(out, option, value) == 2
     err = capsys.readouterr().err

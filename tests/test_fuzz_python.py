@@ -1,6 +1,7 @@
 """Property-based fuzzing (hypothesis) of the Python layer's public classes and functions added
 since the last round: PML and a Problem around it, Batch, LevenbergMarquardt's options,
-distributed.value_and_grad, GridField, PointSource and FreeSpaceSource, fd_solve.
+distributed.value_and_grad, GridField, PointSource and FreeSpaceSource, fd_solve (its h, order,
+ordering and domains, under a low memory limit).
 
 Each argument starts valid and is, at random, replaced by a hostile variant (test_fuzz.hostile
 for arrays; NaN, ±Inf, 0, negative, huge, wrong types for numbers). A call may only return or
@@ -166,6 +167,79 @@ def test_fuzz_fd_solve(data):
     problem = hp.get_problem("plane1d", k=draw(st.sampled_from([1.0, 5.0])))
     how, sol = call(fd_solve, problem, number(draw, 0.05), order=draw(st.sampled_from([2, 4, 3, "4"])))
     if how == "ok":
+        assert np.all(np.isfinite(sol.values))
+
+
+#: Spacings of grids from a few nodes a side to more than the limit allows (2-D and 3-D), and
+#: hostile ones.
+FD_H = st.sampled_from([1 / 12, 0.1, 0.05, 0.02, 1e-3])
+FD_BAD_H = st.sampled_from([0.5, 1e-9, 1e-300, math.nan, -0.1, 0.0, math.inf, 2**70, "x", None, True, [0.1, 0.2],
+                            [0.1, 0.2, 0.3, 0.4], [[0.1]], np.array([0.1, math.nan, 0.1])])
+FD_FUZZ = hypothesis_settings(max_examples=30, deadline=None, derandomize=True,
+                              suppress_health_check=list(HealthCheck))
+#: The memory fd_solve may use under the fuzz (HELMPINN_MEMORY_LIMIT): grids of a few thousand
+#: nodes at most, so that every accepted call is quick and a finer one is refused, not run.
+FD_LIMIT = 16 << 20
+
+
+def _fd_domain(draw, hostile_domain):
+    """A domain fd_solve takes (an interval, a 2-D or 3-D box, of a drawn size) or, where
+    ``hostile_domain``, one it does not (a disk, a box with a hole, a point cloud) or a
+    degenerate box."""
+    from helmpinn.geometry import Ball, BoxMinusBall, PointCloud
+
+    dim = draw(st.sampled_from([1, 2, 3]))
+    side = draw(st.sampled_from([1.0, 0.5, 2.0]))
+    kind = draw(st.sampled_from(["ball", "hole", "cloud", "flat"])) if hostile_domain else "box"
+    if kind == "ball":
+        return dim, Ball(np.zeros(max(dim, 2)), side)
+    if kind == "hole":
+        return dim, BoxMinusBall(Box(np.zeros(2), side * np.ones(2)), Ball(side / 2 * np.ones(2), side / 4))
+    if kind == "cloud":
+        return dim, PointCloud(np.random.default_rng(0).uniform(size=(20, dim)))
+    hi = side * np.ones(dim)
+    if kind == "flat":
+        hi[-1] = 1e-12
+    return dim, Interval(0.0, hi[0]) if dim == 1 else Box(np.zeros(dim), hi)
+
+
+@FD_FUZZ
+@given(data=st.data())
+def test_fuzz_fd_solve_arguments(data):
+    """fd_solve's h (a number, one per axis, or hostile), order, ordering and domain (intervals
+    and boxes in 1 to 3 dimensions, with or without a PML or walls; shapes it does not
+    support), one hostile at a time, under a low HELMPINN_MEMORY_LIMIT: only Python exceptions
+    with fd_solve's own message, and an accepted grid is one whose estimate is within the
+    limit (issue 61: fd_solve's memory under the one limit)."""
+    from helmpinn.memory import fd_memory_estimate
+    from helmpinn.reference import fd_solve
+
+    draw = data.draw
+    which = draw(st.sampled_from(["none", "none", "none", "h", "h", "order", "ordering", "domain"]))
+    dim, domain = _fd_domain(draw, which == "domain")
+    pml = draw(st.sampled_from([None, 0.2, 0.3]))
+    # walls for a domain without a PML (off every box resonance at this frequency)
+    wall = draw(st.sampled_from([hp.Dirichlet(0.0), hp.Sommerfeld(1.6 * math.pi)]))
+    walls = tuple(domain.part_names) if pml is None else tuple(p for p in domain.part_names if p == "scatterer")
+    bcs = {walls: wall} if walls else None
+    how, problem = call(hp.Problem, domain, frequency=0.8, velocity=1.0, bcs=bcs,
+                        pml=None if pml is None else hp.PML(pml))
+    if how != "ok":
+        return
+    h = draw(FD_H)
+    if draw(st.booleans()):
+        h = [h * draw(st.sampled_from([1.0, 1.5])) for _ in range(dim)]   # one per axis
+    h = draw(FD_BAD_H) if which == "h" else h
+    order = draw(st.sampled_from([3, "4", None, 4.5, 0])) if which == "order" else draw(st.sampled_from([2, 4]))
+    ordering = draw(st.sampled_from(["nope", None, 4])) if which == "ordering" else \
+        draw(st.sampled_from(["MMD_AT_PLUS_A", "COLAMD", "NATURAL"]))
+    with _memory_limit(str(FD_LIMIT)):
+        how, sol = call(fd_solve, problem, h, order=order, ordering=ordering)
+    if how == "raised":   # a clear message: fd_solve's own, naming what is wrong
+        assert str(sol).startswith("fd_solve"), repr(sol)
+    if how == "ok":
+        assert which in ("none", "h")
+        assert fd_memory_estimate(sol.values.size, dim) <= FD_LIMIT
         assert np.all(np.isfinite(sol.values))
 
 

@@ -145,3 +145,94 @@ def test_gauss_newton_grows_its_points_only_while_the_run_fits(monkeypatch):
     assert driver.points_factor(trainer) == 2.0
     monkeypatch.setenv(memory.LIMIT_VARIABLE, str(int(1.2 * now)))   # this run fits, twice the points not
     assert driver.points_factor(trainer) == 1.0
+
+
+# -- one limit, one error, every kind of run (issue 61, "Also") -----------------------------------
+def test_solve_refuses_an_oversized_network_before_allocating(monkeypatch):
+    """hp.solve checked only decomposed runs: one network of 200,000 hidden units (40 G
+    parameters, 320 GB in float64) or 10⁹ points went on to Model.create / the sampler. Now the
+    plan is estimated (helmpinn.memory.check_network) and refused before anything is made."""
+    import helmpinn.solving as solving
+
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "4G")
+    monkeypatch.setattr(solving.Model, "create", lambda *a, **k: pytest.fail("the model was allocated"))
+    t = time.perf_counter()
+    with pytest.raises(memory.MemoryEstimateError, match=r"one network of 40,007,\d{3},\d{3} parameters.*needs about"
+                                                         r".*parameters .*more than the 4.0 GiB that "
+                                                         r"HELMPINN_MEMORY_LIMIT allows; use fewer points"):
+        hp.solve("dirichlet2d", model="network", hidden=200_000, progress=False)
+    with pytest.raises(memory.MemoryEstimateError, match=r"1,000,000,\d{3} points.*training set"):
+        hp.solve("dirichlet2d", model="network", pde_points=10**9, progress=False)
+    assert time.perf_counter() - t < 3
+
+
+def test_the_trainer_refuses_a_one_network_fit_before_drawing_its_points(monkeypatch):
+    problem = hp.get_problem("dirichlet2d")
+    trainer = hp.Trainer(problem, hp.Model.create(2, 4, 8, 1, seed=0), pde_points=10**9, bc_points=0,
+                         progress=False)
+    monkeypatch.setattr(problem, "sample", lambda *a, **k: pytest.fail("points drawn"))
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "1G")
+    with pytest.raises(memory.MemoryEstimateError, match=r"1,000,000,000 points.*use fewer points \(pde_points"):
+        trainer.fit(1)
+    assert trainer.training_set is None and trainer.step == 0
+
+
+def test_the_override_applies_to_fd_solve(monkeypatch):
+    """fd_solve had its own limit (all of MemAvailable, no override): a grid is now refused
+    under HELMPINN_MEMORY_LIMIT like any run, and allowed with 'none'."""
+    from helmpinn.reference import fd_solve
+
+    problem = hp.get_problem("plane1d", k=1.0)
+    need = memory.fd_memory_estimate(101, 1)   # h = 0.01 on [0, 1]: 101 nodes
+    monkeypatch.setattr(memory, "available_memory", lambda: 1 << 40)   # plenty: only the override refuses
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, str(need - 1))
+    with pytest.raises(memory.MemoryEstimateError, match=r"fd_solve: a 1-D grid of 101 nodes needs about .*"
+                                                         r"HELMPINN_MEMORY_LIMIT allows; use a larger h"):
+        fd_solve(problem, 0.01)
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, str(need))
+    assert fd_solve(problem, 0.01).values.shape == (101,)
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "1")
+    with pytest.raises(ValueError, match="HELMPINN_MEMORY_LIMIT"):   # a ValueError, as it was
+        fd_solve(problem, 0.01)
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "none")
+    assert fd_solve(problem, 0.01).values.shape == (101,)
+
+
+def test_the_three_kinds_share_one_limit_function(monkeypatch):
+    """One network, a decomposed run and an FD grid are refused by the same limit function
+    with the same error: replacing helmpinn.memory.limit's reading of the available memory
+    changes all three."""
+    from helmpinn.reference.fd import FDOperator
+    from helmpinn.runfiles import MemoryBudgetError
+
+    assert MemoryBudgetError is memory.MemoryEstimateError and issubclass(memory.MemoryEstimateError, ValueError)
+    monkeypatch.delenv(memory.LIMIT_VARIABLE, raising=False)
+    spec = hp.ModelSpec(2, 8, 16, 2)
+    layout = memory.decomposed_layout(dim=2, grids=[(4, 4)], spec=spec, overlap=0.5)
+    runs = {"network": lambda: memory.check_network(spec, 10_000, 100, dtype="float64", threads=1),
+            "decomposed": lambda: memory.check_decomposed(layout, 10_000, 100, threads=1),
+            "fd": lambda: FDOperator(hp.get_problem("plane1d", k=1.0), 0.01)}
+    monkeypatch.setattr(memory, "available_memory", lambda: 1 << 40)
+    for run in runs.values():
+        run()
+    seen = []
+
+    def tiny():
+        seen.append(1)
+        return 1000   # bytes: every run exceeds 80% of it
+    monkeypatch.setattr(memory, "available_memory", tiny)
+    for name, run in runs.items():
+        with pytest.raises(memory.MemoryEstimateError, match=r"more than 80% of the 1000 B of memory available"):
+            run()
+    assert len(seen) == 3   # one reading per check, the same function for each kind
+
+
+def test_the_cli_applies_the_override_to_one_network(tmp_path, monkeypatch, capsys):
+    """The CLI's one-network check ignored HELMPINN_MEMORY_LIMIT; it is the one limit now."""
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "1M")
+    out = tmp_path / "out"
+    code = main(["train", "--problem", "plane1d", "--points", "64", "--bc-points", "2", "--hidden", "8",
+                 "--fourier", "4", "--steps", "1", "--quiet", "--no-plots", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert "--points 64" in err and "workspace" in err and "HELMPINN_MEMORY_LIMIT allows" in err

@@ -12,9 +12,10 @@ does), trains a model with settings derived from the problem (the optimiser and 
 Every option is checked before anything is written: numbers must be finite and in range (a
 problem's own options included; ``--threads`` at most 4 times the CPUs this process may use),
 and the memory the run needs (the points arrays, the training set, the core's workspace, the
-parameters: :func:`helmpinn.runfiles.training_memory`) must be within 80% of the memory
-available, or the run is refused naming the sizes. Misuse exits with status 2 and one line on
-stderr. The output folder (:mod:`helmpinn.runfiles`) is then created and tried for writing and
+parameters, LM's matrices: :func:`helmpinn.memory.network_run`; a decomposed run's:
+:func:`helmpinn.memory.decomposed_run`) must be within :func:`helmpinn.memory.limit` (80% of the
+memory available, or ``HELMPINN_MEMORY_LIMIT``), or the run is refused naming the sizes. Misuse
+exits with status 2 and one line on stderr. The output folder (:mod:`helmpinn.runfiles`) is then created and tried for writing and
 locked for the whole run (``OUT/.helmpinn.lock``): a second run into the same folder, ``--resume``
 included, is refused (status 2) without touching anything.
 
@@ -55,7 +56,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from . import runfiles
+from . import memory, runfiles
 
 __all__ = ["main", "build_parser"]
 
@@ -493,56 +494,35 @@ def _options_str(options: dict[str, Any]) -> str:
 
 
 def _check_memory(settings: dict[str, Any], problem, spec, threads: int | None) -> None:
-    """Refuse a run whose points, training set, workspace and parameters would not fit in the
-    memory available (:func:`helmpinn.runfiles.check_memory`), before anything is allocated."""
+    """Refuse a run that would not fit in memory, before anything is allocated: one network's
+    points, training set, workspace, parameters and LM's matrices, or the whole decomposed run
+    (:func:`helmpinn.memory.check_settings`, within :func:`helmpinn.memory.limit`)."""
     from . import _core
+    from .distributed import launched_size
 
     # a CPU workspace has scratch rows for as many threads as OpenMP runs or there are CPUs
     threads = max(threads or _core.get_num_threads(), _cpus())
-    if _decomposed(settings):   # the whole decomposed run (helmpinn.memory), not one subnetwork's
-        from . import memory
-        from .distributed import launched_size
+    ranks = launched_size()   # under mpiexec each rank holds its share
+    lm_options = settings["lm"] if settings.get("optimizer") == "lm" and not _decomposed(settings) else None
+    if lm_options is not None:   # LM's refusal of a dense solver over its budget, named as its option
         try:
-            memory.check_settings(settings, problem, ranks=launched_size(), threads=threads, flags={
+            memory.lm_system(spec.num_params, int(settings["points"]) + int(settings["bc_points"]), lm_options,
+                             settings["dtype"], ranks)
+        except (ValueError, TypeError) as exc:
+            raise _UsageError(f"--optimizer lm: {exc}") from None
+    try:
+        if _decomposed(settings):   # the whole decomposed run, not one subnetwork's
+            memory.check_settings({**settings, "model": "decomposed"}, problem, ranks=ranks, threads=threads, flags={
                 "points": "--points", "grids": "the problem's size", "hidden": "--hidden, --fourier"})
-        except memory.MemoryEstimateError as exc:
-            raise _UsageError(str(exc)) from None
-        return
-    sizes = runfiles.training_memory(
-        problem.dim, settings["points"], settings["bc_points"], spec.num_params, settings["dtype"],
-        runfiles.workspace_bytes(spec, settings["dtype"], threads=threads))
-    if settings.get("optimizer") == "lm":
-        sizes.update(_lm_memory(settings, problem, spec))
-    what = ", ".join(f"{_flag(k)} {settings[k]}" for k in ("points", "bc_points", "hidden", "layers", "fourier"))
-    try:
-        runfiles.check_memory(sizes, f"this run ({what}, {settings['dtype']})")
-    except runfiles.MemoryBudgetError as exc:
+        else:
+            what = ", ".join(f"{_flag(k)} {settings[k]}"
+                             for k in ("points", "bc_points", "hidden", "layers", "fourier"))
+            memory.check_network(spec, settings["points"], settings["bc_points"], dtype=settings["dtype"],
+                                 lm_options=lm_options, ranks=ranks, threads=threads,
+                                 what=f"this run ({what}, {settings['dtype']})",
+                                 flags={"points": "--points, --bc-points", "hidden": "--hidden, --layers, --fourier"})
+    except ValueError as exc:   # MemoryEstimateError, or a HELMPINN_MEMORY_LIMIT that is not a size
         raise _UsageError(str(exc)) from None
-
-
-def _lm_memory(settings: dict[str, Any], problem, spec) -> dict[str, int]:
-    """Levenberg-Marquardt's own matrices (J, JᵀJ or JJᵀ and their factors) for this run, by
-    the solver it will use: ``helmpinn.lm.choose_solver`` and ``memory_estimate`` where this
-    helmpinn.lm has them (an explicit dense solver over LM's budget is refused here, before
-    anything is written); without them, none (LM then checks its matrices as it makes them)."""
-    from . import lm
-    from .distributed import launched_size
-
-    estimate, choose = getattr(lm, "memory_estimate", None), getattr(lm, "choose_solver", None)
-    if estimate is None or choose is None:
-        return {}
-    opts = settings["lm"]
-    ranks = launched_size()   # under mpiexec each rank holds its share of the rows
-    total = 2 * (int(settings["points"]) + int(settings["bc_points"]))  # (re, im) rows
-    params, rows = spec.num_params, -(-total // ranks)
-    memory = {"gram": opts.get("gram", "float64"), "damping": opts.get("damping", "identity"),
-              "dtype": settings["dtype"], "ranks": ranks}
-    try:
-        solver = choose(params, rows, opts.get("solver", "auto"),
-                        max_matrix_bytes=opts.get("max_matrix_bytes", 2 << 30), **memory)
-        return {f"LM's {solver} system": int(estimate(params, rows, solver, **memory))}
-    except (ValueError, TypeError) as exc:
-        raise _UsageError(f"--optimizer lm: {exc}") from None
 
 
 def _check_resume(args: argparse.Namespace, given: list[str]) -> None:

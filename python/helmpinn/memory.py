@@ -1,31 +1,57 @@
-"""Memory estimates of a run, made before anything is allocated: one function per kind of run.
+"""Memory estimates of a run, made before anything is allocated: one estimate function per kind
+of run, one limit, one error.
 
-:func:`decomposed_run` estimates a domain-decomposed run (:mod:`helmpinn.decomposition`,
-trained by Gauss-Newton, :mod:`helmpinn.gauss_newton`, or by Adam) from its layout alone: the
-grids, the subnetworks' shape, the points and the solver's options, so that ``helmpinn train``
-(:mod:`helmpinn.cli`), :func:`helmpinn.solve` and the :class:`~helmpinn.Trainer` refuse a run
-that cannot fit with one message (:class:`MemoryEstimateError`) naming the sizes, the total, the
-memory available and what to change, instead of dying with a MemoryError, or under the kernel's
-OOM killer, minutes later. The three call :func:`check_decomposed` (the CLI through its memory
-check, ``solve`` before it builds the model, the Trainer before a fit draws its points; the
-Gauss-Newton driver again before the points grow). One network's run is
-:func:`helmpinn.runfiles.training_memory` (with LM's matrices,
-:func:`helmpinn.lm.memory_estimate`).
+Each kind of run has a function that estimates its large allocations by name, from its sizes
+alone, and a check that refuses it where their total exceeds :func:`limit`:
 
-**The limit** (:func:`limit`): :data:`helmpinn.runfiles.MEMORY_FRACTION` (80%) of the memory
-available when the check runs (:func:`helmpinn.runfiles.available_memory`: the smallest of
-/proc/meminfo's MemAvailable, else ``os.sysconf``, a cgroup's limit less its usage and the
-address-space limit less this process's size), or the environment variable
-:data:`LIMIT_VARIABLE` (``HELMPINN_MEMORY_LIMIT``): a number of bytes with an optional K, M, G or
-T suffix (powers of 1024), used as it is, or ``none`` for no check.
+- **one network** (:class:`~helmpinn.Model`, trained by Adam, L-BFGS or Levenberg-Marquardt):
+  :func:`network_run`, :func:`check_network`;
+- **a domain-decomposed model** (:mod:`helmpinn.decomposition`, trained by Gauss-Newton,
+  :mod:`helmpinn.gauss_newton`, or by Adam): :func:`decomposed_run`, :func:`check_decomposed`
+  (:func:`check_settings` for a settings table, :func:`check_fit` for a Trainer's fit);
+- **the finite-difference reference** (:func:`helmpinn.reference.fd_solve`,
+  :class:`~helmpinn.reference.FDOperator`, and through it every grid of
+  :func:`helmpinn.reference.fwi`): :func:`fd_run`, :func:`check_fd`.
 
-**The numbers** (bytes; N points, the PDE's and the boundary's, d the dimension, a level of
-``S`` subdomains of ``P`` parameters each; M = N Σ_levels Π_a c_a the (subdomain, point) pairs,
-``c_a = min(g_a, 1 + overlap − overlap/g_a)`` the subdomains that cover a point along an axis of
-``g_a`` subdomains; the Jacobian blocks of the largest subdomain ``2 N Π_a min(1, (1 + overlap)/g_a)``
-rows):
+``helmpinn train`` (:mod:`helmpinn.cli`) checks its run (one network or decomposed) before the
+output folder is made; :func:`helmpinn.solve` checks its plan (one network or decomposed) before
+it builds the model; the :class:`~helmpinn.Trainer` checks each fit before it draws its points
+(:func:`check_trainer`; the Gauss-Newton driver again before the points grow); ``FDOperator``
+checks its grid before it assembles anything. A run that does not fit is refused with one
+message (:class:`MemoryEstimateError`, a ValueError) naming the sizes, the total, the limit and
+what to change, instead of dying with a MemoryError, or under the kernel's OOM killer, minutes
+later.
 
-- ``points arrays``, ``training set``, ``parameters``: :func:`helmpinn.runfiles.training_memory`
+**The limit** (:func:`limit`, the same for every kind): :data:`MEMORY_FRACTION` (80%) of the
+memory available when the check runs (:func:`available_memory`: the smallest of /proc/meminfo's
+MemAvailable, else ``os.sysconf``, a cgroup's limit less its usage and the address-space limit
+less this process's size), or the environment variable :data:`LIMIT_VARIABLE`
+(``HELMPINN_MEMORY_LIMIT``): a number of bytes with an optional K, M, G or T suffix (powers of
+1024), used as it is, or ``none`` for no check.
+
+**One network** (:func:`network_run`; bytes, N PDE and B boundary points, d the dimension, P
+parameters, an item of 4 bytes in float32 and 8 in float64):
+
+- ``points arrays``: the sampler's float64 scratch for one draw, ``(32 d + 16) N + (32 d + 52) B``
+  (:func:`training_memory`);
+- ``training set``: one draw as the loss takes it, twice (a new draw is made while the old one
+  is alive): ``2 [(40 d + 24 + item (5 d + 3)) N + (16 d + 68 + item (2 d + 4)) B]``;
+- ``workspace``: the core's CPU workspace (:func:`workspace_bytes`: the core's own sum, with
+  each thread's tile rows), for the threads OpenMP runs or the CPUs this process may use,
+  whichever is more;
+- ``parameters``: ``8 P × item`` (parameters, gradient, Adam's moments, the last good copy and
+  the checkpoint's copies);
+- with Levenberg-Marquardt, its system (:func:`lm_system`: the solver
+  :func:`helmpinn.lm.choose_solver` picks within ``max_matrix_bytes``, and its
+  :func:`helmpinn.lm.memory_estimate`, for 2 (N + B) rows shared over the ranks).
+
+**A decomposed run** (:func:`decomposed_run`; bytes, N points, the PDE's and the boundary's, d
+the dimension, a level of ``S`` subdomains of ``P`` parameters each; M = N Σ_levels Π_a c_a
+the (subdomain, point) pairs, ``c_a = min(g_a, 1 + overlap − overlap/g_a)`` the subdomains that
+cover a point along an axis of ``g_a`` subdomains; the Jacobian blocks of the largest subdomain
+``2 N Π_a min(1, (1 + overlap)/g_a)`` rows):
+
+- ``points arrays``, ``training set``, ``parameters``: :func:`training_memory`
   (the sampler's scratch, two draws alive at once, and 8 parameter vectors);
 - ``rows``: the residual rows (:class:`~helmpinn.decomposition.Rows`: x, the operator's a, b, c
   and f, the term), ``(40 d + 52) N``, twice (they are concatenated from the terms');
@@ -53,7 +79,7 @@ rows):
   wavelengths along axis a) and the slabs of the grid 4 times finer that projects the source;
   ``solver
   vectors``: ``128 P`` and ``160 N`` (CG's and the step's parameter and residual vectors);
-- ``workspaces``: each level's core workspaces (:func:`helmpinn.runfiles.workspace_bytes`, in
+- ``workspaces``: each level's core workspaces (:func:`workspace_bytes`, in
   float64 and float32); ``bookkeeping``: 4 KiB a subdomain.
 
 Over ``ranks`` MPI ranks every rank holds every point and the windows of every subdomain, but
@@ -61,6 +87,12 @@ the batches, blocks, Gram matrices and factors of its own subdomains only (a sha
 ``1/ranks``); the estimate is one rank's. Measured against the peak resident memory of small
 runs (docs/guide/errors-threads.md, "Memory"), the estimate was 1.0 to 2.4 times the
 growth of the process's peak over its size before the run.
+
+**The finite-difference grid** (:func:`fd_run`; N nodes in d dimensions):
+``assembly`` :data:`ASSEMBLY_BYTES_PER_NODE` [d] × N (2,000, 2,500 and 2,800 bytes in 1, 2 and 3
+dimensions: the nodes, the coefficients, the stencils' entries and the sparse matrix) and ``LU
+factors`` :data:`LU_BYTES_PER_ENTRY` (24) × :func:`lu_fill` (N, d) entries (12 N in 1-D, 7
+N^{4/3} in 2-D, 0.26 N^{1.85} in 3-D), both measured with SuperLU on 2-D and 3-D PML problems.
 """
 from __future__ import annotations
 
@@ -69,39 +101,115 @@ import os
 import re
 from typing import Any, Mapping, Sequence
 
-from . import _core, distributed, runfiles
+try:
+    import resource
+except ImportError:  # pragma: no cover - not POSIX: no address-space limit to read
+    resource = None  # type: ignore[assignment]
+
+from . import _core, distributed, lm
 from .decomposition import WINDOW_CHUNK, DecomposedModel
 from .defaults import wavelengths
 from .gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
 from .waves import RESONANCE_MOST, _closed_box
 
-__all__ = ["MemoryEstimateError", "LIMIT_VARIABLE", "ASSEMBLY", "coarse_fill", "limit", "decomposed_run",
-           "decomposed_layout", "check", "check_decomposed", "check_fit", "settings_run", "check_settings"]
+__all__ = ["MemoryEstimateError", "MemoryBudgetError", "LIMIT_VARIABLE", "MEMORY_FRACTION", "ASSEMBLY",
+           "ASSEMBLY_BYTES_PER_NODE", "LU_BYTES_PER_ENTRY", "available_memory", "limit", "format_bytes", "check",
+           "workspace_bytes", "training_memory", "lm_system", "network_run", "check_network", "coarse_fill",
+           "decomposed_run", "decomposed_layout", "check_decomposed", "check_fit", "check_trainer", "settings_run",
+           "check_settings", "lu_fill", "fd_run", "fd_memory_estimate", "check_fd", "check_memory"]
 
 #: The environment variable that replaces the limit (bytes, a K/M/G/T suffix, or "none").
 LIMIT_VARIABLE = "HELMPINN_MEMORY_LIMIT"
+#: A run may use at most this fraction of the memory available when it is checked.
+MEMORY_FRACTION = 0.8
 #: Bytes per entry of the sparse coarse matrix's dense blocks while it is assembled (the blocks,
 #: their indices, the concatenated triplets and the CSC conversion, alive together).
 ASSEMBLY = 64
-
-
-def coarse_fill(subdomains: int) -> float:
-    """SuperLU's factors of the sparse coarse matrix over S subdomains, in entries per entry of
-    its blocks: ``(1.3 + 0.1 sqrt(S)) / 2`` (half the blocks' entries are the exact zeros
-    between the real and the imaginary output, which the matrix drops; the fill measured 2.3,
-    3.3 and 4.15 times its entries on 10 × 10, 20 × 20 and 30 × 30 grids)."""
-    return (1.3 + 0.1 * math.sqrt(subdomains)) / 2
+#: Peak memory of the finite-difference assembly per grid node (the nodes, the coefficients,
+#: the stencils' entries, the sparse matrix), measured with SuperLU on 2-D and 3-D PML problems.
+ASSEMBLY_BYTES_PER_NODE = {1: 2_000, 2: 2_500, 3: 2_800}
+#: Memory per stored entry of the finite-difference LU factors (complex values and SuperLU's
+#: indices), measured 16–24 bytes.
+LU_BYTES_PER_ENTRY = 24
 #: The nodes of the finer Green's grid taken at a time (``helmpinn.waves._source_in_modes``'s slab).
 GREEN_SLAB = 1 << 18
 #: Bytes of Python bookkeeping per subdomain (its dicts, slices, centre, core batches' objects).
 BOOKKEEPING = 4096
 
 
-class MemoryEstimateError(runfiles.MemoryBudgetError, ValueError):
-    """A run whose estimate (:func:`decomposed_run`) exceeds :func:`limit`; the message names
-    the sizes, the total, the limit and what to change. A ValueError, so that code catching bad
-    arguments catches it, and :class:`helmpinn.runfiles.MemoryBudgetError`, which the CLI turns
-    into its one line and status 2."""
+class MemoryEstimateError(ValueError):
+    """A run whose estimate exceeds :func:`limit`, whatever its kind; the message names the
+    sizes, the total, the limit and what to change. A ValueError, so that code catching bad
+    arguments catches it; ``helmpinn train`` turns it into its one line and status 2. Also
+    importable as :data:`MemoryBudgetError` (here and in :mod:`helmpinn.runfiles`)."""
+
+
+#: The name one-network runs raised before the estimates were one module: the same class.
+MemoryBudgetError = MemoryEstimateError
+
+
+# -- the limit -------------------------------------------------------------------------------------
+def format_bytes(n: float) -> str:
+    """``n`` bytes in the largest binary unit it reaches (``1.5 GiB``), or ``123 B``."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _cgroup_available() -> int | None:
+    for cap_file, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                            ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                             "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            with open(cap_file) as fh:
+                text = fh.read().strip()
+            if text == "max":
+                continue
+            with open(usage) as fh:
+                used = int(fh.read().strip())
+            cap = int(text)
+            if cap < 1 << 60:  # cgroup v1 says "no limit" with a huge number
+                return max(cap - used, 0)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _address_space_available() -> int | None:
+    if resource is None:
+        return None
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/statm") as fh:
+            used = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        return max(soft - used, 0)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate: the smallest of the kernel's MemAvailable
+    (/proc/meminfo; else ``os.sysconf``), a cgroup's limit less its usage, and the address
+    space limit (``ulimit -v``) less this process's size. None when nothing can be read."""
+    known = [v for v in (_meminfo_available(), _cgroup_available(), _address_space_available()) if v is not None]
+    return min(known) if known else None
 
 
 def _parse_limit(text: str) -> int | None:
@@ -116,15 +224,150 @@ def _parse_limit(text: str) -> int | None:
     return int(float(m.group(1)) * scale)
 
 
-def limit() -> int | None:
-    """The bytes a run may use: :data:`LIMIT_VARIABLE` where it is set (None for "none": no
-    check), else :data:`helmpinn.runfiles.MEMORY_FRACTION` of
-    :func:`helmpinn.runfiles.available_memory` (None where that is unknown)."""
+def _limit_and_words() -> tuple[int | None, str]:
+    """:func:`limit` and the words a refusal says it with."""
     given = os.environ.get(LIMIT_VARIABLE)
     if given is not None and given.strip():
-        return _parse_limit(given)
-    available = runfiles.available_memory()
-    return None if available is None else int(runfiles.MEMORY_FRACTION * available)
+        cap = _parse_limit(given)
+        return cap, f"the {format_bytes(cap or 0)} that {LIMIT_VARIABLE} allows"
+    available = available_memory()
+    if available is None:
+        return None, ""
+    return int(MEMORY_FRACTION * available), \
+        f"{MEMORY_FRACTION:.0%} of the {format_bytes(available)} of memory available"
+
+
+def limit() -> int | None:
+    """The bytes a run of any kind may use: :data:`LIMIT_VARIABLE` where it is set (None for
+    "none": no check), else :data:`MEMORY_FRACTION` of :func:`available_memory` (None where
+    that is unknown)."""
+    return _limit_and_words()[0]
+
+
+def check(sizes: Mapping[str, int], what: str, change: str, available: int | None = None) -> int:
+    """Refuse (:class:`MemoryEstimateError`) when the sizes together exceed ``available``
+    (default :func:`limit`; no check when that is None); ``what`` names the run, ``change``
+    says what would make it smaller. The message lists every part, the largest first. Returns
+    the total."""
+    if available is None:
+        cap, words = _limit_and_words()
+    else:
+        cap, words = int(available), f"the {format_bytes(available)} it may use"
+    total = sum(int(v) for v in sizes.values())
+    if cap is not None and total > cap:
+        parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1]) if v)
+        raise MemoryEstimateError(f"{what} needs about {format_bytes(total)} ({parts}), more than {words}; "
+                                  f"{change}, or set {LIMIT_VARIABLE} (bytes, e.g. 64G, or none) to allow more")
+    return total
+
+
+def check_memory(sizes: Mapping[str, int], what: str, available: int | None = None,
+                 fraction: float = MEMORY_FRACTION) -> int:
+    """:func:`check` under the name and arguments :mod:`helmpinn.runfiles` gave it: a refusal
+    where the sizes exceed ``fraction`` of ``available`` bytes (default: :func:`limit`)."""
+    if available is not None:
+        available = int(fraction * available)
+    return check(sizes, what, "use fewer points or a smaller model", available)
+
+
+# -- one network -----------------------------------------------------------------------------------
+def workspace_bytes(spec: Any, dtype: str, batch_size: int = 4096, threads: int = 1) -> int:
+    """The host memory of a CPU Workspace of ``spec``: the sum the core checks before it
+    allocates (``workspace_elements`` in ``cpp/src/common/workspace.cpp``), with each thread's
+    tile rows as the CPU backend sizes them (``2d + 1`` streams where that is more than
+    ``d + 2``), so that it can be added to the rest before anything is allocated."""
+    d, m, h, layers = spec.in_dim, spec.ff_dim, spec.hidden_dim, spec.num_hidden_layers
+    s, sx, tile, maxw = d + 2, max(d + 2, 2 * d + 1), 64, max(2 * m, h)
+    widths = 2 * layers * h + 2 * m + 2
+    elements = batch_size * (s * widths + 3 * d + 2) + 35 * spec.num_params + (d + 1) * m
+    elements += max(threads, 1) * (sx * tile * (7 * maxw + widths) + tile * (d + 2) + 16)
+    return elements * (4 if dtype == "float32" else 8)
+
+
+def training_memory(dim: int, pde_points: int, bc_points: int, num_params: int, dtype: str,
+                    workspace: int) -> dict[str, int]:
+    """Estimated bytes of the large allocations of a training run, by name.
+
+    ``points arrays``: the sampler's float64 scratch for one draw (unit-cube points, the
+    mapped points and a distance or mask per point, with room for rejection sampling);
+    ``training set``: one draw as the loss takes it (float64 / complex128 points, wavenumber,
+    source, operator coefficients and boundary data, plus the same in the model's dtype), twice,
+    since a new draw is made while the old one is alive; ``workspace``: the core's
+    (:func:`workspace_bytes`); ``parameters``: parameters, gradient, Adam's two moments and
+    the last good copy kept for a divergence, with the checkpoint's copies.
+    """
+    item = 4 if dtype == "float32" else 8
+    n, nb = int(pde_points), int(bc_points)
+    points = n * (4 * 8 * dim + 2 * 8) + nb * (4 * 8 * dim + 2 * 8 + 36)
+    per_pde = (8 * dim + 8 + 16 + 2 * 16 * dim) + item * (dim + 1 + 2 + 4 * dim)
+    per_bc = (2 * 8 * dim + 32 + 36) + item * (2 * dim + 4)
+    return {"points arrays": points, "training set": 2 * (n * per_pde + nb * per_bc),
+            "workspace": int(workspace), "parameters": 8 * int(num_params) * item}
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity set where the system has one)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return max(os.cpu_count() or 1, 1)
+
+
+def lm_system(num_params: int, points: int, options: Mapping[str, Any], dtype: str, ranks: int = 1
+              ) -> dict[str, int]:
+    """Levenberg-Marquardt's own matrices (J, JᵀJ or JJᵀ and their factors) for ``points``
+    points (2 rows each, shared over ``ranks``), by the solver it will use with ``options``
+    (:func:`helmpinn.lm.choose_solver` within ``max_matrix_bytes``, default 2 GiB, and
+    :func:`helmpinn.lm.memory_estimate`). An explicit dense solver over that budget raises
+    LM's own ValueError."""
+    ranks = max(int(ranks), 1)
+    rows = -(-2 * int(points) // ranks)   # (re, im) rows; under mpiexec each rank holds its share
+    kw = {"gram": options.get("gram", "float64"), "damping": options.get("damping", "identity"),
+          "dtype": dtype, "ranks": ranks}
+    solver = lm.choose_solver(num_params, rows, options.get("solver", "auto"),
+                              max_matrix_bytes=options.get("max_matrix_bytes", 2 << 30), **kw)
+    return {f"LM's {solver} system": int(lm.memory_estimate(num_params, rows, solver, **kw))}
+
+
+def network_run(spec: Any, pde_points: int, bc_points: int = 0, *, dtype: str = "float32",
+                lm_options: Mapping[str, Any] | None = None, ranks: int = 1,
+                threads: int | None = None) -> dict[str, int]:
+    """The estimated bytes of one network's run, by name (module docstring): a network of
+    ``spec`` (a :class:`~helmpinn.ModelSpec`) in ``dtype`` on ``pde_points`` and ``bc_points``
+    points; ``lm_options`` (Levenberg-Marquardt's options, None for another optimiser) adds
+    LM's system (:func:`lm_system`) over ``ranks``; ``threads``: the engine's (None: the
+    threads OpenMP runs or the CPUs this process may use, whichever is more: a CPU workspace
+    has scratch rows for each). Nothing is allocated."""
+    threads = max(int(threads or _core.get_num_threads()), _cpus())
+    sizes = training_memory(spec.in_dim, pde_points, bc_points, spec.num_params, dtype,
+                            workspace_bytes(spec, dtype, threads=threads))
+    if lm_options is not None:
+        sizes.update(lm_system(spec.num_params, int(pde_points) + int(bc_points), lm_options, dtype, ranks))
+    return sizes
+
+
+def check_network(spec: Any, pde_points: int, bc_points: int = 0, *, what: str | None = None,
+                  flags: Mapping[str, str] | None = None, **run: Any) -> dict[str, int]:
+    """:func:`network_run`'s estimate (``run``: its keywords), refused by :func:`check` where
+    it exceeds the limit; ``what`` names the run (default: its sizes), ``flags`` the settings
+    to change as the caller spells them (the CLI's ``--points``, ``solve``'s ``pde_points``).
+    Returns the sizes."""
+    sizes = network_run(spec, pde_points, bc_points, **run)
+    names = {"points": "pde_points, bc_points", "hidden": "hidden, layers, ff_dim", **dict(flags or {})}
+    if what is None:
+        what = (f"this run (one network of {spec.num_params:,} parameters, {int(pde_points) + int(bc_points):,} "
+                f"points, {run.get('dtype', 'float32')})")
+    check(sizes, what, f"use fewer points ({names['points']}) or a smaller network ({names['hidden']})")
+    return sizes
+
+
+# -- a decomposed model ----------------------------------------------------------------------------
+def coarse_fill(subdomains: int) -> float:
+    """SuperLU's factors of the sparse coarse matrix over S subdomains, in entries per entry of
+    its blocks: ``(1.3 + 0.1 sqrt(S)) / 2`` (half the blocks' entries are the exact zeros
+    between the real and the imaginary output, which the matrix drops; the fill measured 2.3,
+    3.3 and 4.15 times its entries on 10 × 10, 20 × 20 and 30 × 30 grids)."""
+    return (1.3 + 0.1 * math.sqrt(subdomains)) / 2
 
 
 def decomposed_layout(model: Any = None, *, dim: int | None = None, grids: Sequence[Sequence[int]] = (),
@@ -210,7 +453,7 @@ def decomposed_run(layout: Mapping[str, Any], pde_points: int, bc_points: int = 
     P = sum(math.prod(g) * s.num_params for g, s in levels)
     S = sum(math.prod(g) for g, _ in levels)
     pairs = n * sum(_coverage(g, overlap) for g, _ in levels)
-    sizes = runfiles.training_memory(d, pde_points, bc_points, P, "float64", 0)
+    sizes = training_memory(d, pde_points, bc_points, P, "float64", 0)
     del sizes["workspace"]
     K = int(math.floor(1 + overlap)) + 3
     sizes["rows"] = 2 * (40 * d + 52) * n
@@ -221,27 +464,10 @@ def decomposed_run(layout: Mapping[str, Any], pde_points: int, bc_points: int = 
     if optimizer == "gn":
         sizes.update(_gauss_newton(layout, n, ranks, threads, options))
         sizes["mode rows"] = _mode_rows(layout, n, modes, green_wavelengths)
-    sizes["workspaces"] = sum(runfiles.workspace_bytes(s, "float64", 2048, threads)
-                              + runfiles.workspace_bytes(s, "float32", 2048, threads) for _, s in levels)
+    sizes["workspaces"] = sum(workspace_bytes(s, "float64", 2048, threads)
+                              + workspace_bytes(s, "float32", 2048, threads) for _, s in levels)
     sizes["bookkeeping"] = BOOKKEEPING * S
     return {k: int(v) for k, v in sizes.items() if v}
-
-
-def check(sizes: Mapping[str, int], what: str, change: str, available: int | None = None) -> int:
-    """Refuse (:class:`MemoryEstimateError`) when the sizes together exceed ``available``
-    (default :func:`limit`; no check when that is None); ``what`` names the run, ``change``
-    says what would make it smaller. Returns the total."""
-    total = sum(int(v) for v in sizes.values())
-    cap = limit() if available is None else available
-    if cap is not None and total > cap:
-        parts = ", ".join(f"{k} {runfiles.format_bytes(v)}" for k, v in
-                          sorted(sizes.items(), key=lambda kv: -kv[1]) if v >= total / 100)
-        source = f"{LIMIT_VARIABLE}" if os.environ.get(LIMIT_VARIABLE, "").strip() else \
-            f"{runfiles.MEMORY_FRACTION:.0%} of the memory available"
-        raise MemoryEstimateError(f"{what} needs about {runfiles.format_bytes(total)} ({parts}), more than the "
-                                  f"{runfiles.format_bytes(cap)} it may use ({source}); {change}, or set "
-                                  f"{LIMIT_VARIABLE} (bytes, e.g. 64G, or none) to allow more")
-    return total
 
 
 def check_decomposed(layout: Mapping[str, Any], pde_points: int, bc_points: int = 0, *,
@@ -298,12 +524,30 @@ def check_fit(trainer: Any, driver: Any, pde_points: int | None = None) -> dict[
 
 
 def check_trainer(trainer: Any, driver: Any) -> None:
-    """:func:`check_fit` where the trainer's model is decomposed (one network: nothing), agreed
-    across the trainer's ranks (a refusal on one rank raises on every rank)."""
-    if not isinstance(trainer.model, DecomposedModel):
-        return
+    """A :class:`~helmpinn.Trainer`'s fit by ``driver``, before it draws its points: a
+    decomposed model's by :func:`check_fit`, one network's by :func:`check_network` (its
+    points, training set, workspace and parameters; Levenberg-Marquardt checks its own matrices
+    against its budget as it makes them), agreed across the trainer's ranks (a refusal on one
+    rank raises on every rank)."""
     with distributed.collective(trainer.comm, "the memory estimate"):
-        check_fit(trainer, driver)
+        if isinstance(trainer.model, DecomposedModel):
+            check_fit(trainer, driver)
+        else:
+            check_network(trainer.model.spec, trainer.pde_points, trainer.bc_points,
+                          dtype=trainer.model.dtype.name, flags={"points": "pde_points, bc_points",
+                                                                 "hidden": "the model's hidden_dim"})
+
+
+def _settings_spec(settings: Mapping[str, Any], dim: int) -> Any:
+    """The :class:`~helmpinn.ModelSpec` of a settings table's network (``ff_dim`` or the CLI's
+    ``fourier``, ``hidden``, ``layers``); a ValueError naming them where the core cannot hold
+    them (each must be below 2**31)."""
+    sizes = (int(settings.get("ff_dim", settings.get("fourier"))), int(settings["hidden"]), int(settings["layers"]))
+    try:
+        return _core.ModelSpec(dim, *sizes)
+    except (ValueError, TypeError, OverflowError) as exc:
+        why = str(exc) if isinstance(exc, ValueError) else f"each must be an integer below {2**31}"
+        raise ValueError(f"invalid network (ff_dim {sizes[0]}, hidden {sizes[1]}, layers {sizes[2]}): {why}") from None
 
 
 def settings_run(settings: Mapping[str, Any], problem: Any, model: Any = None
@@ -316,8 +560,7 @@ def settings_run(settings: Mapping[str, Any], problem: Any, model: Any = None
     closed box, Green's where the model has the hard constraint."""
     dd = settings["decomposition"]
     d = int(problem.dim)
-    spec = _core.ModelSpec(d, int(settings.get("ff_dim", settings.get("fourier"))), int(settings["hidden"]),
-                           int(settings["layers"]))
+    spec = _settings_spec(settings, d)
     layout = decomposed_layout(model) if model is not None else \
         decomposed_layout(dim=d, grids=dd["grids"], spec=spec, overlap=dd["overlap"])
     points = int(settings.get("pde_points", settings.get("points")))
@@ -331,6 +574,60 @@ def settings_run(settings: Mapping[str, Any], problem: Any, model: Any = None
 
 def check_settings(settings: Mapping[str, Any], problem: Any, *, model: Any = None, ranks: int = 1,
                    threads: int | None = None, flags: Mapping[str, str] | None = None) -> dict[str, int]:
-    """:func:`check_decomposed` of a decomposed run's settings table (:func:`settings_run`)."""
-    layout, pde, bc, run = settings_run(settings, problem, model)
-    return check_decomposed(layout, pde, bc, flags=flags, ranks=ranks, threads=threads, **run)
+    """The memory check of a run's settings table on ``problem`` (``model``: the model to train
+    on them, where it exists): a decomposed run's (``settings["model"] == "decomposed"``; without a "model",
+    as runs saved before it was a setting, where the optimiser is "gn") by
+    :func:`check_decomposed` (:func:`settings_run`), one network's by :func:`check_network`
+    with Levenberg-Marquardt's system where the optimiser is "lm". The tables of
+    :func:`helmpinn.solve` (``pde_points``, ``ff_dim``) and of the CLI (``points``,
+    ``fourier``) both. Returns the sizes."""
+    default = "decomposed" if settings.get("optimizer") == "gn" else "network"   # runs saved before "model"
+    if settings.get("model", default) == "decomposed":
+        layout, pde, bc, run = settings_run(settings, problem, model)
+        return check_decomposed(layout, pde, bc, flags=flags, ranks=ranks, threads=threads, **run)
+    spec = model.spec if model is not None else _settings_spec(settings, int(problem.dim))
+    dtype = model.dtype.name if model is not None else str(settings.get("dtype", "float32"))
+    lm_options = settings.get("lm") if settings.get("optimizer") == "lm" else None
+    return check_network(spec, int(settings.get("pde_points", settings.get("points"))), int(settings["bc_points"]),
+                         dtype=dtype, lm_options=dict(lm_options or {}) if lm_options is not None else None,
+                         ranks=ranks, threads=threads, flags=flags)
+
+
+# -- the finite-difference reference ---------------------------------------------------------------
+def lu_fill(n_nodes: int, dim: int) -> float:
+    """The entries of L and U that the default ordering leaves for a grid of ``n_nodes`` nodes
+    in ``dim`` dimensions, fitted to measurements (2-D: 101² to 401² nodes, ``6.0–6.7 N^{4/3}``;
+    3-D: 11³ to 33³ nodes, ``0.22–0.26 N^{1.85}``, extrapolated beyond; 1-D: banded)."""
+    n = float(n_nodes)
+    if dim == 1:
+        return 12.0 * n
+    if dim == 2:
+        return 7.0 * n ** (4.0 / 3.0)
+    return 0.26 * n ** 1.85
+
+
+def fd_run(n_nodes: int, dim: int) -> dict[str, int]:
+    """The estimated bytes of :class:`~helmpinn.reference.FDOperator`'s assembly and the LU of
+    its matrix on a grid of ``n_nodes`` nodes in ``dim`` dimensions, by name: ``assembly``
+    ``ASSEMBLY_BYTES_PER_NODE[dim] × N`` and ``LU factors`` ``LU_BYTES_PER_ENTRY ×
+    lu_fill(N, dim)``."""
+    return {"assembly": int(ASSEMBLY_BYTES_PER_NODE[dim] * n_nodes),
+            "LU factors": int(LU_BYTES_PER_ENTRY * lu_fill(n_nodes, dim))}
+
+
+def fd_memory_estimate(n_nodes: int, dim: int) -> int:
+    """The total of :func:`fd_run`: ``ASSEMBLY_BYTES_PER_NODE[dim] × N + LU_BYTES_PER_ENTRY ×
+    lu_fill(N, dim)``."""
+    return int(ASSEMBLY_BYTES_PER_NODE[dim] * n_nodes + LU_BYTES_PER_ENTRY * lu_fill(n_nodes, dim))
+
+
+def check_fd(n_nodes: int, dim: int) -> dict[str, int]:
+    """:func:`fd_run`'s estimate, refused by :func:`check` where it exceeds the limit, with
+    what to change (a larger h: the memory grows about like h^-1, h^-8/3 and h^-5.55 in 1, 2
+    and 3 dimensions). Returns the sizes."""
+    sizes = fd_run(n_nodes, dim)
+    power = {1: 1, 2: 8 / 3, 3: 5.55}[dim]
+    check(sizes, f"fd_solve: a {dim}-D grid of {n_nodes:,} nodes",
+          f"use a larger h (the memory grows about like h^-{power:.3g}), a smaller domain or PML, "
+          f"or a machine with more memory")
+    return sizes

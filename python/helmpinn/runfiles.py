@@ -1,5 +1,5 @@
 """The output folder of ``helmpinn train``: one run at a time, nothing lost, only helmpinn's
-files touched, and memory estimated before it is used.
+files touched.
 
 The rules, each a small function or a method of :class:`RunFolder`:
 
@@ -22,11 +22,10 @@ The rules, each a small function or a method of :class:`RunFolder`:
   temporary file in OUT and renamed over the old one (:meth:`RunFolder.write`,
   :meth:`RunFolder.replace`); old files are removed (:meth:`RunFolder.remove`) only after the
   new run's model exists.
-- **Memory before it is used.** :func:`training_memory` estimates the large allocations of a
-  training run by name (the sampler's points arrays, the training set, the core's workspace,
-  the parameter vectors) and :func:`check_memory` refuses a run whose total exceeds
-  ``MEMORY_FRACTION`` of :func:`available_memory` (the smallest of MemAvailable, a cgroup's
-  free memory and the address-space limit), raising :class:`MemoryBudgetError` with the sizes.
+- **Memory before it is used**: :mod:`helmpinn.memory` (one estimate per kind of run, one
+  limit, one error). ``MemoryBudgetError``, ``available_memory``, ``training_memory``,
+  ``workspace_bytes``, ``check_memory``, ``format_bytes`` and ``MEMORY_FRACTION`` are still
+  importable from here: they are :mod:`helmpinn.memory`'s.
 """
 from __future__ import annotations
 
@@ -37,7 +36,7 @@ import re
 import secrets
 import shutil
 import stat
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 try:
     import fcntl
@@ -45,6 +44,9 @@ except ImportError:  # pragma: no cover - not POSIX: no lock
     fcntl = None  # type: ignore[assignment]
 
 from ._files import temp_path, write_atomic
+# The memory estimates live in helmpinn.memory; these names stay importable from here.
+from .memory import (MEMORY_FRACTION, MemoryBudgetError, available_memory, check_memory, format_bytes,
+                     training_memory, workspace_bytes)
 
 __all__ = ["RunFolder", "OutputError", "MemoryBudgetError", "read_regular", "available_memory",
            "training_memory", "workspace_bytes", "check_memory", "format_bytes",
@@ -52,8 +54,6 @@ __all__ = ["RunFolder", "OutputError", "MemoryBudgetError", "read_regular", "ava
 
 LOCK_NAME = ".helmpinn.lock"
 MANIFEST_NAME = ".helmpinn-manifest.json"
-#: A run may use at most this fraction of the memory available when it starts.
-MEMORY_FRACTION = 0.8
 _MANIFEST_MAX_BYTES = 1 << 20
 _FIGURE_DIR = ".tmp-figures-"
 #: Names of what helmpinn leaves half-written when killed: Model.save's and write()'s temporary
@@ -64,10 +64,6 @@ _PROBE = re.compile(r"\.helmpinn-probe-[A-Za-z0-9_]{8}")
 
 class OutputError(Exception):
     """The output folder cannot be used as asked (in use, a file helmpinn did not write, ...)."""
-
-
-class MemoryBudgetError(Exception):
-    """A run would need more memory than is available; the message names the sizes."""
 
 
 def read_regular(path: str, max_bytes: int) -> bytes:
@@ -293,115 +289,3 @@ def _unlink(path: str) -> None:
 def remove_tree(path: str) -> None:
     """Remove a temporary folder this run made (figures that were never moved into place)."""
     shutil.rmtree(path, ignore_errors=True)
-
-
-# -- memory ------------------------------------------------------------------------------------
-def format_bytes(n: float) -> str:
-    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
-
-
-def _meminfo_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _cgroup_available() -> int | None:
-    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        try:
-            with open(limit) as fh:
-                text = fh.read().strip()
-            if text == "max":
-                continue
-            with open(usage) as fh:
-                used = int(fh.read().strip())
-            cap = int(text)
-            if cap < 1 << 60:  # cgroup v1 says "no limit" with a huge number
-                return max(cap - used, 0)
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def _address_space_available() -> int | None:
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        if soft == resource.RLIM_INFINITY:
-            return None
-        with open("/proc/self/statm") as fh:
-            used = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        return max(soft - used, 0)
-    except (ImportError, OSError, ValueError, IndexError, AttributeError):
-        return None
-
-
-def available_memory() -> int | None:
-    """Bytes this process can still allocate: the smallest of the kernel's MemAvailable
-    (/proc/meminfo; else ``os.sysconf``), a cgroup's limit less its usage, and the address
-    space limit (``ulimit -v``) less this process's size. None when nothing can be read."""
-    known = [v for v in (_meminfo_available(), _cgroup_available(), _address_space_available()) if v is not None]
-    return min(known) if known else None
-
-
-def workspace_bytes(spec: Any, dtype: str, batch_size: int = 4096, threads: int = 1) -> int:
-    """The host memory of a CPU Workspace of ``spec``: the sum the core checks before it
-    allocates (``workspace_elements`` in ``cpp/src/common/workspace.cpp``), with each thread's
-    tile rows as the CPU backend sizes them (``2d + 1`` streams where that is more than
-    ``d + 2``), so that it can be added to the rest before anything is allocated."""
-    d, m, h, layers = spec.in_dim, spec.ff_dim, spec.hidden_dim, spec.num_hidden_layers
-    s, sx, tile, maxw = d + 2, max(d + 2, 2 * d + 1), 64, max(2 * m, h)
-    widths = 2 * layers * h + 2 * m + 2
-    elements = batch_size * (s * widths + 3 * d + 2) + 35 * spec.num_params + (d + 1) * m
-    elements += max(threads, 1) * (sx * tile * (7 * maxw + widths) + tile * (d + 2) + 16)
-    return elements * (4 if dtype == "float32" else 8)
-
-
-def training_memory(dim: int, pde_points: int, bc_points: int, num_params: int, dtype: str,
-                    workspace: int) -> dict[str, int]:
-    """Estimated bytes of the large allocations of a training run, by name.
-
-    ``points arrays``: the sampler's float64 scratch for one draw (unit-cube points, the
-    mapped points and a distance or mask per point, with room for rejection sampling);
-    ``training set``: one draw as the loss takes it (float64 / complex128 points, wavenumber,
-    source, operator coefficients and boundary data, plus the same in the model's dtype), twice,
-    since a new draw is made while the old one is alive; ``workspace``: the core's
-    (:func:`workspace_bytes`); ``parameters``: parameters, gradient, Adam's two moments and
-    the last good copy kept for a divergence, with the checkpoint's copies.
-    """
-    item = 4 if dtype == "float32" else 8
-    n, nb = int(pde_points), int(bc_points)
-    points = n * (4 * 8 * dim + 2 * 8) + nb * (4 * 8 * dim + 2 * 8 + 36)
-    per_pde = (8 * dim + 8 + 16 + 2 * 16 * dim) + item * (dim + 1 + 2 + 4 * dim)
-    per_bc = (2 * 8 * dim + 32 + 36) + item * (2 * dim + 4)
-    return {"points arrays": points, "training set": 2 * (n * per_pde + nb * per_bc),
-            "workspace": int(workspace), "parameters": 8 * int(num_params) * item}
-
-
-def check_memory(sizes: Mapping[str, int], what: str, available: int | None = None,
-                 fraction: float = MEMORY_FRACTION) -> int:
-    """Refuse (MemoryBudgetError) when the sizes together exceed ``fraction`` of
-    ``available`` (default :func:`available_memory`; no check when that is unknown). ``what``
-    names the options that set the sizes. Returns the total."""
-    total = sum(int(v) for v in sizes.values())
-    if available is None:
-        available = available_memory()
-    if available is not None and total > fraction * available:
-        parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in sizes.items() if v)
-        raise MemoryBudgetError(f"{what} needs about {format_bytes(total)} ({parts}), more than "
-                                f"{fraction:.0%} of the {format_bytes(available)} of memory available")
-    return total

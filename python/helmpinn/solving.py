@@ -196,7 +196,9 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     ``comm``: over MPI ranks (one network: data-parallel; a decomposed model: its subdomains
     split over the ranks); ``progress``: a bar. A closed box near resonance
     (:func:`helmpinn.waves.box_resonances`: a mode of −Δ within 1% of κ) gets a
-    :class:`~helmpinn.waves.ResonanceWarning` (on rank 0).
+    :class:`~helmpinn.waves.ResonanceWarning` (on rank 0). A run that would not fit in memory,
+    one network or decomposed (:func:`helmpinn.memory.check_settings`), is refused with a
+    :class:`~helmpinn.memory.MemoryEstimateError` before the model is made or a point drawn.
     """
     # the numbers first, before any planning (a string, a bool, an infinity named as such)
     tol = None if tol is None else real_number("solve", "tol", tol, low=0)
@@ -227,9 +229,8 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
                          "model (model='network' for one network)")
     if settings.get("lbfgs") and comm is not None:   # refused before training, not after it
         check_ranks("lbfgs", comm.Get_size())
-    if settings["model"] == "decomposed":   # the whole run's memory, before anything is allocated
-        with distributed.collective(comm, "the memory estimate"):
-            memory.check_settings(settings, problem, model=given, ranks=1 if comm is None else comm.Get_size())
+    with distributed.collective(comm, "the memory estimate"):   # the whole run's, before anything is allocated
+        memory.check_settings(settings, problem, model=given, ranks=1 if comm is None else comm.Get_size())
     words = resonance_warning(problem)
     if words and (comm is None or comm.Get_rank() == 0):
         warnings.warn(words, ResonanceWarning, stacklevel=2)

@@ -487,7 +487,7 @@ class Trainer:
             raise TypeError(f"optimizer {driver.name!r} {why} (the model is a {type(self.model).__name__})")
         if not self._params_finite():
             raise ValueError("the model's parameters contain NaN or Inf; cannot train from them")
-        memory.check_trainer(self, driver)   # a decomposed fit's memory, before its points are drawn
+        memory.check_trainer(self, driver)   # the fit's memory, before its points are drawn
         state = self.model.optimizer_state or {}
         resumed = not self.step and int(state.get("step", 0) or 0) > 0
         if resumed:   # a model loaded from a checkpoint: its run goes on, on its points

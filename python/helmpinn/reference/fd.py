@@ -25,8 +25,10 @@ width s needs h well below s). Cost: one sparse LU of a matrix with N = Π (n_j 
 about 4d + 1 entries per row, factorised with :data:`DEFAULT_ORDERING`; measured on 2 shared cores,
 a 201² grid factorises in about 2 s and a 401² grid in about 35 s (0.9 GB), a 25³ grid in
 about 20 s and a 33³ grid in about 150 s (1.5 GB): the 3-D fill limits it to some 30–40 nodes
-a side. The memory is estimated before assembly and a grid beyond the available memory refused
-(:func:`check_memory`). :class:`FDOperator` keeps the assembled operator for other κ and many
+a side. The memory is estimated before assembly and a grid beyond the memory limit refused
+(:func:`helmpinn.memory.check_fd`, also importable here as ``check_memory``: the same limit
+as every run's, :func:`helmpinn.memory.limit`, 80% of the memory available or
+``HELMPINN_MEMORY_LIMIT``). :class:`FDOperator` keeps the assembled operator for other κ and many
 right-hand sides (a survey's sources, the adjoint solves of :func:`~helmpinn.reference.fwi`).
 
 Domains: :class:`~helmpinn.geometry.Box` and :class:`~helmpinn.geometry.Interval` (with or without
@@ -35,12 +37,17 @@ a PML); curved boundaries (a scatterer) and point clouds are not supported.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+# The grid's memory estimate is helmpinn.memory's (the one limit of every kind of run); these
+# names stay importable from here.
+from ..memory import (ASSEMBLY_BYTES_PER_NODE, LU_BYTES_PER_ENTRY, available_memory, fd_memory_estimate,
+                      lu_fill)
+from ..memory import check_fd as check_memory
 
 __all__ = ["fd_solve", "FDSolution", "FDOperator", "FDFactor", "stencil_weights", "fd_memory_estimate",
            "check_memory", "available_memory", "lu_fill"]
@@ -149,7 +156,11 @@ def _grid(problem, h: Any) -> tuple[list[NDArray], NDArray, NDArray]:
             f"{type(domain).__name__}; curved boundaries and point clouds are not supported")
     lo, hi = domain.bounds
     d = len(lo)
-    hs = np.broadcast_to(np.asarray(h, dtype=np.float64), (d,)).astype(np.float64)
+    try:   # a number, or one per axis
+        hs = np.broadcast_to(np.asarray(h, dtype=np.float64), (d,)).astype(np.float64)
+    except (ValueError, TypeError):
+        raise ValueError(f"fd_solve: h must be a positive number or {d} of them (one per axis), "
+                         f"got {h!r}") from None
     if not np.all(np.isfinite(hs) & (hs > 0)):
         raise ValueError(f"fd_solve: h must be positive and finite, got {h!r}")
     intervals = np.ceil((hi - lo) / hs - 1e-9)
@@ -455,9 +466,10 @@ def fd_solve(problem, h: float | ArrayLike, *, order: int = 4,
     Returns an :class:`FDSolution` over the whole grid (the PML included); compare it with a
     network on the physical domain, e.g. at ``problem.test_points()``. κ and the right-hand side
     are checked finite first (a ValueError names the array and its first bad node); a grid
-    whose assembly and factorisation would not fit in the available memory is refused
-    (:func:`check_memory`). ``ordering``: the factorisation's (:meth:`FDOperator.factorize`;
-    "COLAMD" with partial pivoting is SciPy's plain ``splu(A)``). Many sources or many κ on one
+    whose assembly and factorisation would not fit within the memory limit is refused
+    (:func:`helmpinn.memory.check_fd`, a :class:`~helmpinn.memory.MemoryEstimateError`).
+    ``ordering``: the factorisation's (:meth:`FDOperator.factorize`; "COLAMD" with partial
+    pivoting is SciPy's plain ``splu(A)``). Many sources or many κ on one
     grid: use :class:`FDOperator`.
     """
     if ordering not in _ORDERINGS:
@@ -466,70 +478,3 @@ def fd_solve(problem, h: float | ArrayLike, *, order: int = 4,
     rhs = op.rhs()
     u = op.factorize(ordering=ordering).solve(rhs)
     return op.solution(u)
-
-
-#: Peak memory of the assembly per grid node (the nodes, the coefficients, the stencils'
-#: entries, the sparse matrix), measured with SuperLU on 2-D and 3-D PML problems.
-ASSEMBLY_BYTES_PER_NODE = {1: 2_000, 2: 2_500, 3: 2_800}
-#: Memory per stored entry of the LU factors (complex values and SuperLU's indices), measured
-#: 16–24 bytes.
-LU_BYTES_PER_ENTRY = 24
-
-
-def lu_fill(n_nodes: int, dim: int) -> float:
-    """The entries of L and U that the default ordering leaves for a grid of ``n_nodes`` nodes
-    in ``dim`` dimensions, fitted to measurements (2-D: 101² to 401² nodes, ``6.0–6.7 N^{4/3}``;
-    3-D: 11³ to 33³ nodes, ``0.22–0.26 N^{1.85}``, extrapolated beyond; 1-D: banded)."""
-    n = float(n_nodes)
-    if dim == 1:
-        return 12.0 * n
-    if dim == 2:
-        return 7.0 * n ** (4.0 / 3.0)
-    return 0.26 * n ** 1.85
-
-
-def fd_memory_estimate(n_nodes: int, dim: int) -> int:
-    """Bytes that :class:`FDOperator`'s assembly and the LU of its matrix need on a grid of
-    ``n_nodes`` nodes in ``dim`` dimensions: ``ASSEMBLY_BYTES_PER_NODE[dim] × N +
-    LU_BYTES_PER_ENTRY × lu_fill(N, dim)``."""
-    return int(ASSEMBLY_BYTES_PER_NODE[dim] * n_nodes + LU_BYTES_PER_ENTRY * lu_fill(n_nodes, dim))
-
-
-def available_memory() -> int | None:
-    """Bytes this process may still allocate: the system's available memory (Linux
-    ``MemAvailable``), less under an address-space limit (``ulimit -v``); None when unknown."""
-    avail = None
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        avail = None
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-        if soft != resource.RLIM_INFINITY:
-            with open("/proc/self/statm") as fh:
-                used = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-            room = max(soft - used, 0)
-            avail = room if avail is None else min(avail, room)
-    except (ImportError, OSError, ValueError, IndexError):
-        pass
-    return avail
-
-
-def check_memory(n_nodes: int, dim: int) -> None:
-    """Refuse (ValueError, with the estimate and what to change) a grid whose assembly and
-    factorisation would need more than :func:`available_memory`."""
-    need = fd_memory_estimate(n_nodes, dim)
-    avail = available_memory()
-    if avail is not None and need > avail:
-        power = {1: 1, 2: 8 / 3, 3: 5.55}[dim]
-        raise ValueError(
-            f"fd_solve: a {dim}-D grid of {n_nodes:,} nodes needs about {need / 1e9:.3g} GB "
-            f"({ASSEMBLY_BYTES_PER_NODE[dim] * n_nodes / 1e9:.2g} GB to assemble, "
-            f"{LU_BYTES_PER_ENTRY * lu_fill(n_nodes, dim) / 1e9:.3g} GB for the LU's fill), more "
-            f"than the {avail / 1e9:.3g} GB available; use a larger h (the memory grows about like "
-            f"h^-{power:.3g}), a smaller domain or PML, or a machine with more memory")
