@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from helmpinn import runfiles
 from helmpinn.cli import main
 from helmpinn.model import Model
-from helmpinn.problems import list_problems, problem_options
+from helmpinn.registry import list_problems, problem_options
 
 TINY = ["--optimizer", "adam", "--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "32",
         "--eval-every", "0", "--quiet", "--no-plots"]

@@ -42,6 +42,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..geometry import Box
+from ..problems import Dirichlet, Robin
+
 __all__ = ["fd_solve", "FDSolution", "FDOperator", "FDFactor", "stencil_weights", "fd_memory_estimate",
            "check_memory", "available_memory", "lu_fill"]
 
@@ -140,8 +143,6 @@ def _interpolate(axes: list[NDArray], values: NDArray, x: NDArray) -> NDArray[np
 
 
 def _grid(problem, h: Any) -> tuple[list[NDArray], NDArray, NDArray]:
-    from ..geometry import Box
-
     domain = problem.sampling_domain
     if not isinstance(domain, Box):
         raise NotImplementedError(
@@ -385,8 +386,6 @@ def _pde_rows(problem, xi, ii, ni, n, hs, strides, order):
 def _boundary_rows(problem, xw, iw, nw, n, hs, strides, order, rows, cols, vals, rhs) -> None:
     """Boundary rows: u = 0 on a PML's wall; else each face's condition (Dirichlet wins at
     edges). Appends to rows/cols/vals and writes the boundary data into rhs."""
-    from ..problems import Dirichlet, Robin
-
     d = xw.shape[1]
     st = _stencils(order)
     done = np.zeros(len(xw), bool)
