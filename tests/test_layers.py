@@ -32,6 +32,31 @@ LAZY = {
 }
 
 
+#: The floors, from the bottom (docs/layout.md): a module imports from its own floor or lower.
+FLOORS = {
+    "base": ["_core", "_checks", "_compat", "_files", "_matcheck", "_blas", "_device", "_signature", "_cxx",
+             "params", "runfiles"],
+    "problems": ["geometry", "pml", "media", "sources", "batch", "problems", "builtin", "scattering", "waves",
+                 "registry", "survey", "distributed", "reference.fd"],
+    "rules": ["optim", "defaults"],
+    "models and optimisers": ["model", "decomposition", "model_protocol", "lm", "gauss_newton"],
+    "training": ["drivers", "memory", "dd_driver", "trainer"],
+    "interface": ["solving", "plots", "receivers", "reference", "reference.fwi", "", "cli", "__main__"],
+}
+
+
+def floor_problems(graph, floors=FLOORS) -> list[str]:
+    """The modules on no floor, and the imports that run up to a higher floor."""
+    root = PACKAGE.name
+    level = {(f"{root}.{m}" if m else root): i for i, mods in enumerate(floors.values()) for m in mods}
+    names = list(floors)
+    found = [f"{m} is on no floor (FLOORS)" for m in sorted(graph) if m not in level]
+    found += [f"{m} ({names[level[m]]}) imports {t} ({names[level[t]]}), a floor above"
+              for m in sorted(graph) for t in sorted(graph[m])
+              if m in level and t in level and level[t] > level[m]]
+    return found
+
+
 def _module_names(package: pathlib.Path) -> dict[str, pathlib.Path | None]:
     """{dotted name: source file} of every module of the package (subpackages included); the
     compiled ones (``_core``: its stub or its built file) with None."""
@@ -158,6 +183,11 @@ def test_the_module_level_imports_form_no_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def test_no_module_imports_from_a_floor_above_its_own():
+    _, graph, _ = _package()
+    assert floor_problems(graph) == []
+
+
 def test_no_function_imports_a_module_of_the_package_except_the_listed_ones():
     _, _, lazy = _package()
     assert lazy_problems(lazy) == []
@@ -189,6 +219,10 @@ def test_the_check_sees_a_cycle_and_an_unlisted_lazy_import(tmp_path):
     assert "no longer imported" in lazy_problems([], {("helmpinn.a", "helmpinn.b"): "why"}, {})[0]
     (pkg / "sub" / "c.py").write_text("def g():\n    pass\n")
     assert find_cycle(_imports(names)[0]) is None
+    floors = {"low": ["b", "sub.c"], "high": ["", "a", "sub"]}
+    assert floor_problems(graph, floors) == ["helmpinn.sub.c (low) imports helmpinn.a (high), a floor above"]
+    assert floor_problems(graph, {"high": ["", "a", "sub"]}) == ["helmpinn.b is on no floor (FLOORS)",
+                                                                "helmpinn.sub.c is on no floor (FLOORS)"]
 
 
 @pytest.mark.parametrize("name", ["get_problem", "list_problems", "problem_names", "problem_options",
