@@ -32,7 +32,8 @@ LAZY = {
 }
 
 
-#: The floors, from the bottom (docs/layout.md): a module imports from its own floor or lower.
+#: The floors, from the bottom (docs/layout.md): a module imports from its own floor or lower
+#: ("": the package's ``__init__``). A new module must be given a floor here.
 FLOORS = {
     "base": ["_core", "_checks", "_compat", "_files", "_matcheck", "_blas", "_device", "_signature", "_cxx",
              "params", "runfiles"],
