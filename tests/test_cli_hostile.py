@@ -18,10 +18,10 @@ from conftest import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helmpinn import memory, runfiles
+from helmpinn import _budget, memory, runfiles
 from helmpinn.cli import main
 from helmpinn.model import Model
-from helmpinn.problems import list_problems, problem_options
+from helmpinn.registry import list_problems, problem_options
 
 TINY = ["--optimizer", "adam", "--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "32",
         "--eval-every", "0", "--quiet", "--no-plots"]
@@ -355,7 +355,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_anything(tmp_path, ca
     out = tmp_path / "run"
     assert _train(out) == 0
     previous = _files(out)
-    monkeypatch.setattr(memory, "available_memory", lambda: 8 << 30)   # the one reading of every kind
+    monkeypatch.setattr(_budget, "available_memory", lambda: 8 << 30)   # the one reading of every kind
     capsys.readouterr()
     assert _train(out, option, value) == 2
     err = capsys.readouterr().err

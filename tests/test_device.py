@@ -29,7 +29,7 @@ import pytest
 import helmpinn
 from helmpinn import Batch, DeviceArray, Model, Trainer, Workspace
 from helmpinn.optim import Adam
-from helmpinn.problems import get_problem
+from helmpinn.registry import get_problem
 
 from conftest import no_gpu_reason
 

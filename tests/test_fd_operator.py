@@ -6,7 +6,7 @@ import pytest
 from scipy.sparse import csc_matrix
 
 import helmpinn as hp
-from helmpinn import memory
+from helmpinn import _budget, memory
 from helmpinn.geometry import Box
 from helmpinn.reference import FDFactor, FDOperator, fd_solve, lu_fill
 
@@ -91,7 +91,7 @@ def test_a_grid_beyond_the_memory_is_refused_before_any_assembly(monkeypatch):
     p = hp.Problem(BOX, frequency=2.0, velocity=velocity, pml=hp.PML(0.3), wavenumber=4 * np.pi)
     calls.clear()
     monkeypatch.delenv(memory.LIMIT_VARIABLE, raising=False)
-    monkeypatch.setattr(memory, "available_memory", lambda: 50_000_000)   # the one reading of every kind
+    monkeypatch.setattr(_budget, "available_memory", lambda: 50_000_000)   # the one reading of every kind
     with pytest.raises(ValueError, match=r"needs about .* more than 80% of the 47.7 MiB of memory available; "
                                          r"use a larger h"):
         fd_solve(p, 1 / 200)

@@ -5,7 +5,7 @@ from scipy.special import hankel1
 
 import helmpinn as hp
 from helmpinn.geometry import Ball, Box, BoxMinusBall, Interval
-from helmpinn.problems import get_problem
+from helmpinn.registry import get_problem
 from helmpinn.reference import fd_solve, stencil_weights
 
 

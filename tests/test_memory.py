@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn import memory
+from helmpinn import _budget, memory
 from helmpinn.cli import main
 from helmpinn.decomposition import DecomposedModel, Rows
 
@@ -184,7 +184,7 @@ def test_the_override_applies_to_fd_solve(monkeypatch):
 
     problem = hp.get_problem("plane1d", k=1.0)
     need = memory.fd_memory_estimate(101, 1)   # h = 0.01 on [0, 1]: 101 nodes
-    monkeypatch.setattr(memory, "available_memory", lambda: 1 << 40)   # plenty: only the override refuses
+    monkeypatch.setattr(_budget, "available_memory", lambda: 1 << 40)   # plenty: only the override refuses
     monkeypatch.setenv(memory.LIMIT_VARIABLE, str(need - 1))
     with pytest.raises(memory.MemoryEstimateError, match=r"fd_solve: a 1-D grid of 101 nodes needs about .*"
                                                          r"HELMPINN_MEMORY_LIMIT allows; use a larger h"):
@@ -212,7 +212,7 @@ def test_the_three_kinds_share_one_limit_function(monkeypatch):
     runs = {"network": lambda: memory.check_network(spec, 10_000, 100, dtype="float64", threads=1),
             "decomposed": lambda: memory.check_decomposed(layout, 10_000, 100, threads=1),
             "fd": lambda: FDOperator(hp.get_problem("plane1d", k=1.0), 0.01)}
-    monkeypatch.setattr(memory, "available_memory", lambda: 1 << 40)
+    monkeypatch.setattr(_budget, "available_memory", lambda: 1 << 40)
     for run in runs.values():
         run()
     seen = []
@@ -220,7 +220,7 @@ def test_the_three_kinds_share_one_limit_function(monkeypatch):
     def tiny():
         seen.append(1)
         return 1000   # bytes: every run exceeds 80% of it
-    monkeypatch.setattr(memory, "available_memory", tiny)
+    monkeypatch.setattr(_budget, "available_memory", tiny)
     for name, run in runs.items():
         with pytest.raises(memory.MemoryEstimateError, match=r"more than 80% of the 1000 B of memory available"):
             run()

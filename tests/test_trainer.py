@@ -8,7 +8,7 @@ import pytest
 import helmpinn
 from helmpinn.model import Model
 from helmpinn.optim import Adam, constant, cosine, exponential, lbfgs, make_schedule
-from helmpinn.problems import get_problem
+from helmpinn.registry import get_problem
 from helmpinn.trainer import Trainer, auto_weights, default_settings, relative_l2
 
 

@@ -25,7 +25,7 @@ def _lap4(u, x, h):
 
 
 def test_registered():
-    names = hp.problems.problem_names()
+    names = hp.registry.problem_names()
     assert "box-source" in names and "free-source" in names
     p = hp.get_problem("box-source", wavelengths=5)
     assert p.options["wavelengths"] == 5 and math.isclose(p.wavenumber, 10 * math.pi)

@@ -30,7 +30,8 @@ from . import distributed, geometry
 from .model import Model
 from .optim import Adam, lbfgs
 from .lm import LevenbergMarquardt
-from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld, get_problem, list_problems
+from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld
+from .registry import get_problem, list_problems
 from .pml import PML
 from . import scattering, waves
 from .trainer import Trainer, default_settings

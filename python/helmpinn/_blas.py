@@ -4,6 +4,8 @@ from __future__ import annotations
 import contextlib
 import warnings
 
+from . import _core
+
 __all__ = ["blas_limit", "auto_blas_threads", "check_blas_threads"]
 
 
@@ -14,8 +16,6 @@ def auto_blas_threads() -> int:
     result on a busy machine than on an idle one; this one gives the same numbers on every
     machine of the same kind. On cores shared with other work the BLAS threads spin against it:
     ``blas_threads=1`` is then faster, and also the same on every machine."""
-    from . import _core
-
     return int(_core.get_num_threads())
 
 

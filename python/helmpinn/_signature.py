@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from . import _core
+
 __all__ = ["problem_signature", "differences", "flat", "record", "changed"]
 
 #: The most numbers kept of each array.
@@ -83,8 +85,6 @@ def record(problem: Any) -> dict[str, Any] | None:
     """The fingerprint as a checkpoint's metadata holds it: ``{"helmpinn": version, "fields":
     fingerprint}`` (a fingerprint is compared only with one of the same helmpinn, whose draw
     is the same); None when the problem cannot be drawn from (nothing is then compared)."""
-    from . import _core
-
     try:
         return {"helmpinn": str(_core.__version__), "fields": problem_signature(problem)}
     except Exception:   # noqa: BLE001 - a fingerprint is a check, never a reason to fail a save
@@ -95,8 +95,6 @@ def changed(recorded: Any, problem: Any) -> list[str]:
     """The words of the fields in which ``problem`` differs from a checkpoint's ``recorded``
     fingerprint (:func:`record`); empty when they agree, or when there is nothing to compare
     (no record, another helmpinn's, or a record that is not one)."""
-    from . import _core
-
     if not isinstance(recorded, dict) or recorded.get("helmpinn") != str(_core.__version__) \
             or not isinstance(recorded.get("fields"), dict):
         return []

@@ -2,7 +2,7 @@
 and ``helmpinn train --problem``: ``plane1d``, ``dirichlet2d``, ``heterogeneous2d``, ``cube3d``
 (the scattering problems with a PML are in :mod:`helmpinn.scattering`).
 
-Each is a factory ``f(**options) -> Problem``; :func:`helmpinn.problems.problem_options` lists
+Each is a factory ``f(**options) -> Problem``; :func:`helmpinn.registry.problem_options` lists
 a problem's options with their defaults. Every option is checked when the problem is built (a
 finite number in its range, the wavenumbers at most :data:`MAX_WAVENUMBER`); a bad value is a
 ValueError naming the problem and the option.

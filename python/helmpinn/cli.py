@@ -260,7 +260,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _cmd_problems() -> int:
-    from .problems import list_problems, problem_options
+    from .registry import list_problems, problem_options
 
     for name, desc in list_problems():
         opts = ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
@@ -543,7 +543,7 @@ def _resumed_run(args: argparse.Namespace):
     """Settings, problem and the checkpointed model of the run in ``args.resume`` (checked by
     :func:`_check_resume`, and locked)."""
     from .dd_driver import load_model
-    from .problems import get_problem
+    from .registry import get_problem
 
     folder = args.resume
     path = os.path.join(folder, "model.npz")

@@ -49,7 +49,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import _core, distributed
 from ._checks import integer, real_number
-from ._files import write_atomic
+from ._files import read_npz, write_atomic
 from .batch import Batch, alike_on_every_axis, operator_a
 from .model import Model
 from .params import init_params, sigma_for
@@ -568,10 +568,8 @@ class DecomposedModel:
         :data:`MAX_SUBDOMAINS` and their parameters against the file's parameter vector before
         any subdomain is enumerated, finite parameters, a finite box, a constraint of a known
         kind on the model's own box."""
-        from .model import _read_npz
-
         path = os.fspath(path)
-        arrays = _read_npz(path)
+        arrays = read_npz(path)
         for key in ("params", "config"):
             if key not in arrays:
                 raise ValueError(f"{path}: missing {key!r}; not a decomposed model file")

@@ -96,10 +96,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from . import _core
+from .optim import AdamSettings
+from .params import sigma_for
+from .problems import Dirichlet
+
 __all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "LM_BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH",
            "ADAM_STEPS", "ADAM_PML_STEPS", "LM_GROW_GAP", "LM_GROW_PATIENCE", "LM_GROW_FACTOR", "LM_GROW_MAX",
            "scale_wavenumber", "wavelengths", "wavelengths_across", "fourier_sigma", "auto_weights",
-           "default_settings", "lm_settings", "run_settings"]
+           "default_settings", "lm_settings", "LM_OPTIONS", "lm_options", "run_settings"]
 
 #: The optimisers a run (and ``helmpinn train --optimizer``) can use by name.
 OPTIMIZERS = ("adam", "lbfgs", "lm")
@@ -176,16 +181,12 @@ def fourier_sigma(problem: Any) -> float:
     """``sigma = k / (2π sqrt(d))``, the standard deviation of the entries of B ~ N(0, sigma²):
     the features' angular frequencies ``2π|B|`` then have a root mean square of k
     (:func:`scale_wavenumber`) in any dimension d."""
-    from .params import sigma_for
-
     return sigma_for(scale_wavenumber(problem), problem.dim)
 
 
 def _robin_alpha_rms(problem: Any) -> float | None:
     """The root mean square of ``|α|`` over the problem's Robin parts, by their measure (256
     boundary points; None without a Robin part)."""
-    from .problems import Dirichlet
-
     robin = {part: bc for part, bc in getattr(problem, "bcs", {}).items()
              if bc is not None and not isinstance(bc, Dirichlet)}
     if not robin:
@@ -234,8 +235,6 @@ def default_settings(problem: Any) -> dict[str, Any]:
     1/8 of them in 2-D, 3/16 in 3-D, 2 in 1-D; the weights of :func:`auto_weights`. A problem's
     ``hints["adam"]`` replace any setting.
     """
-    from .drivers import AdamSettings
-
     adam = AdamSettings()
     d = problem.dim
     pde_points = _points(problem, ADAM_POINTS_PER_WAVELENGTH, _ADAM_MIN_POINTS, 256)
@@ -278,8 +277,6 @@ def lm_settings(problem: Any) -> dict[str, Any]:
     ``grow_patience``, ``grow_factor``, ``grow_max``: the module docstring). A problem's
     ``hints["lm"]`` replace any of them (a network size given there sets the points from its P).
     """
-    from . import _core
-
     d = int(problem.dim)
     waves = wavelengths_across(problem)
     if d == 1:
@@ -304,6 +301,17 @@ def lm_settings(problem: Any) -> dict[str, Any]:
     return _apply_hints(settings, hints, "lm")
 
 
+#: The entries of :func:`lm_settings` that are options of :meth:`helmpinn.Trainer.fit_lm`
+#: (:func:`lm_options`).
+LM_OPTIONS = ("solver", "damping", "update", "lam", "geodesic", "gram", "stall_window", "stall_factor",
+              "grow_gap", "grow_patience", "grow_factor", "grow_max")
+
+
+def lm_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The :meth:`~helmpinn.Trainer.fit_lm` keywords among ``defaults`` (an :func:`lm_settings`)."""
+    return {k: defaults[k] for k in LM_OPTIONS if k in defaults}
+
+
 def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 << 30) -> dict[str, Any]:
     """The settings ``helmpinn train --optimizer OPTIMIZER`` starts from on ``problem``.
 
@@ -317,8 +325,6 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
     solver ("cg", memory O(P + R)).
     """
     if optimizer == "auto":
-        from . import _core
-
         settings = run_settings(problem, "lm")
         P = _core.ModelSpec(problem.dim, settings["ff_dim"], settings["hidden"], settings["layers"]).num_params
         R = 2 * (settings["pde_points"] + settings["bc_points"])   # (re, im) per point
@@ -331,8 +337,6 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
     if optimizer == "lbfgs":
         settings.update(dtype="float64", steps=2000, resample_every=0, eval_every=50, lbfgs=0)
     elif optimizer == "lm":
-        from .lm import lm_options
-
         d = lm_settings(problem)
         settings.update({k: d[k] for k in ("ff_dim", "hidden", "layers", "sigma", "dtype", "pde_points",
                                             "bc_points", "sampling", "resample_every", "eval_every",

@@ -43,6 +43,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from ._signature import differences, flat, problem_signature
 from .batch import POINTS, TERM_KEYWORDS, TERMS, Batch
 from .problems import Problem, TrainingSet
 
@@ -508,8 +509,6 @@ def check_same_run(comm, problem: Problem, model: Any) -> None:
     problem, or end in MPI's "Message truncated". One agreement (:func:`agree`), then, only
     where the fingerprints' CRC-32s differ, one allgather of the fingerprints; a collective.
     The Trainer calls it once, before its first draw."""
-    from ._signature import differences, flat, problem_signature
-
     error, mine, sig = None, [0] * 6, {}
     try:
         sig = problem_signature(problem)

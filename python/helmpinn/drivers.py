@@ -24,7 +24,8 @@ The drivers here: :class:`AdamDriver` (the fused C++ Adam), :class:`LBFGSDriver`
 L-BFGS-B in float64 on fixed points; it overrides :meth:`Driver.run`, SciPy's callback
 recording each iteration) and :class:`LMDriver` (:class:`helmpinn.lm.LevenbergMarquardt`).
 Each has one settings table: :class:`AdamSettings`, :class:`LBFGSSettings`, :class:`LMSettings`
-(its defaults and checks).
+(its defaults and checks); ``AdamSettings`` lives beside Adam in :mod:`helmpinn.optim` (the
+defaults read it there) and is importable from here too.
 """
 from __future__ import annotations
 
@@ -35,10 +36,12 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
-from . import _device
+from . import _device, distributed
 from .batch import TERMS
+from .decomposition import DecomposedModel
 from .defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE
-from .optim import SCHEDULES, Adam, Schedule, make_schedule, minimize_lbfgs
+from .lm import CoreResiduals, LevenbergMarquardt, NonFiniteLoss
+from .optim import Adam, AdamSettings, Schedule, make_schedule, minimize_lbfgs
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -121,28 +124,6 @@ class Driver:
 
 
 # -- Adam --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class AdamSettings:
-    """Adam's settings: the peak learning rate ``lr`` (or a :class:`~helmpinn.optim.Schedule`),
-    the ``schedule`` a number follows over the run ("constant", "exponential", "cosine"), and
-    ``betas``. β2 = 0.99 adapts faster than the usual 0.999, which measurably helps the slowly
-    converging near-resonant modes of Helmholtz problems."""
-
-    lr: float | Schedule = 1e-2
-    schedule: str = "cosine"
-    betas: tuple[float, float] = (0.9, 0.99)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.lr, Schedule) and not (float(self.lr) > 0 and math.isfinite(float(self.lr))):
-            raise ValueError(f"lr must be a positive finite number or a Schedule, got {self.lr!r}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        betas = tuple(float(b) for b in self.betas)
-        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        object.__setattr__(self, "betas", betas)
-
-
 class AdamDriver(Driver):
     """Adam (:class:`helmpinn.optim.Adam`, the fused C++ step) on the loop's gradient.
 
@@ -240,8 +221,7 @@ class LBFGSDriver(Driver):
         self.result: dict[str, Any] | None = None
 
     def start(self, run: "Trainer", steps: int) -> None:
-        from .distributed import check_ranks
-        check_ranks("lbfgs", 1 if run.comm is None else run.comm.Get_size(), NotImplementedError)
+        distributed.check_ranks("lbfgs", 1 if run.comm is None else run.comm.Get_size(), NotImplementedError)
         self.result = None
         self._error_before = run.evaluate()
 
@@ -349,8 +329,6 @@ class LMSettings:
     def solver() -> tuple[str, Any]:
         """The solver whose keywords ``options`` are, and its name (a subclass for another
         solver with the same run rules overrides it)."""
-        from .lm import LevenbergMarquardt
-
         return "Levenberg-Marquardt", LevenbergMarquardt
 
 
@@ -386,8 +364,6 @@ class LMDriver(DampedDriver):
     lm: Any = None   # the LevenbergMarquardt, from start
 
     def start(self, run: "Trainer", steps: int) -> None:
-        from .lm import LevenbergMarquardt
-
         if run.device != "cpu":
             raise NotImplementedError(
                 f"Levenberg-Marquardt runs on the CPU (its Jacobian, JᵀJ and solves are host arrays), "
@@ -404,8 +380,6 @@ class LMDriver(DampedDriver):
 
     @staticmethod
     def _residuals(run: "Trainer") -> Any:
-        from .lm import CoreResiduals
-
         return CoreResiduals(run.workspace, run.batch, run.weights, train_fourier=run.train_fourier)
 
     def resampled(self, run: "Trainer") -> None:
@@ -417,8 +391,6 @@ class LMDriver(DampedDriver):
         return self.growth.factor(run, self.lm.fits)
 
     def step(self, run: "Trainer") -> StepInfo:
-        from .lm import NonFiniteLoss
-
         try:
             info = self.lm.step(run.model.params)
         except NonFiniteLoss as exc:
@@ -466,8 +438,6 @@ MODEL_KINDS = {"network": "one network", "decomposed": "a decomposed model"}
 
 def model_kind(model: Any) -> str:
     """"decomposed" for a :class:`~helmpinn.decomposition.DecomposedModel`, else "network"."""
-    from .decomposition import DecomposedModel
-
     return "decomposed" if isinstance(model, DecomposedModel) else "network"
 
 

@@ -137,10 +137,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
-import scipy.linalg as sla
 from numpy.typing import NDArray
-from scipy import sparse
-from scipy.sparse.linalg import splu
 
 from . import _core, distributed
 from ._blas import blas_limit, check_blas_threads
@@ -245,9 +242,26 @@ def _products(a: list[NDArray], b: list[NDArray]) -> list[NDArray]:
     return out
 
 
+def _sla() -> Any:
+    """``scipy.linalg``, imported on first use (importing helmpinn leaves SciPy's linear algebra
+    out; tests/test_lm.py)."""
+    import scipy.linalg
+
+    return scipy.linalg
+
+
+def _sparse() -> Any:
+    """``scipy.sparse``, imported on first use (as :func:`_sla`)."""
+    from scipy import sparse
+
+    return sparse
+
+
 def _sparse_blocks(blocks: list[tuple[int, int, NDArray]], n: int) -> Any:
     """The sparse CSC matrix [n, n] that sums the dense ``blocks`` (row offset, column offset,
     block) where they fall."""
+    from scipy import sparse
+
     rows, cols, vals = [], [], []
     for r0, c0, B in blocks:
         r, c = np.indices(B.shape)
@@ -267,6 +281,8 @@ def _cholesky(A: NDArray, dtype: str = "float64", diagonal: NDArray | None = Non
     solve reads (a solve is bound by reading its factor); ``ŨᵀŨ`` of the rounded factor is still
     SPD, so it stays a fixed, symmetric preconditioner. The strict lower triangle holds whatever
     LAPACK left there (?trsv does not read it)."""
+    import scipy.linalg as sla
+
     n = len(A)
     on_diagonal = np.diag(A).astype(np.float64) + (0.0 if diagonal is None else diagonal)
     scale = float(np.mean(on_diagonal)) if n else 1.0
@@ -288,6 +304,9 @@ def _factor(A: Any, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
     """A solve with the SPD matrix A: by SuperLU for a sparse A, else by :func:`_cholesky`'s
     factor and two ?trsv (:func:`_block_solves` with one block; LAPACK's ?potrs goes through
     ?trsm, several times slower for one right-hand side)."""
+    from scipy import sparse
+    from scipy.sparse.linalg import splu
+
     if sparse.issparse(A):   # SuperLU with a symmetric ordering; λD > 0 keeps A definite
         lu = splu(A, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
         return lambda b: lu.solve(np.asarray(b, np.float64))
@@ -718,10 +737,10 @@ class MatrixFreeGN:
         one gather of 2q numbers per application."""
         W = M(np.ascontiguousarray(U))
         S = np.eye(U.shape[1]) + self.res.dots(U, W)
-        factor = sla.cho_factor((S + S.T) / 2)
+        factor = _sla().cho_factor((S + S.T) / 2)
 
         def low_rank(v: NDArray) -> NDArray:
-            return M(v) - W @ sla.cho_solve(factor, self.res.dots(W, v[:, None])[:, 0])
+            return M(v) - W @ _sla().cho_solve(factor, self.res.dots(W, v[:, None])[:, 0])
         return low_rank
 
     def _coarse_factor(self, s: dict, shift: NDArray) -> tuple:
@@ -731,7 +750,7 @@ class MatrixFreeGN:
         Gc, idx = s["coarse"]
         ranges = self._coarse_ranges()
         lo, hi = (int(e) for e in ranges[self.res.rank])
-        shifted = (Gc + sparse.diags(shift)).tocsc() if sparse.issparse(Gc) else Gc + np.diag(shift)
+        shifted = (Gc + _sparse().diags(shift)).tocsc() if _sparse().issparse(Gc) else Gc + np.diag(shift)
         return _factor(shifted), idx[lo:hi], lo, hi, ranges, len(idx)
 
     def _coarse_solve(self, coarse: tuple, v: NDArray) -> NDArray:
@@ -915,7 +934,7 @@ class MatrixFreeGN:
         fall or would fall more than ``varpro_max_fall`` (:data:`VARPRO_MAX_FALL`) times. The Gram blocks stay those
         of the linearisation: they only precondition."""
         Gc, idx = s["coarse"]
-        d = np.asarray(Gc.diagonal() if sparse.issparse(Gc) else np.diag(Gc), np.float64)
+        d = np.asarray(Gc.diagonal() if _sparse().issparse(Gc) else np.diag(Gc), np.float64)
         ridge = VARPRO_RIDGE * np.maximum(d, 1e-300)
         with distributed.collective(self.res.comm, "factoring the output layers' system"):
             coarse = self._coarse_factor(s, ridge)

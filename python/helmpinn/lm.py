@@ -84,8 +84,10 @@ from typing import Any, Callable, ClassVar, Mapping, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from . import distributed
 from ._blas import blas_limit, check_blas_threads
 from .batch import KEYWORDS, Batch
+from .defaults import LM_OPTIONS, lm_options, lm_settings
 
 __all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResiduals", "FunctionResiduals",
            "LevenbergMarquardt", "LMStep", "LMSolve", "LinearSystem", "PrimalSystem", "DualSystem",
@@ -122,19 +124,7 @@ class NonFiniteLoss(FloatingPointError):
 def lm_defaults(problem: Any) -> dict[str, Any]:
     """Model and training settings for ``helmpinn train --optimizer lm`` on ``problem``: the
     rules of :func:`helmpinn.defaults.lm_settings` (network, points, options from the problem)."""
-    from .defaults import lm_settings
-
     return lm_settings(problem)
-
-
-#: The entries of :func:`lm_defaults` that are options of :meth:`helmpinn.Trainer.fit_lm`.
-LM_OPTIONS = ("solver", "damping", "update", "lam", "geodesic", "gram", "stall_window", "stall_factor",
-              "grow_gap", "grow_patience", "grow_factor", "grow_max")
-
-
-def lm_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """The :meth:`~helmpinn.Trainer.fit_lm` keywords among ``defaults`` (an :func:`lm_defaults`)."""
-    return {k: defaults[k] for k in LM_OPTIONS if k in defaults}
 
 
 # -- residual operators ------------------------------------------------------------------------
@@ -300,8 +290,7 @@ def choose_solver(P: int, R: int, solver: str = "auto", *, max_matrix_bytes: int
     """
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
-    from .distributed import check_ranks
-    check_ranks(f"lm:{solver}", ranks)
+    distributed.check_ranks(f"lm:{solver}", ranks)
     budget = int(max_matrix_bytes)
 
     def need(name: str) -> int:
@@ -363,18 +352,14 @@ def _allsum(comm: Any, x: float) -> float:
 def _allsum_array(comm: Any, a: NDArray) -> None:
     """``a`` (float64, C-contiguous) summed in place over the ranks of ``comm``, if any."""
     if comm is not None:
-        from .distributed import _mpi
-
-        comm.Allreduce(_mpi().IN_PLACE, a, op=_mpi().SUM)
+        comm.Allreduce(distributed._mpi().IN_PLACE, a, op=distributed._mpi().SUM)
 
 
 def _collective(comm: Any, what: str) -> contextlib.AbstractContextManager:
     """A block of local work whose failure on one rank raises on every rank (no-op alone)."""
     if comm is None:
         return contextlib.nullcontext()
-    from .distributed import collective
-
-    return collective(comm, what)
+    return distributed.collective(comm, what)
 
 
 @dataclass(eq=False)
@@ -634,8 +619,7 @@ class LevenbergMarquardt:
             raise ValueError(f"gram must be one of {GRAMS}, got {gram!r}")
         if not 0 < refine_tol < 1 or int(refine_maxiter) < 1:
             raise ValueError(f"need 0 < refine_tol < 1 and refine_maxiter >= 1, got {refine_tol}, {refine_maxiter}")
-        from .distributed import check_ranks
-        check_ranks(f"lm:{solver}", 1 if comm is None else comm.Get_size())
+        distributed.check_ranks(f"lm:{solver}", 1 if comm is None else comm.Get_size())
         self.comm = comm if comm is not None and comm.Get_size() > 1 else None
         self.res = residuals
         self.damping = damping
@@ -884,10 +868,8 @@ class LevenbergMarquardt:
             return ""
         bad_j = not math.isfinite(top)
         if self.comm is not None:
-            from .distributed import _mpi
-
-            bad_j = bool(self.comm.allreduce(bad_j, op=_mpi().LOR))
-            top = float(self.comm.allreduce(0.0 if bad_j else top, op=_mpi().MAX))
+            bad_j = bool(self.comm.allreduce(bad_j, op=distributed._mpi().LOR))
+            top = float(self.comm.allreduce(0.0 if bad_j else top, op=distributed._mpi().MAX))
         if bad_j:
             return "non-finite Jacobian"
         if top == 0.0 and s.diag is None:   # matrix-free: J itself was not formed

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import zipfile
-import zlib
 from typing import Any, Mapping
 
 import numpy as np
@@ -25,14 +22,14 @@ from numpy.typing import ArrayLike, NDArray
 from . import _core
 from . import _device
 from ._checks import integer
-from ._files import TEMP_PREFIX, write_atomic   # TEMP_PREFIX: the temporary files' names
+from ._files import TEMP_PREFIX, read_npz, write_atomic   # TEMP_PREFIX: the temporary files' names
+from .defaults import fourier_sigma as _sigma_rule   # (the name fourier_sigma is Model.create's argument)
 from .params import init_params
 
 __all__ = ["Model", "FORMAT_VERSION", "TEMP_PREFIX"]
 
 FORMAT_VERSION = 1
 _DTYPES = ("float32", "float64")
-_NPY_MAGIC = b"\x93NUMPY"
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -119,9 +116,7 @@ class Model:
         if isinstance(fourier_sigma, str):
             if fourier_sigma != "auto":
                 raise ValueError(f"Model.create: fourier_sigma must be a number or 'auto', got {fourier_sigma!r}")
-            from .defaults import fourier_sigma as sigma_rule
-
-            fourier_sigma = 1.0 if problem is None else sigma_rule(problem)
+            fourier_sigma = 1.0 if problem is None else _sigma_rule(problem)
         spec = _core.ModelSpec(*(integer("Model.create", name, value) for name, value in (
             ("in_dim", in_dim), ("ff_dim", ff_dim), ("hidden_dim", hidden_dim),
             ("num_hidden_layers", num_hidden_layers))))
@@ -281,7 +276,7 @@ class Model:
         resumes from it)."""
         device = _device.check(device, "Model.load")
         path = os.fspath(path)
-        arrays = _read_npz(path)
+        arrays = read_npz(path)
         files = set(arrays)
         for key in ("format_version", "spec", "dtype", "params"):
             if key not in files:
@@ -349,45 +344,6 @@ def _state_on_host(state: Mapping[str, Any], copy: bool = True) -> dict[str, Any
             v = v.copy()
         out[k] = v
     return out
-
-
-def _read_npz(path: str, what: str = "helmpinn model file") -> dict[str, np.ndarray]:
-    """Every array of the .npz at ``path``, read eagerly, so that a truncated or corrupted file
-    (a bad zip directory, a CRC mismatch, a short member, a mangled header) fails here with the
-    path named. Only a regular file is read (opened without blocking, then checked, so that a
-    FIFO or a device under the name neither hangs nor is read without end), and only a zip
-    archive (anything else is named as what it is, not handed to NumPy's pickle advice).
-    ``what``: the kind of file the messages say was expected."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError as exc:
-        raise ValueError(f"{path}: no such file") from exc
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
-    # Our own file object: np.load leaks the one it opens when the zip directory is bad.
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"{path}: not a regular file (a directory, FIFO or device); "
-                             f"not a {what}")
-        head = fh.read(len(_NPY_MAGIC))
-        fh.seek(0)
-        if head == _NPY_MAGIC:
-            raise ValueError(f"{path}: a single .npy array, not an .npz archive; not a {what}")
-        if not head.startswith(b"PK"):
-            found = "it is empty" if not head else f"it starts with {head!r}"
-            raise ValueError(f"{path}: not a {what}: not an .npz (zip) archive ({found}); "
-                             f"it may be truncated or corrupted")
-        try:
-            npz = np.load(fh, allow_pickle=False)
-            if not isinstance(npz, np.lib.npyio.NpzFile):
-                raise ValueError("a single .npy array, not an .npz archive")
-            with npz:
-                return {key: npz[key] for key in npz.files}
-        except (OSError, EOFError, ValueError, NotImplementedError, zipfile.BadZipFile, zlib.error) as exc:
-            why = (f"{type(exc).__name__}: {exc}" if "pickle" not in str(exc)
-                   else f"it holds an object (pickled) array, which a {what} never does")
-            raise ValueError(f"{path}: not a readable {what}; it may be truncated or "
-                             f"corrupted ({why})") from exc
 
 
 def _spec_str(spec: _core.ModelSpec) -> str:

@@ -75,8 +75,8 @@ once per draw, into a :class:`~helmpinn.Batch` for the core (``[N, 2]`` real pai
 the model's dtype).
 
 Problems by name: :func:`~helmpinn.registry.get_problem` and
-:func:`~helmpinn.registry.list_problems` in :mod:`helmpinn.registry` (also importable from here);
-the built-in problems with exact solutions (``"plane1d"``, ``"dirichlet2d"``,
+:func:`~helmpinn.registry.list_problems` in :mod:`helmpinn.registry` (and at the top level,
+``helmpinn.get_problem``; the registry imports this module, never the reverse); the built-in problems with exact solutions (``"plane1d"``, ``"dirichlet2d"``,
 ``"heterogeneous2d"``, ``"cube3d"``) are in :mod:`helmpinn.builtin`, the scattering ones in
 :mod:`helmpinn.scattering`.
 """
@@ -90,6 +90,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from . import _device
 from ._checks import complex_number, real_number
 from ._compat import UNSET, renamed
 from .batch import Batch, operator_a
@@ -254,7 +255,6 @@ class TrainingSet:
         ``device``: "cuda" / "cuda:N" copies the converted arrays once to that GPU
         (:meth:`Batch.to_device`; checked before any conversion)."""
         if device != "cpu":
-            from . import _device
             _device.check(device, "TrainingSet.to_batch")
         kw: dict[str, Any] = {}
         if len(self.x_pde):
@@ -969,14 +969,6 @@ class Problem:
         return out
 
 
-# The registry (get_problem, list_problems, ...) lives in helmpinn.registry and the built-in
-# factories in helmpinn.builtin; both import this module, never the reverse at import time. Their
-# names stay importable from here (resolved on first use).
-_FORWARDED = {name: "registry" for name in ("get_problem", "list_problems", "problem_names",
-                                            "problem_options", "register_problem", "_REGISTRY")}
-_FORWARDED.update({name: "builtin" for name in ("plane1d", "dirichlet2d", "heterogeneous2d", "cube3d")})
-
-
 def _source_wavenumber(problem: Problem, src: PointSource) -> float:
     """The k whose λ/10 a PointSource without a width takes: in a variable medium the local
     wavenumber at the source (the largest anywhere would make a source in a faster region
@@ -985,11 +977,3 @@ def _source_wavenumber(problem: Problem, src: PointSource) -> float:
         return problem.wavenumber
     at = np.asarray(src.position, np.float64)[None, :]
     return float(problem.local_wavenumber(at)[0]) or problem.wavenumber
-
-
-def __getattr__(name: str):
-    if name in _FORWARDED:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__package__}.{_FORWARDED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

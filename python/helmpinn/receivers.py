@@ -18,6 +18,9 @@ from typing import Any, Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from . import plots
+from ._files import write_atomic
+
 __all__ = ["receiver_line", "record", "save_recording", "load_recording", "plot_recording"]
 
 
@@ -73,8 +76,6 @@ def _unwrapped_phase(u: NDArray[np.complex128]) -> NDArray[np.float64]:
 def save_recording(path: str | os.PathLike, recording: Mapping[str, Any]) -> None:
     """Write a recording to ``path`` (``.npz``, no pickle): to a temporary file in the same
     folder first, then moved over ``path``, so an existing file is replaced only by a whole one."""
-    from ._files import write_atomic
-
     arrays = {k: np.asarray(v) for k, v in recording.items()}
     for k, v in arrays.items():
         if v.dtype == object:
@@ -94,8 +95,6 @@ def plot_recording(recording: Mapping[str, Any], path: str | os.PathLike, *, tit
     matplotlib ``Figure`` (not attached to pyplot: the garbage collector frees it)."""
     from matplotlib.figure import Figure
 
-    from .plots import save_figure
-
     dist = np.asarray(recording["distance"])
     fig = Figure(figsize=(7, 5), layout="constrained")
     ax_amp, ax_phase = fig.subplots(2, 1, sharex=True)
@@ -111,5 +110,5 @@ def plot_recording(recording: Mapping[str, Any], path: str | os.PathLike, *, tit
     ax_phase.set_xlabel("distance along the receivers")
     if title:
         ax_amp.set_title(title)
-    save_figure(fig, path, dpi=100)
+    plots.save_figure(fig, path, dpi=100)
     return fig

@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - not POSIX: no lock
 
 from ._files import temp_path, write_atomic
 # The memory estimates live in helmpinn.memory; these names stay importable from here.
-from .memory import (MEMORY_FRACTION, MemoryBudgetError, available_memory, check_memory, format_bytes,
+from ._budget import (MEMORY_FRACTION, MemoryBudgetError, available_memory, check_memory, format_bytes,
                      training_memory, workspace_bytes)
 
 __all__ = ["RunFolder", "OutputError", "MemoryBudgetError", "read_regular", "available_memory",

@@ -26,8 +26,8 @@ from .defaults import OPTIMIZERS, run_settings
 from .distributed import check_ranks
 from .drivers import MODEL_KINDS, Driver, make_driver, mismatch, model_kind
 from .model import Model
-from .problems import Problem, get_problem
-from .registry import recorded_options
+from .problems import Problem
+from .registry import get_problem, recorded_options
 from .trainer import History, Trainer
 from .waves import ResonanceWarning, resonance_warning
 

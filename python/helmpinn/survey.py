@@ -19,7 +19,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._checks import integer, real_number
-from ._files import write_atomic
+from ._files import read_npz, write_atomic
+from .geometry import Box, Domain
+from .pml import PML
+from .problems import Problem
 from .sources import WIDTH_PER_WAVELENGTH, PointSource
 
 __all__ = ["Survey", "FORMAT"]
@@ -136,9 +139,6 @@ class Survey:
         return self
 
     def _check_domain(self, domain, pml) -> None:
-        from .geometry import Domain
-        from .pml import PML
-
         if not isinstance(domain, Domain):
             raise TypeError(f"Survey.validate: domain must be a helmpinn.geometry.Domain, got "
                             f"{type(domain).__name__}")
@@ -197,10 +197,8 @@ class Survey:
     def load(cls, path: str | os.PathLike) -> "Survey":
         """Read a survey written by :meth:`save`: only a regular .npz file without pickled
         objects; every array is checked, and any problem is a ValueError naming the file."""
-        from .model import _read_npz
-
         path = os.fspath(path)
-        arrays = _read_npz(path, "helmpinn survey file")
+        arrays = read_npz(path, "helmpinn survey file")
         for key in ("format", "format_version", "source_position", "source_amplitude",
                     "source_width", "receivers", "frequencies", "data"):
             if key not in arrays:
@@ -258,9 +256,7 @@ class Survey:
         Every argument is checked (:meth:`validate` with the domain and PML, the grid's memory)
         before any solve.
         """
-        from .geometry import Box
-        from .pml import PML
-        from .problems import Problem
+        # At call time: helmpinn.reference also holds fwi, which imports Survey (tests/test_layers.py, LAZY).
         from .reference import FDOperator
 
         if not isinstance(domain, Box):

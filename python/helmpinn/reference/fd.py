@@ -43,11 +43,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..geometry import Box
+from ..problems import Dirichlet, Robin
 # The grid's memory estimate is helmpinn.memory's (the one limit of every kind of run); these
 # names stay importable from here.
-from ..memory import (ASSEMBLY_BYTES_PER_NODE, LU_BYTES_PER_ENTRY, available_memory, fd_memory_estimate,
+from .._budget import (ASSEMBLY_BYTES_PER_NODE, LU_BYTES_PER_ENTRY, available_memory, fd_memory_estimate,
                       lu_fill)
-from ..memory import check_fd as check_memory
+from .._budget import check_fd as check_memory
 
 __all__ = ["fd_solve", "FDSolution", "FDOperator", "FDFactor", "stencil_weights", "fd_memory_estimate",
            "check_memory", "available_memory", "lu_fill"]
@@ -147,8 +149,6 @@ def _interpolate(axes: list[NDArray], values: NDArray, x: NDArray) -> NDArray[np
 
 
 def _grid(problem, h: Any) -> tuple[list[NDArray], NDArray, NDArray]:
-    from ..geometry import Box
-
     domain = problem.sampling_domain
     if not isinstance(domain, Box):
         raise NotImplementedError(
@@ -396,8 +396,6 @@ def _pde_rows(problem, xi, ii, ni, n, hs, strides, order):
 def _boundary_rows(problem, xw, iw, nw, n, hs, strides, order, rows, cols, vals, rhs) -> None:
     """Boundary rows: u = 0 on a PML's wall; else each face's condition (Dirichlet wins at
     edges). Appends to rows/cols/vals and writes the boundary data into rhs."""
-    from ..problems import Dirichlet, Robin
-
     d = xw.shape[1]
     st = _stencils(order)
     done = np.zeros(len(xw), bool)

@@ -43,6 +43,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._checks import integer, real_number
+from ..geometry import Box
+from ..media import GridField
+from ..pml import PML
+from ..problems import Problem, Sommerfeld
+from ..sources import WIDTH_PER_WAVELENGTH, PointSource
+from ..survey import Survey
 from .fd import FDOperator, check_memory
 
 __all__ = ["fwi", "FWIResult", "FWIObjective", "NODES_PER_WAVELENGTH", "MEDIUM_SPACING"]
@@ -86,9 +92,6 @@ class FWIObjective:
     def __init__(self, survey, frequencies: Sequence[float], *, domain, pml, medium_axes,
                  m_initial: NDArray, h: float, regularization: float, m_scale: float,
                  source_width: float | None = None):
-        from ..media import GridField
-        from ..problems import Problem, Sommerfeld
-
         self.survey, self.m_scale, self.alpha = survey, float(m_scale), float(regularization)
         self.medium_axes = [np.asarray(a, np.float64) for a in medium_axes]
         self.shape = tuple(len(a) for a in self.medium_axes)
@@ -202,8 +205,6 @@ class _Stop(Exception):
 
 def _with_width(source, width: float):
     """A PointSource without a width gets ``width``; anything else is used as given."""
-    from ..sources import PointSource
-
     if isinstance(source, PointSource) and source.width is None:
         return PointSource(source.position, source.amplitude, width)
     return source
@@ -281,12 +282,6 @@ def fwi(survey, initial, *, domain, pml, bounds: tuple[float, float], grid: floa
 
     Every argument is checked, and every grid's memory estimated, before any solve.
     """
-    from ..geometry import Box
-    from ..media import GridField
-    from ..pml import PML
-    from ..sources import WIDTH_PER_WAVELENGTH
-    from ..survey import Survey
-
     start = time.perf_counter()
     if not isinstance(survey, Survey):
         raise TypeError(f"fwi: survey must be a helmpinn.Survey, got {type(survey).__name__}")
