@@ -39,6 +39,7 @@ from .sources import FreeSpaceSource, PointSource
 from . import receivers
 from . import defaults, drivers
 from .solving import Solution, solve
+from .inversion import Inversion, invert
 
 __all__ = [
     "Adam",
@@ -88,4 +89,6 @@ __all__ = [
     "drivers",
     "Solution",
     "solve",
+    "Inversion",
+    "invert",
 ]
