@@ -94,15 +94,18 @@ def velocity_error(v: Callable, true: Callable, initial: Callable, x: NDArray) -
     return float(np.linalg.norm(np.asarray(v(x)) - t) / max(np.linalg.norm(t - np.asarray(initial(x))), 1e-300))
 
 
-def _problem(domain, pml, f, velocity, source, said: set) -> Problem:
-    """The Problem of one wavefield in the current medium (``velocity``); its UserWarnings (a
-    source near the PML) are collected in ``said`` and given once by :func:`invert`."""
+def _problem(domain, pml, f, medium, c, source, said: set, source_share=None) -> Problem:
+    """The Problem of one wavefield in the medium ``m(c)`` (κ = ω² m exactly, the spline); its
+    UserWarnings (a source near the PML) are collected in ``said`` and given once by
+    :func:`invert`."""
+    omega2 = (2 * math.pi * f) ** 2
+    kappa = lambda x: omega2 * medium.values(c, x)   # noqa: E731
     kw: dict[str, Any] = {"pml": pml} if pml is not None else {}
     if pml is None:
-        kw["bcs"] = {"*": Sommerfeld(lambda x: 2 * math.pi * f / np.asarray(velocity(x)))}
+        kw["bcs"] = {"*": Sommerfeld(lambda x: np.sqrt(np.maximum(kappa(x), 0.0)))}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
-        problem = Problem(domain, frequency=f, velocity=velocity, source=source, **kw)
+        problem = Problem(domain, kappa=kappa, source=source, source_share=source_share, **kw)
     for w in caught:
         if str(w.message) not in said:
             said.add(str(w.message))
@@ -110,14 +113,24 @@ def _problem(domain, pml, f, velocity, source, said: set) -> Problem:
     return problem
 
 
-def _fd_fit(model: Model, problem: Problem, x: NDArray, steps: int, h: float) -> None:
-    """Fit the network to :func:`~helmpinn.reference.fd_solve`'s field of ``problem`` (grid
-    spacing h) at the points x, by ``steps`` LM steps (in place)."""
+def _forward(problems: Sequence[Problem], h: float) -> list:
+    """The finite-difference fields (callables x -> complex) of problems that differ only in
+    their source: one factorisation for all when :class:`helmpinn.reference.FDOperator` is there."""
+    from .. import reference
+
+    if hasattr(reference, "FDOperator"):
+        op = reference.FDOperator(problems[0], h)
+        lu = op.factorize()
+        fields = lu.solve(np.stack([op.rhs(p.source_at) for p in problems], axis=1))
+        return [op.solution(fields[:, j]) for j in range(len(problems))]
+    return [reference.fd_solve(p, h) for p in problems]
+
+
+def _fit(model: Model, x: NDArray, y: NDArray, steps: int) -> None:
+    """Fit the network to the values y at the points x by ``steps`` LM steps (in place)."""
     from ..batch import Batch
     from ..lm import CoreResiduals, LevenbergMarquardt
-    from ..reference import fd_solve
 
-    y = fd_solve(problem, h)(x)
     res = CoreResiduals(model.workspace(), Batch(x_data=x, y=y, dtype=np.float64))
     lm = LevenbergMarquardt(res, solver="primal", blas_threads=None, geodesic=False)
     for _ in range(int(steps)):
@@ -140,14 +153,15 @@ class _Run:
         self.params: dict[tuple[int, int], NDArray] = {}
         self.data_fit = np.full(len(self.freqs), np.nan)
         self.said: set = set()
+        self.backgrounds: dict[int, list | None] = {}
         self.spec = None
 
     def record(self, stage: int, fi: int, joint: JointResiduals, thetas, c, info, t0) -> None:
         ws = joint.workspace
         num = den = 0.0
-        for s, theta in enumerate(thetas):
+        for s, (w, theta) in enumerate(zip(joint.rows, thetas)):
             u = ws.forward(theta, self.receivers, 0)
-            num += float(np.sum(np.abs(u[:, 0] + 1j * u[:, 1] - self.data[fi, s]) ** 2))
+            num += float(np.sum(np.abs(u[:, 0] + 1j * u[:, 1] - w.target) ** 2))
             den += float(np.sum(np.abs(self.data[fi, s]) ** 2))
         terms = joint.terms(thetas, c)
         entry = {"time": time.perf_counter() - t0, "stage": stage, "frequency": float(self.freqs[fi]),
@@ -163,31 +177,41 @@ class _Run:
             self.o["callback"](dict(entry))
 
     def wavefields(self, fi: int, medium: SplineMedium, c: NDArray, previous: list | None):
-        """The stage's rows and starting networks (module docstring, warm starts)."""
+        """The stage's rows, starting networks and backgrounds (module docstring, warm starts)."""
         o, f = self.o, float(self.freqs[fi])
-        velocity = medium.gridfield(c, velocity=True)
         u_f = math.sqrt(float(np.mean(np.abs(self.data[fi]) ** 2))) or 1.0
         S = len(self.survey.sources)
         wavelength = o["v_min"] / f
         area = float(np.prod(np.asarray(self.domain.hi) - np.asarray(self.domain.lo)
                              + (2 * self.pml.width if self.pml is not None else 0.0)))
         n_pde = o["pde_points"] or int(max(400, 36 * area / wavelength ** 2))
-        n_bc = o["boundary_points"] or int(max(64, 4 * math.sqrt(area) * 4 / wavelength * 2))
+        n_bc = o["boundary_points"] or int(max(64, 32 * math.sqrt(area) / wavelength))
+        scattered = o["warm_start"] == "fd"
+        problems = [_problem(self.domain, self.pml, f, medium, c, source, self.said,
+                             0.0 if scattered else None) for source in self.survey.sources]
+        widths = [s.width for s in self.survey.sources if isinstance(s, PointSource) and s.width]
+        h = min([wavelength / 12] + [w / 2 for w in widths])
+        fields = _forward(problems, h) if scattered or previous is None else [None] * S
         rows, thetas = [], []
-        for s, source in enumerate(self.survey.sources):
-            problem = _problem(self.domain, self.pml, f, velocity, source, self.said)
+        for s, (problem, field) in enumerate(zip(problems, fields)):
             w = WavefieldRows(problem, medium, (2 * math.pi * f) ** 2, self.receivers, self.data[fi, s],
                               self.weights[fi, s], pde_points=n_pde, boundary_points=n_bc,
-                              lambda_data=o["lambda_data"], scale=1.0 / (u_f * math.sqrt(S)), rng=self.rng)
+                              lambda_data=o["lambda_data"], scale=1.0 / (u_f * math.sqrt(S)), rng=self.rng,
+                              background=field if scattered else None, background_medium=c)
             model = Model.create(self.domain.dim, *o["network"], dtype="float64",
                                  seed=o["seed"] + 1000 * fi + s, problem=problem)
-            if previous is not None:
+            if scattered:   # u_s starts near 0: the output layer scaled down
+                last = max(int(k[1:]) for k in model.views if k.startswith("W"))
+                model.views[f"W{last}"][:] *= 1e-3
+                model.views[f"b{last}"][:] *= 1e-3
+            elif previous is not None:
                 model.params[:] = previous[s]
             else:
-                _fd_fit(model, problem, w.x_pde, o["fit_steps"], wavelength / 12)
+                _fit(model, w.x_pde, field(w.x_pde), o["fit_steps"])
             rows.append(w)
             thetas.append(np.array(model.params, copy=True))
             self.spec = model.spec
+        self.backgrounds[fi] = fields if scattered else None
         return rows, thetas
 
 
@@ -261,7 +285,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
         boundary_points=None if boundary_points is None else integer("invert", "boundary_points",
                                                                      boundary_points, low=1),
         network=network, seed=integer("invert", "seed", seed), callback=callback,
-        initial=v0, true=None if true is None else _velocity("true", true))
+        initial=v0, true=None if true is None else _velocity("true", true), warm_start=warm_start)
     probe = domain.sample_interior(4096, np.random.default_rng(0))
     v_probe = np.asarray(v0(probe), np.float64)
     if v_probe.shape != (len(probe),) or not np.all(np.isfinite(v_probe) & (v_probe > 0)):
@@ -301,9 +325,11 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
     true_nodes = None
     if true is not None:
         true_nodes = np.asarray(options["true"](medium.node_points()), np.float64).reshape(medium.shape)
+    backgrounds = {(fi, s): (field.axes, field.values) for fi, fields in run.backgrounds.items()
+                   if fields is not None for s, field in enumerate(fields)}
     return Inversion(medium, c, run.freqs, run.spec, run.params, run.history, status=status,
                      message=_STATUS_MESSAGES[status], initial_coefficients=c_init,
-                     true_velocity=true_nodes, data_fit=run.data_fit)
+                     true_velocity=true_nodes, data_fit=run.data_fit, backgrounds=backgrounds)
 
 
 _STATUS_MESSAGES = {0: "every stage converged or ran its steps", 1: "time limit reached",

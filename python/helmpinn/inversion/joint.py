@@ -23,6 +23,14 @@ medium's spline coefficients ``c`` (:class:`~helmpinn.inversion.medium.SplineMed
 
 - the medium's regularisation ``sqrt(β) G c`` (:meth:`SplineMedium.gradient_rows`).
 
+**Scattered-field form** (``background=``): given a field ``u₀`` that solves the problem in a
+medium ``m₀`` (``L₀ u₀ = f``, e.g. :func:`helmpinn.reference.fd_solve` in the stage's starting
+medium, same PML), the network holds ``u_s = u − u₀``. Then ``L u − f = L u_s + ω² (m − m₀) u₀``:
+the PDE rows take the source ``−ω² (m − m₀) u₀`` (only u₀'s values, no derivatives), the
+receivers ``d − u₀(x_r)``, the wall ``u_s = 0``. The point source's near field, the hardest part
+of the field for a network, is then in u₀, and ``u_s`` starts at 0 where ``m = m₀``. The medium
+columns use the total field ``u_s + u₀``.
+
 The core computes each wavefield's residuals and network Jacobian exactly
 (:meth:`helmpinn.Workspace.residuals` / ``jacobian``, every term with weight 1 and its own
 ``sqrt(1/count)``); the scalings above are applied to its rows afterwards (a row's scale times
@@ -58,7 +66,8 @@ class WavefieldRows:
 
     def __init__(self, problem: Any, medium: SplineMedium, omega2: float, receivers: NDArray,
                  data: NDArray, weights: NDArray, *, pde_points: int, boundary_points: int,
-                 lambda_data: float, scale: float, rng: np.random.Generator):
+                 lambda_data: float, scale: float, rng: np.random.Generator,
+                 background: Any = None, background_medium: NDArray | None = None):
         ts = problem.sample(pde_points, boundary_points, rng)
         self.problem, self.medium, self.omega2 = problem, medium, float(omega2)
         self.k2 = float(problem.wavenumber) ** 2
@@ -66,9 +75,18 @@ class WavefieldRows:
         root = np.sqrt(ts.pde_weight) if ts.pde_weight is not None else np.ones(n_p)
         self.x_pde, self.root = ts.x_pde, root
         self.basis = medium.basis(ts.x_pde)
-        self._fixed: dict[str, Any] = dict(x_pde=ts.x_pde, f=ts.f)
+        self._fixed: dict[str, Any] = dict(x_pde=ts.x_pde)
+        self._f = ts.f
+        self.u0 = None
+        if background is not None:   # the scattered-field form (module docstring)
+            if background_medium is None:
+                raise ValueError("WavefieldRows: background needs background_medium (its coefficients)")
+            self.u0 = np.asarray(background(ts.x_pde), np.complex128)
+            self.m0 = self.basis @ np.asarray(background_medium, np.float64)
+            data = np.asarray(data, np.complex128) - np.asarray(background(receivers), np.complex128)
         if ts.a_pde is not None:
             self._fixed.update(operator_a(ts.a_pde), b_pde=ts.b_pde)
+        self.target = np.asarray(data, np.complex128)   # what u(x_r) (u_s(x_r)) should be
         n_wall = len(ts.x_data)
         x_data = np.concatenate([ts.x_data, receivers]) if n_wall else np.asarray(receivers)
         y = np.concatenate([ts.y, data]) if n_wall else np.asarray(data, np.complex128)
@@ -101,8 +119,9 @@ class WavefieldRows:
         """Rebuild the batch for the medium's coefficients c (κ = ω² m at the PDE points)."""
         if self._c is not None and np.array_equal(self._c, c):
             return
-        kappa = self.omega2 * (self.basis @ c) * self.root
-        self.batch = Batch(**self._fixed, kappa=kappa, dtype=np.float64)
+        m = self.basis @ c
+        f = self._f if self.u0 is None else -self.omega2 * (m - self.m0) * self.u0 * self.root
+        self.batch = Batch(**self._fixed, kappa=self.omega2 * m * self.root, f=f, dtype=np.float64)
         self._c = np.array(c, np.float64, copy=True)
 
     def _kw(self, c: NDArray) -> dict[str, Any]:
@@ -124,6 +143,8 @@ class WavefieldRows:
         0 on the others (module docstring)."""
         n_p = self.sizes["pde"]
         u = ws.forward(theta, np.ascontiguousarray(self.x_pde), 0)        # [N, 2] (re, im)
+        if self.u0 is not None:   # the total field u_s + u0
+            u = u + np.stack([self.u0.real, self.u0.imag], axis=1)
         factor = (self.omega2 / math.sqrt(n_p)) * self.root[:, None] * u  # [N, 2]
         pairs = self.rowscale[: 2 * n_p] * factor.reshape(-1)
         rows = sp.diags(pairs) @ sp.kron(self.basis, np.ones((2, 1)), format="csr")

@@ -47,7 +47,8 @@ class Inversion:
     def __init__(self, medium: SplineMedium, coefficients: NDArray, frequencies: NDArray, spec: Any,
                  params: Mapping[tuple[int, int], NDArray], history: Sequence[Mapping[str, Any]], *,
                  status: int, message: str, initial_coefficients: NDArray,
-                 true_velocity: NDArray | None = None, data_fit: NDArray | None = None):
+                 true_velocity: NDArray | None = None, data_fit: NDArray | None = None,
+                 backgrounds: Mapping[tuple[int, int], tuple[Sequence[NDArray], NDArray]] | None = None):
         self.medium = medium
         self.coefficients = np.asarray(coefficients, np.float64)
         self.frequencies = np.asarray(frequencies, np.float64)
@@ -58,6 +59,9 @@ class Inversion:
         self.success = self.status == 0 or self.status == 1
         self.initial_coefficients = np.asarray(initial_coefficients, np.float64)
         self.true_velocity = None if true_velocity is None else np.asarray(true_velocity, np.float64)
+        self.backgrounds = {(int(f), int(s)): ([np.asarray(a, np.float64) for a in axes],
+                                                np.asarray(v, np.complex128))
+                            for (f, s), (axes, v) in (backgrounds or {}).items()}
         self.data_fit = (np.full(len(self.frequencies), np.nan) if data_fit is None
                          else np.asarray(data_fit, np.float64))
 
@@ -87,8 +91,18 @@ class Inversion:
         return Model(self.spec, self.params[key].copy())
 
     def predict(self, f_index: int, s_index: int, x: ArrayLike) -> NDArray[np.complex128]:
-        """The wavefield u(x) of frequency ``f_index``, source ``s_index`` (complex [N])."""
-        return self.model(f_index, s_index).predict(x)
+        """The wavefield u(x) of frequency ``f_index``, source ``s_index`` (complex [N]): the
+        network's, plus its background u₀ (the finite-difference field it was the scattered
+        field of, cubic-spline interpolated) in the scattered-field form."""
+        u = self.model(f_index, s_index).predict(x)
+        key = (int(f_index), int(s_index))
+        if key in self.backgrounds:
+            from ..reference import FDSolution
+
+            axes, values = self.backgrounds[key]
+            h = np.array([a[1] - a[0] for a in axes])
+            u = u + FDSolution(axes=axes, values=values, h=h, order=4)(np.asarray(x, np.float64))
+        return u
 
     # -- files ----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> str:
@@ -106,6 +120,13 @@ class Inversion:
                   "params": np.stack([self.params[k] for k in keys]) if keys else np.zeros((0, 0))}
         if self.true_velocity is not None:
             arrays["true_velocity"] = self.true_velocity
+        header["backgrounds"] = sorted(self.backgrounds)
+        arrays["header"] = np.array(json.dumps(header))
+        for n, key in enumerate(header["backgrounds"]):
+            axes, values = self.backgrounds[key]
+            arrays[f"background{n}"] = values
+            for j, a in enumerate(axes):
+                arrays[f"background{n}_axis{j}"] = a
         return write_atomic(path, lambda fh: np.savez(fh, **arrays))
 
     @classmethod
@@ -138,11 +159,19 @@ class Inversion:
             for name in ("coefficients", "initial_coefficients", "params"):
                 if not np.all(np.isfinite(arrays[name])):
                     raise ValueError(f"{name} holds values that are not finite")
+            backgrounds = {}
+            for n, key in enumerate(header.get("backgrounds", [])):
+                axes = [arrays[f"background{n}_axis{j}"] for j in range(medium.dim)]
+                values = arrays[f"background{n}"]
+                if values.shape != tuple(len(a) for a in axes) or not np.all(np.isfinite(values)):
+                    raise ValueError(f"background {n} of shape {values.shape} does not match its axes")
+                backgrounds[(int(key[0]), int(key[1]))] = (axes, values)
             return cls(medium, coef, arrays["frequencies"], spec,
                        {k: params[i] for i, k in enumerate(keys)}, header["history"],
                        status=header["status"], message=header["message"],
                        initial_coefficients=arrays["initial_coefficients"],
-                       true_velocity=arrays.get("true_velocity"), data_fit=arrays["data_fit"])
+                       true_velocity=arrays.get("true_velocity"), data_fit=arrays["data_fit"],
+                       backgrounds=backgrounds)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"Inversion.load: {path!r}: {e}") from None
 
