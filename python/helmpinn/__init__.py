@@ -39,6 +39,7 @@ from .sources import FreeSpaceSource, PointSource
 from . import receivers
 from . import defaults, drivers
 from .solving import Solution, solve
+from .survey import Survey
 from .inversion import Inversion, invert
 
 __all__ = [
@@ -89,6 +90,7 @@ __all__ = [
     "drivers",
     "Solution",
     "solve",
+    "Survey",
     "Inversion",
     "invert",
 ]

@@ -351,12 +351,13 @@ def _state_on_host(state: Mapping[str, Any], copy: bool = True) -> dict[str, Any
     return out
 
 
-def _read_npz(path: str) -> dict[str, np.ndarray]:
+def _read_npz(path: str, what: str = "helmpinn model file") -> dict[str, np.ndarray]:
     """Every array of the .npz at ``path``, read eagerly, so that a truncated or corrupted file
     (a bad zip directory, a CRC mismatch, a short member, a mangled header) fails here with the
     path named. Only a regular file is read (opened without blocking, then checked, so that a
     FIFO or a device under the name neither hangs nor is read without end), and only a zip
-    archive (anything else is named as what it is, not handed to NumPy's pickle advice)."""
+    archive (anything else is named as what it is, not handed to NumPy's pickle advice).
+    ``what``: the kind of file the messages say was expected."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError as exc:
@@ -367,14 +368,14 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ValueError(f"{path}: not a regular file (a directory, FIFO or device); "
-                             f"not a helmpinn model file")
+                             f"not a {what}")
         head = fh.read(len(_NPY_MAGIC))
         fh.seek(0)
         if head == _NPY_MAGIC:
-            raise ValueError(f"{path}: a single .npy array, not an .npz archive; not a helmpinn model file")
+            raise ValueError(f"{path}: a single .npy array, not an .npz archive; not a {what}")
         if not head.startswith(b"PK"):
-            what = "it is empty" if not head else f"it starts with {head!r}"
-            raise ValueError(f"{path}: not a helmpinn model file: not an .npz (zip) archive ({what}); "
+            found = "it is empty" if not head else f"it starts with {head!r}"
+            raise ValueError(f"{path}: not a {what}: not an .npz (zip) archive ({found}); "
                              f"it may be truncated or corrupted")
         try:
             npz = np.load(fh, allow_pickle=False)
@@ -384,8 +385,8 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
                 return {key: npz[key] for key in npz.files}
         except (OSError, EOFError, ValueError, NotImplementedError, zipfile.BadZipFile, zlib.error) as exc:
             why = (f"{type(exc).__name__}: {exc}" if "pickle" not in str(exc)
-                   else "it holds an object (pickled) array, which a helmpinn model never does")
-            raise ValueError(f"{path}: not a readable helmpinn model file; it may be truncated or "
+                   else f"it holds an object (pickled) array, which a {what} never does")
+            raise ValueError(f"{path}: not a readable {what}; it may be truncated or "
                              f"corrupted ({why})") from exc
 
 

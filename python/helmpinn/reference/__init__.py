@@ -1,0 +1,8 @@
+"""Classical reference solvers beside the networks: :func:`fd_solve` (finite differences and a
+sparse LU, :mod:`helmpinn.reference.fd`) and, on the same operator, adjoint-state full-waveform
+inversion (:func:`fwi`, :mod:`helmpinn.reference.fwi`)."""
+from .fd import (FDFactor, FDOperator, FDSolution, check_memory, fd_memory_estimate, fd_solve,
+                 stencil_weights)
+
+__all__ = ["fd_solve", "FDSolution", "FDOperator", "FDFactor", "stencil_weights",
+           "fd_memory_estimate", "check_memory"]
