@@ -127,6 +127,13 @@ def test_invert_refuses_bad_arguments(change, match):
         hp.invert(_survey(), initial, **kw)
 
 
+def test_invert_validates_a_survey_against_its_domain_and_pml():
+    sv = hp.Survey([hp.PointSource((0.5, 0.5), width=0.1)], [[0.5, 0.5], [1.1, 0.5]], [1.0],
+                   np.ones((1, 1, 2), complex))
+    with pytest.raises(ValueError, match="receiver"):
+        hp.invert(sv, 1.0, domain=DOMAIN, pml=hp.PML(0.3))
+
+
 def test_invert_refuses_bad_data():
     sv = _survey()
     sv.data = np.full((1, 1, 5), np.nan, complex)
@@ -139,8 +146,9 @@ def test_invert_refuses_bad_data():
 
 def test_invert_runs_and_saves(tmp_path):
     """A tiny run end to end: steps recorded, the loss falls, save/load keeps everything."""
-    sv = _survey(S=1, F=1, R=8)
-    sv.data = 0.05 * np.exp(1j * np.linspace(0, 3, 8))[None, None, :]
+    rec = np.random.default_rng(0).uniform(0.2, 0.8, (8, 2))
+    sv = hp.Survey([hp.PointSource((0.5, 0.5), width=0.1)], rec, [1.0],
+                   0.05 * np.exp(1j * np.linspace(0, 3, 8))[None, None, :])
     inv = hp.invert(sv, 1.0, domain=DOMAIN, bounds=(0.8, 1.25), true=lambda x: 1 + 0.1 * x[:, 0],
                     network=(3, 6, 1), pde_points=60, boundary_points=16, max_steps=3, fit_steps=1)
     assert len(inv.history) >= 2 and inv.history[-1]["loss"] < inv.history[0]["loss"]
