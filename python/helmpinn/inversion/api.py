@@ -115,7 +115,8 @@ def _problem(domain, pml, f, medium, c, source, said: set, source_share=None,
              pml_share=None) -> Problem:
     """The Problem of one wavefield in the medium ``m(c)`` (κ = ω² m exactly, the spline); its
     UserWarnings (a source near the PML) are collected in ``said`` and given once by
-    :func:`invert`."""
+    :func:`invert`; ``said=None`` drops them (the scattered-field form, whose networks do not
+    hold the source's near field)."""
     omega2 = (2 * math.pi * f) ** 2
     kappa = lambda x: omega2 * medium.values(c, x)   # noqa: E731
     kw: dict[str, Any] = {"pml": pml} if pml is not None else {}
@@ -125,7 +126,7 @@ def _problem(domain, pml, f, medium, c, source, said: set, source_share=None,
         warnings.simplefilter("always", UserWarning)
         problem = Problem(domain, kappa=kappa, source=source, source_share=source_share,
                           pml_share=pml_share if pml is not None else None, **kw)
-    for w in caught:
+    for w in caught if said is not None else ():
         if str(w.message) not in said:
             said.add(str(w.message))
             warnings.warn(str(w.message), w.category, stacklevel=4)
@@ -207,7 +208,7 @@ class _Run:
         n_pde = o["pde_points"] or int(max(POINTS_PER_PARAMETER * P, 36 * area / wavelength ** 2))
         n_bc = o["boundary_points"] or int(max(64, 32 * math.sqrt(area) / wavelength))
         scattered = o["warm_start"] == "fd"
-        problems = [_problem(self.domain, self.pml, f, medium, c, source, self.said,
+        problems = [_problem(self.domain, self.pml, f, medium, c, source, None if scattered else self.said,
                              0.0 if scattered else None, o["pml_share"]) for source in self.survey.sources]
         widths = [s.width for s in self.survey.sources if isinstance(s, PointSource) and s.width]
         h = min([wavelength / 12] + [w / 2 for w in widths])
@@ -240,7 +241,7 @@ def _stage(run: _Run, stage: int, fi: int, medium, c, reg, m_bounds, deadline, t
     o = run.o
     rows, thetas = run.wavefields(fi, medium, c, previous)
     joint = JointResiduals(rows, run.spec, medium, reg)
-    lm = ArrowheadLM(joint, bounds=m_bounds)
+    lm = ArrowheadLM(joint, bounds=m_bounds, varpro=o["varpro"])
     run.record(stage, fi, joint, thetas, c, None, t0)
     status = 0
     loss = run.history[-1]["loss"]
@@ -268,7 +269,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
            network: Sequence[int] = (12, 16, 2), pde_points: int | None = None,
            boundary_points: int | None = None, per_wavelength: float = 4.0, lambda_data: float = 1.0,
            regularization: float = 1e-4, max_steps: int = 50, tol: float = 1e-4,
-           pml_share: float | None = 0.25,
+           pml_share: float | None = 0.25, varpro: bool = False,
            warm_start: str = "fd", fit_steps: int = 10, seed: int = 0,
            callback: Callable[[dict], None] | None = None) -> Inversion:
     """The medium from a survey's data: wavefields and velocity together (module docstring).
@@ -311,7 +312,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
         pde_points=None if pde_points is None else integer("invert", "pde_points", pde_points, low=1),
         boundary_points=None if boundary_points is None else integer("invert", "boundary_points",
                                                                      boundary_points, low=1),
-        network=network, seed=integer("invert", "seed", seed), callback=callback,
+        network=network, seed=integer("invert", "seed", seed), callback=callback, varpro=bool(varpro),
         pml_share=None if pml_share is None else real_number("invert", "pml_share", pml_share, low=0.0,
                                                              low_open=False, high=1.0),
         initial=v0, true=None if true is None else _velocity("true", true), warm_start=warm_start)
