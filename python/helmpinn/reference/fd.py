@@ -22,8 +22,12 @@ a standing wave and a point source in a PML). With a PML of the default profile 
 coefficients have a kink at the layer's inner edge (σ″ jumps) and the convergence there falls to
 about second order; ``PML(width, power=4)`` keeps it fourth order. Sources must be resolved by the grid (a Gaussian of
 width s needs h well below s). Cost: one sparse LU of a matrix with N = Π (n_j + 1) rows and
-about 4d + 1 entries per row; 2-D grids of a few hundred nodes a side take seconds, 3-D grids
-are limited by the LU's memory to some 60 nodes a side.
+about 10d + 1 stored entries per row (:data:`DEFAULT_ORDERING`); measured on 2 shared cores,
+a 201² grid factorises in about 2 s and a 401² grid in about 35 s (0.9 GB), a 25³ grid in
+about 20 s and a 33³ grid in about 150 s (1.5 GB): the 3-D fill limits it to some 30–40 nodes
+a side. The memory is estimated before assembly and a grid beyond the available memory refused
+(:func:`check_memory`). :class:`FDOperator` keeps the assembled operator for other κ and many
+right-hand sides (a survey's sources, the adjoint solves of :func:`~helmpinn.reference.fwi`).
 
 Domains: :class:`~helmpinn.geometry.Box` and :class:`~helmpinn.geometry.Interval` (with or without
 a PML); curved boundaries (a scatterer) and point clouds are not supported.
@@ -31,6 +35,7 @@ a PML); curved boundaries (a scatterer) and point clouds are not supported.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +43,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["fd_solve", "FDSolution", "FDOperator", "FDFactor", "stencil_weights", "fd_memory_estimate",
-           "check_memory"]
+           "check_memory", "available_memory", "lu_fill"]
 
 
 def stencil_weights(offsets: ArrayLike, derivative: int) -> NDArray[np.float64]:
@@ -159,10 +164,15 @@ def _grid(problem, h: Any) -> tuple[list[NDArray], NDArray, NDArray]:
     return axes, (hi - lo) / n, n
 
 
-#: SuperLU's column ordering for the factorisation (measured against the alternatives in
-#: docs/guide/reference-solver.md, "Cost").
-DEFAULT_ORDERING = "COLAMD"
-_ORDERINGS = ("COLAMD", "MMD_AT_PLUS_A", "MMD_ATA", "NATURAL")
+#: The factorisation's default: SuperLU's minimum-degree ordering of A^T + A, symmetric mode
+#: (diagonal pivots, threshold 0), the fastest and least fill of SuperLU's orderings on these
+#: structurally symmetric matrices (measured: docs/guide/reference-solver.md, "Cost"); a
+#: factorisation whose solve leaves a relative residual above :data:`RESIDUAL_TOLERANCE` is
+#: redone with "COLAMD" and partial pivoting (SuperLU's general default).
+DEFAULT_ORDERING = "MMD_AT_PLUS_A"
+_ORDERINGS = ("MMD_AT_PLUS_A", "COLAMD", "MMD_ATA", "NATURAL")
+#: The relative residual ‖A u − b‖/‖b‖ a symmetric-mode solve must reach.
+RESIDUAL_TOLERANCE = 1e-8
 
 
 class FDOperator:
@@ -186,7 +196,7 @@ class FDOperator:
         axes, hs, n = _grid(problem, h)
         d = len(axes)
         shape = tuple(int(m) + 1 for m in n)
-        check_memory(int(np.prod(shape)), d, order)
+        check_memory(int(np.prod(shape)), d)
         self.axes, self.h, self.order, self.shape = axes, np.asarray(hs), order, shape
         strides = np.array([int(np.prod(shape[j + 1:])) for j in range(d)], dtype=np.int64)
         idx = np.indices(shape).reshape(d, -1).T            # [N, d] node indices
@@ -247,15 +257,11 @@ class FDOperator:
         return csc_matrix((vals, (self._rows, self._cols)), shape=(self.size, self.size))
 
     def factorize(self, kappa: Any = None, *, ordering: str = DEFAULT_ORDERING) -> "FDFactor":
-        """SuperLU's factorisation of :meth:`matrix` (``ordering``: its column ordering)."""
-        from scipy.sparse.linalg import splu
-
+        """SuperLU's factorisation of :meth:`matrix` (``ordering``: the column ordering;
+        "MMD_AT_PLUS_A" in symmetric mode, the others with partial pivoting)."""
         if ordering not in _ORDERINGS:
             raise ValueError(f"fd_solve: ordering must be one of {_ORDERINGS}, got {ordering!r}")
-        matrix = self.matrix(kappa)
-        options = {"SymmetricMode": True} if ordering == "MMD_AT_PLUS_A" else {}
-        diag = 0.01 if ordering == "MMD_AT_PLUS_A" else None
-        return FDFactor(splu(matrix, permc_spec=ordering, diag_pivot_thresh=diag, options=options))
+        return FDFactor(self.matrix(kappa), ordering)
 
     def rhs(self, source: Any = None) -> NDArray[np.complex128]:
         """The right-hand side: the boundary data and ``source`` (a callable ``x [N, d] ->
@@ -281,10 +287,16 @@ class FDOperator:
 
 class FDFactor:
     """A sparse LU of an :class:`FDOperator`'s matrix A: :meth:`solve` for any number of
-    right-hand sides, of A or of its conjugate transpose A^H (the adjoint state)."""
+    right-hand sides, of A or of its conjugate transpose A^H (the adjoint state).
 
-    def __init__(self, lu):
-        self.lu = lu
+    With the symmetric mode's diagonal pivots (the default ordering) the first solve checks its
+    residual; above :data:`RESIDUAL_TOLERANCE` the matrix is factorised again with COLAMD and
+    partial pivoting, which every later solve uses."""
+
+    def __init__(self, matrix, ordering: str = DEFAULT_ORDERING):
+        self.matrix = matrix
+        self.lu, self.ordering = _splu(matrix, ordering)
+        self._checked = self.ordering != "MMD_AT_PLUS_A"
 
     @property
     def fill(self) -> int:
@@ -293,11 +305,38 @@ class FDFactor:
 
     def solve(self, rhs: ArrayLike, *, adjoint: bool = False) -> NDArray[np.complex128]:
         """``A⁻¹ rhs`` (``A^{-H} rhs`` when ``adjoint``); rhs ``[N]`` or ``[N, k]``."""
-        u = self.lu.solve(np.asarray(rhs, np.complex128), trans="H" if adjoint else "N")
+        b = np.asarray(rhs, np.complex128)
+        trans = "H" if adjoint else "N"
+        u = self.lu.solve(b, trans=trans)
+        if not self._checked and np.all(np.isfinite(u)):
+            a = self.matrix.conj().T if adjoint else self.matrix
+            scale = np.linalg.norm(b)
+            if scale > 0 and np.linalg.norm(a @ u - b) > RESIDUAL_TOLERANCE * scale:
+                self.lu, self.ordering = _splu(self.matrix, "COLAMD")
+                u = self.lu.solve(b, trans=trans)
+            self._checked = True
         if not np.all(np.isfinite(u)):
             raise FloatingPointError("fd_solve: the solution is not finite (a singular system: a "
                                      "resonant closed box without damping?)")
         return u
+
+
+def _splu(matrix, ordering: str):
+    """``(SuperLU's LU, the ordering used)``; a zero diagonal pivot in symmetric mode is retried with partial pivoting,
+    and a matrix singular to SuperLU is one clear FloatingPointError."""
+    from scipy.sparse.linalg import splu
+
+    try:
+        if ordering == "MMD_AT_PLUS_A":
+            try:
+                return splu(matrix, permc_spec=ordering, diag_pivot_thresh=0.0,
+                            options={"SymmetricMode": True}), ordering
+            except RuntimeError:
+                ordering = "COLAMD"
+        return splu(matrix, permc_spec=ordering), ordering
+    except RuntimeError as exc:
+        raise FloatingPointError(f"fd_solve: the matrix is singular ({exc}): a resonant closed "
+                                 f"box without damping?") from None
 
 
 def _check_finite(name: str, values: NDArray, points: NDArray) -> None:
@@ -407,7 +446,8 @@ def _boundary_rows(problem, xw, iw, nw, n, hs, strides, order, rows, cols, vals,
                                   f"(free); give each face a Dirichlet or Robin condition")
 
 
-def fd_solve(problem, h: float | ArrayLike, *, order: int = 4) -> FDSolution:
+def fd_solve(problem, h: float | ArrayLike, *, order: int = 4,
+             ordering: str = DEFAULT_ORDERING) -> FDSolution:
     """Solve ``problem`` by finite differences of the given ``order`` (4, or 2) on a regular
     grid of spacing about ``h`` (a number, or one per direction; the grid fits the domain
     exactly, so the spacing is ``(hi - lo) / ceil((hi - lo) / h)``). See the module docstring.
@@ -416,20 +456,80 @@ def fd_solve(problem, h: float | ArrayLike, *, order: int = 4) -> FDSolution:
     network on the physical domain, e.g. at ``problem.test_points()``. κ and the right-hand side
     are checked finite first (a ValueError names the array and its first bad node); a grid
     whose assembly and factorisation would not fit in the available memory is refused
-    (:func:`check_memory`). Many sources or many κ on one grid: use :class:`FDOperator`.
+    (:func:`check_memory`). ``ordering``: the factorisation's (:meth:`FDOperator.factorize`;
+    "COLAMD" with partial pivoting is SciPy's plain ``splu(A)``). Many sources or many κ on one
+    grid: use :class:`FDOperator`.
     """
+    if ordering not in _ORDERINGS:
+        raise ValueError(f"fd_solve: ordering must be one of {_ORDERINGS}, got {ordering!r}")
     op = FDOperator(problem, h, order=order)
     rhs = op.rhs()
-    u = op.factorize().solve(rhs)
+    u = op.factorize(ordering=ordering).solve(rhs)
     return op.solution(u)
 
 
-def fd_memory_estimate(n_nodes: int, dim: int, order: int = 4) -> int:
+#: Peak memory of the assembly per grid node (the nodes, the coefficients, the stencils'
+#: entries, the sparse matrix), measured with SuperLU on 2-D and 3-D PML problems.
+ASSEMBLY_BYTES_PER_NODE = {1: 2_000, 2: 2_500, 3: 2_800}
+#: Memory per stored entry of the LU factors (complex values and SuperLU's indices), measured
+#: 16–24 bytes.
+LU_BYTES_PER_ENTRY = 24
+
+
+def lu_fill(n_nodes: int, dim: int) -> float:
+    """The entries of L and U that the default ordering leaves for a grid of ``n_nodes`` nodes
+    in ``dim`` dimensions, fitted to measurements (2-D: 101² to 401² nodes, ``6.0–6.7 N^{4/3}``;
+    3-D: 11³ to 33³ nodes, ``0.22–0.26 N^{1.85}``, extrapolated beyond; 1-D: banded)."""
+    n = float(n_nodes)
+    if dim == 1:
+        return 12.0 * n
+    if dim == 2:
+        return 7.0 * n ** (4.0 / 3.0)
+    return 0.26 * n ** 1.85
+
+
+def fd_memory_estimate(n_nodes: int, dim: int) -> int:
     """Bytes that :class:`FDOperator`'s assembly and the LU of its matrix need on a grid of
-    ``n_nodes`` nodes in ``dim`` dimensions (placeholder)."""
-    return 0
+    ``n_nodes`` nodes in ``dim`` dimensions: ``ASSEMBLY_BYTES_PER_NODE[dim] × N +
+    LU_BYTES_PER_ENTRY × lu_fill(N, dim)``."""
+    return int(ASSEMBLY_BYTES_PER_NODE[dim] * n_nodes + LU_BYTES_PER_ENTRY * lu_fill(n_nodes, dim))
 
 
-def check_memory(n_nodes: int, dim: int, order: int = 4) -> None:
-    """Placeholder."""
-    return None
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: the system's available memory (Linux
+    ``MemAvailable``), less under an address-space limit (``ulimit -v``); None when unknown."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        avail = None
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/statm") as fh:
+                used = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            room = max(soft - used, 0)
+            avail = room if avail is None else min(avail, room)
+    except (ImportError, OSError, ValueError, IndexError):
+        pass
+    return avail
+
+
+def check_memory(n_nodes: int, dim: int) -> None:
+    """Refuse (ValueError, with the estimate and what to change) a grid whose assembly and
+    factorisation would need more than :func:`available_memory`."""
+    need = fd_memory_estimate(n_nodes, dim)
+    avail = available_memory()
+    if avail is not None and need > avail:
+        power = {1: 1, 2: 8 / 3, 3: 5.55}[dim]
+        raise ValueError(
+            f"fd_solve: a {dim}-D grid of {n_nodes:,} nodes needs about {need / 1e9:.3g} GB "
+            f"({ASSEMBLY_BYTES_PER_NODE[dim] * n_nodes / 1e9:.2g} GB to assemble, "
+            f"{LU_BYTES_PER_ENTRY * lu_fill(n_nodes, dim) / 1e9:.3g} GB for the LU's fill), more "
+            f"than the {avail / 1e9:.3g} GB available; use a larger h (the memory grows about like "
+            f"h^-{power:.3g}), a smaller domain or PML, or a machine with more memory")

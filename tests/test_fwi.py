@@ -1,0 +1,105 @@
+"""helmpinn.reference.fwi: classical adjoint-state FWI on fd_solve's operator."""
+import numpy as np
+import pytest
+
+import helmpinn as hp
+from helmpinn.geometry import Box
+from helmpinn.reference import fwi as fwi_function
+from helmpinn.reference.fwi import FWIObjective, _medium_axes
+
+BOX = Box([0.0, 0.0], [1.0, 1.0])
+
+
+def _random_survey(seed=0):
+    rng = np.random.default_rng(seed)
+    src = [hp.PointSource([0.2, 0.3], width=0.08), hp.PointSource([0.8, 0.6], amplitude=1j, width=0.08)]
+    rec = rng.uniform(0.1, 0.9, (6, 2))
+    data = rng.normal(size=(2, 2, 6)) + 1j * rng.normal(size=(2, 2, 6))
+    return hp.Survey(src, rec, [1.0, 1.5], data, rng.uniform(0.5, 1.5, (2, 2, 6)))
+
+
+@pytest.mark.parametrize("pml", [hp.PML(0.3), None], ids=["pml", "absorbing-faces"])
+def test_the_adjoint_state_gradient_is_the_derivative(pml):
+    """∂J/∂m by the adjoint state against central differences of J (float64), data misfit of
+    two frequencies and two sources with weights, plus the Tikhonov term."""
+    rng = np.random.default_rng(1)
+    axes = _medium_axes(BOX, 0.2)
+    shape = tuple(len(a) for a in axes)
+    m0 = 1 + 0.2 * rng.uniform(size=shape)
+    obj = FWIObjective(_random_survey(), [1.0, 1.5], domain=BOX, pml=pml, medium_axes=axes,
+                       m_initial=m0, h=1 / 16, regularization=1e-3, m_scale=1.0)
+    x = m0.ravel() * (1 + 0.1 * rng.uniform(size=m0.size))
+    f, g, data = obj(x)
+    assert 0 < data < f
+    for _ in range(2):
+        d = rng.normal(size=x.size)
+        eps = 1e-5
+        fd = (obj(x + eps * d)[0] - obj(x - eps * d)[0]) / (2 * eps)
+        assert abs(fd - g @ d) < 1e-6 * abs(g @ d), (fd, g @ d)
+
+
+def _true(x):
+    return 1.0 + 0.25 * np.exp(-((x[:, 0] - 0.5) ** 2 + (x[:, 1] - 0.5) ** 2) / (2 * 0.12**2))
+
+
+def _ring_survey():
+    t = 2 * np.pi * np.arange(6) / 6
+    src = [hp.PointSource([0.5 + 0.4 * np.cos(a), 0.5 + 0.4 * np.sin(a)], width=0.06) for a in t]
+    tr = 2 * np.pi * (np.arange(18) + 0.5) / 18
+    rec = np.stack([0.5 + 0.4 * np.cos(tr), 0.5 + 0.4 * np.sin(tr)], axis=1)
+    return hp.Survey.synthetic(_true, BOX, src, rec, [1.0, 1.5], pml=hp.PML(0.4), h=1 / 40)
+
+
+def test_a_tiny_inversion_reduces_the_misfit_and_the_velocity_error():
+    survey = _ring_survey()
+    seen = []
+    r = fwi_function(survey, 1.0, domain=BOX, pml=hp.PML(0.3), bounds=(0.8, 1.6), max_iter=8,
+                     true=_true, callback=lambda info: seen.append(info) and False)
+    misfit = r.history["misfit"]
+    err = r.history["velocity_error"]
+    assert r.initial_error == pytest.approx(1.0)
+    assert misfit[-1] < 0.2 * misfit[0] and err[-1] < 0.6, (misfit, err)
+    assert [f[0] for f in r.history["frequencies"]][0] == 1.0 and r.history["frequencies"][-1] == [1.5]
+    assert len(seen) == len(misfit) and r.stopped == "max_iter in every group"
+    assert isinstance(r.velocity, hp.GridField) and np.all(r.velocity.values >= 0.8 - 1e-12)
+    np.testing.assert_allclose(r.velocity.values, r.medium.values ** -0.5, rtol=1e-12)
+
+
+def test_time_limit_and_callback_stop_it():
+    survey = _ring_survey()
+    r = fwi_function(survey, 1.0, domain=BOX, pml=hp.PML(0.3), bounds=(0.8, 1.6), max_iter=50,
+                     time_limit=1e-9)
+    assert r.stopped == "time_limit" and r.history["misfit"] == []
+    np.testing.assert_array_equal(r.velocity.values, 1.0)
+    r = fwi_function(survey, 1.0, domain=BOX, pml=hp.PML(0.3), bounds=(0.8, 1.6), max_iter=50,
+                     callback=lambda info: True)
+    assert r.stopped == "callback" and len(r.history["misfit"]) == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(bounds=(1.2, 2.0)), r"bounds \(1.2, 2.0\) exclude the initial model"),
+    (dict(initial=lambda x: 1 + x[:, 0]), "exclude the initial model"),
+    (dict(bounds=(1.5, 1.0)), r"bounds\[1\] \(v_max\) must be a finite number > 1.5"),
+    (dict(bounds=(0.0, 2.0)), r"bounds\[0\] \(v_min\) must be"),
+    (dict(bounds=1.0), "bounds must be"),
+    (dict(initial=-1.0), "initial must be"),
+    (dict(initial=lambda x: np.full(len(x), np.nan)), "initial must give finite velocities"),
+    (dict(frequencies=[1.0, 2.5]), "frequency 2.5 .* is not one of the survey's"),
+    (dict(max_iter=0), "max_iter must be an integer >= 1"),
+    (dict(time_limit=-1.0), "time_limit must be"),
+    (dict(regularization=float("nan")), "regularization must be"),
+    (dict(pml="0.3"), "pml must be a helmpinn.PML"),
+    (dict(survey=[1, 2]), "survey must be a helmpinn.Survey"),
+    (dict(domain=Box([0.0, 0.0], [0.5, 0.5])), "receiver .* lies in the PML"),
+    (dict(callback=3), "callback must be callable"),
+    (dict(true=lambda x: np.zeros(len(x))), "true must give finite velocities > 0"),
+])
+def test_bad_input_is_one_clear_error_before_any_solve(monkeypatch, change, message):
+    built = []
+    monkeypatch.setattr(FWIObjective, "__init__", lambda self, *a, **k: built.append(1))
+    kw = dict(survey=_random_survey(), initial=1.0, domain=BOX, pml=hp.PML(0.3), bounds=(0.8, 1.6))
+    kw.update(change)
+    survey, initial = kw.pop("survey"), kw.pop("initial")
+    with pytest.raises((ValueError, TypeError), match=message):
+        fwi_function(survey, initial, **kw)
+    assert built == []
