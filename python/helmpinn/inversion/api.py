@@ -3,7 +3,8 @@
 The method (docs/guide/inversion.md; the joint residual in :mod:`helmpinn.inversion.joint`, the
 step in :mod:`helmpinn.inversion.solver`): every wavefield (frequency f, source s) is a small
 Fourier-feature network, the medium ``m = 1/v²`` a cubic B-spline on a grid of spacing
-``λ_min / per_wavelength`` (``λ_min = v_min / f_max``, v_min the lower bound); the loss is the
+``λ_min / per_wavelength`` (``λ_min = v_min / f_max``, v_min the lower bound, or the initial
+model's least velocity without bounds); the loss is the
 PDE residual of every wavefield in the medium plus its data misfit plus the medium's gradient
 regularisation, minimised by Levenberg-Marquardt on all unknowns with the exact Jacobian
 (the wavefield reconstruction idea: the fields need not solve the PDE exactly in the current
@@ -20,7 +21,9 @@ wavefields start (``warm_start``):
   near 0 (its output layer scaled by 1e-3);
 - "previous": the network holds the whole field, started from the previous frequency's network
   of the same source (the first stage: fitted to the finite-difference field by ``fit_steps``
-  LM steps at its PDE points).
+  LM steps at its PDE points). Measured on the ring case (4 sources, frequencies 2 and 3, 10
+  steps each): "fd" 0.69, "previous" diverged (its fitted networks started with a 20 % data
+  misfit and a 25 % PDE residual).
 
 **Weights.** ``lambda_data`` weighs the data rows against the PDE rows (module docstring of
 :mod:`~helmpinn.inversion.joint`: both are relative to the data's root mean square ``u_f``, the PDE
@@ -31,6 +34,8 @@ are both normalised, so one value serves surveys of any amplitude and size.
 **Time.** ``time_limit`` (seconds, wall clock) is shared among the stages in proportion to their
 wavefield counts, the remainder of a stage that ended early passed on; ``max_steps`` caps the
 steps of a stage; a stage also ends when the loss fell by less than ``tol`` (relative) over a step.
+A step that starts before a stage's deadline runs to its end, so a run can exceed the limit by
+one step.
 """
 from __future__ import annotations
 
@@ -50,7 +55,7 @@ from ..problems import Problem, Sommerfeld
 from ..sources import PointSource
 from .joint import JointResiduals, WavefieldRows
 from .medium import SplineMedium
-from .result import Inversion
+from .result import STATUS, Inversion
 from .solver import ArrowheadLM
 
 __all__ = ["invert", "WARM_STARTS"]
@@ -358,9 +363,6 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
     backgrounds = {(fi, s): (field.axes, field.values) for fi, fields in run.backgrounds.items()
                    if fields is not None for s, field in enumerate(fields)}
     return Inversion(medium, c, run.freqs, run.spec, run.params, run.history, status=status,
-                     message=_STATUS_MESSAGES[status], initial_coefficients=c_init,
+                     message=STATUS[status], initial_coefficients=c_init,
                      true_velocity=true_nodes, data_fit=run.data_fit, backgrounds=backgrounds)
 
-
-_STATUS_MESSAGES = {0: "every stage converged or ran its steps", 1: "time limit reached",
-                    2: "a stage could not lower the loss at the largest damping"}

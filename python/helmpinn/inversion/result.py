@@ -27,8 +27,8 @@ FORMAT = "helmpinn-inversion"
 FORMAT_VERSION = 1
 #: ``status`` codes: 0 every stage ran its steps or converged, 1 the time limit ended it, 2 a
 #: step could not lower the loss at the largest damping.
-STATUS = {0: "converged or step limit reached in every stage", 1: "time limit reached",
-          2: "no step lowered the loss (damping at its maximum)"}
+STATUS = {0: "every stage converged or ran its steps", 1: "time limit reached",
+          2: "a stage could not lower the loss at the largest damping"}
 
 
 class Inversion:
@@ -39,7 +39,9 @@ class Inversion:
     ``(f_index, s_index) -> θ``), ``history`` (a list of dicts per step: "time", "stage",
     "frequency", "loss", "data_misfit" (‖u(x_r) − d‖/‖d‖ over the stage's wavefields),
     "pde_residual" (the root mean square of the scaled PDE rows), "velocity_error" when a true
-    model was given, "lam", "accepted"), ``success``, ``status``, ``message``,
+    model was given, "lam", "accepted"; a stage's first entry, before its first step, has
+    ``lam`` and ``accepted`` None), ``success`` (True for status 0 and 1: the run ended as
+    planned, whatever the error it reached), ``status`` (:data:`STATUS`), ``message``,
     ``initial_coefficients`` and ``true_velocity`` (node values or None) for the figure,
     ``data_fit`` [F] (the final relative data misfit per frequency).
     """
