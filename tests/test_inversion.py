@@ -160,6 +160,9 @@ def test_invert_runs_and_saves(tmp_path):
     assert np.array_equal(back.coefficients, inv.coefficients) and back.history == inv.history
     x = np.array([[0.3, 0.4], [0.7, 0.2]])
     assert np.array_equal(back.predict(0, 0, x), inv.predict(0, 0, x))
+    figure = inv.plot(tmp_path / "inv.png")
+    with open(figure, "rb") as fh:
+        assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
     (tmp_path / "bad.npz").write_bytes(b"not a file")
     with pytest.raises(ValueError, match="bad.npz"):
         hp.Inversion.load(tmp_path / "bad.npz")
