@@ -4,6 +4,7 @@ synthetic survey, start, bounds and velocity-error measure.
 
     python benchmarks/bench_inversion.py --case ring|crosswell --method fwi|pinn
         [--noise 0.01] [--time-limit S] [--seed 0] [--regularization A] [--json out.json]
+        [--figure out.png]
 
 Cases (:func:`make_case`; the anomalies are :func:`true_velocity`'s):
 
@@ -119,6 +120,35 @@ def velocity_error(velocity, case: dict, initial=None) -> float:
     return float(np.linalg.norm(values(velocity) - vt) / np.linalg.norm(vt - v0))
 
 
+def plot_case(case: dict, velocity, path: str, title: str = "") -> None:
+    """The true velocity, the recovered one and their difference on the unit square, the
+    sources (stars) and receivers (dots) marked, the error's region outlined by its mask."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = 101
+    x = case["domain"].grid(n)[0]
+    true = case["true"](x).reshape(n, n)
+    got = np.asarray(velocity(x) if callable(velocity) else np.full(len(x), velocity)).reshape(n, n)
+    inside = case["region"](x).reshape(n, n)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), constrained_layout=True)
+    lo, hi = float(np.min(true)), float(np.max(true))
+    panels = ((true, "true", "viridis", (lo, hi)), (got, "recovered", "viridis", (lo, hi)),
+              (np.where(inside, got - true, np.nan), "recovered − true (region)", "RdBu_r",
+               (-(hi - lo) / 2, (hi - lo) / 2)))
+    for ax, (field, name, cmap, (vmin, vmax)) in zip(axes, panels):
+        im = ax.imshow(field.T, origin="lower", extent=(0, 1, 0, 1), cmap=cmap, vmin=vmin, vmax=vmax)
+        src = np.array([s.position for s in case["survey"].sources])
+        ax.plot(*case["survey"].receivers.T, ".", color="k", ms=2)
+        ax.plot(*src.T, "*", color="r", ms=6)
+        ax.set_title(name, fontsize=10)
+        fig.colorbar(im, ax=ax, shrink=0.85)
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def regularization_rule(noise: float) -> float:
     """fwi's α from the data's relative noise level: ``max(10 noise², 1e-5)`` (measured on the
     ring case: noiseless 1e-5 / 1e-4 / 1e-3 gave velocity errors 0.071 / 0.074 / 0.083; with 1 %
@@ -181,6 +211,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-iter", type=int, default=50)
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--figure", default=None, help="write true / recovered / difference here (.png)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     case = make_case(args.case, noise=args.noise, seed=args.seed)
@@ -193,6 +224,10 @@ def main(argv=None) -> int:
            "history": {k: v for k, v in out["history"].items()}}
     print(f"{args.case} {args.method} noise={args.noise:g}: velocity error {err:.4f} after "
           f"{out['seconds']:.1f} s (data {t_data:.1f} s; {out.get('stopped', '')})")
+    if args.figure:
+        plot_case(case, out["velocity"], args.figure,
+                  f"{args.case}, {args.method}, noise {args.noise:g}: velocity error {err:.3f} "
+                  f"after {out['seconds']:.0f} s")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(row, fh, indent=1, default=float)

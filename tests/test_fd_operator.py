@@ -33,24 +33,21 @@ def test_one_factorisation_serves_many_sources_as_fd_solve_does():
 
 
 def test_a_new_kappa_changes_only_the_diagonal():
-    """The operator of one medium given another medium's κ is that medium's operator."""
+    """The operator of a homogeneous medium given another medium's κ is that medium's operator
+    (the same PML: its coefficients depend on the wavenumber and strength, given to both)."""
     src = hp.PointSource([0.3, 0.35], width=0.06)
-    op = FDOperator(_problem(velocity=1.0, source=src), 1 / 24)
-    other = _problem(source=src)
-    kappa = other.kappa_at(op.interior_points)
-    # the PML's coefficients depend on the problem's wavenumber: give both the same
-    same_pml = hp.Problem(BOX, kappa=other.kappa, pml=other.pml, wavenumber=other.wavenumber, source=src)
-    op2 = FDOperator(same_pml, 1 / 24)
-    assert (op2.matrix() != FDOperator(_problem(velocity=1.0, source=src), 1 / 24).matrix()).nnz > 0
-    op_same = FDOperator(hp.Problem(BOX, kappa=4 * np.pi**2 * 4, pml=other.pml,
-                                    wavenumber=other.wavenumber, source=src), 1 / 24)
-    np.testing.assert_array_equal(op_same.matrix(kappa).toarray(), op2.matrix().toarray())
-    np.testing.assert_array_equal(op_same.factorize(kappa).solve(op_same.rhs()),
-                                  op2.factorize().solve(op2.rhs()))
-    # a grid-shaped κ (walls ignored) and a number are accepted too
-    full = np.zeros(op.shape, complex)
+    bump = _problem(source=src)
+    pml = hp.PML(0.3, strength=bump.pml.strength)
+    homogeneous = hp.Problem(BOX, kappa=16 * np.pi**2, pml=pml, wavenumber=bump.wavenumber, source=src)
+    target = hp.Problem(BOX, kappa=bump.kappa, pml=pml, wavenumber=bump.wavenumber, source=src)
+    op, want = FDOperator(homogeneous, 1 / 24), FDOperator(target, 1 / 24)
+    kappa = target.kappa_at(op.interior_points)
+    assert (op.matrix() != want.matrix()).nnz > 0
+    np.testing.assert_array_equal(op.matrix(kappa).toarray(), want.matrix().toarray())
+    np.testing.assert_array_equal(op.factorize(kappa).solve(op.rhs()), want.factorize().solve(want.rhs()))
+    full = np.zeros(op.shape, complex)      # a grid-shaped κ: its wall values are not used
     full.ravel()[op.interior_nodes] = kappa
-    np.testing.assert_array_equal(op_same.matrix(full).toarray(), op2.matrix().toarray())
+    np.testing.assert_array_equal(op.matrix(full).toarray(), want.matrix().toarray())
     with pytest.raises(ValueError, match="kappa must be a number"):
         op.matrix(np.ones(7))
 

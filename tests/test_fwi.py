@@ -103,3 +103,24 @@ def test_bad_input_is_one_clear_error_before_any_solve(monkeypatch, change, mess
     with pytest.raises((ValueError, TypeError), match=message):
         fwi_function(survey, initial, **kw)
     assert built == []
+
+
+@pytest.mark.parametrize("d", [1, 3])
+def test_the_gradient_in_one_and_three_dimensions(d):
+    from helmpinn.geometry import Interval
+
+    rng = np.random.default_rng(d)
+    dom = Interval(0.0, 1.0) if d == 1 else Box(np.zeros(d), np.ones(d))
+    src = [hp.PointSource(np.full(d, 0.3), width=0.1), hp.PointSource(np.full(d, 0.7), width=0.1)]
+    rec = rng.uniform(0.1, 0.9, (5, d))
+    survey = hp.Survey(src, rec, [1.0], rng.normal(size=(1, 2, 5)) + 1j * rng.normal(size=(1, 2, 5)))
+    axes = _medium_axes(dom, 0.3)
+    m0 = 1 + 0.2 * rng.uniform(size=tuple(len(a) for a in axes))
+    obj = FWIObjective(survey, [1.0], domain=dom, pml=hp.PML(0.3), medium_axes=axes, m_initial=m0,
+                       h=1 / 8 if d == 3 else 1 / 40, regularization=1e-3, m_scale=1.0)
+    x = m0.ravel()
+    g = obj(x)[1]
+    direction = rng.normal(size=x.size)
+    eps = 1e-5
+    fd = (obj(x + eps * direction)[0] - obj(x - eps * direction)[0]) / (2 * eps)
+    assert abs(fd - g @ direction) < 1e-6 * abs(g @ direction)

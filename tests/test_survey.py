@@ -212,3 +212,45 @@ def test_synthetic_checks_everything_before_any_solve():
     assert calls == []
     with pytest.raises(ValueError, match="velocity must be"):
         hp.Survey.synthetic(-1.0, DOMAIN, src, [[0.3, 0.3]], [1.0], pml=hp.PML(0.3))
+
+
+def test_fuzz_survey_files_fail_only_with_a_value_error_naming_the_file(tmp_path):
+    """Survey.load on archives whose entries have random dtypes and shapes, missing or extra:
+    a Survey or a ValueError naming the file, nothing else."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    good = _arrays(_small())
+    kinds = st.sampled_from(["keep", "drop", "float", "complex", "int", "bool", "str", "empty",
+                             "scalar", "nan", "transpose"])
+
+    @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(changes=st.dictionaries(st.sampled_from(sorted(good)), kinds, max_size=3))
+    def check(changes):
+        arrays = dict(good)
+        for key, how in changes.items():
+            a = np.asarray(arrays[key])
+            arrays.pop(key) if how == "drop" else None
+            if how in ("float", "complex", "int", "bool"):
+                arrays[key] = np.ones(a.shape, {"float": float, "complex": complex, "int": int,
+                                                "bool": bool}[how])
+            elif how == "str":
+                arrays[key] = np.full(a.shape, "x")
+            elif how == "empty":
+                arrays[key] = np.zeros((0,) * max(a.ndim, 1))
+            elif how == "scalar":
+                arrays[key] = np.array(1.5)
+            elif how == "nan":
+                arrays[key] = np.full(a.shape, np.nan)
+            elif how == "transpose":
+                arrays[key] = a.T
+        path = tmp_path / "fuzz.npz"
+        _write(path, **arrays)
+        try:
+            s = hp.Survey.load(path)
+        except ValueError as exc:
+            assert str(path) in str(exc)
+        else:
+            assert np.all(np.isfinite(s.data)) and s.data.shape == (s.n_frequencies, s.n_sources, s.n_receivers)
+
+    check()

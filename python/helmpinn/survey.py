@@ -34,20 +34,21 @@ SYNTHETIC_NODES_PER_WAVELENGTH = 20
 class Survey:
     """Sources, receivers, frequencies and the complex data ``[F, S, R]`` they recorded.
 
+    Every argument is checked at once (:meth:`validate` without a domain): a ValueError or
+    TypeError names what is wrong, before anything else is done.
+
     Parameters
     ----------
-    sources : sequence of S :class:`~helmpinn.PointSource` or callables ``x [N, d] -> complex [N]``
+    sources : sequence of S :class:`~helmpinn.PointSource` or callables
+        The sources; a callable is ``x [N, d] -> complex [N]`` (the source term).
     receivers : array [R, d]
         The receivers' positions (length units).
     frequencies : array [F]
         In the problem's units: ``κ = (2πf/v)²``.
     data : complex array [F, S, R]
         ``data[f, s, r]``: source s's field at frequency f at receiver r.
-    weights : None or real array [F, S, R] >= 0
+    weights : None or real array [F, S, R], each >= 0
         A weight per datum in the misfit (e.g. 1/σ, σ its noise level; 0 leaves a datum out).
-
-    Every argument is checked at once (:meth:`validate` without a domain): a ValueError or
-    TypeError names what is wrong, before anything else is done.
     """
 
     def __init__(self, sources: Sequence[PointSource | Callable], receivers: ArrayLike,
@@ -322,7 +323,7 @@ def _array(name: str, value: Any, dtype, ndim: int) -> NDArray:
         arr = arr.reshape(1)
     if arr.ndim != ndim:
         raise ValueError(f"Survey: {name} must have {ndim} axes, got shape {list(arr.shape)}")
-    return np.ascontiguousarray(arr, dtype=dtype)
+    return np.array(arr, dtype=dtype, order="C", copy=True)   # the survey's own copy
 
 
 def _stored(arrays: dict, key: str, kinds: str, ndim: int) -> NDArray:

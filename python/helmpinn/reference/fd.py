@@ -22,7 +22,7 @@ a standing wave and a point source in a PML). With a PML of the default profile 
 coefficients have a kink at the layer's inner edge (σ″ jumps) and the convergence there falls to
 about second order; ``PML(width, power=4)`` keeps it fourth order. Sources must be resolved by the grid (a Gaussian of
 width s needs h well below s). Cost: one sparse LU of a matrix with N = Π (n_j + 1) rows and
-about 10d + 1 stored entries per row (:data:`DEFAULT_ORDERING`); measured on 2 shared cores,
+about 4d + 1 entries per row, factorised with :data:`DEFAULT_ORDERING`; measured on 2 shared cores,
 a 201² grid factorises in about 2 s and a 401² grid in about 35 s (0.9 GB), a 25³ grid in
 about 20 s and a 33³ grid in about 150 s (1.5 GB): the 3-D fill limits it to some 30–40 nodes
 a side. The memory is estimated before assembly and a grid beyond the available memory refused

@@ -11,7 +11,7 @@ in m than in v. The default spacing of the medium grid is a quarter of the short
 (the lower velocity bound over the highest frequency): the finest detail the data resolve is
 about half a wavelength.
 
-For a group of frequencies the misfit is
+For a group of frequencies the misfit is::
 
     J(m) = Σ_f (1/E_f) ½ Σ_{s,r} w_{fsr}² |P_r u_{fs}(m) − d_{fsr}|²  +  ½ α ⟨|L ∇(m/m₀)|²⟩,
 
@@ -21,8 +21,8 @@ interpolation to receiver r, ``E_f = ½ Σ |w d|²`` the frequency's data energy
 weighs the same), ``w`` the survey's weights (1 without), and the Tikhonov term the mean over
 the medium grid of the squared gradient of ``m/m₀`` (``m₀`` the mean initial m, L the box's
 size per axis): dimensionless, so that ``α = regularization`` compares directly with the
-relative squared data misfit (the rule: α about the squared relative noise level of the data
-times a few; measured in docs/guide/fwi.md).
+relative squared data misfit (the rule: ``α ≈ max(10 σ², 1e-5)`` for data of relative noise
+level σ, measured on the ring case of benchmarks/bench_inversion.py; docs/guide/fwi.md).
 
 Per frequency and medium the operator is assembled once (:class:`~helmpinn.reference.FDOperator`:
 only its diagonal changes with m) and factorised once; the same LU solves every source's
@@ -397,7 +397,7 @@ def _minimise(objective, x, box, max_iter, start, time_limit, callback, history,
                     "time": t, "velocity_error": err}
             if callback(info):
                 why["reason"] = "callback"
-                raise StopIteration
+                raise _Stop   # not StopIteration: SciPy before 1.11 would not catch that
 
     bounds = [box] * len(x)
     try:
