@@ -41,6 +41,7 @@ from . import receivers
 from . import defaults, drivers
 from .solving import Solution, solve
 from .survey import Survey
+from .inversion import Inversion, invert
 
 __all__ = [
     "Adam",
@@ -91,4 +92,6 @@ __all__ = [
     "Solution",
     "solve",
     "Survey",
+    "Inversion",
+    "invert",
 ]
