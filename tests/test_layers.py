@@ -42,7 +42,10 @@ FLOORS = {
     "rules": ["optim", "defaults"],
     "models and optimisers": ["model", "decomposition", "model_protocol", "lm", "gauss_newton"],
     "training": ["drivers", "memory", "dd_driver", "trainer"],
-    "interface": ["solving", "plots", "receivers", "reference", "reference.fwi", "", "cli", "__main__"],
+    "figures": ["plots"],
+    "inversion": ["reference", "reference.fwi", "inversion", "inversion.medium", "inversion.joint", "inversion.solver", "inversion.result",
+                  "inversion.api"],
+    "interface": ["solving", "receivers", "", "cli", "__main__"],
 }
 
 

@@ -47,11 +47,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from .. import _core
 from .._checks import integer, real_number
+from ..batch import Batch
 from ..geometry import Box
+from ..lm import CoreResiduals, LevenbergMarquardt
 from ..model import Model
 from ..pml import PML
 from ..problems import Problem, Sommerfeld
+from ..reference import FDOperator
 from ..sources import PointSource
 from .joint import JointResiduals, WavefieldRows
 from .medium import SplineMedium
@@ -69,8 +73,6 @@ POINTS_PER_PARAMETER = 4
 
 
 def _core_params(dim: int, network: Sequence[int]) -> int:
-    from .. import _core
-
     return int(_core.ModelSpec(dim, *network).num_params)
 
 
@@ -140,22 +142,15 @@ def _problem(domain, pml, f, medium, c, source, said: set, source_share=None,
 
 def _forward(problems: Sequence[Problem], h: float) -> list:
     """The finite-difference fields (callables x -> complex) of problems that differ only in
-    their source: one factorisation for all when :class:`helmpinn.reference.FDOperator` is there."""
-    from .. import reference
-
-    if hasattr(reference, "FDOperator"):
-        op = reference.FDOperator(problems[0], h)
-        lu = op.factorize()
-        fields = lu.solve(np.stack([op.rhs(p.source_at) for p in problems], axis=1))
-        return [op.solution(fields[:, j]) for j in range(len(problems))]
-    return [reference.fd_solve(p, h) for p in problems]
+    their source: one factorisation of :class:`helmpinn.reference.FDOperator` for all."""
+    op = FDOperator(problems[0], h)
+    lu = op.factorize()
+    fields = lu.solve(np.stack([op.rhs(p.source_at) for p in problems], axis=1))
+    return [op.solution(fields[:, j]) for j in range(len(problems))]
 
 
 def _fit(model: Model, x: NDArray, y: NDArray, steps: int) -> None:
     """Fit the network to the values y at the points x by ``steps`` LM steps (in place)."""
-    from ..batch import Batch
-    from ..lm import CoreResiduals, LevenbergMarquardt
-
     res = CoreResiduals(model.workspace(), Batch(x_data=x, y=y, dtype=np.float64))
     lm = LevenbergMarquardt(res, solver="primal", blas_threads=None, geodesic=False)
     for _ in range(int(steps)):

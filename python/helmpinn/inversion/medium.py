@@ -31,6 +31,7 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
 from .._checks import integer, real_number
+from ..media import GridField
 
 __all__ = ["SplineMedium"]
 
@@ -155,8 +156,6 @@ class SplineMedium:
         """A :class:`~helmpinn.GridField` of ``m`` (the same spline), or with ``velocity=True``
         of ``v = 1/sqrt(m)`` at the nodes (the spline through those node values: between the
         nodes it differs from ``1/sqrt(m(x))`` by the interpolation error), ``outside="nearest"``."""
-        from ..media import GridField
-
         m = self.node_values(c)
         values = 1.0 / np.sqrt(np.maximum(m, np.finfo(np.float64).tiny)) if velocity else m
         return GridField(values, self.lo, self.spacing, outside="nearest")

@@ -18,7 +18,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from .. import _core
 from .._files import write_atomic
+from ..media import GridField
 from ..model import Model
+from ..plots import _figure, save_figure
+from ..reference import FDSolution
 from .medium import SplineMedium
 
 __all__ = ["Inversion", "STATUS"]
@@ -99,8 +102,6 @@ class Inversion:
         u = self.model(f_index, s_index).predict(x)
         key = (int(f_index), int(s_index))
         if key in self.backgrounds:
-            from ..reference import FDSolution
-
             axes, values = self.backgrounds[key]
             h = np.array([a[1] - a[0] for a in axes])
             u = u + FDSolution(axes=axes, values=values, h=h, order=4)(np.asarray(x, np.float64))
@@ -181,13 +182,10 @@ class Inversion:
     def figure(self, n: int = 101):
         """A matplotlib Figure: the initial, recovered and (when known) true velocity on the
         medium's box, and the relative data misfit per frequency."""
-        from ..plots import _figure
-
         if self.medium.dim != 2:
             raise ValueError(f"Inversion.figure: draws 2-D media only, this one is {self.medium.dim}-D")
         panels = [("initial", self.initial_velocity), ("recovered", self.velocity)]
         if self.true_velocity is not None:
-            from ..media import GridField
             panels.append(("true", GridField(self.true_velocity, self.medium.lo, self.medium.spacing,
                                              outside="nearest")))
         fig, axes = _figure(1, len(panels) + 1, figsize=(4.2 * (len(panels) + 1), 3.6))
@@ -210,6 +208,4 @@ class Inversion:
 
     def plot(self, path: str | os.PathLike, n: int = 101) -> str:
         """Write :meth:`figure` as a PNG (atomically); returns the path."""
-        from ..plots import save_figure
-
         return save_figure(self.figure(n), path)
