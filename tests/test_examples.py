@@ -52,6 +52,7 @@ SCRIPTS = {
     "scattering.py": r"relative L2 error \d\.\d\de[-+]\d\d after 20 Adam steps",
     "levenberg_marquardt.py": r"relative L2 error \d\.\d\de[-+]\d\d after 3 iterations",
     "fit_data_1d.py": r"relative L2 error \d\.\d\de[-+]\d\d after 50 steps",
+    "inversion.py": r"velocity error \d\.\d\d\d after 2 steps",
 }
 
 

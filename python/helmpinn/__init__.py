@@ -40,6 +40,7 @@ from . import receivers
 from . import defaults, drivers
 from .solving import Solution, solve
 from .survey import Survey
+from .inversion import Inversion, invert
 
 __all__ = [
     "Adam",
@@ -90,4 +91,6 @@ __all__ = [
     "Solution",
     "solve",
     "Survey",
+    "Inversion",
+    "invert",
 ]

@@ -1,0 +1,366 @@
+"""``helmpinn.invert``: the medium from receiver data, wavefields and medium together.
+
+The method (docs/guide/inversion.md; the joint residual in :mod:`helmpinn.inversion.joint`, the
+step in :mod:`helmpinn.inversion.solver`): every wavefield (frequency f, source s) is a small
+Fourier-feature network, the medium ``m = 1/v²`` a cubic B-spline on a grid of spacing
+``λ_min / per_wavelength`` (``λ_min = v_min / f_max``, v_min the lower bound); the loss is the
+PDE residual of every wavefield in the medium plus its data misfit plus the medium's gradient
+regularisation, minimised by Levenberg-Marquardt on all unknowns with the exact Jacobian
+(the wavefield reconstruction idea: the fields need not solve the PDE exactly in the current
+medium while the medium is wrong).
+
+**Frequency continuation.** One stage per frequency, lowest first; a stage's unknowns are its
+frequency's wavefields and the medium (carried over from stage to stage). How a stage's
+wavefields start (``warm_start``):
+
+- "fd" (default): the scattered-field form of :mod:`~helmpinn.inversion.joint`. The forward
+  solution ``u₀`` in the stage's starting medium is computed by finite differences (one
+  :class:`~helmpinn.reference.FDOperator` factorisation per stage for all sources, grid spacing
+  ``λ/12`` or half the narrowest source width), and each network holds ``u − u₀``, starting
+  near 0 (its output layer scaled by 1e-3);
+- "previous": the network holds the whole field, started from the previous frequency's network
+  of the same source (the first stage: fitted to the finite-difference field by ``fit_steps``
+  LM steps at its PDE points).
+
+**Weights.** ``lambda_data`` weighs the data rows against the PDE rows (module docstring of
+:mod:`~helmpinn.inversion.joint`: both are relative to the data's root mean square ``u_f``, the PDE
+rows further divided by ``k_f²``); ``regularization`` is β in ``β L²/|box| ∫ |∇m/m_ref|²``
+(m_ref the initial medium's mean): the rule is a fixed β relative to the data and PDE terms, which
+are both normalised, so one value serves surveys of any amplitude and size.
+
+**Time.** ``time_limit`` (seconds, wall clock) is shared among the stages in proportion to their
+wavefield counts, the remainder of a stage that ended early passed on; ``max_steps`` caps the
+steps of a stage; a stage also ends when the loss fell by less than ``tol`` (relative) over a step.
+"""
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._checks import integer, real_number
+from ..geometry import Box
+from ..model import Model
+from ..pml import PML
+from ..problems import Problem, Sommerfeld
+from ..sources import PointSource
+from .joint import JointResiduals, WavefieldRows
+from .medium import SplineMedium
+from .result import Inversion
+from .solver import ArrowheadLM
+
+__all__ = ["invert", "WARM_STARTS"]
+
+WARM_STARTS = ("fd", "previous")
+#: Default PDE points per wavefield: at least this many per network parameter. With about as
+#: many points as parameters a network fits the data between the points at little PDE cost and
+#: the medium barely moves (measured on the ring case: one Gauss-Newton step from the start took
+#: the velocity error to 0.98 with 1.1 points a parameter, 0.74 with 4).
+POINTS_PER_PARAMETER = 4
+
+
+def _core_params(dim: int, network: Sequence[int]) -> int:
+    from .. import _core
+
+    return int(_core.ModelSpec(dim, *network).num_params)
+
+
+def _check_survey(survey: Any, domain: Box, pml: PML | None) -> None:
+    for name in ("sources", "receivers", "frequencies", "data"):
+        if not hasattr(survey, name):
+            raise TypeError(f"invert: survey must be a helmpinn.Survey (no attribute {name!r})")
+    if callable(getattr(survey, "validate", None)):
+        survey.validate(domain=domain, pml=pml)
+    F, S, R = len(survey.frequencies), len(survey.sources), len(survey.receivers)
+    data = np.asarray(survey.data)
+    if F == 0 or S == 0 or R == 0 or data.shape != (F, S, R) or not np.all(np.isfinite(data)):
+        raise ValueError(f"invert: survey: need data [F, S, R] = [{F}, {S}, {R}] of finite values, "
+                         f"at least one of each, got shape {data.shape}")
+
+
+def _velocity(where: str, v: Any) -> Callable:
+    if callable(v):
+        return v
+    value = real_number("invert", where, v, low=0.0)
+    return lambda x: np.full(len(x), value)
+
+
+def _region(survey: Any, domain: Box, n: int = 81) -> NDArray[np.float64]:
+    """Points of a regular grid over the domain inside the convex hull of the sources and
+    receivers (the region the survey illuminates), where the velocity error is measured."""
+    from scipy.spatial import Delaunay
+
+    pos = [np.asarray(s.position) for s in survey.sources if isinstance(s, PointSource)]
+    hull = np.concatenate([np.asarray(survey.receivers, np.float64), np.reshape(pos, (-1, domain.dim))])
+    xs = [np.linspace(a, b, n) for a, b in zip(domain.lo, domain.hi)]
+    pts = np.stack([g.ravel() for g in np.meshgrid(*xs, indexing="ij")], axis=1)
+    try:
+        inside = Delaunay(hull).find_simplex(pts) >= 0
+    except Exception:   # a degenerate hull (collinear positions): the whole domain
+        inside = np.ones(len(pts), bool)
+    return pts[inside]
+
+
+def velocity_error(v: Callable, true: Callable, initial: Callable, x: NDArray) -> float:
+    """``‖v − v_true‖ / ‖v_true − v_init‖`` over the points x."""
+    t = np.asarray(true(x), np.float64)
+    return float(np.linalg.norm(np.asarray(v(x)) - t) / max(np.linalg.norm(t - np.asarray(initial(x))), 1e-300))
+
+
+def _problem(domain, pml, f, medium, c, source, said: set, source_share=None,
+             pml_share=None) -> Problem:
+    """The Problem of one wavefield in the medium ``m(c)`` (κ = ω² m exactly, the spline); its
+    UserWarnings (a source near the PML) are collected in ``said`` and given once by
+    :func:`invert`; ``said=None`` drops them (the scattered-field form, whose networks do not
+    hold the source's near field)."""
+    omega2 = (2 * math.pi * f) ** 2
+    kappa = lambda x: omega2 * medium.values(c, x)   # noqa: E731
+    kw: dict[str, Any] = {"pml": pml} if pml is not None else {}
+    if pml is None:
+        kw["bcs"] = {"*": Sommerfeld(lambda x: np.sqrt(np.maximum(kappa(x), 0.0)))}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        problem = Problem(domain, kappa=kappa, source=source, source_share=source_share,
+                          pml_share=pml_share if pml is not None else None, **kw)
+    for w in caught if said is not None else ():
+        if str(w.message) not in said:
+            said.add(str(w.message))
+            warnings.warn(str(w.message), w.category, stacklevel=4)
+    return problem
+
+
+def _forward(problems: Sequence[Problem], h: float) -> list:
+    """The finite-difference fields (callables x -> complex) of problems that differ only in
+    their source: one factorisation for all when :class:`helmpinn.reference.FDOperator` is there."""
+    from .. import reference
+
+    if hasattr(reference, "FDOperator"):
+        op = reference.FDOperator(problems[0], h)
+        lu = op.factorize()
+        fields = lu.solve(np.stack([op.rhs(p.source_at) for p in problems], axis=1))
+        return [op.solution(fields[:, j]) for j in range(len(problems))]
+    return [reference.fd_solve(p, h) for p in problems]
+
+
+def _fit(model: Model, x: NDArray, y: NDArray, steps: int) -> None:
+    """Fit the network to the values y at the points x by ``steps`` LM steps (in place)."""
+    from ..batch import Batch
+    from ..lm import CoreResiduals, LevenbergMarquardt
+
+    res = CoreResiduals(model.workspace(), Batch(x_data=x, y=y, dtype=np.float64))
+    lm = LevenbergMarquardt(res, solver="primal", blas_threads=None, geodesic=False)
+    for _ in range(int(steps)):
+        lm.step(model.params)
+
+
+class _Run:
+    """The state of one :func:`invert` call shared by its stages."""
+
+    def __init__(self, survey, domain, pml, options: dict[str, Any]):
+        self.survey, self.domain, self.pml, self.o = survey, domain, pml, options
+        self.freqs = np.asarray(survey.frequencies, np.float64)
+        self.data = np.asarray(survey.data, np.complex128)
+        self.receivers = np.ascontiguousarray(np.asarray(survey.receivers, np.float64))
+        w = getattr(survey, "weights", None)
+        w = np.ones(self.data.shape) if w is None else np.asarray(w, np.float64)
+        self.weights = w / max(float(np.mean(w)), 1e-300)
+        self.rng = np.random.default_rng(options["seed"])
+        self.history: list[dict[str, Any]] = []
+        self.params: dict[tuple[int, int], NDArray] = {}
+        self.data_fit = np.full(len(self.freqs), np.nan)
+        self.said: set = set()
+        self.backgrounds: dict[int, list | None] = {}
+        self.spec = None
+
+    def record(self, stage: int, fi: int, joint: JointResiduals, thetas, c, info, t0) -> None:
+        ws = joint.workspace
+        num = den = 0.0
+        for s, (w, theta) in enumerate(zip(joint.rows, thetas)):
+            u = ws.forward(theta, self.receivers, 0)
+            num += float(np.sum(np.abs(u[:, 0] + 1j * u[:, 1] - w.target) ** 2))
+            den += float(np.sum(np.abs(self.data[fi, s]) ** 2))
+        terms = joint.terms(thetas, c)
+        entry = {"time": time.perf_counter() - t0, "stage": stage, "frequency": float(self.freqs[fi]),
+                 "loss": terms["total"], "data_misfit": math.sqrt(num / max(den, 1e-300)),
+                 "pde_residual": math.sqrt(terms["pde"]), "lam": None if info is None else info.lam,
+                 "accepted": None if info is None else info.accepted}
+        if self.o["true"] is not None:
+            entry["velocity_error"] = velocity_error(
+                joint.medium.gridfield(c, velocity=True), self.o["true"], self.o["initial"], self.o["region"])
+        self.history.append(entry)
+        self.data_fit[fi] = entry["data_misfit"]
+        if self.o["callback"] is not None:
+            self.o["callback"](dict(entry))
+
+    def wavefields(self, fi: int, medium: SplineMedium, c: NDArray, previous: list | None):
+        """The stage's rows, starting networks and backgrounds (module docstring, warm starts)."""
+        o, f = self.o, float(self.freqs[fi])
+        u_f = math.sqrt(float(np.mean(np.abs(self.data[fi]) ** 2))) or 1.0
+        S = len(self.survey.sources)
+        wavelength = o["v_min"] / f
+        area = float(np.prod(np.asarray(self.domain.hi) - np.asarray(self.domain.lo)
+                             + (2 * self.pml.width if self.pml is not None else 0.0)))
+        P = _core_params(self.domain.dim, o["network"])
+        n_pde = o["pde_points"] or int(max(POINTS_PER_PARAMETER * P, 36 * area / wavelength ** 2))
+        n_bc = o["boundary_points"] or int(max(64, 32 * math.sqrt(area) / wavelength))
+        scattered = o["warm_start"] == "fd"
+        problems = [_problem(self.domain, self.pml, f, medium, c, source, None if scattered else self.said,
+                             0.0 if scattered else None, o["pml_share"]) for source in self.survey.sources]
+        widths = [s.width for s in self.survey.sources if isinstance(s, PointSource) and s.width]
+        h = min([wavelength / 12] + [w / 2 for w in widths])
+        fields = _forward(problems, h) if scattered or previous is None else [None] * S
+        rows, thetas = [], []
+        for s, (problem, field) in enumerate(zip(problems, fields)):
+            w = WavefieldRows(problem, medium, (2 * math.pi * f) ** 2, self.receivers, self.data[fi, s],
+                              self.weights[fi, s], pde_points=n_pde, boundary_points=n_bc,
+                              lambda_data=o["lambda_data"], scale=1.0 / (u_f * math.sqrt(S)), rng=self.rng,
+                              background=field if scattered else None, background_medium=c)
+            model = Model.create(self.domain.dim, *o["network"], dtype="float64",
+                                 seed=o["seed"] + 1000 * fi + s, problem=problem)
+            if scattered:   # u_s starts near 0: the output layer scaled down
+                last = max(int(k[1:]) for k in model.views if k.startswith("W"))
+                model.views[f"W{last}"][:] *= 1e-3
+                model.views[f"b{last}"][:] *= 1e-3
+            elif previous is not None:
+                model.params[:] = previous[s]
+            else:
+                _fit(model, w.x_pde, field(w.x_pde), o["fit_steps"])
+            rows.append(w)
+            thetas.append(np.array(model.params, copy=True))
+            self.spec = model.spec
+        self.backgrounds[fi] = fields if scattered else None
+        return rows, thetas
+
+
+def _stage(run: _Run, stage: int, fi: int, medium, c, reg, m_bounds, deadline, t0, previous):
+    """One frequency's stage; returns ``(c, thetas, status)``."""
+    o = run.o
+    rows, thetas = run.wavefields(fi, medium, c, previous)
+    joint = JointResiduals(rows, run.spec, medium, reg)
+    lm = ArrowheadLM(joint, bounds=m_bounds, varpro=o["varpro"])
+    run.record(stage, fi, joint, thetas, c, None, t0)
+    status = 0
+    loss = run.history[-1]["loss"]
+    for _ in range(o["max_steps"]):
+        if time.perf_counter() >= deadline:
+            status = 1
+            break
+        info, c = lm.step(thetas, c)
+        run.record(stage, fi, joint, thetas, c, info, t0)
+        if not info.accepted:
+            if lm.lam >= lm.lam_max:
+                status = 2
+                break
+            continue
+        if loss - info.loss < o["tol"] * loss:
+            break
+        loss = info.loss
+    for s, theta in enumerate(thetas):
+        run.params[(fi, s)] = theta
+    return c, thetas, status
+
+
+def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
+           bounds: tuple[float, float] | None = None, true: Any = None, time_limit: float = 300.0,
+           network: Sequence[int] = (12, 16, 2), pde_points: int | None = None,
+           boundary_points: int | None = None, per_wavelength: float = 4.0, lambda_data: float = 1.0,
+           regularization: float = 1e-4, max_steps: int = 50, tol: float = 1e-4,
+           pml_share: float | None = 0.25, varpro: bool = False,
+           warm_start: str = "fd", fit_steps: int = 10, seed: int = 0,
+           callback: Callable[[dict], None] | None = None) -> Inversion:
+    """The medium from a survey's data: wavefields and velocity together (module docstring).
+
+    ``survey``: a :class:`helmpinn.Survey`; ``initial``: the starting velocity (a number or a
+    callable such as a GridField); ``domain``: the physical box; ``pml``: a PML around it (None:
+    first-order absorbing conditions on the box); ``bounds``: ``(v_min, v_max)``, imposed by
+    projection (:mod:`helmpinn.inversion.solver`); ``true``: the true velocity, for the history's
+    velocity error ``‖v − v_true‖/‖v_true − v_init‖`` inside the hull of the sources and
+    receivers; ``network``: (ff_dim, hidden_dim, hidden layers) of every wavefield's network;
+    ``pde_points`` / ``boundary_points`` per wavefield (default: 6 per wavelength along each
+    axis over the box and its layer, at least :data:`POINTS_PER_PARAMETER` per network
+    parameter; and 8 per wavelength on its outer boundary, at least 64); ``lambda_data``,
+    ``regularization``: the weights of the module docstring; ``warm_start``: "fd" (the
+    scattered-field form on a forward solve) or "previous"; ``fit_steps``: LM steps of a
+    network's fit to the forward solution where one is fitted ("previous", first stage);
+    ``pml_share``: the share of the PDE points in the PML (None: by its area; the scattered
+    field decays there); ``callback``: called with each history entry.
+    Bad arguments raise TypeError/ValueError before any work.
+    """
+    if not isinstance(domain, Box):
+        raise TypeError(f"invert: domain must be a helmpinn.geometry.Box, got {type(domain).__name__}")
+    if pml is not None and not isinstance(pml, PML):
+        raise TypeError(f"invert: pml must be a helmpinn.PML or None, got {type(pml).__name__}")
+    _check_survey(survey, domain, pml)
+    if warm_start not in WARM_STARTS:
+        raise ValueError(f"invert: warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
+    network = tuple(integer("invert", "network", n, low=1) for n in network)
+    if len(network) != 3:
+        raise ValueError(f"invert: network must be (ff_dim, hidden_dim, hidden_layers), got {network}")
+    v0 = _velocity("initial", initial)
+    options = dict(
+        time_limit=real_number("invert", "time_limit", time_limit, low=0.0),
+        lambda_data=real_number("invert", "lambda_data", lambda_data, low=0.0),
+        regularization=real_number("invert", "regularization", regularization, low=0.0, low_open=False),
+        per_wavelength=real_number("invert", "per_wavelength", per_wavelength, low=0.0),
+        tol=real_number("invert", "tol", tol, low=0.0, low_open=False),
+        max_steps=integer("invert", "max_steps", max_steps, low=0),
+        fit_steps=integer("invert", "fit_steps", fit_steps, low=0),
+        pde_points=None if pde_points is None else integer("invert", "pde_points", pde_points, low=1),
+        boundary_points=None if boundary_points is None else integer("invert", "boundary_points",
+                                                                     boundary_points, low=1),
+        network=network, seed=integer("invert", "seed", seed), callback=callback, varpro=bool(varpro),
+        pml_share=None if pml_share is None else real_number("invert", "pml_share", pml_share, low=0.0,
+                                                             low_open=False, high=1.0),
+        initial=v0, true=None if true is None else _velocity("true", true), warm_start=warm_start)
+    probe = domain.sample_interior(4096, np.random.default_rng(0))
+    v_probe = np.asarray(v0(probe), np.float64)
+    if v_probe.shape != (len(probe),) or not np.all(np.isfinite(v_probe) & (v_probe > 0)):
+        raise ValueError("invert: initial must give finite velocities > 0 at the domain's points")
+    if bounds is not None:
+        lo_v = real_number("invert", "bounds[0]", bounds[0], low=0.0)
+        hi_v = real_number("invert", "bounds[1]", bounds[1], low=lo_v)
+        if v_probe.min() < lo_v or v_probe.max() > hi_v:
+            raise ValueError(f"invert: bounds ({lo_v:g}, {hi_v:g}) exclude the initial model (its "
+                             f"velocities span {v_probe.min():.6g} .. {v_probe.max():.6g})")
+        m_bounds = (1.0 / hi_v ** 2, 1.0 / lo_v ** 2)
+    else:
+        lo_v, m_bounds = float(v_probe.min()), None
+    options["v_min"] = lo_v
+    medium = SplineMedium.for_wavelength(domain.lo, domain.hi, lo_v / float(np.max(survey.frequencies)),
+                                         options["per_wavelength"])
+    c = medium.fit(lambda x: 1.0 / np.asarray(v0(x), np.float64) ** 2)
+    c = c if m_bounds is None else np.clip(c, *m_bounds)
+    c_init = c.copy()
+    reg = None
+    if options["regularization"] > 0:
+        reg = math.sqrt(options["regularization"]) * medium.gradient_rows(float(np.mean(c)))
+    run = _Run(survey, domain, pml, options)
+    if true is not None:
+        options["region"] = _region(survey, domain)
+        options["initial"] = medium.gridfield(c_init, velocity=True)
+    t0 = time.perf_counter()
+    order = np.argsort(run.freqs, kind="stable")
+    status, previous = 0, None
+    for stage, fi in enumerate(order):
+        remaining = options["time_limit"] - (time.perf_counter() - t0)
+        deadline = t0 + options["time_limit"] - remaining * (len(order) - stage - 1) / (len(order) - stage)
+        c, thetas, st = _stage(run, stage, int(fi), medium, c, reg, m_bounds, deadline, t0,
+                               previous if warm_start == "previous" else None)
+        previous = thetas
+        status = max(status, st)
+    true_nodes = None
+    if true is not None:
+        true_nodes = np.asarray(options["true"](medium.node_points()), np.float64).reshape(medium.shape)
+    backgrounds = {(fi, s): (field.axes, field.values) for fi, fields in run.backgrounds.items()
+                   if fields is not None for s, field in enumerate(fields)}
+    return Inversion(medium, c, run.freqs, run.spec, run.params, run.history, status=status,
+                     message=_STATUS_MESSAGES[status], initial_coefficients=c_init,
+                     true_velocity=true_nodes, data_fit=run.data_fit, backgrounds=backgrounds)
+
+
+_STATUS_MESSAGES = {0: "every stage converged or ran its steps", 1: "time limit reached",
+                    2: "a stage could not lower the loss at the largest damping"}

@@ -1,0 +1,213 @@
+"""The result of :func:`helmpinn.invert`: :class:`Inversion`.
+
+It holds the recovered medium (the spline's coefficients and grid), every wavefield's network,
+the per-step history and the outcome in the manner of ``scipy.optimize.OptimizeResult``
+(``success``, ``status``, ``message``). :meth:`Inversion.save` writes one ``.npz`` (arrays and
+a JSON header, no pickle) atomically; :meth:`Inversion.load` checks what it reads and raises
+ValueError naming the file and the problem.
+"""
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from .. import _core
+from .._files import write_atomic
+from ..model import Model
+from .medium import SplineMedium
+
+__all__ = ["Inversion", "STATUS"]
+
+FORMAT = "helmpinn-inversion"
+FORMAT_VERSION = 1
+#: ``status`` codes: 0 every stage ran its steps or converged, 1 the time limit ended it, 2 a
+#: step could not lower the loss at the largest damping.
+STATUS = {0: "converged or step limit reached in every stage", 1: "time limit reached",
+          2: "no step lowered the loss (damping at its maximum)"}
+
+
+class Inversion:
+    """A finished inversion (module docstring).
+
+    Attributes: ``medium`` (:class:`~helmpinn.inversion.medium.SplineMedium`), ``coefficients``
+    (of ``m = 1/v²``), ``frequencies`` [F], ``spec`` (the networks' ModelSpec), ``params`` (a dict
+    ``(f_index, s_index) -> θ``), ``history`` (a list of dicts per step: "time", "stage",
+    "frequency", "loss", "data_misfit" (‖u(x_r) − d‖/‖d‖ over the stage's wavefields),
+    "pde_residual" (the root mean square of the scaled PDE rows), "velocity_error" when a true
+    model was given, "lam", "accepted"), ``success``, ``status``, ``message``,
+    ``initial_coefficients`` and ``true_velocity`` (node values or None) for the figure,
+    ``data_fit`` [F] (the final relative data misfit per frequency).
+    """
+
+    def __init__(self, medium: SplineMedium, coefficients: NDArray, frequencies: NDArray, spec: Any,
+                 params: Mapping[tuple[int, int], NDArray], history: Sequence[Mapping[str, Any]], *,
+                 status: int, message: str, initial_coefficients: NDArray,
+                 true_velocity: NDArray | None = None, data_fit: NDArray | None = None,
+                 backgrounds: Mapping[tuple[int, int], tuple[Sequence[NDArray], NDArray]] | None = None):
+        self.medium = medium
+        self.coefficients = np.asarray(coefficients, np.float64)
+        self.frequencies = np.asarray(frequencies, np.float64)
+        self.spec = spec
+        self.params = {(int(f), int(s)): np.asarray(p, np.float64) for (f, s), p in params.items()}
+        self.history = [dict(h) for h in history]
+        self.status, self.message = int(status), str(message)
+        self.success = self.status == 0 or self.status == 1
+        self.initial_coefficients = np.asarray(initial_coefficients, np.float64)
+        self.true_velocity = None if true_velocity is None else np.asarray(true_velocity, np.float64)
+        self.backgrounds = {(int(f), int(s)): ([np.asarray(a, np.float64) for a in axes],
+                                                np.asarray(v, np.complex128))
+                            for (f, s), (axes, v) in (backgrounds or {}).items()}
+        self.data_fit = (np.full(len(self.frequencies), np.nan) if data_fit is None
+                         else np.asarray(data_fit, np.float64))
+
+    def __repr__(self) -> str:
+        last = self.history[-1] if self.history else {}
+        err = last.get("velocity_error")
+        return (f"Inversion(success={self.success}, status={self.status}, message={self.message!r}, "
+                f"steps={len(self.history)}, medium={self.medium.shape}"
+                + (f", velocity_error={err:.3g}" if err is not None else "") + ")")
+
+    @property
+    def velocity(self):
+        """The recovered velocity, a :class:`~helmpinn.GridField` through ``1/sqrt(m)`` at the
+        medium's nodes (``outside="nearest"``)."""
+        return self.medium.gridfield(self.coefficients, velocity=True)
+
+    @property
+    def initial_velocity(self):
+        return self.medium.gridfield(self.initial_coefficients, velocity=True)
+
+    def model(self, f_index: int, s_index: int) -> Model:
+        """The network of wavefield (frequency ``f_index``, source ``s_index``)."""
+        key = (int(f_index), int(s_index))
+        if key not in self.params:
+            raise ValueError(f"Inversion: no wavefield for frequency index {f_index} and source index "
+                             f"{s_index}; have {sorted(self.params)}")
+        return Model(self.spec, self.params[key].copy())
+
+    def predict(self, f_index: int, s_index: int, x: ArrayLike) -> NDArray[np.complex128]:
+        """The wavefield u(x) of frequency ``f_index``, source ``s_index`` (complex [N]): the
+        network's, plus its background u₀ (the finite-difference field it was the scattered
+        field of, cubic-spline interpolated) in the scattered-field form."""
+        u = self.model(f_index, s_index).predict(x)
+        key = (int(f_index), int(s_index))
+        if key in self.backgrounds:
+            from ..reference import FDSolution
+
+            axes, values = self.backgrounds[key]
+            h = np.array([a[1] - a[0] for a in axes])
+            u = u + FDSolution(axes=axes, values=values, h=h, order=4)(np.asarray(x, np.float64))
+        return u
+
+    # -- files ----------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> str:
+        """Write everything to one ``.npz`` atomically (no pickle); returns the path."""
+        keys = sorted(self.params)
+        header = {"format": FORMAT, "version": FORMAT_VERSION, "status": self.status,
+                  "message": self.message, "history": self.history, "keys": keys,
+                  "spec": [self.spec.in_dim, self.spec.ff_dim, self.spec.hidden_dim,
+                           self.spec.num_hidden_layers],
+                  "lo": self.medium.lo.tolist(), "hi": self.medium.hi.tolist(),
+                  "shape": list(self.medium.shape)}
+        arrays = {"header": np.array(json.dumps(header)), "coefficients": self.coefficients,
+                  "initial_coefficients": self.initial_coefficients, "frequencies": self.frequencies,
+                  "data_fit": self.data_fit,
+                  "params": np.stack([self.params[k] for k in keys]) if keys else np.zeros((0, 0))}
+        if self.true_velocity is not None:
+            arrays["true_velocity"] = self.true_velocity
+        header["backgrounds"] = sorted(self.backgrounds)
+        arrays["header"] = np.array(json.dumps(header))
+        for n, key in enumerate(header["backgrounds"]):
+            axes, values = self.backgrounds[key]
+            arrays[f"background{n}"] = values
+            for j, a in enumerate(axes):
+                arrays[f"background{n}_axis{j}"] = a
+        return write_atomic(path, lambda fh: np.savez(fh, **arrays))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Inversion":
+        """Read a file written by :meth:`save`; ValueError naming the file when it is not one."""
+        path = os.fspath(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+            header = json.loads(str(arrays["header"][()]))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"Inversion.load: no such file {path!r}") from None
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+            raise ValueError(f"Inversion.load: {path!r} is not a readable inversion file ({e})") from None
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise ValueError(f"Inversion.load: {path!r} is not a helmpinn inversion file")
+        if header.get("version") != FORMAT_VERSION:
+            raise ValueError(f"Inversion.load: {path!r} has format version {header.get('version')!r}, "
+                             f"this helmpinn reads {FORMAT_VERSION}")
+        try:
+            medium = SplineMedium(header["lo"], header["hi"], header["shape"])
+            spec = _core.ModelSpec(*[int(v) for v in header["spec"]])
+            keys = [tuple(int(v) for v in k) for k in header["keys"]]
+            params = arrays["params"]
+            if params.shape != (len(keys), spec.num_params) and keys:
+                raise ValueError(f"params of shape {params.shape}, expected ({len(keys)}, {spec.num_params})")
+            coef = arrays["coefficients"]
+            if coef.shape != (medium.size,) or arrays["initial_coefficients"].shape != (medium.size,):
+                raise ValueError(f"coefficients of shape {coef.shape}, expected ({medium.size},)")
+            for name in ("coefficients", "initial_coefficients", "params"):
+                if not np.all(np.isfinite(arrays[name])):
+                    raise ValueError(f"{name} holds values that are not finite")
+            backgrounds = {}
+            for n, key in enumerate(header.get("backgrounds", [])):
+                axes = [arrays[f"background{n}_axis{j}"] for j in range(medium.dim)]
+                values = arrays[f"background{n}"]
+                if values.shape != tuple(len(a) for a in axes) or not np.all(np.isfinite(values)):
+                    raise ValueError(f"background {n} of shape {values.shape} does not match its axes")
+                backgrounds[(int(key[0]), int(key[1]))] = (axes, values)
+            return cls(medium, coef, arrays["frequencies"], spec,
+                       {k: params[i] for i, k in enumerate(keys)}, header["history"],
+                       status=header["status"], message=header["message"],
+                       initial_coefficients=arrays["initial_coefficients"],
+                       true_velocity=arrays.get("true_velocity"), data_fit=arrays["data_fit"],
+                       backgrounds=backgrounds)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"Inversion.load: {path!r}: {e}") from None
+
+    # -- figures ----------------------------------------------------------------------------------
+    def figure(self, n: int = 101):
+        """A matplotlib Figure: the initial, recovered and (when known) true velocity on the
+        medium's box, and the relative data misfit per frequency."""
+        from ..plots import _figure
+
+        if self.medium.dim != 2:
+            raise ValueError(f"Inversion.figure: draws 2-D media only, this one is {self.medium.dim}-D")
+        panels = [("initial", self.initial_velocity), ("recovered", self.velocity)]
+        if self.true_velocity is not None:
+            from ..media import GridField
+            panels.append(("true", GridField(self.true_velocity, self.medium.lo, self.medium.spacing,
+                                             outside="nearest")))
+        fig, axes = _figure(1, len(panels) + 1, figsize=(4.2 * (len(panels) + 1), 3.6))
+        xs = [np.linspace(a, b, n) for a, b in zip(self.medium.lo, self.medium.hi)]
+        pts = np.stack([g.ravel() for g in np.meshgrid(*xs, indexing="ij")], axis=1)
+        values = [field(pts).reshape(n, n) for _, field in panels]
+        vmin, vmax = min(float(v.min()) for v in values), max(float(v.max()) for v in values)
+        extent = [self.medium.lo[0], self.medium.hi[0], self.medium.lo[1], self.medium.hi[1]]
+        for ax, (name, _), v in zip(axes[0], panels, values):
+            im = ax.imshow(v.T, origin="lower", extent=extent, vmin=vmin, vmax=vmax, cmap="viridis")
+            ax.set_title(f"{name} velocity")
+            fig.colorbar(im, ax=ax, shrink=0.8)
+        ax = axes[0][-1]
+        ax.bar([f"{f:g}" for f in self.frequencies], self.data_fit)
+        ax.set_xlabel("frequency")
+        ax.set_ylabel("‖u(x_r) − d‖ / ‖d‖")
+        ax.set_title("data fit per frequency")
+        fig.tight_layout()
+        return fig
+
+    def plot(self, path: str | os.PathLike, n: int = 101) -> str:
+        """Write :meth:`figure` as a PNG (atomically); returns the path."""
+        from ..plots import save_figure
+
+        return save_figure(self.figure(n), path)

@@ -1,0 +1,202 @@
+"""Levenberg-Marquardt on the joint residual: the block-arrowhead normal equations, solved exactly.
+
+With ``J_i = ∂r_i/∂θ_i`` (wavefield i's rows, its own network) and ``J_{m,i} = ∂r_i/∂c`` (the
+same rows, the medium; the regularisation rows ``R`` depend on c only), the damped normal
+matrix of ``(JᵀJ + λD) δ = Jᵀr`` is block-arrowhead::
+
+    [ A_1            B_1 ]        A_i = J_iᵀJ_i + λ D_i
+    [      ...       ... ]        B_i = J_iᵀ J_{m,i}
+    [           A_W  B_W ]        C   = Σ_i J_{m,i}ᵀJ_{m,i} + RᵀR + λ D_m
+    [ B_1ᵀ ... B_Wᵀ  C   ]
+
+:class:`ArrowheadLM` eliminates every wavefield block exactly (Cholesky of ``A_i``, LAPACK
+through :func:`helmpinn.lm._spd_factor`, with its eigendecomposition fallback), forms the
+medium's Schur complement ``S = C − Σ B_iᵀ A_i⁻¹ B_i`` (dense, M × M) and right-hand side
+``g_m − Σ B_iᵀ A_i⁻¹ g_i``, solves ``S δc = ...`` and back-substitutes
+``δθ_i = A_i⁻¹ (g_i − B_i δc)``: the exact Gauss-Newton/LM step of all the unknowns together.
+
+**Memory.** The linearisation takes one wavefield at a time: its Jacobian ``J_i`` (``2N_i × P``)
+is formed, reduced to ``J_iᵀJ_i`` (P × P), ``B_i`` (P × M), ``J_iᵀr_i`` and its share of C, and
+dropped. Those reductions are kept for the trials (a rejected trial refactors at a new λ without
+a new Jacobian): ``W (P² + P M)`` floats, W wavefields, plus ``M²``.
+
+**Cost per step** (P network parameters, N points a wavefield, M medium coefficients, W
+wavefields): the Jacobians ``W × (core's J)``; ``W × N P²`` for the Gram matrices (dsyrk),
+``W × 2N × 16 × P`` for B_i (J_{m,i} has the basis' 16 entries a row in 2-D); then per trial
+``W × (P³/3 + 2P²M + M² P)`` for the factorisations, the solves ``A_i⁻¹B_i`` and the Schur
+products, ``M³/3`` for S; and the trial's loss, ``W`` residual evaluations. Linear in W: the
+wavefields are independent given the medium.
+
+**Damping.** Marquardt's ``D = diag(JᵀJ)`` (kept at its running maximum, as
+:class:`helmpinn.LevenbergMarquardt` with ``damping="marquardt"``): the network weights and the
+medium's coefficients have unrelated scales. λ follows :func:`helmpinn.lm.next_damping`
+(``update``, default "fixed": ÷3 on acceptance, ×4 on rejection, the project's rule for PINNs).
+A trial is accepted when the loss falls; at most ``max_trials`` trials a step.
+
+**Bounds** by projection: the trial medium is ``clip(c − δc, m_lo, m_hi)`` coefficient-wise; a
+B-spline lies in the convex hull of its coefficients, so ``m(x)`` stays within the bounds
+everywhere (:mod:`helmpinn.inversion.medium`). The predicted decrease ρ is that of the
+unprojected step.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.linalg import blas
+
+from ..lm import UPDATES, NonFiniteLoss, _spd_factor, next_damping
+from .joint import JointResiduals
+
+__all__ = ["ArrowheadLM", "ArrowheadStep"]
+
+
+@dataclass
+class ArrowheadStep:
+    """One step: ``accepted``, the ``loss`` after it (before it when rejected), ``lam`` after
+    the step's update, ``rho`` of the accepted trial (nan when none), ``trials``, ``seconds``,
+    and the seconds of the linearisation."""
+    accepted: bool
+    loss: float
+    lam: float
+    rho: float
+    trials: int
+    seconds: float
+    linearize_seconds: float
+
+
+class ArrowheadLM:
+    """LM on a :class:`~helmpinn.inversion.joint.JointResiduals` (module docstring).
+
+    ``bounds``: ``(m_lo, m_hi)`` for the medium's coefficients (None: unbounded); ``lam``: the
+    initial λ (relative to D = diag(JᵀJ); 1 by default: on the ring case the first step from
+    the start was accepted at λ ≈ 1 only, five rejected trials after a start at 1e-3).
+    """
+
+    def __init__(self, joint: JointResiduals, *, bounds: tuple[float, float] | None = None,
+                 lam: float = 1.0, update: str = "fixed", lam_min: float = 1e-15,
+                 lam_max: float = 1e12, max_trials: int = 8, varpro: bool = False):
+        if update not in UPDATES:
+            raise ValueError(f"update must be one of {UPDATES}, got {update!r}")
+        if not (lam > 0 and math.isfinite(lam)):
+            raise ValueError(f"lam must be a positive finite number, got {lam}")
+        self.joint = joint
+        self.bounds = bounds
+        self.lam, self.nu = float(lam), 2.0
+        self.update, self.lam_min, self.lam_max = update, float(lam_min), float(lam_max)
+        self.max_trials = int(max_trials)
+        self.varpro = bool(varpro)
+        self._D: list[NDArray] | None = None
+        self._Dm: NDArray | None = None
+
+    def project(self, c: NDArray) -> NDArray:
+        return c if self.bounds is None else np.clip(c, self.bounds[0], self.bounds[1])
+
+    def _linearize(self, thetas: Sequence[NDArray], c: NDArray):
+        """The kept reductions of every wavefield's Jacobian (module docstring) and the loss."""
+        joint, ws = self.joint, self.joint.workspace
+        M = joint.medium.size
+        C, gm, loss = np.zeros((M, M)), np.zeros(M), 0.0
+        blocks = []
+        for w, theta in zip(joint.rows, thetas):
+            r = w.residuals(ws, theta, c)
+            J = w.jacobian(ws, theta, c)
+            Jm = w.medium_jacobian(ws, theta)
+            if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J))):
+                raise NonFiniteLoss("the residuals or the Jacobian of a wavefield are not finite")
+            A = blas.dsyrk(1.0, J.T, trans=0, lower=0)            # upper triangle of JᵀJ
+            B = np.ascontiguousarray((Jm.T @ J).T)                  # [P, M]
+            blocks.append((A, B, J.T @ r))
+            C += (Jm.T @ Jm).toarray()
+            gm += Jm.T @ r
+            loss += float(r @ r)
+            del J
+        if joint.reg is not None:
+            rr = joint.reg @ c
+            C += (joint.reg.T @ joint.reg).toarray()
+            gm += joint.reg.T @ rr
+            loss += float(rr @ rr)
+        return blocks, C, gm, loss
+
+    def _damping(self, blocks, C) -> tuple[list[NDArray], NDArray]:
+        diags = [np.diagonal(A).copy() for A, _, _ in blocks]
+        dm = np.diagonal(C).copy()
+        if self._D is None or len(self._D) != len(diags):
+            self._D, self._Dm = diags, dm
+        else:
+            self._D = [np.maximum(a, b) for a, b in zip(self._D, diags)]
+            self._Dm = np.maximum(self._Dm, dm)
+        floor = lambda d: np.maximum(d, 1e-12 * max(float(np.max(d)), 1e-300))  # noqa: E731
+        return [floor(d) for d in self._D], floor(self._Dm)
+
+    def _solve(self, lam: float, blocks, C, gm, D, Dm):
+        """The damped step ``(δθ_i, δc)`` and its predicted decrease."""
+        S = C + np.diag(lam * Dm)
+        h = gm.copy()
+        parts = []
+        for (A, B, g), d in zip(blocks, D):
+            solve, _ = _spd_factor(A, lam * d)
+            X, y = solve(B), solve(g)
+            S -= B.T @ X
+            h -= B.T @ y
+            parts.append((X, y))
+        S = 0.5 * (S + S.T)
+        solve_s, _ = _spd_factor(np.triu(S), np.zeros(len(S)))
+        dc = solve_s(h)
+        dthetas = [y - X @ dc for X, y in parts]
+        pred = float(dc @ (gm + lam * Dm * dc))
+        pred += sum(float(dt @ (g + lam * d * dt)) for dt, (_, _, g), d in zip(dthetas, blocks, D))
+        return dthetas, dc, pred
+
+    def project_medium(self, thetas: Sequence[NDArray], c: NDArray, loss: float) -> tuple[NDArray, float]:
+        """The medium that minimises the loss for the networks as they are (the residual is
+        linear in c: one sparse least-squares solve, the networks' values only, no Jacobian),
+        projected onto the bounds; ``(c, loss)`` as given when that does not lower the loss."""
+        joint, ws = self.joint, self.joint.workspace
+        M = joint.medium.size
+        C, g = np.zeros((M, M)), np.zeros(M)
+        for w, theta in zip(joint.rows, thetas):
+            r = w.residuals(ws, theta, c)
+            Jm = w.medium_jacobian(ws, theta)
+            C += (Jm.T @ Jm).toarray()
+            g += Jm.T @ r
+        if joint.reg is not None:
+            C += (joint.reg.T @ joint.reg).toarray()
+            g += joint.reg.T @ (joint.reg @ c)
+        solve, _ = _spd_factor(np.triu(C), np.full(M, 1e-12 * max(float(np.max(np.diagonal(C))), 1e-300)))
+        new_c = self.project(c - solve(g))
+        new_loss = joint.loss(thetas, new_c)
+        return (new_c, new_loss) if new_loss < loss else (c, loss)
+
+    def step(self, thetas: list[NDArray], c: NDArray) -> tuple[ArrowheadStep, NDArray]:
+        """One LM step; updates the arrays of ``thetas`` in place on acceptance and returns
+        ``(info, c)`` (c the new coefficients, or the old ones when no trial was accepted)."""
+        t0 = time.perf_counter()
+        blocks, C, gm, loss = self._linearize(thetas, c)
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"the joint loss is {loss}")
+        D, Dm = self._damping(blocks, C)
+        t_lin = time.perf_counter() - t0
+        for trial in range(1, self.max_trials + 1):
+            dthetas, dc, pred = self._solve(self.lam, blocks, C, gm, D, Dm)
+            new_thetas = [th - dt for th, dt in zip(thetas, dthetas)]
+            new_c = self.project(c - dc)
+            new_loss = self.joint.loss(new_thetas, new_c)
+            accepted = math.isfinite(new_loss) and new_loss < loss and pred > 0
+            rho = (loss - new_loss) / pred if pred > 0 and math.isfinite(new_loss) else -math.inf
+            self.lam, self.nu = next_damping(self.update, self.lam, self.nu, accepted, rho,
+                                             self.lam_min, self.lam_max)
+            if accepted:
+                for th, new in zip(thetas, new_thetas):
+                    th[:] = new
+                if self.varpro:
+                    new_c, new_loss = self.project_medium(thetas, new_c, new_loss)
+                return ArrowheadStep(True, new_loss, self.lam, rho, trial,
+                                     time.perf_counter() - t0, t_lin), new_c
+            if self.lam >= self.lam_max:
+                break
+        return ArrowheadStep(False, loss, self.lam, math.nan, trial, time.perf_counter() - t0, t_lin), c

@@ -1,0 +1,165 @@
+"""helmpinn.invert: the joint residual's exact Jacobian (network and medium columns) against
+central differences in float64, the arrowhead LM step against the dense one, the spline medium
+against GridField, bad input, and save/load."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+import helmpinn as hp
+from helmpinn.geometry import Box
+from helmpinn.inversion import ArrowheadLM, JointResiduals, SplineMedium, WavefieldRows
+
+DOMAIN = Box([0.0, 0.0], [1.0, 1.0])
+
+
+def _problem(pml: bool, f: float = 1.2):
+    source = hp.PointSource((0.5, 0.45), width=0.1)
+    if pml:
+        return hp.Problem(DOMAIN, frequency=f, velocity=1.0, source=source, pml=hp.PML(0.3))
+    return hp.Problem(DOMAIN, frequency=f, velocity=1.0, source=source,
+                      bcs={"*": hp.Sommerfeld(2 * np.pi * f)})
+
+
+def _rows(pml: bool, medium: SplineMedium, seed: int = 1, n: int = 30):
+    rng = np.random.default_rng(seed)
+    rec = rng.uniform(0.1, 0.9, (6, 2))
+    data = rng.standard_normal(6) + 1j * rng.standard_normal(6)
+    return WavefieldRows(_problem(pml), medium, (2 * np.pi * 1.2) ** 2, rec, data, rng.uniform(0.5, 1.5, 6),
+                         pde_points=n, boundary_points=10, lambda_data=3.0, scale=0.7, rng=rng)
+
+
+def _central(fun, x, h=1e-6):
+    cols = []
+    for i in range(len(x)):
+        e = np.zeros_like(x)
+        e[i] = h
+        cols.append((fun(x + e) - fun(x - e)) / (2 * h))
+    return np.stack(cols, axis=1)
+
+
+@pytest.mark.parametrize("pml", [False, True])
+def test_joint_jacobian_matches_central_differences(pml):
+    medium = SplineMedium([0, 0], [1, 1], (5, 6))
+    w = _rows(pml, medium)
+    model = hp.Model.create(2, 3, 5, 1, dtype="float64", seed=0, fourier_sigma=1.0)
+    ws = JointResiduals([w], model.spec, medium, None).workspace
+    theta = model.params.copy()
+    c = medium.fit(lambda x: 1 + 0.2 * np.sin(3 * x[:, 0]) * x[:, 1])
+    assert (w.sizes["wall"] > 0) == pml and (w.sizes["bc"] > 0) != pml
+    J = w.jacobian(ws, theta, c)
+    Jm = w.medium_jacobian(ws, theta).toarray()
+    Ft = _central(lambda t: w.residuals(ws, t, c), theta)
+    Fm = _central(lambda cc: w.residuals(ws, theta, cc), c)
+    assert np.abs(Jm).max() > 0
+    assert np.abs(J - Ft).max() < 1e-7 * np.abs(Ft).max()
+    assert np.abs(Jm - Fm).max() < 1e-7 * np.abs(Fm).max()
+
+
+def test_arrowhead_step_is_the_dense_lm_step():
+    """Eliminating the wavefield blocks gives the step of the whole damped system."""
+    medium = SplineMedium([0, 0], [1, 1], (4, 5))
+    rows = [_rows(True, medium, seed=s, n=25) for s in (1, 2)]
+    model = hp.Model.create(2, 3, 5, 1, dtype="float64", seed=0, fourier_sigma=1.0)
+    reg = 0.1 * medium.gradient_rows(1.0)
+    joint = JointResiduals(rows, model.spec, medium, reg)
+    thetas = [model.params.copy(), model.params.copy() * 1.01]
+    c = medium.fit(1.0)
+    lm = ArrowheadLM(joint)
+    blocks, C, gm, loss = lm._linearize(thetas, c)
+    D, Dm = lm._damping(blocks, C)
+    dthetas, dc, pred = lm._solve(0.01, blocks, C, gm, D, Dm)
+    # the dense system from the full Jacobian
+    P, M = model.num_params, medium.size
+    ws = joint.workspace
+    r = np.concatenate([w.residuals(ws, t, c) for w, t in zip(rows, thetas)] + [reg @ c])
+    J = np.zeros((len(r), 2 * P + M))
+    start = 0
+    for i, (w, t) in enumerate(zip(rows, thetas)):
+        n = w.num_residuals
+        J[start:start + n, i * P:(i + 1) * P] = w.jacobian(ws, t, c)
+        J[start:start + n, 2 * P:] = w.medium_jacobian(ws, t).toarray()
+        start += n
+    J[start:, 2 * P:] = reg.toarray()
+    d = np.concatenate(D + [Dm])
+    delta = np.linalg.solve(J.T @ J + 0.01 * np.diag(d), J.T @ r)
+    assert np.allclose(np.concatenate(dthetas + [dc]), delta, rtol=1e-6, atol=1e-9 * np.abs(delta).max())
+    assert abs(loss - r @ r) < 1e-12 * loss
+    assert pred > 0
+
+
+def test_spline_medium_is_the_gridfield_of_its_node_values():
+    medium = SplineMedium([0, 0], [1, 1.2], (6, 7))
+    c = np.random.default_rng(0).standard_normal(medium.size)
+    field = medium.gridfield(c)
+    x = np.random.default_rng(1).uniform(-0.2, 1.3, (200, 2))
+    assert np.allclose(medium.values(c, x), field(x), atol=1e-12)
+    # the regularisation's quadrature of L²/|box| ∫|∇m|² for m = 1 + x² (exact: 1.44 × 4/3)
+    G = medium.gradient_rows(1.0)
+    c2 = medium.fit(lambda p: 1 + p[:, 0] ** 2)
+    assert abs(np.sum((G @ c2) ** 2) - 1.44 * 4 / 3) < 1e-10
+
+
+def _survey(S=1, F=1, R=5):
+    rng = np.random.default_rng(0)
+    return types.SimpleNamespace(
+        sources=[hp.PointSource((0.5, 0.5), width=0.1)] * S,
+        receivers=rng.uniform(0.2, 0.8, (R, 2)), frequencies=np.arange(1.0, F + 1.0),
+        data=np.ones((F, S, R), complex), weights=None)
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(domain="box"), "domain must be"),
+    (dict(bounds=(1.5, 2.0)), "exclude the initial model"),
+    (dict(bounds=(1.0, 0.5)), "bounds"),
+    (dict(warm_start="later"), "warm_start"),
+    (dict(time_limit=-1), "time_limit"),
+    (dict(network=(4, 4)), "network"),
+    (dict(initial=-1.0), "initial"),
+])
+def test_invert_refuses_bad_arguments(change, match):
+    kw = dict(domain=DOMAIN, initial=1.0, bounds=(0.5, 2.0))
+    kw.update(change)
+    initial = kw.pop("initial")
+    with pytest.raises((TypeError, ValueError), match=match):
+        hp.invert(_survey(), initial, **kw)
+
+
+def test_invert_validates_a_survey_against_its_domain_and_pml():
+    sv = hp.Survey([hp.PointSource((0.5, 0.5), width=0.1)], [[0.5, 0.5], [1.1, 0.5]], [1.0],
+                   np.ones((1, 1, 2), complex))
+    with pytest.raises(ValueError, match="receiver"):
+        hp.invert(sv, 1.0, domain=DOMAIN, pml=hp.PML(0.3))
+
+
+def test_invert_refuses_bad_data():
+    sv = _survey()
+    sv.data = np.full((1, 1, 5), np.nan, complex)
+    with pytest.raises(ValueError, match="finite"):
+        hp.invert(sv, 1.0, domain=DOMAIN)
+    sv.data = np.ones((2, 1, 5), complex)
+    with pytest.raises(ValueError, match="shape"):
+        hp.invert(sv, 1.0, domain=DOMAIN)
+
+
+def test_invert_runs_and_saves(tmp_path):
+    """A tiny run end to end: steps recorded, the loss falls, save/load keeps everything."""
+    rec = np.random.default_rng(0).uniform(0.2, 0.8, (8, 2))
+    sv = hp.Survey([hp.PointSource((0.5, 0.5), width=0.1)], rec, [1.0],
+                   0.05 * np.exp(1j * np.linspace(0, 3, 8))[None, None, :])
+    inv = hp.invert(sv, 1.0, domain=DOMAIN, bounds=(0.8, 1.25), true=lambda x: 1 + 0.1 * x[:, 0],
+                    network=(3, 6, 1), pde_points=60, boundary_points=16, max_steps=3, fit_steps=1)
+    assert len(inv.history) >= 2 and inv.history[-1]["loss"] < inv.history[0]["loss"]
+    assert "velocity_error" in inv.history[-1] and inv.success
+    v = inv.velocity(np.array([[0.5, 0.5]]))
+    assert 0.8 - 1e-9 <= v[0] <= 1.25 + 1e-9
+    path = inv.save(tmp_path / "inv.npz")
+    back = hp.Inversion.load(path)
+    assert np.array_equal(back.coefficients, inv.coefficients) and back.history == inv.history
+    x = np.array([[0.3, 0.4], [0.7, 0.2]])
+    assert np.array_equal(back.predict(0, 0, x), inv.predict(0, 0, x))
+    (tmp_path / "bad.npz").write_bytes(b"not a file")
+    with pytest.raises(ValueError, match="bad.npz"):
+        hp.Inversion.load(tmp_path / "bad.npz")
