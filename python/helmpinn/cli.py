@@ -1,4 +1,5 @@
-"""Command line: ``helmpinn train --problem NAME ...`` and ``helmpinn problems``.
+"""Command line: ``helmpinn train --problem NAME ...`` and ``helmpinn problems`` (``helmpinn invert``
+is :mod:`helmpinn.cli_invert`).
 
 ``helmpinn train`` builds a built-in problem (or a user's, ``--problem path/to/file.py:make``:
 :func:`helmpinn.registry.get_problem`) with the options given as ``--NAME VALUE`` (a user's
@@ -140,7 +141,6 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
                                      "for the Helmholtz equation with exact fused gradients.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("problems", help="list the built-in problems")
-    cli_invert.add_parser(sub)   # helmpinn invert (helmpinn.cli_invert)
 
     t = sub.add_parser("train", help="train a model on a built-in problem and write a report",
                        description="Options without a stated default take the problem's (helmpinn "
@@ -220,6 +220,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     for name, typ in _problem_option_names(problem).items():
         if name not in builtin:
             g.add_argument(f"--{name}", type=_option_type(typ), default=None, help=f"option of {problem}")
+    cli_invert.add_parser(sub)   # helmpinn invert (helmpinn.cli_invert)
     return parser
 
 
