@@ -197,6 +197,41 @@ def test_sigterm_leaves_a_consistent_folder(files, tmp_path, capsys, monkeypatch
         np.testing.assert_array_equal(z["velocity"], np.load(out / "velocity.npy"))
 
 
+def test_ctrl_c_stops_after_the_step(files, tmp_path, capsys, monkeypatch):
+    """Ctrl-C (SIGINT) as SIGTERM, with status 130: fwi writes its best model so far."""
+    seen = []
+
+    def progress(entry):
+        seen.append(entry)
+        if len(seen) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(cli_invert, "_progress", progress)
+    out = tmp_path / "run"
+    assert main(_args(files, out, "--no-plots", method="fwi")) == 130
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["stopped"] == "interrupted" and metrics["steps"] == len(seen) == 1
+    assert "interrupted (Ctrl-C)" in capsys.readouterr().err
+
+
+def test_a_second_run_into_a_running_runs_folder_is_refused(files, tmp_path, capsys, monkeypatch):
+    """While a run is under way (its progress line), another into its folder is refused and
+    changes nothing; the first run goes on and writes its result."""
+    out = tmp_path / "run"
+    second = []
+
+    def progress(entry):
+        if not second:
+            second.append(main(_args(files, out, "--quiet", method="fwi")))
+            second.append(sorted(os.listdir(out)))
+
+    monkeypatch.setattr(cli_invert, "_progress", progress)
+    assert main(_args(files, out, "--no-plots")) == 0
+    assert second == [2, [".helmpinn.lock"]]
+    assert "is in use by another helmpinn run" in capsys.readouterr().err
+    assert json.loads((out / "metrics.json").read_text())["method"] == "pinn"
+
+
 def test_a_locked_folder_is_refused(files, tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
