@@ -100,6 +100,13 @@ def _grid(tmp_path, values):
     return str(tmp_path / "grid.npy")
 
 
+def _step():
+    """A velocity grid whose cubic spline goes below 0 between its nodes (a step of 3 to 0.01)."""
+    v = np.full((11, 11), 3.0)
+    v[:, 5:] = 0.01
+    return v
+
+
 BAD = {
     "missing survey": (lambda f, t: ["--survey", str(t / "none.npz")], "no such file"),
     "survey a FIFO": (lambda f, t: ["--survey", _fifo(t / "fifo.npz")], "not a regular file"),
@@ -110,6 +117,8 @@ BAD = {
     "receivers outside the domain": (lambda f, t: ["--domain", "0", "0", "0.4", "1"], "receiver 0"),
     "NaN in the initial grid": (lambda f, t: ["--initial", _grid(t, np.full((11, 11), np.nan))], "finite"),
     "negative initial velocity": (lambda f, t: ["--initial", _grid(t, -np.ones((11, 11)))], "> 0"),
+    "initial overshoots below 0": (lambda f, t: ["--initial", _grid(t, _step())], "overshoots between the nodes"),
+    "complex initial grid": (lambda f, t: ["--initial", _grid(t, np.ones((11, 11), complex))], "must be real"),
     "initial a FIFO": (lambda f, t: ["--initial", _fifo(t / "fifo.npy")], "not a regular file"),
     "true grid short": (lambda f, t: ["--true", _grid(t, np.ones((5, 11)))], "--true: its grid covers"),
     "two starts": (lambda f, t: ["--initial-velocity", "1"], "give one of --initial"),

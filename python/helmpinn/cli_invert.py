@@ -179,9 +179,10 @@ def _grid(flag: str, path: str, args: argparse.Namespace):
         field = GridField.from_npy(path, origin, scalar(args.spacing), outside="nearest")
     except (OSError, ValueError, TypeError) as exc:
         raise UsageError(f"{flag}: {exc}") from None
-    if np.iscomplexobj(field.values) or not np.all(field.values > 0):
-        raise UsageError(f"{flag} {path!r}: velocities must be real and > 0 (smallest: "
-                         f"{np.min(np.abs(field.values)) if np.iscomplexobj(field.values) else field.values.min():g})")
+    if np.iscomplexobj(field.values):
+        raise UsageError(f"{flag} {path!r}: velocities must be real, got a complex array")
+    if not np.all(field.values > 0):
+        raise UsageError(f"{flag} {path!r}: velocities must be > 0, got {field.values.min():g}")
     return field
 
 
@@ -225,8 +226,8 @@ def _check_values(initial: Any, domain: Any, bounds: tuple[float, float] | None)
         x = domain.grid({1: 1001, 2: 101, 3: 31}[domain.dim])[0]
         values = np.asarray(initial(x), np.float64)
         if not np.all(np.isfinite(values) & (values > 0)):
-            raise UsageError(f"--initial: its interpolant is not a velocity > 0 everywhere in the domain "
-                             f"(smallest {np.nanmin(values):g}); a smoother grid is needed")
+            raise UsageError("--initial: its cubic-spline interpolant is not a finite velocity > 0 everywhere "
+                             "in the domain (it overshoots between the nodes); give a smoother grid")
     if bounds is not None and (values.min() < bounds[0] or values.max() > bounds[1]):
         raise UsageError(f"--bounds {bounds[0]:g} {bounds[1]:g} exclude the initial model (its velocities "
                          f"span {values.min():.6g} .. {values.max():.6g} over the domain)")
