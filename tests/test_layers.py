@@ -21,6 +21,7 @@ PACKAGE = ROOT / "python" / "helmpinn"
 #: Modules whose functions may import the package's modules, with the reason.
 LAZY_MODULES = {
     "helmpinn.cli": "the command line imports what a subcommand needs when it runs, for its start-up time",
+    "helmpinn.cli_invert": "the `invert` subcommand's half of the command line, the same reason",
 }
 
 #: (importing module, imported module) -> why that import sits inside a function. A back edge
@@ -45,7 +46,7 @@ FLOORS = {
     "figures": ["plots"],
     "inversion": ["reference", "reference.fwi", "inversion", "inversion.medium", "inversion.joint", "inversion.solver", "inversion.result",
                   "inversion.api"],
-    "interface": ["solving", "receivers", "", "cli", "__main__"],
+    "interface": ["solving", "receivers", "", "_cli_common", "cli_invert", "cli", "__main__"],
 }
 
 

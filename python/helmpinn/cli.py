@@ -1,4 +1,5 @@
-"""Command line: ``helmpinn train --problem NAME ...`` and ``helmpinn problems``.
+"""Command line: ``helmpinn train --problem NAME ...`` and ``helmpinn problems`` (``helmpinn invert``
+is :mod:`helmpinn.cli_invert`).
 
 ``helmpinn train`` builds a built-in problem (or a user's, ``--problem path/to/file.py:make``:
 :func:`helmpinn.registry.get_problem`) with the options given as ``--NAME VALUE`` (a user's
@@ -48,15 +49,17 @@ import contextlib
 import json
 import math
 import os
-import signal
 import sys
-import tempfile
 import time
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from . import memory, runfiles
+from . import cli_invert, memory, runfiles
+from ._cli_common import INTERRUPTED as _INTERRUPTED, MAX_THREADS_PER_CPU as _MAX_THREADS_PER_CPU
+from ._cli_common import TERMINATED as _TERMINATED, UsageError as _UsageError
+from ._cli_common import check_outputs as _check_outputs, cpus as _cpus, finite as _finite
+from ._cli_common import lock as _lock, prepare_out as _prepare_out, stop_on_sigterm as _stop_on_sigterm
 
 __all__ = ["main", "build_parser"]
 
@@ -78,12 +81,6 @@ _RESUME_OPTIONS = ("steps", "checkpoint_every", "threads", "quiet", "no_plots", 
 #: Levenberg-Marquardt's iteration 20 of 200, 2.9e-6) rather than after every iteration
 #: (6e-8, four to ten times as long); --target 0 trains to the optimiser's own stop.
 DEFAULT_TARGET = 1e-5
-_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
-_TERMINATED = 143   # 128 + SIGTERM
-
-
-class _UsageError(Exception):
-    """Misuse of the command line: reported as one line, exit status 2."""
 
 
 def _problem_option_names(problem: str | None = None) -> dict[str, type]:
@@ -224,6 +221,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     for name, typ in _problem_option_names(problem).items():
         if name not in builtin:
             g.add_argument(f"--{name}", type=_option_type(typ), default=None, help=f"option of {problem}")
+    cli_invert.add_parser(sub)   # helmpinn invert (helmpinn.cli_invert)
     return parser
 
 
@@ -301,17 +299,6 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.threads is not None and args.threads > _MAX_THREADS_PER_CPU * _cpus():
         raise _UsageError(f"--threads {args.threads}: at most {_MAX_THREADS_PER_CPU * _cpus()} "
                           f"({_MAX_THREADS_PER_CPU} per CPU this process may use, {_cpus()})")
-
-
-_MAX_THREADS_PER_CPU = 4
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on (its affinity set where the system has one)."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except (AttributeError, OSError):
-        return max(os.cpu_count() or 1, 1)
 
 
 def _given(args: argparse.Namespace) -> list[str]:
@@ -647,34 +634,6 @@ def _check_device(settings: dict[str, Any], ranks: int, resume: str | None) -> N
                           "use --device cpu")
 
 
-def _prepare_out(out: str) -> None:
-    """Create the output folder and make sure files can be written there, before training."""
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise _UsageError(f"--out {out!r} is a file, not a folder")
-    try:
-        os.makedirs(out, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".helmpinn-probe-", dir=out)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise _UsageError(f"--out {out!r}: cannot write there ({exc.strerror or exc})") from None
-
-
-def _lock(out: str, flag: str, held: contextlib.ExitStack) -> runfiles.RunFolder:
-    """Lock ``out`` for this run until ``held`` closes (the end of :func:`main`)."""
-    try:
-        return held.enter_context(runfiles.RunFolder.acquire(out, flag))
-    except runfiles.OutputError as exc:
-        raise _UsageError(str(exc)) from None
-
-
-def _check_outputs(folder: runfiles.RunFolder, names: Sequence[str], adopt: Sequence[str] = ()) -> None:
-    try:
-        folder.check_outputs(names, adopt)
-    except runfiles.OutputError as exc:
-        raise _UsageError(str(exc)) from None
-
-
 _SAME_RUN = ("problem", "problem_options", "seed", "hidden", "layers", "fourier", "sigma", "dtype", "optimizer")
 
 
@@ -697,36 +656,6 @@ def _previous_history(out: str, done: int, settings: dict[str, Any]):
         return History(**fields), float(old.get("train_time_s") or 0.0), True
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return History(), 0.0, False
-
-
-@contextlib.contextmanager
-def _stop_on_sigterm(trainer):
-    """SIGTERM, as Ctrl-C: the trainer stops after the current step (its checkpoint and the
-    report are written) and the run exits with status 143; a second SIGTERM ends the process
-    at once, as SIGTERM does by default. Yields a list that gets True when the signal came.
-    (The main thread of a single process only: under MPI the ranks must stop together, and
-    SIGTERM ends the job as before.)"""
-    seen: list[bool] = []
-
-    def on_sigterm(signum, frame):
-        if seen:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        seen.append(True)
-        trainer.request_stop("terminated")
-        print("\nhelmpinn: terminated (SIGTERM); stopping after the current step (SIGTERM again to end "
-              "at once)", file=sys.stderr, flush=True)
-
-    try:
-        previous = signal.signal(signal.SIGTERM, on_sigterm)
-    except ValueError:  # not the main thread
-        yield seen
-        return
-    try:
-        yield seen
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _write_figures(folder: runfiles.RunFolder, problem, model, history) -> list[str]:
@@ -1139,19 +1068,6 @@ def _time_to(history, tol: float) -> float | None:
     return None
 
 
-def _finite(obj: Any) -> Any:
-    """JSON has no NaN/Inf: write them as null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item):
-        return _finite(obj.item())
-    return obj
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parse(argv)
@@ -1159,6 +1075,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _refused_command_line(exc)
     if args.command == "problems":
         return _cmd_problems()
+    if args.command == "invert":
+        return cli_invert.run(args)
     from .distributed import abort_on_error, launch_comm
 
     try:

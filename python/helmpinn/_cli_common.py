@@ -1,0 +1,107 @@
+"""What the command line's subcommands share (``helmpinn train`` in :mod:`helmpinn.cli`,
+``helmpinn invert`` in :mod:`helmpinn.cli_invert`): the usage error (one line on stderr, exit
+status 2), the exit statuses of a stopped run, the output folder's creation, lock and checks
+(:mod:`helmpinn.runfiles`), the SIGTERM handler, and the report's JSON cleaning."""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import sys
+import tempfile
+from typing import Any, Sequence
+
+from . import runfiles
+
+__all__ = ["UsageError", "INTERRUPTED", "TERMINATED", "MAX_THREADS_PER_CPU", "cpus", "stop_on_sigterm",
+           "prepare_out", "lock", "check_outputs", "finite"]
+
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+TERMINATED = 143   # 128 + SIGTERM
+#: --threads may be at most this many times the CPUs the process may use.
+MAX_THREADS_PER_CPU = 4
+
+
+class UsageError(Exception):
+    """Misuse of the command line: reported as one line, exit status 2."""
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity set where the system has one)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return max(os.cpu_count() or 1, 1)
+
+
+@contextlib.contextmanager
+def stop_on_sigterm(trainer):
+    """SIGTERM, as Ctrl-C: ``trainer.request_stop("terminated")`` is called, the run stops
+    after the current step (its checkpoint and the report are written) and exits with status
+    143; a second SIGTERM ends the process at once, as SIGTERM does by default. Yields a list
+    that gets True when the signal came. (The main thread of a single process only: under MPI
+    the ranks must stop together, and SIGTERM ends the job as before.)"""
+    seen: list[bool] = []
+
+    def on_sigterm(signum, frame):
+        if seen:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        seen.append(True)
+        trainer.request_stop("terminated")
+        print("\nhelmpinn: terminated (SIGTERM); stopping after the current step (SIGTERM again to end "
+              "at once)", file=sys.stderr, flush=True)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread
+        yield seen
+        return
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def prepare_out(out: str) -> None:
+    """Create the output folder and make sure files can be written there, before the run."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {out!r} is a file, not a folder")
+    try:
+        os.makedirs(out, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".helmpinn-probe-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"--out {out!r}: cannot write there ({exc.strerror or exc})") from None
+
+
+def lock(out: str, flag: str, held: contextlib.ExitStack) -> runfiles.RunFolder:
+    """Lock ``out`` for this run until ``held`` closes (the end of the command)."""
+    try:
+        return held.enter_context(runfiles.RunFolder.acquire(out, flag))
+    except runfiles.OutputError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_outputs(folder: runfiles.RunFolder, names: Sequence[str], adopt: Sequence[str] = ()) -> None:
+    """:meth:`~helmpinn.runfiles.RunFolder.check_outputs`, its refusal a usage error."""
+    try:
+        folder.check_outputs(names, adopt)
+    except runfiles.OutputError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def finite(obj: Any) -> Any:
+    """JSON has no NaN/Inf: write them as null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):
+        return finite(obj.item())
+    return obj

@@ -1,0 +1,575 @@
+"""``helmpinn invert``: the medium from a survey's data, written into a run folder.
+
+``helmpinn invert --survey survey.npz --initial v0.npy --spacing H --out runs/inv`` reads a
+survey (:meth:`helmpinn.Survey.load`) and a starting velocity on a regular grid
+(:meth:`helmpinn.GridField.from_npy` with ``--origin`` and ``--spacing``; or ``--initial-velocity
+V`` for a homogeneous start), and runs :func:`helmpinn.invert` (``--method pinn``, the default)
+or the classical adjoint-state baseline :func:`helmpinn.reference.fwi` (``--method fwi``) on the
+same inputs. It writes into OUT: the result (``inversion.npz``, :meth:`helmpinn.Inversion.save`;
+``fwi.npz`` for fwi), ``velocity.npy`` (the recovered velocity on the method's medium grid, in
+the form ``--initial`` reads: ``metrics.json`` gives its origin and spacing), ``metrics.json``
+(settings, history, times and, with ``--true``, the velocity error) and ``inversion.png``.
+
+Every input is checked before anything is written (the survey read as a regular file and
+validated against the domain and the PML, the grids' files, the grids covering the domain, the
+bounds containing the initial model, the numbers finite and in range): misuse is one line on
+stderr and exit status 2, with no folder created and no lock left. The output folder is then
+locked for the run (:mod:`helmpinn.runfiles`: a second run into it is refused, status 2); every
+file is written whole (a temporary file renamed into place) and only files helmpinn wrote are
+replaced or removed. ``metrics.json`` always describes the result beside it: a run's files are
+written once it has its result, then the previous run's files it did not replace are removed.
+
+SIGTERM (status 143) and Ctrl-C (status 130) stop the run after the current step. The classical
+baseline then returns the best model so far, which is written as a finished run's. A physics-
+informed run cannot return a partial result (:func:`helmpinn.invert` has no stop request; its
+callback can only abort it): it writes its report to ``interrupted-metrics.json`` and leaves
+the folder's previous result, if any, as it was. A second signal ends the process at once.
+
+``--resume`` is refused with a message saying how to go on: :func:`helmpinn.invert` cannot
+continue from a saved :class:`~helmpinn.Inversion` (its wavefield networks restart at every
+frequency from a forward solve; the state carried from stage to stage is the medium), so the
+way on is a new run from the recovered velocity, ``--initial OUT/velocity.npy`` with the origin
+and spacing its ``metrics.json`` gives.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import os
+import signal
+import sys
+import time
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from . import runfiles
+from ._cli_common import (INTERRUPTED, MAX_THREADS_PER_CPU, TERMINATED, UsageError, check_outputs, cpus,
+                          finite, lock, prepare_out, stop_on_sigterm)
+from ._files import write_atomic
+
+__all__ = ["add_parser", "run", "OUTPUTS", "DEFAULT_TIME_LIMIT", "DEFAULT_OUT"]
+
+#: The result file of each method.
+RESULT = {"pinn": "inversion.npz", "fwi": "fwi.npz"}
+_FIGURE, _REPORT, _STOPPED_REPORT, _VELOCITY = "inversion.png", "metrics.json", "interrupted-metrics.json", \
+    "velocity.npy"
+#: Every file ``helmpinn invert`` may write into its folder (and so replace or remove there).
+OUTPUTS = (*RESULT.values(), _VELOCITY, _REPORT, _FIGURE, _STOPPED_REPORT)
+DEFAULT_TIME_LIMIT = 300.0
+DEFAULT_OUT = "helmpinn-inversion"
+
+
+class _Inputs(NamedTuple):
+    """What the command line gives, read and checked: the survey, the physical box and its
+    PML, the starting and (optional) true velocity (GridFields, or a number), the bounds."""
+
+    survey: Any
+    domain: Any
+    pml: Any
+    initial: Any
+    true: Any
+    bounds: tuple[float, float] | None
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``helmpinn invert`` on the subparsers ``sub`` of helmpinn's parser."""
+    p = sub.add_parser("invert", help="recover the velocity from a survey's data (helmpinn.invert or "
+                                      "the classical FWI baseline) and write a report",
+                       description="Inputs on a grid are .npy arrays (axis j is x_j) with the grid's "
+                                   "--origin and --spacing. See docs/guide/inversion-cli.md.")
+    p.add_argument("--survey", metavar="FILE.npz", help="the survey (helmpinn.Survey.save); required")
+    p.add_argument("--initial", metavar="FILE.npy", help="the starting velocity on the grid --origin, --spacing")
+    p.add_argument("--initial-velocity", metavar="V", type=float, help="a homogeneous starting velocity "
+                   "(instead of --initial; --domain is then required)")
+    p.add_argument("--origin", metavar="X", type=float, nargs="+", help="the grid's first node (default 0)")
+    p.add_argument("--spacing", metavar="H", type=float, nargs="+", help="the grid's node spacing (one "
+                   "number, or one per axis)")
+    p.add_argument("--domain", metavar="X", type=float, nargs="+", help="the physical box lo_0 .. lo_d hi_0 "
+                   ".. hi_d, e.g. 0 0 1 1 (default: the --initial grid's box)")
+    p.add_argument("--pml", metavar="WIDTH", type=float, default=0.0, help="a PML this wide around the box "
+                   "(0: first-order absorbing faces instead)")
+    p.add_argument("--bounds", metavar=("VMIN", "VMAX"), type=float, nargs=2,
+                   help="velocity bounds; they must contain the initial model (required with --method fwi)")
+    p.add_argument("--method", choices=tuple(RESULT), default="pinn", help="pinn: helmpinn.invert; fwi: the "
+                   "classical adjoint-state FWI (helmpinn.reference.fwi) on the same inputs")
+    p.add_argument("--true", metavar="FILE.npy", help="the true velocity on the grid --origin, --spacing, "
+                   "for the velocity error")
+    p.add_argument("--time-limit", metavar="SECONDS", type=float, default=DEFAULT_TIME_LIMIT,
+                   help="stop after about this long (default %(default)g)")
+    p.add_argument("--max-steps", type=int, help="LM steps per frequency (pinn; default 50) or L-BFGS-B "
+                   "iterations per frequency (fwi; default 50)")
+    p.add_argument("--regularization", type=float, help="the medium's gradient regularisation weight "
+                   "(default: the method's, 1e-4)")
+    p.add_argument("--network", metavar=("FF", "HIDDEN", "LAYERS"), type=int, nargs=3,
+                   help="pinn: every wavefield network's Fourier features, width and hidden layers")
+    p.add_argument("--points", type=int, help="pinn: PDE points per wavefield (default: helmpinn.invert's)")
+    p.add_argument("--seed", type=int, help="pinn: random seed (default 0)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="output folder, locked while the run lasts "
+                   "(default %(default)s)")
+    p.add_argument("--resume", metavar="DIR", help="not supported: refused with how to go on from DIR's "
+                   "recovered velocity")
+    p.add_argument("--threads", type=int, help="CPU threads (default: OpenMP's)")
+    p.add_argument("--no-plots", action="store_true", help="skip the figure")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+# -- checks, before anything is written ---------------------------------------------------------
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Every number finite and in range, naming the option."""
+    def need(ok: bool, flag: str, what: str, value: Any) -> None:
+        if not ok:
+            raise UsageError(f"{flag} must be {what}, got {value}")
+
+    need(math.isfinite(args.time_limit) and args.time_limit > 0, "--time-limit", "a positive number",
+         args.time_limit)
+    need(math.isfinite(args.pml) and args.pml >= 0, "--pml", "a width >= 0", args.pml)
+    for flag, value in (("--max-steps", args.max_steps), ("--points", args.points)):
+        need(value is None or value >= 1, flag, "at least 1", value)
+    need(args.seed is None or args.seed >= 0, "--seed", "at least 0", args.seed)
+    need(args.network is None or min(args.network) >= 1, "--network", "three integers >= 1", args.network)
+    reg = args.regularization
+    need(reg is None or (math.isfinite(reg) and reg >= 0), "--regularization", "a number >= 0", reg)
+    v = args.initial_velocity
+    need(v is None or (math.isfinite(v) and v > 0), "--initial-velocity", "a velocity > 0", v)
+    if args.bounds is not None:
+        lo, hi = args.bounds
+        need(all(map(math.isfinite, args.bounds)) and 0 < lo < hi, "--bounds", "VMIN VMAX with 0 < VMIN < VMAX",
+             " ".join(f"{b:g}" for b in args.bounds))
+    for flag, values in (("--origin", args.origin), ("--spacing", args.spacing), ("--domain", args.domain)):
+        need(values is None or all(map(math.isfinite, values)), flag, "finite numbers", values)
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS_PER_CPU * cpus():
+        raise UsageError(f"--threads must be from 1 to {MAX_THREADS_PER_CPU * cpus()} ({MAX_THREADS_PER_CPU} "
+                         f"per CPU this process may use, {cpus()}), got {args.threads}")
+
+
+def _check_command(args: argparse.Namespace) -> None:
+    """The options that go together, and --resume's refusal."""
+    if args.resume is not None:
+        raise UsageError(f"--resume: helmpinn invert cannot continue a run (helmpinn.invert does not start "
+                         f"from a saved inversion); start a new run from its recovered velocity: --initial "
+                         f"{os.path.join(args.resume, _VELOCITY)} with the origin and spacing its "
+                         f"{_REPORT} gives (\"velocity_grid\")")
+    if args.survey is None:
+        raise UsageError("--survey FILE.npz is required (a survey written by helmpinn.Survey.save)")
+    if (args.initial is None) == (args.initial_velocity is None):
+        raise UsageError("give one of --initial FILE.npy (a velocity grid, with --spacing) or "
+                         "--initial-velocity V (a homogeneous start)")
+    if args.method == "fwi" and args.bounds is None:
+        raise UsageError("--method fwi needs --bounds VMIN VMAX (L-BFGS-B's velocity bounds; the lower one "
+                         "also sets its medium grid)")
+    pinn_only = [f for f, v in (("--network", args.network), ("--points", args.points), ("--seed", args.seed))
+                 if v is not None]
+    if args.method == "fwi" and pinn_only:
+        raise UsageError(f"{', '.join(pinn_only)} set helmpinn.invert's networks; --method fwi takes none of them")
+
+
+def _grid(flag: str, path: str, args: argparse.Namespace):
+    """The velocity grid ``path`` (a .npy) at --origin / --spacing: real, finite and > 0."""
+    from .media import GridField
+
+    if args.spacing is None:
+        raise UsageError(f"{flag} {path!r}: give the grid's --spacing (and --origin, default 0)")
+    scalar = lambda v: v[0] if v is not None and len(v) == 1 else v  # noqa: E731
+    origin = 0.0 if args.origin is None else scalar(args.origin)
+    try:
+        field = GridField.from_npy(path, origin, scalar(args.spacing), outside="nearest")
+    except (OSError, ValueError, TypeError) as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+    if np.iscomplexobj(field.values):
+        raise UsageError(f"{flag} {path!r}: velocities must be real, got a complex array")
+    if not np.all(field.values > 0):
+        raise UsageError(f"{flag} {path!r}: velocities must be > 0, got {field.values.min():g}")
+    return field
+
+
+def _domain(args: argparse.Namespace, initial: Any):
+    """--domain, else the --initial grid's box."""
+    from .geometry import Box
+
+    if args.domain is None:
+        if not hasattr(initial, "lo"):
+            raise UsageError("--domain x0 .. xd-1 x0' .. is required with --initial-velocity (no grid gives the box)")
+        return Box(initial.lo, initial.hi)
+    if len(args.domain) not in (2, 4, 6):
+        raise UsageError(f"--domain takes 2 d numbers (lo then hi per axis) for d = 1, 2 or 3, got "
+                         f"{len(args.domain)}")
+    d = len(args.domain) // 2
+    try:
+        return Box(args.domain[:d], args.domain[d:])
+    except ValueError as exc:
+        raise UsageError(f"--domain: {exc}") from None
+
+
+def _covers(flag: str, field: Any, domain: Any) -> None:
+    """A grid's box must hold the physical box (the inversion reads it everywhere there)."""
+    if not hasattr(field, "lo"):
+        return
+    if field.dim != domain.dim:
+        raise UsageError(f"{flag}: a {field.dim}-D grid for a {domain.dim}-D domain")
+    tol = 1e-9 * float(np.max(domain.hi - domain.lo))
+    if np.any(field.lo > domain.lo + tol) or np.any(field.hi < domain.hi - tol):
+        raise UsageError(f"{flag}: its grid covers {field.lo.tolist()} .. {field.hi.tolist()}, not the "
+                         f"domain {domain.lo.tolist()} .. {domain.hi.tolist()} (check --origin, --spacing "
+                         f"and --domain)")
+
+
+def _check_values(initial: Any, domain: Any, bounds: tuple[float, float] | None) -> None:
+    """The initial model is finite and > 0 over the box, and within the bounds, on a regular
+    grid of the box (the interpolant between the nodes included)."""
+    if not callable(initial):
+        values = np.array([float(initial)])
+    else:
+        x = domain.grid({1: 1001, 2: 101, 3: 31}[domain.dim])[0]
+        values = np.asarray(initial(x), np.float64)
+        if not np.all(np.isfinite(values) & (values > 0)):
+            raise UsageError("--initial: its cubic-spline interpolant is not a finite velocity > 0 everywhere "
+                             "in the domain (it overshoots between the nodes); give a smoother grid")
+    if bounds is not None and (values.min() < bounds[0] or values.max() > bounds[1]):
+        raise UsageError(f"--bounds {bounds[0]:g} {bounds[1]:g} exclude the initial model (its velocities "
+                         f"span {values.min():.6g} .. {values.max():.6g} over the domain)")
+
+
+def _check_fwi_memory(inputs: _Inputs) -> None:
+    """fwi's finest finite-difference grid fits in memory (as fwi checks, before its solves)."""
+    from .reference import check_memory
+    from .reference.fwi import NODES_PER_WAVELENGTH
+
+    lo, hi = inputs.domain.bounds
+    if inputs.pml is not None:
+        lo, hi = inputs.pml.outer_box(lo, hi)
+    h = inputs.bounds[0] / float(np.max(inputs.survey.frequencies)) / NODES_PER_WAVELENGTH
+    try:
+        check_memory(int(np.prod(np.ceil((hi - lo) / h - 1e-9) + 1)), inputs.domain.dim)
+    except ValueError as exc:
+        raise UsageError(f"--method fwi: {exc}") from None
+
+
+def _inputs(args: argparse.Namespace) -> _Inputs:
+    """Every input read and checked (UsageError naming the option), nothing written."""
+    from .pml import PML
+    from .survey import Survey
+
+    _check_command(args)
+    _check_numbers(args)
+    try:
+        survey = Survey.load(args.survey)
+    except (OSError, ValueError, TypeError) as exc:
+        raise UsageError(f"--survey: {exc}") from None
+    initial = args.initial_velocity if args.initial is None else _grid("--initial", args.initial, args)
+    true = None if args.true is None else _grid("--true", args.true, args)
+    domain = _domain(args, initial)
+    for flag, field in (("--initial", initial), ("--true", true)):
+        _covers(flag, field, domain)
+    try:
+        pml = PML(args.pml) if args.pml > 0 else None
+        survey.validate(domain, pml)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--survey {args.survey!r}: {exc}") from None
+    bounds = None if args.bounds is None else (float(args.bounds[0]), float(args.bounds[1]))
+    _check_values(initial, domain, bounds)
+    inputs = _Inputs(survey, domain, pml, initial, true, bounds)
+    if args.method == "fwi":
+        _check_fwi_memory(inputs)
+    return inputs
+
+
+# -- the run --------------------------------------------------------------------------------------
+class _Stop:
+    """A stop request (SIGTERM, Ctrl-C) and the history entries seen so far."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.entries: list[dict[str, Any]] = []
+
+    def request_stop(self, reason: str) -> None:
+        self.reason = self.reason or reason
+
+
+class _Aborted(Exception):
+    """Raised from helmpinn.invert's callback to end a run that was asked to stop."""
+
+
+@contextlib.contextmanager
+def _stop_on_sigint(stop: _Stop):
+    """Ctrl-C, as SIGTERM: the first asks the run to stop after the current step, a second
+    raises KeyboardInterrupt at once."""
+    def on_sigint(signum, frame):
+        if stop.reason == "interrupted":
+            raise KeyboardInterrupt
+        stop.request_stop("interrupted")
+        print("\nhelmpinn: interrupted (Ctrl-C); stopping after the current step (Ctrl-C again to end at "
+              "once)", file=sys.stderr, flush=True)
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _progress(entry: dict[str, Any]) -> None:
+    """One line per step of either method."""
+    err = entry.get("velocity_error")
+    misfit = entry.get("data_misfit", entry.get("misfit"))
+    where = f"f = {entry['frequency']:g}" if "frequency" in entry else f"group {entry.get('group', 0) + 1}"
+    print(f"helmpinn: {entry['time']:7.1f} s, {where}: data misfit {misfit:.3e}"
+          + (f", PDE residual {entry['pde_residual']:.3e}" if "pde_residual" in entry else "")
+          + (f", velocity error {err:.3f}" if err is not None else ""), file=sys.stderr, flush=True)
+
+
+def _run_pinn(inputs: _Inputs, args: argparse.Namespace, stop: _Stop, on_entry: Callable):
+    """helmpinn.invert on the inputs: its Inversion, or None when a stop request ended it."""
+    from .inversion import invert
+
+    def callback(entry: dict[str, Any]) -> None:
+        stop.entries.append(entry)
+        on_entry(entry)
+        if stop.reason is not None:
+            raise _Aborted
+
+    kw: dict[str, Any] = {k: v for k, v in (("network", args.network), ("pde_points", args.points),
+                                            ("max_steps", args.max_steps), ("seed", args.seed),
+                                            ("regularization", args.regularization)) if v is not None}
+    try:
+        return invert(inputs.survey, inputs.initial, domain=inputs.domain, pml=inputs.pml, bounds=inputs.bounds,
+                      true=inputs.true, time_limit=args.time_limit, callback=callback, **kw)
+    except _Aborted:
+        return None
+
+
+def _run_fwi(inputs: _Inputs, args: argparse.Namespace, stop: _Stop, on_entry: Callable):
+    """helmpinn.reference.fwi on the inputs: its FWIResult (the best model so far when a stop
+    request ended it)."""
+    from .reference import fwi
+
+    def callback(info: dict[str, Any]) -> bool:
+        stop.entries.append(info)
+        on_entry(info)
+        return stop.reason is not None
+
+    kw = {k: v for k, v in (("max_iter", args.max_steps), ("regularization", args.regularization)) if v is not None}
+    return fwi(inputs.survey, inputs.initial, domain=inputs.domain, pml=inputs.pml, bounds=inputs.bounds,
+               true=inputs.true, time_limit=args.time_limit, callback=callback, **kw)
+
+
+# -- what is written ------------------------------------------------------------------------------
+def _fwi_history(result: Any) -> list[dict[str, Any]]:
+    h = result.history
+    return [{k: h[k][i] for k in h} for i in range(len(h["time"]))]
+
+
+def _save_fwi(path: str, result: Any) -> str:
+    """fwi's result as an .npz of plain arrays (no pickle): the velocity and m on the medium
+    grid, its origin and spacing, the history's columns."""
+    v, h = result.velocity, result.history
+    arrays = {"format": np.array("helmpinn-fwi"), "velocity": v.values, "medium": result.medium.values,
+              "origin": v.origin, "spacing": v.spacing, "stopped": np.array(result.stopped),
+              "seconds": np.array(result.seconds), "n_solves": np.array(result.n_solves)}
+    for key in ("misfit", "objective", "time"):
+        arrays[key] = np.asarray(h[key], np.float64)
+    arrays["velocity_error"] = np.array([np.nan if e is None else e for e in h["velocity_error"]], np.float64)
+    return write_atomic(path, lambda fh: np.savez(fh, **arrays))
+
+
+def _fwi_figure(result: Any, inputs: _Inputs, n: int = 101):
+    """For fwi, the figure :meth:`helmpinn.Inversion.figure` draws for helmpinn.invert: the
+    initial, recovered and (when known) true velocity, and the data misfit per iteration."""
+    from .plots import _figure
+
+    domain = inputs.domain
+    initial = inputs.initial if callable(inputs.initial) else (lambda x: np.full(len(x), inputs.initial))
+    panels = [("initial", initial), ("recovered", result.velocity)]
+    if inputs.true is not None:
+        panels.append(("true", inputs.true))
+    fig, axes = _figure(1, len(panels) + 1, figsize=(4.2 * (len(panels) + 1), 3.6))
+    xs = [np.linspace(a, b, n) for a, b in zip(domain.lo, domain.hi)]
+    pts = np.stack([g.ravel() for g in np.meshgrid(*xs, indexing="ij")], axis=1)
+    values = [np.asarray(f(pts), np.float64).reshape(n, n) for _, f in panels]
+    vmin, vmax = min(float(v.min()) for v in values), max(float(v.max()) for v in values)
+    extent = [domain.lo[0], domain.hi[0], domain.lo[1], domain.hi[1]]
+    for ax, (name, _), v in zip(axes[0], panels, values):
+        im = ax.imshow(v.T, origin="lower", extent=extent, vmin=vmin, vmax=vmax, cmap="viridis")
+        ax.set_title(f"{name} velocity (fwi)")
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    ax = axes[0][-1]
+    misfit = [m for m in result.history["misfit"] if m is not None and m > 0]
+    ax.semilogy(range(1, len(misfit) + 1), misfit, marker=".")
+    ax.set_xlabel("L-BFGS-B iteration")
+    ax.set_ylabel("data misfit")
+    ax.set_title("data misfit")
+    fig.tight_layout()
+    return fig
+
+
+def _figure(method: str, result: Any, inputs: _Inputs):
+    """The run's figure, or None with a note (a 2-D medium only; matplotlib needed)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("helmpinn: matplotlib is not installed, so no figure was written (pip install matplotlib)",
+              file=sys.stderr)
+        return None
+    if inputs.domain.dim != 2:
+        print(f"helmpinn: no figure: it draws 2-D media only, this one is {inputs.domain.dim}-D", file=sys.stderr)
+        return None
+    return result.figure() if method == "pinn" else _fwi_figure(result, inputs)
+
+
+def _npy_bytes(values: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(values), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _write_result(folder: runfiles.RunFolder, method: str, result: Any, inputs: _Inputs,
+                  report: dict[str, Any], plots: bool) -> dict[str, list[str]]:
+    """The result, velocity.npy, the figure and last metrics.json, each written whole and
+    claimed first (helmpinn's whatever stops the writing); then the previous run's files this
+    run did not replace are removed."""
+    from .plots import save_figure
+
+    fig = _figure(method, result, inputs) if plots else None
+    names = [RESULT[method], _VELOCITY, *([_FIGURE] if fig is not None else []), _REPORT]
+    for name in names:
+        folder.claim(name)
+    path = os.path.join(folder.path, RESULT[method])
+    result.save(path) if method == "pinn" else _save_fwi(path, result)
+    folder.record(RESULT[method])
+    folder.write(_VELOCITY, _npy_bytes(result.velocity.values))
+    if fig is not None:
+        save_figure(fig, os.path.join(folder.path, _FIGURE))
+        folder.record(_FIGURE)
+    folder.write(_REPORT, json.dumps(finite(report), indent=1).encode())
+    removed = folder.remove(n for n in OUTPUTS if n not in names)
+    return {"written": names, "removed": removed}
+
+
+def _final_error(result: Any, inputs: _Inputs) -> float | None:
+    """‖v − v_true‖ / ‖v_true − v_initial‖ over the region the survey illuminates (the hull of
+    its sources and receivers), measured the same way for both methods."""
+    if result is None or inputs.true is None:
+        return None
+    from .inversion import velocity_error
+    from .inversion.api import _region
+
+    initial = inputs.initial if callable(inputs.initial) else (lambda x: np.full(len(x), inputs.initial))
+    return velocity_error(result.velocity, inputs.true, initial, _region(inputs.survey, inputs.domain))
+
+
+def _report(args: argparse.Namespace, inputs: _Inputs, result: Any, stop: _Stop, seconds: float,
+            wall: float) -> dict[str, Any]:
+    """metrics.json: the settings, the survey's sizes, how the run ended, the history, the
+    final velocity error, the grid of velocity.npy."""
+    from . import _core
+
+    pinn = args.method == "pinn"
+    history = stop.entries if result is None else result.history if pinn else _fwi_history(result)
+    last = history[-1] if history else {}
+    velocity = None if result is None else result.velocity
+    settings = {k: v for k, v in vars(args).items() if k not in ("command", "resume", "quiet", "no_plots")}
+    for key in ("survey", "initial", "true", "out"):
+        settings[key] = None if settings[key] is None else os.path.abspath(settings[key])
+    return {
+        "command": "helmpinn invert", "method": args.method, "settings": settings,
+        "domain": {"lo": inputs.domain.lo.tolist(), "hi": inputs.domain.hi.tolist()},
+        "survey": {"sources": inputs.survey.n_sources, "receivers": inputs.survey.n_receivers,
+                   "frequencies": inputs.survey.frequencies.tolist()},
+        "result": None if result is None else RESULT[args.method],
+        "stopped": stop.reason or (None if result is None else result.message if pinn else result.stopped),
+        "success": None if result is None else bool(result.success) if pinn else True,
+        "interrupted": stop.reason is not None, "inversion_time_s": seconds, "wall_time_s": wall,
+        "steps": len(history),
+        "final": {"velocity_error": _final_error(result, inputs),
+                  "data_misfit": last.get("data_misfit", last.get("misfit")),
+                  "data_fit_per_frequency": result.data_fit.tolist() if pinn and result is not None else None},
+        "velocity_grid": None if velocity is None else {
+            "file": _VELOCITY, "origin": velocity.origin.tolist(), "spacing": velocity.spacing.tolist(),
+            "shape": list(velocity.values.shape)},
+        "history": history, "threads": _core.get_num_threads(), "version": getattr(_core, "__version__", None),
+    }
+
+
+# -- the command ----------------------------------------------------------------------------------
+def _set_up(args: argparse.Namespace, held: contextlib.ExitStack):
+    """The inputs, then the output folder created, locked and checked (UsageError)."""
+    from . import _core
+
+    inputs = _inputs(args)
+    if args.threads is not None:
+        _core.set_num_threads(args.threads)
+    prepare_out(args.out)
+    folder = lock(args.out, "--out", held)
+    check_outputs(folder, OUTPUTS)
+    folder.remove_stale_temps(OUTPUTS)
+    return inputs, folder
+
+
+def _finish(args: argparse.Namespace, folder: runfiles.RunFolder, inputs: _Inputs, result: Any, stop: _Stop,
+            report: dict[str, Any]) -> int:
+    """Write what the run has and say how it ended; the exit status."""
+    out, status = args.out, {"terminated": TERMINATED, "interrupted": INTERRUPTED}.get(stop.reason or "", 0)
+    try:
+        if result is None:
+            folder.write(_STOPPED_REPORT, json.dumps(finite(report), indent=1).encode())
+            print(f"helmpinn: {stop.reason} after {len(stop.entries)} steps, before helmpinn.invert had a "
+                  f"result (it returns none part-way); wrote {os.path.join(out, _STOPPED_REPORT)}; the folder's "
+                  f"previous result, if any, is as it was", file=sys.stderr)
+            return status
+        files = _write_result(folder, args.method, result, inputs, report, plots=not args.no_plots)
+    except OSError as exc:
+        print(f"helmpinn: could not write the results in {out} ({exc.strerror or exc}); the files already "
+              f"there are whole (each is written to a temporary file first)", file=sys.stderr)
+        return 1
+    if stop.reason is not None or not args.quiet:
+        err = report["final"]["velocity_error"]
+        print(f"helmpinn: {stop.reason + ', ' if stop.reason else ''}{report['stopped']}; "
+              f"{report['steps']} steps, {report['inversion_time_s']:.1f} s"
+              + (f", velocity error {err:.4f}" if err is not None else "")
+              + f"; wrote {', '.join(os.path.join(out, n) for n in files['written'])}"
+              + (f"; removed the previous run's {', '.join(files['removed'])}" if files["removed"] else ""),
+              file=sys.stderr)
+    return status
+
+
+def _invert(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
+    t_start = time.perf_counter()
+    try:
+        inputs, folder = _set_up(args, held)
+    except UsageError as exc:
+        print(f"helmpinn: {exc}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print(f"helmpinn: {args.method} inversion of {inputs.survey!r} on {inputs.domain!r}, within "
+              f"{args.time_limit:g} s", file=sys.stderr)
+    stop = _Stop()
+    on_entry = (lambda entry: None) if args.quiet else _progress
+    with stop_on_sigterm(stop), _stop_on_sigint(stop):
+        t0 = time.perf_counter()
+        try:
+            result = (_run_pinn if args.method == "pinn" else _run_fwi)(inputs, args, stop, on_entry)
+        except (ValueError, TypeError, MemoryError) as exc:   # refused by the method itself
+            first = not stop.entries
+            print(f"helmpinn: {exc}" + ("" if first else f" (after {len(stop.entries)} steps; nothing written)"),
+                  file=sys.stderr)
+            return 2 if first else 1
+        seconds = time.perf_counter() - t0
+        report = _report(args, inputs, result, stop, seconds, time.perf_counter() - t_start)
+        return _finish(args, folder, inputs, result, stop, report)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``helmpinn invert`` with the parsed ``args``; the exit status."""
+    try:
+        with contextlib.ExitStack() as held:   # the output folder's lock
+            return _invert(args, held)
+    except KeyboardInterrupt:   # a second Ctrl-C
+        print("\nhelmpinn: aborted; the output folder's previous result, if any, is as it was", file=sys.stderr)
+        return INTERRUPTED
