@@ -46,8 +46,8 @@ m 32, 2 × 96; 2-D and 3-D: m 16, 2 × 32 up to :data:`LM_SMALL_NETWORK_UP_TO` (
 3 without), m 24, 2 × 48 up to 5, then m 32, 2 × 64), since LM's cost grows as P² to P³: a
 step of the 4,850 parameters of 2 × 48 costs about 4.5 times one of the 2,210 of 2 × 32 on
 the same points, and without a PML the small network's steps lower the error about as fast
-(on ``heterogeneous2d``, 2.8 across, and ``waveguide``, 3 across, it is below 1e-4 after 15
-to 20 steps, in under 2 minutes on 2 busy cores, where the larger network's first 5 to 8 steps
+(on ``heterogeneous2d``, 2.8 across, and ``waveguide``, 3 across, it is below 1e-4 after 14
+to 17 steps, in under 2 minutes on 2 busy cores, where the larger network's first 5 to 8 steps
 left it above 1e-3). The sound-hard and sound-soft cylinders in their PML (2.6 across) keep the
 larger one they were measured with.
 
