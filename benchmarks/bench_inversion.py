@@ -44,11 +44,8 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
-
-import helmpinn as hp  # noqa: E402
-from helmpinn.geometry import Box  # noqa: E402
+import helmpinn as hp
+from helmpinn.geometry import Box
 
 FREQUENCIES = (2.0, 3.0, 4.0)
 BOUNDS = (0.7, 1.4)

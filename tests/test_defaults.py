@@ -84,15 +84,16 @@ def test_wavelengths_count_the_sampled_domain_with_its_layer():
 def test_wavelengths_across_is_the_geometric_mean_and_sizes_lms_network():
     """An elongated box counts by its area in square wavelengths: a 2.4 × 0.6 duct at
     wavelength 1/2.2 (5.28 × 1.32 wavelengths) is 2.64 across, and gets the network of a square
-    of 2.64 (m 24, 2 × 48), not that of a square of 5.28 (m 32, 2 × 64: a dense LM system over
-    the memory budget, so Adam and matrix-free LM; 0.23 against 1.3e-4 after 120 s,
-    docs/benchmarks-archive.md "Elongated domains")."""
+    of 2.64 (m 16, 2 × 32 without a PML), not that of a square of 5.28 (m 32, 2 × 64: a dense LM
+    system over the memory budget, so Adam and matrix-free LM; 0.23 against 1.3e-4 after 120 s
+    with m 24, 2 × 48, docs/benchmarks-archive.md "Elongated domains"; m 16, 2 × 32 reached
+    8.7e-5 in 119 s on busy cores where m 24, 2 × 48 was at 0.27 after 101)."""
     k = 2.2 * 2 * math.pi
     duct = hp.Problem(Box([0, 0], [2.4, 0.6]), kappa=k * k, bcs={"*": hp.Sommerfeld(k)})
     np.testing.assert_allclose(wavelengths(duct), [5.28, 1.32])
     assert wavelengths_across(duct) == pytest.approx(math.sqrt(5.28 * 1.32))
     s = run_settings(duct, "auto")
-    assert (s["ff_dim"], s["hidden"], s["warm_start"]) == (24, 48, 0) and s["lm"]["solver"] != "cg"
+    assert (s["ff_dim"], s["hidden"], s["warm_start"]) == (16, 32, 0) and s["lm"]["solver"] != "cg"
     assert s["pde_points"] == 5500        # 27² × 6.97 square wavelengths, to a multiple of 500
     cube = hp.Problem(Box([0, 0, 0], [2, 1, 0.5]), kappa=k * k, bcs={"*": hp.Dirichlet(0)})
     assert wavelengths_across(cube) == pytest.approx(2.2)
@@ -174,3 +175,19 @@ def test_levenberg_marquardt_weights_its_boundary_rows_at_the_pde_cost():
     box = hp.get_problem("dirichlet2d")
     assert run_settings(box, "adam")["weights"] == pytest.approx(auto_weights(box))
     assert run_settings(box, "lm")["weights"]["data"] == pytest.approx(2 * auto_weights(box)["data"])
+
+
+def test_lms_smallest_network_reaches_three_wavelengths_without_a_pml():
+    """LM's network of 2 × 32 on 16 frequencies up to 3 wavelengths across without a PML (the
+    waveguide, 1.5 × 6 wavelengths, 3 across; heterogeneous2d, 2.8), 2.5 with one (the
+    cylinders, 2.6 across, keep 2 × 48 on 24): on the first two the larger network's steps cost
+    4.5 times as much and lowered the error no faster."""
+    from helmpinn.defaults import wavelengths_across
+
+    guide = hp.get_problem("waveguide")
+    assert wavelengths_across(guide) == pytest.approx(3.0)
+    for name in ("waveguide", "heterogeneous2d", "scatter-hard"):
+        s = run_settings(hp.get_problem(name), "lm")
+        assert (s["ff_dim"], s["hidden"]) == ((24, 48) if name == "scatter-hard" else (16, 32)), name
+    longer = run_settings(hp.get_problem("waveguide", length=1.1), "lm")   # 3.1 across
+    assert (longer["ff_dim"], longer["hidden"]) == (24, 48)

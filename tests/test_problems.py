@@ -19,7 +19,7 @@ from helmpinn.problems import (
 )
 from helmpinn.registry import get_problem, list_problems, problem_names
 
-BUILTINS = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d"]
+BUILTINS = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "waveguide"]
 
 DOMAINS = {
     "interval": lambda: geo.Interval(-1.0, 2.0),
@@ -166,8 +166,11 @@ def test_engine_residual_matches_problem(name):
     f = 0 if ts.f is None else ts.f
     pde = np.mean(np.abs(lap + ts.kappa * u - f) ** 2)
     assert terms["pde"] == pytest.approx(pde, rel=1e-10)
-    ud = model.predict(ts.x_data)
-    assert terms["data"] == pytest.approx(np.mean(np.abs(ud - ts.y) ** 2), rel=1e-10)
+    if ts.sizes["data"]:
+        ud = model.predict(ts.x_data)
+        assert terms["data"] == pytest.approx(np.mean(np.abs(ud - ts.y) ** 2), rel=1e-10)
+    else:   # no Dirichlet part (waveguide: Robin ports and Neumann walls)
+        assert terms["data"] == 0.0
     if ts.sizes["bc"]:
         ub, gb, _ = model.predict_derivatives(ts.x_bc)
         dudn = np.sum(gb * ts.n_bc, axis=1)
@@ -257,8 +260,20 @@ def test_registry_is_explicit_with_no_import_circle():
     assert not top_level_imports(scattering) & {"registry"}
     assert not top_level_imports(waves) & {"registry"}
     assert registry._REGISTRY == {**builtin.PROBLEMS, **scattering.PROBLEMS, **waves.PROBLEMS}
-    assert list(registry.problem_names())[:6] == BUILTINS + ["scatter-hard", "scatter-soft"]
+    assert list(registry.problem_names())[:7] == BUILTINS + ["scatter-hard", "scatter-soft"]
     # the registry's names are its own (no forwarding from problems: tests/test_layers.py)
     assert not hasattr(problems, "get_problem") and not hasattr(problems, "cube3d")
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         problems.nope  # noqa: B018
+
+
+def test_waveguide_mode_and_its_options():
+    p = get_problem("waveguide", n=2)
+    x = np.array([[0.3, 1.0], [0.7, 3.5]])
+    beta = math.sqrt((3 * math.pi) ** 2 - (2 * math.pi / 4) ** 2)
+    np.testing.assert_allclose(p.exact_at(x), np.cos(math.pi * x[:, 1] / 2) * np.exp(1j * beta * x[:, 0]))
+    assert p.bcs["xmax"].alpha == pytest.approx(-1j * beta) and p.bcs["ymin"].alpha == 0.0
+    with pytest.raises(ValueError, match="waveguide: mode n=12 does not propagate"):
+        get_problem("waveguide", n=12)   # 12 pi / 4 = 3 pi: at cut-off
+    with pytest.raises(ValueError, match="waveguide: n must be an integer"):
+        get_problem("waveguide", n=1.5)

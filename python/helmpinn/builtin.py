@@ -1,6 +1,6 @@
 """The built-in problems with exact solutions, registered by name for :func:`helmpinn.get_problem`
-and ``helmpinn train --problem``: ``plane1d``, ``dirichlet2d``, ``heterogeneous2d``, ``cube3d``
-(the scattering problems with a PML are in :mod:`helmpinn.scattering`).
+and ``helmpinn train --problem``: ``plane1d``, ``dirichlet2d``, ``heterogeneous2d``, ``cube3d``,
+``waveguide`` (the scattering problems with a PML are in :mod:`helmpinn.scattering`).
 
 Each is a factory ``f(**options) -> Problem``; :func:`helmpinn.registry.problem_options` lists
 a problem's options with their defaults. Every option is checked when the problem is built (a
@@ -13,11 +13,11 @@ import math
 
 import numpy as np
 
-from ._checks import real_number
+from ._checks import integer, real_number
 from .geometry import Box, Interval
-from .problems import Dirichlet, Problem, Sommerfeld
+from .problems import Dirichlet, Neumann, Problem, Sommerfeld
 
-__all__ = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "MAX_WAVENUMBER", "PROBLEMS"]
+__all__ = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "waveguide", "MAX_WAVENUMBER", "PROBLEMS"]
 
 #: The largest wavenumber a built-in problem accepts (about 1600 wavelengths per unit length,
 #: far beyond what a network of the default size resolves; κ = k² stays far inside float32).
@@ -119,6 +119,40 @@ def cube3d(k: float = 2 * math.pi) -> Problem:
     )
 
 
+def waveguide(k: float = 3 * math.pi, n: int = 1, length: float = 1.0, width: float = 4.0) -> Problem:
+    """Mode ``n`` of a hard-walled duct ``[0, length] × [0, width]`` entering at x = 0 and leaving
+    at x = length: ``u = cos(nπy/width) e^{iβx}``, ``β = sqrt(k² − (nπ/width)²)``, which solves
+    ``Δu + k²u = 0`` with ``∂u/∂n = 0`` on the walls y = 0 and y = width. Both ends are the
+    mode's port (Robin) condition ``∂u/∂n − iβu = g``: at the exit g = 0 (the mode leaves without
+    reflection), at the inlet ``g = −2iβ cos(nπy/width)``, the incoming mode of unit amplitude
+    (the outward normal there is −x, so the incoming wave gives ``−2iβ u`` and an outgoing one
+    nothing). With Neumann walls the modes are n = 0 (the plane wave), 1, 2, ...; the default
+    n = 1 is the second. The mode must propagate: ``nπ/width < k``."""
+    k = real_number("waveguide", "k", k, low=0.0, high=MAX_WAVENUMBER)
+    n = integer("waveguide", "n", n, low=0)
+    length = real_number("waveguide", "length", length, low=0.0, high=1e3)
+    width = real_number("waveguide", "width", width, low=0.0, high=1e3)
+    ky = n * math.pi / width
+    if not ky < k * (1 - 1e-9):
+        raise ValueError(f"waveguide: mode n={n} does not propagate at k={k:g} in width {width:g} "
+                         f"(n*pi/width = {ky:g} must be below k)")
+    beta = math.sqrt(k * k - ky * ky)
+
+    def exact(x):
+        return np.cos(ky * x[:, 1]) * np.exp(1j * beta * x[:, 0])
+
+    def exact_grad(x):
+        e = np.exp(1j * beta * x[:, 0])
+        return np.stack([1j * beta * np.cos(ky * x[:, 1]) * e, -ky * np.sin(ky * x[:, 1]) * e], axis=1)
+
+    return Problem(
+        Box([0.0, 0.0], [length, width]), kappa=k * k, source=None,
+        bcs={"xmin": Sommerfeld(beta, lambda x, nrm: -2j * beta * np.cos(ky * x[:, 1]) + 0j),
+             "xmax": Sommerfeld(beta), ("ymin", "ymax"): Neumann()},
+        exact=exact, exact_grad=exact_grad, wavenumber=k,
+    )
+
+
 #: The built-in problems by name: (factory, one-line description); :mod:`helmpinn.registry` reads it.
 PROBLEMS = {
     "plane1d": (plane1d,
@@ -131,4 +165,7 @@ PROBLEMS = {
     "cube3d": (cube3d,
                  "u = sin(pi x) sin(pi y) sin(pi z) exp(ikz) on [0,1]^3, zero Dirichlet, "
                  "matching source (option k)"),
+    "waveguide": (waveguide,
+                  "mode n of the hard-walled duct [0,length]x[0,width], u = cos(n pi y/width) exp(i beta x), "
+                  "injected and leaving through the mode's Robin ports (options k, n, length, width)"),
 }

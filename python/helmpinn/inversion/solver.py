@@ -47,7 +47,6 @@ from typing import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.linalg import blas
 
 from ..lm import UPDATES, NonFiniteLoss, _spd_factor, next_damping
 from .joint import JointResiduals
@@ -98,6 +97,8 @@ class ArrowheadLM:
 
     def _linearize(self, thetas: Sequence[NDArray], c: NDArray):
         """The kept reductions of every wavefield's Jacobian (module docstring) and the loss."""
+        from scipy.linalg import blas   # on first use: importing helmpinn leaves SciPy's linear algebra out
+
         joint, ws = self.joint, self.joint.workspace
         M = joint.medium.size
         C, gm, loss = np.zeros((M, M)), np.zeros(M), 0.0
