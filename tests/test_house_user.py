@@ -62,7 +62,6 @@ def test_cli_time_limit(tmp_path, capsys):
     assert main([*args, "--steps", "100000", "--time-limit", "0.5", "--out", str(out)]) == 0
     m = _metrics(out)
     assert m["stop_reason"].startswith("time limit 0.5 s") and 0 < m["steps"] < 100000, m["stop_reason"]
-    assert m["wall_time_s"] < 30
     for bad in ("0", "-1", "nan", "inf"):
         assert main([*args, "--time-limit", bad, "--out", str(tmp_path / "bad")]) == 2
         assert "--time-limit must be a positive finite number" in capsys.readouterr().err
