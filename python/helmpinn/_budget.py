@@ -199,7 +199,7 @@ def training_memory(dim: int, pde_points: int, bc_points: int, num_params: int, 
             "workspace": int(workspace), "parameters": 8 * int(num_params) * item}
 
 
-def _cpus() -> int:
+def cpus() -> int:
     """The CPUs this process may run on (its affinity set where the system has one)."""
     try:
         return max(len(os.sched_getaffinity(0)), 1)

@@ -13,8 +13,9 @@ import tempfile
 from typing import Any, Sequence
 
 from . import runfiles
+from ._budget import cpus   # noqa: F401  (re-exported: the subcommands' --threads bound)
 
-__all__ = ["UsageError", "INTERRUPTED", "TERMINATED", "MAX_THREADS_PER_CPU", "cpus", "stop_on_sigterm",
+__all__ = ["UsageError", "INTERRUPTED", "TERMINATED", "MAX_THREADS_PER_CPU", "cpus", "stop_on_sigterm", "handling",
            "prepare_out", "lock", "check_outputs", "finite"]
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
@@ -25,14 +26,6 @@ MAX_THREADS_PER_CPU = 4
 
 class UsageError(Exception):
     """Misuse of the command line: reported as one line, exit status 2."""
-
-
-def cpus() -> int:
-    """The CPUs this process may run on (its affinity set where the system has one)."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except (AttributeError, OSError):
-        return max(os.cpu_count() or 1, 1)
 
 
 @contextlib.contextmanager
@@ -54,15 +47,23 @@ def stop_on_sigterm(trainer):
         print("\nhelmpinn: terminated (SIGTERM); stopping after the current step (SIGTERM again to end "
               "at once)", file=sys.stderr, flush=True)
 
-    try:
-        previous = signal.signal(signal.SIGTERM, on_sigterm)
-    except ValueError:  # not the main thread
+    with handling(signal.SIGTERM, on_sigterm):
         yield seen
+
+
+@contextlib.contextmanager
+def handling(signum: int, handler) -> Any:
+    """``handler`` for the signal ``signum`` inside the block, the previous handler after it; in
+    any thread but the main one (where Python sets no handler) the block runs without it."""
+    try:
+        previous = signal.signal(signum, handler)
+    except ValueError:  # not the main thread
+        yield
         return
     try:
-        yield seen
+        yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signum, previous)
 
 
 def prepare_out(out: str) -> None:

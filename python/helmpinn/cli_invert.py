@@ -47,7 +47,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from . import runfiles
-from ._cli_common import (INTERRUPTED, MAX_THREADS_PER_CPU, TERMINATED, UsageError, check_outputs, cpus,
+from ._cli_common import (handling, INTERRUPTED, MAX_THREADS_PER_CPU, TERMINATED, UsageError, check_outputs, cpus,
                           finite, lock, prepare_out, stop_on_sigterm)
 from ._files import write_atomic
 
@@ -304,15 +304,8 @@ def _stop_on_sigint(stop: _Stop):
         print("\nhelmpinn: interrupted (Ctrl-C); stopping after the current step (Ctrl-C again to end at "
               "once)", file=sys.stderr, flush=True)
 
-    try:
-        previous = signal.signal(signal.SIGINT, on_sigint)
-    except ValueError:  # not the main thread
+    with handling(signal.SIGINT, on_sigint):
         yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _progress(entry: dict[str, Any]) -> None:
@@ -458,10 +451,10 @@ def _final_error(result: Any, inputs: _Inputs) -> float | None:
     if result is None or inputs.true is None:
         return None
     from .inversion import velocity_error
-    from .inversion.api import _region
+    from .inversion.api import illuminated_points
 
     initial = inputs.initial if callable(inputs.initial) else (lambda x: np.full(len(x), inputs.initial))
-    return velocity_error(result.velocity, inputs.true, initial, _region(inputs.survey, inputs.domain))
+    return velocity_error(result.velocity, inputs.true, initial, illuminated_points(inputs.survey, inputs.domain))
 
 
 def _report(args: argparse.Namespace, inputs: _Inputs, result: Any, stop: _Stop, seconds: float,

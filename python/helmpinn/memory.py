@@ -105,7 +105,7 @@ from . import _core, distributed, lm
 from ._budget import (  # noqa: F401  (re-exported: helmpinn.memory is the public module)
     LIMIT_VARIABLE, MEMORY_FRACTION, ASSEMBLY_BYTES_PER_NODE, LU_BYTES_PER_ENTRY, MemoryEstimateError, MemoryBudgetError,
     format_bytes, available_memory, limit, check, check_memory, workspace_bytes,
-    training_memory, _cpus, lu_fill, fd_run, fd_memory_estimate, check_fd)
+    training_memory, cpus, lu_fill, fd_run, fd_memory_estimate, check_fd)
 from .decomposition import WINDOW_CHUNK, DecomposedModel
 from .defaults import wavelengths
 from .gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
@@ -151,7 +151,7 @@ def network_run(spec: Any, pde_points: int, bc_points: int = 0, *, dtype: str = 
     LM's system (:func:`lm_system`) over ``ranks``; ``threads``: the engine's (None: the
     threads OpenMP runs or the CPUs this process may use, whichever is more: a CPU workspace
     has scratch rows for each). Nothing is allocated."""
-    threads = max(int(threads or _core.get_num_threads()), _cpus())
+    threads = max(int(threads or _core.get_num_threads()), cpus())
     sizes = training_memory(spec.in_dim, pde_points, bc_points, spec.num_params, dtype,
                             workspace_bytes(spec, dtype, threads=threads))
     if lm_options is not None:

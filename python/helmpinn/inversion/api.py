@@ -62,7 +62,7 @@ from .medium import SplineMedium
 from .result import STATUS, Inversion
 from .solver import ArrowheadLM
 
-__all__ = ["invert", "WARM_STARTS"]
+__all__ = ["invert", "WARM_STARTS", "illuminated_points", "velocity_error"]
 
 WARM_STARTS = ("fd", "previous")
 #: Default PDE points per wavefield: at least this many per network parameter. With about as
@@ -96,7 +96,7 @@ def _velocity(where: str, v: Any) -> Callable:
     return lambda x: np.full(len(x), value)
 
 
-def _region(survey: Any, domain: Box, n: int = 81) -> NDArray[np.float64]:
+def illuminated_points(survey: Any, domain: Box, n: int = 81) -> NDArray[np.float64]:
     """Points of a regular grid over the domain inside the convex hull of the sources and
     receivers (the region the survey illuminates), where the velocity error is measured."""
     from scipy.spatial import Delaunay
@@ -340,7 +340,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
         reg = math.sqrt(options["regularization"]) * medium.gradient_rows(float(np.mean(c)))
     run = _Run(survey, domain, pml, options)
     if true is not None:
-        options["region"] = _region(survey, domain)
+        options["region"] = illuminated_points(survey, domain)
         options["initial"] = medium.gridfield(c_init, velocity=True)
     t0 = time.perf_counter()
     order = np.argsort(run.freqs, kind="stable")
