@@ -46,7 +46,7 @@ FLOORS = {
     "figures": ["plots"],
     "inversion": ["reference", "reference.fwi", "inversion", "inversion.medium", "inversion.joint", "inversion.solver", "inversion.result",
                   "inversion.api"],
-    "interface": ["solving", "receivers", "", "_cli_common", "cli_invert", "cli", "__main__"],
+    "interface": ["estimate", "solving", "receivers", "", "_cli_common", "cli_invert", "cli", "__main__"],
 }
 
 

@@ -40,6 +40,7 @@ from .sources import FreeSpaceSource, PointSource
 from . import receivers
 from . import defaults, drivers
 from .solving import Solution, solve
+from .estimate import estimate_error
 from .survey import Survey
 from .inversion import Inversion, invert
 
@@ -91,6 +92,7 @@ __all__ = [
     "drivers",
     "Solution",
     "solve",
+    "estimate_error",
     "Survey",
     "Inversion",
     "invert",
