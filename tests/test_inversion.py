@@ -70,7 +70,8 @@ def test_arrowhead_step_is_the_dense_lm_step():
     lm = ArrowheadLM(joint)
     blocks, C, gm, loss = lm._linearize(thetas, c)
     D, Dm = lm._damping(blocks, C)
-    dthetas, dc, pred = lm._solve(0.01, blocks, C, gm, D, Dm)
+    dthetas, dc, pred_m, pred_w = lm._solve(0.01, blocks, C, gm, D, Dm)
+    pred = pred_m + pred_w
     # the dense system from the full Jacobian
     P, M = model.num_params, medium.size
     ws = joint.workspace
