@@ -36,6 +36,17 @@ wavefield counts, the remainder of a stage that ended early passed on; ``max_ste
 steps of a stage; a stage also ends when the loss fell by less than ``tol`` (relative) over a step.
 A step that starts before a stage's deadline runs to its end, so a run can exceed the limit by
 one step.
+
+**Stopping and continuing.** ``callbacks`` see every history entry; a true return value stops
+the run after the step with status 3 and a ``resume`` state in the result (the stage and step,
+the stage's starting medium, LM's λ, ν and damping diagonals). ``start=`` continues such a
+result: the stage's wavefields are built again from its starting medium, each wavefield's
+points drawn from its own generator seeded ``(seed, f, s)``, and the networks, medium and LM
+state restored, so the continued run repeats the uninterrupted one step for step.
+
+**Ranks.** ``comm``: each rank holds a contiguous block of every stage's sources
+(:mod:`helmpinn.inversion.parallel`); the sums the medium needs are Allreduced, the networks
+gathered at the end.
 """
 from __future__ import annotations
 
