@@ -293,7 +293,8 @@ def test_resume_continues_a_stopped_run_as_if_uninterrupted(files, tmp_path, cap
     ("no report", "no report of a helmpinn invert run"),
     ("fwi run", "only pinn runs continue"),
     ("settings of the wrong type", "setting 'spacing' is not what --spacing takes"),
-    ("code in a setting", "not a command line of helmpinn invert"),
+    ("an option for a path", "--survey: --help: no such file"),
+    ("a setting out of range", "--pml must be a width >= 0"),
     ("a FIFO for the result", "not a regular file"),
     ("another --out", "--out cannot name another folder"),
 ])
@@ -306,12 +307,15 @@ def test_resume_refuses_what_it_cannot_continue(files, tmp_path, capsys, case, m
         out.mkdir()
     if case == "fwi run":
         assert main(_args(files, out, "--quiet", "--no-plots", method="fwi")) == 0
-    elif case in ("settings of the wrong type", "code in a setting", "a FIFO for the result"):
+    elif case in ("settings of the wrong type", "an option for a path", "a setting out of range",
+                  "a FIFO for the result"):
         settings = {"survey": str(files / "survey.npz"), "initial": str(files / "v0.npy"), "spacing": [0.1]}
         if case == "settings of the wrong type":
             settings["spacing"] = "__import__('os').system('echo hi')"
-        if case == "code in a setting":
+        if case == "an option for a path":
             settings["survey"] = "--help"
+        if case == "a setting out of range":
+            settings["pml"] = float("nan")
         (out / "metrics.json").write_text(json.dumps({"method": "pinn", "settings": settings}))
         if case == "a FIFO for the result":
             os.mkfifo(out / "inversion.npz")

@@ -297,7 +297,9 @@ def _saved_option(key: str, flag: str, kind: str, value: Any, where: str) -> lis
           "numbers": isinstance(value, list) and 0 < len(value) <= 6 and all(map(number, value))}[kind]
     if not ok:
         raise UsageError(f"--resume: {where}: setting {key!r} is not what {flag} takes ({value!r})")
-    return [flag, value] if kind == "path" else [flag, *map(repr, value if kind == "numbers" else [value])]
+    if kind == "path":   # one word: a value that looks like an option stays a value
+        return [f"{flag}={value}"]
+    return [flag, *map(repr, value if kind == "numbers" else [value])]
 
 
 def _resumed_args(args: argparse.Namespace, given: list[str]) -> argparse.Namespace:
@@ -330,7 +332,7 @@ def _resumed_args(args: argparse.Namespace, given: list[str]) -> argparse.Namesp
     parser = argparse.ArgumentParser(prog="helmpinn", add_help=False)
     add_parser(parser.add_subparsers(dest="command"))
     try:
-        with contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             new = parser.parse_args([str(w) for w in words])
     except SystemExit:
         raise UsageError(f"--resume: {where}: its settings are not a command line of helmpinn invert") from None
