@@ -6,9 +6,10 @@ blocks itself (:mod:`helmpinn.inversion.solver`), and the sums over the wavefiel
 medium needs are added over the ranks by :meth:`Ranks.sum`, one ``Allreduce`` of one buffer per
 sum: in a Gauss-Newton step the medium's block ``C`` and gradient with the loss, then per trial
 the Schur complement's sum ``Σ B_iᵀ A_i⁻¹ [B_i, g_i]``, then the trial's loss and predicted
-decrease. Every rank then solves the same ``M × M`` system and holds the same medium. The sums
-are the same numbers on every rank: MPI's sum is commutative and MPICH's Allreduce gives every
-rank the same result; the tests check that the ranks' media are equal bit for bit.
+decrease. Every rank then solves the same ``M × M`` system and holds the same medium, and takes
+the same decisions (a trial accepted or not), provided the Allreduce gives every rank the same
+bits, as the MPI standard recommends and MPICH's algorithms for a commutative sum do; the tests
+check that the ranks' media are equal bit for bit.
 
 **Errors.** Each buffer carries a failure flag: a rank whose local work raised (a wavefield's
 residuals not finite, a factorisation) still takes part in the Allreduce with its flag set, and
