@@ -16,7 +16,7 @@ one integration by parts and the Gaussian integrals in Faddeeva's function
 
 both arguments in the upper half plane, where w is bounded: no overflow at any r. Far from the
 source (r ≳ 5 s) the second term is below 1e-10 of the first and u is exactly the point
-source's field times ``e^{−k²s²/2}``, the Gaussian's Fourier transform at |ξ| = k. At r → 0 the
+source's field times ``e^{−k²s²/2}``, the Gaussian's Fourier transform at ``|ξ| = k``. At r → 0 the
 bracket vanishes to first order: below ``r = 1e-3 s`` the field is its Taylor polynomial
 ``u(0) + u″(0) r²/2`` with ``u(0) = A s² (1 + i√π q w(q)) / (2πs²)^{3/2}``, ``q = ks/√2``, and
 ``3 u″(0) = Δu(0) = −k²u(0) − A g(0)`` (its error is O((r/s)⁴), below 1e-12).
