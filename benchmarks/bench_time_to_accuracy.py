@@ -88,7 +88,7 @@ class Clock:
     """Training time with the error evaluations taken out; records (time, step, error)."""
 
     def __init__(self, problem, model, budget: float, every: int, n_test: int | None):
-        from helmpinn.trainer import relative_l2
+        from helmpinn.training.trainer import relative_l2
 
         self.relative_l2 = relative_l2
         self.model, self.budget, self.every = model, budget, max(int(every), 1)

@@ -236,7 +236,7 @@ def test_what_does_not_run_over_ranks_is_refused_with_one_reason(tmp_path, capsy
     ranks: the CLI (status 2, nothing written), the L-BFGS driver and LM say its words."""
     import helmpinn as hp
     from helmpinn import distributed, lm
-    from helmpinn.drivers import LBFGSDriver
+    from helmpinn.training.drivers import LBFGSDriver
 
     monkeypatch.setattr(distributed, "launch_comm", lambda: _TwoRanks())
     out = tmp_path / "run"

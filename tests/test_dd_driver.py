@@ -1,4 +1,4 @@
-"""helmpinn.dd_driver: decomposed models in the run loop (the Gauss-Newton driver and Adam through
+"""helmpinn.training.dd_driver: decomposed models in the run loop (the Gauss-Newton driver and Adam through
 Trainer, checkpoints and resume, the model protocol), the plan of hp.solve (decomposed above the
 threshold, one network below) and the CLI's path to them."""
 import importlib
@@ -13,9 +13,9 @@ import pytest
 import helmpinn as hp
 from helmpinn import dd_driver, solving, waves
 from helmpinn.cli import main
-from helmpinn.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
+from helmpinn.training.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
 from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows
-from helmpinn.drivers import AdamDriver, LMDriver, mismatch
+from helmpinn.training.drivers import AdamDriver, LMDriver, mismatch
 from helmpinn.geometry import Box
 
 SMALL = dict(ff_dim=4, hidden_dim=8, overlap=0.6)
@@ -418,7 +418,7 @@ def test_solve_trains_a_decomposed_model_by_adam_when_asked():
 
 
 def test_one_table_says_which_optimiser_trains_which_model():
-    from helmpinn.drivers import DRIVERS
+    from helmpinn.training.drivers import DRIVERS
 
     assert {name: d.trains for name, d in DRIVERS.items()} == {
         "adam": ("network", "decomposed"), "lbfgs": ("network",), "lm": ("network",), "gn": ("decomposed",)}

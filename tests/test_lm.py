@@ -10,7 +10,7 @@ import pytest
 import helmpinn as hp
 from helmpinn.lm import (CGSystem, CoreResiduals, FunctionResiduals, LevenbergMarquardt, NonFiniteLoss, lm_defaults,
                         lm_options)
-from helmpinn.trainer import relative_l2
+from helmpinn.training.trainer import relative_l2
 
 K = 5.0
 WEIGHTS = {"pde": 1 / K**2, "data": 100.0, "bc": 100 / K**2}

@@ -11,7 +11,7 @@ import helmpinn as hp
 from helmpinn.cli import main
 from helmpinn.defaults import run_settings
 from helmpinn.optim import make_schedule
-from helmpinn.trainer import Trainer
+from helmpinn.training.trainer import Trainer
 
 TINY = dict(ff_dim=4, hidden=8, layers=1, pde_points=60, sigma=0.6, eval_every=2)
 

@@ -9,7 +9,7 @@ import helmpinn
 from helmpinn.model import Model
 from helmpinn.optim import Adam, constant, cosine, exponential, lbfgs, make_schedule
 from helmpinn.registry import get_problem
-from helmpinn.trainer import Trainer, auto_weights, default_settings, relative_l2
+from helmpinn.training.trainer import Trainer, auto_weights, default_settings, relative_l2
 
 
 def small_model(d=1, dtype="float32", seed=0, sigma=2.0):
@@ -422,7 +422,7 @@ class _GradientDescent:
     """A user's own optimiser: plain gradient descent through the Driver interface."""
 
     def __new__(cls, *a, **k):
-        from helmpinn.drivers import Driver, StepInfo
+        from helmpinn.training.drivers import Driver, StepInfo
 
         class GD(Driver):
             name = "gd"
@@ -544,7 +544,7 @@ def test_lm_grows_its_points_while_the_gap_says_it_fits_them():
 
 
 def test_lm_growth_is_capped_by_grow_max_and_memory():
-    from helmpinn.drivers import LMDriver
+    from helmpinn.training.drivers import LMDriver
     from helmpinn.lm import LevenbergMarquardt
 
     tr = _overfitting_lm()
@@ -606,7 +606,7 @@ def test_lm_stall_window_counts_only_the_current_points():
 
 def test_defaults_in_one_place():
     from helmpinn import defaults, trainer
-    from helmpinn.drivers import AdamSettings, LMSettings
+    from helmpinn.training.drivers import AdamSettings, LMSettings
 
     assert trainer.default_settings is defaults.default_settings and trainer.auto_weights is defaults.auto_weights
     for name, d in (("plane1d", 1), ("dirichlet2d", 2), ("cube3d", 3)):

@@ -245,7 +245,7 @@ def test_resume_misuse(tmp_path, capsys):
 # -- the Trainer ------------------------------------------------------------------------------------
 def _trainer(path=None, model=None, problem="dirichlet2d", **kw):
     from helmpinn.registry import get_problem
-    from helmpinn.trainer import Trainer
+    from helmpinn.training.trainer import Trainer
 
     p = get_problem(problem)
     model = model or Model.create(p.dim, 8, 16, 2, seed=1, fourier_sigma=1.0)
@@ -368,7 +368,7 @@ def test_optimizer_lbfgs_writes_the_lbfgs_model(tmp_path, capsys, warm):
     """Without --warm-start (a KeyError once), with 0 (no model written once) and with 3 (the
     warm start's parameters written once): model.npz holds the L-BFGS result the report gives."""
     from helmpinn.registry import get_problem
-    from helmpinn.trainer import relative_l2
+    from helmpinn.training.trainer import relative_l2
 
     out = tmp_path / "run"
     extra = [] if warm is None else ["--warm-start", str(warm)]

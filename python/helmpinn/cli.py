@@ -145,7 +145,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a model on a built-in problem and write a report",
                        description="Options without a stated default take the problem's (helmpinn "
-                                   "problems; helmpinn.trainer.default_settings, helmpinn.lm.lm_defaults).",
+                                   "problems; helmpinn.training.trainer.default_settings, helmpinn.lm.lm_defaults).",
                        formatter_class=_HelpFormatter)
     t.add_argument("--problem", help="built-in problem (see `helmpinn problems`) or a factory of your own "
                    "(path/to/file.py:make); required unless --resume, with which it names the run's "
@@ -169,7 +169,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     o.add_argument("--model", choices=MODELS, default=None,
                    help="auto (default: helmpinn.solve's choice, a decomposed model above a few "
                         "wavelengths), network (one network) or decomposed (windowed subnetworks "
-                        "over a grid of subdomains: helmpinn.dd_driver; trained with --optimizer gn, "
+                        "over a grid of subdomains: helmpinn.training.dd_driver; trained with --optimizer gn, "
                         "the default for it, or adam)")
     o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm", "gn", "auto"), default=None,
                    help="auto (the default on the CPU: helmpinn.solve's choice, gn above a few "
@@ -177,7 +177,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
                         "not fit 2 GiB), adam (fused Adam; the default with --device cuda), lbfgs "
                         "(SciPy L-BFGS-B, float64), lm (Levenberg-Marquardt on the residuals, with its "
                         "own defaults for model, points and precision: helmpinn.lm.lm_defaults) or gn "
-                        "(a decomposed model, matrix-free Gauss-Newton: helmpinn.dd_driver)")
+                        "(a decomposed model, matrix-free Gauss-Newton: helmpinn.training.dd_driver)")
     o.add_argument("--steps", type=int, help="Adam steps, or L-BFGS / LM / Gauss-Newton iterations")
     o.add_argument("--lr", type=float, help="peak learning rate")
     o.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule")
@@ -380,7 +380,7 @@ def _chosen(args: argparse.Namespace) -> str:
 def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
     """The run's settings: the optimiser's defaults for ``problem``
     (:func:`helmpinn.solving.plan`), with what the command line gives instead."""
-    from .drivers import mismatch
+    from .training.drivers import mismatch
     from .solving import plan
 
     # hp.solve's choice; Adam on a GPU (LM and Gauss-Newton run on the CPU)
@@ -422,7 +422,7 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
     elif args.lm_solver is not None or args.lm_geodesic is not None or args.lm_gram is not None:
         raise _UsageError(f"--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm; this run "
                           f"trains with {optimizer}{_chosen(args)}")
-    if s["model"] == "decomposed":   # (helmpinn.dd_driver)
+    if s["model"] == "decomposed":   # (helmpinn.training.dd_driver)
         settings["decomposition"] = s["decomposition"]
         if optimizer == "gn":
             settings["gn"] = s["gn"]
@@ -459,7 +459,7 @@ def _new_model(settings: dict[str, Any], problem, threads: int | None):
                           f"--layers {settings['layers']}): {why}") from None
     _check_memory(settings, problem, spec, threads)
     if _decomposed(settings):
-        from .dd_driver import build_decomposed_model
+        from .training.dd_driver import build_decomposed_model
         try:
             return build_decomposed_model(problem, settings["decomposition"], settings["fourier"],
                                           settings["hidden"], settings["layers"], seed=settings["seed"],
@@ -529,7 +529,7 @@ def _check_resume(args: argparse.Namespace, given: list[str]) -> None:
 def _resumed_run(args: argparse.Namespace):
     """Settings, problem and the checkpointed model of the run in ``args.resume`` (checked by
     :func:`_check_resume`, and locked)."""
-    from .dd_driver import load_model
+    from .training.dd_driver import load_model
     from .registry import get_problem
 
     folder = args.resume
@@ -642,7 +642,7 @@ def _previous_history(out: str, done: int, settings: dict[str, Any]):
     report is of the run being resumed (its settings; at step ``done``, or earlier when a later
     leg was killed before its report), and whether it was; else an empty history. Only a
     regular file of at most ``_MAX_REPORT_BYTES`` is read."""
-    from .trainer import History
+    from .training.trainer import History
 
     try:
         old = json.loads(runfiles.read_regular(os.path.join(out, "metrics.json"), _MAX_REPORT_BYTES))
@@ -880,7 +880,7 @@ def _set_threads(run: _Run) -> None:
 def _make_trainer(run: _Run):
     """The Trainer of ``run.settings``, checkpointing to OUT/model.npz (the settings saved in
     the model's metadata, for --resume)."""
-    from .trainer import Trainer
+    from .training.trainer import Trainer
 
     s, model = run.settings, run.model
     model.metadata = {**model.metadata, "problem": run.problem.name, "problem_options": _recorded(run.problem),
@@ -1056,7 +1056,7 @@ def _rate(steps_per_s: float | None) -> str:
 
 def _lm_summary(trainer) -> dict[str, Any] | None:
     """The report of the run's Levenberg-Marquardt driver (None when LM did not run)."""
-    from .drivers import LMDriver
+    from .training.drivers import LMDriver
 
     return trainer.driver.summary() if isinstance(trainer.driver, LMDriver) else None
 

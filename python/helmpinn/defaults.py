@@ -91,7 +91,7 @@ Functions:
   the optimiser's own options.
 
 The optimisers' own options and their defaults are their settings tables in
-:mod:`helmpinn.drivers` (``AdamSettings``, ``LBFGSSettings``, ``LMSettings``).
+:mod:`helmpinn.training.drivers` (``AdamSettings``, ``LBFGSSettings``, ``LMSettings``).
 A problem's ``hints`` still replace any entry (``hints["weights"]``, ``hints["adam"]``,
 ``hints["lm"]``), for what the rules do not capture.
 """
@@ -171,7 +171,7 @@ def wavelengths_across(problem: Any) -> float:
     (cube) that holds as many square (cubic) wavelengths. One network must hold the field over
     all of them and its points grow with them, so this, not the longest side, sizes LM's
     network (:func:`lm_settings`) and decides the decomposition
-    (:func:`helmpinn.dd_driver.should_decompose`): a 3 × 0.6 duct at 6.6 × 1.3 wavelengths is
+    (:func:`helmpinn.training.dd_driver.should_decompose`): a 3 × 0.6 duct at 6.6 × 1.3 wavelengths is
     2.95 across, and one network trains it as it trains a square of 3. A side shorter than a
     wavelength still holds the field's variation along the others, so a strip 20 × 0.2
     wavelengths counts as 20 × 1 (4.5 across), not 2 (unmeasured: no domain with a side below
@@ -331,7 +331,7 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
     L-BFGS or LM; 0), changed by the optimiser: "lbfgs" trains a float64 model on fixed points
     (2000 iterations, the error every 50), "lm" takes :func:`lm_settings` (its
     network, points and precision) and its options under ``settings["lm"]`` (keywords of
-    :class:`helmpinn.drivers.LMDriver`). "auto" (:func:`helmpinn.solve`) is "lm" when the
+    :class:`helmpinn.training.drivers.LMDriver`). "auto" (:func:`helmpinn.solve`) is "lm" when the
     dense system fits ``memory_bytes`` (8 bytes × (P·R + P²), P parameters and R residuals),
     else :data:`ADAM_STEPS` Adam steps as a warm start, then LM with its matrix-free
     solver ("cg", memory O(P + R)).

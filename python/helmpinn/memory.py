@@ -366,7 +366,7 @@ def _settings_spec(settings: Mapping[str, Any], dim: int) -> Any:
 def settings_run(settings: Mapping[str, Any], problem: Any, model: Any = None
                  ) -> tuple[dict[str, Any], int, int, dict[str, Any]]:
     """``(layout, pde_points, bc_points, keywords)`` of :func:`decomposed_run` for a decomposed
-    run's settings table (:func:`helmpinn.dd_driver.decomposed_settings`', as ``solve`` keeps it,
+    run's settings table (:func:`helmpinn.training.dd_driver.decomposed_settings`', as ``solve`` keeps it,
     or the CLI's, whose counts are ``fourier`` and ``points``) on ``problem`` (the layout
     ``model``'s where one is given, a model to train on those settings): the mode rows
     counted at their most (``resonance_most``) where ``resonance`` is set and the problem is a

@@ -4,8 +4,8 @@ optimiser's own stop, and returns a :class:`Solution`. :func:`train` runs a sett
 phases (an Adam warm start, then the optimiser) on a Trainer; the CLI uses both.
 
 The plan: a problem that spans more than a few wavelengths
-(:func:`helmpinn.dd_driver.should_decompose`) gets a decomposed model sized from its wavelengths
-trained by matrix-free Gauss-Newton (:func:`helmpinn.dd_driver.decomposed_settings`); any other
+(:func:`helmpinn.training.dd_driver.should_decompose`) gets a decomposed model sized from its wavelengths
+trained by matrix-free Gauss-Newton (:func:`helmpinn.training.dd_driver.decomposed_settings`); any other
 one network, trained by Levenberg-Marquardt where its dense system fits, else after an Adam
 warm start by matrix-free LM (:func:`helmpinn.defaults.run_settings` with "auto").
 """
@@ -19,16 +19,17 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import dd_driver, distributed, memory
+from . import distributed, memory
 from ._checks import integer, real_number
 from .decomposition import DecomposedModel
 from .defaults import OPTIMIZERS, run_settings
 from .distributed import check_ranks
-from .drivers import MODEL_KINDS, Driver, make_driver, mismatch, model_kind
+from .training import dd_driver
+from .training.drivers import MODEL_KINDS, Driver, make_driver, mismatch, model_kind
 from .model import Model
 from .problems import Problem
 from .registry import get_problem, recorded_options
-from .trainer import History, Trainer
+from .training.trainer import History, Trainer
 from .waves import ResonanceWarning, resonance_warning
 
 __all__ = ["solve", "Solution", "train", "polish", "plan", "MODELS"]
@@ -68,7 +69,7 @@ class Solution:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the model (with the settings in its metadata) to ``path`` (.npz; read it back
-        with :func:`helmpinn.dd_driver.load_model`, or ``Model.load`` for one network)."""
+        with :func:`helmpinn.training.dd_driver.load_model`, or ``Model.load`` for one network)."""
         self.model.save(path, metadata={**self.model.metadata, "settings": self.settings})
 
 
@@ -135,18 +136,18 @@ INTEGER_SETTINGS = {"steps": 0, "warm_start": 0, "lbfgs": 0, "seed": 0, "ff_dim"
 def plan(problem: Problem, model: str = "auto", optimizer: str | Driver = "auto", *,
          memory_bytes: int = 2 << 30, decomposition: dict[str, Any] | None = None) -> dict[str, Any]:
     """The settings table of a run on ``problem``. ``model``: "network" (one network),
-    "decomposed" (:func:`helmpinn.dd_driver.decomposed_settings`) or "auto" (decomposed when
-    :func:`helmpinn.dd_driver.should_decompose` and the optimiser allows it). ``optimizer``:
+    "decomposed" (:func:`helmpinn.training.dd_driver.decomposed_settings`) or "auto" (decomposed when
+    :func:`helmpinn.training.dd_driver.should_decompose` and the optimiser allows it). ``optimizer``:
     "auto" (Gauss-Newton for a decomposed model, else :func:`run_settings`'s "auto"), "gn"
     (a decomposed model), "adam" (one network; with model="decomposed" that model, its
     settings for Adam), "lbfgs", "lm" (one network) or a
-    :class:`~helmpinn.drivers.Driver` (run on the chosen model's plan). ``decomposition``:
+    :class:`~helmpinn.training.drivers.Driver` (run on the chosen model's plan). ``decomposition``:
     entries replacing the decomposition's rules."""
     if isinstance(model, str) and model not in MODELS:
         raise ValueError(f"model: expected one of {MODELS}, a Model or a DecomposedModel, got {model!r}")
     named = optimizer if isinstance(optimizer, str) else "auto"
     if not isinstance(optimizer, (str, Driver)) or named not in ("auto", "gn", *OPTIMIZERS):
-        raise ValueError(f"optimizer: expected 'auto', 'gn', one of {OPTIMIZERS} or a helmpinn.drivers.Driver, "
+        raise ValueError(f"optimizer: expected 'auto', 'gn', one of {OPTIMIZERS} or a helmpinn.training.drivers.Driver, "
                          f"got {optimizer!r}")
     if model == "auto":   # a decomposition above a few wavelengths, when the optimiser trains one
         want = "decomposed" if named == "gn" or (named == "auto" and dd_driver.should_decompose(problem)) \
@@ -180,13 +181,13 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     the :class:`Solution`.
 
     The plan is :func:`plan`'s: a problem of more than a few wavelengths
-    (:data:`helmpinn.dd_driver.DECOMPOSE_ABOVE`) gets a decomposed model sized from its
+    (:data:`helmpinn.training.dd_driver.DECOMPOSE_ABOVE`) gets a decomposed model sized from its
     wavelengths, trained by matrix-free Gauss-Newton; any other one network, trained by
     Levenberg-Marquardt where its dense system fits ``memory_bytes``, else after an Adam warm
     start by matrix-free LM. ``model``: "auto", "network", "decomposed", or a
     :class:`~helmpinn.Model` / :class:`~helmpinn.decomposition.DecomposedModel` to train (the
     plan of its kind gives the points and the optimiser). ``optimizer``: "auto", "gn", "lm",
-    "adam", "lbfgs" or a :class:`~helmpinn.drivers.Driver`. ``overrides`` replace any entry of
+    "adam", "lbfgs" or a :class:`~helmpinn.training.drivers.Driver`. ``overrides`` replace any entry of
     the plan (``hidden``, ``layers``, ``ff_dim``, ``pde_points``, ``steps``, ``warm_start``,
     ``seed``, ...; ``lm`` / ``gn``: a dict merged into the optimiser's options;
     ``decomposition``: entries replacing the decomposition's rules, the points following them).

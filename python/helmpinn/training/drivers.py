@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
-from . import _device, distributed
-from .batch import TERMS
-from .decomposition import DecomposedModel
-from .defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE
-from .lm import CoreResiduals, LevenbergMarquardt, NonFiniteLoss
-from .optim import Adam, AdamSettings, Schedule, make_schedule, minimize_lbfgs
+from .. import _device, distributed
+from ..batch import TERMS
+from ..decomposition import DecomposedModel
+from ..defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE
+from ..lm import CoreResiduals, LevenbergMarquardt, NonFiniteLoss
+from ..optim import Adam, AdamSettings, Schedule, make_schedule, minimize_lbfgs
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -132,7 +132,7 @@ class AdamDriver(Driver):
     plus ``steps``), then kept, so every later fit goes on with it.
 
     A model that computes its own loss (one with ``objective(training_set, weights, comm)``,
-    a decomposed model: :meth:`helmpinn.dd_driver.TrainableDecomposedModel.objective`) gives
+    a decomposed model: :meth:`helmpinn.training.dd_driver.TrainableDecomposedModel.objective`) gives
     the loss and gradient on the run's points instead of the loop's core workspace; new points
     rebuild it.
     """
@@ -261,7 +261,7 @@ class PointsGrowth:
     the gap (validation loss / training loss, ``run.last_gap``) has exceeded ``grow_gap`` at
     ``grow_patience`` evaluations in a row, ``grow_factor``, less where ``grow_max`` times the
     fit's first draw caps it; else 1. ``settings``: anything with those four attributes
-    (:class:`LMSettings`, :class:`helmpinn.dd_driver.GNSettings`); ``grow_gap=None``: never."""
+    (:class:`LMSettings`, :class:`helmpinn.training.dd_driver.GNSettings`); ``grow_gap=None``: never."""
 
     def __init__(self, settings: Any):
         self.settings = settings

@@ -17,7 +17,7 @@ mode rows (``resonance``, :class:`GNSettings`; the loss it reports includes them
 :class:`GNStepInfo` carries the damping λ (the history's rate), the CG iterations and trials;
 the progress bar shows them. Adam
 (``Trainer.fit(steps, optimizer="adam")``, the FBPINN papers' optimiser) is the one
-:class:`helmpinn.drivers.AdamDriver`, which steps on the model's
+:class:`helmpinn.training.drivers.AdamDriver`, which steps on the model's
 :meth:`~TrainableDecomposedModel.objective`: the loss ``Σ r²`` and its gradient ``2 Jᵀr``, one
 core ``vjp`` per subnetwork.
 
@@ -74,7 +74,7 @@ the section named beside each item.
   below 1e-3 within 15 minutes for every seed measured ("The 2-D plan in 3-D");
 - the output-layer coarse space; 200 steps at most, stopping when the loss falls by less than 1%
   over 10;
-- the points grow by LM's rule (:class:`~helmpinn.drivers.PointsGrowth`) when the validation
+- the points grow by LM's rule (:class:`~helmpinn.training.drivers.PointsGrowth`) when the validation
   gap exceeds 1.5 (:data:`GROW_GAP`, half LM's 3): a run comes to fit its points rather than the
   field, and new points then gain more than further steps on the old ones; growing at 1.5 ended
   lower than at 3 or the same within the seeds' spread ("Growing the points sooner");
@@ -108,20 +108,20 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from . import _core
-from ._checks import integer, real_number
-from .decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, Level, Rows, subdomain_grid
-from .defaults import (LM_BOUNDARY_SHARE, auto_weights, default_settings, scale_wavenumber, wavelengths,
+from .. import _core
+from .._checks import integer, real_number
+from ..decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, Level, Rows, subdomain_grid
+from ..defaults import (LM_BOUNDARY_SHARE, auto_weights, default_settings, scale_wavenumber, wavelengths,
                        wavelengths_across)
 from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo, mismatch
-from .gauss_newton import BACKTRACK, MatrixFreeGN
-from .geometry import Box
-from .params import sigma_for
-from .problems import Dirichlet
-from .waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
-from .memory import MemoryEstimateError, check_fit
+from ..gauss_newton import BACKTRACK, MatrixFreeGN
+from ..geometry import Box
+from ..params import sigma_for
+from ..problems import Dirichlet
+from ..waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
+from ..memory import MemoryEstimateError, check_fit
 # the model protocol, moved to helmpinn.model_protocol; its names stay importable from here
-from .model_protocol import STATE_KEY, TrainableDecomposedModel, load_model, term_means, trainable  # noqa: F401
+from ..model_protocol import STATE_KEY, TrainableDecomposedModel, load_model, term_means, trainable  # noqa: F401
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -146,7 +146,7 @@ DAMPING = {True: "geometric", False: "marquardt"}
 #: ``scatter-soft``, whose CG mostly stops at its tolerance first).
 CG_MAXITER = 100
 #: The validation gap (validation loss / training loss) above which the points grow
-#: (:class:`~helmpinn.drivers.PointsGrowth`; LM's is 3; module docstring).
+#: (:class:`~helmpinn.training.drivers.PointsGrowth`; LM's is 3; module docstring).
 GROW_GAP = 1.5
 #: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
 #: mode rows in 2-D and 3-D, where they were measured, not in 1-D; 3-D takes the 2-D plan
@@ -161,8 +161,8 @@ GREEN_ROW_SCALE = 1e-8
 # -- the driver ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GNSettings(LMSettings):
-    """The Gauss-Newton run's settings: :class:`~helmpinn.drivers.LMSettings`' stall stop and
-    growth of the points (:class:`~helmpinn.drivers.PointsGrowth`; the solver's memory grows
+    """The Gauss-Newton run's settings: :class:`~helmpinn.training.drivers.LMSettings`' stall stop and
+    growth of the points (:class:`~helmpinn.training.drivers.PointsGrowth`; the solver's memory grows
     linearly with the points, so no budget caps it), with ``options`` the keywords of
     :class:`helmpinn.gauss_newton.MatrixFreeGN` (``lam``, ``damping``, ``cg_tol``,
     ``cg_maxiter``, ``coarse``, ``products``, ``geodesic``, ``gram``, ...; its constructor checks
@@ -190,7 +190,7 @@ class GNSettings(LMSettings):
 
 @dataclass
 class GNStepInfo(StepInfo):
-    """:class:`~helmpinn.drivers.StepInfo` with the step's ``cg_iterations`` (per trial),
+    """:class:`~helmpinn.training.drivers.StepInfo` with the step's ``cg_iterations`` (per trial),
     ``trials`` and ``accepted``."""
 
     cg_iterations: list[int] = field(default_factory=list)
@@ -212,7 +212,7 @@ class GNDriver(DampedDriver):
 
     def __init__(self, settings: GNSettings | None = None, *, resonance: float = 0.0,
                  resonance_most: int = RESONANCE_MOST, **keywords: Any):
-        """``settings``, or :class:`~helmpinn.drivers.DampedDriver`'s keywords (the stall and
+        """``settings``, or :class:`~helmpinn.training.drivers.DampedDriver`'s keywords (the stall and
         growth rules, the solver's options), ``resonance`` and ``resonance_most``
         (:class:`GNSettings`)."""
         super().__init__(settings, **keywords)
@@ -256,7 +256,7 @@ class GNDriver(DampedDriver):
         self.gn.set_residuals(self._residuals(run))
 
     def points_factor(self, run: "Trainer") -> float:
-        """:class:`~helmpinn.drivers.PointsGrowth`'s factor: more points once the gap says the
+        """:class:`~helmpinn.training.drivers.PointsGrowth`'s factor: more points once the gap says the
         model fits its points rather than the field (every rank sees the same gap), unless the
         run on that many would exceed the memory limit on a rank
         (:func:`helmpinn.memory.check_fit`)."""
@@ -306,7 +306,7 @@ def _mpi_min() -> Any:
     return MPI.MIN
 
 
-DRIVERS.setdefault("gn", GNDriver)   # Trainer.fit(optimizer="gn"), helmpinn.drivers.make_driver("gn")
+DRIVERS.setdefault("gn", GNDriver)   # Trainer.fit(optimizer="gn"), helmpinn.training.drivers.make_driver("gn")
 
 
 # -- the defaults --------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Training: :class:`Trainer` is the run loop. It owns the points (drawn, redrawn), the history,
 the error on the test grid and the validation loss, checkpoints, divergence and restore, the
 stop request, the time limit and the progress bar; the optimisers are drivers behind one small
-interface (:mod:`helmpinn.drivers`): Adam (:meth:`Trainer.fit`), L-BFGS (:meth:`Trainer.polish`),
+interface (:mod:`helmpinn.training.drivers`): Adam (:meth:`Trainer.fit`), L-BFGS (:meth:`Trainer.polish`),
 Levenberg-Marquardt (:meth:`Trainer.fit_lm`) or a user's own. Default settings:
 :mod:`helmpinn.defaults` (re-exported here: :func:`default_settings`, :func:`auto_weights`).
 """
@@ -21,18 +21,18 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import _core, _device, _signature, distributed, memory
-from ._checks import integer
-from ._compat import UNSET, renamed
-from .batch import TERMS, WEIGHTS, Batch
-from .model_protocol import trainable
-from .defaults import auto_weights, default_settings
+from .. import _core, _device, _signature, distributed, memory
+from .._checks import integer
+from .._compat import UNSET, renamed
+from ..batch import TERMS, WEIGHTS, Batch
+from ..model_protocol import trainable
+from ..defaults import auto_weights, default_settings
 from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, NonFiniteStep, \
     StepInfo, make_driver, mismatch, model_kind
-from .model import Model, _json_default
-from .optim import Adam, Schedule
-from .problems import Problem, TrainingSet
-from .registry import recorded_options
+from ..model import Model, _json_default
+from ..optim import Adam, Schedule
+from ..problems import Problem, TrainingSet
+from ..registry import recorded_options
 
 __all__ = ["Trainer", "History", "default_settings", "auto_weights", "relative_l2"]
 
@@ -93,12 +93,12 @@ class History:
 class Trainer:
     """Trains ``model`` on ``problem``: the run loop around an optimiser driver.
 
-    :meth:`fit` runs Adam (or ``optimizer=``: "lbfgs", "lm" or a :class:`~helmpinn.drivers.Driver`),
+    :meth:`fit` runs Adam (or ``optimizer=``: "lbfgs", "lm" or a :class:`~helmpinn.training.drivers.Driver`),
     :meth:`polish` L-BFGS, :meth:`fit_lm` Levenberg-Marquardt; each returns the :class:`History`
     and the run's ``step`` counts on across them.
 
     Parameters (all keyword; None means :func:`default_settings`'s value): ``lr`` / ``schedule``
-    / ``betas`` (Adam's, :class:`~helmpinn.drivers.AdamSettings`); ``optimizer`` (an existing
+    / ``betas`` (Adam's, :class:`~helmpinn.training.drivers.AdamSettings`); ``optimizer`` (an existing
     :class:`~helmpinn.optim.Adam` to continue with); ``pde_points`` / ``bc_points`` (points per
     draw; old names ``n_pde`` / ``n_bc`` warn); ``sampling`` ("uniform", "sobol", "halton");
     ``resample_every`` (steps between draws, 0 = never); ``weights`` ({"pde", "data", "bc"},
@@ -448,7 +448,7 @@ class Trainer:
     # -- the optimisers -----------------------------------------------------------------------------
     def fit(self, steps: int, optimizer: str | Driver | None = None) -> History:
         """Run ``steps`` steps (fewer on an early stop) of ``optimizer``: "adam" (None; the
-        Trainer's Adam, kept across fits), "lbfgs", "lm" or a :class:`~helmpinn.drivers.Driver`.
+        Trainer's Adam, kept across fits), "lbfgs", "lm" or a :class:`~helmpinn.training.drivers.Driver`.
         Returns the history."""
         optimizer = getattr(self.model, "default_optimizer", None) if optimizer is None else optimizer
         if optimizer is None or optimizer == "adam":
@@ -458,12 +458,12 @@ class Trainer:
         elif isinstance(optimizer, str):
             driver = make_driver(optimizer)
         else:
-            raise TypeError(f"optimizer must be 'adam', 'lbfgs', 'lm' or a helmpinn.drivers.Driver, "
+            raise TypeError(f"optimizer must be 'adam', 'lbfgs', 'lm' or a helmpinn.training.drivers.Driver, "
                             f"got {type(optimizer).__name__}")
         return self._run(driver, steps, "steps")
 
     def polish(self, maxiter: int, batch_size: int = 4096) -> dict[str, Any]:
-        """L-BFGS (:class:`~helmpinn.drivers.LBFGSDriver`: SciPy, float64, on the current points;
+        """L-BFGS (:class:`~helmpinn.training.drivers.LBFGSDriver`: SciPy, float64, on the current points;
         the model keeps the best point found) for up to ``maxiter`` iterations, each a step of
         the run. Returns a summary: iterations, evaluations, the loss and error before and after."""
         driver = LBFGSDriver(LBFGSSettings(batch_size=batch_size))
@@ -471,7 +471,7 @@ class Trainer:
         return dict(driver.result)
 
     def fit_lm(self, iterations: int, **options: Any) -> History:
-        """Up to ``iterations`` Levenberg-Marquardt steps (:class:`~helmpinn.drivers.LMDriver`;
+        """Up to ``iterations`` Levenberg-Marquardt steps (:class:`~helmpinn.training.drivers.LMDriver`;
         ``options``: ``stall_window``, ``stall_factor`` and any keyword of
         :class:`helmpinn.lm.LevenbergMarquardt`, such as ``solver``, ``lam``, ``geodesic``,
         ``gram``). History ``lr`` holds λ; checkpoints store λ, and a model loaded from one
