@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn import dd_driver, solving, waves
+from helmpinn import waves
+from helmpinn.training import dd_driver
 from helmpinn.cli import main
 from helmpinn.training.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
 from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows
@@ -438,8 +439,8 @@ def test_solve_refuses_mismatched_choices():
     with pytest.raises(ValueError, match="optimizer 'lm' trains one network, not a decomposed model"):
         hp.solve(p, model="decomposed", optimizer=LMDriver())   # a driver instance: its own table entry
     # model "auto" with a driver picks a kind the driver trains: one network for LM on a wide problem
-    assert solving.plan(box(5.0), optimizer=LMDriver())["model"] == "network"
-    assert solving.plan(box(5.0), optimizer=GNDriver())["model"] == "decomposed"
+    assert hp.run_plan(box(5.0), optimizer=LMDriver()).model == "network"
+    assert hp.run_plan(box(5.0), optimizer=GNDriver()).model == "decomposed"
     with pytest.raises(ValueError, match="model: expected one of"):
         hp.solve(p, model="grid")
     with pytest.raises(TypeError, match="model: expected 'auto'"):
@@ -613,7 +614,7 @@ def test_gn_weighs_a_closed_box_near_resonance_by_its_mode_rows():
     assert settings["gn"]["resonance"] == waves.RESONANCE_WITHIN
     t = trainer(p, small_model(p, grid=(3, 3)))
     h = t.fit(2, optimizer=GNDriver(resonance=0.05))
-    res = t.gn.res
+    res = t.driver.gn.res
     assert h.loss[-1] < h.loss[0]
     modes = [m for m in waves.box_resonances(p, 0.05) if np.isfinite(m.amplification)]
     assert res.num_modes == len(modes) == 7
@@ -642,28 +643,28 @@ def test_gn_weighs_a_closed_box_near_resonance_by_its_mode_rows():
     # without the hard constraint: the points' sum
     soft = trainer(p, DecomposedModel.create([0, 0], [1, 1], [(3, 3)], wavenumber=p.wavenumber, seed=0, **SMALL))
     soft.fit(1, optimizer=GNDriver(resonance=0.05))
-    rows = soft.gn.res.rows
-    np.testing.assert_array_equal(soft.gn.res.modes, waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05))
+    rows = soft.driver.gn.res.rows
+    np.testing.assert_array_equal(soft.driver.gn.res.modes, waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05))
     # the constraint forced on a box with a Neumann wall: Green's identity would miss its boundary term
     neumann = hp.Problem(hp.geometry.Box([0, 0], [1, 1]), kappa=p.kappa, source=p.source_at,
                          bcs={"xmin": hp.Neumann(), "*": hp.Dirichlet()})
     forced = trainer(neumann, small_model(p, grid=(3, 3)), bc_points=0)
     forced.fit(1, optimizer=GNDriver(resonance=0.05))
-    rows = forced.gn.res.rows
-    assert forced.gn.res.num_modes > 0 and not np.any(rows.term == "modes")
-    np.testing.assert_array_equal(forced.gn.res.modes, waves.resonance_rows(neumann, rows.x, rows.term == "pde", 0.05))
+    rows = forced.driver.gn.res.rows
+    assert forced.driver.gn.res.num_modes > 0 and not np.any(rows.term == "modes")
+    np.testing.assert_array_equal(forced.driver.gn.res.modes, waves.resonance_rows(neumann, rows.x, rows.term == "pde", 0.05))
     t2 = trainer(p, small_model(p, grid=(3, 3)))
     t2.fit(1, optimizer=GNDriver())                        # a driver's own default: none
-    assert t2.gn.res.num_modes == 0
+    assert t2.driver.gn.res.num_modes == 0
     # resonance_most: of the modes, the most amplified only, in either form of the rows
     most3 = trainer(p, small_model(p, grid=(3, 3)))
     most3.fit(1, optimizer=GNDriver(resonance=0.05, resonance_most=3))
-    assert most3.gn.res.num_modes == 3 == waves.resonance_green_rows(p, 0.05, most=3)[1].shape[1]
+    assert most3.driver.gn.res.num_modes == 3 == waves.resonance_green_rows(p, 0.05, most=3)[1].shape[1]
     soft3 = trainer(p, DecomposedModel.create([0, 0], [1, 1], [(3, 3)], wavenumber=p.wavenumber, seed=0, **SMALL))
     soft3.fit(1, optimizer=GNDriver(resonance=0.05, resonance_most=3.0))
     assert soft3.driver.settings.resonance_most == 3 and type(soft3.driver.settings.resonance_most) is int
-    rows = soft3.gn.res.rows
-    np.testing.assert_array_equal(soft3.gn.res.modes, waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05)[:, :3])
+    rows = soft3.driver.gn.res.rows
+    np.testing.assert_array_equal(soft3.driver.gn.res.modes, waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05)[:, :3])
     for bad in (0, -1, 2.5, True, "3"):
         with pytest.raises((TypeError, ValueError), match="resonance_most"):
             GNDriver(resonance=0.05, resonance_most=bad)

@@ -266,7 +266,7 @@ def test_the_run_loop_over_two_ranks_takes_one_process_steps(two_ranks):
     np.testing.assert_array_equal(t.model.params, got["start"])
     t.training_set = union   # the points the ranks drew between them
     t.fit(STEPS, optimizer=_gn())
-    assert t.gn.res.num_modes == 3   # (3, 3), (4, 1) and (1, 4)
+    assert t.driver.gn.res.num_modes == 3   # (3, 3), (4, 1) and (1, 4)
     scale = np.max(np.abs(t.model.params))
     assert np.max(np.abs(t.model.params - got["start"])) > 1e-3 * scale
     assert np.max(np.abs(t.model.params - got["last0"])) <= 1e-10 * scale

@@ -36,7 +36,7 @@ def test_lm_steps_on_the_points_drawn_last():
 
     tr = lm_trainer(resample_every=2, callbacks=[check])
     tr.fit_lm(5, blas_threads=1, stall_window=100)
-    assert tr.step == 5 and tr.lm.steps == 5
+    assert tr.step == 5 and tr.driver.lm.steps == 5
     draws = [x for x, _, _ in seen]
     assert [np.array_equal(draws[i], draws[i + 1]) for i in range(4)] == [True, False, True, False]
     for _, recorded, on_current_points in seen:

@@ -34,7 +34,8 @@ def test_solve_stops_at_the_tolerance_and_returns_the_solution(tmp_path):
     np.testing.assert_array_equal(sol.predict(x), sol.model.predict(x))
     text = repr(sol)   # one line, not the history
     assert "\n" not in text and len(text) < 400 and f"steps={len(sol.history.loss)}" in text
-    assert f"error={sol.error:.3e}" in text and "stop_reason='target error" in text
+    assert f"error={sol.error:.3e}" in text and "status=TARGET_REACHED, message='target error" in text
+    assert sol.success and sol.status is hp.RunStatus.TARGET_REACHED and sol.message == sol.stop_reason
     sol.save(tmp_path / "u.npz")
     back = hp.Model.load(tmp_path / "u.npz")
     assert back.params.tobytes() == sol.model.params.tobytes() and back.metadata["settings"]["hidden"] == 8
@@ -92,24 +93,19 @@ def test_cli_default_optimizer_on_a_gpu_is_adam():
     assert _new_settings(args, problem)["optimizer"] == "lm"
 
 
-#: The plan's keys the CLI's settings spell otherwise (helmpinn.cli._new_settings).
-CLI_NAMES = {"ff_dim": "fourier", "pde_points": "points", "resample_every": "resample"}
-
-
 @pytest.mark.parametrize("name", ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "waveguide",
                                   "scatter-hard", "box-source", "free-source"])
 def test_cli_takes_hp_solves_plan(name):
     """``helmpinn train --problem NAME`` with no other flag runs hp.solve's plan
-    (:func:`helmpinn.solving.plan`) entry for entry: every entry of the plan is in the CLI's
-    settings with the same value, under the CLI's name for it. (#63 measured the waveguide
+    (:func:`helmpinn.run_plan`) field for field: every entry of the plan's record is in the
+    CLI's settings with the same value, under the same name. (#63 measured the waveguide
     through both; a plan entry the CLI dropped or set on its own would train another run.)"""
     from helmpinn.cli import _new_settings, build_parser
-    from helmpinn.solving import plan
 
     problem = hp.get_problem(name)
     cli = _new_settings(build_parser().parse_args(["train", "--problem", name]), problem)
-    want = plan(problem)
-    assert {key: cli[CLI_NAMES.get(key, key)] for key in want} == want
+    want = hp.run_plan(problem).record()
+    assert {key: cli[key] for key in want} == want
     assert cli["seed"] == 0 and cli["train_fourier"]   # hp.solve's seed; the Trainer's default
 
 

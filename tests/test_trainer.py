@@ -605,7 +605,8 @@ def test_lm_stall_window_counts_only_the_current_points():
 
 
 def test_defaults_in_one_place():
-    from helmpinn import defaults, trainer
+    from helmpinn import defaults
+    from helmpinn.training import trainer
     from helmpinn.training.drivers import AdamSettings, LMSettings
 
     assert trainer.default_settings is defaults.default_settings and trainer.auto_weights is defaults.auto_weights

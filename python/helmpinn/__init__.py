@@ -39,6 +39,7 @@ from .media import GridField
 from .sources import FreeSpaceSource, PointSource
 from . import receivers
 from . import defaults, training
+from .training import RunPlan, RunStatus, run_plan
 from .training import drivers
 from .solving import Solution, solve
 from .survey import Survey
@@ -91,6 +92,9 @@ __all__ = [
     "defaults",
     "drivers",
     "training",
+    "RunPlan",
+    "RunStatus",
+    "run_plan",
     "Solution",
     "solve",
     "Survey",

@@ -203,7 +203,8 @@ class GNDriver(DampedDriver):
     model's residuals at the run's points (module docstring). The history's rate is λ; stops by
     itself when no trial lowers the loss at the largest damping, and (through the loop) on a
     stall. Continues λ from a loaded checkpoint; new points rebuild the residuals. CPU, one
-    process. Sets ``run.gn`` (the MatrixFreeGN)."""
+    process. The MatrixFreeGN is the driver's ``gn`` (the run's is
+    ``run.driver.gn``)."""
 
     name = "gn"
     trains = ("decomposed",)
@@ -225,7 +226,6 @@ class GNDriver(DampedDriver):
         state = run.model.optimizer_state
         if state and "gn_lambda" in state:
             self.gn.load_state_dict(state)
-        run.gn = self.gn
         self.log = []
         self.growth.start(run)
 

@@ -42,6 +42,7 @@ from ..decomposition import DecomposedModel
 from ..defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE
 from ..lm import CoreResiduals, LevenbergMarquardt, NonFiniteLoss
 from ..optim import Adam, AdamSettings, Schedule, make_schedule, minimize_lbfgs
+from .status import RunStatus
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -245,7 +246,7 @@ class LBFGSDriver(Driver):
         if not run.diverged:
             model.set_params(theta)   # the best point seen
         if res.iterations < steps and not run.stop_reason:
-            run.stop_reason = f"L-BFGS stopped at step {run.step}: {res.message}"
+            run.stop(RunStatus.OPTIMIZER_STOP, f"L-BFGS stopped at step {run.step}: {res.message}")
         self.result = {"iterations": res.iterations, "evaluations": res.evaluations, "wall_s": res.wall_s,
                        "loss_before": res.loss_before, "loss_after": res.loss_after,
                        "error_before": self._error_before, "error_after": run.evaluate(),
@@ -357,7 +358,7 @@ class LMDriver(DampedDriver):
     loaded LM checkpoint. New points rebuild the residuals. After each evaluation it asks the
     loop for more points when the gap stays above ``grow_gap`` (:meth:`points_factor`). CPU
     only; with ``run.comm`` JᵀJ and Jᵀr are summed over the ranks (and every rank takes the
-    same decision on the points: the gap is the same number on each). Sets ``run.lm`` (the LevenbergMarquardt) and ``run.lm_times``.
+    same decision on the points: the gap is the same number on each). The LevenbergMarquardt is the driver's ``lm`` (the run's is ``run.driver.lm``).
     """
 
     name = "lm"
@@ -373,10 +374,9 @@ class LMDriver(DampedDriver):
         state = run.model.optimizer_state
         if state and "lm_lambda" in state:
             self.lm.load_state_dict(state)
-        run.lm = self.lm
         self.growth.start(run)
         run.step_times.update(jacobian=0.0, jtj=0.0, solve=0.0, trial=0.0)
-        run.lm_times = self.times = run.step_times
+        self.times = run.step_times
 
     @staticmethod
     def _residuals(run: "Trainer") -> Any:

@@ -27,6 +27,7 @@ from .._compat import UNSET, renamed
 from ..batch import TERMS, WEIGHTS, Batch
 from ..model_protocol import trainable
 from ..defaults import auto_weights, default_settings
+from .status import RunStatus
 from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, NonFiniteStep, \
     StepInfo, make_driver, mismatch, model_kind
 from ..model import Model, _json_default
@@ -253,7 +254,8 @@ class Trainer:
 
         self.history = History()
         self.step = 0
-        self.stop_reason: str | None = None
+        self.status: RunStatus | None = None   # how the last fit ended (None: none has ended yet)
+        self._stop_reason: str | None = None
         self.diverged = False  # True when the last fit stopped on a non-finite loss
         self.train_time = 0.0
         self.last_error: float | None = None
@@ -279,6 +281,24 @@ class Trainer:
         warnings.warn("Trainer.n_bc is deprecated, use Trainer.bc_points (n_bc names the "
                       "boundary normals)", DeprecationWarning, stacklevel=2)
         return self.bc_points
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the last fit stopped early, in words (None: it took every step); :attr:`status`
+        says which kind of stop it was. Set by a callback (or other code), it stops the fit after
+        the current step with the status ``RunStatus.CALLBACK``."""
+        return self._stop_reason
+
+    @stop_reason.setter
+    def stop_reason(self, message: str | None) -> None:
+        self.stop(RunStatus.CALLBACK if message else None, message)
+
+    def stop(self, status: RunStatus | None, message: str | None) -> None:
+        """Record how the fit ends: ``status`` (a :class:`~helmpinn.training.status.RunStatus`)
+        and ``message`` (:attr:`stop_reason`); during a fit it stops after the current step."""
+        if status is not None and not isinstance(status, RunStatus):
+            raise TypeError(f"status: expected a RunStatus or None, got {status!r}")
+        self.status, self._stop_reason = status, message
 
     # -- pieces -------------------------------------------------------------------------------
     def resample(self) -> None:
@@ -446,10 +466,13 @@ class Trainer:
                                f"on {self.device}; make a new Trainer for it")
 
     # -- the optimisers -----------------------------------------------------------------------------
-    def fit(self, steps: int, optimizer: str | Driver | None = None) -> History:
+    def fit(self, steps: int, optimizer: str | Driver | None = None, *, time_limit: float | None = None,
+            since: float | None = None) -> History:
         """Run ``steps`` steps (fewer on an early stop) of ``optimizer``: "adam" (None; the
         Trainer's Adam, kept across fits), "lbfgs", "lm" or a :class:`~helmpinn.training.drivers.Driver`.
-        Returns the history."""
+        ``time_limit``: this fit's limit in seconds instead of the Trainer's, counted from
+        ``since`` (a time of ``clock``: a run of several fits under one limit; None: the fit's
+        start). Returns the history; :attr:`status` and :attr:`stop_reason` say how it ended."""
         optimizer = getattr(self.model, "default_optimizer", None) if optimizer is None else optimizer
         if optimizer is None or optimizer == "adam":
             driver: Driver = AdamDriver(AdamSettings(self.lr, self.schedule, self.betas))
@@ -460,14 +483,16 @@ class Trainer:
         else:
             raise TypeError(f"optimizer must be 'adam', 'lbfgs', 'lm' or a helmpinn.training.drivers.Driver, "
                             f"got {type(optimizer).__name__}")
-        return self._run(driver, steps, "steps")
+        return self._run(driver, steps, "steps", time_limit, since)
 
-    def polish(self, maxiter: int, batch_size: int = 4096) -> dict[str, Any]:
+    def polish(self, maxiter: int, batch_size: int = 4096, *, time_limit: float | None = None,
+               since: float | None = None) -> dict[str, Any]:
         """L-BFGS (:class:`~helmpinn.training.drivers.LBFGSDriver`: SciPy, float64, on the current points;
         the model keeps the best point found) for up to ``maxiter`` iterations, each a step of
-        the run. Returns a summary: iterations, evaluations, the loss and error before and after."""
+        the run (``time_limit``, ``since``: as :meth:`fit`'s). Returns a summary: iterations,
+        evaluations, the loss and error before and after."""
         driver = LBFGSDriver(LBFGSSettings(batch_size=batch_size))
-        self._run(driver, maxiter, "maxiter")
+        self._run(driver, maxiter, "maxiter", time_limit, since)
         return dict(driver.result)
 
     def fit_lm(self, iterations: int, **options: Any) -> History:
@@ -479,8 +504,11 @@ class Trainer:
         return self._run(LMDriver(**options), iterations, "iterations")
 
     # -- the loop -------------------------------------------------------------------------------------
-    def _run(self, driver: Driver, steps: int, what: str) -> History:
+    def _run(self, driver: Driver, steps: int, what: str, time_limit: float | None = None,
+             since: float | None = None) -> History:
         steps = integer("Trainer", what, steps, low=0)
+        if time_limit is not None and not (time_limit > 0 and math.isfinite(time_limit)):
+            raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit}")
         self._check_device()
         why = mismatch(model_kind(self.model), driver)
         if why:
@@ -500,7 +528,7 @@ class Trainer:
         if not driver.fixed_points and self._resample_due() and self._drawn_for <= self.step:
             self.resample()
         self._check_inputs = True
-        self.stop_reason = None
+        self.stop(None, None)
         self.diverged = False
         if self._stop_spent:   # a request that stopped an earlier fit; a pending one stays
             self.stop_requested, self._stop_spent = None, False
@@ -511,16 +539,19 @@ class Trainer:
         self._last_step = self.step + steps
         with self._interrupt_handler():  # also around the final checkpoint: Ctrl-C must not cut it
             self._t0 = self.clock()
+            self._limit = self.time_limit if time_limit is None else time_limit
+            self._since = self._t0 if since is None else since
             self._t_aside = 0.0          # evaluation time, not counted as training time
             self._pending, self._bar_at = 0, self._t0
             self._step_ends = [self._t0]   # when the last steps ended: the next step's duration
-            self._bar = _Bar(steps, self.time_limit, self.progress)
+            self._bar = _Bar(steps, None if self._limit is None else max(self._limit - (self._t0 - self._since), 0.0),
+                             self.progress)
             try:
                 driver.run(self, steps)
             except NonFiniteStep as exc:
                 failed, good = self.step + 1, self._restore()
                 self.diverged = True
-                self.stop_reason = f"{exc} at step {failed}; restored the last good state (step {good})"
+                self.stop(RunStatus.DIVERGED, f"{exc} at step {failed}; restored the last good state (step {good})")
             finally:
                 self.train_time += self.clock() - self._t0 - self._t_aside
                 self._bar.update(self._pending, self.clock() - self._t0)
@@ -530,14 +561,16 @@ class Trainer:
             if not self.diverged and not self._params_finite():
                 bad, good = self.step, self._restore()
                 self.diverged = True
-                self.stop_reason = (f"non-finite parameters after step {bad}; "
-                                    f"restored the last good state (step {good})")
+                self.stop(RunStatus.DIVERGED, f"non-finite parameters after step {bad}; "
+                                              f"restored the last good state (step {good})")
             self.model.optimizer_state = self._optimizer_state()
             h = self.history
             if (self.u_test is not None or self.val_points) and (not h.eval_step or h.eval_step[-1] != self.step):
                 self._evaluate(self.step, self.train_time)
             if self.checkpoint_path is not None and not self.diverged:
                 self.save_checkpoint()
+        if self.status is None:
+            self.status = RunStatus.STEPS_DONE
         if self.stop_reason and self.progress:
             print(f"helmpinn: {self.stop_reason}", file=sys.stderr)
         return self.history
@@ -557,9 +590,10 @@ class Trainer:
         loss = h.loss[-1] if h.step and h.step[-1] == step else None
         self.last_gap = val / loss if val is not None and loss and loss > 0 and math.isfinite(loss) else None
         if self.target_error is not None and err is not None and err < self.target_error:
-            self.stop_reason = f"target error {self.target_error:g} reached at step {step}"
+            self.stop(RunStatus.TARGET_REACHED, f"target error {self.target_error:g} reached at step {step}")
         elif self.target_val_loss is not None and val is not None and val < self.target_val_loss:
-            self.stop_reason = f"target validation loss {self.target_val_loss:g} reached at step {step}"
+            self.stop(RunStatus.TARGET_REACHED,
+                      f"target validation loss {self.target_val_loss:g} reached at step {step}")
 
     def record(self, info: StepInfo) -> bool:
         """What follows every step of every driver, in one place; returns True to stop.
@@ -589,13 +623,14 @@ class Trainer:
         if self.comm is not None and step % self.check_every == 0:
             distributed.check_replicas(self.comm, self.model.params, step)
         if info.stop:
-            self.stop_reason = info.stop
+            self.stop(RunStatus.OPTIMIZER_STOP, info.stop)
         stall = self.driver.stall if self.driver is not None else None
         if stall and not self.stop_reason:
             window, factor = stall
             if len(h.loss) > window and h.step[-window - 1] >= max(step - window, self._stall_from) \
                     and h.loss[-1] > factor * h.loss[-window - 1]:
-                self.stop_reason = f"loss fell by less than a factor {factor:g} over {window} steps at step {step}"
+                self.stop(RunStatus.STALLED,
+                          f"loss fell by less than a factor {factor:g} over {window} steps at step {step}")
         if self.eval_every and step % self.eval_every == 0 and (self.u_test is not None or self.val_points):
             t1 = self.clock()
             self._evaluate(step, self.train_time + t1 - self._t0 - self._t_aside)
@@ -604,11 +639,11 @@ class Trainer:
         if self.checkpoint_every and step % self.checkpoint_every == 0 and not self.checkpoints.periodic(self):
             good = self._restore()
             self.diverged = True
-            self.stop_reason = (f"non-finite parameters at step {step}; "
-                                f"restored the last good state (step {good})")
+            self.stop(RunStatus.DIVERGED, f"non-finite parameters at step {step}; "
+                                          f"restored the last good state (step {good})")
         now = self.clock()
         self._step_ends = (self._step_ends + [now])[-STEPS_TIMED - 1:]
-        out_of_time = _out_of_time(self._step_ends, self._t0, self.time_limit)
+        out_of_time = _out_of_time(self._step_ends, self._since, self._limit)
         requested = self.stop_requested is not None
         if self.comm is not None:   # every rank stops at the same step
             flags = np.array([out_of_time, requested], dtype=np.int64)
@@ -617,12 +652,13 @@ class Trainer:
             if requested and self.stop_requested is None:
                 self.stop_requested = "stop requested on another rank"
         if out_of_time and not self.stop_reason:
-            self.stop_reason = f"time limit {self.time_limit:g} s reached at step {step}" if out_of_time == 2 \
-                else f"time limit {self.time_limit:g} s: stopped at step {step}, before a step that would end past it"
+            self.stop(RunStatus.TIME_LIMIT, f"time limit {self._limit:g} s reached at step {step}"
+                      if out_of_time == 2 else
+                      f"time limit {self._limit:g} s: stopped at step {step}, before a step that would end past it")
         if requested:
             self._stop_spent = True
             if not self.stop_reason:
-                self.stop_reason = f"{self.stop_requested} at step {step}"
+                self.stop(RunStatus.INTERRUPTED, f"{self.stop_requested} at step {step}")
         self._pending += 1
         if self.progress and (self._pending >= self.log_every or self.stop_reason or now - self._bar_at >= 0.5):
             self._bar.update(self._pending, now - self._t0, self._status(info))
