@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
+from helmpinn.training.status import RunStatus
 from helmpinn.cli import main
 from helmpinn.lm import CoreResiduals
 from helmpinn.optim import make_schedule
@@ -49,6 +50,7 @@ def test_lm_stall_stop():
     tr = lm_trainer()
     tr.fit_lm(10, blas_threads=1, stall_window=2, stall_factor=1e-300)
     assert tr.step == 3 and tr.stop_reason == "loss fell by less than a factor 1e-300 over 2 steps at step 3"
+    assert tr.status is RunStatus.STALLED
     # a window that straddles earlier steps of another fit counts them too (the history's)
     tr.fit_lm(10, blas_threads=1, stall_window=2, stall_factor=1e-300)
     assert tr.step == 4 and tr.stop_reason.endswith("at step 4")

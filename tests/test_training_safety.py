@@ -12,6 +12,7 @@ import pytest
 from conftest import wait_for
 
 from helmpinn.cli import main
+from helmpinn.training.status import RunStatus
 from helmpinn.model import Model
 
 TINY = ["--optimizer", "adam", "--hidden", "16", "--layers", "2", "--fourier", "8", "--points", "64",
@@ -262,6 +263,7 @@ def test_stopped_and_resumed_run_equals_an_uninterrupted_one(tmp_path, stop_at):
     first = _trainer(path, callbacks=[lambda tr, s: tr.request_stop("test") if s == stop_at else None])
     first.fit(30)
     assert first.step == stop_at and first.stop_reason == f"test at step {stop_at}" and not first.diverged
+    assert first.status is RunStatus.INTERRUPTED
     second = _trainer(path, model=Model.load(path))
     second.fit(30 - stop_at)
     assert second.step == 30 and second.history.step[0] == stop_at + 1
@@ -302,6 +304,7 @@ def test_a_stop_requested_before_fit_stops_it_and_a_spent_one_does_not(tmp_path)
     tr.request_stop("terminated")
     tr.fit(50)
     assert tr.step == 1 and tr.stop_reason == "terminated at step 1" and not tr.diverged
+    assert tr.status is RunStatus.INTERRUPTED
     assert tr.stop_requested == "terminated", "the reason stays readable after the fit"
     assert Model.load(path).optimizer_state["step"] == 1, "the checkpoint is written"
     tr.fit(4)   # the request stopped the first fit: the second runs all of its steps
