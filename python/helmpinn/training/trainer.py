@@ -4,6 +4,37 @@ stop request, the time limit and the progress bar; the optimisers are drivers be
 interface (:mod:`helmpinn.training.drivers`): Adam (:meth:`Trainer.fit`), L-BFGS (:meth:`Trainer.polish`),
 Levenberg-Marquardt (:meth:`Trainer.fit_lm`) or a user's own. Default settings:
 :mod:`helmpinn.defaults` (re-exported here: :func:`default_settings`, :func:`auto_weights`).
+
+Each evaluation records the error on the test grid (with an exact solution) and the loss,
+with the same weights, on validation points drawn once from their own generator (never
+trained on, so they change nothing in the training): a training loss far below the
+validation loss is overfitting. Their ratio, the gap (:attr:`Trainer.last_gap`: the validation loss
+over the last step's training loss; about 1 for a field fitted everywhere), shows on the
+progress bar; after each evaluation the driver may ask for more points
+(``Driver.points_factor``: Levenberg-Marquardt does when the gap stays large), which the
+loop draws anew before the next step (:attr:`Trainer.pde_points` and :attr:`Trainer.bc_points` grow; a
+checkpoint records them and a run resumed from it goes on with them).
+
+``comm`` (an mpi4py communicator) trains data-parallel: each rank draws its share of the
+points (:func:`helmpinn.distributed.sample_shard`), the loss and gradient are the union's,
+every rank takes the same step, checked every ``check_every`` steps; stops are agreed by all
+ranks; only rank 0 shows progress and writes checkpoints. Every rank makes the same calls,
+and first checks that all have the same problem and model (:func:`~helmpinn.distributed.check_same_run`).
+
+A non-finite loss (or non-finite parameters at a checkpoint or after the last step) stops
+cleanly: the model and optimiser go back to the last good state (the last checkpoint, or the
+start of the fit), the checkpoint file is kept, ``diverged`` is True, ``status`` is
+``RunStatus.DIVERGED`` and ``stop_reason`` says what happened. The first step of a fit and on new points checks the inputs, so NaN or
+Inf from the problem raises ValueError naming the array. Every fit ends with an evaluation
+and, with ``checkpoint_path``, a checkpoint (model, optimiser state, the sampler's state): a
+Trainer given a model loaded from it continues the run (step count, optimiser state, the
+schedule, the same points). A checkpoint that cannot be written (an OSError: a full disk)
+does not stop the run: the file keeps the last good one and the next checkpoint tries
+again (:meth:`Trainer.save_checkpoint`).
+
+The Trainer runs where the model is (``device``: None follows it; "cuda" / "cpu" moves it
+first). On a GPU the points, parameters, gradient and Adam's moments stay in device memory;
+L-BFGS copies the parameters to the host and back; LM and ``comm`` are CPU only.
 """
 from __future__ import annotations
 
@@ -114,37 +145,9 @@ class Trainer:
     after every step; may change ``model.params`` or set ``stop_reason``); ``progress``; ``seed``;
     ``stop_on_interrupt`` (the first Ctrl-C in the main thread stops after the current step, as
     :meth:`request_stop` does; a second raises KeyboardInterrupt); ``comm``; ``device``.
-
-    Each evaluation records the error on the test grid (with an exact solution) and the loss,
-    with the same weights, on validation points drawn once from their own generator (never
-    trained on, so they change nothing in the training): a training loss far below the
-    validation loss is overfitting. Their ratio, the gap (:attr:`last_gap`: the validation loss
-    over the last step's training loss; about 1 for a field fitted everywhere), shows on the
-    progress bar; after each evaluation the driver may ask for more points
-    (``Driver.points_factor``: Levenberg-Marquardt does when the gap stays large), which the
-    loop draws anew before the next step (:attr:`pde_points` and :attr:`bc_points` grow; a
-    checkpoint records them and a run resumed from it goes on with them).
-
-    ``comm`` (an mpi4py communicator) trains data-parallel: each rank draws its share of the
-    points (:func:`helmpinn.distributed.sample_shard`), the loss and gradient are the union's,
-    every rank takes the same step, checked every ``check_every`` steps; stops are agreed by all
-    ranks; only rank 0 shows progress and writes checkpoints. Every rank makes the same calls,
-    and first checks that all have the same problem and model (:func:`~helmpinn.distributed.check_same_run`).
-
-    A non-finite loss (or non-finite parameters at a checkpoint or after the last step) stops
-    cleanly: the model and optimiser go back to the last good state (the last checkpoint, or the
-    start of the fit), the checkpoint file is kept, ``diverged`` is True and ``stop_reason``
-    says what happened. The first step of a fit and on new points checks the inputs, so NaN or
-    Inf from the problem raises ValueError naming the array. Every fit ends with an evaluation
-    and, with ``checkpoint_path``, a checkpoint (model, optimiser state, the sampler's state): a
-    Trainer given a model loaded from it continues the run (step count, optimiser state, the
-    schedule, the same points). A checkpoint that cannot be written (an OSError: a full disk)
-    does not stop the run: the file keeps the last good one and the next checkpoint tries
-    again (:meth:`save_checkpoint`).
-
-    The Trainer runs where the model is (``device``: None follows it; "cuda" / "cpu" moves it
-    first). On a GPU the points, parameters, gradient and Adam's moments stay in device memory;
-    L-BFGS copies the parameters to the host and back; LM and ``comm`` are CPU only.
+    How a fit ended: :attr:`status` (a :class:`~helmpinn.training.status.RunStatus`) and
+    :attr:`stop_reason`; what the loop does on evaluations, over MPI, on a non-finite loss and
+    on a GPU: the module docstring.
     """
 
     def __init__(self, problem: Problem, model: Model, *, lr: float | Schedule | None = None,
@@ -537,7 +540,7 @@ class Trainer:
         self.driver = driver
         self._snapshot()
         self._last_step = self.step + steps
-        with self._interrupt_handler():  # also around the final checkpoint: Ctrl-C must not cut it
+        with _interrupt_handler(self):  # also around the final checkpoint: Ctrl-C must not cut it
             self._t0 = self.clock()
             self._limit = self.time_limit if time_limit is None else time_limit
             self._since = self._t0 if since is None else since
@@ -661,7 +664,7 @@ class Trainer:
                 self.stop(RunStatus.INTERRUPTED, f"{self.stop_requested} at step {step}")
         self._pending += 1
         if self.progress and (self._pending >= self.log_every or self.stop_reason or now - self._bar_at >= 0.5):
-            self._bar.update(self._pending, now - self._t0, self._status(info))
+            self._bar.update(self._pending, now - self._t0, _bar_status(self, info))
             self._pending, self._bar_at = 0, now
         grow, self._grow = self._grow, 1.0
         if self.stop_reason:
@@ -677,43 +680,47 @@ class Trainer:
             self._stall_from = self.step + 1
         return False
 
-    @contextlib.contextmanager
-    def _interrupt_handler(self):
-        """With ``stop_on_interrupt`` (and in the main thread), the first SIGINT requests a stop
-        after the current step; the second raises KeyboardInterrupt as usual."""
-        if not self.stop_on_interrupt or threading.current_thread() is not threading.main_thread():
-            yield
-            return
 
-        seen = [0]
+@contextlib.contextmanager
+def _interrupt_handler(trainer: "Trainer"):
+    """With ``stop_on_interrupt`` (and in the main thread), the first SIGINT requests a stop
+    after the current step; the second raises KeyboardInterrupt as usual."""
+    if not trainer.stop_on_interrupt or threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
-        def on_sigint(signum, frame):
-            seen[0] += 1
-            if seen[0] > 1:
-                signal.signal(signal.SIGINT, previous)
-                raise KeyboardInterrupt
-            self.request_stop("interrupted")
-            print("\nhelmpinn: interrupted; stopping after the current step (Ctrl-C again to abort)",
-                  file=sys.stderr, flush=True)
+    seen = [0]
 
-        previous = signal.signal(signal.SIGINT, on_sigint)
-        try:
-            yield
-        finally:
+    def on_sigint(signum, frame):
+        seen[0] += 1
+        if seen[0] > 1:
             signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        trainer.request_stop("interrupted")
+        print("\nhelmpinn: interrupted; stopping after the current step (Ctrl-C again to abort)",
+              file=sys.stderr, flush=True)
 
-    def _status(self, info: StepInfo) -> str:
-        t = info.terms
-        s = f"loss={info.loss:.3e}" + "".join(f" {k}={t[k]:.2e}" for k in TERMS if t.get(k))   # a term absent: 0
-        if info.status:
-            s += " " + info.status
-        if self.last_error is not None:
-            s += f" err={self.last_error:.2e}"
-        if self.last_val_loss is not None:
-            s += f" val={self.last_val_loss:.2e}"
-        if self.last_gap is not None:
-            s += f" gap={self.last_gap:.3g}"
-        return s
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _bar_status(trainer: "Trainer", info: StepInfo) -> str:
+    """The progress bar's text after a step: the loss, its terms, the driver's status, the last
+    evaluation's error, validation loss and gap."""
+    t = info.terms
+    s = f"loss={info.loss:.3e}" + "".join(f" {k}={t[k]:.2e}" for k in TERMS if t.get(k))   # a term absent: 0
+    if info.status:
+        s += " " + info.status
+    if trainer.last_error is not None:
+        s += f" err={trainer.last_error:.2e}"
+    if trainer.last_val_loss is not None:
+        s += f" val={trainer.last_val_loss:.2e}"
+    if trainer.last_gap is not None:
+        s += f" gap={trainer.last_gap:.3g}"
+    return s
 
 
 class Checkpoints:
