@@ -79,14 +79,14 @@ def run_cli(tmp_path, name, *extra):
 
 
 def initial_model(settings, seed=0):
-    return hp.Model.create(1, settings["fourier"], settings["hidden"], settings["layers"], dtype=settings["dtype"],
+    return hp.Model.create(1, settings["ff_dim"], settings["hidden"], settings["layers"], dtype=settings["dtype"],
                            seed=seed, fourier_sigma=settings["sigma"])
 
 
 def first_loss(settings):
     """The loss at step 1 of the run ``settings`` describe, rebuilt here through the Python API."""
     problem = hp.get_problem(settings["problem"], **settings["problem_options"])
-    tr = hp.Trainer(problem, initial_model(settings, settings["seed"]), pde_points=settings["points"],
+    tr = hp.Trainer(problem, initial_model(settings, settings["seed"]), pde_points=settings["pde_points"],
                     bc_points=settings["bc_points"], sampling=settings["sampling"], weights=settings["weights"],
                     seed=settings["seed"], progress=False)
     tr.resample()

@@ -5,7 +5,7 @@ phases until a tolerance, a time limit or the optimiser's own stop, and returns 
 ``success`` and ``message`` say how the run ended.
 
 The plan: a problem that spans more than a few wavelengths
-(:func:`helmpinn.training.dd_driver.should_decompose`) gets a decomposed model sized from its
+(:func:`helmpinn.defaults.should_decompose`) gets a decomposed model sized from its
 wavelengths trained by matrix-free Gauss-Newton (:func:`helmpinn.training.dd_driver.decomposed_settings`);
 any other one network, trained by Levenberg-Marquardt where its dense system fits, else after
 an Adam warm start by matrix-free LM (:func:`helmpinn.defaults.run_settings` with "auto").
@@ -92,7 +92,7 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     the :class:`Solution`.
 
     The plan is :func:`~helmpinn.training.plan.run_plan`'s: a problem of more than a few wavelengths
-    (:data:`helmpinn.training.dd_driver.DECOMPOSE_ABOVE`) gets a decomposed model sized from its
+    (:data:`helmpinn.defaults.DECOMPOSE_ABOVE`) gets a decomposed model sized from its
     wavelengths, trained by matrix-free Gauss-Newton; any other one network, trained by
     Levenberg-Marquardt where its dense system fits ``memory_bytes``, else after an Adam warm
     start by matrix-free LM. ``model``: "auto", "network", "decomposed", or a

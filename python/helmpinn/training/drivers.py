@@ -39,7 +39,7 @@ import numpy as np
 from .. import _device, distributed
 from ..batch import TERMS
 from ..decomposition import DecomposedModel
-from ..defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE
+from ..defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE, STALL_FACTOR, STALL_WINDOW
 from ..lm import CoreResiduals, LevenbergMarquardt, NonFiniteLoss
 from ..optim import Adam, AdamSettings, Schedule, make_schedule, minimize_lbfgs
 from .status import RunStatus
@@ -300,8 +300,8 @@ class LMSettings:
     ``geodesic``, ``gram``, ``max_trials``, ``blas_threads``, ...: its signature holds their
     defaults and its constructor checks them)."""
 
-    stall_window: int = 10
-    stall_factor: float = 0.99
+    stall_window: int = STALL_WINDOW
+    stall_factor: float = STALL_FACTOR
     options: Mapping[str, Any] = field(default_factory=dict)
     grow_gap: float | None = LM_GROW_GAP
     grow_patience: int = LM_GROW_PATIENCE
@@ -340,7 +340,7 @@ class DampedDriver(Driver):
 
     settings_class: ClassVar[type] = LMSettings
 
-    def __init__(self, settings: LMSettings | None = None, *, stall_window: int = 10, stall_factor: float = 0.99,
+    def __init__(self, settings: LMSettings | None = None, *, stall_window: int = STALL_WINDOW, stall_factor: float = STALL_FACTOR,
                  grow_gap: float | None = LM_GROW_GAP, grow_patience: int = LM_GROW_PATIENCE,
                  grow_factor: float = LM_GROW_FACTOR, grow_max: float = LM_GROW_MAX, **options: Any):
         self.settings = settings if settings is not None else self.settings_class(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .._checks import integer
-from ..defaults import OPTIMIZERS, run_settings
+from ..defaults import OPTIMIZERS, run_settings, should_decompose
 from ..model import Model
 from . import dd_driver
 from .drivers import MODEL_KINDS, Driver, make_driver, mismatch
@@ -172,7 +172,7 @@ def _defaults(problem: Any, model: str, optimizer: str | Driver, memory_bytes: i
         raise ValueError(f"optimizer: expected 'auto', 'gn', one of {OPTIMIZERS} or a "
                          f"helmpinn.training.drivers.Driver, got {optimizer!r}")
     if model == "auto":   # a decomposition above a few wavelengths, when the optimiser trains one
-        want = "decomposed" if named == "gn" or (named == "auto" and dd_driver.should_decompose(problem)) \
+        want = "decomposed" if named == "gn" or (named == "auto" and should_decompose(problem)) \
             else "network"
         trains = optimizer.trains if isinstance(optimizer, Driver) else (want,)
         model = want if want in trains else trains[0]
@@ -200,7 +200,7 @@ def run_plan(problem: Any, model: str = "auto", optimizer: str | Driver = "auto"
 
     ``model``: "network" (one network), "decomposed"
     (:func:`helmpinn.training.dd_driver.decomposed_settings`) or "auto" (decomposed when
-    :func:`helmpinn.training.dd_driver.should_decompose` and the optimiser allows it).
+    :func:`helmpinn.defaults.should_decompose` and the optimiser allows it).
     ``optimizer``: "auto" (Gauss-Newton for a decomposed model, else
     :func:`helmpinn.defaults.run_settings`'s "auto": LM where its dense system fits
     ``memory_bytes``, else an Adam warm start then matrix-free LM), "gn" (a decomposed model),
