@@ -177,3 +177,33 @@ def test_solve_polishes_by_lbfgs_after_the_optimiser_within_its_time_limit(monke
     now[0] = 0.0
     shared = hp.solve(p, steps=3, lbfgs=20, time_limit=5.0, clock=lambda: now[0], **opts)
     assert len(shared.history.step) == 5   # LM's 3 steps, the polish's 2 within the 5 s
+
+
+def test_the_run_plan_is_one_typed_table():
+    """run_plan: fields with the rules' values; overrides checked and merged (weights, lm); the
+    record round-trips, and reads the CLI's former names."""
+    from helmpinn.training.plan import RunPlan
+
+    p = hp.get_problem("plane1d", k=4.0)
+    plan = hp.run_plan(p)
+    assert isinstance(plan, RunPlan) and plan.optimizer == "lm" and plan.model == "network"
+    want = run_settings(p, "auto")
+    assert all(getattr(plan, k) == v for k, v in want.items())
+    assert plan.seed == 0 and plan.train_fourier and plan.gn is None and plan.decomposition is None
+    mine = plan.with_overrides(hidden=4, weights={"pde": 2.0}, lm={"solver": "cg"})
+    assert mine.hidden == 4 and mine.weights == {**plan.weights, "pde": 2.0}
+    assert mine.lm == {**plan.lm, "solver": "cg"} and plan.hidden != 4   # a new plan; the old one unchanged
+    assert RunPlan.from_record(mine.record()) == mine
+    old = {{"ff_dim": "fourier", "pde_points": "points", "resample_every": "resample"}.get(k, k): v
+           for k, v in mine.record().items()}
+    assert RunPlan.from_record(old) == mine
+    with pytest.raises(ValueError, match=r"run_plan: unknown settings \['width'\]"):
+        plan.with_overrides(width=3)
+    with pytest.raises(ValueError, match=r"unknown settings \['model'\]"):
+        plan.with_overrides(model="decomposed")   # run_plan's choice, with its points
+    with pytest.raises(ValueError, match=r"unknown settings \['gn'\]"):
+        plan.with_overrides(gn={"lam": 1.0})      # no Gauss-Newton in this run
+    with pytest.raises(ValueError, match="run_plan: steps must be an integer >= 0, got -1"):
+        hp.run_plan(p, steps=-1)
+    adam = hp.run_plan(p, optimizer="adam")
+    assert adam.lm is None and "lm" not in adam.record() and adam.optimizer == "adam"

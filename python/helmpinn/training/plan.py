@@ -120,12 +120,14 @@ class RunPlan:
         dicts merged into its own), checked: an unknown field, or options the run does not have
         (``lm`` for Adam), is a ValueError; counts must be integers of at least
         :data:`INTEGER_SETTINGS`' (``seed`` may be None: a fresh one); ``lbfgs`` only for one
-        network. ``where`` names the caller in the messages."""
+        network. ``model``, ``optimizer`` and ``decomposition`` are :func:`run_plan`'s to choose
+        (the points follow them), not overrides. ``where`` names the caller in the messages."""
         settings = self.record()
-        known = set(settings) - {"decomposition"}
+        known = set(settings) - {"decomposition", "model", "optimizer"}   # those three: run_plan's to choose
         unknown = set(overrides) - known
         if unknown:
-            raise ValueError(f"{where}: unknown settings {sorted(unknown)}; known: {sorted(known | {'decomposition'})}")
+            named = known | ({"decomposition"} if self.decomposition is not None else set())
+            raise ValueError(f"{where}: unknown settings {sorted(unknown)}; known: {sorted(named)}")
         for name in ("lm", "gn", "weights"):
             if name in overrides:
                 if not isinstance(overrides[name], Mapping):
