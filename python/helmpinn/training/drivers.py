@@ -128,12 +128,14 @@ class Driver:
 class AdamDriver(Driver):
     """Adam (:class:`helmpinn.optim.Adam`, the fused C++ step) on the loop's gradient.
 
-    The Adam is the run's ``run.optimizer``: made at the first start (continuing a loaded
-    checkpoint's moments and step count, the schedule then spanning the steps already taken
-    plus ``steps``), then kept, so every later fit goes on with it.
+    The driver owns its Adam (``adam``; ``adam=`` an existing one to continue with): made at
+    its first start (continuing a loaded checkpoint's moments and step count, the schedule then
+    spanning the steps already taken plus ``steps``), then kept, so every later fit of the same
+    driver goes on with it. A :class:`~helmpinn.Trainer` keeps one AdamDriver for its Adam fits
+    (``Trainer.optimizer`` is that driver's Adam).
 
     A model that computes its own loss (one with ``objective(training_set, weights, comm)``,
-    a decomposed model: :meth:`helmpinn.training.dd_driver.TrainableDecomposedModel.objective`) gives
+    a decomposed model: :meth:`helmpinn.model_protocol.TrainableDecomposedModel.objective`) gives
     the loss and gradient on the run's points instead of the loop's core workspace; new points
     rebuild it.
     """
@@ -141,18 +143,17 @@ class AdamDriver(Driver):
     name = "adam"
     trains = ("network", "decomposed")   # a decomposed model through its ``objective``
 
-    def __init__(self, settings: AdamSettings | None = None, **options: Any):
+    def __init__(self, settings: AdamSettings | None = None, *, adam: Adam | None = None, **options: Any):
         self.settings = settings if settings is not None else AdamSettings(**options)
-        self.adam: Adam | None = None
+        self.adam: Adam | None = adam
         self.objective: Any = None
 
     def start(self, run: "Trainer", steps: int) -> None:
-        if run.optimizer is None:
-            run.optimizer = self._make(run, steps)
-        elif getattr(run.optimizer, "device", "cpu") != run.device:
-            raise ValueError(f"optimizer: its state is on {run.optimizer.device} but the model is "
+        if self.adam is None:
+            self.adam = self._make(run, steps)
+        elif getattr(self.adam, "device", "cpu") != run.device:
+            raise ValueError(f"optimizer: its state is on {self.adam.device} but the model is "
                              f"on {run.device}")
-        self.adam = run.optimizer
         self.resampled(run)
 
     def resampled(self, run: "Trainer") -> None:

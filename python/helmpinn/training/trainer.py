@@ -192,11 +192,11 @@ class Trainer:
         self.lr = defaults["lr"] if lr is None else lr
         self.schedule = schedule
         self.betas = tuple(defaults["betas"] if betas is None else betas)
-        AdamSettings(self.lr, self.schedule, self.betas)   # checks them
+        adam = AdamDriver(AdamSettings(self.lr, self.schedule, self.betas), adam=optimizer)   # checks them
         model.to(target)
         self.problem = problem
         self.model = model
-        self.optimizer = optimizer
+        self._adam = adam   # the driver of this Trainer's Adam fits, which owns its Adam
         self.pde_points = defaults["pde_points"] if pde_points is None else int(pde_points)
         self.bc_points = defaults["bc_points"] if bc_points is None else int(bc_points)
         self.sampling = sampling
@@ -284,6 +284,11 @@ class Trainer:
         warnings.warn("Trainer.n_bc is deprecated, use Trainer.bc_points (n_bc names the "
                       "boundary normals)", DeprecationWarning, stacklevel=2)
         return self.bc_points
+
+    @property
+    def optimizer(self) -> Adam | None:
+        """The Adam of this Trainer's Adam fits (None before the first; its driver owns it)."""
+        return self._adam.adam
 
     @property
     def stop_reason(self) -> str | None:
@@ -409,7 +414,7 @@ class Trainer:
         if self.driver is not None:
             state = self.driver.state_dict()
         else:
-            state = self.optimizer.state_dict() if self.optimizer is not None else {}
+            state = self._adam.state_dict()
         return {"step": self.step, **state}
 
     def _snapshot(self) -> None:
@@ -446,23 +451,6 @@ class Trainer:
         self._snapshot()
         return True
 
-    def _resume_sampler(self) -> None:
-        """Put the sampler back where a checkpoint's run drew its current points (so a resumed
-        run trains on the same points); without a usable record, fresh points are drawn."""
-        state = self.model.metadata.get("sampler")
-        if not isinstance(state, dict) or state.get("bit_generator") != type(self.rng.bit_generator).__name__:
-            return
-        try:
-            self.rng.bit_generator.state = state
-        except (TypeError, ValueError, KeyError):
-            return
-        points = self.model.metadata.get("grown_points")
-        if isinstance(points, (list, tuple)) and len(points) == 2 and all(
-                isinstance(n, (int, np.integer)) and n > 0 for n in points):
-            self.pde_points, self.bc_points = int(points[0]), int(points[1])   # grown during that run
-            self._grown = True
-        self.batch = None
-
     def _check_device(self) -> None:
         if self.model.device != self.device:
             raise RuntimeError(f"the model moved to {self.model.device} after this Trainer was made "
@@ -478,7 +466,7 @@ class Trainer:
         start). Returns the history; :attr:`status` and :attr:`stop_reason` say how it ended."""
         optimizer = getattr(self.model, "default_optimizer", None) if optimizer is None else optimizer
         if optimizer is None or optimizer == "adam":
-            driver: Driver = AdamDriver(AdamSettings(self.lr, self.schedule, self.betas))
+            driver: Driver = self._adam
         elif isinstance(optimizer, Driver):
             driver = optimizer
         elif isinstance(optimizer, str):
@@ -523,7 +511,7 @@ class Trainer:
         resumed = not self.step and int(state.get("step", 0) or 0) > 0
         if resumed:   # a model loaded from a checkpoint: its run goes on, on its points
             self.step = int(state["step"])
-            self._resume_sampler()
+            _resume_sampler(self)
         if self.training_set is None or self.batch is None:
             self.resample()
             if resumed:
@@ -679,6 +667,24 @@ class Trainer:
             self.driver.resampled(self)
             self._stall_from = self.step + 1
         return False
+
+
+def _resume_sampler(trainer: "Trainer") -> None:
+    """Put the sampler back where a checkpoint's run drew its current points (so a resumed
+    run trains on the same points); without a usable record, fresh points are drawn."""
+    state = trainer.model.metadata.get("sampler")
+    if not isinstance(state, dict) or state.get("bit_generator") != type(trainer.rng.bit_generator).__name__:
+        return
+    try:
+        trainer.rng.bit_generator.state = state
+    except (TypeError, ValueError, KeyError):
+        return
+    points = trainer.model.metadata.get("grown_points")
+    if isinstance(points, (list, tuple)) and len(points) == 2 and all(
+            isinstance(n, (int, np.integer)) and n > 0 for n in points):
+        trainer.pde_points, trainer.bc_points = int(points[0]), int(points[1])   # grown during that run
+        trainer._grown = True
+    trainer.batch = None
 
 
 @contextlib.contextmanager
