@@ -38,10 +38,12 @@ LAZY = {
 FLOORS = {
     "base": ["_core", "_checks", "_compat", "_files", "_matcheck", "_blas", "_device", "_signature", "_cxx", "_budget",
              "params", "runfiles"],
-    "problems": ["geometry", "pml", "media", "sources", "batch", "problems", "builtin", "scattering", "waves",
-                 "registry", "survey", "distributed", "reference.fd"],
+    "problems": ["problems.geometry", "problems.pml", "problems.media", "problems.sources", "problems.batch",
+                 "problems.problem", "problems", "problems.builtin", "problems.scattering", "problems.waves",
+                 "problems.registry", "survey", "distributed", "reference.fd"],
     "rules": ["optim", "defaults"],
-    "models and optimisers": ["model", "decomposition", "model_protocol", "lm", "gauss_newton"],
+    "models and optimisers": ["models.model", "models.decomposition", "models.model_protocol", "models", "lm",
+                              "gauss_newton"],
     "training": ["drivers", "memory", "dd_driver", "trainer"],
     "figures": ["plots"],
     "inversion": ["reference", "reference.fwi", "inversion", "inversion.medium", "inversion.joint", "inversion.solver", "inversion.result",
@@ -234,7 +236,8 @@ def test_the_check_sees_a_cycle_and_an_unlisted_lazy_import(tmp_path):
                                   "register_problem", "_REGISTRY", "cube3d"])
 def test_problems_forwards_no_name_of_the_registry(name):
     import helmpinn
-    from helmpinn import problems, registry
+    from helmpinn import problems
+    from helmpinn.problems import registry
 
     with pytest.raises(AttributeError):
         getattr(problems, name)

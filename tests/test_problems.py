@@ -7,7 +7,7 @@ import pytest
 
 import helmpinn
 from helmpinn import geometry as geo
-from helmpinn.model import Model
+from helmpinn.models.model import Model
 from helmpinn.problems import (
     Dirichlet,
     Neumann,
@@ -17,7 +17,7 @@ from helmpinn.problems import (
     complex_to_pairs,
     pairs_to_complex,
 )
-from helmpinn.registry import get_problem, list_problems, problem_names
+from helmpinn.problems.registry import get_problem, list_problems, problem_names
 
 BUILTINS = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "waveguide"]
 
@@ -240,11 +240,11 @@ def test_registry_is_explicit_with_no_import_circle():
     import ast
     import pathlib
 
-    import helmpinn.builtin as builtin
+    import helmpinn.problems.builtin as builtin
     import helmpinn.problems as problems
-    import helmpinn.registry as registry
-    import helmpinn.scattering as scattering
-    import helmpinn.waves as waves
+    import helmpinn.problems.registry as registry
+    import helmpinn.problems.scattering as scattering
+    import helmpinn.problems.waves as waves
 
     def top_level_imports(module):
         tree = ast.parse(pathlib.Path(module.__file__).read_text())

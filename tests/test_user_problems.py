@@ -12,7 +12,7 @@ import pytest
 
 import helmpinn as hp
 from helmpinn.cli import main
-from helmpinn.registry import get_problem, problem_options
+from helmpinn.problems.registry import get_problem, problem_options
 
 FACTORY = '''
 import numpy as np
@@ -100,7 +100,7 @@ def test_the_file_is_run_once_until_it_changes(user_file):
     spec = f"{user_file}:make"
     get_problem(spec)
     get_problem(spec, k=2.0)
-    from helmpinn.registry import load_factory
+    from helmpinn.problems.registry import load_factory
 
     factory = load_factory(spec)[0]
     assert factory.__globals__["CALLS"] == [3.0, 2.0]  # one module: both calls recorded there

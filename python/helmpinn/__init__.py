@@ -23,25 +23,29 @@ from ._core import (
     mse_backward,
     set_num_threads,
 )
+from ._compat import find_moved_modules
 from ._cxx import get_build_flags, get_cmake_dir, get_include, get_library_dir
 from .params import init_params
-from .batch import Batch
-from . import distributed, geometry
-from .model import Model
+from .problems.batch import Batch
+from . import distributed
+from .problems import geometry
+from .models.model import Model
 from .optim import Adam, lbfgs
 from .lm import LevenbergMarquardt
 from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld
-from .registry import get_problem, list_problems
-from .pml import PML
-from . import scattering, waves
+from .problems.registry import get_problem, list_problems
+from .problems.pml import PML
+from .problems import scattering, waves
 from .trainer import Trainer, default_settings
-from .media import GridField
-from .sources import FreeSpaceSource, PointSource
+from .problems.media import GridField
+from .problems.sources import FreeSpaceSource, PointSource
 from . import receivers
 from . import defaults, drivers
 from .solving import Solution, solve
 from .survey import Survey
 from .inversion import Inversion, invert
+
+find_moved_modules()   # the modules that moved into helmpinn.problems / helmpinn.models, by their old names
 
 __all__ = [
     "Adam",

@@ -21,15 +21,15 @@ import numpy as np
 
 from . import dd_driver, distributed, memory
 from ._checks import integer, real_number
-from .decomposition import DecomposedModel
+from .models.decomposition import DecomposedModel
 from .defaults import OPTIMIZERS, run_settings
 from .distributed import check_ranks
 from .drivers import MODEL_KINDS, Driver, make_driver, mismatch, model_kind
-from .model import Model
+from .models.model import Model
 from .problems import Problem
-from .registry import get_problem, recorded_options
+from .problems.registry import get_problem, recorded_options
 from .trainer import History, Trainer
-from .waves import ResonanceWarning, resonance_warning
+from .problems.waves import ResonanceWarning, resonance_warning
 
 __all__ = ["solve", "Solution", "train", "polish", "plan", "MODELS"]
 
@@ -40,7 +40,7 @@ MODELS = ("auto", *MODEL_KINDS)
 @dataclass
 class Solution:
     """What :func:`solve` found: the trained ``model`` (a :class:`~helmpinn.Model` or a
-    :class:`~helmpinn.decomposition.DecomposedModel`) and its ``history``, the ``settings`` it
+    :class:`~helmpinn.models.decomposition.DecomposedModel`) and its ``history``, the ``settings`` it
     used, why it stopped, the relative L2 ``error`` on the test grid (None without an exact
     solution) and the last validation loss."""
 
@@ -184,7 +184,7 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     wavelengths, trained by matrix-free Gauss-Newton; any other one network, trained by
     Levenberg-Marquardt where its dense system fits ``memory_bytes``, else after an Adam warm
     start by matrix-free LM. ``model``: "auto", "network", "decomposed", or a
-    :class:`~helmpinn.Model` / :class:`~helmpinn.decomposition.DecomposedModel` to train (the
+    :class:`~helmpinn.Model` / :class:`~helmpinn.models.decomposition.DecomposedModel` to train (the
     plan of its kind gives the points and the optimiser). ``optimizer``: "auto", "gn", "lm",
     "adam", "lbfgs" or a :class:`~helmpinn.drivers.Driver`. ``overrides`` replace any entry of
     the plan (``hidden``, ``layers``, ``ff_dim``, ``pde_points``, ``steps``, ``warm_start``,
@@ -195,8 +195,8 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     ``callbacks``: ``f(trainer, step)`` after every step (:class:`~helmpinn.Trainer`'s).
     ``comm``: over MPI ranks (one network: data-parallel; a decomposed model: its subdomains
     split over the ranks); ``progress``: a bar. A closed box near resonance
-    (:func:`helmpinn.waves.box_resonances`: a mode of −Δ within 1% of κ) gets a
-    :class:`~helmpinn.waves.ResonanceWarning` (on rank 0). A run that would not fit in memory,
+    (:func:`helmpinn.problems.waves.box_resonances`: a mode of −Δ within 1% of κ) gets a
+    :class:`~helmpinn.problems.waves.ResonanceWarning` (on rank 0). A run that would not fit in memory,
     one network or decomposed (:func:`helmpinn.memory.check_settings`), is refused with a
     :class:`~helmpinn.memory.MemoryEstimateError` before the model is made or a point drawn.
     """

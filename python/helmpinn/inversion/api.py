@@ -49,14 +49,14 @@ from numpy.typing import NDArray
 
 from .. import _core
 from .._checks import integer, real_number
-from ..batch import Batch
-from ..geometry import Box
+from ..problems.batch import Batch
+from ..problems.geometry import Box
 from ..lm import CoreResiduals, LevenbergMarquardt
-from ..model import Model
-from ..pml import PML
+from ..models.model import Model
+from ..problems.pml import PML
 from ..problems import Problem, Sommerfeld
 from ..reference import FDOperator
-from ..sources import PointSource
+from ..problems.sources import PointSource
 from .joint import JointResiduals, WavefieldRows
 from .medium import SplineMedium
 from .result import STATUS, Inversion
@@ -291,7 +291,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
     Bad arguments raise TypeError/ValueError before any work.
     """
     if not isinstance(domain, Box):
-        raise TypeError(f"invert: domain must be a helmpinn.geometry.Box, got {type(domain).__name__}")
+        raise TypeError(f"invert: domain must be a helmpinn.problems.geometry.Box, got {type(domain).__name__}")
     if pml is not None and not isinstance(pml, PML):
         raise TypeError(f"invert: pml must be a helmpinn.PML or None, got {type(pml).__name__}")
     _check_survey(survey, domain, pml)

@@ -2,14 +2,14 @@
 
 A :class:`Problem` holds
 
-- ``domain``: a :mod:`helmpinn.geometry` domain (a :class:`~helmpinn.geometry.PointCloud` for
+- ``domain``: a :mod:`helmpinn.problems.geometry` domain (a :class:`~helmpinn.problems.geometry.PointCloud` for
   explicit point sets);
 - ``kappa``: ``κ = k²``, a constant or a callable ``x [N, d] -> [N]`` (heterogeneous medium);
   complex values (``κ = k²(1 + iε)``) make an absorbing medium (the core's complex ``c``). Or,
   instead of ``kappa``, ``frequency`` (f, in Hz) and ``velocity`` (v(x) > 0, a constant or a
-  callable such as a :class:`~helmpinn.media.GridField`, in length units per second):
+  callable such as a :class:`~helmpinn.problems.media.GridField`, in length units per second):
   ``κ = (2πf)²/v²``;
-- ``source``: ``f``, a callable ``x -> complex [N]``, a :class:`~helmpinn.sources.PointSource`,
+- ``source``: ``f``, a callable ``x -> complex [N]``, a :class:`~helmpinn.problems.sources.PointSource`,
   a list of them (summed), or None (zero); PointSources without a width get λ/10 (the local
   wavelength at the source);
 - ``bcs``: a dict from boundary part name (or a tuple of names, or ``"*"`` for every part not
@@ -19,22 +19,22 @@ A :class:`Problem` holds
   leaves a part free on purpose;
 - ``data``: optional extra data points ``(x [N, d], y complex [N])`` (the data term);
 - ``exact``: an optional exact solution ``x -> complex [N]``, used for error reports;
-- ``pml``: an optional :class:`~helmpinn.pml.PML` around the domain's outer box (a
-  :class:`~helmpinn.geometry.Box`, :class:`~helmpinn.geometry.Interval` or
-  :class:`~helmpinn.geometry.BoxMinusBall`): the box's faces are then no boundary at all, the layer
+- ``pml``: an optional :class:`~helmpinn.problems.pml.PML` around the domain's outer box (a
+  :class:`~helmpinn.problems.geometry.Box`, :class:`~helmpinn.problems.geometry.Interval` or
+  :class:`~helmpinn.problems.geometry.BoxMinusBall`): the box's faces are then no boundary at all, the layer
   is sampled with the domain, ``u = 0`` on its outer wall, and ``bcs`` names only the remaining
   parts (a scatterer); errors, plots and predictions stay on the physical domain (a
-  :class:`~helmpinn.geometry.PointCloud` holds its layer itself: see below); where κ varies in
+  :class:`~helmpinn.problems.geometry.PointCloud` holds its layer itself: see below); where κ varies in
   the layer, a default strength is matched to the wavenumbers there
-  (:meth:`~helmpinn.pml.PML.for_medium`; ``problem.pml`` is the layer used); a
-  :class:`~helmpinn.sources.PointSource` in the layer or within half a local wavelength of it
+  (:meth:`~helmpinn.problems.pml.PML.for_medium`; ``problem.pml`` is the layer used); a
+  :class:`~helmpinn.problems.sources.PointSource` in the layer or within half a local wavelength of it
   gets a ``UserWarning``;
 - ``density``: an optional ``ρ(x) -> real [N] > 0`` (with ``density_grad(x) -> [N, d]``, or
-  ρ's own ``gradient`` for a :class:`~helmpinn.media.GridField`, or central differences of ρ):
+  ρ's own ``gradient`` for a :class:`~helmpinn.problems.media.GridField`, or central differences of ρ):
   the equation becomes ``∇·(ρ⁻¹∇u) + κu = f``;
 - ``a``, ``b``: optional coefficients of the operator ``a ∇·(ρ⁻¹∇u) + b·∇u + κu`` (``a`` a
   constant or ``x -> [N]``, real or complex; ``b`` a vector or ``x -> [N, d]``), combined with
-  the PML's stretching and the density (:func:`helmpinn.pml.operator_coefficients`);
+  the PML's stretching and the density (:func:`helmpinn.problems.pml.operator_coefficients`);
 - ``pml_share``: with a PML, the share of the PDE points drawn in the layer (the rest in the
   physical domain); None (the default) draws them uniformly over the domain and the layer, which
   gives the layer its share of the area ``1 − |box|/|outer box|`` (in 2-D 75% for a layer half
@@ -46,7 +46,7 @@ A :class:`Problem` holds
   ``w = p/q`` (p the uniform density, q the mixture's) scales its residual by ``sqrt(w)`` through
   the general operator's per-point coefficients (``a_pde``, ``b_pde``, ``c``, ``f`` all times
   ``sqrt(w)``: ``|r|²`` times w);
-- ``background``: an optional :class:`~helmpinn.sources.FreeSpaceSource` (an exact point source
+- ``background``: an optional :class:`~helmpinn.problems.sources.FreeSpaceSource` (an exact point source
   ``u₀ = A G(|x − x₀|)``, ``Δu₀ + k₀²u₀ = −Aδ``) for the scattered-field form: the unknown is
   ``u_s = u − u₀``, smooth where the medium is homogeneous (κ = k₀², a = 1, b = 0, checked at
   x₀ to :data:`BACKGROUND_TOLERANCE`) around x₀, with the source ``f − L u₀`` (L the problem's
@@ -66,7 +66,7 @@ With a PML, a density, ``a``/``b``, a complex κ or weighted points the PDE poin
 core's general operator (``a_pde``, ``b_pde``, ``c_pde``; docs/MATH.md, General operator)
 instead of the Laplacian.
 
-A :class:`~helmpinn.geometry.PointCloud` domain with a PML holds the layer's points itself: the
+A :class:`~helmpinn.problems.geometry.PointCloud` domain with a PML holds the layer's points itself: the
 cloud's bounding box is the layer's outer wall, the physical box that box shrunk by the width,
 and the cloud's boundary parts (the wall among them) take conditions as usual.
 
@@ -74,11 +74,11 @@ Complex values are complex NumPy arrays in Python; :meth:`TrainingSet.to_batch` 
 once per draw, into a :class:`~helmpinn.Batch` for the core (``[N, 2]`` real pairs (re, im) in
 the model's dtype).
 
-Problems by name: :func:`~helmpinn.registry.get_problem` and
-:func:`~helmpinn.registry.list_problems` in :mod:`helmpinn.registry` (and at the top level,
+Problems by name: :func:`~helmpinn.problems.registry.get_problem` and
+:func:`~helmpinn.problems.registry.list_problems` in :mod:`helmpinn.problems.registry` (and at the top level,
 ``helmpinn.get_problem``; the registry imports this module, never the reverse); the built-in problems with exact solutions (``"plane1d"``, ``"dirichlet2d"``,
-``"heterogeneous2d"``, ``"cube3d"``) are in :mod:`helmpinn.builtin`, the scattering ones in
-:mod:`helmpinn.scattering`.
+``"heterogeneous2d"``, ``"cube3d"``) are in :mod:`helmpinn.problems.builtin`, the scattering ones in
+:mod:`helmpinn.problems.scattering`.
 """
 from __future__ import annotations
 
@@ -90,9 +90,9 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from . import _device
-from ._checks import complex_number, real_number
-from ._compat import UNSET, renamed
+from .. import _device
+from .._checks import complex_number, real_number
+from .._compat import UNSET, renamed
 from .batch import Batch, operator_a
 from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
 from .pml import PML, operator_coefficients
@@ -375,7 +375,7 @@ class Problem:
                  pml_share: float | None = None, source_share: float | None = None,
                  background: FreeSpaceSource | None = None):
         if not isinstance(domain, Domain):
-            raise TypeError(f"domain must be a helmpinn.geometry.Domain, got {type(domain).__name__}")
+            raise TypeError(f"domain must be a helmpinn.problems.geometry.Domain, got {type(domain).__name__}")
         self.domain = domain
         self.dim = domain.dim
         if pml is not None and not isinstance(pml, PML):
@@ -515,7 +515,7 @@ class Problem:
         if background is None:
             return
         if not isinstance(background, FreeSpaceSource):
-            raise TypeError(f"background must be a helmpinn.sources.FreeSpaceSource, got "
+            raise TypeError(f"background must be a helmpinn.problems.sources.FreeSpaceSource, got "
                             f"{type(background).__name__}")
         if background.dim != self.dim:
             raise ValueError(f"background: a {background.dim}-D source for a {self.dim}-D domain")

@@ -1,0 +1,19 @@
+"""Helmholtz problems and what they are made of.
+
+- :mod:`~helmpinn.problems.problem`: :class:`Problem` (``Δu + κu = f`` in a domain, with
+  boundary conditions per part) and :class:`TrainingSet`, one draw of its points;
+- :mod:`~helmpinn.problems.geometry`: domains, their boundary parts and sampling;
+- :mod:`~helmpinn.problems.pml`: the PML and the general operator's coefficients;
+- :mod:`~helmpinn.problems.media`: media on grids (:class:`~helmpinn.problems.media.GridField`);
+- :mod:`~helmpinn.problems.sources`: point sources, the free-space source;
+- :mod:`~helmpinn.problems.batch`: :class:`~helmpinn.problems.batch.Batch`, the points and rows
+  the core reads;
+- :mod:`~helmpinn.problems.builtin`, :mod:`~helmpinn.problems.scattering`,
+  :mod:`~helmpinn.problems.waves`: the built-in problems, and
+  :mod:`~helmpinn.problems.registry`: them by name (``helmpinn.get_problem``).
+"""
+from .problem import (Dirichlet, Neumann, Problem, Robin, Sommerfeld, TrainingSet, complex_to_pairs,
+                      pairs_to_complex)
+
+__all__ = ["Dirichlet", "Robin", "Neumann", "Sommerfeld", "Problem", "TrainingSet", "complex_to_pairs",
+           "pairs_to_complex"]
