@@ -28,14 +28,12 @@ from ._cxx import get_build_flags, get_cmake_dir, get_include, get_library_dir
 from .params import init_params
 from .problems.batch import Batch
 from . import distributed
-from .problems import geometry
 from .models.model import Model
 from .optim import Adam, lbfgs
 from .lm import LevenbergMarquardt
 from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld
 from .problems.registry import get_problem, list_problems
 from .problems.pml import PML
-from .problems import scattering, waves
 from .trainer import Trainer, default_settings
 from .problems.media import GridField
 from .problems.sources import FreeSpaceSource, PointSource
@@ -44,6 +42,9 @@ from . import defaults, drivers
 from .solving import Solution, solve
 from .survey import Survey
 from .inversion import Inversion, invert
+# the subpackages' modules by their short names, as before they moved (hp.geometry.Box, hp.waves, ...)
+from .problems import batch, builtin, geometry, media, pml, registry, scattering, sources, waves
+from .models import decomposition, model, model_protocol
 
 find_moved_modules()   # the modules that moved into helmpinn.problems / helmpinn.models, by their old names
 

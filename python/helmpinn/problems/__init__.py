@@ -1,7 +1,14 @@
 """Helmholtz problems and what they are made of.
 
 - :mod:`~helmpinn.problems.problem`: :class:`Problem` (``Δu + κu = f`` in a domain, with
-  boundary conditions per part) and :class:`TrainingSet`, one draw of its points;
+  boundary conditions per part), made of three parts: its medium
+  (:mod:`~helmpinn.problems.medium`: κ, the operator's coefficients, the background field), its
+  source terms (:mod:`~helmpinn.problems.source_terms`) and its sampler
+  (:mod:`~helmpinn.problems.sampler`: where and how its points are drawn);
+- :mod:`~helmpinn.problems.conditions`: the boundary conditions (:class:`Dirichlet`,
+  :class:`Robin`, :func:`Neumann`, :func:`Sommerfeld`);
+- :mod:`~helmpinn.problems.training_set`: :class:`TrainingSet`, one draw of a problem's points
+  with what the loss needs there;
 - :mod:`~helmpinn.problems.geometry`: domains, their boundary parts and sampling;
 - :mod:`~helmpinn.problems.pml`: the PML and the general operator's coefficients;
 - :mod:`~helmpinn.problems.media`: media on grids (:class:`~helmpinn.problems.media.GridField`);
