@@ -13,8 +13,9 @@ A :class:`Problem` holds
   a list of them (summed), or None (zero); PointSources without a width get λ/10 (the local
   wavelength at the source);
 - ``bcs``: a dict from boundary part name (or a tuple of names, or ``"*"`` for every part not
-  named otherwise) to a boundary condition: :class:`~helmpinn.problems.conditions.Dirichlet` (``u = value``, enters the loss's
-  data term), :class:`~helmpinn.problems.conditions.Robin` (``∂u/∂n + α u = g``, the loss's bc term) and its helpers
+  named otherwise) to a boundary condition: :class:`~helmpinn.problems.conditions.Dirichlet`
+  (``u = value``, enters the loss's data term), :class:`~helmpinn.problems.conditions.Robin`
+  (``∂u/∂n + α u = g``, the loss's bc term) and its helpers
   :func:`~helmpinn.problems.conditions.Neumann` (α = 0) and
   :func:`~helmpinn.problems.conditions.Sommerfeld` (``∂u/∂n − i k u = g``, α = −ik); ``None``
   leaves a part free on purpose;
@@ -50,7 +51,8 @@ A :class:`Problem` holds
 - ``background``: an optional :class:`~helmpinn.problems.sources.FreeSpaceSource` (an exact point source
   ``u₀ = A G(|x − x₀|)``, ``Δu₀ + k₀²u₀ = −Aδ``) for the scattered-field form: the unknown is
   ``u_s = u − u₀``, smooth where the medium is homogeneous (κ = k₀², a = 1, b = 0, checked at
-  x₀ to :data:`~helmpinn.problems.medium.BACKGROUND_TOLERANCE`) around x₀, with the source ``f − L u₀`` (L the problem's
+  x₀ to :data:`~helmpinn.problems.medium.BACKGROUND_TOLERANCE`) around x₀, with the source
+  ``f − L u₀`` (L the problem's
   operator, PML included, applied to u₀ away from x₀: ``−(κ − k₀²) u₀`` in the physical
   domain), the conditions and data shifted by u₀'s
   (``u_s = −u₀`` on a PML's wall), ``exact`` read as the total field's; the total field is
@@ -71,14 +73,16 @@ A :class:`~helmpinn.problems.geometry.PointCloud` domain with a PML holds the la
 cloud's bounding box is the layer's outer wall, the physical box that box shrunk by the width,
 and the cloud's boundary parts (the wall among them) take conditions as usual.
 
-Complex values are complex NumPy arrays in Python; :meth:`~helmpinn.problems.training_set.TrainingSet.to_batch` converts them,
+Complex values are complex NumPy arrays in Python;
+:meth:`~helmpinn.problems.training_set.TrainingSet.to_batch` converts them,
 once per draw, into a :class:`~helmpinn.Batch` for the core (``[N, 2]`` real pairs (re, im) in
 the model's dtype).
 
 Problems by name: :func:`~helmpinn.problems.registry.get_problem` and
 :func:`~helmpinn.problems.registry.list_problems` in :mod:`helmpinn.problems.registry` (and at the top level,
 ``helmpinn.get_problem``; the registry imports this module, never the reverse); the built-in
-problems with exact solutions (``"plane1d"``, ``"dirichlet2d"``, ``"heterogeneous2d"``, ``"cube3d"``) are in :mod:`helmpinn.problems.builtin`, the scattering ones in
+problems with exact solutions (``"plane1d"``, ``"dirichlet2d"``, ``"heterogeneous2d"``,
+``"cube3d"``) are in :mod:`helmpinn.problems.builtin`, the scattering ones in
 :mod:`helmpinn.problems.scattering`.
 
 A Problem is made of three parts, each its own object: its :class:`~helmpinn.problems.medium.Medium`
@@ -119,22 +123,15 @@ __all__ = [
 ]
 
 
-class _Kept:
+def _kept(part: str, name: str, doc: str) -> property:
     """An attribute of a :class:`Problem` kept by one of its parts (``medium``, ``sources``,
-    ``sampler``), under the same name: read and written there."""
+    ``sampler``) under the same name: read and written there."""
+    def get(problem):
+        return getattr(getattr(problem, part), name)
 
-    def __init__(self, part: str, doc: str):
-        self.part = part
-        self.__doc__ = doc
-
-    def __set_name__(self, owner, name: str) -> None:
-        self.name = name
-
-    def __get__(self, problem, owner=None):
-        return self if problem is None else getattr(getattr(problem, self.part), self.name)
-
-    def __set__(self, problem, value) -> None:
-        setattr(getattr(problem, self.part), self.name, value)
+    def put(problem, value) -> None:
+        setattr(getattr(problem, part), name, value)
+    return property(get, put, doc=doc)
 
 
 class Problem:
@@ -144,20 +141,23 @@ class Problem:
     given. The trainer picks Fourier frequencies and loss scales from it.
     """
 
-    kappa = _Kept("medium", "κ: a number (real, or complex for an absorbing medium) or a callable x -> [N].")
-    velocity = _Kept("medium", "The velocity as given (None with kappa=): the plots draw it.")
-    pml = _Kept("medium", "The PML used (its default strength matched to the medium), or None.")
-    density = _Kept("medium", "ρ(x), or None.")
-    density_grad = _Kept("medium", "∇ρ(x) (given, or a GridField's own), or None: central differences.")
-    a = _Kept("medium", "The operator's a: None, a complex number or a callable.")
-    b = _Kept("medium", "The operator's b: None, a complex [d] vector or a callable.")
-    wavenumber = _Kept("medium", "The largest local wavenumber sqrt(max |κ|).")
-    background = _Kept("medium", "The FreeSpaceSource of the scattered-field form, or None.")
-    source = _Kept("sources", "f: one callable (the sum of the terms), or None.")
-    point_sources = _Kept("sources", "The PointSources of the source, with their widths.")
-    source_share = _Kept("sources", "The share of the PDE points drawn at the PointSources.")
-    sampling_domain = _Kept("sampler", "Where the points are drawn: the domain, or with a PML its outer box.")
-    pml_share = _Kept("sampler", "With a PML, the share of the PDE points drawn in the layer (None: by volume).")
+    kappa = _kept("medium", "kappa", "κ: a number (real, or complex for an absorbing medium) or a callable x -> [N].")
+    velocity = _kept("medium", "velocity", "The velocity as given (None with kappa=): the plots draw it.")
+    pml = _kept("medium", "pml", "The PML used (its default strength matched to the medium), or None.")
+    density = _kept("medium", "density", "ρ(x), or None.")
+    density_grad = _kept("medium", "density_grad",
+                         "∇ρ(x) (given, or a GridField's own), or None: central differences of ρ.")
+    a = _kept("medium", "a", "The operator's a: None, a complex number or a callable.")
+    b = _kept("medium", "b", "The operator's b: None, a complex [d] vector or a callable.")
+    wavenumber = _kept("medium", "wavenumber", "The largest local wavenumber sqrt(max |κ|).")
+    background = _kept("medium", "background", "The FreeSpaceSource of the scattered-field form, or None.")
+    source = _kept("sources", "source", "f: one callable (the sum of the terms), or None.")
+    point_sources = _kept("sources", "point_sources", "The PointSources of the source, with their widths.")
+    source_share = _kept("sources", "source_share", "The share of the PDE points drawn at the PointSources.")
+    sampling_domain = _kept("sampler", "sampling_domain",
+                            "Where the points are drawn: the domain, or with a PML its outer box.")
+    pml_share = _kept("sampler", "pml_share",
+                      "With a PML, the share of the PDE points drawn in the layer (None: by volume).")
 
     #: A PointSource closer than this many (local) wavelengths to a PML gets a warning.
     SOURCE_PML_WAVELENGTHS = SOURCE_PML_WAVELENGTHS
