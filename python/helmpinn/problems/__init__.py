@@ -1,13 +1,13 @@
 """Helmholtz problems and what they are made of.
 
-- :mod:`~helmpinn.problems.problem`: :class:`Problem` (``Δu + κu = f`` in a domain, with
-  boundary conditions per part), made of three parts: its medium
+- :mod:`~helmpinn.problems.problem`: :class:`~helmpinn.problems.problem.Problem` (``Δu + κu = f``
+  in a domain, with boundary conditions per part), made of three parts: its medium
   (:mod:`~helmpinn.problems.medium`: κ, the operator's coefficients, the background field), its
   source terms (:mod:`~helmpinn.problems.source_terms`) and its sampler
   (:mod:`~helmpinn.problems.sampler`: where and how its points are drawn);
-- :mod:`~helmpinn.problems.conditions`: the boundary conditions (:class:`Dirichlet`,
-  :class:`Robin`, :func:`Neumann`, :func:`Sommerfeld`);
-- :mod:`~helmpinn.problems.training_set`: :class:`TrainingSet`, one draw of a problem's points
+- :mod:`~helmpinn.problems.conditions`: the boundary conditions (``Dirichlet``, ``Robin``,
+  ``Neumann``, ``Sommerfeld``);
+- :mod:`~helmpinn.problems.training_set`: ``TrainingSet``, one draw of a problem's points
   with what the loss needs there;
 - :mod:`~helmpinn.problems.geometry`: domains, their boundary parts and sampling;
 - :mod:`~helmpinn.problems.pml`: the PML and the general operator's coefficients;
@@ -18,9 +18,14 @@
 - :mod:`~helmpinn.problems.builtin`, :mod:`~helmpinn.problems.scattering`,
   :mod:`~helmpinn.problems.waves`: the built-in problems, and
   :mod:`~helmpinn.problems.registry`: them by name (``helmpinn.get_problem``).
+
+The package's own names (``from helmpinn.problems import Problem, Dirichlet, ...``) are those
+the problem module used to hold; the registry's are not among them (``helmpinn.get_problem``, or
+:mod:`helmpinn.problems.registry`).
 """
-from .problem import (Dirichlet, Neumann, Problem, Robin, Sommerfeld, TrainingSet, complex_to_pairs,
-                      pairs_to_complex)
+from .conditions import Dirichlet, Neumann, Robin, Sommerfeld
+from .problem import Problem
+from .training_set import TrainingSet, complex_to_pairs, pairs_to_complex
 
 __all__ = ["Dirichlet", "Robin", "Neumann", "Sommerfeld", "Problem", "TrainingSet", "complex_to_pairs",
            "pairs_to_complex"]

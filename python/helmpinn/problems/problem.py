@@ -102,25 +102,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .._compat import UNSET, renamed
-from .conditions import ComplexFn, Dirichlet, Neumann, Robin, Sommerfeld, complex_values, resolve_bcs
+from .conditions import ComplexFn, Dirichlet, Robin, complex_values, resolve_bcs
 from .geometry import Domain, PointCloud
 from .medium import Medium, coefficient, medium_kappa, operator_arguments
 from .pml import PML
 from .sampler import Sampler
 from .source_terms import SOURCE_PML_WAVELENGTHS, SourceTerms
 from .sources import FreeSpaceSource, PointSource
-from .training_set import TrainingSet, check_finite_data, complex_to_pairs, pairs_to_complex
+from .training_set import TrainingSet, check_finite_data
 
-__all__ = [
-    "Dirichlet",
-    "Robin",
-    "Neumann",
-    "Sommerfeld",
-    "Problem",
-    "TrainingSet",
-    "complex_to_pairs",
-    "pairs_to_complex",
-]
+__all__ = ["Problem"]
 
 
 def _kept(part: str, name: str, doc: str) -> property:
@@ -141,21 +132,23 @@ class Problem:
     given. The trainer picks Fourier frequencies and loss scales from it.
     """
 
-    kappa = _kept("medium", "kappa", "κ: a number (real, or complex for an absorbing medium) or a callable x -> [N].")
-    velocity = _kept("medium", "velocity", "The velocity as given (None with kappa=): the plots draw it.")
+    kappa = _kept("medium", "kappa",
+                  "κ = k², a number (real, or complex for an absorbing medium) or a callable of the points.")
+    velocity = _kept("medium", "velocity", "The velocity as given (None with kappa=), which the plots draw.")
     pml = _kept("medium", "pml", "The PML used (its default strength matched to the medium), or None.")
-    density = _kept("medium", "density", "ρ(x), or None.")
+    density = _kept("medium", "density", "The density ρ, a callable of the points, or None.")
     density_grad = _kept("medium", "density_grad",
-                         "∇ρ(x) (given, or a GridField's own), or None: central differences of ρ.")
-    a = _kept("medium", "a", "The operator's a: None, a complex number or a callable.")
-    b = _kept("medium", "b", "The operator's b: None, a complex [d] vector or a callable.")
-    wavenumber = _kept("medium", "wavenumber", "The largest local wavenumber sqrt(max |κ|).")
+                         "The density's gradient (given, or a GridField's own), or None (central differences).")
+    a = _kept("medium", "a", "The operator's coefficient a (None, a complex number or a callable).")
+    b = _kept("medium", "b", "The operator's coefficient b (None, d complex numbers or a callable).")
+    wavenumber = _kept("medium", "wavenumber",
+                       "The largest local wavenumber (the square root of the largest modulus of κ).")
     background = _kept("medium", "background", "The FreeSpaceSource of the scattered-field form, or None.")
-    source = _kept("sources", "source", "f: one callable (the sum of the terms), or None.")
+    source = _kept("sources", "source", "The source f as one callable (the sum of the terms), or None.")
     point_sources = _kept("sources", "point_sources", "The PointSources of the source, with their widths.")
     source_share = _kept("sources", "source_share", "The share of the PDE points drawn at the PointSources.")
     sampling_domain = _kept("sampler", "sampling_domain",
-                            "Where the points are drawn: the domain, or with a PML its outer box.")
+                            "Where the points are drawn (the domain, or with a PML its outer box).")
     pml_share = _kept("sampler", "pml_share",
                       "With a PML, the share of the PDE points drawn in the layer (None: by volume).")
 
