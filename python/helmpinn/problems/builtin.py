@@ -15,7 +15,8 @@ import numpy as np
 
 from .._checks import integer, real_number
 from .geometry import Box, Interval
-from .problem import Dirichlet, Neumann, Problem, Sommerfeld
+from .conditions import Dirichlet, Neumann, Sommerfeld
+from .problem import Problem
 
 __all__ = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "waveguide", "MAX_WAVENUMBER", "PROBLEMS"]
 

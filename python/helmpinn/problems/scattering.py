@@ -22,7 +22,8 @@ from .._checks import real_number
 from .builtin import MAX_WAVENUMBER
 from .geometry import Box, BoxMinusBall, Disk
 from .pml import PML
-from .problem import Dirichlet, Neumann, Problem
+from .conditions import Dirichlet, Neumann
+from .problem import Problem
 
 __all__ = ["cylinder_scattered_field", "series_terms", "MAX_SERIES_TERMS", "PROBLEMS"]
 

@@ -41,7 +41,8 @@ from numpy.typing import ArrayLike, NDArray
 from .._checks import integer
 from .geometry import Box
 from .pml import PML
-from .problem import Dirichlet, Problem, Robin
+from .conditions import Dirichlet, Robin
+from .problem import Problem
 
 __all__ = ["box_source_solution", "free_source_field", "resonant_modes", "box_source_error",
            "BoxMode", "box_resonances", "ResonanceWarning", "resonance_warning", "box_mode_values",
