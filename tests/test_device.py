@@ -131,7 +131,7 @@ def test_cuda_unavailable_raises_the_workspace_error_before_any_work(no_gpu, tmp
             call()
         _same_error(str(info.value), expected, caller)
     ts = get_problem("plane1d", k=4.0).sample(8, 2, rng=0)
-    monkeypatch.setattr(helmpinn.problems, "Batch", no_init)   # nothing converted either
+    monkeypatch.setattr(sys.modules["helmpinn.problems.training_set"], "Batch", no_init)   # nothing converted either
     with pytest.raises(RuntimeError) as info:
         ts.to_batch("float64", device="cuda")
     _same_error(str(info.value), expected, "TrainingSet.to_batch")
