@@ -34,11 +34,13 @@ from .lm import LevenbergMarquardt
 from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld
 from .problems.registry import get_problem, list_problems
 from .problems.pml import PML
-from .trainer import Trainer, default_settings
+from .training.trainer import Trainer, default_settings
 from .problems.media import GridField
 from .problems.sources import FreeSpaceSource, PointSource
 from . import receivers
-from . import defaults, drivers
+from . import defaults, training
+from .training import RunPlan, RunStatus, run_plan
+from .training import drivers
 from .solving import Solution, solve
 from .survey import Survey
 from .inversion import Inversion, invert
@@ -94,6 +96,10 @@ __all__ = [
     "receivers",
     "defaults",
     "drivers",
+    "training",
+    "RunPlan",
+    "RunStatus",
+    "run_plan",
     "Solution",
     "solve",
     "Survey",

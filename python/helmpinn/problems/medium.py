@@ -205,7 +205,7 @@ class Medium:
         if background is None:
             return
         if not isinstance(background, FreeSpaceSource):
-            raise TypeError(f"background must be a helmpinn.sources.FreeSpaceSource, got "
+            raise TypeError(f"background must be a helmpinn.problems.sources.FreeSpaceSource, got "
                             f"{type(background).__name__}")
         if background.dim != self.dim:
             raise ValueError(f"background: a {background.dim}-D source for a {self.dim}-D domain")
