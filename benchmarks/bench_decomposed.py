@@ -6,7 +6,7 @@
 Prints one line per iteration: loss, λ, CG iterations, seconds, the error on the physical
 domain against the exact solution (box-source: raw and with the resonant modes removed).
 
-Over MPI (the subdomains split over the ranks, helmpinn.decomposition.DecomposedResiduals):
+Over MPI (the subdomains split over the ranks, helmpinn.models.decomposition.DecomposedResiduals):
 
     OMP_NUM_THREADS=1 mpiexec -n 2 python benchmarks/bench_decomposed.py --grid 4x8 \
         --points-per-subdomain 640 --iterations 3 --cg-tol 1e-14 --cg-maxiter 20 --no-error
@@ -30,7 +30,7 @@ import numpy as np
 
 import helmpinn as hp
 from helmpinn import distributed, waves
-from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows
+from helmpinn.models.decomposition import BoxConstraint, DecomposedModel, Rows
 from helmpinn.gauss_newton import MatrixFreeGN
 
 

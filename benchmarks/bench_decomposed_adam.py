@@ -12,7 +12,7 @@ through ``Trainer.fit`` on its fixed points. At each mark (seconds from the fit'
 set-up included, these evaluations not; the first step that ends after it) one line: the steps
 done, the loss, and the error on ``--eval-points`` uniform points of the physical domain
 against the exact solution, for ``box-source`` with the resonant modes removed and raw
-(:func:`helmpinn.waves.box_source_error`, as benchmarks/bench_decomposed.py); the run ends at
+(:func:`helmpinn.problems.waves.box_source_error`, as benchmarks/bench_decomposed.py); the run ends at
 the last mark.
 """
 from __future__ import annotations

@@ -54,7 +54,7 @@ import time
 import numpy as np
 
 import helmpinn as hp
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 
 FREQUENCIES = (2.0, 3.0, 4.0)
 BOUNDS = (0.7, 1.4)

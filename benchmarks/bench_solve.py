@@ -7,7 +7,7 @@
 A callback records, after every step, the wall time since the fit began, the loss (and for
 Gauss-Newton its damping λ and CG iterations per trial), and the
 relative L2 error on the physical domain against the exact solution at ``--eval-points`` random
-points (for ``box-source`` also with the resonant modes removed, :func:`helmpinn.waves.box_source_error`).
+points (for ``box-source`` also with the resonant modes removed, :func:`helmpinn.problems.waves.box_source_error`).
 The gap and the point count shown are the run's at its last evaluation (the step before: the
 callbacks run before a step's own evaluation). The seconds the callback spends are subtracted
 from the clock it reports (the run's own time

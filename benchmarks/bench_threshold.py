@@ -23,7 +23,7 @@ solution; the reference is :func:`helmpinn.reference.fd_solve`, fourth order):
 
 Each run is ``hp.solve(problem, model=M, time_limit=T, seed=S)`` with nothing else set. A
 callback records the relative L2 error on the physical domain after every step (for
-``box-source`` with its resonant modes removed, :func:`helmpinn.waves.box_source_error`); its
+``box-source`` with its resonant modes removed, :func:`helmpinn.problems.waves.box_source_error`); its
 seconds are left out of the clock. One line per run: the wavelengths across
 (:func:`helmpinn.defaults.wavelengths_across`) and along the longest side, the parameters, the
 error at 60 s and at the end, and the seconds to 1e-2 and 1e-3. Run on a quiet machine, one
@@ -39,8 +39,8 @@ import numpy as np
 
 import helmpinn as hp
 from helmpinn.defaults import wavelengths, wavelengths_across
-from helmpinn.geometry import Box
-from helmpinn.media import GridField
+from helmpinn.problems.geometry import Box
+from helmpinn.problems.media import GridField
 
 from bench_time_to_accuracy import field_error, parse_problem   # 'name:opt=value'; the error (modes removed)
 

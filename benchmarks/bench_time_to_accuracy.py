@@ -74,7 +74,7 @@ def parse_overrides(items, reserved=()) -> dict:
 def field_error(problem, u, exact, x) -> dict:
     """The relative L2 error of ``u`` against ``exact`` at the points ``x``: ``{"modes_removed",
     "raw"}``, for ``box-source`` with its resonant modes' least-squares component removed
-    (:func:`helmpinn.waves.box_source_error`), for any other problem both the plain error."""
+    (:func:`helmpinn.problems.waves.box_source_error`), for any other problem both the plain error."""
     from helmpinn import waves
 
     if problem.name == "box-source":

@@ -21,7 +21,7 @@ import numpy as np
 
 import helmpinn as hp
 from helmpinn.reference import fd_solve
-from helmpinn.waves3d import free_source_3d
+from helmpinn.problems.waves3d import free_source_3d
 
 
 def on_box(problem, h):

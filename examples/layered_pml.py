@@ -23,8 +23,8 @@ import time
 import numpy as np
 
 import helmpinn as hp
-from helmpinn.geometry import Box
-from helmpinn.media import GridField
+from helmpinn.problems.geometry import Box
+from helmpinn.problems.media import GridField
 from helmpinn.receivers import plot_recording, receiver_line, record, save_recording
 from helmpinn.reference import fd_solve
 

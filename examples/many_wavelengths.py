@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 import helmpinn as hp
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 from helmpinn.reference import fd_solve
 
 QUICK = os.environ.get("HELMPINN_EXAMPLES_QUICK") == "1"

@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 import helmpinn as hp
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 
 QUICK = os.environ.get("HELMPINN_EXAMPLES_QUICK") == "1"
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn.batch import Batch
+from helmpinn.problems.batch import Batch
 from helmpinn.cli import main
-from helmpinn.model import Model
+from helmpinn.models.model import Model
 from helmpinn.problems import TrainingSet
 
 
@@ -242,7 +242,7 @@ def test_resume_reads_settings_saved_under_the_old_count_names(tmp_path):
 
 
 def test_builtin_problems_live_in_their_own_module():
-    import helmpinn.builtin as builtin
+    import helmpinn.problems.builtin as builtin
     import helmpinn.problems as problems
 
     for name in ("plane1d", "dirichlet2d", "heterogeneous2d", "cube3d"):

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 
 ROOT = Path(__file__).resolve().parents[1]
 

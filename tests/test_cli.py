@@ -11,7 +11,7 @@ import pytest
 
 from conftest import no_gpu_reason
 from helmpinn.cli import main
-from helmpinn.model import Model
+from helmpinn.models.model import Model
 
 TINY = ["--optimizer", "adam", "--steps", "40", "--hidden", "16", "--layers", "2", "--fourier", "8",
         "--points", "64", "--eval-every", "10", "--quiet"]
@@ -56,7 +56,7 @@ def test_train_2d_3d_figures(tmp_path, problem, extra):
 
 
 def test_train_notes_a_box_near_resonance(tmp_path, capsys):
-    """dirichlet2d n = 8: the modes (1, 16) and (16, 1) lie π² from κ = 256π² (helmpinn.waves);
+    """dirichlet2d n = 8: the modes (1, 16) and (16, 1) lie π² from κ = 256π² (helmpinn.problems.waves);
     the run's announcement names them, and a box away from resonance gets no note."""
     quiet = [arg for arg in TINY if arg != "--quiet"]
     args = ["train", "--problem", "dirichlet2d", *quiet, "--steps", "2", "--bc-points", "16"]

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from helmpinn import _budget, memory, runfiles
 from helmpinn.cli import main
-from helmpinn.model import Model
-from helmpinn.registry import list_problems, problem_options
+from helmpinn.models.model import Model
+from helmpinn.problems.registry import list_problems, problem_options
 
 TINY = ["--optimizer", "adam", "--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "32",
         "--eval-every", "0", "--quiet", "--no-plots"]

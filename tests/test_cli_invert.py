@@ -11,7 +11,7 @@ import pytest
 import helmpinn as hp
 from helmpinn import cli_invert, runfiles
 from helmpinn.cli import main
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 
 BOOKKEEPING = {".helmpinn-manifest.json", ".helmpinn.lock"}
 PINN = ["--network", "3", "6", "1", "--points", "60", "--max-steps", "3"]

@@ -15,10 +15,10 @@ from helmpinn import defaults, waves
 from helmpinn.training import dd_driver
 from helmpinn.cli import main
 from helmpinn.training.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
-from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows
+from helmpinn.models.decomposition import BoxConstraint, DecomposedModel, Rows
 from helmpinn.training.drivers import AdamDriver, LMDriver, mismatch
 from helmpinn.training.trainer import _bar_status
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 
 SMALL = dict(ff_dim=4, hidden_dim=8, overlap=0.6)
 
@@ -287,7 +287,7 @@ def test_model_protocol_save_load_copy():
     assert m.device == "cpu" and m.to("cpu") is m and m.in_dim == 2 and m.dtype == np.float64
     with pytest.raises(ValueError, match="device: a decomposed model trains on the CPU"):
         m.to("cuda")
-    with pytest.raises(TypeError, match="model: expected a helmpinn.decomposition.DecomposedModel"):
+    with pytest.raises(TypeError, match="model: expected a helmpinn.models.decomposition.DecomposedModel"):
         TrainableDecomposedModel.wrap(hp.Model.create(2, 4, 8, 1))
 
 
@@ -605,7 +605,7 @@ if __name__ == "__main__":
 def test_gn_weighs_a_closed_box_near_resonance_by_its_mode_rows():
     """``resonance`` (the plan's default): the residuals of a closed box near resonance carry the
     mode rows of its near-resonant modes; under the hard constraint by Green's identity
-    (helmpinn.waves.resonance_green_rows: each row ``sqrt(a² − 1) sqrt(w_pde / |Ω|)
+    (helmpinn.problems.waves.resonance_green_rows: each row ``sqrt(a² − 1) sqrt(w_pde / |Ω|)
     ((κ − λ)⟨u, ψ̂⟩ − ⟨f, ψ̂⟩)``, checked here from the model's predictions on a fine grid, its
     value rows adding nothing to the loss), without it the points' sum (resonance_rows at the
     run's PDE points); none where it is 0 or the problem has no such mode; bad values are refused."""

@@ -19,7 +19,7 @@ import pytest
 from conftest import mpiexec_command
 
 import helmpinn as hp
-from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows, assign_subdomains
+from helmpinn.models.decomposition import BoxConstraint, DecomposedModel, Rows, assign_subdomains
 from helmpinn.gauss_newton import MatrixFreeGN
 from test_gauss_newton import _Overshoot
 

@@ -1,4 +1,4 @@
-"""Domain-decomposed models (helmpinn.decomposition) against an independent NumPy evaluation of
+"""Domain-decomposed models (helmpinn.models.decomposition) against an independent NumPy evaluation of
 u = φ Σ_j ω_j N_j: the windows and the constraint written again here, N_j by tests/reference.py,
 the PDE operator by fourth-order finite differences in x, J v by central differences in θ."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 import reference as ref
 from helmpinn import ModelSpec
-from helmpinn.decomposition import BoxConstraint, DecomposedModel, Level, Rows
-from helmpinn.pml import PML, operator_coefficients
+from helmpinn.models.decomposition import BoxConstraint, DecomposedModel, Level, Rows
+from helmpinn.problems.pml import PML, operator_coefficients
 
 SPECS = {1: (1, 4, 8, 1), 2: (2, 4, 6, 1), 3: (3, 3, 5, 1)}
 GRIDS = {1: [(3,), (1,)], 2: [(3, 2), (1, 1)], 3: [(2, 2, 1)]}
@@ -152,7 +152,7 @@ def test_subnetworks_take_the_cheapest_form_of_the_operator(d, pml, monkeypatch)
     where its half-width is the same on every axis: the scalar form, a_lap, d + 2 streams), then
     the rest (the diagonal form); one core batch per form present. The residuals, J v, Jᵀw and
     the Jacobian blocks are the diagonal form's everywhere, to rounding."""
-    import helmpinn.decomposition as dm
+    import helmpinn.models.decomposition as dm
 
     _, rows, (lo, hi, _, overlap, spec, scale) = make_case(d, pml=pml, hard=True, seed=3)
     xc = np.random.default_rng(4).uniform(lo, hi, (9, d))
@@ -432,7 +432,7 @@ def _write(path, params, cfg):
 
 def test_load_checks_the_grid_against_the_parameters_before_enumerating(tmp_path, monkeypatch):
     """Finding 5: a 1 KB file with grid [200000, 200000] made load enumerate 4e10 subdomains."""
-    import helmpinn.decomposition as dec
+    import helmpinn.models.decomposition as dec
 
     model = _small((2, 2))
     cfg = model.config()

@@ -9,7 +9,7 @@ import helmpinn as hp
 from helmpinn.defaults import (ADAM_POINTS_PER_WAVELENGTH, BOUNDARY_SHARE, LM_POINTS_PER_WAVELENGTH, auto_weights,
                                default_settings, fourier_sigma, lm_settings, run_settings, wavelengths,
                                wavelengths_across)
-from helmpinn.geometry import Box, BoxMinusBall, Disk
+from helmpinn.problems.geometry import Box, BoxMinusBall, Disk
 
 
 def _mixed_problem(k):

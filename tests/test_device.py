@@ -29,7 +29,7 @@ import pytest
 import helmpinn
 from helmpinn import Batch, DeviceArray, Model, Trainer, Workspace
 from helmpinn.optim import Adam
-from helmpinn.registry import get_problem
+from helmpinn.problems.registry import get_problem
 
 from conftest import no_gpu_reason
 
@@ -117,7 +117,7 @@ def test_cuda_unavailable_raises_the_workspace_error_before_any_work(no_gpu, tmp
     def no_init(*a, **k):
         raise AssertionError("init_params ran before the device check")
 
-    monkeypatch.setattr(sys.modules["helmpinn.model"], "init_params", no_init)
+    monkeypatch.setattr(sys.modules["helmpinn.models.model"], "init_params", no_init)
     cases = {
         "Model.create": lambda: Model.create(1, device="cuda"),
         "Model": lambda: Model(model.spec, model.params, device="cuda"),
@@ -131,7 +131,7 @@ def test_cuda_unavailable_raises_the_workspace_error_before_any_work(no_gpu, tmp
             call()
         _same_error(str(info.value), expected, caller)
     ts = get_problem("plane1d", k=4.0).sample(8, 2, rng=0)
-    monkeypatch.setattr(helmpinn.problems, "Batch", no_init)   # nothing converted either
+    monkeypatch.setattr(sys.modules["helmpinn.problems.training_set"], "Batch", no_init)   # nothing converted either
     with pytest.raises(RuntimeError) as info:
         ts.to_batch("float64", device="cuda")
     _same_error(str(info.value), expected, "TrainingSet.to_batch")

@@ -7,7 +7,7 @@ from scipy.sparse import csc_matrix
 
 import helmpinn as hp
 from helmpinn import _budget, memory
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 from helmpinn.reference import FDFactor, FDOperator, fd_solve, lu_fill
 
 BOX = Box([0.0, 0.0], [1.0, 1.0])

@@ -4,8 +4,8 @@ import pytest
 from scipy.special import hankel1
 
 import helmpinn as hp
-from helmpinn.geometry import Ball, Box, BoxMinusBall, Interval
-from helmpinn.registry import get_problem
+from helmpinn.problems.geometry import Ball, Box, BoxMinusBall, Interval
+from helmpinn.problems.registry import get_problem
 from helmpinn.reference import fd_solve, stencil_weights
 
 
@@ -118,7 +118,7 @@ def test_scattered_field_form_matches_a_gaussian_source_over_two_layers():
     (background=FreeSpaceSource, the unknown u - u0) and with a narrow Gaussian source scaled by
     its Fourier factor (the same far field). The total fields agree away from the source; in a
     homogeneous medium the scattered part is only the PML's reflection."""
-    from helmpinn.sources import FreeSpaceSource
+    from helmpinn.problems.sources import FreeSpaceSource
 
     k, s, x0 = 2 * np.pi, 0.04, np.array([0.013, -0.021])
     layered = lambda x: np.where(x[:, 1] < -0.4, (1.5 * k) ** 2, k * k)  # noqa: E731

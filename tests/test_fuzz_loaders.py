@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_hostile_data import _segy, fake_segyio  # noqa: F401 - the fixture, used by name
 
-from helmpinn.media import GridField
+from helmpinn.problems.media import GridField
 
 FEW = settings(max_examples=25, deadline=None, derandomize=True,
                suppress_health_check=[HealthCheck.function_scoped_fixture])   # fake_segyio: stateless

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from test_fuzz import FUZZ, caller, hostile
 
 import helmpinn as hp
-from helmpinn.geometry import Box, Interval
+from helmpinn.problems.geometry import Box, Interval
 
 ALLOWED = (TypeError, ValueError, MemoryError, RuntimeError, OverflowError, NotImplementedError)
 NUMBERS = st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -1.0, 1e-300, 1e300, 2**70, "x",
@@ -140,7 +140,7 @@ def test_fuzz_distributed_value_and_grad(data):
 @FUZZ
 @given(data=st.data())
 def test_fuzz_media_and_sources(data):
-    from helmpinn.sources import FreeSpaceSource
+    from helmpinn.problems.sources import FreeSpaceSource
 
     draw = data.draw
     values = hostile(draw, np.linspace(1.0, 2.0, 30).reshape(5, 6))
@@ -186,7 +186,7 @@ def _fd_domain(draw, hostile_domain):
     """A domain fd_solve takes (an interval, a 2-D or 3-D box, of a drawn size) or, where
     ``hostile_domain``, one it does not (a disk, a box with a hole, a point cloud) or a
     degenerate box."""
-    from helmpinn.geometry import Ball, BoxMinusBall, PointCloud
+    from helmpinn.problems.geometry import Ball, BoxMinusBall, PointCloud
 
     dim = draw(st.sampled_from([1, 2, 3]))
     side = draw(st.sampled_from([1.0, 0.5, 2.0]))
@@ -278,7 +278,7 @@ def test_fuzz_decomposed_model(data):
     import json
     import tempfile
 
-    from helmpinn.decomposition import BoxConstraint, DecomposedModel
+    from helmpinn.models.decomposition import BoxConstraint, DecomposedModel
 
     draw = data.draw
     which = draw(st.sampled_from(["none", "none", "none", "none", "lo", "hi", "grid", "overlap", "ff", "hidden",

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 from helmpinn.reference import fwi as fwi_function
 from helmpinn.reference.fwi import FWIObjective, _medium_axes
 
@@ -107,7 +107,7 @@ def test_bad_input_is_one_clear_error_before_any_solve(monkeypatch, change, mess
 
 @pytest.mark.parametrize("d", [1, 3])
 def test_the_gradient_in_one_and_three_dimensions(d):
-    from helmpinn.geometry import Interval
+    from helmpinn.problems.geometry import Interval
 
     rng = np.random.default_rng(d)
     dom = Interval(0.0, 1.0) if d == 1 else Box(np.zeros(d), np.ones(d))

@@ -226,7 +226,7 @@ def test_backtracking_gives_up_after_its_halvings():
 
 def test_preconditioner_is_the_block_inverse_without_coarse():
     """With one subdomain the block preconditioner is the exact inverse: CG converges at once."""
-    from helmpinn.decomposition import DecomposedModel, Rows
+    from helmpinn.models.decomposition import DecomposedModel, Rows
     rng = np.random.default_rng(0)
     model = DecomposedModel.create([0.0], [1.0], [(1,)], ff_dim=4, hidden_dim=6, wavenumber=3.0)
     x = rng.uniform(0, 1, (30, 1))
@@ -607,7 +607,7 @@ def test_cg_step_with_mode_rows_equals_dense(coarse, products):
 def test_mode_rows_low_rank_preconditioner_is_exact_with_one_subdomain():
     """One subdomain, no coarse level: the block inverse plus the mode rows' term by Woodbury's
     identity is the exact inverse of the damped system, so CG converges at once."""
-    from helmpinn.decomposition import DecomposedModel, Rows
+    from helmpinn.models.decomposition import DecomposedModel, Rows
     rng = np.random.default_rng(0)
     model = DecomposedModel.create([0.0], [1.0], [(1,)], ff_dim=4, hidden_dim=6, wavenumber=3.0)
     x = rng.uniform(0, 1, (30, 1))
@@ -629,7 +629,7 @@ def test_green_mode_rows_carriers_stay_out_of_the_gram_matrices():
     them, through the core's data term. The blocks' Gram matrices leave those carriers out (their
     own JᵀJ is ~1e-16 of the rest), the mode rows' term U is read from them: with one subdomain
     the preconditioner is still the exact inverse, CG converges at once."""
-    from helmpinn.decomposition import DecomposedModel, Rows
+    from helmpinn.models.decomposition import DecomposedModel, Rows
     rng = np.random.default_rng(1)
     model = DecomposedModel.create([0.0], [1.0], [(1,)], ff_dim=4, hidden_dim=6, wavenumber=3.0)
     x, z = rng.uniform(0, 1, (30, 1)), np.linspace(0.01, 0.99, 25)[:, None]

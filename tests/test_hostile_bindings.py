@@ -19,7 +19,7 @@ import pytest
 
 import helmpinn as hp
 from helmpinn import _core
-from helmpinn.batch import KEYWORDS, TERM_KEYWORDS, Batch
+from helmpinn.problems.batch import KEYWORDS, TERM_KEYWORDS, Batch
 
 _PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(hp.__file__)))
 

@@ -24,8 +24,8 @@ import pytest
 
 import helmpinn as hp
 from helmpinn import waves
-from helmpinn.geometry import Box, PointCloud
-from helmpinn.media import GridField
+from helmpinn.problems.geometry import Box, PointCloud
+from helmpinn.problems.media import GridField
 
 BOX = Box([0.0, 0.0], [1.0, 1.0])
 
@@ -344,7 +344,7 @@ def test_a_background_source_on_the_boundary_is_refused(position):
 
 _CRASH_PROBE = """
 import sys
-from helmpinn.media import GridField
+from helmpinn.problems.media import GridField
 for path in sys.argv[1:]:
     try:
         GridField.from_mat(path, "v")

@@ -10,7 +10,7 @@ import pytest
 import helmpinn as hp
 from helmpinn.training import dd_driver
 from helmpinn.cli import main
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 from helmpinn.reference import fd_solve
 
 K = 3 * np.pi   # 1.5 wavelengths across the unit square

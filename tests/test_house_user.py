@@ -13,7 +13,7 @@ import pytest
 import helmpinn as hp
 from helmpinn import plots
 from helmpinn.cli import DEFAULT_TARGET, build_parser, main
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 from helmpinn.training.trainer import Trainer
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
@@ -100,7 +100,7 @@ def test_train_stops_at_a_default_target_where_there_is_an_exact_solution(tmp_pa
 
 def test_no_default_target_without_an_exact_solution(tmp_path):
     source = tmp_path / "noexact.py"
-    source.write_text("import numpy as np\nimport helmpinn as hp\nfrom helmpinn.geometry import Interval\n\n"
+    source.write_text("import numpy as np\nimport helmpinn as hp\nfrom helmpinn.problems.geometry import Interval\n\n"
                       "def make(k: float = 4.0):\n"
                       "    return hp.Problem(Interval(0.0, 1.0), kappa=k * k, source=lambda x: np.ones(len(x)),\n"
                       "                      bcs={'*': hp.Dirichlet(0.0)})\n")
@@ -119,7 +119,7 @@ def test_a_problem_file_imports_a_module_beside_it(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / "house_helper_medium.py").write_text("K = 5.0\n")
     (folder / "wave.py").write_text(
-        "import numpy as np\nimport helmpinn as hp\nfrom helmpinn.geometry import Interval\n"
+        "import numpy as np\nimport helmpinn as hp\nfrom helmpinn.problems.geometry import Interval\n"
         "from house_helper_medium import K\n\n"
         "def make(scale: float = 1.0):\n"
         "    exact = lambda x: np.exp(1j * K * scale * x[:, 0])\n"
@@ -190,7 +190,7 @@ def test_figure_titles_name_a_user_file_without_its_folder(tmp_path, monkeypatch
     folder = tmp_path / ("a-long-folder-name-" * 4)
     folder.mkdir()
     (folder / "plane.py").write_text(
-        "import numpy as np\nimport helmpinn as hp\nfrom helmpinn.geometry import Box\n\n"
+        "import numpy as np\nimport helmpinn as hp\nfrom helmpinn.problems.geometry import Box\n\n"
         "def make():\n    exact = lambda x: np.exp(2j * x[:, 0])\n"
         "    return hp.Problem(Box([0, 0], [1, 1]), kappa=4.0, bcs={'*': hp.Dirichlet(exact)}, exact=exact)\n")
     p = hp.get_problem(f"{folder / 'plane.py'}:make")

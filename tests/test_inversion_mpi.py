@@ -40,7 +40,7 @@ def _survey(S=3):
 
 
 def _options():
-    from helmpinn.geometry import Box
+    from helmpinn.problems.geometry import Box
 
     return dict(domain=Box([0.0, 0.0], [1.0, 1.0]), bounds=(0.8, 1.25), network=(3, 6, 1), pde_points=60,
                 boundary_points=16, max_steps=3, tol=0.0)

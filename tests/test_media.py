@@ -1,4 +1,4 @@
-"""GridField (python/helmpinn/media.py): cubic B-spline interpolation of a field on a regular
+"""GridField (python/helmpinn/problems/media.py): cubic B-spline interpolation of a field on a regular
 grid, its first and second derivatives against an analytic field (the order of convergence as
 the spacing halves), the loaders, and its use as a Problem's velocity and density."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn.geometry import Box
-from helmpinn.media import GridField
+from helmpinn.problems.geometry import Box
+from helmpinn.problems.media import GridField
 
 # An analytic field on [0, 1]^d and its derivatives: f = prod_j sin(w_j x_j + p_j).
 W = np.array([2.0, 3.0, 1.5])

@@ -10,7 +10,7 @@ import pytest
 import helmpinn as hp
 from helmpinn import _budget, memory
 from helmpinn.cli import main
-from helmpinn.decomposition import DecomposedModel, Rows
+from helmpinn.models.decomposition import DecomposedModel, Rows
 
 
 def test_the_cli_refuses_a_run_over_the_limit_before_the_folder_is_made(tmp_path, monkeypatch, capsys):
@@ -67,7 +67,7 @@ _MEASURE = """
 import json
 import numpy as np
 from helmpinn import memory
-from helmpinn.decomposition import DecomposedModel, Rows
+from helmpinn.models.decomposition import DecomposedModel, Rows
 from helmpinn.gauss_newton import MatrixFreeGN
 
 def status(key):

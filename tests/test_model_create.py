@@ -7,7 +7,7 @@ import pytest
 
 import helmpinn as hp
 from helmpinn.defaults import fourier_sigma
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 
 
 def _problem(k):

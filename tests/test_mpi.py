@@ -173,7 +173,7 @@ def test_sample_shard_union_is_one_draw():
 def _worker_value_and_grad(comm, out: str) -> None:
     import helmpinn as hp
     from helmpinn import distributed as dist
-    from helmpinn.batch import TERM_KEYWORDS
+    from helmpinn.problems.batch import TERM_KEYWORDS
     from conftest import _make_inputs
 
     rank = comm.Get_rank()

@@ -211,7 +211,7 @@ def test_scalar_form_equals_the_diagonal_form(spec_tuple, d, rng, a_const):
 
 
 def test_operator_a_picks_the_scalar_form_where_every_axis_is_alike():
-    from helmpinn.batch import operator_a
+    from helmpinn.problems.batch import operator_a
 
     a = np.array([[1 + 2j, 1 + 2j], [0.5, 0.5], [3j, 3j]])
     got = operator_a(a)

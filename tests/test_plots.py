@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 import helmpinn as hp
 from helmpinn import plots
-from helmpinn.geometry import Box, Interval
+from helmpinn.problems.geometry import Box, Interval
 
 
 def _contours(fig):

@@ -1,4 +1,4 @@
-"""Perfectly matched layers and variable density (python/helmpinn/pml.py, Problem(pml=, density=)):
+"""Perfectly matched layers and variable density (python/helmpinn/problems/pml.py, Problem(pml=, density=)):
 the coefficients against a direct NumPy evaluation, the layer's sampling, the 1-D outgoing wave
 through the PML's equation, and the cylinder-scattering problems' exact solutions."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn.geometry import Ball, Box, BoxMinusBall, Disk, Interval
+from helmpinn.problems.geometry import Ball, Box, BoxMinusBall, Disk, Interval
 
 
 def _direct_coefficients(x, lo, hi, w, s0, p, k, rho=None, grad_rho=None):

@@ -7,7 +7,7 @@ import pytest
 
 import helmpinn
 from helmpinn import geometry as geo
-from helmpinn.model import Model
+from helmpinn.models.model import Model
 from helmpinn.problems import (
     Dirichlet,
     Neumann,
@@ -17,7 +17,7 @@ from helmpinn.problems import (
     complex_to_pairs,
     pairs_to_complex,
 )
-from helmpinn.registry import get_problem, list_problems, problem_names
+from helmpinn.problems.registry import get_problem, list_problems, problem_names
 
 BUILTINS = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "waveguide"]
 
@@ -236,16 +236,18 @@ def test_user_problem_with_callables_and_point_sets():
 def test_registry_is_explicit_with_no_import_circle():
     # Issue #26: problems.py imported builtin at its bottom (a circle) and the scattering problems
     # registered as a side effect of an import. Now the registry reads explicit tables, and
-    # problems.py imports neither the registry nor the factories at import time.
+    # the problem's modules (the package's __init__, problem.py) import neither the registry nor
+    # the factories at import time.
     import ast
     import pathlib
 
-    import helmpinn.builtin as builtin
-    import helmpinn.problems as problems
-    import helmpinn.registry as registry
-    import helmpinn.scattering as scattering
-    import helmpinn.waves as waves
-    import helmpinn.waves3d as waves3d
+    import helmpinn.problems as package
+    import helmpinn.problems.builtin as builtin
+    import helmpinn.problems.problem as problems
+    import helmpinn.problems.registry as registry
+    import helmpinn.problems.scattering as scattering
+    import helmpinn.problems.waves as waves
+    import helmpinn.problems.waves3d as waves3d
 
     def top_level_imports(module):
         tree = ast.parse(pathlib.Path(module.__file__).read_text())
@@ -257,11 +259,13 @@ def test_registry_is_explicit_with_no_import_circle():
         return names
 
     assert not top_level_imports(problems) & {"builtin", "registry", "scattering"}
+    assert not top_level_imports(package) & {"builtin", "registry", "scattering"}
     assert not top_level_imports(builtin) & {"registry", "scattering"}
     assert not top_level_imports(scattering) & {"registry"}
     assert not top_level_imports(waves) & {"registry"}
     assert not top_level_imports(waves3d) & {"registry"}
-    assert registry._REGISTRY == {**builtin.PROBLEMS, **scattering.PROBLEMS, **waves.PROBLEMS, **waves3d.PROBLEMS}
+    assert registry._REGISTRY == {**builtin.PROBLEMS, **scattering.PROBLEMS, **waves.PROBLEMS,
+                                  **waves3d.PROBLEMS}
     assert list(registry.problem_names())[:7] == BUILTINS + ["scatter-hard", "scatter-soft"]
     # the registry's names are its own (no forwarding from problems: tests/test_layers.py)
     assert not hasattr(problems, "get_problem") and not hasattr(problems, "cube3d")
@@ -279,3 +283,52 @@ def test_waveguide_mode_and_its_options():
         get_problem("waveguide", n=12)   # 12 pi / 4 = 3 pi: at cut-off
     with pytest.raises(ValueError, match="waveguide: n must be an integer"):
         get_problem("waveguide", n=1.5)
+
+
+def _lens_problem_with_sources_and_pml(**kw):
+    k = 2 * np.pi
+    return Problem(geo.Box([0, 0], [1, 1]), kappa=lambda x: k * k * (1 + 0.3 * x[:, 0]),
+                   source=[helmpinn.PointSource([0.5, 0.5]), lambda x: np.sin(x[:, 1]) + 0j],
+                   bcs={}, pml=helmpinn.PML(0.3), **kw)
+
+
+def test_a_problem_is_its_medium_sources_and_sampler():
+    # Problem's attributes of the medium, the source and the draws are its parts', read and written
+    # there (issue #62: the 613-line Problem split behind the same constructor)
+    from helmpinn.problems.medium import Medium
+    from helmpinn.problems.sampler import Sampler
+    from helmpinn.problems.source_terms import SourceTerms
+
+    p = _lens_problem_with_sources_and_pml(pml_share=0.3, density=lambda x: 1 + x[:, 0], a=1.5)
+    assert isinstance(p.medium, Medium) and isinstance(p.sources, SourceTerms) and isinstance(p.sampler, Sampler)
+    for name in ("kappa", "velocity", "pml", "density", "density_grad", "a", "b", "wavenumber", "background"):
+        assert getattr(p, name) is getattr(p.medium, name), name
+    for name in ("source", "point_sources", "source_share"):
+        assert getattr(p, name) is getattr(p.sources, name), name
+    for name in ("sampling_domain", "pml_share"):
+        assert getattr(p, name) is getattr(p.sampler, name), name
+    assert p.a == 1.5 and p.pml_share == 0.3 and p.source_share == 0.25 and len(p.point_sources) == 1
+    assert p.pml is not None and p.medium.box is p.sampler.box
+    p.pml_share = 0.5   # written where it is read: the draws take it
+    assert p.sampler.pml_share == 0.5
+    x = p.sample_pde(2000, 0)[0]
+    assert abs(np.mean(p.in_layer(x[:1500])) - 0.5) < 0.05   # the base points: half in the layer
+    assert not hasattr(helmpinn.problems, "__getattr__") and not hasattr(helmpinn.problems.problem, "__getattr__")
+
+
+def test_a_draw_is_the_samplers_points_with_the_problems_values_there():
+    p = _lens_problem_with_sources_and_pml()
+    ts = p.sample(300, 60, np.random.default_rng(3))
+    rng = np.random.default_rng(3)
+    x, w = p.sampler.sample_pde(300, rng, "uniform", p.point_sources, p.source_share)
+    parts, wall = p.sampler.sample_boundary(60, rng, "uniform")
+    np.testing.assert_array_equal(ts.x_pde, x)
+    np.testing.assert_array_equal(ts.pde_weight, w)
+    np.testing.assert_array_equal(ts.x_data, wall)   # a PML's outer wall: u = 0 (the data term)
+    assert len(parts.x) == 0 and len(ts.x_bc) == 0
+    root = np.sqrt(w)
+    np.testing.assert_allclose(ts.kappa, p.kappa_at(x) * root, rtol=1e-15)
+    np.testing.assert_allclose(ts.f, p.source_at(x) * root, rtol=1e-15)
+    a, b = p.operator_at(x)
+    np.testing.assert_allclose(ts.a_pde, a * root[:, None], rtol=1e-15)
+    np.testing.assert_allclose(ts.b_pde, b * root[:, None], rtol=1e-15)

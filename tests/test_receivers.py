@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 from helmpinn.receivers import load_recording, plot_recording, receiver_line, record, save_recording
 
 

@@ -1,4 +1,4 @@
-"""PointSource (python/helmpinn/sources.py) and the sampling that resolves sources: the Gaussian's
+"""PointSource (python/helmpinn/problems/sources.py) and the sampling that resolves sources: the Gaussian's
 normalisation and default width, several sources summed, and the importance weights: the
 weighted PDE loss is an unbiased estimate of the uniform one, and the weights reach the core as
 sqrt(w) on every PDE coefficient (the residual of a point times sqrt(w), its square times w)."""
@@ -11,7 +11,7 @@ import pytest
 from scipy.special import erf
 
 import helmpinn as hp
-from helmpinn.geometry import Box, Interval
+from helmpinn.problems.geometry import Box, Interval
 from helmpinn.problems import TrainingSet
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn.geometry import Box
+from helmpinn.problems.geometry import Box
 from helmpinn.reference import fd_solve
 
 DOMAIN = Box([0.0, 0.0], [1.0, 1.0])

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import helmpinn
-from helmpinn.model import Model
+from helmpinn.models.model import Model
 from helmpinn.training.status import RunStatus
 from helmpinn.optim import Adam, constant, cosine, exponential, lbfgs, make_schedule
-from helmpinn.registry import get_problem
+from helmpinn.problems.registry import get_problem
 from helmpinn.training.trainer import Trainer, auto_weights, default_settings, relative_l2
 
 

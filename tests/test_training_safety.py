@@ -13,7 +13,7 @@ from conftest import wait_for
 
 from helmpinn.cli import main
 from helmpinn.training.status import RunStatus
-from helmpinn.model import Model
+from helmpinn.models.model import Model
 
 TINY = ["--optimizer", "adam", "--hidden", "16", "--layers", "2", "--fourier", "8", "--points", "64",
         "--eval-every", "10", "--quiet", "--no-plots"]
@@ -245,7 +245,7 @@ def test_resume_misuse(tmp_path, capsys):
 
 # -- the Trainer ------------------------------------------------------------------------------------
 def _trainer(path=None, model=None, problem="dirichlet2d", **kw):
-    from helmpinn.registry import get_problem
+    from helmpinn.problems.registry import get_problem
     from helmpinn.training.trainer import Trainer
 
     p = get_problem(problem)
@@ -370,7 +370,7 @@ LBFGS_TINY = ["--problem", "plane1d", "--k", "5", "--optimizer", "lbfgs", "--hid
 def test_optimizer_lbfgs_writes_the_lbfgs_model(tmp_path, capsys, warm):
     """Without --warm-start (a KeyError once), with 0 (no model written once) and with 3 (the
     warm start's parameters written once): model.npz holds the L-BFGS result the report gives."""
-    from helmpinn.registry import get_problem
+    from helmpinn.problems.registry import get_problem
     from helmpinn.training.trainer import relative_l2
 
     out = tmp_path / "run"

@@ -12,7 +12,7 @@ import pytest
 
 import helmpinn as hp
 from helmpinn.cli import main
-from helmpinn.registry import get_problem, problem_options
+from helmpinn.problems.registry import get_problem, problem_options
 
 FACTORY = '''
 import numpy as np
@@ -100,7 +100,7 @@ def test_the_file_is_run_once_until_it_changes(user_file):
     spec = f"{user_file}:make"
     get_problem(spec)
     get_problem(spec, k=2.0)
-    from helmpinn.registry import load_factory
+    from helmpinn.problems.registry import load_factory
 
     factory = load_factory(spec)[0]
     assert factory.__globals__["CALLS"] == [3.0, 2.0]  # one module: both calls recorded there
@@ -130,3 +130,61 @@ def test_cli_trains_a_user_problem_and_resumes_it(user_file, tmp_path, monkeypat
         sys.exit(main(["train", "--problem", "nothere.py:make", "--steps", "3", "--no-plots",
                        "--quiet", "--out", str(tmp_path / "bad")]))
     assert info.value.code == 2
+
+
+OLD_PATHS_FACTORY = '''
+import numpy as np
+import helmpinn as hp
+from helmpinn.geometry import Interval
+from helmpinn.problems import Dirichlet, Problem, Sommerfeld
+from helmpinn.registry import register_problem
+
+def make(k: float = 3.0):
+    return Problem(Interval(0, 1), kappa=k * k, bcs={"xmin": Dirichlet(1.0), "xmax": Sommerfeld(k)},
+                   exact=lambda x: np.exp(1j * k * x[:, 0]))
+'''
+
+
+@pytest.fixture
+def forget_old_paths():
+    """The old module names unimported before and after (an import is cached: it warns once)."""
+    from helmpinn._compat import MOVED_MODULES
+
+    def forget():
+        for old in MOVED_MODULES:
+            sys.modules.pop(old, None)
+    forget()
+    yield
+    forget()
+
+
+def test_a_problem_file_written_for_the_old_module_paths_still_loads(tmp_path, forget_old_paths):
+    # helmpinn.geometry and helmpinn.registry moved into helmpinn.problems: a file written before
+    # loads, each old name the moved module itself, with a DeprecationWarning naming the new path
+    path = tmp_path / "old_style.py"
+    path.write_text(OLD_PATHS_FACTORY)
+    with pytest.warns(DeprecationWarning) as caught:
+        p = get_problem(f"{path}:make", k=2.0)
+    assert sorted(str(w.message).split(":")[0] for w in caught) == [
+        "helmpinn.geometry moved to helmpinn.problems.geometry",
+        "helmpinn.registry moved to helmpinn.problems.registry"]
+    assert isinstance(p, hp.Problem) and p.wavenumber == 2.0
+    assert isinstance(p.domain, hp.geometry.Interval)
+    assert sys.modules["helmpinn.geometry"] is hp.geometry
+    assert sys.modules["helmpinn.registry"] is hp.registry
+    assert hp.geometry.__name__ == "helmpinn.problems.geometry"
+    assert hp.geometry.__spec__.name == "helmpinn.problems.geometry"   # its own spec, kept
+
+
+@pytest.mark.parametrize("old, new", [("helmpinn.model", "helmpinn.models.model"),
+                                      ("helmpinn.decomposition", "helmpinn.models.decomposition"),
+                                      ("helmpinn.waves", "helmpinn.problems.waves"),
+                                      ("helmpinn.batch", "helmpinn.problems.batch")])
+def test_an_old_module_path_imports_the_moved_module_with_a_warning(old, new, forget_old_paths):
+    import importlib
+
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    with pytest.raises(ModuleNotFoundError):   # only the listed names: no module of that name otherwise
+        importlib.import_module("helmpinn.no_such_module")

@@ -1,4 +1,4 @@
-"""The wave benchmarks of helmpinn.waves: exact solutions against their PDE (fourth-order finite
+"""The wave benchmarks of helmpinn.problems.waves: exact solutions against their PDE (fourth-order finite
 differences, written here independently of Problem.pde_residual_fd), free-source against the
 far-field closed form, and box-source's error with the resonant modes removed."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The 3-D Gaussian source's closed-form field (helmpinn.waves3d) against quadrature, its PDE,
+"""The 3-D Gaussian source's closed-form field (helmpinn.problems.waves3d) against quadrature, its PDE,
 its far field, and a finite-difference solution of the built-in ``free-source-3d``."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from scipy.integrate import quad
 
 import helmpinn as hp
-from helmpinn import waves3d
+from helmpinn.problems import waves3d
 from helmpinn.reference import fd_solve
 
 

@@ -23,20 +23,20 @@ from ._core import (
     mse_backward,
     set_num_threads,
 )
+from ._compat import find_moved_modules
 from ._cxx import get_build_flags, get_cmake_dir, get_include, get_library_dir
 from .params import init_params
-from .batch import Batch
-from . import distributed, geometry
-from .model import Model
+from .problems.batch import Batch
+from . import distributed
+from .models.model import Model
 from .optim import Adam, lbfgs
 from .lm import LevenbergMarquardt
 from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld
-from .registry import get_problem, list_problems
-from .pml import PML
-from . import scattering, waves
+from .problems.registry import get_problem, list_problems
+from .problems.pml import PML
 from .training.trainer import Trainer, default_settings
-from .media import GridField
-from .sources import FreeSpaceSource, PointSource
+from .problems.media import GridField
+from .problems.sources import FreeSpaceSource, PointSource
 from . import receivers
 from . import defaults, training
 from .training import RunPlan, RunStatus, run_plan
@@ -45,6 +45,11 @@ from .solving import Solution, solve
 from .estimate import estimate_error
 from .survey import Survey
 from .inversion import Inversion, invert
+# the subpackages' modules by their short names, as before they moved (hp.geometry.Box, hp.waves, ...)
+from .problems import batch, builtin, geometry, media, pml, registry, scattering, sources, waves
+from .models import decomposition, model, model_protocol
+
+find_moved_modules()   # the modules that moved into helmpinn.problems / helmpinn.models, by their old names
 
 __all__ = [
     "Adam",

@@ -157,7 +157,7 @@ class Workspace:
                 ) -> tuple[NDArray[Float], NDArray[Float], NDArray[Float]]: ...
     # Every loss-level operation (value_and_grad, residuals, jacobian, jvp, vjp) takes the same
     # batch keywords (BatchKw). Its points and data come either as batch= (a helmpinn.Batch,
-    # python/helmpinn/batch.py: the arrays below converted once, the same object reused step
+    # python/helmpinn/problems/batch.py: the arrays below converted once, the same object reused step
     # after step; a Batch of another dtype than the workspace's raises TypeError) or as the
     # keywords themselves; batch= with any of x_pde ... g_bc or counts raises TypeError naming
     # them. The options (w_*, train_fourier, check_finite) are keywords either way. The terms and
@@ -273,7 +273,7 @@ def parse_device(device: object) -> tuple[str, int]:
     ...
 
 def loss_terms() -> list[TermEntry]:
-    """The core's loss-term table: every term and its arrays, in order (helmpinn.batch's
+    """The core's loss-term table: every term and its arrays, in order (helmpinn.problems.batch's
     KEYWORDS and TERM_KEYWORDS come from it)."""
 
 def has_openmp() -> bool: ...

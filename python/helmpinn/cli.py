@@ -2,7 +2,7 @@
 is :mod:`helmpinn.cli_invert`).
 
 ``helmpinn train`` builds a built-in problem (or a user's, ``--problem path/to/file.py:make``:
-:func:`helmpinn.registry.get_problem`) with the options given as ``--NAME VALUE`` (a user's
+:func:`helmpinn.problems.registry.get_problem`) with the options given as ``--NAME VALUE`` (a user's
 factory's keyword options too; an option the problem does not take is refused naming those it
 does), trains a model with settings derived from the problem (the optimiser and the model
 :func:`helmpinn.solve` picks, unless ``--optimizer`` names one: the run plan of
@@ -89,7 +89,7 @@ def _problem_option_names(problem: str | None = None) -> dict[str, type]:
     like an option of train's own (``steps``: the factory's default holds), with its type (from
     the default; an option without a default, or with None for "derived from the others", is a
     number)."""
-    from .registry import _is_spec, problem_names, problem_options
+    from .problems.registry import _is_spec, problem_names, problem_options
 
     def typed(options: dict[str, Any], skip=()) -> dict[str, type]:
         return {k: float if v is None else type(v) for k, v in options.items() if k not in skip}
@@ -134,7 +134,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; with ``problem`` a user's factory (``file.py:make``), its
     options (:func:`_problem_option_names`) are among ``train``'s, as a built-in problem's are."""
-    from .geometry import METHODS
+    from .problems.geometry import METHODS
     from .optim import SCHEDULES
     from .training.plan import MODELS
 
@@ -243,7 +243,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args, unknown = parser.parse_known_args(argv)
     flags = [a.partition("=")[0] for a in unknown if a.startswith("--")]
     if flags and args.command == "train" and args.problem is not None:
-        from .registry import problem_options
+        from .problems.registry import problem_options
 
         try:
             accepted = problem_options(args.problem)
@@ -258,7 +258,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _cmd_problems() -> int:
-    from .registry import list_problems, problem_options
+    from .problems.registry import list_problems, problem_options
 
     for name, desc in list_problems():
         opts = ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
@@ -328,7 +328,7 @@ def _new_run(args: argparse.Namespace):
 
 def _make_problem(args: argparse.Namespace):
     """The problem ``--problem`` names, built with the problem options given."""
-    from .registry import get_problem, problem_options
+    from .problems.registry import get_problem, problem_options
 
     if args.problem is None:
         raise _UsageError("--problem is required (or --resume DIR to continue a run)")
@@ -360,7 +360,7 @@ def _user_code(name: str | None):
     it and its exception (exit status 2), and a ``sys.exit()`` in it is refused as such, not
     taken for the end of the run (status 0 having done nothing). ValueError and TypeError pass
     through (the caller words them); a built-in's other errors keep their traceback (a bug)."""
-    from .registry import _is_spec
+    from .problems.registry import _is_spec
 
     try:
         yield
@@ -377,9 +377,9 @@ def _user_code(name: str | None):
 def _recorded(problem) -> dict[str, Any]:
     """The problem's options as the run's files record them: those JSON holds as they are (a
     user's factory's default that is a function, an array or a complex is left out, so that
-    its default holds again on --resume: :func:`helmpinn.registry.recorded_options`), so that
+    its default holds again on --resume: :func:`helmpinn.problems.registry.recorded_options`), so that
     no write fails at the end of the run."""
-    from .registry import recorded_options
+    from .problems.registry import recorded_options
 
     return recorded_options(problem.options)[0]
 
@@ -530,7 +530,7 @@ def _resumed_run(args: argparse.Namespace):
     :func:`_check_resume`, and locked)."""
     from .training.dd_driver import load_model
     from .training.plan import current_names
-    from .registry import get_problem
+    from .problems.registry import get_problem
 
     folder = args.resume
     path = os.path.join(folder, "model.npz")
@@ -570,7 +570,7 @@ def _trusted_problem(saved: Any, given: str | None, path: str) -> None:
     built on resume only when it is a registered name, or a user's factory (``file.py:make``,
     ``package.module:make``) that the command line names again with ``--problem``. Nothing a
     data file names alone is imported or called (a spec such as ``os:system`` would run it)."""
-    from .registry import canonical_name, problem_names
+    from .problems.registry import canonical_name, problem_names
 
     if not isinstance(saved, str):
         raise _UsageError(f"--resume: {path}: the problem it records is not a name ({saved!r})")
@@ -904,7 +904,7 @@ def _claim_outputs(run: _Run) -> None:
 
 
 def _announce(run: _Run) -> None:
-    from .waves import resonance_warning
+    from .problems.waves import resonance_warning
 
     if run.quiet:
         return

@@ -169,7 +169,7 @@ def _check_command(args: argparse.Namespace) -> None:
 
 def _grid(flag: str, path: str, args: argparse.Namespace):
     """The velocity grid ``path`` (a .npy) at --origin / --spacing: real, finite and > 0."""
-    from .media import GridField
+    from .problems.media import GridField
 
     if args.spacing is None:
         raise UsageError(f"{flag} {path!r}: give the grid's --spacing (and --origin, default 0)")
@@ -188,7 +188,7 @@ def _grid(flag: str, path: str, args: argparse.Namespace):
 
 def _domain(args: argparse.Namespace, initial: Any):
     """--domain, else the --initial grid's box."""
-    from .geometry import Box
+    from .problems.geometry import Box
 
     if args.domain is None:
         if not hasattr(initial, "lo"):
@@ -250,7 +250,7 @@ def _check_fwi_memory(inputs: _Inputs) -> None:
 
 def _inputs(args: argparse.Namespace) -> _Inputs:
     """Every input read and checked (UsageError naming the option), nothing written."""
-    from .pml import PML
+    from .problems.pml import PML
     from .survey import Survey
 
     _check_command(args)

@@ -103,13 +103,13 @@ the section named beside each item.
   carries the global coupling; a one-network level added parameters whose steps cost more than
   they gained: "The coarse correction: additive or deflated"); subnetworks of 16 frequencies
   and one hidden layer of 32 (1,154 parameters in 2-D), their Fourier scale a single network's
-  at the local wavenumber k h (:meth:`~helmpinn.decomposition.DecomposedModel.create`,
+  at the local wavenumber k h (:meth:`~helmpinn.models.decomposition.DecomposedModel.create`,
   :func:`~helmpinn.params.sigma_for`, whose ``1/sqrt(d)`` gives the features' frequencies a root
   mean square of the local wavenumber; without it they were √d times higher, and ``cube3d`` at
   k = 8π ended higher for three seeds of four: "The subnetworks' Fourier scale");
 - ``max(25^d Π w_a, P/2)`` PDE points (:data:`DD_POINTS_PER_WAVELENGTH`, fixed Sobol points,
   rounded up to 500), boundary points 1/20 of them (none under a hard constraint);
-- a hard constraint (:class:`~helmpinn.decomposition.BoxConstraint` of scale 1/k) when the
+- a hard constraint (:class:`~helmpinn.models.decomposition.BoxConstraint` of scale 1/k) when the
   problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
 - Gauss-Newton with Nielsen's λ rule. On a model with the hard constraint (:data:`DD_DAMPING`) the
   damping D lies halfway between Marquardt's and the identity (``damping="geometric"``, D =
@@ -136,17 +136,17 @@ the section named beside each item.
   field, and new points then gain more than further steps on the old ones; growing at 1.5 ended
   lower than at 3 or the same within the seeds' spread ("Growing the points sooner");
 - in a closed box in 2-D and 3-D, mode rows (``resonance``: the modes within
-  :data:`helmpinn.waves.RESONANCE_WITHIN` of κ, at most :data:`helmpinn.waves.RESONANCE_MOST`,
-  :func:`helmpinn.waves.resonance_rows`): there the error lies almost whole in the few modes whose
+  :data:`helmpinn.problems.waves.RESONANCE_WITHIN` of κ, at most :data:`helmpinn.problems.waves.RESONANCE_MOST`,
+  :func:`helmpinn.problems.waves.resonance_rows`): there the error lies almost whole in the few modes whose
   eigenvalue lies near κ, which a least-squares residual weighs 1/amplification² times less than
   the error they cause; each mode's row weighs its residual by its amplification, so the loss
   counts it as that error ("Mode rows"). Not in 1-D, where they were not measured
   (:data:`GN_BY_DIMENSION`). Under the hard constraint (u = 0 on every wall) each row is
   ``(κ − λ)⟨u, ψ⟩ − ⟨f, ψ⟩`` by Green's identity, u read on a Gauss-Legendre grid
-  (:func:`helmpinn.waves.resonance_green_rows`), not the points' sum of the residual: that sum
+  (:func:`helmpinn.problems.waves.resonance_green_rows`), not the points' sum of the residual: that sum
   carries the sampling's error, amplified like the residual, and the runs levelled at it
   ("Mode rows", its part on Green's identity). The grid's rows are value rows of the term
-  :data:`helmpinn.decomposition.CARRIER_TERM` (the core's data term, kept out of the
+  :data:`helmpinn.models.decomposition.CARRIER_TERM` (the core's data term, kept out of the
   preconditioner's Gram matrices, which makes a 3-D step cheaper: "Green's rows through the
   data term"). In 3-D the error then moves to the modes just outside the rows' share, but
   holding more of them made some seeds' steps less predictable and gained nothing across seeds,

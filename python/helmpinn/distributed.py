@@ -44,7 +44,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from ._signature import differences, flat, problem_signature
-from .batch import POINTS, TERM_KEYWORDS, TERMS, Batch
+from .problems.batch import POINTS, TERM_KEYWORDS, TERMS, Batch
 from .problems import Problem, TrainingSet
 
 __all__ = ["value_and_grad", "global_counts", "local_counts", "shard_batch", "sample_shard", "shard_size",

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ._checks import integer, real_number
-from .geometry import Box, Interval
+from .problems.geometry import Box, Interval
 from .reference.fd import FDOperator, FDSolution
 
 __all__ = ["ErrorEstimate", "estimate_error", "POINTS_PER_WAVELENGTH", "MAX_NODES", "COARSER"]

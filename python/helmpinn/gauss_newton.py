@@ -1,7 +1,7 @@
 """Matrix-free Gauss-Newton / Levenberg-Marquardt for domain-decomposed models.
 
 One iteration linearises the residuals ``r(θ)`` of a
-:class:`~helmpinn.decomposition.DecomposedResiduals` and solves
+:class:`~helmpinn.models.decomposition.DecomposedResiduals` and solves
 
     (JᵀJ + λD) δ = Jᵀr,     θ ← θ − δ,
 
@@ -91,9 +91,9 @@ more than the field: the fourth seed, ``free-source``, ``dirichlet2d``), so it i
 layers projected, late").
 
 **Mode rows** (residuals built with ``modes=``,
-:class:`~helmpinn.decomposition.DecomposedResiduals`): the loss also holds 2q rows, each the
+:class:`~helmpinn.models.decomposition.DecomposedResiduals`): the loss also holds 2q rows, each the
 point rows' residual projected on one near-resonant mode of a closed box and weighted by the
-error such a residual causes (:func:`helmpinn.waves.resonance_rows`). Their Jacobian ``FᵀJ`` is
+error such a residual causes (:func:`helmpinn.problems.waves.resonance_rows`). Their Jacobian ``FᵀJ`` is
 dense over the subnetworks but of rank 2q, so the preconditioner adds their term ``UUᵀ`` of
 ``JᵀJ`` (``U = JᵀF``, each block's ``J_jᵀF_j`` taken from the Jacobian blocks of the
 linearisation) to the additive two-level one by Woodbury's identity (``_low_rank``: one
@@ -110,12 +110,12 @@ its starting error for 30 steps; docs/benchmarks-archive.md, "Mode rows"). ``"al
 
 The step is a function of the parameters only (:meth:`MatrixFreeGN.step`), so a run loop's
 driver wraps it in a few lines: build the residuals from the run's training set
-(:meth:`~helmpinn.decomposition.DecomposedModel.residuals_for`), call ``step(model.params)``
+(:meth:`~helmpinn.models.decomposition.DecomposedModel.residuals_for`), call ``step(model.params)``
 each iteration, :meth:`MatrixFreeGN.set_residuals` after a resample, and
 ``state_dict``/``load_state_dict`` for checkpoints.
 
 **Over MPI** the solver follows its residuals: built with ``comm=``
-(:class:`~helmpinn.decomposition.DecomposedResiduals`), each rank linearises, factors and
+(:class:`~helmpinn.models.decomposition.DecomposedResiduals`), each rank linearises, factors and
 applies the preconditioner blocks of its own subdomains only, and the parameter vector stays
 replicated: CG's vectors hold this rank's own range (zeros elsewhere), its inner products are
 global sums taken alike on every rank, each ``J v`` is one ``Allreduce`` of the 2N residual
@@ -352,7 +352,7 @@ def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], ND
 class MatrixFreeGN:
     """Levenberg-Marquardt with CG solves preconditioned by subdomain blocks and a coarse level.
 
-    ``residuals``: a :class:`~helmpinn.decomposition.DecomposedResiduals`. Options: ``lam``
+    ``residuals``: a :class:`~helmpinn.models.decomposition.DecomposedResiduals`. Options: ``lam``
     (initial λ; relative to the mean of diag(JᵀJ) with ``damping="identity"``), ``damping``
     (:data:`DAMPINGS`: "marquardt", "identity" or "geometric"), ``lam_min`` / ``lam_max``,
     ``max_trials``, ``cg_tol`` (CG stops at ``‖residual‖ <= cg_tol ‖Jᵀr‖``), ``cg_maxiter``,
@@ -653,7 +653,7 @@ class MatrixFreeGN:
         return Gc, idx
 
     def _coarse_pairs(self) -> list[tuple[int, int, NDArray, NDArray]]:
-        """The parts' overlaps (:meth:`~helmpinn.decomposition.DecomposedResiduals.overlaps`)
+        """The parts' overlaps (:meth:`~helmpinn.models.decomposition.DecomposedResiduals.overlaps`)
         without the carriers of Green's mode rows (each part's first ``counted / 2`` points), which
         the coarse matrix leaves out as the blocks' Gram matrices do (their own ``JᵀJ`` is 1e-16
         of the rest; in 3-D they are most of the shared rows), the positions counted from each

@@ -86,7 +86,7 @@ from numpy.typing import NDArray
 
 from . import distributed
 from ._blas import blas_limit, check_blas_threads
-from .batch import KEYWORDS, Batch
+from .problems.batch import KEYWORDS, Batch
 from .defaults import LM_OPTIONS, lm_options, lm_settings
 
 __all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResiduals", "FunctionResiduals",

@@ -6,7 +6,7 @@ alone, and a check that refuses it where their total exceeds :func:`limit`:
 
 - **one network** (:class:`~helmpinn.Model`, trained by Adam, L-BFGS or Levenberg-Marquardt):
   :func:`network_run`, :func:`check_network`;
-- **a domain-decomposed model** (:mod:`helmpinn.decomposition`, trained by Gauss-Newton,
+- **a domain-decomposed model** (:mod:`helmpinn.models.decomposition`, trained by Gauss-Newton,
   :mod:`helmpinn.gauss_newton`, or by Adam): :func:`decomposed_run`, :func:`check_decomposed`
   (:func:`check_settings` for a settings table, :func:`check_fit` for a Trainer's fit);
 - **the finite-difference reference** (:func:`helmpinn.reference.fd_solve`,
@@ -53,11 +53,11 @@ cover a point along an axis of ``g_a`` subdomains; the Jacobian blocks of the la
 
 - ``points arrays``, ``training set``, ``parameters``: :func:`training_memory`
   (the sampler's scratch, two draws alive at once, and 8 parameter vectors);
-- ``rows``: the residual rows (:class:`~helmpinn.decomposition.Rows`: x, the operator's a, b, c
+- ``rows``: the residual rows (:class:`~helmpinn.models.decomposition.Rows`: x, the operator's a, b, c
   and f, the term), ``(40 d + 52) N``, twice (they are concatenated from the terms');
 - ``windows``: each pair's subdomain, point, window and its derivatives while the pieces are
   made, ``(48 + 48 d) M``, and one chunk's scratch, ``8 (4 d + 10) K C`` for
-  C = :data:`helmpinn.decomposition.WINDOW_CHUNK` points of K = ⌊1 + overlap⌋ + 3 candidates
+  C = :data:`helmpinn.models.decomposition.WINDOW_CHUNK` points of K = ⌊1 + overlap⌋ + 3 candidates
   per axis;
 - ``subdomain batches``: each pair's row indices and core inputs in float64, ``(72 + 40 d) M``,
   and with float32 products or Gram matrices a float32 copy, ``(16 + 20 d) M`` more;
@@ -74,7 +74,7 @@ cover a point along an axis of ``g_a`` subdomains; the Jacobian blocks of the la
   matrix and two trials' SuperLU factors of :func:`coarse_fill` F entries per entry;
   ``mode rows``: with ``resonance`` set, up to ``resonance_most`` = q modes, ``16 q P`` for
   their gradients and ``8 q N`` for their columns, and on a Green's grid
-  (:func:`helmpinn.waves.resonance_green_rows`, under the hard constraint)
+  (:func:`helmpinn.problems.waves.resonance_green_rows`, under the hard constraint)
   ``8 q (3 G + 2 min(4^d G, 2^18))`` for its G nodes (``Π_a (⌈4.1 w_a⌉ + 16)``, w_a the
   wavelengths along axis a) and the slabs of the grid 4 times finer that projects the source;
   ``solver
@@ -106,10 +106,10 @@ from ._budget import (  # noqa: F401  (re-exported: helmpinn.memory is the publi
     LIMIT_VARIABLE, MEMORY_FRACTION, ASSEMBLY_BYTES_PER_NODE, LU_BYTES_PER_ENTRY, MemoryEstimateError, MemoryBudgetError,
     format_bytes, available_memory, limit, check, check_memory, workspace_bytes,
     training_memory, cpus, lu_fill, fd_run, fd_memory_estimate, check_fd)
-from .decomposition import WINDOW_CHUNK, DecomposedModel
+from .models.decomposition import WINDOW_CHUNK, DecomposedModel
 from .defaults import wavelengths
 from .gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
-from .waves import RESONANCE_MOST, _closed_box
+from .problems.waves import RESONANCE_MOST, _closed_box
 
 __all__ = ["MemoryEstimateError", "MemoryBudgetError", "LIMIT_VARIABLE", "MEMORY_FRACTION", "ASSEMBLY",
            "ASSEMBLY_BYTES_PER_NODE", "LU_BYTES_PER_ENTRY", "available_memory", "limit", "format_bytes", "check",
@@ -120,7 +120,7 @@ __all__ = ["MemoryEstimateError", "MemoryBudgetError", "LIMIT_VARIABLE", "MEMORY
 #: Bytes per entry of the sparse coarse matrix's dense blocks while it is assembled (the blocks,
 #: their indices, the concatenated triplets and the CSC conversion, alive together).
 ASSEMBLY = 64
-#: The nodes of the finer Green's grid taken at a time (``helmpinn.waves._source_in_modes``'s slab).
+#: The nodes of the finer Green's grid taken at a time (``helmpinn.problems.waves._source_in_modes``'s slab).
 GREEN_SLAB = 1 << 18
 #: Bytes of Python bookkeeping per subdomain (its dicts, slices, centre, core batches' objects).
 BOOKKEEPING = 4096
@@ -186,7 +186,7 @@ def coarse_fill(subdomains: int) -> float:
 def decomposed_layout(model: Any = None, *, dim: int | None = None, grids: Sequence[Sequence[int]] = (),
                       spec: Any = None, overlap: float | None = None) -> dict[str, Any]:
     """The layout :func:`decomposed_run` takes, ``{"dim", "overlap", "levels": [(grid,
-    ModelSpec), ...]}``: of a :class:`~helmpinn.decomposition.DecomposedModel`, or of ``grids``
+    ModelSpec), ...]}``: of a :class:`~helmpinn.models.decomposition.DecomposedModel`, or of ``grids``
     (one per level), one ``spec`` for every level, ``dim`` and ``overlap`` (a run's settings,
     before the model exists)."""
     if model is not None:

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from . import _core, _device
 from ._blas import blas_limit
-from .batch import Batch
+from .problems.batch import Batch
 
 __all__ = ["AdamSettings", "Schedule", "constant", "exponential", "cosine", "make_schedule", "SCHEDULES",
            "Adam", "lbfgs", "minimize_lbfgs", "LBFGSResult"]

@@ -16,7 +16,7 @@ def sigma_for(wavenumber: float, dim: int) -> float:
     in ``dim`` dimensions: ``σ = k / (2π sqrt(d))``, so that the features' angular frequencies
     ``2π|B_j|``, B ~ N(0, σ²), have a root mean square of k in any dimension (a single network:
     :func:`helmpinn.defaults.fourier_sigma`; a subdomain's network: k times its half-width,
-    :meth:`helmpinn.decomposition.DecomposedModel.create`)."""
+    :meth:`helmpinn.models.decomposition.DecomposedModel.create`)."""
     k = real_number("sigma_for", "wavenumber", wavenumber, low=0.0, low_open=False)
     return k / (2 * math.pi * math.sqrt(integer("sigma_for", "dim", dim, low=1)))
 

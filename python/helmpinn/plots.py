@@ -5,7 +5,7 @@ against the exact solution, and the loss / error curves.
 the domain blank), 3-D problems the same images on the mid-plane x = const (the y-z plane).
 
 The solution plot draws the medium over the field when it varies (a callable or
-:class:`~helmpinn.media.GridField` ``kappa`` or ``velocity``): contour lines of the velocity when
+:class:`~helmpinn.problems.media.GridField` ``kappa`` or ``velocity``): contour lines of the velocity when
 the problem was given one, else of the local wavenumber ``k(x) = sqrt(Re κ(x))`` (in 1-D a line on
 a second axis). A homogeneous medium draws none.
 
@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ._files import write_atomic
-from .model import Model
+from .models.model import Model
 from .problems import Problem
 
 __all__ = ["solution_figure", "history_figure", "plot_solution", "plot_error", "plot_history", "plot_all",

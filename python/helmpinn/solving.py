@@ -22,17 +22,17 @@ import numpy as np
 
 from . import distributed, memory
 from ._checks import integer, real_number
-from .decomposition import DecomposedModel
+from .models.decomposition import DecomposedModel
 from .distributed import check_ranks
 from .estimate import ErrorEstimate, estimate_error
-from .model import Model
+from .models.model import Model
 from .problems import Problem
-from .registry import get_problem, recorded_options
+from .problems.registry import get_problem, recorded_options
 from .training.drivers import Driver, model_kind
 from .training.plan import polish, run_plan, train
 from .training.status import RunStatus
 from .training.trainer import History, Trainer
-from .waves import ResonanceWarning, resonance_warning
+from .problems.waves import ResonanceWarning, resonance_warning
 
 __all__ = ["solve", "Solution"]
 
@@ -40,7 +40,7 @@ __all__ = ["solve", "Solution"]
 @dataclass
 class Solution:
     """What :func:`solve` found, in the manner of SciPy's ``OptimizeResult``: the trained
-    ``model`` (a :class:`~helmpinn.Model` or a :class:`~helmpinn.decomposition.DecomposedModel`)
+    ``model`` (a :class:`~helmpinn.Model` or a :class:`~helmpinn.models.decomposition.DecomposedModel`)
     and its ``history``; the ``settings`` it used (the plan's record,
     :meth:`helmpinn.training.plan.RunPlan.record`); how the run ended: ``status`` (a
     :class:`~helmpinn.training.status.RunStatus`), ``success`` (with a ``tol``: the target was
@@ -103,7 +103,7 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     wavelengths, trained by matrix-free Gauss-Newton; any other one network, trained by
     Levenberg-Marquardt where its dense system fits ``memory_bytes``, else after an Adam warm
     start by matrix-free LM. ``model``: "auto", "network", "decomposed", or a
-    :class:`~helmpinn.Model` / :class:`~helmpinn.decomposition.DecomposedModel` to train (the
+    :class:`~helmpinn.Model` / :class:`~helmpinn.models.decomposition.DecomposedModel` to train (the
     plan of its kind gives the points and the optimiser). ``optimizer``: "auto", "gn", "lm",
     "adam", "lbfgs" or a :class:`~helmpinn.training.drivers.Driver`. ``overrides`` replace any field of
     the plan (:class:`~helmpinn.training.plan.RunPlan`: ``hidden``, ``layers``, ``ff_dim``,
@@ -115,8 +115,8 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     ``callbacks``: ``f(trainer, step)`` after every step (:class:`~helmpinn.Trainer`'s).
     ``comm``: over MPI ranks (one network: data-parallel; a decomposed model: its subdomains
     split over the ranks); ``progress``: a bar. A closed box near resonance
-    (:func:`helmpinn.waves.box_resonances`: a mode of −Δ within 1% of κ) gets a
-    :class:`~helmpinn.waves.ResonanceWarning` (on rank 0). A run that would not fit in memory,
+    (:func:`helmpinn.problems.waves.box_resonances`: a mode of −Δ within 1% of κ) gets a
+    :class:`~helmpinn.problems.waves.ResonanceWarning` (on rank 0). A run that would not fit in memory,
     one network or decomposed (:func:`helmpinn.memory.check_settings`), is refused with a
     :class:`~helmpinn.memory.MemoryEstimateError` before the model is made or a point drawn.
     """

@@ -20,10 +20,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._checks import integer, real_number
 from ._files import read_npz, write_atomic
-from .geometry import Box, Domain
-from .pml import PML
+from .problems.geometry import Box, Domain
+from .problems.pml import PML
 from .problems import Problem
-from .sources import WIDTH_PER_WAVELENGTH, PointSource
+from .problems.sources import WIDTH_PER_WAVELENGTH, PointSource
 
 __all__ = ["Survey", "FORMAT"]
 
@@ -140,7 +140,7 @@ class Survey:
 
     def _check_domain(self, domain, pml) -> None:
         if not isinstance(domain, Domain):
-            raise TypeError(f"Survey.validate: domain must be a helmpinn.geometry.Domain, got "
+            raise TypeError(f"Survey.validate: domain must be a helmpinn.problems.geometry.Domain, got "
                             f"{type(domain).__name__}")
         if pml is not None and not isinstance(pml, PML):
             raise TypeError(f"Survey.validate: pml must be a helmpinn.PML or None, got {type(pml).__name__}")
@@ -241,7 +241,7 @@ class Survey:
         :class:`~helmpinn.reference.FDSolution`'s cubic-spline interpolation.
 
         ``velocity``: a number, a callable ``x [N, d] -> [N]`` (> 0) or a
-        :class:`~helmpinn.GridField`; ``domain``: the physical :class:`~helmpinn.geometry.Box`;
+        :class:`~helmpinn.GridField`; ``domain``: the physical :class:`~helmpinn.problems.geometry.Box`;
         ``pml``: the :class:`~helmpinn.PML` around it (default: one longest wavelength wide,
         ``max v / min f``). ``h``: the grid spacing; default the shortest wavelength
         ``min v / max f`` (v sampled on the physical box) over
@@ -260,7 +260,7 @@ class Survey:
         from .reference import FDOperator
 
         if not isinstance(domain, Box):
-            raise TypeError(f"Survey.synthetic: domain must be a helmpinn.geometry.Box, got "
+            raise TypeError(f"Survey.synthetic: domain must be a helmpinn.problems.geometry.Box, got "
                             f"{type(domain).__name__}")
         if pml is not None and not isinstance(pml, PML):
             raise TypeError(f"Survey.synthetic: pml must be a helmpinn.PML or None, got {type(pml).__name__}")

@@ -62,14 +62,14 @@ from numpy.typing import NDArray
 
 from .. import _core
 from .._checks import integer, real_number
-from ..batch import Batch
-from ..geometry import Box
+from ..problems.batch import Batch
+from ..problems.geometry import Box
 from ..lm import CoreResiduals, LevenbergMarquardt
-from ..model import Model
-from ..pml import PML
+from ..models.model import Model
+from ..problems.pml import PML
 from ..problems import Problem, Sommerfeld
 from ..reference import FDOperator
-from ..sources import PointSource
+from ..problems.sources import PointSource
 from .joint import JointResiduals, WavefieldRows
 from .medium import SplineMedium
 from .parallel import Ranks
@@ -368,7 +368,7 @@ def _start(start: Any, settings: dict[str, Any], medium: SplineMedium, c_init: N
 def _options(survey, initial, domain, pml, bounds, **kw) -> tuple[dict[str, Any], Any]:
     """Every argument checked (TypeError/ValueError naming it); ``(options, m_bounds)``."""
     if not isinstance(domain, Box):
-        raise TypeError(f"invert: domain must be a helmpinn.geometry.Box, got {type(domain).__name__}")
+        raise TypeError(f"invert: domain must be a helmpinn.problems.geometry.Box, got {type(domain).__name__}")
     if pml is not None and not isinstance(pml, PML):
         raise TypeError(f"invert: pml must be a helmpinn.PML or None, got {type(pml).__name__}")
     _check_survey(survey, domain, pml)

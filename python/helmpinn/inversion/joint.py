@@ -48,7 +48,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from .. import _core
-from ..batch import Batch, operator_a
+from ..problems.batch import Batch, operator_a
 from .medium import SplineMedium
 
 __all__ = ["WavefieldRows", "JointResiduals"]

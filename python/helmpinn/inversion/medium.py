@@ -31,7 +31,7 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
 from .._checks import integer, real_number
-from ..media import GridField
+from ..problems.media import GridField
 
 __all__ = ["SplineMedium"]
 

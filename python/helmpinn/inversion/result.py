@@ -19,8 +19,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from .. import _core
 from .._files import write_atomic
-from ..media import GridField
-from ..model import Model
+from ..problems.media import GridField
+from ..models.model import Model
 from ..plots import _figure, save_figure
 from ..reference import FDSolution
 from .medium import SplineMedium

@@ -31,7 +31,7 @@ as every run's, :func:`helmpinn.memory.limit`, 80% of the memory available or
 ``HELMPINN_MEMORY_LIMIT``). :class:`FDOperator` keeps the assembled operator for other κ and many
 right-hand sides (a survey's sources, the adjoint solves of :func:`~helmpinn.reference.fwi`).
 
-Domains: :class:`~helmpinn.geometry.Box` and :class:`~helmpinn.geometry.Interval` (with or without
+Domains: :class:`~helmpinn.problems.geometry.Box` and :class:`~helmpinn.problems.geometry.Interval` (with or without
 a PML); curved boundaries (a scatterer) and point clouds are not supported.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..geometry import Box
+from ..problems.geometry import Box
 from ..problems import Dirichlet, Robin
 # The grid's memory estimate is helmpinn.memory's (the one limit of every kind of run); these
 # names stay importable from here.

@@ -43,11 +43,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._checks import integer, real_number
-from ..geometry import Box
-from ..media import GridField
-from ..pml import PML
+from ..problems.geometry import Box
+from ..problems.media import GridField
+from ..problems.pml import PML
 from ..problems import Problem, Sommerfeld
-from ..sources import WIDTH_PER_WAVELENGTH, PointSource
+from ..problems.sources import WIDTH_PER_WAVELENGTH, PointSource
 from ..survey import Survey
 from .fd import FDOperator, check_memory
 
@@ -263,7 +263,7 @@ def fwi(survey, initial, *, domain, pml, bounds: tuple[float, float], grid: floa
     """Adjoint-state FWI of ``survey`` from the ``initial`` velocity (see the module docstring).
 
     ``initial``, ``true``: a number, a callable ``x [N, d] -> [N]`` or a GridField (velocities);
-    ``domain``: the physical :class:`~helmpinn.geometry.Box`; ``pml``: its
+    ``domain``: the physical :class:`~helmpinn.problems.geometry.Box`; ``pml``: its
     :class:`~helmpinn.PML` (None: first-order absorbing faces); ``bounds``: ``(v_min, v_max)``,
     which must contain the initial model; ``grid``: the medium grid's spacing (default
     :data:`MEDIUM_SPACING` × the shortest wavelength, ``v_min / max f``); ``h``: the
@@ -286,7 +286,7 @@ def fwi(survey, initial, *, domain, pml, bounds: tuple[float, float], grid: floa
     if not isinstance(survey, Survey):
         raise TypeError(f"fwi: survey must be a helmpinn.Survey, got {type(survey).__name__}")
     if not isinstance(domain, Box):
-        raise TypeError(f"fwi: domain must be a helmpinn.geometry.Box, got {type(domain).__name__}")
+        raise TypeError(f"fwi: domain must be a helmpinn.problems.geometry.Box, got {type(domain).__name__}")
     if pml is not None and not isinstance(pml, PML):
         raise TypeError(f"fwi: pml must be a helmpinn.PML or None, got {type(pml).__name__}")
     survey.validate(domain, pml)

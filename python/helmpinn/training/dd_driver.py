@@ -3,11 +3,11 @@ default sizing.
 
 **The model protocol** the :class:`~helmpinn.Trainer` needs, and
 :class:`TrainableDecomposedModel`, a decomposed model that has it, are in
-:mod:`helmpinn.model_protocol` (importable from here too).
+:mod:`helmpinn.models.model_protocol` (importable from here too).
 
 **The optimisers.** Both run on the residuals of the run's points
 (:meth:`TrainableDecomposedModel.training_residuals`: the rows of
-:meth:`Rows.from_training_set <helmpinn.decomposition.Rows.from_training_set>` with the run's
+:meth:`Rows.from_training_set <helmpinn.models.decomposition.Rows.from_training_set>` with the run's
 weights, under a hard constraint without the Dirichlet rows that the constraint satisfies
 identically, zero data where φ = 0; over MPI every rank holds every rank's points and its own
 subdomains); new points rebuild them. :class:`GNDriver` (``Trainer.fit(steps,
@@ -35,19 +35,19 @@ import numpy as np
 
 from .. import _core
 from .._checks import integer, real_number
-from ..decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, Level, Rows, subdomain_grid
+from ..models.decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, Level, Rows, subdomain_grid
 from ..defaults import (DD_ADAM_SETTINGS, DD_CG_MAXITER, DD_DAMPING, DD_GROW_GAP, DD_POINTS_PER_WAVELENGTH,
                        GN_BY_DIMENSION, LM_BOUNDARY_SHARE, STALL_FACTOR, STALL_WINDOW, SUBDOMAINS_PER_WAVELENGTH,
                        auto_weights, default_settings, points_rule, scale_wavenumber, wavelengths)
 from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo, mismatch
 from ..gauss_newton import BACKTRACK, MatrixFreeGN
-from ..geometry import Box
+from ..problems.geometry import Box
 from ..params import sigma_for
 from ..problems import Dirichlet
-from ..waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
+from ..problems.waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
 from ..memory import MemoryEstimateError, check_fit
-# the model protocol, moved to helmpinn.model_protocol; its names stay importable from here
-from ..model_protocol import STATE_KEY, TrainableDecomposedModel, load_model, term_means, trainable  # noqa: F401
+# the model protocol, moved to helmpinn.models.model_protocol; its names stay importable from here
+from ..models.model_protocol import STATE_KEY, TrainableDecomposedModel, load_model, term_means, trainable  # noqa: F401
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -69,8 +69,8 @@ class GNSettings(LMSettings):
     ``cg_maxiter``, ``coarse``, ``products``, ``geodesic``, ``gram``, ...; its constructor checks
     them), and ``resonance``: in a closed box the loss also weighs the residual in the modes
     within this share of κ by the error it causes (the mode rows of
-    :func:`helmpinn.waves.resonance_rows`, under a hard constraint
-    :func:`helmpinn.waves.resonance_green_rows`; module docstring); 0: not; ``resonance_most``:
+    :func:`helmpinn.problems.waves.resonance_rows`, under a hard constraint
+    :func:`helmpinn.problems.waves.resonance_green_rows`; module docstring); 0: not; ``resonance_most``:
     of those modes at most this many, the most amplified (each costs two parameter vectors and
     two preconditioner applications a trial)."""
 
@@ -136,8 +136,8 @@ class GNDriver(DampedDriver):
         of the problem's near-resonant modes where ``resonance`` is set and it has any: on a
         model with the hard constraint, in a box whose every wall is ``Dirichlet(0)``, Green's
         (value rows of scale :data:`GREEN_ROW_SCALE` on the grid of
-        :func:`helmpinn.waves.resonance_green_rows` after the points', the mode rows' columns
-        over them), else the points' sum (:func:`helmpinn.waves.resonance_rows`)."""
+        :func:`helmpinn.problems.waves.resonance_green_rows` after the points', the mode rows' columns
+        over them), else the points' sum (:func:`helmpinn.problems.waves.resonance_rows`)."""
         within, most = float(self.settings.resonance), int(self.settings.resonance_most)
 
         def modes(rows: Rows) -> Any:
@@ -221,7 +221,7 @@ def _hard_constraint(problem: Any) -> bool:
 
 def _constraint_refusal(problem: Any) -> str | None:
     """Why the hard constraint (u = 0 on every face of the sampled box,
-    :class:`~helmpinn.decomposition.BoxConstraint`) cannot hold ``problem``'s solution, or None
+    :class:`~helmpinn.models.decomposition.BoxConstraint`) cannot hold ``problem``'s solution, or None
     where it can: the sampled domain is a box and every boundary condition is ``Dirichlet(0)``
     (a PML's outer wall, with no condition of its own, included)."""
     domain = getattr(problem, "sampling_domain", problem.domain)
@@ -301,7 +301,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
         if math.prod(grids[0]) > MAX_SUBDOMAINS:
             raise ValueError(f"decomposition: {' x '.join(map(str, grids[0]))} subdomains ({spw:g} per wavelength "
                              f"over {' x '.join(f'{w:.3g}' for w in waves)} wavelengths) are more than "
-                             f"{MAX_SUBDOMAINS:,} (helmpinn.decomposition.MAX_SUBDOMAINS)")
+                             f"{MAX_SUBDOMAINS:,} (helmpinn.models.decomposition.MAX_SUBDOMAINS)")
     grids = [list(g) for g in grids]
     if r["coarse_level"] and [1] * d not in grids:
         grids.append([1] * d)
@@ -334,7 +334,7 @@ def build_decomposed_model(problem: Any, decomposition: Mapping[str, Any], ff_di
                            dtype: str = "float64") -> TrainableDecomposedModel:
     """A fresh decomposed model from a :func:`decomposed_settings` table's ``decomposition``
     and subnetwork shape. ``sigma``: the subnetworks' Fourier scale on the finest level (None:
-    :meth:`~helmpinn.decomposition.DecomposedModel.create`'s, from the wavenumber)."""
+    :meth:`~helmpinn.models.decomposition.DecomposedModel.create`'s, from the wavenumber)."""
     if dtype != "float64":
         raise ValueError(f"dtype: a decomposed model is float64, got {dtype!r}")
     dd = decomposition

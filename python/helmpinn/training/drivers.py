@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 import numpy as np
 
 from .. import _device, distributed
-from ..batch import TERMS
-from ..decomposition import DecomposedModel
+from ..problems.batch import TERMS
+from ..models.decomposition import DecomposedModel
 from ..defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE, STALL_FACTOR, STALL_WINDOW
 from ..lm import CoreResiduals, LevenbergMarquardt, NonFiniteLoss
 from ..optim import Adam, AdamSettings, Schedule, make_schedule, minimize_lbfgs
@@ -80,7 +80,7 @@ class Driver:
 
     Class attributes: ``name``; ``trains`` (the kinds of model it trains, of :data:`MODEL_KINDS`:
     "network" for a :class:`helmpinn.Model`, "decomposed" for a model that computes its own loss,
-    :class:`helmpinn.decomposition.DecomposedModel`; :func:`mismatch` reads it); ``fixed_points``
+    :class:`helmpinn.models.decomposition.DecomposedModel`; :func:`mismatch` reads it); ``fixed_points``
     (True: the loop never redraws the points under this optimiser, whatever ``resample_every``
     says); ``stall`` (``(window, factor)``: the loop stops when the loss fell by less than
     ``factor`` over ``window`` steps; None: never).
@@ -135,7 +135,7 @@ class AdamDriver(Driver):
     (``Trainer.optimizer`` is that driver's Adam).
 
     A model that computes its own loss (one with ``objective(training_set, weights, comm)``,
-    a decomposed model: :meth:`helmpinn.model_protocol.TrainableDecomposedModel.objective`) gives
+    a decomposed model: :meth:`helmpinn.models.model_protocol.TrainableDecomposedModel.objective`) gives
     the loss and gradient on the run's points instead of the loop's core workspace; new points
     rebuild it.
     """
@@ -438,7 +438,7 @@ MODEL_KINDS = {"network": "one network", "decomposed": "a decomposed model"}
 
 
 def model_kind(model: Any) -> str:
-    """"decomposed" for a :class:`~helmpinn.decomposition.DecomposedModel`, else "network"."""
+    """"decomposed" for a :class:`~helmpinn.models.decomposition.DecomposedModel`, else "network"."""
     return "decomposed" if isinstance(model, DecomposedModel) else "network"
 
 

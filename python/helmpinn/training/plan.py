@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from .._checks import integer
 from ..defaults import OPTIMIZERS, run_settings, should_decompose
-from ..model import Model
+from ..models.model import Model
 from . import dd_driver
 from .drivers import MODEL_KINDS, Driver, make_driver, mismatch
 from .status import RunStatus

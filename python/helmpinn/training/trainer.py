@@ -55,16 +55,16 @@ import numpy as np
 from .. import _core, _device, _signature, distributed, memory
 from .._checks import integer
 from .._compat import UNSET, renamed
-from ..batch import TERMS, WEIGHTS, Batch
-from ..model_protocol import trainable
+from ..problems.batch import TERMS, WEIGHTS, Batch
+from ..models.model_protocol import trainable
 from ..defaults import auto_weights, default_settings
 from .status import RunStatus
 from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, NonFiniteStep, \
     StepInfo, make_driver, mismatch, model_kind
-from ..model import Model, _json_default
+from ..models.model import Model, _json_default
 from ..optim import Adam, Schedule
 from ..problems import Problem, TrainingSet
-from ..registry import recorded_options
+from ..problems.registry import recorded_options
 
 __all__ = ["Trainer", "History", "default_settings", "auto_weights", "relative_l2"]
 
@@ -165,7 +165,7 @@ class Trainer:
                  val_points: int | None = None, time_limit: float | None = None,
                  clock: Callable[[], float] = time.perf_counter,
                  n_pde: int = UNSET, n_bc: int = UNSET):
-        model = trainable(model)   # a DecomposedModel gets the model protocol (helmpinn.model_protocol)
+        model = trainable(model)   # a DecomposedModel gets the model protocol (helmpinn.models.model_protocol)
         # The device is checked before anything else; the model is moved once every argument is.
         target = model.device if device is None else _device.check(device, "Trainer")
         pde_points = renamed("Trainer", "pde_points", pde_points, "n_pde", n_pde)
@@ -367,7 +367,7 @@ class Trainer:
             seed = [int(self.seed)] if isinstance(self.seed, (int, np.integer)) else []
             rng = np.random.default_rng(np.random.SeedSequence([*seed, 0x76616C]))   # "val"
             ts = self.problem.sample(self.val_points, min(self.bc_points, 128), rng, "uniform")
-            if self.workspace is None:   # a model that computes its own loss (helmpinn.model_protocol)
+            if self.workspace is None:   # a model that computes its own loss (helmpinn.models.model_protocol)
                 self._val = self.model.loss_function(ts, self.weights)
                 return self.validation_loss()
             batch = ts.to_batch(self.model.dtype)
@@ -747,7 +747,7 @@ class Checkpoints:
 
     def metadata(self, trainer: "Trainer") -> dict[str, Any]:
         """The checkpoint's metadata: the model's, the problem's record (its name, the options
-        it is rebuilt with, those JSON cannot hold by repr: :func:`helmpinn.registry.recorded_options`),
+        it is rebuilt with, those JSON cannot hold by repr: :func:`helmpinn.problems.registry.recorded_options`),
         the step, the sampler's state and the problem's fingerprint."""
         if self.fingerprint is None:
             self.fingerprint = _signature.record(trainer.problem) or {}

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._matcheck import check_mat5
+from .._matcheck import check_mat5
 
 __all__ = ["GridField"]
 

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from . import _core, _device
+from .. import _core, _device
 
 __all__ = ["Batch", "KEYWORDS", "TERM_KEYWORDS", "TERMS", "POINTS", "WEIGHTS", "alike_on_every_axis",
            "operator_a"]

@@ -1,8 +1,8 @@
 """Problems by name: the registry behind :func:`get_problem`, :func:`list_problems` and
 ``helmpinn train --problem``.
 
-The registry is explicit: it is built from the ``PROBLEMS`` tables of :mod:`helmpinn.builtin`,
-:mod:`helmpinn.scattering` and :mod:`helmpinn.waves` (name -> ``(factory, one-line description)``), and
+The registry is explicit: it is built from the ``PROBLEMS`` tables of :mod:`helmpinn.problems.builtin`,
+:mod:`helmpinn.problems.scattering` and :mod:`helmpinn.problems.waves` (name -> ``(factory, one-line description)``), and
 :func:`register_problem` adds to it. A factory is ``f(**options) -> Problem``; its options are
 its keyword parameters with their defaults (:func:`problem_options`).
 
@@ -23,7 +23,7 @@ import sys
 from typing import Any, Callable
 
 from . import builtin, scattering, waves, waves3d
-from .problems import Problem
+from .problem import Problem
 
 __all__ = ["get_problem", "list_problems", "problem_names", "problem_options", "register_problem",
            "load_factory", "canonical_name", "recorded_options"]

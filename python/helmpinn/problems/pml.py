@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._checks import real_number
+from .._checks import real_number
 
 __all__ = ["PML", "operator_coefficients", "DEFAULT_REFLECTION"]
 

@@ -1,8 +1,8 @@
 """The built-in problems with exact solutions, registered by name for :func:`helmpinn.get_problem`
 and ``helmpinn train --problem``: ``plane1d``, ``dirichlet2d``, ``heterogeneous2d``, ``cube3d``,
-``waveguide`` (the scattering problems with a PML are in :mod:`helmpinn.scattering`).
+``waveguide`` (the scattering problems with a PML are in :mod:`helmpinn.problems.scattering`).
 
-Each is a factory ``f(**options) -> Problem``; :func:`helmpinn.registry.problem_options` lists
+Each is a factory ``f(**options) -> Problem``; :func:`helmpinn.problems.registry.problem_options` lists
 a problem's options with their defaults. Every option is checked when the problem is built (a
 finite number in its range, the wavenumbers at most :data:`MAX_WAVENUMBER`); a bad value is a
 ValueError naming the problem and the option.
@@ -13,9 +13,10 @@ import math
 
 import numpy as np
 
-from ._checks import integer, real_number
+from .._checks import integer, real_number
 from .geometry import Box, Interval
-from .problems import Dirichlet, Neumann, Problem, Sommerfeld
+from .conditions import Dirichlet, Neumann, Sommerfeld
+from .problem import Problem
 
 __all__ = ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "waveguide", "MAX_WAVENUMBER", "PROBLEMS"]
 
@@ -153,7 +154,7 @@ def waveguide(k: float = 3 * math.pi, n: int = 1, length: float = 1.0, width: fl
     )
 
 
-#: The built-in problems by name: (factory, one-line description); :mod:`helmpinn.registry` reads it.
+#: The built-in problems by name: (factory, one-line description); :mod:`helmpinn.problems.registry` reads it.
 PROBLEMS = {
     "plane1d": (plane1d,
                  "plane wave u = exp(ikx) on [0,1]; u(0)=1, Sommerfeld at x=1 (option k)"),

@@ -5,11 +5,11 @@ place), ``predict``, ``save(path, optimizer_state=, metadata=)`` / ``load``, ``c
 ``params_host`` / ``set_params``, ``optimizer_state``, ``metadata``, ``device`` / ``to``,
 ``dtype``, ``in_dim`` and ``num_params``: :class:`helmpinn.Model` has them, and
 :class:`TrainableDecomposedModel` adds them to a
-:class:`~helmpinn.decomposition.DecomposedModel` (float64, CPU). A ``Trainer`` given a plain
+:class:`~helmpinn.models.decomposition.DecomposedModel` (float64, CPU). A ``Trainer`` given a plain
 ``DecomposedModel`` trains it through :meth:`TrainableDecomposedModel.wrap`, which shares its
 state (the same parameters, trained in place). A decomposed model computes its own loss
 (:meth:`TrainableDecomposedModel.loss_function`), so the Trainer makes no core workspace for it.
-Its file is the decomposition's ``.npz`` (:data:`helmpinn.decomposition.FORMAT`), the
+Its file is the decomposition's ``.npz`` (:data:`helmpinn.models.decomposition.FORMAT`), the
 optimiser state under the metadata key ``"optimizer_state"``; :func:`load_model` reads either
 kind of file.
 
@@ -26,8 +26,8 @@ from typing import Any, Callable, ClassVar, Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from . import distributed
-from .batch import TERMS
+from .. import distributed
+from ..problems.batch import TERMS
 from .decomposition import FORMAT, DecomposedModel, Rows
 from .model import Model
 
@@ -53,7 +53,7 @@ def _jsonable(obj: Any) -> Any:
 
 
 class TrainableDecomposedModel(DecomposedModel):
-    """A :class:`~helmpinn.decomposition.DecomposedModel` with the run loop's model protocol
+    """A :class:`~helmpinn.models.decomposition.DecomposedModel` with the run loop's model protocol
     (module docstring): float64 on the CPU, its optimiser state kept in its file's metadata.
     Construct it as a ``DecomposedModel`` (``create``, ``load``) or wrap one with :meth:`wrap`."""
 
@@ -71,7 +71,7 @@ class TrainableDecomposedModel(DecomposedModel):
         if isinstance(model, cls):
             return model
         if not isinstance(model, DecomposedModel):
-            raise TypeError(f"model: expected a helmpinn.decomposition.DecomposedModel, got {type(model).__name__}")
+            raise TypeError(f"model: expected a helmpinn.models.decomposition.DecomposedModel, got {type(model).__name__}")
         view = cls.__new__(cls)
         view.__dict__ = model.__dict__
         if "optimizer_state" not in view.__dict__:
@@ -144,7 +144,7 @@ class TrainableDecomposedModel(DecomposedModel):
 
     def training_residuals(self, training_set: Any, weights: Mapping[str, float], comm: Any = None,
                            modes: Callable[[Rows], Any] | None = None) -> Any:
-        """The :class:`~helmpinn.decomposition.DecomposedResiduals` of :meth:`training_rows`,
+        """The :class:`~helmpinn.models.decomposition.DecomposedResiduals` of :meth:`training_rows`,
         with ``modes(rows)``'s mode rows where given (None: none; ``modes`` may also return
         ``(more, M)``: rows of its own, appended after the points', and M over all of them).
         Over MPI (``comm`` of several ranks, ``training_set`` this rank's share of a run's

@@ -47,12 +47,12 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from . import _core, distributed
-from ._checks import integer, real_number
-from ._files import read_npz, write_atomic
-from .batch import Batch, alike_on_every_axis, operator_a
+from .. import _core, distributed
+from .._checks import integer, real_number
+from .._files import read_npz, write_atomic
+from ..problems.batch import Batch, alike_on_every_axis, operator_a
 from .model import Model
-from .params import init_params, sigma_for
+from ..params import init_params, sigma_for
 
 __all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals",
            "assign_subdomains", "CARRIER_TERM", "FORMAT", "WINDOW_CUTOFF", "MIN_OVERLAP", "MIN_CONSTRAINT_SCALE",
@@ -114,7 +114,7 @@ def subdomain_grid(grid: Any, d: int, name: str = "grid") -> tuple[int, ...]:
     out = tuple(integer("decomposition", name, n, low=1) for n in counts)
     if math.prod(out) > MAX_SUBDOMAINS:
         raise ValueError(f"decomposition: {name}: {' x '.join(map(str, out))} = {math.prod(out):,} subdomains, "
-                         f"more than {MAX_SUBDOMAINS:,} (helmpinn.decomposition.MAX_SUBDOMAINS)")
+                         f"more than {MAX_SUBDOMAINS:,} (helmpinn.models.decomposition.MAX_SUBDOMAINS)")
     return out
 
 
@@ -344,7 +344,7 @@ class DecomposedModel:
         d = levels[0].dim
         for lv in levels:
             if not isinstance(lv, Level):
-                raise TypeError(f"levels: expected helmpinn.decomposition.Level objects, got {type(lv).__name__}")
+                raise TypeError(f"levels: expected helmpinn.models.decomposition.Level objects, got {type(lv).__name__}")
             if lv.dim != d or not (np.array_equal(lv.lo, levels[0].lo) and np.array_equal(lv.hi, levels[0].hi)):
                 raise ValueError("levels: every level must cover the same box")
         for s in specs:
@@ -724,7 +724,7 @@ class DecomposedResiduals:
     (``a = b = 0``: through the core's data term, one stream, times ``C`` here), then those with
     the same ``a`` on every axis (outside a PML, the same half-width on every axis: the scalar
     form, ``a_lap``, the Laplacian's d + 2 streams instead of 2d + 1,
-    :func:`helmpinn.batch.operator_a`), then the rest; one core call per form present (a part's
+    :func:`helmpinn.problems.batch.operator_a`), then the rest; one core call per form present (a part's
     ``batches``: :class:`_Segment` over its points ``idx[lo:hi]``). The value rows of
     :data:`CARRIER_TERM` come first: they only carry mode rows (below), and a part's block rows
     from ``counted`` on are the ones whose own ``JᵀJ`` counts (the preconditioner's Gram matrices
@@ -750,7 +750,7 @@ class DecomposedResiduals:
     **Mode rows** (``modes``, an ``[N, q]`` array, or None): 2q rows more, ``Mᵀ r_re`` and
     ``Mᵀ r_im`` after the 2N point rows, each a weighted projection of the point rows' residual on
     one column of M (a near-resonant mode of a closed box, scaled by its weight:
-    :func:`helmpinn.waves.resonance_rows`); the loss ``Σ r²`` then counts a residual in those
+    :func:`helmpinn.problems.waves.resonance_rows`); the loss ``Σ r²`` then counts a residual in those
     modes as much more than its size at the points, as the error it causes is. They are linear
     in the point rows: :meth:`residuals` and :meth:`jvp` append them (:meth:`extend`),
     :meth:`vjp` folds them back (:meth:`fold`); :meth:`block` stays the point rows' block and
@@ -761,7 +761,7 @@ class DecomposedResiduals:
 
     def __init__(self, model: DecomposedModel, rows: Rows, *, comm: Any = None, modes: ArrayLike | None = None):
         if not isinstance(rows, Rows):
-            raise TypeError(f"rows: expected helmpinn.decomposition.Rows, got {type(rows).__name__}")
+            raise TypeError(f"rows: expected helmpinn.models.decomposition.Rows, got {type(rows).__name__}")
         if comm is not None and not all(hasattr(comm, m) for m in ("Get_rank", "Get_size", "Allreduce")):
             raise TypeError(f"comm: expected None or an mpi4py communicator, got {type(comm).__name__}")
         self.comm = comm if comm is not None and comm.Get_size() > 1 else None

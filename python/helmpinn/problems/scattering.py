@@ -2,7 +2,7 @@
 
 The unknown is the scattered field ``u`` of the incident plane wave
 ``u_inc = exp(i k (x cos θ + y sin θ))`` on a cylinder of radius ``R`` at the origin, in the box
-``[−π, π]²`` surrounded by a :class:`~helmpinn.pml.PML`. Its exact solution is the Hankel series
+``[−π, π]²`` surrounded by a :class:`~helmpinn.problems.pml.PML`. Its exact solution is the Hankel series
 (outgoing waves ``H_n = H_n^{(1)}``, time convention ``e^{−iωt}``, as the Sommerfeld condition
 ``∂u/∂n − iku = 0``)
 
@@ -18,11 +18,12 @@ import math
 
 import numpy as np
 
-from ._checks import real_number
+from .._checks import real_number
 from .builtin import MAX_WAVENUMBER
 from .geometry import Box, BoxMinusBall, Disk
 from .pml import PML
-from .problems import Dirichlet, Neumann, Problem
+from .conditions import Dirichlet, Neumann
+from .problem import Problem
 
 __all__ = ["cylinder_scattered_field", "series_terms", "MAX_SERIES_TERMS", "PROBLEMS"]
 
@@ -101,7 +102,7 @@ def scatter_soft(k: float = 2.0, radius: float = math.pi / 4, theta: float = 0.0
     return _scatter(False, k, radius, theta, pml_width)
 
 
-#: The scattering problems by name: (factory, one-line description); :mod:`helmpinn.registry` reads it.
+#: The scattering problems by name: (factory, one-line description); :mod:`helmpinn.problems.registry` reads it.
 PROBLEMS = {
     "scatter-hard": (scatter_hard,
                      "plane wave on a sound-hard cylinder in [-pi,pi]^2 with a PML, Hankel-series "

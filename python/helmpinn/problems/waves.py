@@ -17,7 +17,7 @@ u only up to them: :func:`box_source_error` reports the error with its least-squ
 in those modes removed, beside the raw error.
 
 ``free-source`` is a Gaussian source ``g = exp(−r²/(2 s²)) / (2π s²)`` in free space, the physical
-box ``[−1, 1]²`` inside a :class:`~helmpinn.pml.PML` one wavelength wide; W wavelengths across the
+box ``[−1, 1]²`` inside a :class:`~helmpinn.problems.pml.PML` one wavelength wide; W wavelengths across the
 box gives ``k = π W``. Our equation ``Δu + k²u = f`` takes ``f = −g``; the outgoing solution
 (``e^{−iωt}``) is the radial Green's-function integral
 
@@ -38,10 +38,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._checks import integer
+from .._checks import integer
 from .geometry import Box
 from .pml import PML
-from .problems import Dirichlet, Problem, Robin
+from .conditions import Dirichlet, Robin
+from .problem import Problem
 
 __all__ = ["box_source_solution", "free_source_field", "resonant_modes", "box_source_error",
            "BoxMode", "box_resonances", "ResonanceWarning", "resonance_warning", "box_mode_values",
@@ -273,7 +274,7 @@ def box_resonances(problem: Problem, within: float = 0.01, most: int | None = No
     nearest first; with ``most``, only the ``most`` nearest (in 3-D the window holds about
     ``(π/2)·within·(√κ L/π)³`` modes: 4 million within 1% of κ = 2000² in the unit cube, found
     without a grid of every mode but each one a :class:`BoxMode`). A closed box: a
-    :class:`~helmpinn.geometry.Box` or Interval without a PML, every face Dirichlet or Neumann
+    :class:`~helmpinn.problems.geometry.Box` or Interval without a PML, every face Dirichlet or Neumann
     (Robin with α = 0), a real constant κ and no operator coefficients (``a``, ``b``, density).
     None for any other problem (an absorbing boundary or medium has no real resonance; a
     variable medium is not analysed)."""
@@ -326,7 +327,7 @@ def box_mode_values(problem: Problem, mode: tuple[int, ...], x: ArrayLike) -> ND
     (at the max end only), multiplied."""
     faces = _closed_box(problem)
     if faces is None:
-        raise ValueError("problem: expected a closed box (helmpinn.waves.box_resonances), got another problem")
+        raise ValueError("problem: expected a closed box (helmpinn.problems.waves.box_resonances), got another problem")
     x = np.asarray(x, np.float64)
     if x.ndim != 2 or x.shape[1] != len(faces) or len(mode) != len(faces):
         raise ValueError(f"x, mode: expected points [N, {len(faces)}] and {len(faces)} indices, got {x.shape} and {mode}")
@@ -347,7 +348,7 @@ def _mode_factor(face: tuple[float, bool, bool], m: int, s: NDArray) -> NDArray[
 def resonance_rows(problem: Problem, x: ArrayLike, pde: ArrayLike | None = None, within: float = RESONANCE_WITHIN,
                    cap: float = RESONANCE_CAP, most: int = RESONANCE_MOST) -> NDArray[np.float64] | None:
     """The mode rows of a closed box's near-resonant modes at the points x [N, d]
-    (:class:`helmpinn.decomposition.DecomposedResiduals`' ``modes``): ``[N, q]``, one column per
+    (:class:`helmpinn.models.decomposition.DecomposedResiduals`' ``modes``): ``[N, q]``, one column per
     mode of :func:`box_resonances` within ``within``·κ whose amplification ``a = κ/|κ − λ|`` is
     finite, the mode's values at the PDE points (``pde``, a boolean mask; default all) scaled
     to norm ``sqrt(min(a, cap)² − 1)`` and zero at the other points. A residual ρ in such a
@@ -508,7 +509,7 @@ def resonance_warning(problem: Problem, within: float = 0.01) -> str | None:
         what = (f"its mode {mode} of −Δ has eigenvalue {first.eigenvalue:.6g} against κ = {problem.kappa:.6g}, "
                 f"so a residual in it is amplified {first.amplification:,.0f} times in u")
     return (f"the closed box {box} is near resonance: {what} ({count:,} mode(s) within "
-            f"{100 * within:g}% of κ: helmpinn.waves.box_resonances lists them). The error can stay "
+            f"{100 * within:g}% of κ: helmpinn.problems.waves.box_resonances lists them). The error can stay "
             f"large while the loss falls (the training guide, 'Closed boxes near resonance').")
 
 
@@ -588,7 +589,7 @@ def free_source(wavelengths: float = 5.0, s: float = 0.05) -> Problem:
                    pml=PML(2.0 * math.pi / k))
 
 
-#: The problems of this module by name (read by :mod:`helmpinn.registry`).
+#: The problems of this module by name (read by :mod:`helmpinn.problems.registry`).
 PROBLEMS = {
     "box-source": (box_source,
                    "Gaussian source in the Dirichlet box [0,1]^2, the multilevel-FBPINN ladder; "

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._checks import complex_number, real_number
+from .._checks import complex_number, real_number
 
 __all__ = ["PointSource", "FreeSpaceSource", "WIDTH_PER_WAVELENGTH", "mixture_density", "sample_mixture"]
 

@@ -19,12 +19,12 @@ from typing import Any, Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from . import _core
-from . import _device
-from ._checks import integer
-from ._files import TEMP_PREFIX, read_npz, write_atomic   # TEMP_PREFIX: the temporary files' names
-from .defaults import fourier_sigma as _sigma_rule   # (the name fourier_sigma is Model.create's argument)
-from .params import init_params
+from .. import _core
+from .. import _device
+from .._checks import integer
+from .._files import TEMP_PREFIX, read_npz, write_atomic   # TEMP_PREFIX: the temporary files' names
+from ..defaults import fourier_sigma as _sigma_rule   # (the name fourier_sigma is Model.create's argument)
+from ..params import init_params
 
 __all__ = ["Model", "FORMAT_VERSION", "TEMP_PREFIX"]
 

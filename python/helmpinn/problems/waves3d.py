@@ -33,11 +33,11 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._checks import real_number
+from .._checks import real_number
 from .builtin import MAX_WAVENUMBER
 from .geometry import Box
 from .pml import PML
-from .problems import Problem
+from .problem import Problem
 from .sources import WIDTH_PER_WAVELENGTH, PointSource
 
 __all__ = ["gaussian_source_field_3d", "free_source_3d", "PROBLEMS"]

@@ -1,0 +1,147 @@
+"""Where a problem's points are drawn: the domain, or with a PML the domain and its layer
+(:func:`surround`), the PDE points (uniform, or a ``pml_share`` of them in the layer, plus draws
+at the point sources with their importance weights) and the boundary points (by part, or on the
+PML's outer wall and a scatterer). :class:`Sampler` draws them for a
+:class:`~helmpinn.problems.problem.Problem` (whose ``sampling_domain`` and ``pml_share`` are its);
+the problem evaluates κ, the source and the conditions at them."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._checks import real_number
+from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
+from .pml import PML
+from .sources import mixture_density, sample_mixture
+
+__all__ = ["Sampler", "surround"]
+
+
+def surround(domain: Domain, pml: PML | None) -> tuple[Domain, tuple[str, ...], Any]:
+    """``(sampling_domain, absorbed, box)``: where the points are drawn (the domain, or with a
+    PML its outer box around the domain), the boundary parts the layer replaces, and the
+    physical box ``(lo, hi)`` (None for a point cloud without a PML). A
+    :class:`~helmpinn.problems.geometry.PointCloud` holds its layer itself: its bounding box is
+    the layer's outer wall, the physical box that box shrunk by the width."""
+    box = domain.bounds if not isinstance(domain, PointCloud) else None
+    if pml is None:
+        return domain, (), box
+    if isinstance(domain, BoxMinusBall):
+        lo, hi = pml.outer_box(domain.box.lo, domain.box.hi)
+        return BoxMinusBall(Box(lo, hi), domain.ball), domain.box.part_names, box
+    if isinstance(domain, Box):
+        lo, hi = pml.outer_box(domain.lo, domain.hi)
+        return (Interval(lo[0], hi[0]) if domain.dim == 1 else Box(lo, hi)), domain.part_names, box
+    if isinstance(domain, PointCloud):
+        lo, hi = domain.bounds
+        lo, hi = lo + pml.width, hi - pml.width
+        if not np.all(hi > lo):
+            raise ValueError(f"pml: a PointCloud's bounding box is the layer's outer wall; "
+                             f"width {pml.width!r} leaves no physical box inside "
+                             f"{domain.bounds[0].tolist()} .. {domain.bounds[1].tolist()}")
+        return domain, (), (lo, hi)
+    raise TypeError(f"pml: the domain must be a Box, Interval, BoxMinusBall or PointCloud "
+                    f"(a PML surrounds its outer box), got {type(domain).__name__}")
+
+
+class Sampler:
+    """Draws the points of a problem on ``domain`` (with an optional ``pml``, and its
+    ``pml_share``, checked). ``sampling_domain``, ``absorbed`` and ``box``: :func:`surround`'s."""
+
+    def __init__(self, domain: Domain, pml: PML | None = None, pml_share: float | None = None):
+        self.domain = domain
+        self.dim = domain.dim
+        self.sampling_domain, self.absorbed, self.box = surround(domain, pml)
+        self.layered = pml is not None
+        self.pml_share = None
+        if pml_share is not None:
+            if pml is None:
+                raise ValueError("pml_share: given without a pml")
+            if isinstance(domain, PointCloud):
+                raise ValueError("pml_share: a PointCloud's points are given, not drawn")
+            self.pml_share = real_number("Problem", "pml_share", pml_share, low=0.0, low_open=False,
+                                         high=1.0)
+
+    def in_layer(self, x: NDArray) -> NDArray[np.bool_]:
+        """True for points of the PML (outside the physical box); all False without one."""
+        x = np.asarray(x, np.float64)
+        if not self.layered:
+            return np.zeros(len(x), bool)
+        lo, hi = self.box
+        return np.any((x < lo) | (x > hi), axis=1)
+
+    def layer_volume(self) -> float:
+        return self.sampling_domain.volume - self.domain.volume
+
+    def layer_points(self, n: int = 4096) -> NDArray[np.float64]:
+        """Up to n points of the PML: a point cloud's first n there, else n drawn uniformly (by a
+        generator seeded 0)."""
+        if isinstance(self.domain, PointCloud):
+            return self.domain.interior[self.in_layer(self.domain.interior)][:n]
+        return self.sample_layer(n, np.random.default_rng(0))
+
+    def base_sample(self, n: int, rng: np.random.Generator, method: str) -> NDArray[np.float64]:
+        """n PDE points from the base density p: uniform over the domain and its layer, or with
+        ``pml_share`` of them uniform in the layer and the rest uniform in the physical domain."""
+        if self.pml_share is None:
+            return self.sampling_domain.sample_interior(n, rng, method)
+        n_layer = int(round(self.pml_share * n))
+        inner = self.domain.sample_interior(n - n_layer, rng, method)
+        return np.concatenate([inner, self.sample_layer(n_layer, rng, method)])
+
+    def sample_layer(self, n: int, rng: np.random.Generator, method: str = "uniform") -> NDArray[np.float64]:
+        """n points uniform in the PML: the outer domain's draws outside the box."""
+        layer, have = [], 0
+        keep = max(self.layer_volume() / self.sampling_domain.volume, 1e-3)
+        while have < n:
+            m = int(math.ceil((n - have) / keep * 1.1)) + 8
+            x = self.sampling_domain.sample_interior(m, rng, method)
+            x = x[self.in_layer(x)][: n - have]
+            layer.append(x)
+            have += len(x)
+        return np.concatenate(layer) if layer else np.empty((0, self.dim))
+
+    def base_density(self, x: NDArray) -> NDArray[np.float64]:
+        """p(x), the density of :meth:`base_sample`."""
+        if self.pml_share is None:
+            return np.full(len(x), 1.0 / self.sampling_domain.volume)
+        layer = self.in_layer(x)
+        return np.where(layer, self.pml_share / self.layer_volume(),
+                        (1.0 - self.pml_share) / self.domain.volume)
+
+    def sample_pde(self, n: int | None, rng: np.random.Generator, method: str, point_sources: list,
+                   source_share: float) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+        """``(x [M, d], w [M] or None)``: PDE points and their importance weights
+        (:meth:`Problem.sample_pde <helmpinn.problems.problem.Problem.sample_pde>`), with
+        ``source_share`` of them drawn from the ``point_sources``' Gaussian mixture."""
+        if source_share == 0 or not n:  # (a PointCloud takes n = None: all its points)
+            return self.base_sample(n, rng, method), None
+        n = int(n)
+        n_src = int(round(source_share * n))
+        base = self.base_sample(n - n_src, rng, method)
+        drawn = sample_mixture(point_sources, n_src, rng)
+        drawn = drawn[self.sampling_domain.contains(drawn)]
+        x = np.ascontiguousarray(np.concatenate([base, drawn]))
+        p = self.base_density(x)
+        q = ((n - n_src) * p + n_src * mixture_density(point_sources, x)) / n
+        return x, (len(x) / n) * p / q
+
+    def sample_boundary(self, n: int | None, rng: np.random.Generator,
+                        method: str) -> tuple[BoundarySample, NDArray[np.float64] | None]:
+        """``(parts, wall)``: n boundary points split over the parts by measure, and None; with
+        a PML, the points on its outer wall (``u = 0`` there) and, for a scatterer inside (a
+        :class:`~helmpinn.problems.geometry.BoxMinusBall`), half of the n on it (by measure it
+        would get a sliver of them), as the part ``"scatterer"``."""
+        if not self.absorbed:
+            return self.domain.sample_boundary(n, rng, method), None
+        sd = self.sampling_domain
+        if isinstance(sd, BoxMinusBall):
+            n_wall = int(n) // 2
+            wall = sd.box.sample_boundary(n_wall, rng, method).x
+            inner = sd.ball.sample_boundary(int(n) - n_wall, rng, method)
+            return BoundarySample(inner.x, -inner.normals, np.full(len(inner.x), "scatterer")), wall
+        wall = sd.sample_boundary(n, rng, method).x
+        return BoundarySample(np.empty((0, self.dim)), np.empty((0, self.dim)), np.empty(0, dtype="<U9")), wall
