@@ -251,6 +251,9 @@ def test_background_errors():
         hp.Problem(box, kappa=9.0, bcs={"*": None}, background=hp.PointSource((0.0, 0.0)))
     with pytest.raises(ValueError, match="1-D source for a 2-D domain"):
         hp.Problem(box, kappa=9.0, bcs={"*": None}, background=hp.sources.FreeSpaceSource(0.0, 3.0))
+    for k in (1e-300, 0.0, 1e300):   # a field that would overflow: refused by name
+        with pytest.raises(ValueError, match="wavenumber must be a finite number >= 1e-08 and <= 1e"):
+            hp.sources.FreeSpaceSource((0.0, 0.0), k)
 
 
 def test_dirichlet_and_robin_conditions_of_the_total_field_are_shifted():

@@ -72,8 +72,10 @@ class GridField:
             else np.asarray(spacing, np.float64)
         if origin.shape != (d,) or not np.all(np.isfinite(origin)):
             raise ValueError(f"GridField: origin must be {d} finite numbers, got {origin.tolist()}")
-        if spacing.shape != (d,) or not np.all(np.isfinite(spacing) & (spacing > 0)):
-            raise ValueError(f"GridField: spacing must be {d} finite numbers > 0, got {spacing.tolist()}")
+        # 1e-100..1e100: a coordinate divided by the spacing stays finite (a finer or coarser
+        # grid is a unit mistake, not a medium)
+        if spacing.shape != (d,) or not np.all(np.isfinite(spacing) & (spacing >= 1e-100) & (spacing <= 1e100)):
+            raise ValueError(f"GridField: spacing must be {d} finite numbers in [1e-100, 1e100], got {spacing.tolist()}")
         if outside not in ("error", "nearest"):
             raise ValueError(f"GridField: outside must be 'error' or 'nearest', got {outside!r}")
         self.values = v

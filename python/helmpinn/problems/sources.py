@@ -161,7 +161,7 @@ class FreeSpaceSource:
     ----------
     position : sequence of d floats
         x₀ (length units).
-    wavenumber : float > 0
+    wavenumber : float in [1e-8, 1e8]
         k₀, the medium's wavenumber at the source (κ(x₀) = k₀² is checked by the Problem).
     amplitude : complex
         A.
@@ -170,7 +170,9 @@ class FreeSpaceSource:
     def __init__(self, position: ArrayLike, wavenumber: float, amplitude: complex = 1.0):
         probe = PointSource(position, amplitude, width=1.0)  # the same checks of both
         self.position, self.amplitude, self.dim = probe.position, probe.amplitude, probe.dim
-        self.wavenumber = real_number("FreeSpaceSource", "wavenumber", wavenumber, low=0.0, high=1e8)
+        # 1e-8..1e8: beyond them the field overflows (its 1/k² scale) or means nothing
+        self.wavenumber = real_number("FreeSpaceSource", "wavenumber", wavenumber, low=1e-8, high=1e8,
+                                      low_open=False)
 
     def __repr__(self) -> str:
         return (f"FreeSpaceSource(position={self.position.tolist()}, wavenumber={self.wavenumber!r}, "
