@@ -19,6 +19,7 @@ MOVED_MODULES = {
     **{f"helmpinn.{name}": f"helmpinn.problems.{name}"
        for name in ("geometry", "pml", "media", "sources", "batch", "builtin", "scattering", "waves", "registry")},
     **{f"helmpinn.{name}": f"helmpinn.models.{name}" for name in ("model", "decomposition", "model_protocol")},
+    **{f"helmpinn.{name}": f"helmpinn.training.{name}" for name in ("trainer", "drivers", "dd_driver")},
 }
 
 
