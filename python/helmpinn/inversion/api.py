@@ -268,7 +268,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
            bounds: tuple[float, float] | None = None, true: Any = None, time_limit: float = 300.0,
            network: Sequence[int] = (12, 16, 2), pde_points: int | None = None,
            boundary_points: int | None = None, per_wavelength: float = 4.0, lambda_data: float = 1.0,
-           regularization: float = 1e-4, max_steps: int = 50, tol: float = 1e-4,
+           regularization: float = 1e-5, max_steps: int = 50, tol: float = 1e-4,
            pml_share: float | None = 0.25, varpro: bool = False,
            warm_start: str = "fd", fit_steps: int = 10, seed: int = 0,
            callback: Callable[[dict], None] | None = None) -> Inversion:
