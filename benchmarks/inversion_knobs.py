@@ -36,6 +36,7 @@ import helmpinn as hp
 from helmpinn.inversion.api import _fit, _forward, _problem, _Run
 from helmpinn.inversion.joint import JointResiduals
 from helmpinn.inversion.medium import SplineMedium
+from helmpinn.inversion.parallel import Ranks
 from helmpinn.inversion.solver import ArrowheadLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
     c = np.clip(medium.fit(1.0), *m_bounds)
     c_true = medium.fit(lambda x: 1.0 / case["true"](x) ** 2)
     reg = math.sqrt(a.reg) * medium.gradient_rows(float(np.mean(c))) if a.reg > 0 else None
-    run = _Run(survey, domain, pml, options)
+    run = _Run(survey, domain, pml, options, Ranks())
 
     def error(coefficients):
         return bi.velocity_error(medium.gridfield(coefficients, velocity=True), case)
