@@ -3,7 +3,7 @@
 synthetic survey, start, bounds and velocity-error measure.
 
     python benchmarks/bench_inversion.py --case ring|crosswell --method fwi|pinn
-        [--noise 0.01] [--time-limit S] [--seed 0] [--regularization A] [--json out.json]
+        [--noise 0.01] [--time-limit S] [--max-iter N] [--seed 0] [--regularization A] [--json out.json]
         [--figure out.png]
     python benchmarks/bench_inversion.py --scaling [--wavefields 4 8 16 32] [--steps 3] [--json out.json]
     mpiexec -n 2 python benchmarks/bench_inversion.py --scaling --mpi ...
@@ -195,7 +195,8 @@ def run_pinn(case: dict, args) -> dict:
     t0 = time.perf_counter()
     result = hp.invert(case["survey"], case["initial"], domain=case["domain"], pml=case["pml"],
                        bounds=case["bounds"], true=case["true"],
-                       time_limit=args.time_limit or case["time_limit"], seed=args.seed, callback=report)
+                       time_limit=args.time_limit or case["time_limit"], max_steps=args.max_iter,
+                       seed=args.seed, callback=report)
     seconds = time.perf_counter() - t0
     history = {k: [h.get(k) for h in result.history] for k in result.history[0]}
     return {"velocity": result.velocity, "seconds": seconds, "history": history,
@@ -240,7 +241,8 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=None)
     ap.add_argument("--regularization", type=float, default=None,
                     help="α of fwi's Tikhonov term (default: the rule max(10 noise², 1e-5))")
-    ap.add_argument("--max-iter", type=int, default=50)
+    ap.add_argument("--max-iter", type=int, default=50,
+                    help="fwi: L-BFGS-B iterations a frequency; pinn: LM steps a frequency (max_steps)")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--figure", default=None, help="write true / recovered / difference here (.png)")

@@ -11,6 +11,7 @@ import pytest
 import helmpinn as hp
 from helmpinn.problems.geometry import Box
 from helmpinn.inversion import ArrowheadLM, JointResiduals, SplineMedium, WavefieldRows
+from helmpinn.inversion.api import FIRST_STAGE_SHARE, _stage_deadline
 
 DOMAIN = Box([0.0, 0.0], [1.0, 1.0])
 
@@ -275,3 +276,16 @@ def test_a_callback_s_exception_ends_the_run():
         raise RuntimeError("from the callback")
     with pytest.raises(RuntimeError, match="from the callback"):
         hp.invert(_two_stage_survey(), 1.0, callbacks=[boom], **SMALL)
+
+
+def test_the_first_stage_takes_two_shares_of_the_time():
+    assert FIRST_STAGE_SHARE == 2.0
+    # three stages, 300 s from t = 10: the first gets 2/4 of it, the others a half each of the rest
+    assert _stage_deadline(10.0, 300.0, 10.0, 0, 3) == pytest.approx(160.0)
+    assert _stage_deadline(10.0, 300.0, 160.0, 1, 3) == pytest.approx(235.0)
+    # a stage that ended early passes its remainder on
+    assert _stage_deadline(10.0, 300.0, 100.0, 1, 3) == pytest.approx(205.0)
+    assert _stage_deadline(10.0, 300.0, 235.0, 2, 3) == pytest.approx(310.0)
+    # one stage: the whole limit; a run continued at a later stage shares evenly
+    assert _stage_deadline(0.0, 50.0, 0.0, 0, 1) == pytest.approx(50.0)
+    assert _stage_deadline(0.0, 60.0, 0.0, 1, 4) == pytest.approx(20.0)

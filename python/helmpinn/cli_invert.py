@@ -107,7 +107,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-steps", type=int, help="LM steps per frequency (pinn; default 50) or L-BFGS-B "
                    "iterations per frequency (fwi; default 50)")
     p.add_argument("--regularization", type=float, help="the medium's gradient regularisation weight "
-                   "(default: the method's, 1e-4)")
+                   "(default: the method's: 1e-5 for pinn, 1e-4 for fwi)")
     p.add_argument("--network", metavar=("FF", "HIDDEN", "LAYERS"), type=int, nargs=3,
                    help="pinn: every wavefield network's Fourier features, width and hidden layers")
     p.add_argument("--points", type=int, help="pinn: PDE points per wavefield (default: helmpinn.invert's)")

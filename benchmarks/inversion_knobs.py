@@ -1,0 +1,139 @@
+#!/usr/bin/env python
+"""The ring case of ``bench_inversion.py`` with ``hp.invert``'s method taken apart: a fixed number
+of Levenberg-Marquardt steps a stage and every knob on the command line, the velocity error
+printed after every step, so that ideas compare by error at equal steps (times on a shared
+machine say little).
+
+    python benchmarks/inversion_knobs.py [--sources 4] [--freqs 0,1,2] [--steps 20]
+        [--lambda-data 1] [--reg 1e-5] [--network 12,16,2] [--per-wavelength 4] [--lam 1]
+        [--exact] [--fit-steps 30] [--varpro] [--extrapolate 2] [--noise 0.01]
+
+``--sources n``: every (16/n)-th source of the 16 (4: the "quarter survey"); ``--freqs``: the
+stages, as indices into the frequencies (2, 3, 4), repeats allowed (a repeated frequency starts
+a new stage: a forward solve in the current medium and fresh networks); ``--steps``: one count,
+or one a stage. ``--exact``: before each stage's steps, fit every network (``--fit-steps`` LM
+steps) to the scattered field of the *true* medium (the finite-difference field in the true
+medium minus the stage's background) and set the medium to the least-squares one for those
+networks: how low the joint loss's minimiser lets the error go when the wavefields start right.
+``--extrapolate a``: after each accepted step, try the medium steps a, a², ... times as long
+(the networks as accepted) while the loss falls.
+
+The stage loop is :func:`helmpinn.invert`'s (``_Run.wavefields``, :class:`JointResiduals`,
+:class:`ArrowheadLM`), taken from the library's private helpers on purpose: the script measures
+the method as implemented.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+import helmpinn as hp
+from helmpinn.inversion.api import _fit, _forward, _problem, _Run
+from helmpinn.inversion.joint import JointResiduals
+from helmpinn.inversion.medium import SplineMedium
+from helmpinn.inversion.parallel import Ranks
+from helmpinn.inversion.solver import ArrowheadLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_inversion as bi  # noqa: E402
+
+
+def _arguments(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sources", type=int, default=16, choices=[1, 2, 4, 8, 16])
+    ap.add_argument("--freqs", default="0,1,2")
+    ap.add_argument("--steps", default="10")
+    ap.add_argument("--lambda-data", type=float, default=1.0)
+    ap.add_argument("--reg", type=float, default=1e-5)
+    ap.add_argument("--network", default="12,16,2")
+    ap.add_argument("--per-wavelength", type=float, default=4.0)
+    ap.add_argument("--lam", type=float, default=1.0)
+    ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--fit-steps", type=int, default=30)
+    ap.add_argument("--varpro", action="store_true")
+    ap.add_argument("--extrapolate", type=float, default=0.0)
+    ap.add_argument("--noise", type=float, default=0.0)
+    return ap.parse_args(argv)
+
+
+def _exact_start(run, rows, thetas, joint, lm, medium, c_true, fi, network, fit_steps, c):
+    """Networks fitted to the true medium's scattered fields; the medium projected for them."""
+    f = float(run.freqs[fi])
+    probs = [_problem(run.domain, run.pml, f, medium, c_true, s, None, 0.0, 0.25) for s in run.survey.sources]
+    fields = _forward(probs, run.o["v_min"] / f / 12)
+    for w, theta, u in zip(rows, thetas, fields):
+        model = hp.Model.create(2, *network, dtype="float64", seed=0, problem=w.problem)
+        model.params[:] = theta
+        _fit(model, w.x_pde, u(w.x_pde) - w.u0, fit_steps)
+        theta[:] = model.params
+    loss = joint.loss(thetas, c)
+    return lm.project_medium(thetas, c, loss)[0]
+
+
+def _extrapolate(lm, joint, thetas, c_old, c, loss, factor):
+    best, best_loss, alpha = c, loss, 1.0
+    while alpha < 20:
+        alpha *= factor
+        trial = lm.project(c_old + alpha * (c - c_old))
+        trial_loss = joint.loss(thetas, trial)
+        if not trial_loss < best_loss:
+            break
+        best, best_loss = trial, trial_loss
+    return best
+
+
+def main(argv=None) -> int:
+    a = _arguments(argv)
+    case = bi.make_case("ring", noise=a.noise)
+    sv = case["survey"]
+    keep = list(range(0, 16, 16 // a.sources))
+    survey = hp.Survey([sv.sources[i] for i in keep], sv.receivers, sv.frequencies, sv.data[:, keep],
+                       np.asarray(sv.weights)[:, keep])
+    domain, pml = case["domain"], case["pml"]
+    lo_v, hi_v = case["bounds"]
+    m_bounds = (1 / hi_v ** 2, 1 / lo_v ** 2)
+    network = tuple(int(t) for t in a.network.split(","))
+    options = dict(lambda_data=a.lambda_data, pde_points=None, boundary_points=None, network=network,
+                   seed=0, pml_share=0.25, warm_start="fd", v_min=lo_v, true=case["true"])
+    medium = SplineMedium.for_wavelength(domain.lo, domain.hi, lo_v / max(bi.FREQUENCIES), a.per_wavelength)
+    c = np.clip(medium.fit(1.0), *m_bounds)
+    c_true = medium.fit(lambda x: 1.0 / case["true"](x) ** 2)
+    reg = math.sqrt(a.reg) * medium.gradient_rows(float(np.mean(c))) if a.reg > 0 else None
+    run = _Run(survey, domain, pml, options, Ranks())
+
+    def error(coefficients):
+        return bi.velocity_error(medium.gridfield(coefficients, velocity=True), case)
+    print(f"medium {medium.shape}; the spline of the true medium: error {error(c_true):.4f}", flush=True)
+    freqs = [int(t) for t in a.freqs.split(",")]
+    steps = [int(t) for t in a.steps.split(",")]
+    steps = steps * len(freqs) if len(steps) == 1 else steps
+    t0 = time.perf_counter()
+    for stage, (fi, n_steps) in enumerate(zip(freqs, steps)):
+        rows, thetas = run.wavefields(fi, medium, c, None)
+        joint = JointResiduals(rows, run.spec, medium, reg)
+        lm = ArrowheadLM(joint, bounds=m_bounds, varpro=a.varpro, lam=a.lam)
+        if a.exact:
+            c = _exact_start(run, rows, thetas, joint, lm, medium, c_true, fi, network, a.fit_steps, c)
+        terms = joint.terms(thetas, c)
+        print(f"stage {stage} f={run.freqs[fi]:g}: error {error(c):.4f}  "
+              + "  ".join(f"{k} {v:.3e}" for k, v in terms.items()), flush=True)
+        for k in range(n_steps):
+            c_old = c
+            info, c = lm.step(thetas, c)
+            if a.extrapolate and info.accepted:
+                c = _extrapolate(lm, joint, thetas, c_old, c, info.loss, a.extrapolate)
+            terms = joint.terms(thetas, c)
+            print(f"  {k + 1:3d} accepted {int(info.accepted)} lam {info.lam:.1e} rho {info.rho:.2f} "
+                  f"error {error(c):.4f} pde {terms['pde']:.2e} data {terms['data']:.2e} "
+                  f"reg {terms['reg']:.2e} t {time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"final velocity error {error(c):.4f} after {time.perf_counter() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
