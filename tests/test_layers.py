@@ -36,7 +36,7 @@ LAZY = {
 #: The floors, from the bottom (docs/layout.md): a module imports from its own floor or lower
 #: ("": the package's ``__init__``). A new module must be given a floor here.
 FLOORS = {
-    "base": ["_core", "_checks", "_compat", "_files", "_matcheck", "_blas", "_device", "_signature", "_cxx", "_budget",
+    "base": ["_core", "core", "_checks", "_compat", "_files", "_matcheck", "_blas", "_device", "_signature", "_cxx", "_budget",
              "params", "runfiles"],
     "problems": ["problems.geometry", "problems.pml", "problems.media", "problems.sources", "problems.batch",
                  "problems.conditions", "problems.training_set", "problems.medium", "problems.source_terms",

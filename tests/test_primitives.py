@@ -256,3 +256,18 @@ def test_data_loss_chained_into_workspace_accumulators(rng):
     grad = np.empty(spec.num_params)
     ws.value_and_grad(theta, grad, x_data=x, y=y)
     assert R.rel_err(grad, chained) < 1e-12
+
+
+def test_the_engine_level_is_helmpinn_core_and_the_top_level_keeps_its_names():
+    # the seed's primitives have one public home, helmpinn.core; hp answers the same objects for
+    # the code written before, but its __all__ (the training layer's names) leaves them out
+    import helmpinn as hp
+    import helmpinn.core as core
+    from helmpinn import _core
+
+    for name in core.__all__:
+        assert getattr(core, name) is getattr(_core, name) is getattr(hp, name), name
+    seed = {"mse_backward", "layer_backward", "fourier_backward", "adam_step"}
+    assert seed <= set(core.__all__)
+    assert not seed & set(hp.__all__)
+    assert {"ModelSpec", "Workspace", "core", "solve"} <= set(hp.__all__)
