@@ -38,7 +38,7 @@ LAZY = {
 FLOORS = {
     "base": ["_core", "_checks", "_compat", "_files", "_matcheck", "_blas", "_device", "_signature", "_cxx", "_budget",
              "params", "runfiles"],
-    "problems": ["geometry", "pml", "media", "sources", "batch", "problems", "builtin", "scattering", "waves",
+    "problems": ["geometry", "pml", "media", "jumps", "sources", "batch", "problems", "builtin", "scattering", "waves",
                  "registry", "survey", "distributed", "reference.fd"],
     "rules": ["optim", "defaults"],
     "models and optimisers": ["model", "decomposition", "model_protocol", "lm", "gauss_newton"],

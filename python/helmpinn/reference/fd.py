@@ -37,6 +37,7 @@ a PML); curved boundaries (a scatterer) and point clouds are not supported.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..geometry import Box
+from ..jumps import average_kappa, find_jumps
 from ..problems import Dirichlet, Robin
 # The grid's memory estimate is helmpinn.memory's (the one limit of every kind of run); these
 # names stay importable from here.
@@ -201,9 +203,11 @@ class FDOperator:
     (:func:`fd_memory_estimate`) and a grid that does not fit is refused.
     """
 
-    def __init__(self, problem, h: float | ArrayLike, *, order: int = 4):
+    def __init__(self, problem, h: float | ArrayLike, *, order: int = 4, jumps: str = "average"):
         if order not in (2, 4):
             raise ValueError(f"fd_solve: order must be 2 or 4, got {order!r}")
+        if jumps not in JUMP_MODES:
+            raise ValueError(f"fd_solve: jumps must be one of {JUMP_MODES}, got {jumps!r}")
         axes, hs, n = _grid(problem, h)
         d = len(axes)
         shape = tuple(int(m) + 1 for m in n)
@@ -223,6 +227,10 @@ class FDOperator:
         self.interior_nodes = node[interior]
         rows, cols, vals, kappa, f = _pde_rows(problem, x[interior], idx[interior], node[interior],
                                                n, hs, strides, order)
+        self.jumps = _medium_jumps(problem, axes, x, interior, kappa, jumps, order)
+        if self.jumps is not None:
+            kappa, vals[0] = self.jumps[1], self.jumps[1].copy()
+            self.jumps = self.jumps[0]
         self.kappa = kappa
         self.boundary_rhs = np.zeros(len(x), np.complex128)
         _boundary_rows(problem, x[on_wall], idx[on_wall], node[on_wall], n, hs, strides, order,
@@ -358,6 +366,62 @@ def _check_finite(name: str, values: NDArray, points: NDArray) -> None:
                          f"the first at {np.asarray(points[i]).tolist()} (value {values[i]!r})")
 
 
+#: What fd_solve does at a jump of κ: "average" (κ averaged over the stencil support of each node
+#: whose support straddles the jump) or "sample" (κ at the nodes, first order there).
+JUMP_MODES = ("average", "sample")
+
+
+def _medium_jumps(problem, axes, x, interior, kappa, mode, order):
+    """The jumps of κ on the grid (:func:`helmpinn.jumps.find_jumps`) and, for "average", κ at
+    the interior nodes with the hat-weighted average where a node's support straddles a jump;
+    None for a constant κ or no jump. Warns once per grid (:class:`MediumJumpWarning`)."""
+    if not callable(problem.kappa):
+        return None
+    shape = tuple(len(a) for a in axes)
+    values = np.empty(len(x), np.complex128)
+    values[interior] = kappa
+    values[~interior] = np.asarray(problem.kappa_at(x[~interior]), np.complex128)
+    found = find_jumps(problem.kappa_at, axes, values=values.reshape(shape))
+    if not found:
+        return None
+    where = np.round(found.points[0], 4).tolist()
+    if mode == "sample":
+        warnings.warn(f"fd_solve: the medium jumps (a relative step up to {found.largest:.2g} across "
+                      f"{len(found)} neighbouring node pairs, the first near {where}); with κ sampled at "
+                      f"the nodes (jumps='sample') the solution converges at first order there: leave "
+                      f"jumps='average' (the default) for about second order", MediumJumpWarning, stacklevel=4)
+        return None
+    hs = np.array([a[1] - a[0] for a in axes])
+    near = np.zeros(shape, bool)
+    # the pair's lower node: its midpoint is half a step above it along the pair's axis
+    idx = np.floor((found.points - np.array([a[0] for a in axes])) / hs + 0.25).astype(np.int64)
+    for j in range(len(axes)):
+        for shift in (0, 1):
+            pos = idx.copy()
+            pos[found.axis == j, j] += shift
+            near[tuple(np.clip(pos, 0, np.array(shape) - 1).T)] = True
+    for j in range(len(axes)):   # a support cut only at a corner: one node further in every direction
+        grown = near.copy()
+        grown[(slice(None),) * j + (slice(1, None),)] |= near[(slice(None),) * j + (slice(None, -1),)]
+        grown[(slice(None),) * j + (slice(None, -1),)] |= near[(slice(None),) * j + (slice(1, None),)]
+        near = grown
+    flag = near.ravel()[interior]
+    kappa = kappa.copy()
+    lo = np.array([a[0] for a in axes])
+    hi = np.array([a[-1] for a in axes])
+    kappa[flag] = average_kappa(problem.kappa_at, x[interior][flag], hs, order=order, bounds=(lo, hi))
+    warnings.warn(f"fd_solve: the medium jumps (a relative step up to {found.largest:.2g} across "
+                  f"{len(found)} neighbouring node pairs, the first near {where}); κ is averaged over the "
+                  f"stencil support of the {int(flag.sum())} nodes beside the jump, and the solution "
+                  f"converges at about second order there, not fourth: halve h to check the error",
+                  MediumJumpWarning, stacklevel=4)
+    return found, kappa
+
+
+class MediumJumpWarning(UserWarning):
+    """fd_solve's warning that the medium jumps, which lowers the order of convergence."""
+
+
 def _pde_rows(problem, xi, ii, ni, n, hs, strides, order):
     """The interior nodes' PDE rows: the κ diagonal first, then each direction's stencils."""
     d = xi.shape[1]
@@ -456,7 +520,7 @@ def _boundary_rows(problem, xw, iw, nw, n, hs, strides, order, rows, cols, vals,
 
 
 def fd_solve(problem, h: float | ArrayLike, *, order: int = 4,
-             ordering: str = DEFAULT_ORDERING) -> FDSolution:
+             ordering: str = DEFAULT_ORDERING, jumps: str = "average") -> FDSolution:
     """Solve ``problem`` by finite differences of the given ``order`` (4, or 2) on a regular
     grid of spacing about ``h`` (a number, or one per direction; the grid fits the domain
     exactly, so the spacing is ``(hi - lo) / ceil((hi - lo) / h)``). See the module docstring.
@@ -472,7 +536,7 @@ def fd_solve(problem, h: float | ArrayLike, *, order: int = 4,
     """
     if ordering not in _ORDERINGS:
         raise ValueError(f"fd_solve: ordering must be one of {_ORDERINGS}, got {ordering!r}")
-    op = FDOperator(problem, h, order=order)
+    op = FDOperator(problem, h, order=order, jumps=jumps)
     rhs = op.rhs()
     u = op.factorize(ordering=ordering).solve(rhs)
     return op.solution(u)
