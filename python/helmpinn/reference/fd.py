@@ -20,7 +20,12 @@ problem (the PML and media included), and checking problems without an exact sol
 of the discretisation falls as h⁴ (tests/test_fd_reference.py checks the order on a plane wave,
 a standing wave and a point source in a PML). With a PML of the default profile power 2 the
 coefficients have a kink at the layer's inner edge (σ″ jumps) and the convergence there falls to
-about second order; ``PML(width, power=4)`` keeps it fourth order. Sources must be resolved by the grid (a Gaussian of
+about second order; ``PML(width, power=4)`` keeps it fourth order. A medium whose κ jumps (an
+inclusion, a layer boundary: :func:`helmpinn.jumps.find_jumps` on the grid) makes κ sampled at
+the nodes place the interface only to within a node, first order; by default (``jumps="average"``)
+κ at the nodes whose stencil reaches the jump is the average of κ under the kernel the stencil
+applies to u″ (:func:`helmpinn.jumps.average_kappa`), second order or better there (a
+:class:`MediumJumpWarning` says so; the measurements in docs/guide/reference-solver.md). Sources must be resolved by the grid (a Gaussian of
 width s needs h well below s). Cost: one sparse LU of a matrix with N = Π (n_j + 1) rows and
 about 4d + 1 entries per row, factorised with :data:`DEFAULT_ORDERING`; measured on 2 shared cores,
 a 201² grid factorises in about 2 s and a 401² grid in about 35 s (0.9 GB), a 25³ grid in
@@ -53,7 +58,7 @@ from .._budget import (ASSEMBLY_BYTES_PER_NODE, LU_BYTES_PER_ENTRY, available_me
                       lu_fill)
 from .._budget import check_fd as check_memory
 
-__all__ = ["fd_solve", "FDSolution", "FDOperator", "FDFactor", "stencil_weights", "fd_memory_estimate",
+__all__ = ["fd_solve", "FDSolution", "FDOperator", "FDFactor", "MediumJumpWarning", "stencil_weights", "fd_memory_estimate",
            "check_memory", "available_memory", "lu_fill"]
 
 
@@ -366,15 +371,17 @@ def _check_finite(name: str, values: NDArray, points: NDArray) -> None:
                          f"the first at {np.asarray(points[i]).tolist()} (value {values[i]!r})")
 
 
-#: What fd_solve does at a jump of κ: "average" (κ averaged over the stencil support of each node
-#: whose support straddles the jump) or "sample" (κ at the nodes, first order there).
+#: What fd_solve does at a jump of κ: "average" (κ averaged with the kernel the stencil applies to
+#: u″, :func:`helmpinn.jumps.average_kappa`, at each node whose kernel reaches the jump) or
+#: "sample" (κ at the nodes, first order there).
 JUMP_MODES = ("average", "sample")
 
 
 def _medium_jumps(problem, axes, x, interior, kappa, mode, order):
     """The jumps of κ on the grid (:func:`helmpinn.jumps.find_jumps`) and, for "average", κ at
-    the interior nodes with the hat-weighted average where a node's support straddles a jump;
-    None for a constant κ or no jump. Warns once per grid (:class:`MediumJumpWarning`)."""
+    the interior nodes with the stencil kernel's average where a node's kernel reaches a jump
+    (the nodes of the pairs across it and their neighbours); None for a constant κ or no jump.
+    Warns once per grid (:class:`MediumJumpWarning`)."""
     if not callable(problem.kappa):
         return None
     shape = tuple(len(a) for a in axes)
@@ -389,7 +396,7 @@ def _medium_jumps(problem, axes, x, interior, kappa, mode, order):
         warnings.warn(f"fd_solve: the medium jumps (a relative step up to {found.largest:.2g} across "
                       f"{len(found)} neighbouring node pairs, the first near {where}); with κ sampled at "
                       f"the nodes (jumps='sample') the solution converges at first order there: leave "
-                      f"jumps='average' (the default) for about second order", MediumJumpWarning, stacklevel=4)
+                      f"jumps='average' (the default) for second order or better", MediumJumpWarning, stacklevel=4)
         return None
     hs = np.array([a[1] - a[0] for a in axes])
     near = np.zeros(shape, bool)
@@ -411,9 +418,10 @@ def _medium_jumps(problem, axes, x, interior, kappa, mode, order):
     hi = np.array([a[-1] for a in axes])
     kappa[flag] = average_kappa(problem.kappa_at, x[interior][flag], hs, order=order, bounds=(lo, hi))
     warnings.warn(f"fd_solve: the medium jumps (a relative step up to {found.largest:.2g} across "
-                  f"{len(found)} neighbouring node pairs, the first near {where}); κ is averaged over the "
-                  f"stencil support of the {int(flag.sum())} nodes beside the jump, and the solution "
-                  f"converges at about second order there, not fourth: halve h to check the error",
+                  f"{len(found)} neighbouring node pairs, the first near {where}); κ is averaged with "
+                  f"the stencil's kernel at the {int(flag.sum())} nodes beside the jump (jumps='average'), "
+                  f"which converges there at second order or better where sampling κ at the nodes is "
+                  f"first order, but not at fourth order: halve h to check the error",
                   MediumJumpWarning, stacklevel=4)
     return found, kappa
 
@@ -531,8 +539,9 @@ def fd_solve(problem, h: float | ArrayLike, *, order: int = 4,
     whose assembly and factorisation would not fit within the memory limit is refused
     (:func:`helmpinn.memory.check_fd`, a :class:`~helmpinn.memory.MemoryEstimateError`).
     ``ordering``: the factorisation's (:meth:`FDOperator.factorize`; "COLAMD" with partial
-    pivoting is SciPy's plain ``splu(A)``). Many sources or many κ on one
-    grid: use :class:`FDOperator`.
+    pivoting is SciPy's plain ``splu(A)``). ``jumps``: at a jump of κ, "average" (κ averaged
+    beside it, the default) or "sample" (κ at the nodes, first order there); either warns
+    (:class:`MediumJumpWarning`). Many sources or many κ on one grid: use :class:`FDOperator`.
     """
     if ordering not in _ORDERINGS:
         raise ValueError(f"fd_solve: ordering must be one of {_ORDERINGS}, got {ordering!r}")
