@@ -234,7 +234,13 @@ class FDOperator:
                                                n, hs, strides, order)
         self.jumps = _medium_jumps(problem, axes, x, interior, kappa, jumps, order)
         if self.jumps is not None:
-            kappa, vals[0] = self.jumps[1], self.jumps[1].copy()
+            averaged = self.jumps[1]
+            if getattr(problem, "background", None) is not None:
+                # the scattered field's source f − L u₀ takes the operator's κ: (κ − κ̄) u₀ more
+                moved = averaged != kappa
+                f = f.copy()
+                f[moved] += (kappa[moved] - averaged[moved]) * problem.background_at(x[interior][moved])
+            kappa, vals[0] = averaged, averaged.copy()
             self.jumps = self.jumps[0]
         self.kappa = kappa
         self.boundary_rhs = np.zeros(len(x), np.complex128)
