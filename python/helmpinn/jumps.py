@@ -4,16 +4,20 @@ A velocity jump (an inclusion, a layer boundary, a salt body) leaves the field u
 derivative continuous but makes Δu jump by (κ₁ − κ₂) u across the interface. Two things follow:
 
 - finite differences that sample κ at their nodes place the interface only to within a node,
-  and converge at first order; averaging κ over each node's stencil support (the tensor product
-  of hat functions of half-width h, the weight the second-order Laplacian gives u″) where the
-  support straddles the jump restores a higher order (:func:`average_kappa`; the reference
-  solver does it by default, :func:`helmpinn.reference.fd_solve`);
-- a smooth network cannot represent the kink, and least squares spreads the misfit.
+  and converge at first order there. The second difference of u is exactly an average of u″
+  under a kernel (the hat of half-width h for the three-point stencil, (4/3) hat_h − (1/3)
+  hat_2h for the five-point one), so κ averaged under that kernel at the nodes whose kernel
+  reaches the jump (:func:`average_kappa`) is the consistent coefficient there; the reference
+  solver does it by default (:func:`helmpinn.reference.fd_solve`);
+- a smooth network cannot follow the kink, and least squares spreads the misfit over the domain.
+  :func:`training_problem` gives ``hp.solve`` the medium with its jumps smoothed over a short
+  width (:func:`smoothed_kappa`), whose solution lies close to the sharp one's.
 
 :func:`find_jumps` finds the jumps of a coefficient on a regular grid of probes: a neighbouring
-pair whose relative step exceeds ``threshold`` and keeps at least half that step when probed
-again a quarter of the spacing apart (a smooth but steep medium's step shrinks with the spacing,
-a jump's does not). :func:`problem_jumps` probes a problem's κ over its sampled domain.
+pair whose relative step exceeds ``threshold`` and keeps at least half of it between two of the
+:data:`PROBE_SPLIT` + 1 points that split the pair evenly (a smooth but steep medium's step
+spreads over them, a jump's does not); :func:`find_grid_jumps` finds them on a grid's nodes (a
+:class:`~helmpinn.media.GridField`); :func:`problem_jumps` a problem's.
 """
 from __future__ import annotations
 
