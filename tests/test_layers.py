@@ -38,7 +38,7 @@ LAZY = {
 FLOORS = {
     "base": ["_core", "core", "_checks", "_compat", "_files", "_matcheck", "_blas", "_device", "_signature", "_cxx", "_budget",
              "params", "runfiles"],
-    "problems": ["problems.geometry", "problems.pml", "problems.media", "problems.sources", "problems.batch",
+    "problems": ["problems.geometry", "problems.pml", "problems.media", "problems.jumps", "problems.sources", "problems.batch",
                  "problems.conditions", "problems.training_set", "problems.medium", "problems.source_terms",
                  "problems.sampler", "problems.problem", "problems", "problems.builtin", "problems.scattering", "problems.waves", "problems.waves3d",
                  "problems.registry", "survey", "distributed", "reference.fd"],

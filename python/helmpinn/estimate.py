@@ -30,9 +30,9 @@ cores, the 3-D cap, 30,000 (31³), about a minute (docs/guide/reference-solver.m
 says so.
 
 What it needs: a problem :func:`~helmpinn.reference.fd_solve` discretises (a
-:class:`~helmpinn.geometry.Box` or :class:`~helmpinn.geometry.Interval`, with or without a
+:class:`~helmpinn.problems.geometry.Box` or :class:`~helmpinn.problems.geometry.Interval`, with or without a
 PML, any medium, density, Dirichlet and Robin faces, sources); a problem with a curved boundary
-(a scatterer, :class:`~helmpinn.geometry.BoxMinusBall`) or a point cloud is refused with a
+(a scatterer, :class:`~helmpinn.problems.geometry.BoxMinusBall`) or a point cloud is refused with a
 ValueError: there is no estimate for it yet.
 """
 from __future__ import annotations
@@ -134,7 +134,7 @@ def _solve(problem: Any, h: Any) -> FDSolution:
 def estimate_error(problem: Any, model: Any, *, points_per_wavelength: float = POINTS_PER_WAVELENGTH,
                    max_nodes: int | None = None, h: float | None = None) -> ErrorEstimate:
     """Estimate the relative L2 error of ``model`` (anything with ``predict(x) -> complex [N]``:
-    a :class:`~helmpinn.Model`, a :class:`~helmpinn.decomposition.DecomposedModel`, a
+    a :class:`~helmpinn.Model`, a :class:`~helmpinn.models.decomposition.DecomposedModel`, a
     :class:`~helmpinn.Solution`) on ``problem`` without its exact solution, against
     finite-difference references (see the module docstring): the grids h and 2h first (``h``
     given, or ``λ / points_per_wavelength`` within ``max_nodes``, by default :data:`MAX_NODES`

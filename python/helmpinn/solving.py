@@ -27,6 +27,7 @@ from .distributed import check_ranks
 from .estimate import ErrorEstimate, estimate_error
 from .models.model import Model
 from .problems import Problem
+from .problems.jumps import training_problem
 from .problems.registry import get_problem, recorded_options
 from .training.drivers import Driver, model_kind
 from .training.plan import polish, run_plan, train
@@ -94,7 +95,7 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
           progress: bool = True, *, model: str | Model | DecomposedModel = "auto",
           optimizer: str | Driver = "auto", callbacks: Sequence[Callable[[Trainer, int], Any]] = (),
           memory_bytes: int = 2 << 30, clock: Callable[[], float] = time.perf_counter,
-          **overrides: Any) -> Solution:
+          jumps: float | str | None = "auto", **overrides: Any) -> Solution:
     """Train a model for ``problem`` (a :class:`~helmpinn.Problem` or a built-in's name) and return
     the :class:`Solution`.
 
@@ -119,6 +120,9 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     :class:`~helmpinn.problems.waves.ResonanceWarning` (on rank 0). A run that would not fit in memory,
     one network or decomposed (:func:`helmpinn.memory.check_settings`), is refused with a
     :class:`~helmpinn.memory.MemoryEstimateError` before the model is made or a point drawn.
+    ``jumps``: a medium whose κ jumps (:func:`helmpinn.problems.jumps.problem_jumps`) is trained on with
+    its jumps smoothed over a short width (:func:`helmpinn.problems.jumps.training_problem`: "auto", a
+    width, or "off" for the medium as given); a smooth medium is trained on as given.
     """
     # the numbers first, before any planning (a string, a bool, an infinity named as such)
     tol = None if tol is None else real_number("solve", "tol", tol, low=0)
@@ -126,6 +130,7 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     memory_bytes = integer("solve", "memory_bytes", memory_bytes, low=1)
     if isinstance(problem, str):
         problem = get_problem(problem)
+    problem, _ = training_problem(problem, jumps)   # (sharp media: helmpinn.problems.jumps)
     given = None if isinstance(model, str) else model
     if given is not None and not isinstance(given, (Model, DecomposedModel)):
         raise TypeError(f"model: expected 'auto', 'network', 'decomposed', a Model or a DecomposedModel, "

@@ -3,7 +3,7 @@ closed by a PML, with the exact outgoing field in closed form.
 
 The source is the normalised Gaussian of width s, ``g(r) = exp(−r²/(2s²)) / (2πs²)^{3/2}``, and
 the equation ``Δu + k²u = −A g`` (the sign of the 2-D ``free-source``; a
-:class:`~helmpinn.sources.PointSource` of amplitude A is ``f = +A g``, whose field is minus
+:class:`~helmpinn.problems.sources.PointSource` of amplitude A is ``f = +A g``, whose field is minus
 this one). The outgoing field (time convention ``e^{−iωt}``) is the free-space Green's function
 ``e^{ikr}/(4πr)`` convolved with A g. For a radial field ``Δu = (ru)″/r``, so ``v = r u``
 solves the 1-D problem ``v″ + k²v = −A r g(r)`` on the whole line (``r g`` is odd, v(0) = 0),
@@ -22,7 +22,7 @@ bracket vanishes to first order: below ``r = 1e-3 s`` the field is its Taylor po
 ``3 u″(0) = Δu(0) = −k²u(0) − A g(0)`` (its error is O((r/s)⁴), below 1e-12).
 
 ``free-source-3d`` poses it as a user would: the physical cube ``[−1, 1]³``, ``W`` wavelengths
-across (``k = πW``), the source a :class:`~helmpinn.sources.PointSource` of amplitude −1 at the
+across (``k = πW``), the source a :class:`~helmpinn.problems.sources.PointSource` of amplitude −1 at the
 origin (width ``s``: the PointSource default λ/10 when not given) and a PML ``pml_width`` wide
 (one wavelength by default).
 """
@@ -70,7 +70,7 @@ def gaussian_source_field_3d(x: ArrayLike, k: float, s: float, amplitude: comple
     """The outgoing field (complex [N]) at x [N, 3] of ``Δu + k²u = −A g``, g the normalised
     Gaussian of width s centred at ``centre`` (the closed form of the module docstring).
 
-    A :class:`~helmpinn.sources.PointSource` ``(centre, amplitude=B, width=s)`` is ``f = +B g``:
+    A :class:`~helmpinn.problems.sources.PointSource` ``(centre, amplitude=B, width=s)`` is ``f = +B g``:
     its field is this one with ``amplitude = −B``."""
     x = np.asarray(x, np.float64)
     if x.ndim != 2 or x.shape[1] != 3:
@@ -98,7 +98,7 @@ def free_source_3d(wavelengths: float = 2.0, s: float | None = None, pml_width: 
                    exact=lambda x: gaussian_source_field_3d(x, k, s), wavenumber=k, pml=PML(width))
 
 
-#: The problems of this module by name (read by :mod:`helmpinn.registry`).
+#: The problems of this module by name (read by :mod:`helmpinn.problems.registry`).
 PROBLEMS = {
     "free-source-3d": (free_source_3d,
                        "Gaussian source at the centre of [-1,1]^3 in a PML one wavelength wide; "

@@ -20,7 +20,12 @@ problem (the PML and media included), and checking problems without an exact sol
 of the discretisation falls as h⁴ (tests/test_fd_reference.py checks the order on a plane wave,
 a standing wave and a point source in a PML). With a PML of the default profile power 2 the
 coefficients have a kink at the layer's inner edge (σ″ jumps) and the convergence there falls to
-about second order; ``PML(width, power=4)`` keeps it fourth order. Sources must be resolved by the grid (a Gaussian of
+about second order; ``PML(width, power=4)`` keeps it fourth order. A medium whose κ jumps (an
+inclusion, a layer boundary: :func:`helmpinn.problems.jumps.find_jumps` on the grid) makes κ sampled at
+the nodes place the interface only to within a node, first order; by default (``jumps="average"``)
+κ at the nodes whose stencil reaches the jump is the average of κ under the kernel the stencil
+applies to u″ (:func:`helmpinn.problems.jumps.average_kappa`), second order or better there (a
+:class:`MediumJumpWarning` says so; the measurements in docs/guide/reference-solver.md). Sources must be resolved by the grid (a Gaussian of
 width s needs h well below s). Cost: one sparse LU of a matrix with N = Π (n_j + 1) rows and
 about 4d + 1 entries per row, factorised with :data:`DEFAULT_ORDERING`; measured on 2 shared cores,
 a 201² grid factorises in about 2 s and a 401² grid in about 35 s (0.9 GB), a 25³ grid in
@@ -37,6 +42,7 @@ a PML); curved boundaries (a scatterer) and point clouds are not supported.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +50,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..problems.geometry import Box
+from ..problems.jumps import average_kappa, find_jumps
 from ..problems import Dirichlet, Robin
 # The grid's memory estimate is helmpinn.memory's (the one limit of every kind of run); these
 # names stay importable from here.
@@ -51,7 +58,7 @@ from .._budget import (ASSEMBLY_BYTES_PER_NODE, LU_BYTES_PER_ENTRY, available_me
                       lu_fill)
 from .._budget import check_fd as check_memory
 
-__all__ = ["fd_solve", "FDSolution", "FDOperator", "FDFactor", "stencil_weights", "fd_memory_estimate",
+__all__ = ["fd_solve", "FDSolution", "FDOperator", "FDFactor", "MediumJumpWarning", "stencil_weights", "fd_memory_estimate",
            "check_memory", "available_memory", "lu_fill"]
 
 
@@ -201,9 +208,11 @@ class FDOperator:
     (:func:`fd_memory_estimate`) and a grid that does not fit is refused.
     """
 
-    def __init__(self, problem, h: float | ArrayLike, *, order: int = 4):
+    def __init__(self, problem, h: float | ArrayLike, *, order: int = 4, jumps: str = "average"):
         if order not in (2, 4):
             raise ValueError(f"fd_solve: order must be 2 or 4, got {order!r}")
+        if jumps not in JUMP_MODES:
+            raise ValueError(f"fd_solve: jumps must be one of {JUMP_MODES}, got {jumps!r}")
         axes, hs, n = _grid(problem, h)
         d = len(axes)
         shape = tuple(int(m) + 1 for m in n)
@@ -223,6 +232,16 @@ class FDOperator:
         self.interior_nodes = node[interior]
         rows, cols, vals, kappa, f = _pde_rows(problem, x[interior], idx[interior], node[interior],
                                                n, hs, strides, order)
+        self.jumps = _medium_jumps(problem, axes, x, interior, kappa, jumps, order)
+        if self.jumps is not None:
+            averaged = self.jumps[1]
+            if getattr(problem, "background", None) is not None:
+                # the scattered field's source f − L u₀ takes the operator's κ: (κ − κ̄) u₀ more
+                moved = averaged != kappa
+                f = f.copy()
+                f[moved] += (kappa[moved] - averaged[moved]) * problem.background_at(x[interior][moved])
+            kappa, vals[0] = averaged, averaged.copy()
+            self.jumps = self.jumps[0]
         self.kappa = kappa
         self.boundary_rhs = np.zeros(len(x), np.complex128)
         _boundary_rows(problem, x[on_wall], idx[on_wall], node[on_wall], n, hs, strides, order,
@@ -358,6 +377,65 @@ def _check_finite(name: str, values: NDArray, points: NDArray) -> None:
                          f"the first at {np.asarray(points[i]).tolist()} (value {values[i]!r})")
 
 
+#: What fd_solve does at a jump of κ: "average" (κ averaged with the kernel the stencil applies to
+#: u″, :func:`helmpinn.problems.jumps.average_kappa`, at each node whose kernel reaches the jump) or
+#: "sample" (κ at the nodes, first order there).
+JUMP_MODES = ("average", "sample")
+
+
+def _medium_jumps(problem, axes, x, interior, kappa, mode, order):
+    """The jumps of κ on the grid (:func:`helmpinn.problems.jumps.find_jumps`) and, for "average", κ at
+    the interior nodes with the stencil kernel's average where a node's kernel reaches a jump
+    (the nodes of the pairs across it and their neighbours); None for a constant κ or no jump.
+    Warns once per grid (:class:`MediumJumpWarning`)."""
+    if not callable(problem.kappa):
+        return None
+    shape = tuple(len(a) for a in axes)
+    values = np.empty(len(x), np.complex128)
+    values[interior] = kappa
+    values[~interior] = np.asarray(problem.kappa_at(x[~interior]), np.complex128)
+    found = find_jumps(problem.kappa_at, axes, values=values.reshape(shape))
+    if not found:
+        return None
+    where = np.round(found.points[0], 4).tolist()
+    if mode == "sample":
+        warnings.warn(f"fd_solve: the medium jumps (a relative step up to {found.largest:.2g} across "
+                      f"{len(found)} neighbouring node pairs, the first near {where}); with κ sampled at "
+                      f"the nodes (jumps='sample') the solution converges at first order there: leave "
+                      f"jumps='average' (the default) for second order or better", MediumJumpWarning, stacklevel=4)
+        return None
+    hs = np.array([a[1] - a[0] for a in axes])
+    near = np.zeros(shape, bool)
+    # the pair's lower node: its midpoint is half a step above it along the pair's axis
+    idx = np.floor((found.points - np.array([a[0] for a in axes])) / hs + 0.25).astype(np.int64)
+    for j in range(len(axes)):
+        for shift in (0, 1):
+            pos = idx.copy()
+            pos[found.axis == j, j] += shift
+            near[tuple(np.clip(pos, 0, np.array(shape) - 1).T)] = True
+    for j in range(len(axes)):   # a support cut only at a corner: one node further in every direction
+        grown = near.copy()
+        grown[(slice(None),) * j + (slice(1, None),)] |= near[(slice(None),) * j + (slice(None, -1),)]
+        grown[(slice(None),) * j + (slice(None, -1),)] |= near[(slice(None),) * j + (slice(1, None),)]
+        near = grown
+    flag = near.ravel()[interior]
+    kappa = kappa.copy()
+    lo = np.array([a[0] for a in axes])
+    hi = np.array([a[-1] for a in axes])
+    kappa[flag] = average_kappa(problem.kappa_at, x[interior][flag], hs, order=order, bounds=(lo, hi))
+    warnings.warn(f"fd_solve: the medium jumps (a relative step up to {found.largest:.2g} across "
+                  f"{len(found)} neighbouring node pairs, the first near {where}); κ is averaged with "
+                  f"the stencil's kernel at the {int(flag.sum())} nodes beside the jump (jumps='average'), "
+                  f"which converges there at second order or better where sampling κ at the nodes is "
+                  f"first order, but not at fourth order: halve h to check the error",
+                  MediumJumpWarning, stacklevel=4)
+    return found, kappa
+
+
+class MediumJumpWarning(UserWarning):
+    """fd_solve's warning that the medium jumps, which lowers the order of convergence."""
+
+
 def _pde_rows(problem, xi, ii, ni, n, hs, strides, order):
     """The interior nodes' PDE rows: the κ diagonal first, then each direction's stencils."""
     d = xi.shape[1]
@@ -456,7 +534,7 @@ def _boundary_rows(problem, xw, iw, nw, n, hs, strides, order, rows, cols, vals,
 
 
 def fd_solve(problem, h: float | ArrayLike, *, order: int = 4,
-             ordering: str = DEFAULT_ORDERING) -> FDSolution:
+             ordering: str = DEFAULT_ORDERING, jumps: str = "average") -> FDSolution:
     """Solve ``problem`` by finite differences of the given ``order`` (4, or 2) on a regular
     grid of spacing about ``h`` (a number, or one per direction; the grid fits the domain
     exactly, so the spacing is ``(hi - lo) / ceil((hi - lo) / h)``). See the module docstring.
@@ -467,12 +545,13 @@ def fd_solve(problem, h: float | ArrayLike, *, order: int = 4,
     whose assembly and factorisation would not fit within the memory limit is refused
     (:func:`helmpinn.memory.check_fd`, a :class:`~helmpinn.memory.MemoryEstimateError`).
     ``ordering``: the factorisation's (:meth:`FDOperator.factorize`; "COLAMD" with partial
-    pivoting is SciPy's plain ``splu(A)``). Many sources or many κ on one
-    grid: use :class:`FDOperator`.
+    pivoting is SciPy's plain ``splu(A)``). ``jumps``: at a jump of κ, "average" (κ averaged
+    beside it, the default) or "sample" (κ at the nodes, first order there); either warns
+    (:class:`MediumJumpWarning`). Many sources or many κ on one grid: use :class:`FDOperator`.
     """
     if ordering not in _ORDERINGS:
         raise ValueError(f"fd_solve: ordering must be one of {_ORDERINGS}, got {ordering!r}")
-    op = FDOperator(problem, h, order=order)
+    op = FDOperator(problem, h, order=order, jumps=jumps)
     rhs = op.rhs()
     u = op.factorize(ordering=ordering).solve(rhs)
     return op.solution(u)

@@ -1,0 +1,170 @@
+#!/usr/bin/env python
+"""Media with a velocity jump: ``fd_solve``'s order at the jump and ``hp.solve`` against time.
+
+    PYTHONPATH=python python benchmarks/bench_sharp.py --case square|disc [--fd-only]
+        [--time-limit 300] [--hs 0.04,0.02,0.01,0.005] [--set KEY=VALUE] [--json out.json]
+        [--cache DIR]
+
+Two problems posed as a user poses them: a PointSource, a PML, a callable velocity with a jump.
+
+- ``square``: the physical domain [-1, 1]², f = 2 (4 wavelengths across at v = 1), a square
+  inclusion of v = 0.5 ([-0.02, 0.42] × [-0.17, 0.27]) beside a PointSource at (-0.5, 0),
+  PML 0.5 wide.
+- ``disc``: [0, 1.5]², f = 2.5, a slow disc (v = 0.7, radius 0.25, centre (0.75, 0.75)) beside a
+  PointSource at (0.3, 0.75), PML 0.4 wide.
+
+First the reference: ``fd_solve`` (fourth order) at each spacing of ``--hs``, with κ sampled at
+the nodes (``jumps="sample"``) and averaged over the nodes' stencil supports where they straddle
+the jump (``jumps="average"``, the default), each compared on the problem's test grid with the
+finest averaged solution: the observed orders at the jump, and each solve's time. Then
+``hp.solve`` (its defaults, ``--set`` overrides) with a callback that records the relative L2
+error on the test grid against the finest reference after every step (the clock starts at the
+call, so it holds the planning and the jump search; the callback's own time is taken off it), and for each error reached the time ``fd_solve`` needs to the same error
+(the first spacing of the ladder whose error is below it). Where the error sits: the last
+model's error split into the points within one inside wavelength's tenth of the interface and
+the rest. Run on a quiet machine; the times are wall-clock.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+
+import numpy as np
+
+import helmpinn as hp
+from helmpinn.problems.geometry import Box
+from helmpinn.reference import fd_solve
+from bench_time_to_accuracy import parse_overrides
+
+
+def square_case():
+    lo, hi = np.array([-0.02, -0.17]), np.array([0.42, 0.27])
+
+    def velocity(x):
+        inside = np.all((x >= lo) & (x <= hi), axis=1)
+        return np.where(inside, 0.5, 1.0)
+
+    def distance(x):   # to the square's boundary (unsigned)
+        c, r = (lo + hi) / 2, (hi - lo) / 2
+        q = np.abs(x - c) - r
+        outside = np.linalg.norm(np.maximum(q, 0), axis=1)
+        return np.where(np.all(q <= 0, axis=1), -np.max(q, axis=1), outside)
+    problem = hp.Problem(Box([-1.0, -1.0], [1.0, 1.0]), frequency=2.0, velocity=velocity,
+                         source=hp.PointSource((-0.5, 0.0)), bcs={}, pml=hp.PML(0.5))
+    return problem, distance, 0.5 / 2.0
+
+
+def disc_case():
+    c, r = np.array([0.75, 0.75]), 0.25
+
+    def velocity(x):
+        return np.where(np.linalg.norm(x - c, axis=1) <= r, 0.7, 1.0)
+
+    def distance(x):
+        return np.abs(np.linalg.norm(x - c, axis=1) - r)
+    problem = hp.Problem(Box([0.0, 0.0], [1.5, 1.5]), frequency=2.5, velocity=velocity,
+                         source=hp.PointSource((0.3, 0.75)), bcs={}, pml=hp.PML(0.4))
+    return problem, distance, 0.7 / 2.5
+
+
+CASES = {"square": square_case, "disc": disc_case}
+
+
+def rel(u, ref):
+    return float(np.linalg.norm(u - ref) / np.linalg.norm(ref))
+
+
+def fd_ladder(problem, hs, x):
+    """fd_solve at each spacing, κ sampled and averaged: values at x, times."""
+    out = {}
+    for mode in ("average", "sample"):
+        for h in hs:
+            if mode == "sample" and h == min(hs):
+                continue
+            t = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sol = fd_solve(problem, h, jumps=mode)
+            out[(mode, h)] = (sol(x), time.perf_counter() - t)
+            print(f"fd_solve h={h:g} jumps={mode}: {out[(mode, h)][1]:.1f} s", flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", choices=sorted(CASES), default="square")
+    ap.add_argument("--hs", default="0.04,0.02,0.01,0.005")
+    ap.add_argument("--time-limit", type=float, default=300.0)
+    ap.add_argument("--fd-only", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--cache", default=None, help="a folder to keep the fd_solve ladder in (reused when there)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    a = ap.parse_args()
+    if a.threads:
+        hp.set_num_threads(a.threads)
+    problem, distance, lam_in = CASES[a.case]()
+    x = problem.test_points()
+    hs = sorted((float(v) for v in a.hs.split(",")), reverse=True)
+    cache = f"{a.cache}/sharp_{a.case}_{'_'.join(f'{h:g}' for h in hs)}.npz" if a.cache else None
+    try:
+        z = np.load(cache)
+        fd = {(str(m), float(h)): (z[f"u_{m}_{h:g}"], float(z[f"t_{m}_{h:g}"]))
+              for m, h in zip(z["modes"], z["hs"])}
+        print(f"the fd_solve ladder from {cache}")
+    except (TypeError, OSError, KeyError):
+        fd = fd_ladder(problem, hs, x)
+        if cache:
+            np.savez(cache, modes=[m for m, _ in fd], hs=[h for _, h in fd],
+                     **{f"u_{m}_{h:g}": v[0] for (m, h), v in fd.items()},
+                     **{f"t_{m}_{h:g}": v[1] for (m, h), v in fd.items()})
+    ref = fd[("average", hs[-1])][0]
+    ladder = []
+    print(f"{a.case}: errors against fd_solve h={hs[-1]:g} (averaged) on {len(x)} test points")
+    for mode in ("average", "sample"):
+        prev = None
+        for h in hs[:-1]:
+            e = rel(fd[(mode, h)][0], ref)
+            order = None if prev is None else float(np.log2(prev / e))
+            ladder.append({"jumps": mode, "h": h, "error": e, "seconds": fd[(mode, h)][1], "order": order})
+            print(f"  jumps={mode:7s} h={h:<6g} error {e:.3e}  order {'' if order is None else f'{order:.2f}'}"
+                  f"  {fd[(mode, h)][1]:.1f} s", flush=True)
+            prev = e
+    result = {"case": a.case, "fd": ladder, "finest_h": hs[-1]}
+    if not a.fd_only:
+        near = distance(x) < lam_in / 10
+        rows, spent, t0 = [], [0.0], [None]
+
+        def record(trainer, step):
+            t = time.perf_counter()
+            u = trainer.model.predict(x)
+            err = rel(u, ref)
+            errn = float(np.linalg.norm((u - ref)[near]) / np.linalg.norm(ref[near]))
+            errf = float(np.linalg.norm((u - ref)[~near]) / np.linalg.norm(ref[~near]))
+            rows.append({"step": step, "seconds": t - t0[0] - spent[0], "error": err, "near": errn, "far": errf,
+                         "points": trainer.pde_points})
+            print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s error {err:.3e} (near the jump {errn:.3e}, "
+                  f"away {errf:.3e}) points {trainer.pde_points}", flush=True)
+            spent[0] += time.perf_counter() - t
+        overrides = parse_overrides(a.set, reserved=("seed", "time_limit", "callbacks", "progress"))
+        t0[0] = time.perf_counter()    # the clock includes hp.solve's planning and the jump search
+        sol = hp.solve(problem, time_limit=a.time_limit, callbacks=[record], seed=a.seed, progress=False, **overrides)
+        print(f"hp.solve: {sol.settings.get('model')} / {sol.settings.get('optimizer')}, {len(rows)} steps, "
+              f"stop: {sol.stop_reason}")
+        for target in (1e-1, 3e-2, 1e-2, 3e-3):
+            hit = next((r for r in rows if r["error"] < target), None)
+            fdh = next((r for r in ladder if r["jumps"] == "average" and r["error"] < target), None)
+            ours = "never" if hit is None else f"{hit['seconds']:.0f} s"
+            theirs = "not on the ladder" if fdh is None else f"h={fdh['h']:g} in {fdh['seconds']:.1f} s"
+            print(f"  below {target:.0e}: hp.solve {ours}; fd_solve {theirs}")
+        result.update(steps=rows, overrides=overrides, stop_reason=sol.stop_reason, settings_model=sol.settings.get("model"))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
