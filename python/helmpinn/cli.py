@@ -877,6 +877,7 @@ def _set_threads(run: _Run) -> None:
 def _make_trainer(run: _Run):
     """The Trainer of the run's plan (:meth:`helmpinn.training.plan.RunPlan.trainer`),
     checkpointing to OUT/model.npz (the settings saved in the model's metadata, for --resume)."""
+    from .problems.jumps import training_problem
     from .training.plan import RunPlan
 
     s, model = run.settings, run.model
@@ -884,7 +885,7 @@ def _make_trainer(run: _Run):
                       "settings": s}
     try:
         return RunPlan.from_record(s).trainer(
-            run.problem, model, target_error=s["target"], time_limit=run.args.time_limit,
+            training_problem(run.problem)[0], model,   # a medium's jumps smoothed, as hp.solve's default target_error=s["target"], time_limit=run.args.time_limit,
             checkpoint_every=s["checkpoint_every"], checkpoint_path=run.model_path, progress=not run.quiet,
             stop_on_interrupt=run.ranks == 1, comm=run.comm, device=s["device"])
     except ValueError as exc:
