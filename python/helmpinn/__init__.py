@@ -28,8 +28,7 @@ from .params import init_params
 from .batch import Batch
 from . import distributed, geometry
 from .model import Model
-from .optim import Adam, lbfgs
-from .lm import LevenbergMarquardt
+from .optim import Adam, LevenbergMarquardt, lbfgs
 from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld
 from .registry import get_problem, list_problems
 from .pml import PML

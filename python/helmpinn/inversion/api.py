@@ -51,7 +51,7 @@ from .. import _core
 from .._checks import integer, real_number
 from ..batch import Batch
 from ..geometry import Box
-from ..lm import CoreResiduals, LevenbergMarquardt
+from ..optim.lm import CoreResiduals, LevenbergMarquardt
 from ..model import Model
 from ..pml import PML
 from ..problems import Problem, Sommerfeld
