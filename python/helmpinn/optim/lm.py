@@ -81,7 +81,7 @@ from .. import distributed
 from .._blas import blas_limit, check_blas_threads
 from ..batch import KEYWORDS, Batch
 from ..defaults import LM_OPTIONS, lm_options, lm_settings
-from .damped import UPDATES, Damped, Direction, NonFiniteLoss, StepRecord
+from .damped import Damped, Direction, NonFiniteLoss, StepRecord
 
 __all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResiduals", "FunctionResiduals",
            "LevenbergMarquardt", "LMSolve", "LinearSystem", "PrimalSystem", "DualSystem",
@@ -512,8 +512,8 @@ class LevenbergMarquardt(Damped):
     """Levenberg-Marquardt on a :class:`Residuals` problem (see the module docstring).
 
     Options: ``solver`` (``SOLVERS``), ``damping`` ("identity", or "marquardt": ``D = diag(JᵀJ)``,
-    kept at the running maximum over iterations as Moré advises), ``update`` (``UPDATES``: the
-    λ rule, see the module docstring), ``lam`` (initial λ; with
+    kept at the running maximum over iterations as Moré advises), ``update``
+    (:data:`~helmpinn.optim.damped.UPDATES`: the λ rule, :mod:`helmpinn.optim.damped`), ``lam`` (initial λ; with
     "identity" it is relative to the mean of ``diag(JᵀJ)``), ``lam_min`` / ``lam_max`` (λ is
     clipped to them; :meth:`step` reports the status :attr:`~helmpinn.optim.damped.StepStatus.LAM_MAX`
     when a step fails at ``lam_max``), ``max_trials`` (trial points per step before giving up and returning with the
