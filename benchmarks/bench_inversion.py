@@ -5,6 +5,8 @@ synthetic survey, start, bounds and velocity-error measure.
     python benchmarks/bench_inversion.py --case ring|crosswell --method fwi|pinn
         [--noise 0.01] [--time-limit S] [--seed 0] [--regularization A] [--json out.json]
         [--figure out.png]
+    python benchmarks/bench_inversion.py --scaling [--wavefields 4 8 16 32] [--steps 3] [--json out.json]
+    mpiexec -n 2 python benchmarks/bench_inversion.py --scaling --mpi ...
 
 Cases (:func:`make_case`; the anomalies are :func:`true_velocity`'s):
 
@@ -32,6 +34,13 @@ Methods: ``METHODS[name](case, args) -> dict`` with at least ``velocity`` (a cal
 :func:`helmpinn.invert` (its velocity error in the history is measured inside the hull of the
 sources and receivers, the same region here; the row's error is this script's). Another method is one
 more entry of :data:`METHODS` taking the same case dict.
+
+``--scaling`` (:func:`scaling`): the time of one Gauss-Newton (LM) step of :func:`helmpinn.invert`
+against the number of wavefields W: one frequency (2), W point sources evenly on the ring's
+circle, the ring's receivers, medium, PML, start and bounds, invert's defaults otherwise,
+``--steps`` steps (tol 0); the time per step is the mean time between the history's step
+entries (the linearisation, the trials and the step's history entry). ``--mpi`` runs it on
+``MPI.COMM_WORLD`` (``comm=``; rank 0 prints and writes).
 """
 from __future__ import annotations
 
@@ -196,6 +205,32 @@ def run_pinn(case: dict, args) -> dict:
 METHODS = {"fwi": run_fwi, "pinn": run_pinn}
 
 
+def scaling(counts=(4, 8, 16, 32), steps: int = 3, comm=None, frequency: float = 2.0) -> list[dict]:
+    """Seconds per LM step of :func:`helmpinn.invert` at each wavefield count (module docstring);
+    one row per count: ``wavefields``, ``ranks``, ``seconds_per_step``, ``step_seconds`` (each
+    step's), ``setup_seconds`` (the stage's forward solves, points and networks, its first
+    history entry), ``steps``, ``medium`` (coefficients), ``data_seconds``."""
+    _, rec, _ = _ring_geometry()
+    domain, rows = Box([0.0, 0.0], [1.0, 1.0]), []
+    for W in counts:
+        ts = 2 * math.pi * np.arange(W) / W
+        src = [hp.PointSource(p) for p in 0.5 + 0.45 * np.stack([np.cos(ts), np.sin(ts)], axis=1)]
+        t0 = time.perf_counter()
+        survey = hp.Survey.synthetic(true_velocity, domain, src, rec, [frequency])
+        t_data = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        inv = hp.invert(survey, 1.0, domain=domain, pml=hp.PML(0.25), bounds=BOUNDS, max_steps=steps, tol=0.0,
+                        time_limit=1e9, comm=comm)
+        total = time.perf_counter() - t0
+        times = [h["time"] for h in inv.history]
+        per = list(np.diff(times))
+        rows.append({"wavefields": W, "ranks": 1 if comm is None else comm.Get_size(),
+                     "seconds_per_step": float(np.mean(per)), "step_seconds": [float(t) for t in per],
+                     "setup_seconds": float(times[0]), "total_seconds": total, "steps": len(per),
+                     "medium": int(inv.medium.size), "data_seconds": t_data})
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", choices=["ring", "crosswell"], default="ring")
@@ -209,7 +244,26 @@ def main(argv=None) -> int:
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--figure", default=None, help="write true / recovered / difference here (.png)")
+    ap.add_argument("--scaling", action="store_true", help="time per LM step against the wavefield count")
+    ap.add_argument("--wavefields", type=int, nargs="+", default=[4, 8, 16, 32])
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--mpi", action="store_true", help="--scaling over MPI.COMM_WORLD (under mpiexec)")
     args = ap.parse_args(argv)
+    if args.scaling:
+        comm = None
+        if args.mpi:
+            from mpi4py import MPI
+            comm = MPI.COMM_WORLD
+        rows = scaling(args.wavefields, args.steps, comm)
+        if comm is None or comm.Get_rank() == 0:
+            for r in rows:
+                print(f"W = {r['wavefields']:3d} on {r['ranks']} rank(s): {r['seconds_per_step']:.2f} s per step "
+                      f"({', '.join(f'{t:.2f}' for t in r['step_seconds'])}; setup {r['setup_seconds']:.1f} s, "
+                      f"{r['medium']} medium coefficients)", flush=True)
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump(rows, fh, indent=1)
+        return 0
     t0 = time.perf_counter()
     case = make_case(args.case, noise=args.noise, seed=args.seed)
     t_data = time.perf_counter() - t0

@@ -125,7 +125,7 @@ BAD = {
     "zero time limit": (lambda f, t: ["--time-limit", "0"], "--time-limit must be a positive"),
     "NaN pml": (lambda f, t: ["--pml", "nan"], "--pml must be"),
     "odd domain": (lambda f, t: ["--domain", "0", "0", "1"], "2 d numbers"),
-    "resume": (lambda f, t: ["--resume", str(t / "old")], "cannot continue a run"),
+    "resume with other settings": (lambda f, t: ["--resume", str(t / "old")], "--survey, --initial, --spacing"),
 }
 
 
@@ -178,23 +178,27 @@ def _terminate_at(monkeypatch, step):
 
 
 def test_sigterm_leaves_a_consistent_folder(files, tmp_path, capsys, monkeypatch):
-    """A pinn run stopped by SIGTERM has no result: its report goes to interrupted-metrics.json
-    and the previous run's files stay as they were; an fwi run stopped by SIGTERM writes the best
-    model so far as its result. Both exit with 143 and leave no temporary file."""
+    """A run stopped by SIGTERM writes its result so far: a pinn run its Inversion with the
+    state to continue from (replacing the previous run's files), an fwi run its best model so far.
+    Both exit with 143 and leave no temporary file."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
         pytest.skip("SIGTERM is ignored in this process")
     out = tmp_path / "run"
     assert main(_args(files, out, "--quiet", "--no-plots", method="fwi")) == 0
-    before = _outputs(out)
+    (out / "interrupted-metrics.json").write_text("{}")   # as an earlier version left it
+    folder = runfiles.RunFolder.acquire(str(out))
+    folder.record("interrupted-metrics.json")
+    folder.release()
     handler = signal.getsignal(signal.SIGTERM)
     _terminate_at(monkeypatch, 2)
     assert main(_args(files, out, "--no-plots")) == 143
-    assert "terminated after 2 steps" in capsys.readouterr().err
-    stopped = json.loads((out / "interrupted-metrics.json").read_text())
+    err = capsys.readouterr().err
+    assert "terminated, stopped on request" in err and f"--resume {out} continues it" in err
+    stopped = json.loads((out / "metrics.json").read_text())
     assert stopped["interrupted"] and stopped["stopped"] == "terminated" and len(stopped["history"]) == 2
-    assert stopped["result"] is None
-    after = _outputs(out)
-    assert after.pop("interrupted-metrics.json") and after == before, "the previous run's files are untouched"
+    assert stopped["result"] == "inversion.npz" and stopped["resumable"]
+    assert set(os.listdir(out)) == BOOKKEEPING | {"inversion.npz", "velocity.npy", "metrics.json"}
+    assert hp.Inversion.load(out / "inversion.npz").status == 3
     assert signal.getsignal(signal.SIGTERM) is handler
 
     seen = _terminate_at(monkeypatch, 1)
@@ -258,3 +262,69 @@ def test_a_file_helmpinn_did_not_write_is_kept(files, tmp_path, capsys):
     assert main(_args(files, out, "--quiet")) == 2
     assert "was not written by helmpinn" in capsys.readouterr().err
     assert (out / "metrics.json").read_text() == "my notes" and "inversion.npz" not in os.listdir(out)
+
+
+def test_resume_continues_a_stopped_run_as_if_uninterrupted(files, tmp_path, capsys, monkeypatch):
+    """SIGTERM at step 2, then --resume DIR (with a longer --time-limit only): the folder's result
+    is the uninterrupted run's, bit for bit (helmpinn.invert's start=), and its report says so."""
+    full = tmp_path / "full"
+    assert main(_args(files, full, "--quiet", "--no-plots")) == 0
+    out = tmp_path / "run"
+    _terminate_at(monkeypatch, 2)
+    assert main(_args(files, out, "--no-plots")) == 143   # (the progress lines send the signal)
+    monkeypatch.setattr(cli_invert, "_progress", lambda entry: None)
+    capsys.readouterr()
+    assert main(["invert", "--resume", str(out), "--time-limit", "30", "--no-plots"]) == 0
+    assert "continuing the run in" in capsys.readouterr().err
+    a, b = hp.Inversion.load(full / "inversion.npz"), hp.Inversion.load(out / "inversion.npz")
+    assert np.array_equal(a.coefficients, b.coefficients) and b.resume is None and b.status == a.status
+    assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["resumed"] and not metrics["resumable"] and metrics["steps"] == len(a.history)
+    assert metrics["settings"]["time_limit"] == 30 and metrics["settings"]["seed"] is None
+    # a finished run has nothing to continue; the folder is left as it was
+    before = _outputs(out)
+    assert main(["invert", "--resume", str(out)]) == 2
+    assert "nothing to continue" in capsys.readouterr().err and _outputs(out) == before
+
+
+@pytest.mark.parametrize("case, match", [
+    ("no folder", "no such folder"),
+    ("no report", "no report of a helmpinn invert run"),
+    ("fwi run", "only pinn runs continue"),
+    ("settings of the wrong type", "setting 'spacing' is not what --spacing takes"),
+    ("an option for a path", "--survey: --help: no such file"),
+    ("a setting out of range", "--pml must be a width >= 0"),
+    ("a FIFO for the result", "not a regular file"),
+    ("another --out", "--out cannot name another folder"),
+])
+def test_resume_refuses_what_it_cannot_continue(files, tmp_path, capsys, case, match):
+    """A run folder's content is data: its settings become options parsed and checked again, its
+    result is read without pickle; anything else is one line, status 2."""
+    out = tmp_path / "run"
+    extra = []
+    if case != "no folder":
+        out.mkdir()
+    if case == "fwi run":
+        assert main(_args(files, out, "--quiet", "--no-plots", method="fwi")) == 0
+    elif case in ("settings of the wrong type", "an option for a path", "a setting out of range",
+                  "a FIFO for the result"):
+        settings = {"survey": str(files / "survey.npz"), "initial": str(files / "v0.npy"), "spacing": [0.1]}
+        if case == "settings of the wrong type":
+            settings["spacing"] = "__import__('os').system('echo hi')"
+        if case == "an option for a path":
+            settings["survey"] = "--help"
+        if case == "a setting out of range":
+            settings["pml"] = float("nan")
+        (out / "metrics.json").write_text(json.dumps({"method": "pinn", "settings": settings}))
+        if case == "a FIFO for the result":
+            os.mkfifo(out / "inversion.npz")
+            folder = runfiles.RunFolder.acquire(str(out))
+            folder.record("metrics.json")
+            folder.record("inversion.npz")
+            folder.release()
+    elif case == "another --out":
+        extra = ["--out", str(tmp_path / "elsewhere")]
+    assert main(["invert", "--resume", str(out), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err, err

@@ -70,7 +70,8 @@ def test_arrowhead_step_is_the_dense_lm_step():
     lm = ArrowheadLM(joint)
     blocks, C, gm, loss = lm._linearize(thetas, c)
     D, Dm = lm._damping(blocks, C)
-    dthetas, dc, pred = lm._solve(0.01, blocks, C, gm, D, Dm)
+    dthetas, dc, pred_m, pred_w = lm._solve(0.01, blocks, C, gm, D, Dm)
+    pred = pred_m + pred_w
     # the dense system from the full Jacobian
     P, M = model.num_params, medium.size
     ws = joint.workspace
@@ -166,3 +167,111 @@ def test_invert_runs_and_saves(tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"not a file")
     with pytest.raises(ValueError, match="bad.npz"):
         hp.Inversion.load(tmp_path / "bad.npz")
+
+
+# -- stopping and continuing a run --------------------------------------------------------------
+def _two_stage_survey(S=2):
+    rng = np.random.default_rng(0)
+    sources = [hp.PointSource((0.3 + 0.4 * s / max(S - 1, 1), 0.5), width=0.1) for s in range(S)]
+    return hp.Survey(sources, rng.uniform(0.2, 0.8, (8, 2)), [1.0, 1.5],
+                     0.05 * np.exp(1j * rng.uniform(0, 3, (2, S, 8))))
+
+
+SMALL = dict(domain=DOMAIN, bounds=(0.8, 1.25), network=(3, 6, 1), pde_points=60, boundary_points=16,
+             max_steps=3, tol=0.0)
+
+
+def _stop_at(k):
+    """A callback that asks to stop at its k-th call (counting every history entry)."""
+    calls = []
+
+    def callback(entry):
+        calls.append(entry)
+        return len(calls) == k
+    return callback
+
+
+def _same_run(a, b):
+    """Bit for bit: the medium, every network, and the history but for its times."""
+    strip = lambda h: [{k: v for k, v in e.items() if k != "time"} for e in h]  # noqa: E731
+    assert np.array_equal(a.coefficients, b.coefficients)
+    assert sorted(a.params) == sorted(b.params)
+    assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
+    assert strip(a.history) == strip(b.history) and a.status == b.status
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    return {ws: hp.invert(_two_stage_survey(), 1.0, warm_start=ws, **SMALL) for ws in ("fd", "previous")}
+
+
+# The entries: 1 stage 0's start, 2-4 its steps, 5 stage 1's start, 6-8 its steps. A stop asked
+# at entry 2 or 3 ends stage 0 part-way; at 4 or 5 before stage 1 (the request is honoured
+# after stage 1's first step when asked at its start entry: 5); at 6 inside stage 1.
+@pytest.mark.parametrize("warm_start, k", [("fd", 2), ("fd", 4), ("fd", 6), ("previous", 3), ("previous", 7)])
+def test_a_stopped_run_continued_is_the_uninterrupted_run(uninterrupted, tmp_path, warm_start, k):
+    """Every step is a function of the saved state (the medium, the networks, LM's λ, ν and
+    damping, the stage's starting medium; each wavefield's points from its own seed), so a
+    continued run repeats the uninterrupted one bit for bit, whether it stopped inside a
+    stage or between two, in this process and thread count."""
+    sv = _two_stage_survey()
+    stopped = hp.invert(sv, 1.0, warm_start=warm_start, callbacks=[_stop_at(k)], **SMALL)
+    assert stopped.status == 3 and stopped.success and stopped.resume is not None
+    assert len(stopped.history) == (k if k != 5 else 6)
+    path = stopped.save(tmp_path / "stopped.npz")
+    back = hp.Inversion.load(path)
+    assert back.resume["steps"] == stopped.resume["steps"] and np.array_equal(
+        back.resume["stage_coefficients"], stopped.resume["stage_coefficients"])
+    done = hp.invert(sv, None, warm_start=warm_start, start=path, **SMALL)
+    assert done.resume is None
+    _same_run(done, uninterrupted[warm_start])
+
+
+def test_a_run_stopped_twice_and_continued_from_the_object(uninterrupted):
+    sv = _two_stage_survey()
+    first = hp.invert(sv, 1.0, callbacks=[_stop_at(2)], **SMALL)
+    second = hp.invert(sv, 1.0, start=first, callback=_stop_at(2), **SMALL)   # initial given: checked
+    assert second.status == 3 and len(second.history) == 4      # stopped between the stages
+    assert (second.resume["stage"], second.resume["steps"]) == (1, 0)
+    _same_run(hp.invert(sv, None, start=second, **SMALL), uninterrupted["fd"])
+
+
+def test_continuing_refuses_what_does_not_continue(uninterrupted, tmp_path):
+    sv = _two_stage_survey()
+    with pytest.raises(ValueError, match="nothing to continue"):
+        hp.invert(sv, 1.0, start=uninterrupted["fd"], **SMALL)
+    stopped = hp.invert(sv, 1.0, callbacks=[_stop_at(2)], **SMALL)
+    with pytest.raises(ValueError, match="seed 0 there, 1 here"):
+        hp.invert(sv, None, start=stopped, **{**SMALL, "seed": 1})
+    other = _two_stage_survey()
+    other.data[0, 0, 0] *= 2
+    with pytest.raises(ValueError, match="survey"):
+        hp.invert(other, None, start=stopped, **SMALL)
+    with pytest.raises(ValueError, match="initial is not the initial model"):
+        hp.invert(sv, 1.1, start=stopped, **SMALL)
+    with pytest.raises(TypeError, match="start must be"):
+        hp.invert(sv, None, start=3, **SMALL)
+    with pytest.raises(TypeError, match="initial .* is required"):
+        hp.invert(sv, None, **SMALL)
+    with pytest.raises(TypeError, match="callbacks"):
+        hp.invert(sv, 1.0, callbacks=[3], **SMALL)
+    with pytest.raises(TypeError, match="comm"):
+        hp.invert(sv, 1.0, comm="world", **SMALL)
+    # a file whose resume state was tampered with is refused by name
+    import json
+    path = stopped.save(tmp_path / "s.npz")
+    with np.load(path) as z:
+        arrays = dict(z)
+    header = json.loads(str(arrays["header"][()]))
+    header["resume"]["stage"] = 7
+    arrays["header"] = np.array(json.dumps(header))
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(ValueError, match="bad.npz.*out of range"):
+        hp.Inversion.load(tmp_path / "bad.npz")
+
+
+def test_a_callback_s_exception_ends_the_run():
+    def boom(entry):
+        raise RuntimeError("from the callback")
+    with pytest.raises(RuntimeError, match="from the callback"):
+        hp.invert(_two_stage_survey(), 1.0, callbacks=[boom], **SMALL)

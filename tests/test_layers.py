@@ -46,7 +46,7 @@ FLOORS = {
     "training": ["drivers", "memory", "dd_driver", "trainer"],
     "figures": ["plots"],
     "inversion": ["reference", "reference.fwi", "inversion", "inversion.medium", "inversion.joint", "inversion.solver", "inversion.result",
-                  "inversion.api"],
+                  "inversion.parallel", "inversion.api"],
     "interface": ["solving", "receivers", "", "_cli_common", "cli_invert", "cli", "__main__"],
 }
 

@@ -19,17 +19,19 @@ file is written whole (a temporary file renamed into place) and only files helmp
 replaced or removed. ``metrics.json`` always describes the result beside it: a run's files are
 written once it has its result, then the previous run's files it did not replace are removed.
 
-SIGTERM (status 143) and Ctrl-C (status 130) stop the run after the current step. The classical
-baseline then returns the best model so far, which is written as a finished run's. A physics-
-informed run cannot return a partial result (:func:`helmpinn.invert` has no stop request; its
-callback can only abort it): it writes its report to ``interrupted-metrics.json`` and leaves
-the folder's previous result, if any, as it was. A second signal ends the process at once.
+SIGTERM (status 143) and Ctrl-C (status 130) stop the run after the current step, through the
+methods' own stop request (a callback returning True), and the result so far is written as a
+finished run's: the classical baseline's best model, or :func:`helmpinn.invert`'s Inversion with
+status 3, which holds the state to continue from. A second signal ends the process at once
+(the folder's previous files stay whole).
 
-``--resume`` is refused with a message saying how to go on: :func:`helmpinn.invert` cannot
-continue from a saved :class:`~helmpinn.Inversion` (its wavefield networks restart at every
-frequency from a forward solve; the state carried from stage to stage is the medium), so the
-way on is a new run from the recovered velocity, ``--initial OUT/velocity.npy`` with the origin
-and spacing its ``metrics.json`` gives.
+``--resume OUT`` continues a physics-informed run that a signal stopped, in its own folder: the
+settings are those ``OUT/metrics.json`` records (read as data: each value is turned back into
+its command-line option and parsed and checked as on the first run; no file of the folder is
+run as code), the state is ``OUT/inversion.npz``'s (:meth:`helmpinn.Inversion.load`, no pickle),
+and only ``--time-limit``, ``--max-steps``, ``--threads``, ``--quiet`` and ``--no-plots`` may be
+given with it. The continued run is the uninterrupted one (:func:`helmpinn.invert`'s ``start``).
+A finished run, a classical one, or a folder without those two files is refused (status 2).
 """
 from __future__ import annotations
 
@@ -57,7 +59,9 @@ __all__ = ["add_parser", "run", "OUTPUTS", "DEFAULT_TIME_LIMIT", "DEFAULT_OUT"]
 RESULT = {"pinn": "inversion.npz", "fwi": "fwi.npz"}
 _FIGURE, _REPORT, _STOPPED_REPORT, _VELOCITY = "inversion.png", "metrics.json", "interrupted-metrics.json", \
     "velocity.npy"
-#: Every file ``helmpinn invert`` may write into its folder (and so replace or remove there).
+#: Every file ``helmpinn invert`` may write into its folder (and so replace or remove there);
+#: interrupted-metrics.json is no longer written (a stopped run writes its result), but one left
+#: by an earlier version is removed with the previous run's files.
 OUTPUTS = (*RESULT.values(), _VELOCITY, _REPORT, _FIGURE, _STOPPED_REPORT)
 DEFAULT_TIME_LIMIT = 300.0
 DEFAULT_OUT = "helmpinn-inversion"
@@ -110,8 +114,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, help="pinn: random seed (default 0)")
     p.add_argument("--out", default=DEFAULT_OUT, help="output folder, locked while the run lasts "
                    "(default %(default)s)")
-    p.add_argument("--resume", metavar="DIR", help="not supported: refused with how to go on from DIR's "
-                   "recovered velocity")
+    p.add_argument("--resume", metavar="DIR", help="continue the pinn run that a signal stopped in DIR, "
+                   "with its settings (only --time-limit, --max-steps, --threads, --quiet, --no-plots may be "
+                   "given)")
     p.add_argument("--threads", type=int, help="CPU threads (default: OpenMP's)")
     p.add_argument("--no-plots", action="store_true", help="skip the figure")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -147,12 +152,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def _check_command(args: argparse.Namespace) -> None:
-    """The options that go together, and --resume's refusal."""
-    if args.resume is not None:
-        raise UsageError(f"--resume: helmpinn invert cannot continue a run (helmpinn.invert does not start "
-                         f"from a saved inversion); start a new run from its recovered velocity: --initial "
-                         f"{os.path.join(args.resume, _VELOCITY)} with the origin and spacing its "
-                         f"{_REPORT} gives (\"velocity_grid\")")
+    """The options that go together."""
     if args.survey is None:
         raise UsageError("--survey FILE.npz is required (a survey written by helmpinn.Survey.save)")
     if (args.initial is None) == (args.initial_velocity is None):
@@ -277,6 +277,91 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     return inputs
 
 
+# -- --resume --------------------------------------------------------------------------------------
+#: Options that may be given with --resume (every other setting is the run's own).
+_RESUME_OPTIONS = ("time_limit", "max_steps", "threads", "quiet", "no_plots")
+#: The settings of metrics.json that --resume turns back into options: (key, option, kind).
+_SAVED = (("survey", "--survey", "path"), ("initial", "--initial", "path"), ("true", "--true", "path"),
+          ("initial_velocity", "--initial-velocity", "number"), ("origin", "--origin", "numbers"),
+          ("spacing", "--spacing", "numbers"), ("domain", "--domain", "numbers"), ("pml", "--pml", "number"),
+          ("bounds", "--bounds", "numbers"), ("time_limit", "--time-limit", "number"),
+          ("max_steps", "--max-steps", "number"), ("regularization", "--regularization", "number"),
+          ("network", "--network", "numbers"), ("points", "--points", "number"), ("seed", "--seed", "number"))
+_MAX_REPORT_BYTES = 1 << 30
+
+
+def _saved_option(key: str, flag: str, kind: str, value: Any, where: str) -> list[str]:
+    """One saved setting as command-line words (UsageError when its type is not the option's)."""
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    ok = {"path": isinstance(value, str), "number": number(value),
+          "numbers": isinstance(value, list) and 0 < len(value) <= 6 and all(map(number, value))}[kind]
+    if not ok:
+        raise UsageError(f"--resume: {where}: setting {key!r} is not what {flag} takes ({value!r})")
+    if kind == "path":   # one word: a value that looks like an option stays a value
+        return [f"{flag}={value}"]
+    return [flag, *map(repr, value if kind == "numbers" else [value])]
+
+
+def _resumed_args(args: argparse.Namespace, given: list[str]) -> argparse.Namespace:
+    """The run's own command line, from DIR/metrics.json, with the options given now that
+    --resume allows (UsageError)."""
+    extra = [k for k in given if k not in _RESUME_OPTIONS]
+    if extra:
+        flags = lambda keys: ", ".join("--" + k.replace("_", "-") for k in keys)  # noqa: E731
+        raise UsageError(f"--resume continues a run with its saved settings; {flags(extra)} cannot be given with "
+                         f"it (allowed: {flags(_RESUME_OPTIONS)})")
+    folder = args.resume
+    if args.out is not None and args.out != DEFAULT_OUT and os.path.abspath(args.out) != os.path.abspath(folder):
+        raise UsageError("--resume DIR writes into DIR; --out cannot name another folder")
+    if not os.path.isdir(folder):
+        raise UsageError(f"--resume {folder!r}: no such folder")
+    where = os.path.join(folder, _REPORT)
+    try:
+        report = json.loads(runfiles.read_regular(where, _MAX_REPORT_BYTES))
+        settings = report["settings"]
+        method = report["method"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"--resume {folder!r}: no report of a helmpinn invert run there ({where}: "
+                         f"{getattr(exc, 'strerror', None) or exc})") from None
+    if method != "pinn" or not isinstance(settings, dict):
+        raise UsageError(f"--resume {folder!r}: a run of --method {method!r}: only pinn runs continue")
+    words = ["invert"]
+    for key, flag, kind in _SAVED:
+        if settings.get(key) is not None:
+            words += _saved_option(key, flag, kind, settings[key], where)
+    parser = argparse.ArgumentParser(prog="helmpinn", add_help=False)
+    add_parser(parser.add_subparsers(dest="command"))
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            new = parser.parse_args([str(w) for w in words])
+    except SystemExit:
+        raise UsageError(f"--resume: {where}: its settings are not a command line of helmpinn invert") from None
+    for key in _RESUME_OPTIONS:
+        if key in given:
+            setattr(new, key, getattr(args, key))
+    new.resume, new.out = folder, folder
+    return new
+
+
+def _resume_state(folder: runfiles.RunFolder, args: argparse.Namespace):
+    """The stopped Inversion in the (locked) folder of --resume (UsageError)."""
+    import stat
+
+    from .inversion import Inversion
+
+    path = os.path.join(folder.path, RESULT["pinn"])
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        inv = Inversion.load(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--resume {args.resume!r}: {exc}") from None
+    if inv.resume is None:
+        raise UsageError(f"--resume {args.resume!r}: that run ended ({inv.message}); nothing to continue (start a "
+                         f"new run from its {_VELOCITY} to go on)")
+    return inv
+
+
 # -- the run --------------------------------------------------------------------------------------
 class _Stop:
     """A stop request (SIGTERM, Ctrl-C) and the history entries seen so far."""
@@ -287,10 +372,6 @@ class _Stop:
 
     def request_stop(self, reason: str) -> None:
         self.reason = self.reason or reason
-
-
-class _Aborted(Exception):
-    """Raised from helmpinn.invert's callback to end a run that was asked to stop."""
 
 
 @contextlib.contextmanager
@@ -318,24 +399,21 @@ def _progress(entry: dict[str, Any]) -> None:
           + (f", velocity error {err:.3f}" if err is not None else ""), file=sys.stderr, flush=True)
 
 
-def _run_pinn(inputs: _Inputs, args: argparse.Namespace, stop: _Stop, on_entry: Callable):
-    """helmpinn.invert on the inputs: its Inversion, or None when a stop request ended it."""
+def _run_pinn(inputs: _Inputs, args: argparse.Namespace, stop: _Stop, on_entry: Callable, start: Any = None):
+    """helmpinn.invert on the inputs (from ``start``, a stopped Inversion, with --resume): its
+    Inversion, with status 3 when a stop request ended it."""
     from .inversion import invert
 
-    def callback(entry: dict[str, Any]) -> None:
+    def callback(entry: dict[str, Any]) -> bool:
         stop.entries.append(entry)
         on_entry(entry)
-        if stop.reason is not None:
-            raise _Aborted
+        return stop.reason is not None
 
     kw: dict[str, Any] = {k: v for k, v in (("network", args.network), ("pde_points", args.points),
                                             ("max_steps", args.max_steps), ("seed", args.seed),
                                             ("regularization", args.regularization)) if v is not None}
-    try:
-        return invert(inputs.survey, inputs.initial, domain=inputs.domain, pml=inputs.pml, bounds=inputs.bounds,
-                      true=inputs.true, time_limit=args.time_limit, callback=callback, **kw)
-    except _Aborted:
-        return None
+    return invert(inputs.survey, inputs.initial, domain=inputs.domain, pml=inputs.pml, bounds=inputs.bounds,
+                  true=inputs.true, time_limit=args.time_limit, callbacks=[callback], start=start, **kw)
 
 
 def _run_fwi(inputs: _Inputs, args: argparse.Namespace, stop: _Stop, on_entry: Callable):
@@ -448,7 +526,7 @@ def _write_result(folder: runfiles.RunFolder, method: str, result: Any, inputs: 
 def _final_error(result: Any, inputs: _Inputs) -> float | None:
     """‖v − v_true‖ / ‖v_true − v_initial‖ over the region the survey illuminates (the hull of
     its sources and receivers), measured the same way for both methods."""
-    if result is None or inputs.true is None:
+    if inputs.true is None:
         return None
     from .inversion import velocity_error
     from .inversion.api import illuminated_points
@@ -464,9 +542,9 @@ def _report(args: argparse.Namespace, inputs: _Inputs, result: Any, stop: _Stop,
     from . import _core
 
     pinn = args.method == "pinn"
-    history = stop.entries if result is None else result.history if pinn else _fwi_history(result)
+    history = result.history if pinn else _fwi_history(result)
     last = history[-1] if history else {}
-    velocity = None if result is None else result.velocity
+    velocity = result.velocity
     settings = {k: v for k, v in vars(args).items() if k not in ("command", "resume", "quiet", "no_plots")}
     for key in ("survey", "initial", "true", "out"):
         settings[key] = None if settings[key] is None else os.path.abspath(settings[key])
@@ -475,15 +553,17 @@ def _report(args: argparse.Namespace, inputs: _Inputs, result: Any, stop: _Stop,
         "domain": {"lo": inputs.domain.lo.tolist(), "hi": inputs.domain.hi.tolist()},
         "survey": {"sources": inputs.survey.n_sources, "receivers": inputs.survey.n_receivers,
                    "frequencies": inputs.survey.frequencies.tolist()},
-        "result": None if result is None else RESULT[args.method],
-        "stopped": stop.reason or (None if result is None else result.message if pinn else result.stopped),
-        "success": None if result is None else bool(result.success) if pinn else True,
+        "result": RESULT[args.method],
+        "stopped": stop.reason or (result.message if pinn else result.stopped),
+        "success": bool(result.success) if pinn else True,
         "interrupted": stop.reason is not None, "inversion_time_s": seconds, "wall_time_s": wall,
+        "resumed": args.resume is not None,
+        "resumable": bool(pinn and result.resume is not None),
         "steps": len(history),
         "final": {"velocity_error": _final_error(result, inputs),
                   "data_misfit": last.get("data_misfit", last.get("misfit")),
                   "data_fit_per_frequency": result.data_fit.tolist() if pinn and result is not None else None},
-        "velocity_grid": None if velocity is None else {
+        "velocity_grid": {
             "file": _VELOCITY, "origin": velocity.origin.tolist(), "spacing": velocity.spacing.tolist(),
             "shape": list(velocity.values.shape)},
         "history": history, "threads": _core.get_num_threads(), "version": getattr(_core, "__version__", None),
@@ -491,18 +571,30 @@ def _report(args: argparse.Namespace, inputs: _Inputs, result: Any, stop: _Stop,
 
 
 # -- the command ----------------------------------------------------------------------------------
+def _given(args: argparse.Namespace) -> list[str]:
+    """The options given on the command line (those whose value is not the parser's default)."""
+    parser = argparse.ArgumentParser(prog="helmpinn", add_help=False)
+    add_parser(parser.add_subparsers(dest="command"))
+    defaults = vars(parser.parse_args(["invert"]))
+    return [k for k, v in vars(args).items() if k not in ("command", "resume", "out") and v != defaults.get(k, v)]
+
+
 def _set_up(args: argparse.Namespace, held: contextlib.ExitStack):
-    """The inputs, then the output folder created, locked and checked (UsageError)."""
+    """The command line (a resumed run's own), the inputs, then the output folder created,
+    locked and checked, and a resumed run's state read there (UsageError)."""
     from . import _core
 
+    if args.resume is not None:
+        args = _resumed_args(args, _given(args))
     inputs = _inputs(args)
     if args.threads is not None:
         _core.set_num_threads(args.threads)
     prepare_out(args.out)
-    folder = lock(args.out, "--out", held)
+    folder = lock(args.out, "--resume" if args.resume is not None else "--out", held)
     check_outputs(folder, OUTPUTS)
     folder.remove_stale_temps(OUTPUTS)
-    return inputs, folder
+    start = None if args.resume is None else _resume_state(folder, args)
+    return args, inputs, folder, start
 
 
 def _finish(args: argparse.Namespace, folder: runfiles.RunFolder, inputs: _Inputs, result: Any, stop: _Stop,
@@ -510,12 +602,6 @@ def _finish(args: argparse.Namespace, folder: runfiles.RunFolder, inputs: _Input
     """Write what the run has and say how it ended; the exit status."""
     out, status = args.out, {"terminated": TERMINATED, "interrupted": INTERRUPTED}.get(stop.reason or "", 0)
     try:
-        if result is None:
-            folder.write(_STOPPED_REPORT, json.dumps(finite(report), indent=1).encode())
-            print(f"helmpinn: {stop.reason} after {len(stop.entries)} steps, before helmpinn.invert had a "
-                  f"result (it returns none part-way); wrote {os.path.join(out, _STOPPED_REPORT)}; the folder's "
-                  f"previous result, if any, is as it was", file=sys.stderr)
-            return status
         files = _write_result(folder, args.method, result, inputs, report, plots=not args.no_plots)
     except OSError as exc:
         print(f"helmpinn: could not write the results in {out} ({exc.strerror or exc}); the files already "
@@ -523,11 +609,13 @@ def _finish(args: argparse.Namespace, folder: runfiles.RunFolder, inputs: _Input
         return 1
     if stop.reason is not None or not args.quiet:
         err = report["final"]["velocity_error"]
-        print(f"helmpinn: {stop.reason + ', ' if stop.reason else ''}{report['stopped']}; "
+        ended = result.message if args.method == "pinn" else result.stopped
+        print(f"helmpinn: {stop.reason + ', ' if stop.reason else ''}{ended}; "
               f"{report['steps']} steps, {report['inversion_time_s']:.1f} s"
               + (f", velocity error {err:.4f}" if err is not None else "")
               + f"; wrote {', '.join(os.path.join(out, n) for n in files['written'])}"
-              + (f"; removed the previous run's {', '.join(files['removed'])}" if files["removed"] else ""),
+              + (f"; removed the previous run's {', '.join(files['removed'])}" if files["removed"] else "")
+              + (f"; helmpinn invert --resume {out} continues it" if report["resumable"] else ""),
               file=sys.stderr)
     return status
 
@@ -535,19 +623,21 @@ def _finish(args: argparse.Namespace, folder: runfiles.RunFolder, inputs: _Input
 def _invert(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     t_start = time.perf_counter()
     try:
-        inputs, folder = _set_up(args, held)
+        args, inputs, folder, start = _set_up(args, held)
     except UsageError as exc:
         print(f"helmpinn: {exc}", file=sys.stderr)
         return 2
     if not args.quiet:
         print(f"helmpinn: {args.method} inversion of {inputs.survey!r} on {inputs.domain!r}, within "
-              f"{args.time_limit:g} s", file=sys.stderr)
+              f"{args.time_limit:g} s" + ("" if start is None else f", continuing the run in {args.out} at "
+                                          f"step {len(start.history)}"), file=sys.stderr)
     stop = _Stop()
     on_entry = (lambda entry: None) if args.quiet else _progress
     with stop_on_sigterm(stop), _stop_on_sigint(stop):
         t0 = time.perf_counter()
         try:
-            result = (_run_pinn if args.method == "pinn" else _run_fwi)(inputs, args, stop, on_entry)
+            result = (_run_pinn(inputs, args, stop, on_entry, start) if args.method == "pinn"
+                      else _run_fwi(inputs, args, stop, on_entry))
         except (ValueError, TypeError, MemoryError) as exc:   # refused by the method itself
             first = not stop.entries
             print(f"helmpinn: {exc}" + ("" if first else f" (after {len(stop.entries)} steps; nothing written)"),

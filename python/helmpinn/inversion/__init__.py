@@ -9,7 +9,10 @@ residual Jacobians and the LM machinery of :mod:`helmpinn.optim.lm`; nothing bel
   exact Jacobian (:class:`WavefieldRows`, :class:`JointResiduals`);
 - :mod:`~helmpinn.inversion.solver`: LM on it, the block-arrowhead normal equations solved by
   eliminating the wavefields (:class:`ArrowheadLM`);
-- :mod:`~helmpinn.inversion.api`: :func:`invert`, frequency continuation and warm starts;
+- :mod:`~helmpinn.inversion.parallel`: the wavefields split over MPI ranks, the medium's sums
+  reduced (:class:`Ranks`);
+- :mod:`~helmpinn.inversion.api`: :func:`invert`, frequency continuation and warm starts,
+  callbacks, continuing a stopped run;
 - :mod:`~helmpinn.inversion.result`: :class:`Inversion`, the result (save/load, figure).
 """
 from .api import invert, velocity_error

@@ -36,13 +36,26 @@ wavefield counts, the remainder of a stage that ended early passed on; ``max_ste
 steps of a stage; a stage also ends when the loss fell by less than ``tol`` (relative) over a step.
 A step that starts before a stage's deadline runs to its end, so a run can exceed the limit by
 one step.
+
+**Stopping and continuing.** ``callbacks`` see every history entry; a true return value stops
+the run after the step with status 3 and a ``resume`` state in the result (the stage and step,
+the stage's starting medium, LM's λ, ν and damping diagonals). ``start=`` continues such a
+result: the stage's wavefields are built again from its starting medium, each wavefield's
+points drawn from its own generator seeded ``(seed, f, s)``, and the networks, medium and LM
+state restored, so the continued run repeats the uninterrupted one step for step.
+
+**Ranks.** ``comm``: each rank holds a contiguous block of every stage's sources
+(:mod:`helmpinn.inversion.parallel`); the sums the medium needs are Allreduced, the networks
+gathered at the end.
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import time
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -59,6 +72,7 @@ from ..reference import FDOperator
 from ..sources import PointSource
 from .joint import JointResiduals, WavefieldRows
 from .medium import SplineMedium
+from .parallel import Ranks
 from .result import STATUS, Inversion
 from .solver import ArrowheadLM
 
@@ -158,46 +172,65 @@ def _fit(model: Model, x: NDArray, y: NDArray, steps: int) -> None:
 
 
 class _Run:
-    """The state of one :func:`invert` call shared by its stages."""
+    """The state of one :func:`invert` call shared by its stages: the survey's arrays, the
+    history, the networks, the callbacks' stop request and this rank's share of the sources."""
 
-    def __init__(self, survey, domain, pml, options: dict[str, Any]):
-        self.survey, self.domain, self.pml, self.o = survey, domain, pml, options
+    def __init__(self, survey, domain, pml, options: dict[str, Any], ranks: Ranks):
+        self.survey, self.domain, self.pml, self.o, self.ranks = survey, domain, pml, options, ranks
         self.freqs = np.asarray(survey.frequencies, np.float64)
         self.data = np.asarray(survey.data, np.complex128)
         self.receivers = np.ascontiguousarray(np.asarray(survey.receivers, np.float64))
         w = getattr(survey, "weights", None)
         w = np.ones(self.data.shape) if w is None else np.asarray(w, np.float64)
         self.weights = w / max(float(np.mean(w)), 1e-300)
-        self.rng = np.random.default_rng(options["seed"])
+        self.mine = ranks.share(len(survey.sources))   # this rank's sources
         self.history: list[dict[str, Any]] = []
         self.params: dict[tuple[int, int], NDArray] = {}
         self.data_fit = np.full(len(self.freqs), np.nan)
         self.said: set = set()
-        self.backgrounds: dict[int, list | None] = {}
+        self.backgrounds: dict[tuple[int, int], Any] = {}
         self.spec = None
+        self.t0 = time.perf_counter()
+        self.stop = False
 
-    def record(self, stage: int, fi: int, joint: JointResiduals, thetas, c, info, t0) -> None:
+    def record(self, stage: int, fi: int, joint: JointResiduals, thetas, c, info) -> None:
+        """The history entry of the networks and medium as they are; the callbacks."""
         ws = joint.workspace
-        num = den = 0.0
-        for s, (w, theta) in enumerate(zip(joint.rows, thetas)):
-            u = ws.forward(theta, self.receivers, 0)
-            num += float(np.sum(np.abs(u[:, 0] + 1j * u[:, 1] - w.target) ** 2))
-            den += float(np.sum(np.abs(self.data[fi, s]) ** 2))
-        terms = joint.terms(thetas, c)
-        entry = {"time": time.perf_counter() - t0, "stage": stage, "frequency": float(self.freqs[fi]),
-                 "loss": terms["total"], "data_misfit": math.sqrt(num / max(den, 1e-300)),
-                 "pde_residual": math.sqrt(terms["pde"]), "lam": None if info is None else info.lam,
+
+        def local():
+            num = den = 0.0
+            for s, w, theta in zip(self.mine, joint.rows, thetas):
+                u = ws.forward(theta, self.receivers, 0)
+                num += float(np.sum(np.abs(u[:, 0] + 1j * u[:, 1] - w.target) ** 2))
+                den += float(np.sum(np.abs(self.data[fi, s]) ** 2))
+            t = joint.terms(thetas, c)
+            return [num, den, t["pde"], t["data"], t["boundary"]], t["reg"]
+
+        out, err = self.ranks.run(local)
+        parts, reg = out if out is not None else ([0.0] * 5, 0.0)
+        num, den, pde, data, boundary = map(float, self.ranks.sum(parts, "the history entry", err))
+        entry = {"time": time.perf_counter() - self.t0, "stage": stage, "frequency": float(self.freqs[fi]),
+                 "loss": pde + data + boundary + reg, "data_misfit": math.sqrt(num / max(den, 1e-300)),
+                 "pde_residual": math.sqrt(pde), "lam": None if info is None else info.lam,
                  "accepted": None if info is None else info.accepted}
         if self.o["true"] is not None:
             entry["velocity_error"] = velocity_error(
                 joint.medium.gridfield(c, velocity=True), self.o["true"], self.o["initial"], self.o["region"])
         self.history.append(entry)
         self.data_fit[fi] = entry["data_misfit"]
-        if self.o["callback"] is not None:
-            self.o["callback"](dict(entry))
 
-    def wavefields(self, fi: int, medium: SplineMedium, c: NDArray, previous: list | None):
-        """The stage's rows, starting networks and backgrounds (module docstring, warm starts)."""
+        def call() -> bool:
+            asked = [bool(callback(dict(entry))) for callback in self.o["callbacks"]]
+            return any(asked)
+
+        if self.o["callbacks"]:   # a stop request on any rank is every rank's; so is an exception
+            asked, err = self.ranks.run(call)
+            self.stop = self.ranks.any(self.stop or bool(asked), "the callbacks", err)
+
+    def wavefields(self, fi: int, medium: SplineMedium, c: NDArray, previous: Mapping[int, NDArray] | None):
+        """This rank's rows and starting networks of the stage, which starts from the medium
+        c (module docstring, warm starts). Wavefield (f, s) draws its points from its own
+        generator, seeded by ``(seed, f, s)``: the same points whichever rank holds it."""
         o, f = self.o, float(self.freqs[fi])
         u_f = math.sqrt(float(np.mean(np.abs(self.data[fi]) ** 2))) or 1.0
         S = len(self.survey.sources)
@@ -208,16 +241,18 @@ class _Run:
         n_pde = o["pde_points"] or int(max(POINTS_PER_PARAMETER * P, 36 * area / wavelength ** 2))
         n_bc = o["boundary_points"] or int(max(64, 32 * math.sqrt(area) / wavelength))
         scattered = o["warm_start"] == "fd"
+        sources = [self.survey.sources[s] for s in self.mine]
         problems = [_problem(self.domain, self.pml, f, medium, c, source, None if scattered else self.said,
-                             0.0 if scattered else None, o["pml_share"]) for source in self.survey.sources]
+                             0.0 if scattered else None, o["pml_share"]) for source in sources]
         widths = [s.width for s in self.survey.sources if isinstance(s, PointSource) and s.width]
         h = min([wavelength / 12] + [w / 2 for w in widths])
-        fields = _forward(problems, h) if scattered or previous is None else [None] * S
+        fields = _forward(problems, h) if problems and (scattered or previous is None) else [None] * len(problems)
         rows, thetas = [], []
-        for s, (problem, field) in enumerate(zip(problems, fields)):
+        for s, problem, field in zip(self.mine, problems, fields):
             w = WavefieldRows(problem, medium, (2 * math.pi * f) ** 2, self.receivers, self.data[fi, s],
                               self.weights[fi, s], pde_points=n_pde, boundary_points=n_bc,
-                              lambda_data=o["lambda_data"], scale=1.0 / (u_f * math.sqrt(S)), rng=self.rng,
+                              lambda_data=o["lambda_data"], scale=1.0 / (u_f * math.sqrt(S)),
+                              rng=np.random.default_rng([o["seed"], fi, s]),
                               background=field if scattered else None, background_medium=c)
             model = Model.create(self.domain.dim, *o["network"], dtype="float64",
                                  seed=o["seed"] + 1000 * fi + s, problem=problem)
@@ -225,6 +260,7 @@ class _Run:
                 last = max(int(k[1:]) for k in model.views if k.startswith("W"))
                 model.views[f"W{last}"][:] *= 1e-3
                 model.views[f"b{last}"][:] *= 1e-3
+                self.backgrounds[(fi, s)] = (field.axes, field.values)
             elif previous is not None:
                 model.params[:] = previous[s]
             else:
@@ -232,36 +268,158 @@ class _Run:
             rows.append(w)
             thetas.append(np.array(model.params, copy=True))
             self.spec = model.spec
-        self.backgrounds[fi] = fields if scattered else None
+        if self.spec is None:   # a rank without wavefields
+            self.spec = _core.ModelSpec(self.domain.dim, *o["network"])
         return rows, thetas
 
 
-def _stage(run: _Run, stage: int, fi: int, medium, c, reg, m_bounds, deadline, t0, previous):
-    """One frequency's stage; returns ``(c, thetas, status)``."""
+def _stage(run: _Run, stage: int, fi: int, medium, c, reg, m_bounds, deadline, previous, resume=None):
+    """One frequency's stage, from its start or from a stopped run's ``resume`` state (its
+    networks, medium, LM state and step count); returns ``(c, thetas, status)``, status 3 when a
+    callback asked to stop (then ``run.checkpoint`` says where)."""
     o = run.o
-    rows, thetas = run.wavefields(fi, medium, c, previous)
+    c_start = c if resume is None else resume["stage_coefficients"]
+    built, err = run.ranks.run(lambda: run.wavefields(fi, medium, c_start, previous))
+    run.ranks.sum([], "the stage's wavefields", err)
+    rows, thetas = built
     joint = JointResiduals(rows, run.spec, medium, reg)
-    lm = ArrowheadLM(joint, bounds=m_bounds, varpro=o["varpro"])
-    run.record(stage, fi, joint, thetas, c, None, t0)
+    lm = ArrowheadLM(joint, bounds=m_bounds, varpro=o["varpro"], ranks=run.ranks)
+    if resume is None:
+        run.record(stage, fi, joint, thetas, c, None)
+        done, loss = 0, run.history[-1]["loss"]
+    else:
+        thetas = [np.array(o["start"].params[(fi, s)], copy=True) for s in run.mine]
+        lm.set_state({"lam": resume["lam"], "nu": resume["nu"], "Dm": resume["Dm"],
+                      "D": None if resume["D"] is None else [resume["D"][s] for s in run.mine]})
+        done, loss = resume["steps"], resume["loss"]
     status = 0
-    loss = run.history[-1]["loss"]
-    for _ in range(o["max_steps"]):
-        if time.perf_counter() >= deadline:
+    for n in range(done, o["max_steps"]):
+        if run.ranks.any(time.perf_counter() >= deadline, "the stage's deadline"):
             status = 1
             break
         info, c = lm.step(thetas, c)
-        run.record(stage, fi, joint, thetas, c, info, t0)
+        run.record(stage, fi, joint, thetas, c, info)
         if not info.accepted:
             if lm.lam >= lm.lam_max:
                 status = 2
                 break
-            continue
-        if loss - info.loss < o["tol"] * loss:
+        elif loss - info.loss < o["tol"] * loss:
             break
-        loss = info.loss
-    for s, theta in enumerate(thetas):
+        else:
+            loss = info.loss
+        if run.stop and n + 1 < o["max_steps"]:
+            state = lm.state()
+            D = run.ranks.gather(dict(zip(run.mine, state["D"])))
+            run.checkpoint = {"stage": stage, "steps": n + 1, "loss": loss, "lam": state["lam"],
+                              "nu": state["nu"], "stage_coefficients": c_start, "Dm": state["Dm"],
+                              "D": np.stack([D[s] for s in range(len(run.survey.sources))])}
+            status = 3
+            break
+    for s, theta in zip(run.mine, thetas):
         run.params[(fi, s)] = theta
     return c, thetas, status
+
+
+def _settings(survey, domain: Box, pml: PML | None, m_bounds, o: dict[str, Any]) -> dict[str, Any]:
+    """What a resumed run must share with the run it continues (JSON values): the options that
+    shape the unknowns and the steps, the bounds, the box, the PML and a digest of the survey."""
+    digest = hashlib.sha256()
+    for a in (survey.frequencies, survey.receivers, survey.data, getattr(survey, "weights", None)):
+        if a is not None:
+            digest.update(np.ascontiguousarray(a).tobytes())
+    for source in survey.sources:
+        digest.update(repr(source).encode())
+    out = {k: o[k] for k in _SAME}
+    out["network"] = list(o["network"])
+    out.update(bounds=None if m_bounds is None else [float(b) for b in m_bounds], domain=[domain.lo.tolist(),
+               domain.hi.tolist()], pml=None if pml is None else float(pml.width), survey=digest.hexdigest())
+    return out
+
+
+#: The options a resumed run must give as the run it continues did (with the survey, the box,
+#: the PML and the bounds); ``max_steps``, ``time_limit``, ``callbacks`` and ``comm`` may change.
+_SAME = ("network", "seed", "pde_points", "boundary_points", "per_wavelength", "lambda_data",
+         "regularization", "tol", "pml_share", "varpro", "warm_start", "fit_steps")
+
+
+def _start(start: Any, settings: dict[str, Any], medium: SplineMedium, c_init: NDArray | None) -> Inversion:
+    """The saved inversion ``start`` (an Inversion or a path) checked against this call."""
+    if not isinstance(start, Inversion):
+        if not isinstance(start, (str, os.PathLike)):
+            raise TypeError(f"invert: start must be a helmpinn.Inversion or the path of one, got "
+                            f"{type(start).__name__}")
+        start = Inversion.load(start)
+    if start.resume is None:
+        raise ValueError(f"invert: start: that inversion ended ({start.message}): nothing to continue; only "
+                         f"a run stopped on request (status 3) continues")
+    saved = start.resume["settings"]
+    diff = [f"{k} {saved.get(k)!r} there, {v!r} here" for k, v in settings.items() if saved.get(k) != v]
+    if diff:
+        raise ValueError("invert: start: a run continues with its own settings and survey; they differ: "
+                         + "; ".join(diff))
+    if start.medium.shape != medium.shape or not np.allclose(start.medium.lo, medium.lo):
+        raise ValueError(f"invert: start: its medium grid {start.medium.shape} is not this run's {medium.shape}")
+    if c_init is not None and not np.allclose(c_init, start.initial_coefficients, rtol=1e-12, atol=0.0):
+        raise ValueError("invert: start: initial is not the initial model of the run it continues (give "
+                         "initial=None to take the saved one)")
+    return start
+
+
+def _options(survey, initial, domain, pml, bounds, **kw) -> tuple[dict[str, Any], Any]:
+    """Every argument checked (TypeError/ValueError naming it); ``(options, m_bounds)``."""
+    if not isinstance(domain, Box):
+        raise TypeError(f"invert: domain must be a helmpinn.geometry.Box, got {type(domain).__name__}")
+    if pml is not None and not isinstance(pml, PML):
+        raise TypeError(f"invert: pml must be a helmpinn.PML or None, got {type(pml).__name__}")
+    _check_survey(survey, domain, pml)
+    if kw["warm_start"] not in WARM_STARTS:
+        raise ValueError(f"invert: warm_start must be one of {WARM_STARTS}, got {kw['warm_start']!r}")
+    network = tuple(integer("invert", "network", n, low=1) for n in kw["network"])
+    if len(network) != 3:
+        raise ValueError(f"invert: network must be (ff_dim, hidden_dim, hidden_layers), got {network}")
+    callbacks = list(kw["callbacks"]) + ([] if kw["callback"] is None else [kw["callback"]])
+    for cb in callbacks:
+        if not callable(cb):
+            raise TypeError(f"invert: callbacks must be callables f(entry), got {type(cb).__name__}")
+    count = lambda name: None if kw[name] is None else integer("invert", name, kw[name], low=1)  # noqa: E731
+    o = dict(
+        time_limit=real_number("invert", "time_limit", kw["time_limit"], low=0.0),
+        lambda_data=real_number("invert", "lambda_data", kw["lambda_data"], low=0.0),
+        regularization=real_number("invert", "regularization", kw["regularization"], low=0.0, low_open=False),
+        per_wavelength=real_number("invert", "per_wavelength", kw["per_wavelength"], low=0.0),
+        tol=real_number("invert", "tol", kw["tol"], low=0.0, low_open=False),
+        max_steps=integer("invert", "max_steps", kw["max_steps"], low=0),
+        fit_steps=integer("invert", "fit_steps", kw["fit_steps"], low=0),
+        pde_points=count("pde_points"), boundary_points=count("boundary_points"),
+        network=network, seed=integer("invert", "seed", kw["seed"], low=0), callbacks=callbacks,
+        varpro=bool(kw["varpro"]), warm_start=kw["warm_start"], start=kw["start"],
+        pml_share=None if kw["pml_share"] is None else real_number("invert", "pml_share", kw["pml_share"],
+                                                                   low=0.0, low_open=False, high=1.0),
+        initial=None if initial is None else _velocity("initial", initial),
+        true=None if kw["true"] is None else _velocity("true", kw["true"]))
+    if o["initial"] is None and kw["start"] is None:
+        raise TypeError("invert: initial (a velocity) is required unless start continues a saved run")
+    probe = domain.sample_interior(4096, np.random.default_rng(0))
+    v_probe = None
+    if o["initial"] is not None:
+        v_probe = np.asarray(o["initial"](probe), np.float64)
+        if v_probe.shape != (len(probe),) or not np.all(np.isfinite(v_probe) & (v_probe > 0)):
+            raise ValueError("invert: initial must give finite velocities > 0 at the domain's points")
+    m_bounds = None
+    if bounds is not None:
+        lo_v = real_number("invert", "bounds[0]", bounds[0], low=0.0)
+        hi_v = real_number("invert", "bounds[1]", bounds[1], low=lo_v)
+        if v_probe is not None and (v_probe.min() < lo_v or v_probe.max() > hi_v):
+            raise ValueError(f"invert: bounds ({lo_v:g}, {hi_v:g}) exclude the initial model (its "
+                             f"velocities span {v_probe.min():.6g} .. {v_probe.max():.6g})")
+        m_bounds = (1.0 / hi_v ** 2, 1.0 / lo_v ** 2)
+    elif v_probe is not None:
+        lo_v = float(v_probe.min())
+    else:
+        raise ValueError("invert: with start and without bounds, give initial too (its least velocity "
+                         "sets the medium's grid, as in the run being continued)")
+    o["v_min"] = lo_v
+    return o, m_bounds
 
 
 def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
@@ -271,7 +429,8 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
            regularization: float = 1e-4, max_steps: int = 50, tol: float = 1e-4,
            pml_share: float | None = 0.25, varpro: bool = False,
            warm_start: str = "fd", fit_steps: int = 10, seed: int = 0,
-           callback: Callable[[dict], None] | None = None) -> Inversion:
+           callbacks: Sequence[Callable[[dict], Any]] = (), callback: Callable[[dict], Any] | None = None,
+           start: Inversion | str | os.PathLike | None = None, comm: Any = None) -> Inversion:
     """The medium from a survey's data: wavefields and velocity together (module docstring).
 
     ``survey``: a :class:`helmpinn.Survey`; ``initial``: the starting velocity (a number or a
@@ -287,77 +446,93 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
     scattered-field form on a forward solve) or "previous"; ``fit_steps``: LM steps of a
     network's fit to the forward solution where one is fitted ("previous", first stage);
     ``pml_share``: the share of the PDE points in the PML (None: by its area; the scattered
-    field decays there); ``callback``: called with each history entry.
+    field decays there).
+
+    ``callbacks``: functions ``f(entry)`` called with each history entry (a stage's start and
+    every step); a true return value asks the run to stop after the step: it returns an
+    Inversion with status 3 whose ``resume`` state lets ``invert(..., start=it)`` continue it
+    (``callback``: one more such function). ``start``: a stopped Inversion (or the path of its
+    file) to continue at the stage and step where it stopped, from its medium, networks and LM
+    state; the call must give the same survey, box, PML, bounds and options (``max_steps``,
+    ``time_limit``, ``callbacks`` and ``comm`` may change; ``initial`` may be None), else
+    ValueError naming what differs; ``time_limit`` is then this call's. ``comm``: an mpi4py
+    communicator; every rank makes the same call and holds a share of each stage's wavefields
+    (:mod:`helmpinn.inversion.parallel`); every rank returns the same Inversion.
     Bad arguments raise TypeError/ValueError before any work.
     """
-    if not isinstance(domain, Box):
-        raise TypeError(f"invert: domain must be a helmpinn.geometry.Box, got {type(domain).__name__}")
-    if pml is not None and not isinstance(pml, PML):
-        raise TypeError(f"invert: pml must be a helmpinn.PML or None, got {type(pml).__name__}")
-    _check_survey(survey, domain, pml)
-    if warm_start not in WARM_STARTS:
-        raise ValueError(f"invert: warm_start must be one of {WARM_STARTS}, got {warm_start!r}")
-    network = tuple(integer("invert", "network", n, low=1) for n in network)
-    if len(network) != 3:
-        raise ValueError(f"invert: network must be (ff_dim, hidden_dim, hidden_layers), got {network}")
-    v0 = _velocity("initial", initial)
-    options = dict(
-        time_limit=real_number("invert", "time_limit", time_limit, low=0.0),
-        lambda_data=real_number("invert", "lambda_data", lambda_data, low=0.0),
-        regularization=real_number("invert", "regularization", regularization, low=0.0, low_open=False),
-        per_wavelength=real_number("invert", "per_wavelength", per_wavelength, low=0.0),
-        tol=real_number("invert", "tol", tol, low=0.0, low_open=False),
-        max_steps=integer("invert", "max_steps", max_steps, low=0),
-        fit_steps=integer("invert", "fit_steps", fit_steps, low=0),
-        pde_points=None if pde_points is None else integer("invert", "pde_points", pde_points, low=1),
-        boundary_points=None if boundary_points is None else integer("invert", "boundary_points",
-                                                                     boundary_points, low=1),
-        network=network, seed=integer("invert", "seed", seed), callback=callback, varpro=bool(varpro),
-        pml_share=None if pml_share is None else real_number("invert", "pml_share", pml_share, low=0.0,
-                                                             low_open=False, high=1.0),
-        initial=v0, true=None if true is None else _velocity("true", true), warm_start=warm_start)
-    probe = domain.sample_interior(4096, np.random.default_rng(0))
-    v_probe = np.asarray(v0(probe), np.float64)
-    if v_probe.shape != (len(probe),) or not np.all(np.isfinite(v_probe) & (v_probe > 0)):
-        raise ValueError("invert: initial must give finite velocities > 0 at the domain's points")
-    if bounds is not None:
-        lo_v = real_number("invert", "bounds[0]", bounds[0], low=0.0)
-        hi_v = real_number("invert", "bounds[1]", bounds[1], low=lo_v)
-        if v_probe.min() < lo_v or v_probe.max() > hi_v:
-            raise ValueError(f"invert: bounds ({lo_v:g}, {hi_v:g}) exclude the initial model (its "
-                             f"velocities span {v_probe.min():.6g} .. {v_probe.max():.6g})")
-        m_bounds = (1.0 / hi_v ** 2, 1.0 / lo_v ** 2)
-    else:
-        lo_v, m_bounds = float(v_probe.min()), None
-    options["v_min"] = lo_v
-    medium = SplineMedium.for_wavelength(domain.lo, domain.hi, lo_v / float(np.max(survey.frequencies)),
-                                         options["per_wavelength"])
-    c = medium.fit(lambda x: 1.0 / np.asarray(v0(x), np.float64) ** 2)
-    c = c if m_bounds is None else np.clip(c, *m_bounds)
-    c_init = c.copy()
+    ranks = Ranks(comm)
+    o, m_bounds = _options(survey, initial, domain, pml, bounds, true=true, time_limit=time_limit,
+                           network=network, pde_points=pde_points, boundary_points=boundary_points,
+                           per_wavelength=per_wavelength, lambda_data=lambda_data,
+                           regularization=regularization, max_steps=max_steps, tol=tol, pml_share=pml_share,
+                           varpro=varpro, warm_start=warm_start, fit_steps=fit_steps, seed=seed,
+                           callbacks=callbacks, callback=callback, start=start)
+    medium = SplineMedium.for_wavelength(domain.lo, domain.hi, o["v_min"] / float(np.max(survey.frequencies)),
+                                         o["per_wavelength"])
+    c_init = None
+    if o["initial"] is not None:
+        c_init = medium.fit(lambda x: 1.0 / np.asarray(o["initial"](x), np.float64) ** 2)
+        c_init = c_init if m_bounds is None else np.clip(c_init, *m_bounds)
+    settings = _settings(survey, domain, pml, m_bounds, o)
+    if start is not None:
+        o["start"] = _start(start, settings, medium, c_init)
+        c_init = o["start"].initial_coefficients
+    run = _Run(survey, domain, pml, o, ranks)
+    if true is not None:
+        o["region"] = illuminated_points(survey, domain)
+        o["initial"] = medium.gridfield(c_init, velocity=True)
     reg = None
-    if options["regularization"] > 0:
-        reg = math.sqrt(options["regularization"]) * medium.gradient_rows(float(np.mean(c)))
-    run = _Run(survey, domain, pml, options)
-    if true is not None:
-        options["region"] = illuminated_points(survey, domain)
-        options["initial"] = medium.gridfield(c_init, velocity=True)
-    t0 = time.perf_counter()
+    if o["regularization"] > 0:
+        reg = math.sqrt(o["regularization"]) * medium.gradient_rows(float(np.mean(c_init)))
+    return _continuation(run, medium, c_init, reg, m_bounds, settings)
+
+
+def _continuation(run: _Run, medium: SplineMedium, c_init: NDArray, reg, m_bounds, settings) -> Inversion:
+    """The stages, lowest frequency first (from where a resumed run stopped), and the result."""
+    o, ranks = run.o, run.ranks
     order = np.argsort(run.freqs, kind="stable")
-    status, previous = 0, None
-    for stage, fi in enumerate(order):
-        remaining = options["time_limit"] - (time.perf_counter() - t0)
-        deadline = t0 + options["time_limit"] - remaining * (len(order) - stage - 1) / (len(order) - stage)
-        c, thetas, st = _stage(run, stage, int(fi), medium, c, reg, m_bounds, deadline, t0,
-                               previous if warm_start == "previous" else None)
-        previous = thetas
+    c, first, status, resume, stopped = c_init.copy(), 0, 0, None, False
+    if o["start"] is not None:   # continue a stopped run
+        saved = o["start"]
+        resume = dict(saved.resume)
+        c, first, status = saved.coefficients.copy(), resume["stage"], resume["status"]
+        run.history = [dict(h) for h in saved.history]
+        run.params = {k: v.copy() for k, v in saved.params.items()}
+        run.backgrounds = dict(saved.backgrounds)
+        run.data_fit = saved.data_fit.copy()
+        run.t0 -= resume["elapsed"]
+        resume = resume if resume["steps"] > 0 else None
+    t_call = time.perf_counter()
+    run.checkpoint = None
+    for stage in range(first, len(order)):
+        fi = int(order[stage])
+        if stage > first and run.stop:   # a stop asked for at the end of the last stage
+            run.checkpoint = {"stage": stage, "steps": 0, "loss": None, "lam": 1.0, "nu": 2.0,
+                              "stage_coefficients": c, "Dm": None, "D": None}
+            stopped = True
+            break
+        remaining = o["time_limit"] - (time.perf_counter() - t_call)
+        left = len(order) - stage
+        deadline = t_call + o["time_limit"] - remaining * (left - 1) / left
+        previous = None
+        if o["warm_start"] == "previous" and stage > 0:
+            previous = {s: run.params[(int(order[stage - 1]), s)] for s in run.mine}
+        c, _, st = _stage(run, stage, fi, medium, c, reg, m_bounds, deadline, previous,
+                          resume if stage == first else None)
+        if st == 3:
+            stopped = True
+            break
         status = max(status, st)
+    run.params = ranks.gather(run.params)
+    run.backgrounds = ranks.gather(run.backgrounds)
+    state = None
+    if stopped:   # status: the stages' so far, for the resumed run's end
+        state = dict(run.checkpoint, settings=settings, elapsed=time.perf_counter() - run.t0, status=status)
+        status = 3
     true_nodes = None
-    if true is not None:
-        true_nodes = np.asarray(options["true"](medium.node_points()), np.float64).reshape(medium.shape)
-    backgrounds = {(fi, s): (field.axes, field.values) for fi, fields in run.backgrounds.items()
-                   if fields is not None for s, field in enumerate(fields)}
+    if o["true"] is not None:
+        true_nodes = np.asarray(o["true"](medium.node_points()), np.float64).reshape(medium.shape)
     return Inversion(medium, c, run.freqs, run.spec, run.params, run.history, status=status,
                      message=STATUS[status], initial_coefficients=c_init,
-                     true_velocity=true_nodes, data_fit=run.data_fit, backgrounds=backgrounds)
-
+                     true_velocity=true_nodes, data_fit=run.data_fit, backgrounds=run.backgrounds,
+                     resume=state)

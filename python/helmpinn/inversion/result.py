@@ -4,7 +4,8 @@ It holds the recovered medium (the spline's coefficients and grid), every wavefi
 the per-step history and the outcome in the manner of ``scipy.optimize.OptimizeResult``
 (``success``, ``status``, ``message``). :meth:`Inversion.save` writes one ``.npz`` (arrays and
 a JSON header, no pickle) atomically; :meth:`Inversion.load` checks what it reads and raises
-ValueError naming the file and the problem.
+ValueError naming the file and the problem. A run stopped on request (status 3) also holds its
+``resume`` state, saved with it, from which :func:`helmpinn.invert` (``start=``) continues.
 """
 from __future__ import annotations
 
@@ -29,9 +30,14 @@ __all__ = ["Inversion", "STATUS"]
 FORMAT = "helmpinn-inversion"
 FORMAT_VERSION = 1
 #: ``status`` codes: 0 every stage ran its steps or converged, 1 the time limit ended it, 2 a
-#: step could not lower the loss at the largest damping.
+#: step could not lower the loss at the largest damping, 3 a callback (or the CLI's signal)
+#: asked it to stop: it can be continued (``invert(..., start=...)``).
 STATUS = {0: "every stage converged or ran its steps", 1: "time limit reached",
-          2: "a stage could not lower the loss at the largest damping"}
+          2: "a stage could not lower the loss at the largest damping",
+          3: "stopped on request; invert(..., start=...) continues it"}
+#: The resume state's numbers (in the file's header) and arrays (beside it, "resume_" + name).
+_RESUME_NUMBERS = ("stage", "steps", "loss", "lam", "nu", "elapsed", "status")
+_RESUME_ARRAYS = ("stage_coefficients", "D", "Dm")
 
 
 class Inversion:
@@ -46,14 +52,20 @@ class Inversion:
     ``lam`` and ``accepted`` None), ``success`` (True for status 0 and 1: the run ended as
     planned, whatever the error it reached), ``status`` (:data:`STATUS`), ``message``,
     ``initial_coefficients`` and ``true_velocity`` (node values or None) for the figure,
-    ``data_fit`` [F] (the final relative data misfit per frequency).
+    ``data_fit`` [F] (the final relative data misfit per frequency); ``resume``: for a run
+    stopped on request (status 3), where and how it continues (a dict: "stage" (the index in
+    the frequency order) and "steps" done in it, the stage's starting medium
+    "stage_coefficients", LM's "lam", "nu" and damping diagonals "D" [S, P] / "Dm", the last
+    accepted "loss", "elapsed" seconds, the earlier stages' "status", and the "settings" a
+    continuation must share); None otherwise.
     """
 
     def __init__(self, medium: SplineMedium, coefficients: NDArray, frequencies: NDArray, spec: Any,
                  params: Mapping[tuple[int, int], NDArray], history: Sequence[Mapping[str, Any]], *,
                  status: int, message: str, initial_coefficients: NDArray,
                  true_velocity: NDArray | None = None, data_fit: NDArray | None = None,
-                 backgrounds: Mapping[tuple[int, int], tuple[Sequence[NDArray], NDArray]] | None = None):
+                 backgrounds: Mapping[tuple[int, int], tuple[Sequence[NDArray], NDArray]] | None = None,
+                 resume: Mapping[str, Any] | None = None):
         self.medium = medium
         self.coefficients = np.asarray(coefficients, np.float64)
         self.frequencies = np.asarray(frequencies, np.float64)
@@ -61,7 +73,7 @@ class Inversion:
         self.params = {(int(f), int(s)): np.asarray(p, np.float64) for (f, s), p in params.items()}
         self.history = [dict(h) for h in history]
         self.status, self.message = int(status), str(message)
-        self.success = self.status == 0 or self.status == 1
+        self.success = self.status in (0, 1, 3)
         self.initial_coefficients = np.asarray(initial_coefficients, np.float64)
         self.true_velocity = None if true_velocity is None else np.asarray(true_velocity, np.float64)
         self.backgrounds = {(int(f), int(s)): ([np.asarray(a, np.float64) for a in axes],
@@ -69,6 +81,7 @@ class Inversion:
                             for (f, s), (axes, v) in (backgrounds or {}).items()}
         self.data_fit = (np.full(len(self.frequencies), np.nan) if data_fit is None
                          else np.asarray(data_fit, np.float64))
+        self.resume = None if resume is None else dict(resume)
 
     def __repr__(self) -> str:
         last = self.history[-1] if self.history else {}
@@ -124,6 +137,11 @@ class Inversion:
         if self.true_velocity is not None:
             arrays["true_velocity"] = self.true_velocity
         header["backgrounds"] = sorted(self.backgrounds)
+        if self.resume is not None:
+            header["resume"] = {k: self.resume[k] for k in (*_RESUME_NUMBERS, "settings")}
+            header["resume_arrays"] = [k for k in _RESUME_ARRAYS if self.resume[k] is not None]
+            for k in header["resume_arrays"]:
+                arrays["resume_" + k] = np.asarray(self.resume[k], np.float64)
         arrays["header"] = np.array(json.dumps(header))
         for n, key in enumerate(header["backgrounds"]):
             axes, values = self.backgrounds[key]
@@ -169,12 +187,14 @@ class Inversion:
                 if values.shape != tuple(len(a) for a in axes) or not np.all(np.isfinite(values)):
                     raise ValueError(f"background {n} of shape {values.shape} does not match its axes")
                 backgrounds[(int(key[0]), int(key[1]))] = (axes, values)
+            resume = _read_resume(header, arrays, medium.size, spec.num_params,
+                                  len(arrays["frequencies"]))
             return cls(medium, coef, arrays["frequencies"], spec,
                        {k: params[i] for i, k in enumerate(keys)}, header["history"],
                        status=header["status"], message=header["message"],
                        initial_coefficients=arrays["initial_coefficients"],
                        true_velocity=arrays.get("true_velocity"), data_fit=arrays["data_fit"],
-                       backgrounds=backgrounds)
+                       backgrounds=backgrounds, resume=resume)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"Inversion.load: {path!r}: {e}") from None
 
@@ -209,3 +229,37 @@ class Inversion:
     def plot(self, path: str | os.PathLike, n: int = 101) -> str:
         """Write :meth:`figure` as a PNG (atomically); returns the path."""
         return save_figure(self.figure(n), path)
+
+
+def _read_resume(header: dict, arrays: dict, M: int, P: int, F: int) -> dict | None:
+    """The resume state of a file's header and arrays, checked (ValueError)."""
+    state = header.get("resume")
+    if state is None:
+        return None
+    if not isinstance(state, dict) or not isinstance(state.get("settings"), dict):
+        raise ValueError("its resume state is not a table with the run's settings")
+    out: dict[str, Any] = {"settings": state["settings"]}
+    for k in _RESUME_NUMBERS:
+        v = state.get(k)
+        if k == "loss" and v is None:
+            out[k] = None
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"its resume state's {k!r} is not a number ({v!r})")
+        out[k] = v
+    if not (isinstance(out["stage"], int) and 0 <= out["stage"] < F and isinstance(out["steps"], int)
+            and out["steps"] >= 0 and out["status"] in (0, 1, 2)):
+        raise ValueError(f"its resume state (stage {out['stage']!r}, steps {out['steps']!r}, status "
+                         f"{out['status']!r}) is out of range")
+    present = header.get("resume_arrays", [])
+    shapes = {"stage_coefficients": (M,), "Dm": (M,), "D": None}
+    for k in _RESUME_ARRAYS:
+        a = arrays.get("resume_" + k) if k in present else None
+        if a is not None and ((shapes[k] is not None and a.shape != shapes[k])
+                              or (k == "D" and (a.ndim != 2 or a.shape[1] != P))
+                              or not np.all(np.isfinite(a))):
+            raise ValueError(f"its resume state's {k} of shape {a.shape} does not fit the medium and networks")
+        out[k] = a
+    if out["stage_coefficients"] is None or (out["steps"] > 0 and (out["D"] is None or out["Dm"] is None)):
+        raise ValueError("its resume state lacks arrays (the stage's medium, the damping)")
+    return out

@@ -37,6 +37,12 @@ A trial is accepted when the loss falls; at most ``max_trials`` trials a step.
 B-spline lies in the convex hull of its coefficients, so ``m(x)`` stays within the bounds
 everywhere (:mod:`helmpinn.inversion.medium`). The predicted decrease ρ is that of the
 unprojected step.
+
+**Over MPI ranks** (``ranks``, :mod:`helmpinn.inversion.parallel`): ``joint`` holds this rank's
+wavefields only; the sums over the wavefields (C, the medium's gradient and the loss; per trial
+``Σ B_iᵀ A_i⁻¹ [B_i, g_i]``, then the trial's loss and the wavefields' share of the predicted
+decrease) are each one Allreduce, the regularisation is added once after it, and every rank
+solves the same medium system, so every rank takes the same step and the same decisions.
 """
 from __future__ import annotations
 
@@ -51,6 +57,7 @@ from numpy.typing import NDArray
 from ..optim.damped import UPDATES, NonFiniteLoss, next_damping
 from ..optim.lm import _spd_factor
 from .joint import JointResiduals
+from .parallel import Ranks
 
 __all__ = ["ArrowheadLM", "ArrowheadStep"]
 
@@ -74,12 +81,15 @@ class ArrowheadLM:
 
     ``bounds``: ``(m_lo, m_hi)`` for the medium's coefficients (None: unbounded); ``lam``: the
     initial λ (relative to D = diag(JᵀJ); 1 by default: on the ring case the first step from
-    the start was accepted at λ ≈ 1 only, five rejected trials after a start at 1e-3).
+    the start was accepted at λ ≈ 1 only, five rejected trials after a start at 1e-3);
+    ``ranks``: a :class:`~helmpinn.inversion.parallel.Ranks` when ``joint`` holds one rank's
+    share of the wavefields (module docstring; None: one process).
     """
 
     def __init__(self, joint: JointResiduals, *, bounds: tuple[float, float] | None = None,
                  lam: float = 1.0, update: str = "fixed", lam_min: float = 1e-15,
-                 lam_max: float = 1e12, max_trials: int = 8, varpro: bool = False):
+                 lam_max: float = 1e12, max_trials: int = 8, varpro: bool = False,
+                 ranks: Ranks | None = None):
         if update not in UPDATES:
             raise ValueError(f"update must be one of {UPDATES}, got {update!r}")
         if not (lam > 0 and math.isfinite(lam)):
@@ -92,6 +102,32 @@ class ArrowheadLM:
         self.varpro = bool(varpro)
         self._D: list[NDArray] | None = None
         self._Dm: NDArray | None = None
+        self.ranks = Ranks() if ranks is None else ranks
+
+    def state(self) -> dict:
+        """What the next step depends on besides the unknowns: λ, ν and the running maximum of
+        the damping's diagonals (this rank's wavefields' and the medium's), for a resumed run."""
+        return {"lam": self.lam, "nu": self.nu, "D": None if self._D is None else [d.copy() for d in self._D],
+                "Dm": None if self._Dm is None else self._Dm.copy()}
+
+    def set_state(self, state: dict) -> None:
+        """Continue from :meth:`state`'s values."""
+        self.lam, self.nu = float(state["lam"]), float(state["nu"])
+        self._D = None if state["D"] is None else [np.array(d, np.float64) for d in state["D"]]
+        self._Dm = None if state["Dm"] is None else np.array(state["Dm"], np.float64)
+
+    def global_loss(self, thetas: Sequence[NDArray], c: NDArray, extra: float = 0.0,
+                    what: str = "the joint loss") -> tuple[float, float]:
+        """The loss of all ranks' wavefields and the regularisation, and ``extra`` summed over
+        the ranks (one Allreduce)."""
+        def local():
+            t = self.joint.terms(thetas, c)
+            return t["pde"] + t["data"] + t["boundary"], t["reg"]
+
+        out, err = self.ranks.run(local)
+        wave, reg = out if out is not None else (0.0, 0.0)
+        total, more = self.ranks.sum([wave, extra], what, err)
+        return float(total) + reg, float(more)
 
     def project(self, c: NDArray) -> NDArray:
         return c if self.bounds is None else np.clip(c, self.bounds[0], self.bounds[1])
@@ -102,21 +138,29 @@ class ArrowheadLM:
 
         joint, ws = self.joint, self.joint.workspace
         M = joint.medium.size
-        C, gm, loss = np.zeros((M, M)), np.zeros(M), 0.0
-        blocks = []
-        for w, theta in zip(joint.rows, thetas):
-            r = w.residuals(ws, theta, c)
-            J = w.jacobian(ws, theta, c)
-            Jm = w.medium_jacobian(ws, theta)
-            if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J))):
-                raise NonFiniteLoss("the residuals or the Jacobian of a wavefield are not finite")
-            A = blas.dsyrk(1.0, J.T, trans=0, lower=0)            # upper triangle of JᵀJ
-            B = np.ascontiguousarray((Jm.T @ J).T)                  # [P, M]
-            blocks.append((A, B, J.T @ r))
-            C += (Jm.T @ Jm).toarray()
-            gm += Jm.T @ r
-            loss += float(r @ r)
-            del J
+        C, gm = np.zeros((M, M)), np.zeros(M)
+        blocks: list = []
+
+        def local() -> float:   # this rank's wavefields
+            loss = 0.0
+            for w, theta in zip(joint.rows, thetas):
+                r = w.residuals(ws, theta, c)
+                J = w.jacobian(ws, theta, c)
+                Jm = w.medium_jacobian(ws, theta)
+                if not (np.all(np.isfinite(r)) and np.all(np.isfinite(J))):
+                    raise NonFiniteLoss("the residuals or the Jacobian of a wavefield are not finite")
+                A = blas.dsyrk(1.0, J.T, trans=0, lower=0)            # upper triangle of JᵀJ
+                B = np.ascontiguousarray((Jm.T @ J).T)                  # [P, M]
+                blocks.append((A, B, J.T @ r))
+                C[:] += (Jm.T @ Jm).toarray()
+                gm[:] += Jm.T @ r
+                loss += float(r @ r)
+                del J
+            return loss
+
+        mine, err = self.ranks.run(local)
+        C, gm, loss = self.ranks.sum([C, gm, mine or 0.0], "the linearisation", err)
+        loss = float(loss)
         if joint.reg is not None:
             rr = joint.reg @ c
             C += (joint.reg.T @ joint.reg).toarray()
@@ -136,23 +180,31 @@ class ArrowheadLM:
         return [floor(d) for d in self._D], floor(self._Dm)
 
     def _solve(self, lam: float, blocks, C, gm, D, Dm):
-        """The damped step ``(δθ_i, δc)`` and its predicted decrease."""
-        S = C + np.diag(lam * Dm)
-        h = gm.copy()
-        parts = []
-        for (A, B, g), d in zip(blocks, D):
-            solve, _ = _spd_factor(A, lam * d)
-            X, y = solve(B), solve(g)
-            S -= B.T @ X
-            h -= B.T @ y
-            parts.append((X, y))
+        """The damped step ``(δθ_i, δc)`` and its predicted decrease in two parts: the medium's
+        (the same on every rank) and this rank's wavefields' (to be summed over the ranks)."""
+        M = len(gm)
+        BX, By = np.zeros((M, M)), np.zeros(M)
+        parts: list = []
+
+        def local() -> None:
+            for (A, B, g), d in zip(blocks, D):
+                solve, _ = _spd_factor(A, lam * d)
+                X, y = solve(B), solve(g)
+                BX[:] += B.T @ X
+                By[:] += B.T @ y
+                parts.append((X, y))
+
+        _, err = self.ranks.run(local)
+        BX, By = self.ranks.sum([BX, By], "the Schur complement", err)
+        S = C + np.diag(lam * Dm) - BX
+        h = gm - By
         S = 0.5 * (S + S.T)
         solve_s, _ = _spd_factor(np.triu(S), np.zeros(len(S)))
         dc = solve_s(h)
         dthetas = [y - X @ dc for X, y in parts]
-        pred = float(dc @ (gm + lam * Dm * dc))
-        pred += sum(float(dt @ (g + lam * d * dt)) for dt, (_, _, g), d in zip(dthetas, blocks, D))
-        return dthetas, dc, pred
+        pred_m = float(dc @ (gm + lam * Dm * dc))
+        pred_w = sum(float(dt @ (g + lam * d * dt)) for dt, (_, _, g), d in zip(dthetas, blocks, D))
+        return dthetas, dc, pred_m, pred_w
 
     def project_medium(self, thetas: Sequence[NDArray], c: NDArray, loss: float) -> tuple[NDArray, float]:
         """The medium that minimises the loss for the networks as they are (the residual is
@@ -161,17 +213,22 @@ class ArrowheadLM:
         joint, ws = self.joint, self.joint.workspace
         M = joint.medium.size
         C, g = np.zeros((M, M)), np.zeros(M)
-        for w, theta in zip(joint.rows, thetas):
-            r = w.residuals(ws, theta, c)
-            Jm = w.medium_jacobian(ws, theta)
-            C += (Jm.T @ Jm).toarray()
-            g += Jm.T @ r
+
+        def local() -> None:
+            for w, theta in zip(joint.rows, thetas):
+                r = w.residuals(ws, theta, c)
+                Jm = w.medium_jacobian(ws, theta)
+                C[:] += (Jm.T @ Jm).toarray()
+                g[:] += Jm.T @ r
+
+        _, err = self.ranks.run(local)
+        C, g = self.ranks.sum([C, g], "the medium's projection", err)
         if joint.reg is not None:
             C += (joint.reg.T @ joint.reg).toarray()
             g += joint.reg.T @ (joint.reg @ c)
         solve, _ = _spd_factor(np.triu(C), np.full(M, 1e-12 * max(float(np.max(np.diagonal(C))), 1e-300)))
         new_c = self.project(c - solve(g))
-        new_loss = joint.loss(thetas, new_c)
+        new_loss, _ = self.global_loss(thetas, new_c)
         return (new_c, new_loss) if new_loss < loss else (c, loss)
 
     def step(self, thetas: list[NDArray], c: NDArray) -> tuple[ArrowheadStep, NDArray]:
@@ -184,10 +241,11 @@ class ArrowheadLM:
         D, Dm = self._damping(blocks, C)
         t_lin = time.perf_counter() - t0
         for trial in range(1, self.max_trials + 1):
-            dthetas, dc, pred = self._solve(self.lam, blocks, C, gm, D, Dm)
+            dthetas, dc, pred_m, pred_w = self._solve(self.lam, blocks, C, gm, D, Dm)
             new_thetas = [th - dt for th, dt in zip(thetas, dthetas)]
             new_c = self.project(c - dc)
-            new_loss = self.joint.loss(new_thetas, new_c)
+            new_loss, pred_w = self.global_loss(new_thetas, new_c, pred_w, "the trial's loss")
+            pred = pred_m + pred_w
             accepted = math.isfinite(new_loss) and new_loss < loss and pred > 0
             rho = (loss - new_loss) / pred if pred > 0 and math.isfinite(new_loss) else -math.inf
             self.lam, self.nu = next_damping(self.update, self.lam, self.nu, accepted, rho,

@@ -1,0 +1,165 @@
+"""helmpinn.invert over MPI ranks (comm=): the wavefields split, the medium's sums reduced.
+
+Each test starts ``mpiexec -n 2`` on this file, whose ``__main__`` part runs one worker case on
+every rank; the workers write what the test checks into a folder. They skip, saying why, only
+where mpi4py or mpiexec is missing (conftest.mpiexec_command); under CI they fail instead.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import mpiexec_command
+
+RANKS = 2
+HERE = os.path.abspath(__file__)
+
+
+def _launch(case: str, out, timeout: float = 180) -> None:
+    cmd = [*mpiexec_command(RANKS), sys.executable, HERE, case, os.fspath(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mpiexec -n {RANKS} {case} did not finish in {timeout} s (a rank waiting in a "
+                    f"collective?):\n{exc.stdout}\n{exc.stderr}")
+    assert res.returncode == 0, f"mpiexec -n {RANKS} {case} failed:\n{res.stdout}\n{res.stderr}"
+
+
+def _survey(S=3):
+    import helmpinn as hp
+
+    rng = np.random.default_rng(0)
+    sources = [hp.PointSource((0.3 + 0.4 * s / max(S - 1, 1), 0.4 + 0.2 * (s % 2)), width=0.1) for s in range(S)]
+    return hp.Survey(sources, rng.uniform(0.2, 0.8, (8, 2)), [1.0, 1.5],
+                     0.05 * np.exp(1j * rng.uniform(0, 3, (2, S, 8))))
+
+
+def _options():
+    from helmpinn.geometry import Box
+
+    return dict(domain=Box([0.0, 0.0], [1.0, 1.0]), bounds=(0.8, 1.25), network=(3, 6, 1), pde_points=60,
+                boundary_points=16, max_steps=3, tol=0.0)
+
+
+def _relative(a, b) -> float:
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+# -- the tests (one process) -------------------------------------------------------------------
+def test_two_ranks_give_the_one_process_medium(tmp_path):
+    """3 sources on 2 ranks (2 + 1), two frequency stages of 3 steps, float64: every rank ends
+    with the same medium bit for bit, and it is the one process's to 1e-10 (the sums over the
+    wavefields are added in another order), as are the networks and the history's losses."""
+    import helmpinn as hp
+
+    _launch("same", tmp_path)
+    one = hp.invert(_survey(), 1.0, **_options())
+    ranks = [hp.Inversion.load(tmp_path / f"rank{r}.npz") for r in range(RANKS)]
+    for inv in ranks:
+        assert np.array_equal(inv.coefficients, ranks[0].coefficients)
+        assert sorted(inv.params) == sorted(one.params)
+        assert _relative(inv.coefficients, one.coefficients) < 1e-10
+        assert max(_relative(inv.params[k], one.params[k]) for k in one.params) < 1e-10
+        assert _relative(np.array([h["loss"] for h in inv.history]), np.array([h["loss"] for h in one.history])) < 1e-10
+    assert np.abs(one.coefficients - one.initial_coefficients).max() > 1e-6   # the medium moved
+    # one source on two ranks: rank 1 holds no wavefield and still takes part in every sum
+    one = hp.invert(_survey(1), 1.0, **_options())
+    for r in range(RANKS):
+        inv = hp.Inversion.load(tmp_path / f"single{r}.npz")
+        assert _relative(inv.coefficients, one.coefficients) < 1e-10 and sorted(inv.params) == sorted(one.params)
+
+
+def test_a_stop_asked_on_one_rank_stops_all_and_continues_in_one_process(tmp_path):
+    """Rank 1's callback alone asks to stop in stage 0: both ranks stop at the same step with
+    the same state; that file continued in one process ends as the uninterrupted one-process
+    run, to 1e-10."""
+    import helmpinn as hp
+
+    _launch("stop", tmp_path)
+    saved = [hp.Inversion.load(tmp_path / f"rank{r}.npz") for r in range(RANKS)]
+    assert all(s.status == 3 for s in saved)
+    assert saved[0].resume["steps"] == saved[1].resume["steps"] == 2
+    assert np.array_equal(saved[0].resume["D"], saved[1].resume["D"])
+    done = hp.invert(_survey(), None, start=saved[0], **_options())
+    one = hp.invert(_survey(), 1.0, **_options())
+    assert _relative(done.coefficients, one.coefficients) < 1e-10
+
+
+def test_a_failing_rank_fails_every_rank(tmp_path):
+    """A rank whose callback raises, or whose residuals are not finite, raises its own error;
+    the other raises a CollectiveError naming it; neither waits."""
+    _launch("fail", tmp_path)
+    with open(tmp_path / "rank0.json") as fh:
+        zero = json.load(fh)
+    with open(tmp_path / "rank1.json") as fh:
+        one = json.load(fh)
+    assert one["callback"] == ["ValueError", "rank 1's callback"]
+    assert zero["callback"][0] == "CollectiveError" and "rank 1 failed" in zero["callback"][1]
+    assert zero["nonfinite"][0] == "NonFiniteLoss"
+    assert one["nonfinite"][0] == "CollectiveError" and "rank 0 failed" in one["nonfinite"][1]
+
+
+# -- the workers (run by mpiexec on every rank) ----------------------------------------------------
+def _worker_same(comm, out: str) -> None:
+    import helmpinn as hp
+
+    inv = hp.invert(_survey(), 1.0, comm=comm, **_options())
+    inv.save(os.path.join(out, f"rank{comm.Get_rank()}.npz"))
+    inv = hp.invert(_survey(1), 1.0, comm=comm, **_options())
+    inv.save(os.path.join(out, f"single{comm.Get_rank()}.npz"))
+
+
+def _worker_stop(comm, out: str) -> None:
+    import helmpinn as hp
+
+    calls = []
+
+    def callback(entry):
+        calls.append(entry)
+        return comm.Get_rank() == 1 and len(calls) == 3   # stage 0's second step, on rank 1 only
+    inv = hp.invert(_survey(), 1.0, comm=comm, callbacks=[callback], **_options())
+    inv.save(os.path.join(out, f"rank{comm.Get_rank()}.npz"))
+
+
+def _worker_fail(comm, out: str) -> None:
+    import helmpinn as hp
+    from helmpinn.inversion import WavefieldRows
+
+    rank, seen = comm.Get_rank(), {}
+
+    def callback(entry):
+        if rank == 1 and entry["lam"] is not None:
+            raise ValueError("rank 1's callback")
+    try:
+        hp.invert(_survey(), 1.0, comm=comm, callbacks=[callback], **_options())
+    except Exception as exc:   # noqa: BLE001 - what each rank raised is the result
+        seen["callback"] = [type(exc).__name__, str(exc)]
+    original = WavefieldRows.residuals
+    if rank == 0:
+        WavefieldRows.residuals = lambda self, ws, theta, c: original(self, ws, theta, c) * np.nan
+    try:
+        hp.invert(_survey(), 1.0, comm=comm, **_options())
+    except Exception as exc:   # noqa: BLE001
+        seen["nonfinite"] = [type(exc).__name__, str(exc)]
+    WavefieldRows.residuals = original
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
+        json.dump(seen, fh)
+
+
+if __name__ == "__main__":
+    from mpi4py import MPI
+
+    case, folder = sys.argv[1], sys.argv[2]
+    try:
+        {"same": _worker_same, "stop": _worker_stop, "fail": _worker_fail}[case](MPI.COMM_WORLD, folder)
+    except BaseException:  # fail the whole job now rather than leave the other ranks waiting
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
