@@ -6,7 +6,7 @@
     PYTHONPATH=python python benchmarks/bench_decomposed_adam.py --problem free-source:wavelengths=5 --lr 3e-3
 
 For each learning rate (or once, with ``--optimizer gn``, hp.solve's Gauss-Newton): a fresh
-model of :func:`helmpinn.dd_driver.decomposed_settings` (the subdomains, subnetworks, points,
+model of :func:`helmpinn.training.dd_driver.decomposed_settings` (the subdomains, subnetworks, points,
 weights and hard constraint of ``hp.solve`` on ``box-source``, or on ``--problem``), trained
 through ``Trainer.fit`` on its fixed points. At each mark (seconds from the fit's call, its
 set-up included, these evaluations not; the first step that ends after it) one line: the steps
@@ -23,8 +23,8 @@ import time
 import numpy as np
 
 import helmpinn as hp
-from helmpinn.dd_driver import build_decomposed_model, decomposed_settings
-from helmpinn.drivers import make_driver
+from helmpinn.training.dd_driver import build_decomposed_model, decomposed_settings
+from helmpinn.training.drivers import make_driver
 
 from bench_time_to_accuracy import field_error, parse_problem   # 'name:opt=value'; the error (modes removed)
 

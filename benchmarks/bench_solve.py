@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 import helmpinn as hp
-from helmpinn.dd_driver import GNDriver
+from helmpinn.training.dd_driver import GNDriver
 from bench_time_to_accuracy import field_error, parse_overrides, parse_problem   # 'name:opt=value'; --set
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Where the decomposition starts: ``hp.solve`` with one network (Levenberg-Marquardt) and with
 a decomposed model (matrix-free Gauss-Newton), each from its own defaults, on the same problems
-near :data:`helmpinn.dd_driver.DECOMPOSE_ABOVE`, the error against time.
+near :data:`helmpinn.defaults.DECOMPOSE_ABOVE`, the error against time.
 
     PYTHONPATH=python:benchmarks python benchmarks/bench_threshold.py --threads 2 --time-limit 150 \
         [--problems room,lens,layered,box-source:wavelengths=3,...] [--models network,decomposed] [--json out.json]

@@ -88,7 +88,7 @@ class Clock:
     """Training time with the error evaluations taken out; records (time, step, error)."""
 
     def __init__(self, problem, model, budget: float, every: int, n_test: int | None):
-        from helmpinn.trainer import relative_l2
+        from helmpinn.training.trainer import relative_l2
 
         self.relative_l2 = relative_l2
         self.model, self.budget, self.every = model, budget, max(int(every), 1)
@@ -173,11 +173,11 @@ def run_one(problem, optimizer: str, args, budget: float | None = None) -> dict:
         gram = {"gram": args.lm_gram} if args.lm_gram else {}
         trainer.fit_lm(args.lm_iterations or d["iterations"], **{**lm_options(d), "solver": args.lm_solver, **gram},
                        blas_threads=_blas_threads(args.lm_blas_threads))
-        lm = trainer.lm
+        lm = trainer.driver.lm
         out["steps"] = lm.steps
         out["lm"] = {"solver": lm.solver, "jacobians": lm.iterations, "evaluations": lm.evaluations,
-                     "times_s": dict(trainer.lm_times),
-                     "per_step_s": {k: v / max(lm.steps, 1) for k, v in trainer.lm_times.items()}}
+                     "times_s": dict(trainer.step_times),
+                     "per_step_s": {k: v / max(lm.steps, 1) for k, v in trainer.step_times.items()}}
     out["wall_s"] = time.perf_counter() - t_start - clock.t_eval
     t_final = clock.elapsed()
     clock.record(out["steps"])

@@ -66,7 +66,7 @@ def main() -> None:
         hp.set_num_threads(a.threads)
     problem, _ = parse_problem(a.problem)
     if a.model:
-        from helmpinn.dd_driver import load_model
+        from helmpinn.training.dd_driver import load_model
         model = load_model(a.model)
     else:
         try:

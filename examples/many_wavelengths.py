@@ -27,7 +27,6 @@ import numpy as np
 import helmpinn as hp
 from helmpinn.geometry import Box
 from helmpinn.reference import fd_solve
-from helmpinn.solving import plan
 
 QUICK = os.environ.get("HELMPINN_EXAMPLES_QUICK") == "1"
 
@@ -49,11 +48,11 @@ def main() -> None:
                          source=hp.PointSource((-0.4, 0.3), width=0.04), bcs={}, pml=hp.PML(0.3))
 
     # What hp.solve will do, before it does it: the plan (a decomposition here, and its solver).
-    settings = plan(problem)
-    dd = settings["decomposition"]
-    print(f"plan: {settings['model']} model, {' + '.join('x'.join(map(str, g)) for g in dd['grids'])} "
-          f"subdomains (overlap {dd['overlap']}), subnetworks of {settings['ff_dim']} frequencies and "
-          f"{settings['hidden']} hidden units, {settings['pde_points']} PDE points, optimizer {settings['optimizer']}")
+    plan = hp.run_plan(problem)
+    dd = plan.decomposition
+    print(f"plan: {plan.model} model, {' + '.join('x'.join(map(str, g)) for g in dd['grids'])} "
+          f"subdomains (overlap {dd['overlap']}), subnetworks of {plan.ff_dim} frequencies and "
+          f"{plan.hidden} hidden units, {plan.pde_points} PDE points, optimizer {plan.optimizer}")
 
     t0 = time.perf_counter()
     if QUICK:
@@ -62,7 +61,7 @@ def main() -> None:
         solution = hp.solve(problem, time_limit=args.time_limit)
     print(f"hp.solve: {solution.model.num_params} parameters, {len(solution.history.loss)} steps in "
           f"{time.perf_counter() - t0:.0f} s, validation loss {solution.val_loss:.2e}, "
-          f"stopped: {solution.stop_reason or 'at its step limit'}")
+          f"stopped: {solution.message}")
 
     # The reference: the same problem (medium, PML, source) by fourth-order finite differences.
     reference = fd_solve(problem, h=0.05 if QUICK else 0.01)

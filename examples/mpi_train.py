@@ -15,7 +15,7 @@ import os
 from mpi4py import MPI
 
 import helmpinn as hp
-from helmpinn.trainer import default_settings
+from helmpinn.training.trainer import default_settings
 
 QUICK = os.environ.get("HELMPINN_EXAMPLES_QUICK") == "1"
 

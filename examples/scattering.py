@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 import helmpinn as hp
-from helmpinn.trainer import default_settings
+from helmpinn.training.trainer import default_settings
 
 QUICK = os.environ.get("HELMPINN_EXAMPLES_QUICK") == "1"
 

@@ -231,13 +231,13 @@ def test_resume_reads_settings_saved_under_the_old_count_names(tmp_path):
     assert main([*args, "--steps", "3", "--out", str(out)]) == 0
     m = Model.load(out / "model.npz")
     settings = dict(m.metadata["settings"])
-    settings["n_pde"], settings["n_bc"] = settings.pop("points"), settings.pop("bc_points")
+    settings["n_pde"], settings["n_bc"] = settings.pop("pde_points"), settings.pop("bc_points")
     m.save(out / "model.npz", metadata={**m.metadata, "settings": settings})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert main(["train", "--resume", str(out), "--steps", "5", "--quiet", "--no-plots"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["final_step"] == 5 and metrics["settings"]["points"] == 48
+    assert metrics["final_step"] == 5 and metrics["settings"]["pde_points"] == 48
     assert metrics["settings"]["bc_points"] == 2
 
 

@@ -237,7 +237,7 @@ def test_what_does_not_run_over_ranks_is_refused_with_one_reason(tmp_path, capsy
     import helmpinn as hp
     from helmpinn import distributed
     from helmpinn.optim import lm
-    from helmpinn.drivers import LBFGSDriver
+    from helmpinn.training.drivers import LBFGSDriver
 
     monkeypatch.setattr(distributed, "launch_comm", lambda: _TwoRanks())
     out = tmp_path / "run"
@@ -256,3 +256,26 @@ def test_what_does_not_run_over_ranks_is_refused_with_one_reason(tmp_path, capsy
         lm.LevenbergMarquardt(res, solver="dual", comm=_TwoRanks())
     assert str(info.value) == distributed.ONE_PROCESS["lm:dual"]
     assert hp.distributed.check_ranks("lm:dual", 1) is None and distributed.check_ranks("adam", 2) is None
+
+
+def test_resume_of_a_folder_written_before_the_plan_had_one_vocabulary(tmp_path):
+    """A run folder whose model and report record the settings under the CLI's former names
+    (``fourier``, ``points``, ``resample``) resumes: its settings read as the plan's fields, its
+    history is kept, and the run goes on as the uninterrupted one does."""
+    args = ["train", "--problem", "plane1d", "--k", "5", "--optimizer", "lm", "--hidden", "8", "--layers", "1",
+            "--fourier", "4", "--points", "48", "--bc-points", "2", "--quiet", "--no-plots", "--target", "0"]
+    old, whole = tmp_path / "old", tmp_path / "whole"
+    assert main([*args, "--steps", "6", "--out", str(whole)]) == 0
+    assert main([*args, "--steps", "3", "--out", str(old)]) == 0
+    former = {"ff_dim": "fourier", "pde_points": "points", "resample_every": "resample"}
+    m = Model.load(old / "model.npz")
+    settings = {former.get(k, k): v for k, v in m.metadata["settings"].items()}
+    m.save(old / "model.npz", optimizer_state=m.optimizer_state, metadata={**m.metadata, "settings": settings})
+    report = json.loads((old / "metrics.json").read_text())
+    report["settings"] = {former.get(k, k): v for k, v in report["settings"].items()}
+    (old / "metrics.json").write_text(json.dumps(report))
+    assert main(["train", "--resume", str(old), "--steps", "6", "--quiet", "--no-plots"]) == 0
+    got, want = (json.loads((d / "metrics.json").read_text()) for d in (old, whole))
+    assert got["settings"]["pde_points"] == 48 and got["settings"]["ff_dim"] == 4 and "points" not in got["settings"]
+    assert got["resumed_from_step"] == 3 and got["history"]["step"] == list(range(1, 7))
+    np.testing.assert_array_equal(got["history"]["loss"], want["history"]["loss"])

@@ -199,7 +199,7 @@ def test_a_second_sigterm_ends_the_process_at_once():
 
 # -- item 5b: nothing moved aside before something better exists -----------------------------------
 def test_new_run_keeps_the_previous_files_until_its_model_exists(tmp_path, monkeypatch):
-    from helmpinn.trainer import Trainer
+    from helmpinn.training.trainer import Trainer
 
     out = tmp_path / "run"
     assert _train(out, "--eval-every", "2", "--no-plots", "--lbfgs", "0") == 0
@@ -251,7 +251,7 @@ def test_resume_keeps_the_history_whatever_stops_it(tmp_path, monkeypatch):
     """--resume does not delete metrics.json at start; a resumed leg killed before its report
     (SIGKILL: nothing written but checkpoints) loses only its own steps' history."""
     from helmpinn import cli
-    from helmpinn.trainer import Trainer
+    from helmpinn.training.trainer import Trainer
 
     out = tmp_path / "run"
     assert _train(out, steps=5) == 0
@@ -335,7 +335,7 @@ def test_resume_of_a_folder_without_a_model_writes_nothing(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["model.npz", "metrics.json", "solution.png", "error.png", "history.png"])
 def test_a_directory_under_an_output_name_fails_before_training(tmp_path, capsys, name, monkeypatch):
-    from helmpinn.trainer import Trainer
+    from helmpinn.training.trainer import Trainer
 
     out = tmp_path / "run"
     (out / name).mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""helmpinn.dd_driver: decomposed models in the run loop (the Gauss-Newton driver and Adam through
+"""helmpinn.training.dd_driver: decomposed models in the run loop (the Gauss-Newton driver and Adam through
 Trainer, checkpoints and resume, the model protocol), the plan of hp.solve (decomposed above the
 threshold, one network below) and the CLI's path to them."""
 import importlib
@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn import dd_driver, solving, waves
+from helmpinn import defaults, waves
+from helmpinn.training import dd_driver
 from helmpinn.cli import main
-from helmpinn.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
+from helmpinn.training.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
 from helmpinn.decomposition import BoxConstraint, DecomposedModel, Rows
-from helmpinn.drivers import AdamDriver, LMDriver, mismatch
+from helmpinn.training.drivers import AdamDriver, LMDriver, mismatch
+from helmpinn.training.trainer import _bar_status
 from helmpinn.geometry import Box
 
 SMALL = dict(ff_dim=4, hidden_dim=8, overlap=0.6)
@@ -61,7 +63,7 @@ def test_step_info_and_progress_show_damping_and_cg_iterations():
     t.fit(1, optimizer=driver)
     info = driver.step(t)
     assert isinstance(info, GNStepInfo) and info.trials >= 1 and info.cg_iterations
-    status = t._status(info)
+    status = _bar_status(t, info)
     assert f"lam={info.rate:.1e}" in status and f"cg={sum(info.cg_iterations)}" in status and "err=" in status
     assert "step=" not in status and driver.log[-1]["alpha"] == 1.0   # a full step
 
@@ -79,7 +81,7 @@ def test_progress_shows_a_shortened_step():
     info = driver.step(t)
     alpha = driver.log[-1]["alpha"]
     assert alpha < 1.0 and info.accepted
-    assert f"step={alpha:g}" in t._status(info)
+    assert f"step={alpha:g}" in _bar_status(t, info)
 
 
 def test_default_optimizer_of_a_decomposed_model_is_gn_and_one_network_drivers_are_refused():
@@ -312,13 +314,13 @@ def test_threshold_from_the_measurements():
     """The problems measured on both sides (dd_driver's docstring): one network at 3 wavelengths
     and below, a decomposition from 3.5 (box-source), 3.95 (scatter-soft k = 3), 4 (free-source
     W = 2 with its PML, dirichlet2d n = 4) up."""
-    assert not dd_driver.should_decompose(box(3.0)) and dd_driver.should_decompose(box(3.5))
-    assert not dd_driver.should_decompose(hp.get_problem("heterogeneous2d"))
-    assert dd_driver.should_decompose(hp.get_problem("scatter-soft", k=3.0))
-    assert dd_driver.should_decompose(hp.get_problem("dirichlet2d", n=4))
+    assert not defaults.should_decompose(box(3.0)) and defaults.should_decompose(box(3.5))
+    assert not defaults.should_decompose(hp.get_problem("heterogeneous2d"))
+    assert defaults.should_decompose(hp.get_problem("scatter-soft", k=3.0))
+    assert defaults.should_decompose(hp.get_problem("dirichlet2d", n=4))
     free = lambda w: hp.get_problem("free-source", wavelengths=w)   # noqa: E731 - 2 + 2 wavelengths of PML
-    assert not dd_driver.should_decompose(free(1.0)) and dd_driver.should_decompose(free(1.5))
-    assert not dd_driver.should_decompose(hp.get_problem("plane1d", k=200.0))
+    assert not defaults.should_decompose(free(1.0)) and defaults.should_decompose(free(1.5))
+    assert not defaults.should_decompose(hp.get_problem("plane1d", k=200.0))
 
 
 def test_threshold_counts_an_elongated_domain_by_its_area():
@@ -329,15 +331,15 @@ def test_threshold_counts_an_elongated_domain_by_its_area():
     def duct(lx, ly):
         return hp.Problem(Box([0, 0], [lx, ly]), kappa=(1.1 * k0) ** 2, bcs={"*": hp.Sommerfeld(k0)})
 
-    assert not dd_driver.should_decompose(duct(2.0, 0.8)) and not dd_driver.should_decompose(duct(3.0, 0.6))
-    assert dd_driver.should_decompose(duct(2.0, 1.2))
+    assert not defaults.should_decompose(duct(2.0, 0.8)) and not defaults.should_decompose(duct(3.0, 0.6))
+    assert defaults.should_decompose(duct(2.0, 1.2))
 
 
 def test_the_3d_threshold_lies_between_the_cubes_measured():
     """``cube3d`` at k = 3π (2.1 across: one network ahead after 150 s) trains one network, at
     k = 4π (2.6 across: the decomposition ahead) a decomposed model (dd_driver's docstring)."""
-    assert not dd_driver.should_decompose(hp.get_problem("cube3d", k=3 * math.pi))
-    assert dd_driver.should_decompose(hp.get_problem("cube3d", k=4 * math.pi))
+    assert not defaults.should_decompose(hp.get_problem("cube3d", k=3 * math.pi))
+    assert defaults.should_decompose(hp.get_problem("cube3d", k=4 * math.pi))
 
 
 def test_decomposed_settings_reproduce_the_measured_runs():
@@ -364,8 +366,8 @@ def test_decomposed_settings_reproduce_the_measured_runs():
     # the points grow at a lower gap than LM's (dd_driver's docstring), and the driver gets it
     from helmpinn.defaults import LM_GROW_GAP
 
-    assert s["gn"]["grow_gap"] == dd_driver.GROW_GAP == 1.5 < LM_GROW_GAP
-    assert dd_driver.GNDriver(**s["gn"]).settings.grow_gap == dd_driver.GROW_GAP
+    assert s["gn"]["grow_gap"] == defaults.DD_GROW_GAP == 1.5 < LM_GROW_GAP
+    assert dd_driver.GNDriver(**s["gn"]).settings.grow_gap == defaults.DD_GROW_GAP
     c = dd_driver.decomposed_settings(box(5.0), subdomains_per_wavelength=0.5, coarse_level=True, hidden=16)
     assert c["decomposition"]["grids"] == [[3, 3], [1, 1]] and c["hidden"] == 16
     with pytest.raises(ValueError, match=r"decomposition: unknown settings \['width'\]"):
@@ -380,7 +382,7 @@ def test_solve_decomposes_above_the_threshold_only(monkeypatch, tmp_path):
     p = box(2.0)
     below = hp.solve(p, progress=False, **TINY_NET)
     assert below.settings["model"] == "network" and isinstance(below.model, hp.Model)
-    monkeypatch.setitem(dd_driver.DECOMPOSE_ABOVE, 2, 1.5)
+    monkeypatch.setitem(defaults.DECOMPOSE_ABOVE, 2, 1.5)
     seen = []
     above = hp.solve(p, progress=False, callbacks=[lambda run, step: seen.append(step)], **TINY_DD)
     assert above.settings["model"] == "decomposed" and above.settings["optimizer"] == "gn"
@@ -393,7 +395,7 @@ def test_solve_decomposes_above_the_threshold_only(monkeypatch, tmp_path):
     # each choice can be set: one network above the threshold, a decomposition below it
     net = hp.solve(p, progress=False, model="network", **TINY_NET)
     assert net.settings["model"] == "network"
-    monkeypatch.setitem(dd_driver.DECOMPOSE_ABOVE, 2, 4.5)
+    monkeypatch.setitem(defaults.DECOMPOSE_ABOVE, 2, 4.5)
     dd = hp.solve(p, progress=False, optimizer="gn", **TINY_DD)
     assert dd.settings["model"] == "decomposed"
     mine = small_model(p)
@@ -404,7 +406,7 @@ def test_solve_decomposes_above_the_threshold_only(monkeypatch, tmp_path):
 def test_solve_trains_a_decomposed_model_by_adam_when_asked():
     p = box(2.0)
     s = dd_driver.decomposed_settings(box(5.0), optimizer="adam")
-    assert s["optimizer"] == "adam" and s["lr"] == dd_driver.ADAM_SETTINGS["lr"] and s["schedule"] == "constant"
+    assert s["optimizer"] == "adam" and s["lr"] == defaults.DD_ADAM_SETTINGS["lr"] and s["schedule"] == "constant"
     assert s["decomposition"] == dd_driver.decomposed_settings(box(5.0))["decomposition"]   # the same model
     with pytest.raises(ValueError, match="optimizer: a decomposed model trains with 'adam' or 'gn', got 'lm'"):
         dd_driver.decomposed_settings(p, optimizer="lm")
@@ -418,7 +420,7 @@ def test_solve_trains_a_decomposed_model_by_adam_when_asked():
 
 
 def test_one_table_says_which_optimiser_trains_which_model():
-    from helmpinn.drivers import DRIVERS
+    from helmpinn.training.drivers import DRIVERS
 
     assert {name: d.trains for name, d in DRIVERS.items()} == {
         "adam": ("network", "decomposed"), "lbfgs": ("network",), "lm": ("network",), "gn": ("decomposed",)}
@@ -438,8 +440,8 @@ def test_solve_refuses_mismatched_choices():
     with pytest.raises(ValueError, match="optimizer 'lm' trains one network, not a decomposed model"):
         hp.solve(p, model="decomposed", optimizer=LMDriver())   # a driver instance: its own table entry
     # model "auto" with a driver picks a kind the driver trains: one network for LM on a wide problem
-    assert solving.plan(box(5.0), optimizer=LMDriver())["model"] == "network"
-    assert solving.plan(box(5.0), optimizer=GNDriver())["model"] == "decomposed"
+    assert hp.run_plan(box(5.0), optimizer=LMDriver()).model == "network"
+    assert hp.run_plan(box(5.0), optimizer=GNDriver()).model == "decomposed"
     with pytest.raises(ValueError, match="model: expected one of"):
         hp.solve(p, model="grid")
     with pytest.raises(TypeError, match="model: expected 'auto'"):
@@ -461,7 +463,7 @@ def test_solve_module_does_not_shadow_the_function():
 
 # -- the CLI ----------------------------------------------------------------------------------------
 def test_cli_auto_and_gn_train_a_decomposed_model(monkeypatch, tmp_path):
-    monkeypatch.setitem(dd_driver.DECOMPOSE_ABOVE, 2, 1.5)
+    monkeypatch.setitem(defaults.DECOMPOSE_ABOVE, 2, 1.5)
     out = tmp_path / "run"
     common = ["--problem", "box-source", "--wavelengths", "2", "--points", "500", "--hidden", "8",
               "--fourier", "4", "--quiet", "--out", str(out)]
@@ -493,7 +495,7 @@ def test_cli_model_decomposed_with_adam(tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     s = metrics["settings"]
     assert (s["optimizer"], s["model"], metrics["final_step"]) == ("adam", "decomposed", 3)
-    assert s["lr"] == dd_driver.ADAM_SETTINGS["lr"] and s["decomposition"]["grids"] == [[2, 2]]
+    assert s["lr"] == defaults.DD_ADAM_SETTINGS["lr"] and s["decomposition"]["grids"] == [[2, 2]]
     model = load_model(out / "model.npz")
     assert isinstance(model, TrainableDecomposedModel) and model.optimizer_state["step"] == 3
     assert main(["train", "--resume", str(out), "--steps", "5", "--quiet", "--no-plots"]) == 0
@@ -546,7 +548,6 @@ def test_gn_grows_its_points_while_the_gap_says_it_fits_them():
     """Fails without GNDriver.points_factor: 2x2 subnetworks (P 156) on 40 points fit them
     rather than the field; the gap exceeds 3 and the points grow by LM's rule (x 1.5, up to 4
     times the first draw), each draw new; with ``grow_gap=None`` they stay."""
-    from helmpinn import defaults
 
     p = box()
     sizes = []
@@ -613,7 +614,7 @@ def test_gn_weighs_a_closed_box_near_resonance_by_its_mode_rows():
     assert settings["gn"]["resonance"] == waves.RESONANCE_WITHIN
     t = trainer(p, small_model(p, grid=(3, 3)))
     h = t.fit(2, optimizer=GNDriver(resonance=0.05))
-    res = t.gn.res
+    res = t.driver.gn.res
     assert h.loss[-1] < h.loss[0]
     modes = [m for m in waves.box_resonances(p, 0.05) if np.isfinite(m.amplification)]
     assert res.num_modes == len(modes) == 7
@@ -642,28 +643,28 @@ def test_gn_weighs_a_closed_box_near_resonance_by_its_mode_rows():
     # without the hard constraint: the points' sum
     soft = trainer(p, DecomposedModel.create([0, 0], [1, 1], [(3, 3)], wavenumber=p.wavenumber, seed=0, **SMALL))
     soft.fit(1, optimizer=GNDriver(resonance=0.05))
-    rows = soft.gn.res.rows
-    np.testing.assert_array_equal(soft.gn.res.modes, waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05))
+    rows = soft.driver.gn.res.rows
+    np.testing.assert_array_equal(soft.driver.gn.res.modes, waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05))
     # the constraint forced on a box with a Neumann wall: Green's identity would miss its boundary term
     neumann = hp.Problem(hp.geometry.Box([0, 0], [1, 1]), kappa=p.kappa, source=p.source_at,
                          bcs={"xmin": hp.Neumann(), "*": hp.Dirichlet()})
     forced = trainer(neumann, small_model(p, grid=(3, 3)), bc_points=0)
     forced.fit(1, optimizer=GNDriver(resonance=0.05))
-    rows = forced.gn.res.rows
-    assert forced.gn.res.num_modes > 0 and not np.any(rows.term == "modes")
-    np.testing.assert_array_equal(forced.gn.res.modes, waves.resonance_rows(neumann, rows.x, rows.term == "pde", 0.05))
+    rows = forced.driver.gn.res.rows
+    assert forced.driver.gn.res.num_modes > 0 and not np.any(rows.term == "modes")
+    np.testing.assert_array_equal(forced.driver.gn.res.modes, waves.resonance_rows(neumann, rows.x, rows.term == "pde", 0.05))
     t2 = trainer(p, small_model(p, grid=(3, 3)))
     t2.fit(1, optimizer=GNDriver())                        # a driver's own default: none
-    assert t2.gn.res.num_modes == 0
+    assert t2.driver.gn.res.num_modes == 0
     # resonance_most: of the modes, the most amplified only, in either form of the rows
     most3 = trainer(p, small_model(p, grid=(3, 3)))
     most3.fit(1, optimizer=GNDriver(resonance=0.05, resonance_most=3))
-    assert most3.gn.res.num_modes == 3 == waves.resonance_green_rows(p, 0.05, most=3)[1].shape[1]
+    assert most3.driver.gn.res.num_modes == 3 == waves.resonance_green_rows(p, 0.05, most=3)[1].shape[1]
     soft3 = trainer(p, DecomposedModel.create([0, 0], [1, 1], [(3, 3)], wavenumber=p.wavenumber, seed=0, **SMALL))
     soft3.fit(1, optimizer=GNDriver(resonance=0.05, resonance_most=3.0))
     assert soft3.driver.settings.resonance_most == 3 and type(soft3.driver.settings.resonance_most) is int
-    rows = soft3.gn.res.rows
-    np.testing.assert_array_equal(soft3.gn.res.modes, waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05)[:, :3])
+    rows = soft3.driver.gn.res.rows
+    np.testing.assert_array_equal(soft3.driver.gn.res.modes, waves.resonance_rows(p, rows.x, rows.term == "pde", 0.05)[:, :3])
     for bad in (0, -1, 2.5, True, "3"):
         with pytest.raises((TypeError, ValueError), match="resonance_most"):
             GNDriver(resonance=0.05, resonance_most=bad)

@@ -178,7 +178,7 @@ def test_two_ranks_take_one_process_steps(case, two_ranks):
     assert all(abs(a - b) <= max(2, 0.05 * b) for u, v in zip(got_its, its) for a, b in zip(u, v)), (got_its, its)
 
 
-# The plan's Gauss-Newton (helmpinn.dd_driver.decomposed_settings: λ = 1e-3, CG to 1e-3) with
+# The plan's Gauss-Newton (helmpinn.training.dd_driver.decomposed_settings: λ = 1e-3, CG to 1e-3) with
 # float32 products and Gram matrices, its default, and with float64 ones: what the MPI guide
 # states of 2 ranks against one process, held here over three steps (measured on a 2-core
 # x86-64: float64 5.5e-14, 3.4e-13, 7.5e-13 of the parameters' scale after steps 1-3; float32
@@ -191,7 +191,7 @@ PLAN_AGREEMENT = {"float32": 1e-4, "float64": 1e-10}
 
 
 def _plan_gn(precision: str):
-    from helmpinn.dd_driver import GNDriver, decomposed_settings
+    from helmpinn.training.dd_driver import GNDriver, decomposed_settings
 
     return GNDriver(**{**decomposed_settings(_trainer_problem())["gn"], **PLAN_PRODUCTS[precision]})
 
@@ -243,7 +243,7 @@ def _trainer_problem():
 
 
 def _gn():
-    from helmpinn.dd_driver import GNDriver
+    from helmpinn.training.dd_driver import GNDriver
 
     return GNDriver(lam=0.1, cg_tol=1e-10, cg_maxiter=400, products="core", gram="float64",   # float64: see CASES
                     resonance=0.05)
@@ -266,7 +266,7 @@ def test_the_run_loop_over_two_ranks_takes_one_process_steps(two_ranks):
     np.testing.assert_array_equal(t.model.params, got["start"])
     t.training_set = union   # the points the ranks drew between them
     t.fit(STEPS, optimizer=_gn())
-    assert t.gn.res.num_modes == 3   # (3, 3), (4, 1) and (1, 4)
+    assert t.driver.gn.res.num_modes == 3   # (3, 3), (4, 1) and (1, 4)
     scale = np.max(np.abs(t.model.params))
     assert np.max(np.abs(t.model.params - got["start"])) > 1e-3 * scale
     assert np.max(np.abs(t.model.params - got["last0"])) <= 1e-10 * scale

@@ -278,7 +278,7 @@ def test_fourier_scale_is_a_single_networks_at_the_local_wavenumber(d):
     the draws of init_params at that σ and the seeds the model draws, level by level; and
     build_decomposed_model(sigma=s) gives the first level exactly s."""
     from helmpinn import init_params
-    from helmpinn.dd_driver import build_decomposed_model
+    from helmpinn.training.dd_driver import build_decomposed_model
     from helmpinn.params import sigma_for
 
     lo, hi, grids, k = np.zeros(d), np.arange(1, d + 1, dtype=float), [(3,) * d, (1,) * d], 7.0
@@ -546,7 +546,7 @@ def test_solve_checks_each_decomposition_entry(entry, value, why):
 def test_solve_refuses_the_hard_constraint_on_nonzero_boundary_data():
     """Finding 16: constraint=True forced u = 0 on walls whose data is not zero."""
     import helmpinn as hp
-    from helmpinn.dd_driver import decomposed_settings
+    from helmpinn.training.dd_driver import decomposed_settings
 
     with pytest.raises(ValueError, match="constraint=True .* boundary condition 'xmin' is Dirichlet"):
         hp.solve("heterogeneous2d", model="decomposed", progress=False, decomposition={"constraint": True})

@@ -232,7 +232,7 @@ def test_solve_checks_its_numbers_before_planning(monkeypatch, name, value, erro
     def plan(*args, **kw):
         raise AssertionError("planned before the arguments were checked")
 
-    monkeypatch.setattr(solving, "plan", plan)
+    monkeypatch.setattr(solving, "run_plan", plan)
     with pytest.raises(error, match="^" + words.replace("(", r"\(") + "$"):
         hp.solve(hp.get_problem("plane1d", k=4.0), progress=False, **{name: value})
 

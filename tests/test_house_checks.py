@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn import dd_driver
+from helmpinn.training import dd_driver
 from helmpinn.cli import main
 from helmpinn.geometry import Box
 from helmpinn.reference import fd_solve

@@ -14,7 +14,7 @@ import helmpinn as hp
 from helmpinn import plots
 from helmpinn.cli import DEFAULT_TARGET, build_parser, main
 from helmpinn.geometry import Box
-from helmpinn.trainer import Trainer
+from helmpinn.training.trainer import Trainer
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 SMALL = ["--hidden", "8", "--layers", "1", "--fourier", "4", "--points", "40", "--eval-every", "1", "--quiet",

@@ -43,7 +43,8 @@ FLOORS = {
     "rules": ["defaults"],
     "models and optimisers": ["model", "decomposition", "model_protocol", "optim", "optim.damped", "optim.first_order",
                               "optim.lm", "optim.gauss_newton"],
-    "training": ["drivers", "memory", "dd_driver", "trainer"],
+    "training": ["training.status", "memory", "training.drivers", "training.dd_driver", "training.trainer",
+                 "training.plan", "training"],
     "figures": ["plots"],
     "inversion": ["reference", "reference.fwi", "inversion", "inversion.medium", "inversion.joint", "inversion.solver", "inversion.result",
                   "inversion.parallel", "inversion.api"],
@@ -201,8 +202,8 @@ def test_no_function_imports_a_module_of_the_package_except_the_listed_ones():
 
 def test_the_graph_sees_the_package():
     names, graph, _ = _package()
-    assert {"helmpinn", "helmpinn._core", "helmpinn.reference.fd", "helmpinn.trainer"} <= set(names)
-    assert "helmpinn.trainer" in graph["helmpinn"]   # the package's __init__ imports it
+    assert {"helmpinn", "helmpinn._core", "helmpinn.reference.fd", "helmpinn.training.trainer"} <= set(names)
+    assert "helmpinn.training.trainer" in graph["helmpinn"]   # the package's __init__ imports it
     assert "helmpinn._core" in graph["helmpinn.params"]   # from . import / from ._core import
     assert graph["helmpinn.reference"] >= {"helmpinn.reference.fd", "helmpinn.reference.fwi"}
 

@@ -10,7 +10,7 @@ import pytest
 import helmpinn as hp
 from helmpinn.optim import NonFiniteLoss, StepStatus
 from helmpinn.optim.lm import CGSystem, CoreResiduals, FunctionResiduals, LevenbergMarquardt, _Trials, lm_defaults, lm_options
-from helmpinn.trainer import relative_l2
+from helmpinn.training.trainer import relative_l2
 
 K = 5.0
 WEIGHTS = {"pde": 1 / K**2, "data": 100.0, "bc": 100 / K**2}
@@ -368,18 +368,18 @@ def test_fit_lm_non_finite_restores_last_good(tmp_path):
 def test_fit_lm_resumes_damping_from_checkpoint(tmp_path):
     tr = tiny_trainer(tmp_path)
     tr.fit_lm(6)
-    lam = tr.lm.lam
+    lam = tr.driver.lm.lam
     model = hp.Model.load(tmp_path / "m.npz")
     assert model.optimizer_state["lm_lambda"] == lam and model.optimizer_state["lm_steps"] == 6
     tr2 = hp.Trainer(tr.problem, model, pde_points=60, bc_points=2, resample_every=0, progress=False)
     tr2.fit_lm(0)
-    assert tr2.lm.lam == lam and tr2.step == 6
+    assert tr2.driver.lm.lam == lam and tr2.step == 6
 
 
 def test_fit_lm_resample_switches_points():
     tr = tiny_trainer(resample_every=3)
     tr.fit_lm(7)
-    assert tr.lm.steps == 7 and np.all(np.isfinite(tr.model.params))
+    assert tr.driver.lm.steps == 7 and np.all(np.isfinite(tr.model.params))
 
 
 @pytest.mark.parametrize("solver", ["auto", "dual"])
@@ -480,7 +480,7 @@ def test_general_operator_problem_pml():
     d = lm_defaults(prob)
     assert d["gram"] == "float32" and (d["ff_dim"], d["hidden"], d["pde_points"]) == (24, 48, 5500)
     h = tr.fit_lm(3, **lm_options(d))
-    assert tr.lm.gram == "float32" and h.loss[-1] < h.loss[0]
+    assert tr.driver.lm.gram == "float32" and h.loss[-1] < h.loss[0]
 
 
 def test_spd_factor_solves_and_falls_back_on_a_singular_matrix():

@@ -128,7 +128,7 @@ def test_the_estimate_counts_ranks_and_settings():
 def test_gauss_newton_grows_its_points_only_while_the_run_fits(monkeypatch):
     """Finding 3: the points grow (PointsGrowth) by the validation gap alone; the Gauss-Newton
     driver now asks the estimate first, so a growth that would exceed the limit is not taken."""
-    from helmpinn.dd_driver import GNDriver
+    from helmpinn.training.dd_driver import GNDriver
 
     model = DecomposedModel.create([0, 0], [1, 1], [(2, 2)], ff_dim=2, hidden_dim=4)
     trainer = hp.Trainer(hp.get_problem("box-source"), model, pde_points=20_000, bc_points=0, progress=False)

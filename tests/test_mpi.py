@@ -339,7 +339,7 @@ def _worker_lm(comm, out: str, gram: str = "float64", solver: str = "auto") -> N
     assert trainer.training_set.sizes["pde"] == (21 if rank == 0 else 20)
     params = comm.gather(model.params.copy())
     sets = comm.gather(trainer.training_set)
-    predicted = trainer.lm.solve(model.params, 1e-3).predicted   # the model's decrease, summed
+    predicted = trainer.driver.lm.solve(model.params, 1e-3).predicted   # the model's decrease, summed
     if rank == 0:
         # One process, the same LM settings, on the union of the ranks' points.
         batch = _union(sets).to_core(np.float64)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
+from helmpinn.training.status import RunStatus
 from helmpinn.cli import main
 from helmpinn.optim.lm import CoreResiduals
 from helmpinn.optim import make_schedule
@@ -36,7 +37,7 @@ def test_lm_steps_on_the_points_drawn_last():
 
     tr = lm_trainer(resample_every=2, callbacks=[check])
     tr.fit_lm(5, blas_threads=1, stall_window=100)
-    assert tr.step == 5 and tr.lm.steps == 5
+    assert tr.step == 5 and tr.driver.lm.steps == 5
     draws = [x for x, _, _ in seen]
     assert [np.array_equal(draws[i], draws[i + 1]) for i in range(4)] == [True, False, True, False]
     for _, recorded, on_current_points in seen:
@@ -49,6 +50,7 @@ def test_lm_stall_stop():
     tr = lm_trainer()
     tr.fit_lm(10, blas_threads=1, stall_window=2, stall_factor=1e-300)
     assert tr.step == 3 and tr.stop_reason == "loss fell by less than a factor 1e-300 over 2 steps at step 3"
+    assert tr.status is RunStatus.STALLED
     # a window that straddles earlier steps of another fit counts them too (the history's)
     tr.fit_lm(10, blas_threads=1, stall_window=2, stall_factor=1e-300)
     assert tr.step == 4 and tr.stop_reason.endswith("at step 4")
@@ -77,14 +79,14 @@ def run_cli(tmp_path, name, *extra):
 
 
 def initial_model(settings, seed=0):
-    return hp.Model.create(1, settings["fourier"], settings["hidden"], settings["layers"], dtype=settings["dtype"],
+    return hp.Model.create(1, settings["ff_dim"], settings["hidden"], settings["layers"], dtype=settings["dtype"],
                            seed=seed, fourier_sigma=settings["sigma"])
 
 
 def first_loss(settings):
     """The loss at step 1 of the run ``settings`` describe, rebuilt here through the Python API."""
     problem = hp.get_problem(settings["problem"], **settings["problem_options"])
-    tr = hp.Trainer(problem, initial_model(settings, settings["seed"]), pde_points=settings["points"],
+    tr = hp.Trainer(problem, initial_model(settings, settings["seed"]), pde_points=settings["pde_points"],
                     bc_points=settings["bc_points"], sampling=settings["sampling"], weights=settings["weights"],
                     seed=settings["seed"], progress=False)
     tr.resample()

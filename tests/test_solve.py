@@ -11,7 +11,7 @@ import helmpinn as hp
 from helmpinn.cli import main
 from helmpinn.defaults import run_settings
 from helmpinn.optim import make_schedule
-from helmpinn.trainer import Trainer
+from helmpinn.training.trainer import Trainer
 
 TINY = dict(ff_dim=4, hidden=8, layers=1, pde_points=60, sigma=0.6, eval_every=2)
 
@@ -34,7 +34,8 @@ def test_solve_stops_at_the_tolerance_and_returns_the_solution(tmp_path):
     np.testing.assert_array_equal(sol.predict(x), sol.model.predict(x))
     text = repr(sol)   # one line, not the history
     assert "\n" not in text and len(text) < 400 and f"steps={len(sol.history.loss)}" in text
-    assert f"error={sol.error:.3e}" in text and "stop_reason='target error" in text
+    assert f"error={sol.error:.3e}" in text and "status=TARGET_REACHED, message='target error" in text
+    assert sol.success and sol.status is hp.RunStatus.TARGET_REACHED and sol.message == sol.stop_reason
     sol.save(tmp_path / "u.npz")
     back = hp.Model.load(tmp_path / "u.npz")
     assert back.params.tobytes() == sol.model.params.tobytes() and back.metadata["settings"]["hidden"] == 8
@@ -92,24 +93,19 @@ def test_cli_default_optimizer_on_a_gpu_is_adam():
     assert _new_settings(args, problem)["optimizer"] == "lm"
 
 
-#: The plan's keys the CLI's settings spell otherwise (helmpinn.cli._new_settings).
-CLI_NAMES = {"ff_dim": "fourier", "pde_points": "points", "resample_every": "resample"}
-
-
 @pytest.mark.parametrize("name", ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "waveguide",
                                   "scatter-hard", "box-source", "free-source"])
 def test_cli_takes_hp_solves_plan(name):
     """``helmpinn train --problem NAME`` with no other flag runs hp.solve's plan
-    (:func:`helmpinn.solving.plan`) entry for entry: every entry of the plan is in the CLI's
-    settings with the same value, under the CLI's name for it. (#63 measured the waveguide
+    (:func:`helmpinn.run_plan`) field for field: every entry of the plan's record is in the
+    CLI's settings with the same value, under the same name. (#63 measured the waveguide
     through both; a plan entry the CLI dropped or set on its own would train another run.)"""
     from helmpinn.cli import _new_settings, build_parser
-    from helmpinn.solving import plan
 
     problem = hp.get_problem(name)
     cli = _new_settings(build_parser().parse_args(["train", "--problem", name]), problem)
-    want = plan(problem)
-    assert {key: cli[CLI_NAMES.get(key, key)] for key in want} == want
+    want = hp.run_plan(problem).record()
+    assert {key: cli[key] for key in want} == want
     assert cli["seed"] == 0 and cli["train_fourier"]   # hp.solve's seed; the Trainer's default
 
 
@@ -181,3 +177,33 @@ def test_solve_polishes_by_lbfgs_after_the_optimiser_within_its_time_limit(monke
     now[0] = 0.0
     shared = hp.solve(p, steps=3, lbfgs=20, time_limit=5.0, clock=lambda: now[0], **opts)
     assert len(shared.history.step) == 5   # LM's 3 steps, the polish's 2 within the 5 s
+
+
+def test_the_run_plan_is_one_typed_table():
+    """run_plan: fields with the rules' values; overrides checked and merged (weights, lm); the
+    record round-trips, and reads the CLI's former names."""
+    from helmpinn.training.plan import RunPlan
+
+    p = hp.get_problem("plane1d", k=4.0)
+    plan = hp.run_plan(p)
+    assert isinstance(plan, RunPlan) and plan.optimizer == "lm" and plan.model == "network"
+    want = run_settings(p, "auto")
+    assert all(getattr(plan, k) == v for k, v in want.items())
+    assert plan.seed == 0 and plan.train_fourier and plan.gn is None and plan.decomposition is None
+    mine = plan.with_overrides(hidden=4, weights={"pde": 2.0}, lm={"solver": "cg"})
+    assert mine.hidden == 4 and mine.weights == {**plan.weights, "pde": 2.0}
+    assert mine.lm == {**plan.lm, "solver": "cg"} and plan.hidden != 4   # a new plan; the old one unchanged
+    assert RunPlan.from_record(mine.record()) == mine
+    old = {{"ff_dim": "fourier", "pde_points": "points", "resample_every": "resample"}.get(k, k): v
+           for k, v in mine.record().items()}
+    assert RunPlan.from_record(old) == mine
+    with pytest.raises(ValueError, match=r"run_plan: unknown settings \['width'\]"):
+        plan.with_overrides(width=3)
+    with pytest.raises(ValueError, match=r"unknown settings \['model'\]"):
+        plan.with_overrides(model="decomposed")   # run_plan's choice, with its points
+    with pytest.raises(ValueError, match=r"unknown settings \['gn'\]"):
+        plan.with_overrides(gn={"lam": 1.0})      # no Gauss-Newton in this run
+    with pytest.raises(ValueError, match="run_plan: steps must be an integer >= 0, got -1"):
+        hp.run_plan(p, steps=-1)
+    adam = hp.run_plan(p, optimizer="adam")
+    assert adam.lm is None and "lm" not in adam.record() and adam.optimizer == "adam"

@@ -17,7 +17,7 @@ CLASS_LINES, FUNCTION_LINES, BINDING_LINES = 350, 120, 600
 #: (file, name) -> lines: the pieces over their limit, at their size when this test was written.
 OVER = {
     ("problems.py", "Problem"): 613,
-    ("trainer.py", "Trainer"): 588,
+    ("training/trainer.py", "Trainer"): 545,
     ("device_arrays.hpp", None): 608,
 }
 
@@ -64,7 +64,7 @@ def test_classes_functions_and_binding_files_stay_within_their_limits():
 @pytest.mark.parametrize("change, message", [
     ((("cli.py", "main"), 121, "function"), "over the limit of 120"),
     ((("problems.py", "Problem"), 614, "class"), "grew past its recorded 613"),
-    ((("trainer.py", "Trainer"), 350, "class"), "now within the limit of 350"),
+    ((("training/trainer.py", "Trainer"), 350, "class"), "now within the limit of 350"),
     ((("new.hpp", None), 601, "binding file"), "over the limit of 600"),
 ])
 def test_the_check_sees_each_kind_of_breach(change, message):

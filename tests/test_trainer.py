@@ -7,9 +7,10 @@ import pytest
 
 import helmpinn
 from helmpinn.model import Model
+from helmpinn.training.status import RunStatus
 from helmpinn.optim import Adam, constant, cosine, exponential, lbfgs, make_schedule
 from helmpinn.registry import get_problem
-from helmpinn.trainer import Trainer, auto_weights, default_settings, relative_l2
+from helmpinn.training.trainer import Trainer, auto_weights, default_settings, relative_l2
 
 
 def small_model(d=1, dtype="float32", seed=0, sigma=2.0):
@@ -305,6 +306,7 @@ def test_target_error_met_at_a_later_evaluation():
     tr.fit(200)
     assert tr.step == steps[i] > steps[0] and not tr.diverged
     assert tr.stop_reason == f"target error {target:g} reached at step {steps[i]}"
+    assert tr.status is RunStatus.TARGET_REACHED
     assert tr.history.eval_error == errors[:i + 1]
 
 
@@ -316,6 +318,7 @@ def test_nonfinite_parameters_at_a_checkpoint_restore_it(tmp_path):
     tr = make_trainer(tmp_path, checkpoint_every=10, callbacks=[inject])
     h = tr.fit(100)
     assert tr.diverged and tr.stop_reason == "non-finite parameters at step 20; restored the last good state (step 10)"
+    assert tr.status is RunStatus.DIVERGED and not tr.status.success
     assert tr.step == 10 and h.step[-1] == 20 and tr.optimizer.step_count == 10
     ckpt = Model.load(tmp_path / "ckpt.npz")
     assert ckpt.optimizer_state["step"] == 10
@@ -422,7 +425,7 @@ class _GradientDescent:
     """A user's own optimiser: plain gradient descent through the Driver interface."""
 
     def __new__(cls, *a, **k):
-        from helmpinn.drivers import Driver, StepInfo
+        from helmpinn.training.drivers import Driver, StepInfo
 
         class GD(Driver):
             name = "gd"
@@ -469,6 +472,7 @@ def test_time_limit_stops_by_the_clock():
                       callbacks=[lambda t, step: now.__setitem__(0, float(step))])   # a step takes 1 s
     tr.fit(100)
     assert tr.step == 5 and tr.stop_reason == "time limit 5 s reached at step 5" and not tr.diverged
+    assert tr.status is RunStatus.TIME_LIMIT
     assert tr.train_time == 5.0 and tr.history.eval_time == [2.0, 4.0, 5.0]
     tr.fit(3)   # the limit is per fit
     assert tr.step == 8 and tr.stop_reason is None and tr.train_time == 8.0
@@ -544,7 +548,7 @@ def test_lm_grows_its_points_while_the_gap_says_it_fits_them():
 
 
 def test_lm_growth_is_capped_by_grow_max_and_memory():
-    from helmpinn.drivers import LMDriver
+    from helmpinn.training.drivers import LMDriver
     from helmpinn.optim.lm import LevenbergMarquardt
 
     tr = _overfitting_lm()
@@ -598,15 +602,16 @@ def test_lm_stall_window_counts_only_the_current_points():
     tr = _overfitting_lm()
     tr.resample_every = 3
     tr.fit_lm(10, blas_threads=1, stall_window=3, stall_factor=1e-300, grow_gap=None)
-    assert tr.step == 10 and tr.stop_reason is None
+    assert tr.step == 10 and tr.stop_reason is None and tr.status is RunStatus.STEPS_DONE
     tr = _overfitting_lm()
     tr.fit_lm(10, blas_threads=1, stall_window=3, stall_factor=1e-300, grow_gap=None)
     assert tr.step == 4 and tr.stop_reason.startswith("loss fell by less than")
 
 
 def test_defaults_in_one_place():
-    from helmpinn import defaults, trainer
-    from helmpinn.drivers import AdamSettings, LMSettings
+    from helmpinn import defaults
+    from helmpinn.training import trainer
+    from helmpinn.training.drivers import AdamSettings, LMSettings
 
     assert trainer.default_settings is defaults.default_settings and trainer.auto_weights is defaults.auto_weights
     for name, d in (("plane1d", 1), ("dirichlet2d", 2), ("cube3d", 3)):
@@ -662,3 +667,46 @@ def test_progress_bar_with_a_time_limit_counts_seconds_and_leaves_out_absent_ter
     tr.fit(3)
     err = capsys.readouterr().err
     assert "3/3" in err and " s," not in err and "data=" in err and "bc=" not in err
+
+
+def test_each_stop_sets_its_status():
+    """The loop records the kind of each stop where it arises: every step taken, a driver's own
+    stop, a callback's; a fit that stopped early and then one that did not."""
+    from helmpinn.training.drivers import Driver, StepInfo
+
+    p = get_problem("plane1d", k=4.0)
+
+    class Stops(Driver):
+        def step(self, run):
+            return StepInfo(1.0, {}, stop="converged" if run.step + 1 == 2 else None)
+
+    def trainer(**kw):
+        return Trainer(p, Model.create(1, 4, 8, 1, seed=0), pde_points=16, bc_points=2, progress=False, **kw)
+
+    tr = trainer()
+    assert tr.status is None
+    tr.fit(3, optimizer=Stops())
+    assert tr.step == 2 and tr.status is RunStatus.OPTIMIZER_STOP and tr.stop_reason == "converged"
+    tr = trainer(callbacks=[lambda t, s: setattr(t, "stop_reason", "mine") if s == 2 else None])
+    tr.fit(5)
+    assert tr.step == 2 and tr.status is RunStatus.CALLBACK and tr.stop_reason == "mine" and tr.status.success
+    tr.callbacks = []
+    tr.fit(2)
+    assert tr.step == 4 and tr.status is RunStatus.STEPS_DONE and tr.stop_reason is None
+    with pytest.raises(TypeError, match="status: expected a RunStatus"):
+        tr.stop("time limit", "words")
+
+
+def test_the_polish_follows_the_status_not_the_words():
+    """A callback's stop whose words start as a reached target's does not skip the L-BFGS
+    polish (nothing decides on a stop by its message); a reached target does."""
+    p = get_problem("plane1d", k=4.0)
+    tiny = dict(ff_dim=4, hidden=8, layers=1, pde_points=40, sigma=0.6, eval_every=1, progress=False)
+
+    def words(trainer, step):
+        if step == 2:
+            trainer.stop_reason = "target error 1 reached at step 2"
+    sol = helmpinn.solve(p, optimizer="adam", steps=5, lbfgs=3, callbacks=[words], **tiny)
+    assert sol.history.step[-1] > 2 and sol.settings["lbfgs"] == 3   # the polish ran after step 2
+    reached = helmpinn.solve(p, optimizer="adam", steps=5, lbfgs=3, tol=10.0, **tiny)
+    assert reached.status is RunStatus.TARGET_REACHED and reached.success and reached.history.step[-1] == 1

@@ -12,6 +12,7 @@ import pytest
 from conftest import wait_for
 
 from helmpinn.cli import main
+from helmpinn.training.status import RunStatus
 from helmpinn.model import Model
 
 TINY = ["--optimizer", "adam", "--hidden", "16", "--layers", "2", "--fourier", "8", "--points", "64",
@@ -245,7 +246,7 @@ def test_resume_misuse(tmp_path, capsys):
 # -- the Trainer ------------------------------------------------------------------------------------
 def _trainer(path=None, model=None, problem="dirichlet2d", **kw):
     from helmpinn.registry import get_problem
-    from helmpinn.trainer import Trainer
+    from helmpinn.training.trainer import Trainer
 
     p = get_problem(problem)
     model = model or Model.create(p.dim, 8, 16, 2, seed=1, fourier_sigma=1.0)
@@ -262,6 +263,7 @@ def test_stopped_and_resumed_run_equals_an_uninterrupted_one(tmp_path, stop_at):
     first = _trainer(path, callbacks=[lambda tr, s: tr.request_stop("test") if s == stop_at else None])
     first.fit(30)
     assert first.step == stop_at and first.stop_reason == f"test at step {stop_at}" and not first.diverged
+    assert first.status is RunStatus.INTERRUPTED
     second = _trainer(path, model=Model.load(path))
     second.fit(30 - stop_at)
     assert second.step == 30 and second.history.step[0] == stop_at + 1
@@ -302,6 +304,7 @@ def test_a_stop_requested_before_fit_stops_it_and_a_spent_one_does_not(tmp_path)
     tr.request_stop("terminated")
     tr.fit(50)
     assert tr.step == 1 and tr.stop_reason == "terminated at step 1" and not tr.diverged
+    assert tr.status is RunStatus.INTERRUPTED
     assert tr.stop_requested == "terminated", "the reason stays readable after the fit"
     assert Model.load(path).optimizer_state["step"] == 1, "the checkpoint is written"
     tr.fit(4)   # the request stopped the first fit: the second runs all of its steps
@@ -368,7 +371,7 @@ def test_optimizer_lbfgs_writes_the_lbfgs_model(tmp_path, capsys, warm):
     """Without --warm-start (a KeyError once), with 0 (no model written once) and with 3 (the
     warm start's parameters written once): model.npz holds the L-BFGS result the report gives."""
     from helmpinn.registry import get_problem
-    from helmpinn.trainer import relative_l2
+    from helmpinn.training.trainer import relative_l2
 
     out = tmp_path / "run"
     extra = [] if warm is None else ["--warm-start", str(warm)]

@@ -33,11 +33,13 @@ from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld
 from .registry import get_problem, list_problems
 from .pml import PML
 from . import scattering, waves
-from .trainer import Trainer, default_settings
+from .training.trainer import Trainer, default_settings
 from .media import GridField
 from .sources import FreeSpaceSource, PointSource
 from . import receivers
-from . import defaults, drivers
+from . import defaults, training
+from .training import RunPlan, RunStatus, run_plan
+from .training import drivers
 from .solving import Solution, solve
 from .survey import Survey
 from .inversion import Inversion, invert
@@ -88,6 +90,10 @@ __all__ = [
     "receivers",
     "defaults",
     "drivers",
+    "training",
+    "RunPlan",
+    "RunStatus",
+    "run_plan",
     "Solution",
     "solve",
     "Survey",

@@ -5,8 +5,8 @@ is :mod:`helmpinn.cli_invert`).
 :func:`helmpinn.registry.get_problem`) with the options given as ``--NAME VALUE`` (a user's
 factory's keyword options too; an option the problem does not take is refused naming those it
 does), trains a model with settings derived from the problem (the optimiser and the model
-:func:`helmpinn.solve` picks, unless ``--optimizer`` names one: :func:`helmpinn.solving.plan`,
-:func:`helmpinn.defaults.run_settings`; every setting can be overridden) and writes
+:func:`helmpinn.solve` picks, unless ``--optimizer`` names one: the run plan of
+:func:`helmpinn.run_plan`, whose fields the flags override through one table, :data:`FLAG_FIELDS`) and writes
 ``OUT/model.npz``, ``OUT/metrics.json`` and PNG figures (``solution.png``, ``error.png``,
 ``history.png``).
 
@@ -61,7 +61,7 @@ from ._cli_common import TERMINATED as _TERMINATED, UsageError as _UsageError
 from ._cli_common import check_outputs as _check_outputs, cpus as _cpus, finite as _finite
 from ._cli_common import lock as _lock, prepare_out as _prepare_out, stop_on_sigterm as _stop_on_sigterm
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "FLAG_FIELDS"]
 
 #: The files ``helmpinn train`` writes into its output folder (a new run replaces old ones).
 OUTPUTS = ("model.npz", "metrics.json", "solution.png", "error.png", "history.png")
@@ -136,7 +136,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     options (:func:`_problem_option_names`) are among ``train``'s, as a built-in problem's are."""
     from .geometry import METHODS
     from .optim import SCHEDULES
-    from .solving import MODELS
+    from .training.plan import MODELS
 
     parser = argparse.ArgumentParser(prog="helmpinn", description="Physics-informed neural networks "
                                      "for the Helmholtz equation with exact fused gradients.")
@@ -145,7 +145,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a model on a built-in problem and write a report",
                        description="Options without a stated default take the problem's (helmpinn "
-                                   "problems; helmpinn.trainer.default_settings, helmpinn.optim.lm.lm_defaults).",
+                                   "problems; helmpinn.training.trainer.default_settings, helmpinn.optim.lm.lm_defaults).",
                        formatter_class=_HelpFormatter)
     t.add_argument("--problem", help="built-in problem (see `helmpinn problems`) or a factory of your own "
                    "(path/to/file.py:make); required unless --resume, with which it names the run's "
@@ -169,7 +169,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     o.add_argument("--model", choices=MODELS, default=None,
                    help="auto (default: helmpinn.solve's choice, a decomposed model above a few "
                         "wavelengths), network (one network) or decomposed (windowed subnetworks "
-                        "over a grid of subdomains: helmpinn.dd_driver; trained with --optimizer gn, "
+                        "over a grid of subdomains: helmpinn.training.dd_driver; trained with --optimizer gn, "
                         "the default for it, or adam)")
     o.add_argument("--optimizer", choices=("adam", "lbfgs", "lm", "gn", "auto"), default=None,
                    help="auto (the default on the CPU: helmpinn.solve's choice, gn above a few "
@@ -177,7 +177,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
                         "not fit 2 GiB), adam (fused Adam; the default with --device cuda), lbfgs "
                         "(SciPy L-BFGS-B, float64), lm (Levenberg-Marquardt on the residuals, with its "
                         "own defaults for model, points and precision: helmpinn.optim.lm.lm_defaults) or gn "
-                        "(a decomposed model, matrix-free Gauss-Newton: helmpinn.dd_driver)")
+                        "(a decomposed model, matrix-free Gauss-Newton: helmpinn.training.dd_driver)")
     o.add_argument("--steps", type=int, help="Adam steps, or L-BFGS / LM / Gauss-Newton iterations")
     o.add_argument("--lr", type=float, help="peak learning rate")
     o.add_argument("--schedule", choices=SCHEDULES, help="learning-rate schedule")
@@ -269,6 +269,19 @@ def _cmd_problems() -> int:
 
 # Range checks of the numeric options: (option, smallest allowed, whether it may equal that
 # bound). None values are not given and come from the problem's defaults.
+#: The flags that set a field of the run plan (:class:`helmpinn.training.plan.RunPlan`), by
+#: their argparse names: the command line's one table from flags to fields. The loss weights'
+#: flags set the plan's ``weights`` (:data:`WEIGHT_FLAGS`), LM's its ``lm`` options
+#: (:data:`LM_FLAGS`), ``--freeze-fourier`` its ``train_fourier``.
+FLAG_FIELDS = {"hidden": "hidden", "layers": "layers", "fourier": "ff_dim", "sigma": "sigma", "dtype": "dtype",
+               "steps": "steps", "lr": "lr", "schedule": "schedule", "points": "pde_points",
+               "bc_points": "bc_points", "sampling": "sampling", "resample": "resample_every",
+               "eval_every": "eval_every", "lbfgs": "lbfgs", "warm_start": "warm_start", "seed": "seed"}
+WEIGHT_FLAGS = {"w_pde": "pde", "w_data": "data", "w_bc": "bc"}
+LM_FLAGS = {"lm_solver": "solver", "lm_geodesic": "geodesic", "lm_gram": "gram"}
+#: A field's flag, for messages.
+_FIELD_FLAGS = {field: "--" + flag.replace("_", "-") for flag, field in FLAG_FIELDS.items()}
+
 _INT_LIMITS = {"steps": 1, "points": 1, "bc_points": 0, "hidden": 1, "layers": 1, "fourier": 1,
                "threads": 1, "eval_every": 0, "resample": 0, "checkpoint_every": 0, "lbfgs": 0, "seed": 0,
                "warm_start": 0}
@@ -378,10 +391,12 @@ def _chosen(args: argparse.Namespace) -> str:
 
 
 def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
-    """The run's settings: the optimiser's defaults for ``problem``
-    (:func:`helmpinn.solving.plan`), with what the command line gives instead."""
-    from .drivers import mismatch
-    from .solving import plan
+    """The run's settings: the record of its plan (:func:`helmpinn.run_plan` for ``problem``,
+    the flags of :data:`FLAG_FIELDS`, :data:`WEIGHT_FLAGS` and :data:`LM_FLAGS` in place of its
+    fields), with what the command line adds: the problem and its options, the target, the
+    checkpoints, the device."""
+    from .training.drivers import mismatch
+    from .training.plan import run_plan
 
     # hp.solve's choice; Adam on a GPU (LM and Gauss-Newton run on the CPU)
     optimizer = args.optimizer or ("adam" if args.device == "cuda" else "auto")
@@ -390,46 +405,33 @@ def _new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
     if why:
         raise _UsageError(f"--optimizer {optimizer} {why} (--model {kind})")
     try:  # settings derived from the problem's numbers (an extreme --k overflows them)
-        s = plan(problem, model=kind, optimizer=optimizer)
+        plan = run_plan(problem, model=kind, optimizer=optimizer)
     except (ValueError, ArithmeticError) as exc:
         why = str(exc) if isinstance(exc, ValueError) else "the settings derived from them overflow"
         raise _UsageError(f"problem {args.problem!r} with {_options_str(problem.options)}: {why}") from None
-    optimizer = s["optimizer"]   # "auto" is resolved to the optimiser it picked
-    pick = lambda key, value: s[key] if value is None else value  # noqa: E731
-    seed = 0 if args.seed is None else args.seed
-    settings = {
-        "problem": problem.name, "problem_options": _recorded(problem),
-        "hidden": pick("hidden", args.hidden), "layers": pick("layers", args.layers),
-        "fourier": pick("ff_dim", args.fourier), "sigma": pick("sigma", args.sigma),
-        "dtype": pick("dtype", args.dtype), "steps": pick("steps", args.steps),
-        "lr": pick("lr", args.lr), "schedule": pick("schedule", args.schedule), "betas": s["betas"],
-        "points": pick("pde_points", args.points), "bc_points": pick("bc_points", args.bc_points),
-        "sampling": pick("sampling", args.sampling), "resample": pick("resample_every", args.resample),
-        "eval_every": pick("eval_every", args.eval_every), "lbfgs": pick("lbfgs", args.lbfgs),
-        "weights": {term: s["weights"][term] if given is None else given
-                    for term, given in (("pde", args.w_pde), ("data", args.w_data), ("bc", args.w_bc))},
-        "train_fourier": not args.freeze_fourier, "target": _target(args.target, problem), "seed": seed,
-        "checkpoint_every": args.checkpoint_every or 0,
-        "optimizer": optimizer, "model": s["model"], "warm_start": pick("warm_start", args.warm_start),
-        "device": args.device or "cpu",
-    }
-    if optimizer == "lm":
-        settings["lm"] = {**s["lm"], "solver": args.lm_solver or s["lm"]["solver"]}
-        if args.lm_geodesic is not None:
-            settings["lm"]["geodesic"] = bool(args.lm_geodesic)
-        if args.lm_gram is not None:
-            settings["lm"]["gram"] = args.lm_gram
-    elif args.lm_solver is not None or args.lm_geodesic is not None or args.lm_gram is not None:
+    overrides: dict[str, Any] = {field: getattr(args, flag) for flag, field in FLAG_FIELDS.items()
+                                 if getattr(args, flag) is not None}
+    weights = {term: getattr(args, flag) for flag, term in WEIGHT_FLAGS.items() if getattr(args, flag) is not None}
+    lm = {option: getattr(args, flag) for flag, option in LM_FLAGS.items() if getattr(args, flag) is not None}
+    if weights:
+        overrides["weights"] = weights
+    if args.freeze_fourier:
+        overrides["train_fourier"] = False
+    if lm and plan.optimizer != "lm":
         raise _UsageError(f"--lm-solver, --lm-geodesic and --lm-gram go with --optimizer lm; this run "
-                          f"trains with {optimizer}{_chosen(args)}")
-    if s["model"] == "decomposed":   # (helmpinn.dd_driver)
-        settings["decomposition"] = s["decomposition"]
-        if optimizer == "gn":
-            settings["gn"] = s["gn"]
-        if settings["lbfgs"] or settings["warm_start"]:
-            raise _UsageError(f"--lbfgs and --warm-start train one network; this run trains a decomposed "
-                              f"model with {optimizer}{_chosen(args)}")
-    return settings
+                          f"trains with {plan.optimizer}{_chosen(args)}")
+    if lm:
+        overrides["lm"] = {**lm, **({"geodesic": bool(lm["geodesic"])} if "geodesic" in lm else {})}
+    if plan.model == "decomposed" and (overrides.get("lbfgs") or overrides.get("warm_start")):
+        raise _UsageError(f"--lbfgs and --warm-start train one network; this run trains a decomposed "
+                          f"model with {plan.optimizer}{_chosen(args)}")
+    try:
+        plan = plan.with_overrides("helmpinn train", **overrides)
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(str(exc)) from None
+    return {"problem": problem.name, "problem_options": _recorded(problem), **plan.record(),
+            "target": _target(args.target, problem), "checkpoint_every": args.checkpoint_every or 0,
+            "device": args.device or "cpu"}
 
 
 def _target(given: float | None, problem) -> float | None:
@@ -449,26 +451,23 @@ def _decomposed(settings: dict[str, Any]) -> bool:
 def _new_model(settings: dict[str, Any], problem, threads: int | None):
     """A fresh model as ``settings`` say, once the run is known to fit in memory."""
     from . import _core
-    from .model import Model
+    from .training.plan import RunPlan
 
     try:
-        spec = _core.ModelSpec(problem.dim, settings["fourier"], settings["hidden"], settings["layers"])
+        spec = _core.ModelSpec(problem.dim, settings["ff_dim"], settings["hidden"], settings["layers"])
     except (ValueError, TypeError, OverflowError) as exc:
         why = str(exc) if isinstance(exc, ValueError) else f"each must be an integer below {2**31}"
-        raise _UsageError(f"invalid model (--fourier {settings['fourier']}, --hidden {settings['hidden']}, "
+        raise _UsageError(f"invalid model (--fourier {settings['ff_dim']}, --hidden {settings['hidden']}, "
                           f"--layers {settings['layers']}): {why}") from None
     _check_memory(settings, problem, spec, threads)
-    if _decomposed(settings):
-        from .dd_driver import build_decomposed_model
+    plan = RunPlan.from_record(settings)
+    if plan.model == "decomposed":
         try:
-            return build_decomposed_model(problem, settings["decomposition"], settings["fourier"],
-                                          settings["hidden"], settings["layers"], seed=settings["seed"],
-                                          sigma=settings["sigma"], dtype=settings["dtype"])
+            return plan.build_model(problem)
         except ValueError as exc:
             raise _UsageError(f"--model decomposed: {exc}") from None
     with np.errstate(over="ignore"):  # an overflow is reported below, naming the option
-        model = Model.create(problem.dim, settings["fourier"], settings["hidden"], settings["layers"],
-                             dtype=settings["dtype"], seed=settings["seed"], fourier_sigma=settings["sigma"])
+        model = plan.build_model(problem)
     if not np.all(np.isfinite(model.params)):
         raise _UsageError(f"--sigma {settings['sigma']:g}: the Fourier frequencies drawn with it are not "
                           f"finite in {settings['dtype']}; give a smaller --sigma (or --k)")
@@ -493,7 +492,7 @@ def _check_memory(settings: dict[str, Any], problem, spec, threads: int | None) 
     lm_options = settings["lm"] if settings.get("optimizer") == "lm" and not _decomposed(settings) else None
     if lm_options is not None:   # LM's refusal of a dense solver over its budget, named as its option
         try:
-            memory.lm_system(spec.num_params, int(settings["points"]) + int(settings["bc_points"]), lm_options,
+            memory.lm_system(spec.num_params, int(settings["pde_points"]) + int(settings["bc_points"]), lm_options,
                              settings["dtype"], ranks)
         except (ValueError, TypeError) as exc:
             raise _UsageError(f"--optimizer lm: {exc}") from None
@@ -502,9 +501,9 @@ def _check_memory(settings: dict[str, Any], problem, spec, threads: int | None) 
             memory.check_settings({**settings, "model": "decomposed"}, problem, ranks=ranks, threads=threads, flags={
                 "points": "--points", "grids": "the problem's size", "hidden": "--hidden, --fourier"})
         else:
-            what = ", ".join(f"{_flag(k)} {settings[k]}"
-                             for k in ("points", "bc_points", "hidden", "layers", "fourier"))
-            memory.check_network(spec, settings["points"], settings["bc_points"], dtype=settings["dtype"],
+            what = ", ".join(f"{_FIELD_FLAGS[k]} {settings[k]}"
+                             for k in ("pde_points", "bc_points", "hidden", "layers", "ff_dim"))
+            memory.check_network(spec, settings["pde_points"], settings["bc_points"], dtype=settings["dtype"],
                                  lm_options=lm_options, ranks=ranks, threads=threads,
                                  what=f"this run ({what}, {settings['dtype']})",
                                  flags={"points": "--points, --bc-points", "hidden": "--hidden, --layers, --fourier"})
@@ -529,7 +528,8 @@ def _check_resume(args: argparse.Namespace, given: list[str]) -> None:
 def _resumed_run(args: argparse.Namespace):
     """Settings, problem and the checkpointed model of the run in ``args.resume`` (checked by
     :func:`_check_resume`, and locked)."""
-    from .dd_driver import load_model
+    from .training.dd_driver import load_model
+    from .training.plan import current_names
     from .registry import get_problem
 
     folder = args.resume
@@ -541,11 +541,7 @@ def _resumed_run(args: argparse.Namespace):
     settings = model.metadata.get("settings")
     if not isinstance(settings, dict) or "problem" not in settings:
         raise _UsageError(f"--resume: {path} holds no run settings (it was not written by helmpinn train)")
-    settings = dict(settings)
-    # Settings written under the counts' old names (n_pde / n_bc) read as --points / --bc-points.
-    for old, new in (("n_pde", "points"), ("n_bc", "bc_points")):
-        if old in settings:
-            settings.setdefault(new, settings.pop(old))
+    settings = current_names(settings)   # a run saved under the fields' older names reads as theirs
     settings["betas"] = tuple(settings["betas"])
     settings.setdefault("device", "cpu")  # runs saved before --device trained on the CPU
     done = int(model.optimizer_state.get("step", 0))
@@ -634,7 +630,7 @@ def _check_device(settings: dict[str, Any], ranks: int, resume: str | None) -> N
                           "use --device cpu")
 
 
-_SAME_RUN = ("problem", "problem_options", "seed", "hidden", "layers", "fourier", "sigma", "dtype", "optimizer")
+_SAME_RUN = ("problem", "problem_options", "seed", "hidden", "layers", "ff_dim", "sigma", "dtype", "optimizer")
 
 
 def _previous_history(out: str, done: int, settings: dict[str, Any]):
@@ -642,11 +638,12 @@ def _previous_history(out: str, done: int, settings: dict[str, Any]):
     report is of the run being resumed (its settings; at step ``done``, or earlier when a later
     leg was killed before its report), and whether it was; else an empty history. Only a
     regular file of at most ``_MAX_REPORT_BYTES`` is read."""
-    from .trainer import History
+    from .training.plan import current_names
+    from .training.trainer import History
 
     try:
         old = json.loads(runfiles.read_regular(os.path.join(out, "metrics.json"), _MAX_REPORT_BYTES))
-        final, saved = old["final_step"], old["settings"]
+        final, saved = old["final_step"], current_names(old["settings"])
         if not isinstance(final, int) or final > done or any(saved.get(k) != settings.get(k) for k in _SAME_RUN):
             return History(), 0.0, False
         h = old["history"]
@@ -878,21 +875,18 @@ def _set_threads(run: _Run) -> None:
 
 
 def _make_trainer(run: _Run):
-    """The Trainer of ``run.settings``, checkpointing to OUT/model.npz (the settings saved in
-    the model's metadata, for --resume)."""
-    from .trainer import Trainer
+    """The Trainer of the run's plan (:meth:`helmpinn.training.plan.RunPlan.trainer`),
+    checkpointing to OUT/model.npz (the settings saved in the model's metadata, for --resume)."""
+    from .training.plan import RunPlan
 
     s, model = run.settings, run.model
     model.metadata = {**model.metadata, "problem": run.problem.name, "problem_options": _recorded(run.problem),
                       "settings": s}
     try:
-        return Trainer(run.problem, model, lr=s["lr"], schedule=s["schedule"], betas=s["betas"],
-                       pde_points=s["points"], bc_points=s["bc_points"], sampling=s["sampling"],
-                       resample_every=s["resample"], weights=s["weights"], train_fourier=s["train_fourier"],
-                       eval_every=s["eval_every"], target_error=s["target"], time_limit=run.args.time_limit,
-                       checkpoint_every=s["checkpoint_every"], checkpoint_path=run.model_path,
-                       progress=not run.quiet, seed=s["seed"], stop_on_interrupt=run.ranks == 1,
-                       comm=run.comm, device=s["device"])
+        return RunPlan.from_record(s).trainer(
+            run.problem, model, target_error=s["target"], time_limit=run.args.time_limit,
+            checkpoint_every=s["checkpoint_every"], checkpoint_path=run.model_path, progress=not run.quiet,
+            stop_on_interrupt=run.ranks == 1, comm=run.comm, device=s["device"])
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
 
@@ -927,19 +921,16 @@ def _announce(run: _Run) -> None:
 
 def _train(run: _Run) -> _Trained:
     """The optimiser (after its Adam warm start), then the --lbfgs polish unless the run
-    diverged, reached its target or was stopped."""
-    from .solving import polish as polish_phase, train
+    diverged, reached its target or was stopped; --time-limit covers every phase."""
+    from .training.plan import RunPlan, polish as polish_phase, train
 
-    trainer, settings = run.trainer, run.settings
-    limit, start = trainer.time_limit, trainer.clock()   # --time-limit covers every phase, the polish too
-    history, polish = train(trainer, settings, run.done)   # the Adam warm start, then the optimiser's driver
+    trainer, plan = run.trainer, RunPlan.from_record(run.settings)
+    limit, start = run.args.time_limit, trainer.clock()
+    history, polish = train(trainer, plan, run.done, time_limit=limit, since=start)
     interrupted = trainer.stop_requested is not None
     main_time = trainer.train_time   # the optimiser's (Adam, L-BFGS or LM), before any --lbfgs polish
     main_steps = len(history.step)
-    target = settings["target"]
-    reached = target is not None and trainer.last_error is not None and trainer.last_error < target
-    deadline = None if limit is None else start + limit
-    polish = polish_phase(trainer, settings, reached, deadline) or polish   # checkpointed at its end, as every fit
+    polish = polish_phase(trainer, plan, time_limit=limit, since=start) or polish   # checkpointed at its end
     return _Trained(history, polish, main_time, main_steps, interrupted)
 
 
@@ -957,6 +948,7 @@ def _metrics(run: _Run, trained: _Trained, error: float | None, wall: float) -> 
         "final_step": trainer.step,
         "resumed_from_step": run.done or None,
         "stop_reason": trainer.stop_reason,
+        "status": None if trainer.status is None else trainer.status.name,
         "diverged": trainer.diverged,
         "interrupted": trained.interrupted,
         "train_time_s": trainer.train_time,
@@ -1056,7 +1048,7 @@ def _rate(steps_per_s: float | None) -> str:
 
 def _lm_summary(trainer) -> dict[str, Any] | None:
     """The report of the run's Levenberg-Marquardt driver (None when LM did not run)."""
-    from .drivers import LMDriver
+    from .training.drivers import LMDriver
 
     return trainer.driver.summary() if isinstance(trainer.driver, LMDriver) else None
 

@@ -642,7 +642,7 @@ def assign_subdomains(costs: Sequence[float], size: int) -> NDArray[np.int64]:
 
 
 #: The term of the rows that only carry mode rows (the value rows Green's mode rows read u from,
-#: of a negligible scale of their own: :data:`helmpinn.dd_driver.GREEN_ROW_SCALE`).
+#: of a negligible scale of their own: :data:`helmpinn.training.dd_driver.GREEN_ROW_SCALE`).
 CARRIER_TERM = "modes"
 #: The forms a row's windowed operator takes in the core (:func:`_row_kinds`), in the order a
 #: part's points are kept: value rows that only carry mode rows, other value rows, the scalar

@@ -78,6 +78,85 @@ An Adam warm start before LM (:func:`run_settings` "auto") stays at 2000 steps.
 **Optimiser**: :func:`run_settings` with "auto" (:func:`helmpinn.solve`) takes LM where its
 dense system fits a memory budget, else an Adam warm start then matrix-free LM.
 
+**A decomposed model** (:func:`helmpinn.training.dd_driver.decomposed_settings`, what :func:`helmpinn.solve` and ``helmpinn train
+--optimizer auto`` take above :data:`DECOMPOSE_ABOVE` wavelengths across the sampled domain,
+:func:`wavelengths_across`: the geometric mean of the wavelengths along its
+sides, each at least one, a PML included). Each choice was measured against its alternatives
+through ``hp.solve`` (benchmarks/bench_solve.py, benchmarks/bench_threshold.py) on the built-in
+problems and a few a user might write; the measurements are in docs/benchmarks-archive.md, in
+the section named beside each item.
+
+- the threshold, :data:`DECOMPOSE_ABOVE` (3 wavelengths across in 2-D, 2.4 in 3-D, 32 in 1-D):
+  below it one network trained by Levenberg-Marquardt ends lower; above it that network's dense
+  steps (its points, and with them a step's cost, grow with the wavelengths²) keep it on a
+  plateau for most of a few minutes' budget, while the decomposition passes 1e-2 within a
+  minute or two and its error is the predictable one. Given longer, one network off its plateau
+  can still end lower (``hp.solve(problem, model="network")``); when it leaves the plateau is not
+  known before the run. The wavelengths are counted across (the geometric mean), not along the
+  longest side: one network's cost grows with the domain's area in square wavelengths, and on
+  elongated ducts up to 3 wavelengths across it ended lower. In 3-D the threshold lies between
+  2.1 wavelengths, where one network was ahead, and 2.6, where the decomposition was; a 1-D
+  network holds 32 wavelengths ("Where the decomposition starts", "Elongated domains",
+  "In 3-D");
+- one level of ``ceil(0.85 w_a)`` subdomains along each axis (:data:`SUBDOMAINS_PER_WAVELENGTH`;
+  5 × 5 at 5 wavelengths), overlap 0.6, no coarse network level (the solver's coarse space
+  carries the global coupling; a one-network level added parameters whose steps cost more than
+  they gained: "The coarse correction: additive or deflated"); subnetworks of 16 frequencies
+  and one hidden layer of 32 (1,154 parameters in 2-D), their Fourier scale a single network's
+  at the local wavenumber k h (:meth:`~helmpinn.decomposition.DecomposedModel.create`,
+  :func:`~helmpinn.params.sigma_for`, whose ``1/sqrt(d)`` gives the features' frequencies a root
+  mean square of the local wavenumber; without it they were √d times higher, and ``cube3d`` at
+  k = 8π ended higher for three seeds of four: "The subnetworks' Fourier scale");
+- ``max(25^d Π w_a, P/2)`` PDE points (:data:`DD_POINTS_PER_WAVELENGTH`, fixed Sobol points,
+  rounded up to 500), boundary points 1/20 of them (none under a hard constraint);
+- a hard constraint (:class:`~helmpinn.decomposition.BoxConstraint` of scale 1/k) when the
+  problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
+- Gauss-Newton with Nielsen's λ rule. On a model with the hard constraint (:data:`DD_DAMPING`) the
+  damping D lies halfway between Marquardt's and the identity (``damping="geometric"``, D =
+  sqrt(diag(JᵀJ) × its mean)): on ``box-source`` it ended lower than Marquardt's
+  D = diag(JᵀJ) for every seed measured, and far lower than the identity, and on
+  ``dirichlet2d`` the two lay within the seeds' spread; elsewhere Marquardt's, where the
+  geometric form was a little behind (the problems with a PML). Why the closed boxes prefer it
+  is not known ("The damping's scale");
+- CG to 1e-3 or 100 iterations (:data:`DD_CG_MAXITER`): a step's second hundred iterations do less
+  than a new linearisation, so truncated steps taken shorter and more often end lower; 50 was
+  too short ("CG's cap"). CG starts from the last step where the quadratic model says so
+  (``cg_warm``; rarely taken);
+- a rejected trial's step halved up to 3 times before λ grows (``backtrack``, the solver's
+  default :data:`~helmpinn.optim.gauss_newton.BACKTRACK`): a rejected Gauss-Newton step of a
+  decomposed model often has the right direction and too great a length, and without the
+  halvings one rejection could raise λ by orders of magnitude and slow the run for many steps
+  ("Backtracking a rejected step"). 3-D takes the same plan as 2-D (:data:`GN_BY_DIMENSION`
+  changes only 1-D): with the subnetworks' Fourier scale above, it took ``cube3d`` at k = 8π
+  below 1e-3 within 15 minutes for every seed measured ("The 2-D plan in 3-D");
+- the output-layer coarse space; 200 steps at most, stopping when the loss falls by less than 1%
+  over 10;
+- the points grow by LM's rule (:class:`~helmpinn.training.drivers.PointsGrowth`) when the validation
+  gap exceeds 1.5 (:data:`DD_GROW_GAP`, half LM's 3): a run comes to fit its points rather than the
+  field, and new points then gain more than further steps on the old ones; growing at 1.5 ended
+  lower than at 3 or the same within the seeds' spread ("Growing the points sooner");
+- in a closed box in 2-D and 3-D, mode rows (``resonance``: the modes within
+  :data:`helmpinn.waves.RESONANCE_WITHIN` of κ, at most :data:`helmpinn.waves.RESONANCE_MOST`,
+  :func:`helmpinn.waves.resonance_rows`): there the error lies almost whole in the few modes whose
+  eigenvalue lies near κ, which a least-squares residual weighs 1/amplification² times less than
+  the error they cause; each mode's row weighs its residual by its amplification, so the loss
+  counts it as that error ("Mode rows"). Not in 1-D, where they were not measured
+  (:data:`GN_BY_DIMENSION`). Under the hard constraint (u = 0 on every wall) each row is
+  ``(κ − λ)⟨u, ψ⟩ − ⟨f, ψ⟩`` by Green's identity, u read on a Gauss-Legendre grid
+  (:func:`helmpinn.waves.resonance_green_rows`), not the points' sum of the residual: that sum
+  carries the sampling's error, amplified like the residual, and the runs levelled at it
+  ("Mode rows", its part on Green's identity). The grid's rows are value rows of the term
+  :data:`helmpinn.decomposition.CARRIER_TERM` (the core's data term, kept out of the
+  preconditioner's Gram matrices, which makes a 3-D step cheaper: "Green's rows through the
+  data term"). In 3-D the error then moves to the modes just outside the rows' share, but
+  holding more of them made some seeds' steps less predictable and gained nothing across seeds,
+  so 3-D keeps the same share and cap ("Mode rows farther from resonance in 3-D");
+- with ``optimizer="adam"`` (:data:`DD_ADAM_SETTINGS`) the same model and points, Adam at a
+  constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
+  papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
+  Adam stays far behind Gauss-Newton ("hp.solve with its defaults, after the speed-ups";
+  benchmarks/bench_decomposed_adam.py).
+
 Functions:
 
 - :func:`fourier_sigma`: the scale of the Fourier frequencies B.
@@ -91,7 +170,7 @@ Functions:
   the optimiser's own options.
 
 The optimisers' own options and their defaults are their settings tables in
-:mod:`helmpinn.drivers` (``AdamSettings``, ``LBFGSSettings``, ``LMSettings``).
+:mod:`helmpinn.training.drivers` (``AdamSettings``, ``LBFGSSettings``, ``LMSettings``).
 A problem's ``hints`` still replace any entry (``hints["weights"]``, ``hints["adam"]``,
 ``hints["lm"]``), for what the rules do not capture.
 """
@@ -107,9 +186,12 @@ from .params import sigma_for
 from .problems import Dirichlet
 
 __all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "LM_BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH",
-           "ADAM_LR", "ADAM_SCHEDULE", "ADAM_BETAS", "ADAM_STEPS", "ADAM_PML_STEPS", "LM_GROW_GAP", "LM_GROW_PATIENCE", "LM_GROW_FACTOR", "LM_GROW_MAX",
-           "scale_wavenumber", "wavelengths", "wavelengths_across", "fourier_sigma", "auto_weights",
-           "default_settings", "lm_settings", "LM_OPTIONS", "lm_options", "run_settings"]
+           "ADAM_LR", "ADAM_SCHEDULE", "ADAM_BETAS", "ADAM_STEPS", "ADAM_PML_STEPS", "LM_GROW_GAP", "LM_GROW_PATIENCE",
+           "LM_GROW_FACTOR", "LM_GROW_MAX",
+           "scale_wavenumber", "wavelengths", "wavelengths_across", "points_rule", "fourier_sigma", "auto_weights",
+           "default_settings", "lm_settings", "LM_OPTIONS", "lm_options", "run_settings", "STALL_WINDOW", "STALL_FACTOR",
+           "DECOMPOSE_ABOVE", "SUBDOMAINS_PER_WAVELENGTH", "DD_POINTS_PER_WAVELENGTH", "DD_DAMPING", "DD_CG_MAXITER",
+           "DD_GROW_GAP", "GN_BY_DIMENSION", "DD_ADAM_SETTINGS", "should_decompose"]
 
 #: The optimisers a run (and ``helmpinn train --optimizer``) can use by name.
 OPTIMIZERS = ("adam", "lbfgs", "lm")
@@ -153,6 +235,36 @@ LM_GROW_FACTOR = 1.5
 LM_GROW_MAX = 4.0
 
 
+#: The stall stop of Levenberg-Marquardt and of the decomposition's Gauss-Newton: the loss fell by
+#: less than a factor :data:`STALL_FACTOR` over :data:`STALL_WINDOW` steps on the same points.
+STALL_WINDOW = 10
+STALL_FACTOR = 0.99
+
+#: Decompose a problem that spans more than this many wavelengths across its sampled domain
+#: (the geometric mean of the sides'), by dimension (module docstring: the measurements).
+DECOMPOSE_ABOVE = {1: 32.0, 2: 3.0, 3: 2.4}
+#: Subdomains per wavelength along each axis of the fine level.
+SUBDOMAINS_PER_WAVELENGTH = 0.85
+#: PDE points per wavelength per dimension of a decomposed run, by dimension.
+DD_POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
+#: Gauss-Newton's damping by whether the model has the hard constraint (a closed box with
+#: Dirichlet(0) walls; module docstring): measured in 2-D and on ``cube3d``.
+DD_DAMPING = {True: "geometric", False: "marquardt"}
+#: CG's iterations at most in one Gauss-Newton trial (module docstring: against 200, 1.25 to 2
+#: times lower errors on ``box-source``, ``free-source`` and ``dirichlet2d``, the same on
+#: ``scatter-soft``, whose CG mostly stops at its tolerance first).
+DD_CG_MAXITER = 100
+#: The validation gap (validation loss / training loss) above which the points grow
+#: (:class:`~helmpinn.training.drivers.PointsGrowth`; LM's is :data:`LM_GROW_GAP`; module docstring).
+DD_GROW_GAP = 1.5
+#: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
+#: mode rows in 2-D and 3-D, where they were measured, not in 1-D; 3-D takes the 2-D plan
+#: (docs/benchmarks-archive.md, "The 2-D plan in 3-D").
+GN_BY_DIMENSION = {1: {"resonance": 0.0}}
+#: What :func:`helmpinn.training.dd_driver.decomposed_settings` changes for Adam (module docstring).
+DD_ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
+
+
 def _extent(problem: Any) -> np.ndarray:
     """The sampled domain's bounding-box extent per dimension (a PML's layer included)."""
     lo, hi = getattr(problem, "sampling_domain", problem.domain).bounds
@@ -177,7 +289,7 @@ def wavelengths_across(problem: Any) -> float:
     (cube) that holds as many square (cubic) wavelengths. One network must hold the field over
     all of them and its points grow with them, so this, not the longest side, sizes LM's
     network (:func:`lm_settings`) and decides the decomposition
-    (:func:`helmpinn.dd_driver.should_decompose`): a 3 × 0.6 duct at 6.6 × 1.3 wavelengths is
+    (:func:`helmpinn.training.dd_driver.should_decompose`): a 3 × 0.6 duct at 6.6 × 1.3 wavelengths is
     2.95 across, and one network trains it as it trains a square of 3. A side shorter than a
     wavelength still holds the field's variation along the others, so a strip 20 × 0.2
     wavelengths counts as 20 × 1 (4.5 across), not 2 (unmeasured: no domain with a side below
@@ -186,10 +298,12 @@ def wavelengths_across(problem: Any) -> float:
     return float(np.prod(w) ** (1.0 / w.size))
 
 
-def _points(problem: Any, per_wavelength: Mapping[int, float], floor: Mapping[int, int], step: int) -> int:
-    """``max(floor, ppw^d × Π wavelengths)``, rounded up to a multiple of ``step``."""
+def points_rule(problem: Any, per_wavelength: float, least: float, step: int) -> int:
+    """The points rule of every run (Adam's, LM's, the decomposition's; the module docstring):
+    ``max(least, ppw^d × Π wavelengths)`` PDE points, ``ppw`` = ``per_wavelength`` per
+    wavelength per dimension (:func:`wavelengths`), rounded up to a multiple of ``step``."""
     d = int(problem.dim)
-    n = max(floor[min(d, 3)], per_wavelength[min(d, 3)] ** d * float(np.prod(wavelengths(problem))))
+    n = max(least, per_wavelength ** d * float(np.prod(wavelengths(problem))))
     return int(step * math.ceil(n / step))
 
 
@@ -252,7 +366,8 @@ def default_settings(problem: Any) -> dict[str, Any]:
     ``hints["adam"]`` replace any setting.
     """
     d = problem.dim
-    pde_points = _points(problem, ADAM_POINTS_PER_WAVELENGTH, _ADAM_MIN_POINTS, 256)
+    d3 = min(int(d), 3)
+    pde_points = points_rule(problem, ADAM_POINTS_PER_WAVELENGTH[d3], _ADAM_MIN_POINTS[d3], 256)
     settings: dict[str, Any] = {
         "ff_dim": 32,
         "hidden": 64,
@@ -305,14 +420,15 @@ def lm_settings(problem: Any) -> dict[str, Any]:
     ff, hidden, layers = hints.get("ff_dim", ff), hints.get("hidden", hidden), hints.get("layers", layers)
     P = _core.ModelSpec(d, ff, hidden, layers).num_params
     step = 100 if d == 1 else 500
-    pde_points = max(_points(problem, LM_POINTS_PER_WAVELENGTH, _LM_MIN_POINTS, step),
-                     0 if d == 1 else int(step * math.ceil(1.1 * P / step)))
+    least = _LM_MIN_POINTS[min(d, 3)] if d == 1 else max(_LM_MIN_POINTS[min(d, 3)], 1.1 * P)   # R >= 2.2 P
+    pde_points = points_rule(problem, LM_POINTS_PER_WAVELENGTH[min(d, 3)], least, step)
     bc_points = 2 if d == 1 else pde_points // 4 if d == 2 else pde_points // 3
     settings = {"ff_dim": ff, "hidden": hidden, "layers": layers, "sigma": fourier_sigma(problem),
                 "dtype": "float64", "iterations": 200, "pde_points": pde_points, "bc_points": bc_points,
                 "sampling": "sobol", "resample_every": 0, "eval_every": 5, "warm_start": 0,
                 "solver": "auto", "damping": "identity", "update": "fixed", "lam": 1e-3, "geodesic": True,
-                "gram": "float32" if getattr(problem, "pml", None) is not None else "float64", "stall_window": 10, "stall_factor": 0.99, "grow_gap": LM_GROW_GAP,
+                "gram": "float32" if getattr(problem, "pml", None) is not None else "float64",
+                "stall_window": STALL_WINDOW, "stall_factor": STALL_FACTOR, "grow_gap": LM_GROW_GAP,
                 "grow_patience": LM_GROW_PATIENCE, "grow_factor": LM_GROW_FACTOR, "grow_max": LM_GROW_MAX,
                 "weights": auto_weights(problem, LM_BOUNDARY_SHARE)}
     return _apply_hints(settings, hints, "lm")
@@ -336,7 +452,7 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
     L-BFGS or LM; 0), changed by the optimiser: "lbfgs" trains a float64 model on fixed points
     (2000 iterations, the error every 50), "lm" takes :func:`lm_settings` (its
     network, points and precision) and its options under ``settings["lm"]`` (keywords of
-    :class:`helmpinn.drivers.LMDriver`). "auto" (:func:`helmpinn.solve`) is "lm" when the
+    :class:`helmpinn.training.drivers.LMDriver`). "auto" (:func:`helmpinn.solve`) is "lm" when the
     dense system fits ``memory_bytes`` (8 bytes × (P·R + P²), P parameters and R residuals),
     else :data:`ADAM_STEPS` Adam steps as a warm start, then LM with its matrix-free
     solver ("cg", memory O(P + R)).
@@ -360,3 +476,11 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
                                             "warm_start", "weights")})
         settings.update(steps=d["iterations"], lbfgs=0, lm=lm_options(d))
     return settings
+
+
+def should_decompose(problem: Any) -> bool:
+    """True when ``problem`` spans more than :data:`DECOMPOSE_ABOVE` wavelengths across its
+    sampled domain (:func:`wavelengths_across`, the geometric mean of the
+    sides')."""
+    limit = DECOMPOSE_ABOVE[min(int(problem.dim), 3)]
+    return wavelengths_across(problem) > limit * (1 + 1e-9)   # at the limit itself: one network

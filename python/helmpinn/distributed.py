@@ -447,7 +447,7 @@ _FIELDS = {"x_pde": ("kappa", "f", "a_pde", "b_pde", "pde_weight"), "x_data": ("
 def gather_training_set(comm, ts: TrainingSet) -> TrainingSet:
     """The union of every rank's shard (:func:`sample_shard`), in rank order, on every rank (one
     allgather; a collective): what a solver that splits its unknowns, not its points, over the
-    ranks needs (the decomposition's Gauss-Newton, :mod:`helmpinn.dd_driver`). A field that is a
+    ranks needs (the decomposition's Gauss-Newton, :mod:`helmpinn.training.dd_driver`). A field that is a
     constant on every rank stays one when the ranks agree on it, else it becomes per point."""
     parts = comm.allgather(ts)
     fields: dict[str, Any] = {}

@@ -353,10 +353,10 @@ def check_trainer(trainer: Any, driver: Any) -> None:
 
 
 def _settings_spec(settings: Mapping[str, Any], dim: int) -> Any:
-    """The :class:`~helmpinn.ModelSpec` of a settings table's network (``ff_dim`` or the CLI's
-    ``fourier``, ``hidden``, ``layers``); a ValueError naming them where the core cannot hold
+    """The :class:`~helmpinn.ModelSpec` of a settings table's network (``ff_dim``, ``hidden``,
+    ``layers``); a ValueError naming them where the core cannot hold
     them (each must be below 2**31)."""
-    sizes = (int(settings.get("ff_dim", settings.get("fourier"))), int(settings["hidden"]), int(settings["layers"]))
+    sizes = (int(settings["ff_dim"]), int(settings["hidden"]), int(settings["layers"]))
     try:
         return _core.ModelSpec(dim, *sizes)
     except (ValueError, TypeError, OverflowError) as exc:
@@ -367,8 +367,7 @@ def _settings_spec(settings: Mapping[str, Any], dim: int) -> Any:
 def settings_run(settings: Mapping[str, Any], problem: Any, model: Any = None
                  ) -> tuple[dict[str, Any], int, int, dict[str, Any]]:
     """``(layout, pde_points, bc_points, keywords)`` of :func:`decomposed_run` for a decomposed
-    run's settings table (:func:`helmpinn.dd_driver.decomposed_settings`', as ``solve`` keeps it,
-    or the CLI's, whose counts are ``fourier`` and ``points``) on ``problem`` (the layout
+    run's settings table (a plan's record, :meth:`helmpinn.training.plan.RunPlan.record`) on ``problem`` (the layout
     ``model``'s where one is given, a model to train on those settings): the mode rows
     counted at their most (``resonance_most``) where ``resonance`` is set and the problem is a
     closed box, Green's where the model has the hard constraint."""
@@ -377,7 +376,7 @@ def settings_run(settings: Mapping[str, Any], problem: Any, model: Any = None
     spec = _settings_spec(settings, d)
     layout = decomposed_layout(model) if model is not None else \
         decomposed_layout(dim=d, grids=dd["grids"], spec=spec, overlap=dd["overlap"])
-    points = int(settings.get("pde_points", settings.get("points")))
+    points = int(settings["pde_points"])
     optimizer = "adam" if settings.get("optimizer") == "adam" else "gn"
     gn = dict(settings.get("gn") or {})
     hard = bool(dd.get("constraint")) if model is None else model.constraint is not None
@@ -392,9 +391,9 @@ def check_settings(settings: Mapping[str, Any], problem: Any, *, model: Any = No
     on them, where it exists): a decomposed run's (``settings["model"] == "decomposed"``; without a "model",
     as runs saved before it was a setting, where the optimiser is "gn") by
     :func:`check_decomposed` (:func:`settings_run`), one network's by :func:`check_network`
-    with Levenberg-Marquardt's system where the optimiser is "lm". The tables of
-    :func:`helmpinn.solve` (``pde_points``, ``ff_dim``) and of the CLI (``points``,
-    ``fourier``) both. Returns the sizes."""
+    with Levenberg-Marquardt's system where the optimiser is "lm". ``settings``: a plan's record
+    (:meth:`helmpinn.training.plan.RunPlan.record`, as ``hp.solve`` and the CLI keep it).
+    Returns the sizes."""
     default = "decomposed" if settings.get("optimizer") == "gn" else "network"   # runs saved before "model"
     if settings.get("model", default) == "decomposed":
         layout, pde, bc, run = settings_run(settings, problem, model)
@@ -402,6 +401,6 @@ def check_settings(settings: Mapping[str, Any], problem: Any, *, model: Any = No
     spec = model.spec if model is not None else _settings_spec(settings, int(problem.dim))
     dtype = model.dtype.name if model is not None else str(settings.get("dtype", "float32"))
     lm_options = settings.get("lm") if settings.get("optimizer") == "lm" else None
-    return check_network(spec, int(settings.get("pde_points", settings.get("points"))), int(settings["bc_points"]),
+    return check_network(spec, int(settings["pde_points"]), int(settings["bc_points"]),
                          dtype=dtype, lm_options=dict(lm_options or {}) if lm_options is not None else None,
                          ranks=ranks, threads=threads, flags=flags)

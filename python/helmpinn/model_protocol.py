@@ -164,7 +164,7 @@ class TrainableDecomposedModel(DecomposedModel):
     def objective(self, training_set: Any, weights: Mapping[str, float], comm: Any = None
                   ) -> Callable[[NDArray, NDArray], tuple[float, dict[str, float]]]:
         """The loss on a run's points and its gradient, for an optimiser that needs only these
-        (Adam, :class:`helmpinn.drivers.AdamDriver`): ``value_and_grad(θ, grad) -> (loss,
+        (Adam, :class:`helmpinn.training.drivers.AdamDriver`): ``value_and_grad(θ, grad) -> (loss,
         terms)``, the loss ``Σ r²`` of :meth:`training_residuals`' ``r``, its gradient
         ``2 Jᵀr`` (one core ``vjp`` per subnetwork) written into ``grad``, and each term's
         unweighted mean. Over MPI the same numbers on every rank (the residuals are summed over
@@ -181,7 +181,7 @@ class TrainableDecomposedModel(DecomposedModel):
 
 
 def term_means(sums: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
-    """Each term's unweighted mean (what a :class:`~helmpinn.drivers.StepInfo` reports) from
+    """Each term's unweighted mean (what a :class:`~helmpinn.training.drivers.StepInfo` reports) from
     its weighted sum of squared residuals ``sums`` (a term without rows: 0)."""
     return {t: float(sums.get(t, 0.0)) / weights[t] if weights[t] > 0 else 0.0 for t in TERMS}
 

@@ -58,8 +58,8 @@ A :class:`Problem` holds
   scattered field's source takes its limit 0 there, the total field and ``exact_at`` are NaN,
   and the test points leave such a point out;
 - ``hints``: optional training defaults measured for this problem, over those derived from its
-  wavenumber: ``{"weights": {...}}`` (loss weights, :func:`helmpinn.trainer.auto_weights`),
-  ``{"adam": {...}}`` (keys of :func:`helmpinn.trainer.default_settings`), ``{"lm": {...}}``
+  wavenumber: ``{"weights": {...}}`` (loss weights, :func:`helmpinn.training.trainer.auto_weights`),
+  ``{"adam": {...}}`` (keys of :func:`helmpinn.training.trainer.default_settings`), ``{"lm": {...}}``
   (keys of :func:`helmpinn.optim.lm.lm_defaults`).
 
 With a PML, a density, ``a``/``b``, a complex κ or weighted points the PDE points carry the

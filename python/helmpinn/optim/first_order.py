@@ -194,7 +194,7 @@ def lbfgs(params: NDArray, spec: _core.ModelSpec, batch: Batch | Mapping[str, An
     DeviceArrays is copied to the host first: L-BFGS runs on the CPU). The best finite point seen
     is kept, so a failed line search never makes the parameters worse. ``callback(iteration,
     loss, theta)`` is called after every iteration with the current float64 vector; it may
-    return True to stop. (:class:`helmpinn.drivers.LBFGSDriver` runs it inside a Trainer.)
+    return True to stop. (:class:`helmpinn.training.drivers.LBFGSDriver` runs it inside a Trainer.)
     """
     on_iteration = None if callback is None else (lambda it, loss, theta, terms: callback(it, loss, theta))
     return minimize_lbfgs(params, spec, batch, maxiter, weights=weights, train_fourier=train_fourier,

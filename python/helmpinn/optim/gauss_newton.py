@@ -48,7 +48,7 @@ most its value before them (``lam_after_new_points="restore"``, default; "keep":
 every subnetwork's parameters damped on their own scale, which the decomposed models need far
 more than one network does), ``"identity"`` (D = 1, the initial ``lam`` relative to the mean
 of ``diag(JᵀJ)``, :mod:`helmpinn.optim.lm`'s default) or ``"geometric"`` (D = sqrt(diag(JᵀJ) × its
-mean), halfway between the two on a log scale; :func:`helmpinn.dd_driver.decomposed_settings`'
+mean), halfway between the two on a log scale; :func:`helmpinn.training.dd_driver.decomposed_settings`'
 choice for a hard-constrained box: there it ended lower than Marquardt's and far lower than the
 identity, and a little behind Marquardt's on the problems with a PML; docs/benchmarks-archive.md,
 "The damping's scale"). Optional geodesic

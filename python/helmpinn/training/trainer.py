@@ -1,9 +1,40 @@
 """Training: :class:`Trainer` is the run loop. It owns the points (drawn, redrawn), the history,
 the error on the test grid and the validation loss, checkpoints, divergence and restore, the
 stop request, the time limit and the progress bar; the optimisers are drivers behind one small
-interface (:mod:`helmpinn.drivers`): Adam (:meth:`Trainer.fit`), L-BFGS (:meth:`Trainer.polish`),
+interface (:mod:`helmpinn.training.drivers`): Adam (:meth:`Trainer.fit`), L-BFGS (:meth:`Trainer.polish`),
 Levenberg-Marquardt (:meth:`Trainer.fit_lm`) or a user's own. Default settings:
 :mod:`helmpinn.defaults` (re-exported here: :func:`default_settings`, :func:`auto_weights`).
+
+Each evaluation records the error on the test grid (with an exact solution) and the loss,
+with the same weights, on validation points drawn once from their own generator (never
+trained on, so they change nothing in the training): a training loss far below the
+validation loss is overfitting. Their ratio, the gap (:attr:`Trainer.last_gap`: the validation loss
+over the last step's training loss; about 1 for a field fitted everywhere), shows on the
+progress bar; after each evaluation the driver may ask for more points
+(``Driver.points_factor``: Levenberg-Marquardt does when the gap stays large), which the
+loop draws anew before the next step (:attr:`Trainer.pde_points` and :attr:`Trainer.bc_points` grow; a
+checkpoint records them and a run resumed from it goes on with them).
+
+``comm`` (an mpi4py communicator) trains data-parallel: each rank draws its share of the
+points (:func:`helmpinn.distributed.sample_shard`), the loss and gradient are the union's,
+every rank takes the same step, checked every ``check_every`` steps; stops are agreed by all
+ranks; only rank 0 shows progress and writes checkpoints. Every rank makes the same calls,
+and first checks that all have the same problem and model (:func:`~helmpinn.distributed.check_same_run`).
+
+A non-finite loss (or non-finite parameters at a checkpoint or after the last step) stops
+cleanly: the model and optimiser go back to the last good state (the last checkpoint, or the
+start of the fit), the checkpoint file is kept, ``diverged`` is True, ``status`` is
+``RunStatus.DIVERGED`` and ``stop_reason`` says what happened. The first step of a fit and on new points checks the inputs, so NaN or
+Inf from the problem raises ValueError naming the array. Every fit ends with an evaluation
+and, with ``checkpoint_path``, a checkpoint (model, optimiser state, the sampler's state): a
+Trainer given a model loaded from it continues the run (step count, optimiser state, the
+schedule, the same points). A checkpoint that cannot be written (an OSError: a full disk)
+does not stop the run: the file keeps the last good one and the next checkpoint tries
+again (:meth:`Trainer.save_checkpoint`).
+
+The Trainer runs where the model is (``device``: None follows it; "cuda" / "cpu" moves it
+first). On a GPU the points, parameters, gradient and Adam's moments stay in device memory;
+L-BFGS copies the parameters to the host and back; LM and ``comm`` are CPU only.
 """
 from __future__ import annotations
 
@@ -21,18 +52,19 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import _core, _device, _signature, distributed, memory
-from ._checks import integer
-from ._compat import UNSET, renamed
-from .batch import TERMS, WEIGHTS, Batch
-from .model_protocol import trainable
-from .defaults import auto_weights, default_settings
+from .. import _core, _device, _signature, distributed, memory
+from .._checks import integer
+from .._compat import UNSET, renamed
+from ..batch import TERMS, WEIGHTS, Batch
+from ..model_protocol import trainable
+from ..defaults import auto_weights, default_settings
+from .status import RunStatus
 from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, StepInfo, \
     make_driver, mismatch, model_kind
-from .model import Model, _json_default
-from .optim import Adam, NonFiniteLoss, Schedule
-from .problems import Problem, TrainingSet
-from .registry import recorded_options
+from ..model import Model, _json_default
+from ..optim import Adam, NonFiniteLoss, Schedule
+from ..problems import Problem, TrainingSet
+from ..registry import recorded_options
 
 __all__ = ["Trainer", "History", "default_settings", "auto_weights", "relative_l2"]
 
@@ -93,12 +125,12 @@ class History:
 class Trainer:
     """Trains ``model`` on ``problem``: the run loop around an optimiser driver.
 
-    :meth:`fit` runs Adam (or ``optimizer=``: "lbfgs", "lm" or a :class:`~helmpinn.drivers.Driver`),
+    :meth:`fit` runs Adam (or ``optimizer=``: "lbfgs", "lm" or a :class:`~helmpinn.training.drivers.Driver`),
     :meth:`polish` L-BFGS, :meth:`fit_lm` Levenberg-Marquardt; each returns the :class:`History`
     and the run's ``step`` counts on across them.
 
     Parameters (all keyword; None means :func:`default_settings`'s value): ``lr`` / ``schedule``
-    / ``betas`` (Adam's, :class:`~helmpinn.drivers.AdamSettings`); ``optimizer`` (an existing
+    / ``betas`` (Adam's, :class:`~helmpinn.training.drivers.AdamSettings`); ``optimizer`` (an existing
     :class:`~helmpinn.optim.Adam` to continue with); ``pde_points`` / ``bc_points`` (points per
     draw; old names ``n_pde`` / ``n_bc`` warn); ``sampling`` ("uniform", "sobol", "halton");
     ``resample_every`` (steps between draws, 0 = never); ``weights`` ({"pde", "data", "bc"},
@@ -113,37 +145,9 @@ class Trainer:
     after every step; may change ``model.params`` or set ``stop_reason``); ``progress``; ``seed``;
     ``stop_on_interrupt`` (the first Ctrl-C in the main thread stops after the current step, as
     :meth:`request_stop` does; a second raises KeyboardInterrupt); ``comm``; ``device``.
-
-    Each evaluation records the error on the test grid (with an exact solution) and the loss,
-    with the same weights, on validation points drawn once from their own generator (never
-    trained on, so they change nothing in the training): a training loss far below the
-    validation loss is overfitting. Their ratio, the gap (:attr:`last_gap`: the validation loss
-    over the last step's training loss; about 1 for a field fitted everywhere), shows on the
-    progress bar; after each evaluation the driver may ask for more points
-    (``Driver.points_factor``: Levenberg-Marquardt does when the gap stays large), which the
-    loop draws anew before the next step (:attr:`pde_points` and :attr:`bc_points` grow; a
-    checkpoint records them and a run resumed from it goes on with them).
-
-    ``comm`` (an mpi4py communicator) trains data-parallel: each rank draws its share of the
-    points (:func:`helmpinn.distributed.sample_shard`), the loss and gradient are the union's,
-    every rank takes the same step, checked every ``check_every`` steps; stops are agreed by all
-    ranks; only rank 0 shows progress and writes checkpoints. Every rank makes the same calls,
-    and first checks that all have the same problem and model (:func:`~helmpinn.distributed.check_same_run`).
-
-    A non-finite loss (or non-finite parameters at a checkpoint or after the last step) stops
-    cleanly: the model and optimiser go back to the last good state (the last checkpoint, or the
-    start of the fit), the checkpoint file is kept, ``diverged`` is True and ``stop_reason``
-    says what happened. The first step of a fit and on new points checks the inputs, so NaN or
-    Inf from the problem raises ValueError naming the array. Every fit ends with an evaluation
-    and, with ``checkpoint_path``, a checkpoint (model, optimiser state, the sampler's state): a
-    Trainer given a model loaded from it continues the run (step count, optimiser state, the
-    schedule, the same points). A checkpoint that cannot be written (an OSError: a full disk)
-    does not stop the run: the file keeps the last good one and the next checkpoint tries
-    again (:meth:`save_checkpoint`).
-
-    The Trainer runs where the model is (``device``: None follows it; "cuda" / "cpu" moves it
-    first). On a GPU the points, parameters, gradient and Adam's moments stay in device memory;
-    L-BFGS copies the parameters to the host and back; LM and ``comm`` are CPU only.
+    How a fit ended: :attr:`status` (a :class:`~helmpinn.training.status.RunStatus`) and
+    :attr:`stop_reason`; what the loop does on evaluations, over MPI, on a non-finite loss and
+    on a GPU: the module docstring.
     """
 
     def __init__(self, problem: Problem, model: Model, *, lr: float | Schedule | None = None,
@@ -188,11 +192,11 @@ class Trainer:
         self.lr = defaults["lr"] if lr is None else lr
         self.schedule = schedule
         self.betas = tuple(defaults["betas"] if betas is None else betas)
-        AdamSettings(self.lr, self.schedule, self.betas)   # checks them
+        adam = AdamDriver(AdamSettings(self.lr, self.schedule, self.betas), adam=optimizer)   # checks them
         model.to(target)
         self.problem = problem
         self.model = model
-        self.optimizer = optimizer
+        self._adam = adam   # the driver of this Trainer's Adam fits, which owns its Adam
         self.pde_points = defaults["pde_points"] if pde_points is None else int(pde_points)
         self.bc_points = defaults["bc_points"] if bc_points is None else int(bc_points)
         self.sampling = sampling
@@ -253,7 +257,8 @@ class Trainer:
 
         self.history = History()
         self.step = 0
-        self.stop_reason: str | None = None
+        self.status: RunStatus | None = None   # how the last fit ended (None: none has ended yet)
+        self._stop_reason: str | None = None
         self.diverged = False  # True when the last fit stopped on a non-finite loss
         self.train_time = 0.0
         self.last_error: float | None = None
@@ -279,6 +284,29 @@ class Trainer:
         warnings.warn("Trainer.n_bc is deprecated, use Trainer.bc_points (n_bc names the "
                       "boundary normals)", DeprecationWarning, stacklevel=2)
         return self.bc_points
+
+    @property
+    def optimizer(self) -> Adam | None:
+        """The Adam of this Trainer's Adam fits (None before the first; its driver owns it)."""
+        return self._adam.adam
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the last fit stopped early, in words (None: it took every step); :attr:`status`
+        says which kind of stop it was. Set by a callback (or other code), it stops the fit after
+        the current step with the status ``RunStatus.CALLBACK``."""
+        return self._stop_reason
+
+    @stop_reason.setter
+    def stop_reason(self, message: str | None) -> None:
+        self.stop(RunStatus.CALLBACK if message else None, message)
+
+    def stop(self, status: RunStatus | None, message: str | None) -> None:
+        """Record how the fit ends: ``status`` (a :class:`~helmpinn.training.status.RunStatus`)
+        and ``message`` (:attr:`stop_reason`); during a fit it stops after the current step."""
+        if status is not None and not isinstance(status, RunStatus):
+            raise TypeError(f"status: expected a RunStatus or None, got {status!r}")
+        self.status, self._stop_reason = status, message
 
     # -- pieces -------------------------------------------------------------------------------
     def resample(self) -> None:
@@ -386,7 +414,7 @@ class Trainer:
         if self.driver is not None:
             state = self.driver.state_dict()
         else:
-            state = self.optimizer.state_dict() if self.optimizer is not None else {}
+            state = self._adam.state_dict()
         return {"step": self.step, **state}
 
     def _snapshot(self) -> None:
@@ -423,55 +451,43 @@ class Trainer:
         self._snapshot()
         return True
 
-    def _resume_sampler(self) -> None:
-        """Put the sampler back where a checkpoint's run drew its current points (so a resumed
-        run trains on the same points); without a usable record, fresh points are drawn."""
-        state = self.model.metadata.get("sampler")
-        if not isinstance(state, dict) or state.get("bit_generator") != type(self.rng.bit_generator).__name__:
-            return
-        try:
-            self.rng.bit_generator.state = state
-        except (TypeError, ValueError, KeyError):
-            return
-        points = self.model.metadata.get("grown_points")
-        if isinstance(points, (list, tuple)) and len(points) == 2 and all(
-                isinstance(n, (int, np.integer)) and n > 0 for n in points):
-            self.pde_points, self.bc_points = int(points[0]), int(points[1])   # grown during that run
-            self._grown = True
-        self.batch = None
-
     def _check_device(self) -> None:
         if self.model.device != self.device:
             raise RuntimeError(f"the model moved to {self.model.device} after this Trainer was made "
                                f"on {self.device}; make a new Trainer for it")
 
     # -- the optimisers -----------------------------------------------------------------------------
-    def fit(self, steps: int, optimizer: str | Driver | None = None) -> History:
+    def fit(self, steps: int, optimizer: str | Driver | None = None, *, time_limit: float | None = None,
+            since: float | None = None) -> History:
         """Run ``steps`` steps (fewer on an early stop) of ``optimizer``: "adam" (None; the
-        Trainer's Adam, kept across fits), "lbfgs", "lm" or a :class:`~helmpinn.drivers.Driver`.
-        Returns the history."""
+        Trainer's Adam, kept across fits), "lbfgs", "lm" or a :class:`~helmpinn.training.drivers.Driver`.
+        ``time_limit``: this fit's limit in seconds instead of the Trainer's, counted from
+        ``since`` (a time of ``clock``: a run of several fits under one limit; None: the fit's
+        start). Returns the history; :attr:`status` and :attr:`stop_reason` say how it ended."""
         optimizer = getattr(self.model, "default_optimizer", None) if optimizer is None else optimizer
         if optimizer is None or optimizer == "adam":
-            driver: Driver = AdamDriver(AdamSettings(self.lr, self.schedule, self.betas))
+            driver: Driver = self._adam
         elif isinstance(optimizer, Driver):
             driver = optimizer
         elif isinstance(optimizer, str):
             driver = make_driver(optimizer)
         else:
-            raise TypeError(f"optimizer must be 'adam', 'lbfgs', 'lm' or a helmpinn.drivers.Driver, "
+            raise TypeError(f"optimizer must be 'adam', 'lbfgs', 'lm' or a helmpinn.training.drivers.Driver, "
                             f"got {type(optimizer).__name__}")
-        return self._run(driver, steps, "steps")
+        return self._run(driver, steps, "steps", time_limit, since)
 
-    def polish(self, maxiter: int, batch_size: int = 4096) -> dict[str, Any]:
-        """L-BFGS (:class:`~helmpinn.drivers.LBFGSDriver`: SciPy, float64, on the current points;
+    def polish(self, maxiter: int, batch_size: int = 4096, *, time_limit: float | None = None,
+               since: float | None = None) -> dict[str, Any]:
+        """L-BFGS (:class:`~helmpinn.training.drivers.LBFGSDriver`: SciPy, float64, on the current points;
         the model keeps the best point found) for up to ``maxiter`` iterations, each a step of
-        the run. Returns a summary: iterations, evaluations, the loss and error before and after."""
+        the run (``time_limit``, ``since``: as :meth:`fit`'s). Returns a summary: iterations,
+        evaluations, the loss and error before and after."""
         driver = LBFGSDriver(LBFGSSettings(batch_size=batch_size))
-        self._run(driver, maxiter, "maxiter")
+        self._run(driver, maxiter, "maxiter", time_limit, since)
         return dict(driver.result)
 
     def fit_lm(self, iterations: int, **options: Any) -> History:
-        """Up to ``iterations`` Levenberg-Marquardt steps (:class:`~helmpinn.drivers.LMDriver`;
+        """Up to ``iterations`` Levenberg-Marquardt steps (:class:`~helmpinn.training.drivers.LMDriver`;
         ``options``: ``stall_window``, ``stall_factor`` and any keyword of
         :class:`helmpinn.optim.lm.LevenbergMarquardt`, such as ``solver``, ``lam``, ``geodesic``,
         ``gram``). History ``lr`` holds λ; checkpoints store λ, and a model loaded from one
@@ -479,8 +495,11 @@ class Trainer:
         return self._run(LMDriver(**options), iterations, "iterations")
 
     # -- the loop -------------------------------------------------------------------------------------
-    def _run(self, driver: Driver, steps: int, what: str) -> History:
+    def _run(self, driver: Driver, steps: int, what: str, time_limit: float | None = None,
+             since: float | None = None) -> History:
         steps = integer("Trainer", what, steps, low=0)
+        if time_limit is not None and not (time_limit > 0 and math.isfinite(time_limit)):
+            raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit}")
         self._check_device()
         why = mismatch(model_kind(self.model), driver)
         if why:
@@ -492,7 +511,7 @@ class Trainer:
         resumed = not self.step and int(state.get("step", 0) or 0) > 0
         if resumed:   # a model loaded from a checkpoint: its run goes on, on its points
             self.step = int(state["step"])
-            self._resume_sampler()
+            _resume_sampler(self)
         if self.training_set is None or self.batch is None:
             self.resample()
             if resumed:
@@ -500,7 +519,7 @@ class Trainer:
         if not driver.fixed_points and self._resample_due() and self._drawn_for <= self.step:
             self.resample()
         self._check_inputs = True
-        self.stop_reason = None
+        self.stop(None, None)
         self.diverged = False
         if self._stop_spent:   # a request that stopped an earlier fit; a pending one stays
             self.stop_requested, self._stop_spent = None, False
@@ -509,18 +528,21 @@ class Trainer:
         self.driver = driver
         self._snapshot()
         self._last_step = self.step + steps
-        with self._interrupt_handler():  # also around the final checkpoint: Ctrl-C must not cut it
+        with _interrupt_handler(self):  # also around the final checkpoint: Ctrl-C must not cut it
             self._t0 = self.clock()
+            self._limit = self.time_limit if time_limit is None else time_limit
+            self._since = self._t0 if since is None else since
             self._t_aside = 0.0          # evaluation time, not counted as training time
             self._pending, self._bar_at = 0, self._t0
             self._step_ends = [self._t0]   # when the last steps ended: the next step's duration
-            self._bar = _Bar(steps, self.time_limit, self.progress)
+            self._bar = _Bar(steps, None if self._limit is None else max(self._limit - (self._t0 - self._since), 0.0),
+                             self.progress)
             try:
                 driver.run(self, steps)
             except NonFiniteLoss as exc:
                 failed, good = self.step + 1, self._restore()
                 self.diverged = True
-                self.stop_reason = f"{exc} at step {failed}; restored the last good state (step {good})"
+                self.stop(RunStatus.DIVERGED, f"{exc} at step {failed}; restored the last good state (step {good})")
             finally:
                 self.train_time += self.clock() - self._t0 - self._t_aside
                 self._bar.update(self._pending, self.clock() - self._t0)
@@ -530,14 +552,16 @@ class Trainer:
             if not self.diverged and not self._params_finite():
                 bad, good = self.step, self._restore()
                 self.diverged = True
-                self.stop_reason = (f"non-finite parameters after step {bad}; "
-                                    f"restored the last good state (step {good})")
+                self.stop(RunStatus.DIVERGED, f"non-finite parameters after step {bad}; "
+                                              f"restored the last good state (step {good})")
             self.model.optimizer_state = self._optimizer_state()
             h = self.history
             if (self.u_test is not None or self.val_points) and (not h.eval_step or h.eval_step[-1] != self.step):
                 self._evaluate(self.step, self.train_time)
             if self.checkpoint_path is not None and not self.diverged:
                 self.save_checkpoint()
+        if self.status is None:
+            self.status = RunStatus.STEPS_DONE
         if self.stop_reason and self.progress:
             print(f"helmpinn: {self.stop_reason}", file=sys.stderr)
         return self.history
@@ -557,9 +581,10 @@ class Trainer:
         loss = h.loss[-1] if h.step and h.step[-1] == step else None
         self.last_gap = val / loss if val is not None and loss and loss > 0 and math.isfinite(loss) else None
         if self.target_error is not None and err is not None and err < self.target_error:
-            self.stop_reason = f"target error {self.target_error:g} reached at step {step}"
+            self.stop(RunStatus.TARGET_REACHED, f"target error {self.target_error:g} reached at step {step}")
         elif self.target_val_loss is not None and val is not None and val < self.target_val_loss:
-            self.stop_reason = f"target validation loss {self.target_val_loss:g} reached at step {step}"
+            self.stop(RunStatus.TARGET_REACHED,
+                      f"target validation loss {self.target_val_loss:g} reached at step {step}")
 
     def record(self, info: StepInfo) -> bool:
         """What follows every step of every driver, in one place; returns True to stop.
@@ -589,13 +614,14 @@ class Trainer:
         if self.comm is not None and step % self.check_every == 0:
             distributed.check_replicas(self.comm, self.model.params, step)
         if info.stop:
-            self.stop_reason = info.stop
+            self.stop(RunStatus.OPTIMIZER_STOP, info.stop)
         stall = self.driver.stall if self.driver is not None else None
         if stall and not self.stop_reason:
             window, factor = stall
             if len(h.loss) > window and h.step[-window - 1] >= max(step - window, self._stall_from) \
                     and h.loss[-1] > factor * h.loss[-window - 1]:
-                self.stop_reason = f"loss fell by less than a factor {factor:g} over {window} steps at step {step}"
+                self.stop(RunStatus.STALLED,
+                          f"loss fell by less than a factor {factor:g} over {window} steps at step {step}")
         if self.eval_every and step % self.eval_every == 0 and (self.u_test is not None or self.val_points):
             t1 = self.clock()
             self._evaluate(step, self.train_time + t1 - self._t0 - self._t_aside)
@@ -604,11 +630,11 @@ class Trainer:
         if self.checkpoint_every and step % self.checkpoint_every == 0 and not self.checkpoints.periodic(self):
             good = self._restore()
             self.diverged = True
-            self.stop_reason = (f"non-finite parameters at step {step}; "
-                                f"restored the last good state (step {good})")
+            self.stop(RunStatus.DIVERGED, f"non-finite parameters at step {step}; "
+                                          f"restored the last good state (step {good})")
         now = self.clock()
         self._step_ends = (self._step_ends + [now])[-STEPS_TIMED - 1:]
-        out_of_time = _out_of_time(self._step_ends, self._t0, self.time_limit)
+        out_of_time = _out_of_time(self._step_ends, self._since, self._limit)
         requested = self.stop_requested is not None
         if self.comm is not None:   # every rank stops at the same step
             flags = np.array([out_of_time, requested], dtype=np.int64)
@@ -617,15 +643,16 @@ class Trainer:
             if requested and self.stop_requested is None:
                 self.stop_requested = "stop requested on another rank"
         if out_of_time and not self.stop_reason:
-            self.stop_reason = f"time limit {self.time_limit:g} s reached at step {step}" if out_of_time == 2 \
-                else f"time limit {self.time_limit:g} s: stopped at step {step}, before a step that would end past it"
+            self.stop(RunStatus.TIME_LIMIT, f"time limit {self._limit:g} s reached at step {step}"
+                      if out_of_time == 2 else
+                      f"time limit {self._limit:g} s: stopped at step {step}, before a step that would end past it")
         if requested:
             self._stop_spent = True
             if not self.stop_reason:
-                self.stop_reason = f"{self.stop_requested} at step {step}"
+                self.stop(RunStatus.INTERRUPTED, f"{self.stop_requested} at step {step}")
         self._pending += 1
         if self.progress and (self._pending >= self.log_every or self.stop_reason or now - self._bar_at >= 0.5):
-            self._bar.update(self._pending, now - self._t0, self._status(info))
+            self._bar.update(self._pending, now - self._t0, _bar_status(self, info))
             self._pending, self._bar_at = 0, now
         grow, self._grow = self._grow, 1.0
         if self.stop_reason:
@@ -641,43 +668,65 @@ class Trainer:
             self._stall_from = self.step + 1
         return False
 
-    @contextlib.contextmanager
-    def _interrupt_handler(self):
-        """With ``stop_on_interrupt`` (and in the main thread), the first SIGINT requests a stop
-        after the current step; the second raises KeyboardInterrupt as usual."""
-        if not self.stop_on_interrupt or threading.current_thread() is not threading.main_thread():
-            yield
-            return
 
-        seen = [0]
+def _resume_sampler(trainer: "Trainer") -> None:
+    """Put the sampler back where a checkpoint's run drew its current points (so a resumed
+    run trains on the same points); without a usable record, fresh points are drawn."""
+    state = trainer.model.metadata.get("sampler")
+    if not isinstance(state, dict) or state.get("bit_generator") != type(trainer.rng.bit_generator).__name__:
+        return
+    try:
+        trainer.rng.bit_generator.state = state
+    except (TypeError, ValueError, KeyError):
+        return
+    points = trainer.model.metadata.get("grown_points")
+    if isinstance(points, (list, tuple)) and len(points) == 2 and all(
+            isinstance(n, (int, np.integer)) and n > 0 for n in points):
+        trainer.pde_points, trainer.bc_points = int(points[0]), int(points[1])   # grown during that run
+        trainer._grown = True
+    trainer.batch = None
 
-        def on_sigint(signum, frame):
-            seen[0] += 1
-            if seen[0] > 1:
-                signal.signal(signal.SIGINT, previous)
-                raise KeyboardInterrupt
-            self.request_stop("interrupted")
-            print("\nhelmpinn: interrupted; stopping after the current step (Ctrl-C again to abort)",
-                  file=sys.stderr, flush=True)
 
-        previous = signal.signal(signal.SIGINT, on_sigint)
-        try:
-            yield
-        finally:
+@contextlib.contextmanager
+def _interrupt_handler(trainer: "Trainer"):
+    """With ``stop_on_interrupt`` (and in the main thread), the first SIGINT requests a stop
+    after the current step; the second raises KeyboardInterrupt as usual."""
+    if not trainer.stop_on_interrupt or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    seen = [0]
+
+    def on_sigint(signum, frame):
+        seen[0] += 1
+        if seen[0] > 1:
             signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        trainer.request_stop("interrupted")
+        print("\nhelmpinn: interrupted; stopping after the current step (Ctrl-C again to abort)",
+              file=sys.stderr, flush=True)
 
-    def _status(self, info: StepInfo) -> str:
-        t = info.terms
-        s = f"loss={info.loss:.3e}" + "".join(f" {k}={t[k]:.2e}" for k in TERMS if t.get(k))   # a term absent: 0
-        if info.status:
-            s += " " + info.status
-        if self.last_error is not None:
-            s += f" err={self.last_error:.2e}"
-        if self.last_val_loss is not None:
-            s += f" val={self.last_val_loss:.2e}"
-        if self.last_gap is not None:
-            s += f" gap={self.last_gap:.3g}"
-        return s
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _bar_status(trainer: "Trainer", info: StepInfo) -> str:
+    """The progress bar's text after a step: the loss, its terms, the driver's status, the last
+    evaluation's error, validation loss and gap."""
+    t = info.terms
+    s = f"loss={info.loss:.3e}" + "".join(f" {k}={t[k]:.2e}" for k in TERMS if t.get(k))   # a term absent: 0
+    if info.status:
+        s += " " + info.status
+    if trainer.last_error is not None:
+        s += f" err={trainer.last_error:.2e}"
+    if trainer.last_val_loss is not None:
+        s += f" val={trainer.last_val_loss:.2e}"
+    if trainer.last_gap is not None:
+        s += f" gap={trainer.last_gap:.3g}"
+    return s
 
 
 class Checkpoints:

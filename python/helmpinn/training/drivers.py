@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
-from . import _device, distributed
-from .batch import TERMS
-from .decomposition import DecomposedModel
-from .defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE
-from .optim import Adam, AdamSettings, NonFiniteLoss, Schedule, StepStatus, make_schedule, minimize_lbfgs
-from .optim.lm import CoreResiduals, LevenbergMarquardt
+from .. import _device, distributed
+from ..batch import TERMS
+from ..decomposition import DecomposedModel
+from ..defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE, STALL_FACTOR, STALL_WINDOW
+from ..optim import Adam, AdamSettings, NonFiniteLoss, Schedule, StepStatus, make_schedule, minimize_lbfgs
+from ..optim.lm import CoreResiduals, LevenbergMarquardt
+from .status import RunStatus
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -123,12 +124,14 @@ class Driver:
 class AdamDriver(Driver):
     """Adam (:class:`helmpinn.optim.Adam`, the fused C++ step) on the loop's gradient.
 
-    The Adam is the run's ``run.optimizer``: made at the first start (continuing a loaded
-    checkpoint's moments and step count, the schedule then spanning the steps already taken
-    plus ``steps``), then kept, so every later fit goes on with it.
+    The driver owns its Adam (``adam``; ``adam=`` an existing one to continue with): made at
+    its first start (continuing a loaded checkpoint's moments and step count, the schedule then
+    spanning the steps already taken plus ``steps``), then kept, so every later fit of the same
+    driver goes on with it. A :class:`~helmpinn.Trainer` keeps one AdamDriver for its Adam fits
+    (``Trainer.optimizer`` is that driver's Adam).
 
     A model that computes its own loss (one with ``objective(training_set, weights, comm)``,
-    a decomposed model: :meth:`helmpinn.dd_driver.TrainableDecomposedModel.objective`) gives
+    a decomposed model: :meth:`helmpinn.model_protocol.TrainableDecomposedModel.objective`) gives
     the loss and gradient on the run's points instead of the loop's core workspace; new points
     rebuild it.
     """
@@ -136,18 +139,17 @@ class AdamDriver(Driver):
     name = "adam"
     trains = ("network", "decomposed")   # a decomposed model through its ``objective``
 
-    def __init__(self, settings: AdamSettings | None = None, **options: Any):
+    def __init__(self, settings: AdamSettings | None = None, *, adam: Adam | None = None, **options: Any):
         self.settings = settings if settings is not None else AdamSettings(**options)
-        self.adam: Adam | None = None
+        self.adam: Adam | None = adam
         self.objective: Any = None
 
     def start(self, run: "Trainer", steps: int) -> None:
-        if run.optimizer is None:
-            run.optimizer = self._make(run, steps)
-        elif getattr(run.optimizer, "device", "cpu") != run.device:
-            raise ValueError(f"optimizer: its state is on {run.optimizer.device} but the model is "
+        if self.adam is None:
+            self.adam = self._make(run, steps)
+        elif getattr(self.adam, "device", "cpu") != run.device:
+            raise ValueError(f"optimizer: its state is on {self.adam.device} but the model is "
                              f"on {run.device}")
-        self.adam = run.optimizer
         self.resampled(run)
 
     def resampled(self, run: "Trainer") -> None:
@@ -241,7 +243,7 @@ class LBFGSDriver(Driver):
         if not run.diverged:
             model.set_params(theta)   # the best point seen
         if res.iterations < steps and not run.stop_reason:
-            run.stop_reason = f"L-BFGS stopped at step {run.step}: {res.message}"
+            run.stop(RunStatus.OPTIMIZER_STOP, f"L-BFGS stopped at step {run.step}: {res.message}")
         self.result = {"iterations": res.iterations, "evaluations": res.evaluations, "wall_s": res.wall_s,
                        "loss_before": res.loss_before, "loss_after": res.loss_after,
                        "error_before": self._error_before, "error_after": run.evaluate(),
@@ -257,7 +259,7 @@ class PointsGrowth:
     the gap (validation loss / training loss, ``run.last_gap``) has exceeded ``grow_gap`` at
     ``grow_patience`` evaluations in a row, ``grow_factor``, less where ``grow_max`` times the
     fit's first draw caps it; else 1. ``settings``: anything with those four attributes
-    (:class:`LMSettings`, :class:`helmpinn.dd_driver.GNSettings`); ``grow_gap=None``: never."""
+    (:class:`LMSettings`, :class:`helmpinn.training.dd_driver.GNSettings`); ``grow_gap=None``: never."""
 
     def __init__(self, settings: Any):
         self.settings = settings
@@ -295,8 +297,8 @@ class LMSettings:
     ``geodesic``, ``gram``, ``max_trials``, ``blas_threads``, ...: its signature holds their
     defaults and its constructor checks them)."""
 
-    stall_window: int = 10
-    stall_factor: float = 0.99
+    stall_window: int = STALL_WINDOW
+    stall_factor: float = STALL_FACTOR
     options: Mapping[str, Any] = field(default_factory=dict)
     grow_gap: float | None = LM_GROW_GAP
     grow_patience: int = LM_GROW_PATIENCE
@@ -335,7 +337,7 @@ class DampedDriver(Driver):
 
     settings_class: ClassVar[type] = LMSettings
 
-    def __init__(self, settings: LMSettings | None = None, *, stall_window: int = 10, stall_factor: float = 0.99,
+    def __init__(self, settings: LMSettings | None = None, *, stall_window: int = STALL_WINDOW, stall_factor: float = STALL_FACTOR,
                  grow_gap: float | None = LM_GROW_GAP, grow_patience: int = LM_GROW_PATIENCE,
                  grow_factor: float = LM_GROW_FACTOR, grow_max: float = LM_GROW_MAX, **options: Any):
         self.settings = settings if settings is not None else self.settings_class(
@@ -353,7 +355,7 @@ class LMDriver(DampedDriver):
     loaded LM checkpoint. New points rebuild the residuals. After each evaluation it asks the
     loop for more points when the gap stays above ``grow_gap`` (:meth:`points_factor`). CPU
     only; with ``run.comm`` JᵀJ and Jᵀr are summed over the ranks (and every rank takes the
-    same decision on the points: the gap is the same number on each). Sets ``run.lm`` (the LevenbergMarquardt) and ``run.lm_times``.
+    same decision on the points: the gap is the same number on each). The LevenbergMarquardt is the driver's ``lm`` (the run's is ``run.driver.lm``).
     """
 
     name = "lm"
@@ -369,10 +371,9 @@ class LMDriver(DampedDriver):
         state = run.model.optimizer_state
         if state and "lm_lambda" in state:
             self.lm.load_state_dict(state)
-        run.lm = self.lm
         self.growth.start(run)
         run.step_times.update(jacobian=0.0, jtj=0.0, solve=0.0, trial=0.0)
-        run.lm_times = self.times = run.step_times
+        self.times = run.step_times
 
     @staticmethod
     def _residuals(run: "Trainer") -> Any:

@@ -17,88 +17,13 @@ mode rows (``resonance``, :class:`GNSettings`; the loss it reports includes them
 :class:`GNStepInfo` carries the damping λ (the history's rate), the CG iterations and trials;
 the progress bar shows them. Adam
 (``Trainer.fit(steps, optimizer="adam")``, the FBPINN papers' optimiser) is the one
-:class:`helmpinn.drivers.AdamDriver`, which steps on the model's
+:class:`helmpinn.training.drivers.AdamDriver`, which steps on the model's
 :meth:`~TrainableDecomposedModel.objective`: the loss ``Σ r²`` and its gradient ``2 Jᵀr``, one
 core ``vjp`` per subnetwork.
 
-**Defaults** (:func:`decomposed_settings`, what :func:`helmpinn.solve` and ``helmpinn train
---optimizer auto`` take above :data:`DECOMPOSE_ABOVE` wavelengths across the sampled domain,
-:func:`helmpinn.defaults.wavelengths_across`: the geometric mean of the wavelengths along its
-sides, each at least one, a PML included). Each choice was measured against its alternatives
-through ``hp.solve`` (benchmarks/bench_solve.py, benchmarks/bench_threshold.py) on the built-in
-problems and a few a user might write; the measurements are in docs/benchmarks-archive.md, in
-the section named beside each item.
-
-- the threshold, :data:`DECOMPOSE_ABOVE` (3 wavelengths across in 2-D, 2.4 in 3-D, 32 in 1-D):
-  below it one network trained by Levenberg-Marquardt ends lower; above it that network's dense
-  steps (its points, and with them a step's cost, grow with the wavelengths²) keep it on a
-  plateau for most of a few minutes' budget, while the decomposition passes 1e-2 within a
-  minute or two and its error is the predictable one. Given longer, one network off its plateau
-  can still end lower (``hp.solve(problem, model="network")``); when it leaves the plateau is not
-  known before the run. The wavelengths are counted across (the geometric mean), not along the
-  longest side: one network's cost grows with the domain's area in square wavelengths, and on
-  elongated ducts up to 3 wavelengths across it ended lower. In 3-D the threshold lies between
-  2.1 wavelengths, where one network was ahead, and 2.6, where the decomposition was; a 1-D
-  network holds 32 wavelengths ("Where the decomposition starts", "Elongated domains",
-  "In 3-D");
-- one level of ``ceil(0.85 w_a)`` subdomains along each axis (:data:`SUBDOMAINS_PER_WAVELENGTH`;
-  5 × 5 at 5 wavelengths), overlap 0.6, no coarse network level (the solver's coarse space
-  carries the global coupling; a one-network level added parameters whose steps cost more than
-  they gained: "The coarse correction: additive or deflated"); subnetworks of 16 frequencies
-  and one hidden layer of 32 (1,154 parameters in 2-D), their Fourier scale a single network's
-  at the local wavenumber k h (:meth:`~helmpinn.decomposition.DecomposedModel.create`,
-  :func:`~helmpinn.params.sigma_for`, whose ``1/sqrt(d)`` gives the features' frequencies a root
-  mean square of the local wavenumber; without it they were √d times higher, and ``cube3d`` at
-  k = 8π ended higher for three seeds of four: "The subnetworks' Fourier scale");
-- ``max(25^d Π w_a, P/2)`` PDE points (:data:`POINTS_PER_WAVELENGTH`, fixed Sobol points,
-  rounded up to 500), boundary points 1/20 of them (none under a hard constraint);
-- a hard constraint (:class:`~helmpinn.decomposition.BoxConstraint` of scale 1/k) when the
-  problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
-- Gauss-Newton with Nielsen's λ rule. On a model with the hard constraint (:data:`DAMPING`) the
-  damping D lies halfway between Marquardt's and the identity (``damping="geometric"``, D =
-  sqrt(diag(JᵀJ) × its mean)): on ``box-source`` it ended lower than Marquardt's
-  D = diag(JᵀJ) for every seed measured, and far lower than the identity, and on
-  ``dirichlet2d`` the two lay within the seeds' spread; elsewhere Marquardt's, where the
-  geometric form was a little behind (the problems with a PML). Why the closed boxes prefer it
-  is not known ("The damping's scale");
-- CG to 1e-3 or 100 iterations (:data:`CG_MAXITER`): a step's second hundred iterations do less
-  than a new linearisation, so truncated steps taken shorter and more often end lower; 50 was
-  too short ("CG's cap"). CG starts from the last step where the quadratic model says so
-  (``cg_warm``; rarely taken);
-- a rejected trial's step halved up to 3 times before λ grows (``backtrack``, the solver's
-  default :data:`~helmpinn.optim.gauss_newton.BACKTRACK`): a rejected Gauss-Newton step of a
-  decomposed model often has the right direction and too great a length, and without the
-  halvings one rejection could raise λ by orders of magnitude and slow the run for many steps
-  ("Backtracking a rejected step"). 3-D takes the same plan as 2-D (:data:`GN_BY_DIMENSION`
-  changes only 1-D): with the subnetworks' Fourier scale above, it took ``cube3d`` at k = 8π
-  below 1e-3 within 15 minutes for every seed measured ("The 2-D plan in 3-D");
-- the output-layer coarse space; 200 steps at most, stopping when the loss falls by less than 1%
-  over 10;
-- the points grow by LM's rule (:class:`~helmpinn.drivers.PointsGrowth`) when the validation
-  gap exceeds 1.5 (:data:`GROW_GAP`, half LM's 3): a run comes to fit its points rather than the
-  field, and new points then gain more than further steps on the old ones; growing at 1.5 ended
-  lower than at 3 or the same within the seeds' spread ("Growing the points sooner");
-- in a closed box in 2-D and 3-D, mode rows (``resonance``: the modes within
-  :data:`helmpinn.waves.RESONANCE_WITHIN` of κ, at most :data:`helmpinn.waves.RESONANCE_MOST`,
-  :func:`helmpinn.waves.resonance_rows`): there the error lies almost whole in the few modes whose
-  eigenvalue lies near κ, which a least-squares residual weighs 1/amplification² times less than
-  the error they cause; each mode's row weighs its residual by its amplification, so the loss
-  counts it as that error ("Mode rows"). Not in 1-D, where they were not measured
-  (:data:`GN_BY_DIMENSION`). Under the hard constraint (u = 0 on every wall) each row is
-  ``(κ − λ)⟨u, ψ⟩ − ⟨f, ψ⟩`` by Green's identity, u read on a Gauss-Legendre grid
-  (:func:`helmpinn.waves.resonance_green_rows`), not the points' sum of the residual: that sum
-  carries the sampling's error, amplified like the residual, and the runs levelled at it
-  ("Mode rows", its part on Green's identity). The grid's rows are value rows of the term
-  :data:`helmpinn.decomposition.CARRIER_TERM` (the core's data term, kept out of the
-  preconditioner's Gram matrices, which makes a 3-D step cheaper: "Green's rows through the
-  data term"). In 3-D the error then moves to the modes just outside the rows' share, but
-  holding more of them made some seeds' steps less predictable and gained nothing across seeds,
-  so 3-D keeps the same share and cap ("Mode rows farther from resonance in 3-D");
-- with ``optimizer="adam"`` (:data:`ADAM_SETTINGS`) the same model and points, Adam at a
-  constant learning rate of 3e-3 for 20,000 steps, evaluated every 100: of 1e-3 (the FBPINN
-  papers'), 3e-3 and 1e-2 the best error after 300 s on ``box-source`` at 5 wavelengths, where
-  Adam stays far behind Gauss-Newton ("hp.solve with its defaults, after the speed-ups";
-  benchmarks/bench_decomposed_adam.py).
+**Defaults**: the decomposition's rules and their measurements are in :mod:`helmpinn.defaults`
+(:data:`~helmpinn.defaults.DECOMPOSE_ABOVE`, :func:`~helmpinn.defaults.should_decompose`, ...);
+:func:`decomposed_settings` makes a run's settings from them.
 """
 from __future__ import annotations
 
@@ -108,53 +33,29 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from . import _core
-from ._checks import integer, real_number
-from .decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, Level, Rows, subdomain_grid
-from .defaults import (LM_BOUNDARY_SHARE, auto_weights, default_settings, scale_wavenumber, wavelengths,
-                       wavelengths_across)
+from .. import _core
+from .._checks import integer, real_number
+from ..decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, Level, Rows, subdomain_grid
+from ..defaults import (DD_ADAM_SETTINGS, DD_CG_MAXITER, DD_DAMPING, DD_GROW_GAP, DD_POINTS_PER_WAVELENGTH,
+                       GN_BY_DIMENSION, LM_BOUNDARY_SHARE, STALL_FACTOR, STALL_WINDOW, SUBDOMAINS_PER_WAVELENGTH,
+                       auto_weights, default_settings, points_rule, scale_wavenumber, wavelengths)
 from .drivers import DRIVERS, DampedDriver, LMSettings, StepInfo, mismatch
-from .optim import StepStatus
-from .optim.gauss_newton import BACKTRACK, MatrixFreeGN
-from .geometry import Box
-from .params import sigma_for
-from .problems import Dirichlet
-from .waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
-from .memory import MemoryEstimateError, check_fit
+from ..optim import StepStatus
+from ..optim.gauss_newton import BACKTRACK, MatrixFreeGN
+from ..geometry import Box
+from ..params import sigma_for
+from ..problems import Dirichlet
+from ..waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
+from ..memory import MemoryEstimateError, check_fit
 # the model protocol, moved to helmpinn.model_protocol; its names stay importable from here
-from .model_protocol import STATE_KEY, TrainableDecomposedModel, load_model, term_means, trainable  # noqa: F401
+from ..model_protocol import STATE_KEY, TrainableDecomposedModel, load_model, term_means, trainable  # noqa: F401
 
 if TYPE_CHECKING:
     from .trainer import Trainer
 
 __all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "trainable", "load_model", "term_means",
-           "decomposed_settings", "should_decompose", "build_decomposed_model", "DECOMPOSE_ABOVE",
-           "SUBDOMAINS_PER_WAVELENGTH", "POINTS_PER_WAVELENGTH", "DAMPING", "GN_BY_DIMENSION", "GROW_GAP",
-           "ADAM_SETTINGS"]
+           "decomposed_settings", "build_decomposed_model", "GREEN_ROW_SCALE"]
 
-#: Decompose a problem that spans more than this many wavelengths across its sampled domain
-#: (the geometric mean of the sides'), by dimension (module docstring: the measurements).
-DECOMPOSE_ABOVE = {1: 32.0, 2: 3.0, 3: 2.4}
-#: Subdomains per wavelength along each axis of the fine level.
-SUBDOMAINS_PER_WAVELENGTH = 0.85
-#: PDE points per wavelength per dimension of a decomposed run, by dimension.
-POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
-#: Gauss-Newton's damping by whether the model has the hard constraint (a closed box with
-#: Dirichlet(0) walls; module docstring): measured in 2-D and on ``cube3d``.
-DAMPING = {True: "geometric", False: "marquardt"}
-#: CG's iterations at most in one Gauss-Newton trial (module docstring: against 200, 1.25 to 2
-#: times lower errors on ``box-source``, ``free-source`` and ``dirichlet2d``, the same on
-#: ``scatter-soft``, whose CG mostly stops at its tolerance first).
-CG_MAXITER = 100
-#: The validation gap (validation loss / training loss) above which the points grow
-#: (:class:`~helmpinn.drivers.PointsGrowth`; LM's is 3; module docstring).
-GROW_GAP = 1.5
-#: Gauss-Newton's settings where a dimension's plan differs from the 2-D one (module docstring):
-#: mode rows in 2-D and 3-D, where they were measured, not in 1-D; 3-D takes the 2-D plan
-#: (docs/benchmarks-archive.md, "The 2-D plan in 3-D").
-GN_BY_DIMENSION = {1: {"resonance": 0.0}}
-#: What :func:`decomposed_settings` changes for Adam (module docstring).
-ADAM_SETTINGS = {"optimizer": "adam", "lr": 3e-3, "schedule": "constant", "steps": 20000, "eval_every": 100}
 #: The scale of the value rows that Green's mode rows read u from (:meth:`GNDriver._residuals`):
 #: so small that their own ``s² Σ |u − y|²`` adds nothing to the loss, the mode rows' columns
 #: ``1/s`` times larger to match.
@@ -162,8 +63,8 @@ GREEN_ROW_SCALE = 1e-8
 # -- the driver ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GNSettings(LMSettings):
-    """The Gauss-Newton run's settings: :class:`~helmpinn.drivers.LMSettings`' stall stop and
-    growth of the points (:class:`~helmpinn.drivers.PointsGrowth`; the solver's memory grows
+    """The Gauss-Newton run's settings: :class:`~helmpinn.training.drivers.LMSettings`' stall stop and
+    growth of the points (:class:`~helmpinn.training.drivers.PointsGrowth`; the solver's memory grows
     linearly with the points, so no budget caps it), with ``options`` the keywords of
     :class:`helmpinn.optim.gauss_newton.MatrixFreeGN` (``lam``, ``damping``, ``cg_tol``,
     ``cg_maxiter``, ``coarse``, ``products``, ``geodesic``, ``gram``, ...; its constructor checks
@@ -191,7 +92,7 @@ class GNSettings(LMSettings):
 
 @dataclass
 class GNStepInfo(StepInfo):
-    """:class:`~helmpinn.drivers.StepInfo` with the step's ``cg_iterations`` (per trial),
+    """:class:`~helmpinn.training.drivers.StepInfo` with the step's ``cg_iterations`` (per trial),
     ``trials`` and ``accepted``."""
 
     cg_iterations: list[int] = field(default_factory=list)
@@ -204,7 +105,8 @@ class GNDriver(DampedDriver):
     model's residuals at the run's points (module docstring). The history's rate is λ; stops by
     itself when no trial lowers the loss at the largest damping, and (through the loop) on a
     stall. Continues λ from a loaded checkpoint; new points rebuild the residuals. CPU, one
-    process. Sets ``run.gn`` (the MatrixFreeGN)."""
+    process. The MatrixFreeGN is the driver's ``gn`` (the run's is
+    ``run.driver.gn``)."""
 
     name = "gn"
     trains = ("decomposed",)
@@ -213,7 +115,7 @@ class GNDriver(DampedDriver):
 
     def __init__(self, settings: GNSettings | None = None, *, resonance: float = 0.0,
                  resonance_most: int = RESONANCE_MOST, **keywords: Any):
-        """``settings``, or :class:`~helmpinn.drivers.DampedDriver`'s keywords (the stall and
+        """``settings``, or :class:`~helmpinn.training.drivers.DampedDriver`'s keywords (the stall and
         growth rules, the solver's options), ``resonance`` and ``resonance_most``
         (:class:`GNSettings`)."""
         super().__init__(settings, **keywords)
@@ -226,7 +128,6 @@ class GNDriver(DampedDriver):
         state = run.model.optimizer_state
         if state and "gn_lambda" in state:
             self.gn.load_state_dict(state)
-        run.gn = self.gn
         self.log = []
         self.growth.start(run)
 
@@ -257,7 +158,7 @@ class GNDriver(DampedDriver):
         self.gn.set_residuals(self._residuals(run))
 
     def points_factor(self, run: "Trainer") -> float:
-        """:class:`~helmpinn.drivers.PointsGrowth`'s factor: more points once the gap says the
+        """:class:`~helmpinn.training.drivers.PointsGrowth`'s factor: more points once the gap says the
         model fits its points rather than the field (every rank sees the same gap), unless the
         run on that many would exceed the memory limit on a rank
         (:func:`helmpinn.memory.check_fit`)."""
@@ -304,18 +205,10 @@ def _mpi_min() -> Any:
     return MPI.MIN
 
 
-DRIVERS.setdefault("gn", GNDriver)   # Trainer.fit(optimizer="gn"), helmpinn.drivers.make_driver("gn")
+DRIVERS.setdefault("gn", GNDriver)   # Trainer.fit(optimizer="gn"), helmpinn.training.drivers.make_driver("gn")
 
 
 # -- the defaults --------------------------------------------------------------------------------
-def should_decompose(problem: Any) -> bool:
-    """True when ``problem`` spans more than :data:`DECOMPOSE_ABOVE` wavelengths across its
-    sampled domain (:func:`helmpinn.defaults.wavelengths_across`, the geometric mean of the
-    sides')."""
-    limit = DECOMPOSE_ABOVE[min(int(problem.dim), 3)]
-    return wavelengths_across(problem) > limit * (1 + 1e-9)   # at the limit itself: one network
-
-
 def _hard_constraint(problem: Any) -> bool:
     """A box without a PML whose every boundary part is ``Dirichlet(0)``, and no data points."""
     bcs = list(getattr(problem, "bcs", {}).values())
@@ -384,7 +277,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     ``constraint`` (None: the rule; True / False). ``decomposition`` replaces any of those, and
     ``ff_dim``, ``hidden``, ``layers``, ``points_per_wavelength`` too; the points follow.
     ``optimizer="adam"``: the same model and points trained by Adam instead (the FBPINN
-    papers' optimiser), :data:`ADAM_SETTINGS`' ``lr``, ``schedule``, ``steps`` and
+    papers' optimiser), :data:`helmpinn.defaults.DD_ADAM_SETTINGS`' ``lr``, ``schedule``, ``steps`` and
     ``eval_every``."""
     if optimizer not in DRIVERS or mismatch("decomposed", optimizer):
         raise ValueError(f"optimizer: a decomposed model trains with "
@@ -393,7 +286,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     d = int(problem.dim)
     rules = {"subdomains_per_wavelength": SUBDOMAINS_PER_WAVELENGTH, "grids": None, "coarse_level": False,
              "overlap": 0.6, "constraint": None, "ff_dim": 16, "hidden": 32, "layers": 1,
-             "points_per_wavelength": POINTS_PER_WAVELENGTH[min(d, 3)]}
+             "points_per_wavelength": DD_POINTS_PER_WAVELENGTH[min(d, 3)]}
     unknown = set(decomposition) - set(rules)
     if unknown:
         raise ValueError(f"decomposition: unknown settings {sorted(unknown)}; known: {sorted(rules)}")
@@ -413,8 +306,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     constraint = _hard_constraint(problem) if r["constraint"] is None else r["constraint"]
     P = _core.ModelSpec(d, r["ff_dim"], r["hidden"], r["layers"]).num_params
     P *= sum(math.prod(g) for g in grids)
-    n = max(r["points_per_wavelength"] ** d * float(np.prod(waves)), P / 2)
-    pde_points = int(500 * math.ceil(n / 500))
+    pde_points = points_rule(problem, r["points_per_wavelength"], P / 2, 500)
     lo, hi = getattr(problem, "sampling_domain", problem.domain).bounds
     adam = default_settings(problem)
     return {**adam, "model": "decomposed", "optimizer": "gn", "warm_start": 0, "lbfgs": 0,
@@ -422,17 +314,17 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
             "sigma": None, "dtype": "float64", "steps": 200, "pde_points": pde_points,
             "bc_points": 0 if constraint else (2 if d == 1 else pde_points // 20), "sampling": "sobol",
             "resample_every": 0, "eval_every": 1, "weights": auto_weights(problem, LM_BOUNDARY_SHARE),
-            "gn": {"stall_window": 10, "stall_factor": 0.99, "lam": 1e-3, "damping": DAMPING[constraint],
-                   "cg_tol": 1e-3, "cg_maxiter": CG_MAXITER, "coarse": "last_layer", "update": "nielsen",
+            "gn": {"stall_window": STALL_WINDOW, "stall_factor": STALL_FACTOR, "lam": 1e-3,
+                   "damping": DD_DAMPING[constraint], "cg_tol": 1e-3, "cg_maxiter": DD_CG_MAXITER, "coarse": "last_layer", "update": "nielsen",
                    "cg_warm": True, "backtrack": BACKTRACK, "resonance": RESONANCE_WITHIN,
-                   "resonance_most": RESONANCE_MOST, "grow_gap": GROW_GAP,
+                   "resonance_most": RESONANCE_MOST, "grow_gap": DD_GROW_GAP,
                    **GN_BY_DIMENSION.get(d, {})},
             "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": r["overlap"],
                               "constraint": constraint, "coarse_level": r["coarse_level"],
                               "lo": np.asarray(lo, float).tolist(), "hi": np.asarray(hi, float).tolist(),
                               "wavenumber": scale_wavenumber(problem),
                               "points_per_wavelength": r["points_per_wavelength"]},
-            **(ADAM_SETTINGS if optimizer == "adam" else {})}
+            **(DD_ADAM_SETTINGS if optimizer == "adam" else {})}
 
 
 def build_decomposed_model(problem: Any, decomposition: Mapping[str, Any], ff_dim: int, hidden: int,
