@@ -38,7 +38,7 @@ LAZY = {
 FLOORS = {
     "base": ["_core", "_checks", "_compat", "_files", "_matcheck", "_blas", "_device", "_signature", "_cxx", "_budget",
              "params", "runfiles"],
-    "problems": ["geometry", "pml", "media", "sources", "batch", "problems", "builtin", "scattering", "waves",
+    "problems": ["geometry", "pml", "media", "sources", "batch", "problems", "builtin", "scattering", "waves", "waves3d",
                  "registry", "survey", "distributed", "reference.fd"],
     "rules": ["defaults"],
     "models and optimisers": ["model", "decomposition", "model_protocol", "optim", "optim.damped", "optim.first_order",
@@ -48,7 +48,7 @@ FLOORS = {
     "figures": ["plots"],
     "inversion": ["reference", "reference.fwi", "inversion", "inversion.medium", "inversion.joint", "inversion.solver", "inversion.result",
                   "inversion.parallel", "inversion.api"],
-    "interface": ["solving", "receivers", "", "_cli_common", "cli_invert", "cli", "__main__"],
+    "interface": ["estimate", "solving", "receivers", "", "_cli_common", "cli_invert", "cli", "__main__"],
 }
 
 

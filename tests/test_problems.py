@@ -245,6 +245,7 @@ def test_registry_is_explicit_with_no_import_circle():
     import helmpinn.registry as registry
     import helmpinn.scattering as scattering
     import helmpinn.waves as waves
+    import helmpinn.waves3d as waves3d
 
     def top_level_imports(module):
         tree = ast.parse(pathlib.Path(module.__file__).read_text())
@@ -259,7 +260,8 @@ def test_registry_is_explicit_with_no_import_circle():
     assert not top_level_imports(builtin) & {"registry", "scattering"}
     assert not top_level_imports(scattering) & {"registry"}
     assert not top_level_imports(waves) & {"registry"}
-    assert registry._REGISTRY == {**builtin.PROBLEMS, **scattering.PROBLEMS, **waves.PROBLEMS}
+    assert not top_level_imports(waves3d) & {"registry"}
+    assert registry._REGISTRY == {**builtin.PROBLEMS, **scattering.PROBLEMS, **waves.PROBLEMS, **waves3d.PROBLEMS}
     assert list(registry.problem_names())[:7] == BUILTINS + ["scatter-hard", "scatter-soft"]
     # the registry's names are its own (no forwarding from problems: tests/test_layers.py)
     assert not hasattr(problems, "get_problem") and not hasattr(problems, "cube3d")

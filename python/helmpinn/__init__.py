@@ -41,6 +41,7 @@ from . import defaults, training
 from .training import RunPlan, RunStatus, run_plan
 from .training import drivers
 from .solving import Solution, solve
+from .estimate import estimate_error
 from .survey import Survey
 from .inversion import Inversion, invert
 
@@ -96,6 +97,7 @@ __all__ = [
     "run_plan",
     "Solution",
     "solve",
+    "estimate_error",
     "Survey",
     "Inversion",
     "invert",

@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from . import builtin, scattering, waves
+from . import builtin, scattering, waves, waves3d
 from .problems import Problem
 
 __all__ = ["get_problem", "list_problems", "problem_names", "problem_options", "register_problem",
@@ -33,6 +33,7 @@ _REGISTRY: dict[str, tuple[Callable[..., Problem], str]] = {
     **builtin.PROBLEMS,
     **scattering.PROBLEMS,
     **waves.PROBLEMS,
+    **waves3d.PROBLEMS,
 }
 
 

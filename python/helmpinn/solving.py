@@ -24,6 +24,7 @@ from . import distributed, memory
 from ._checks import integer, real_number
 from .decomposition import DecomposedModel
 from .distributed import check_ranks
+from .estimate import ErrorEstimate, estimate_error
 from .model import Model
 from .problems import Problem
 from .registry import get_problem, recorded_options
@@ -76,6 +77,12 @@ class Solution:
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The solution u at points ``x`` [N, d] (complex)."""
         return self.model.predict(x)
+
+    def estimate_error(self, problem: Problem, **options: Any) -> ErrorEstimate:
+        """The relative L2 error estimated without an exact solution, against finite-difference
+        references of ``problem`` (the one solved): :func:`helmpinn.estimate.estimate_error`,
+        whose ``options`` it takes; a Box or Interval domain, with or without a PML."""
+        return estimate_error(problem, self.model, **options)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the model (with the settings in its metadata) to ``path`` (.npz; read it back
