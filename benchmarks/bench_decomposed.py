@@ -31,7 +31,7 @@ import numpy as np
 import helmpinn as hp
 from helmpinn import distributed, waves
 from helmpinn.models.decomposition import BoxConstraint, DecomposedModel, Rows
-from helmpinn.gauss_newton import MatrixFreeGN
+from helmpinn.optim.gauss_newton import MatrixFreeGN
 
 
 def build(a):

@@ -34,7 +34,7 @@ import helmpinn.models.decomposition as dm  # noqa: E402
 from helmpinn._blas import blas_limit  # noqa: E402
 from helmpinn.training.dd_driver import build_decomposed_model, decomposed_settings  # noqa: E402
 from helmpinn.models.decomposition import Rows  # noqa: E402
-from helmpinn.gauss_newton import MatrixFreeGN  # noqa: E402
+from helmpinn.optim.gauss_newton import MatrixFreeGN  # noqa: E402
 from bench_time_to_accuracy import parse_problem  # noqa: E402   'name:opt=value'
 
 

@@ -68,7 +68,7 @@ truncated at ±6 nodes, times a complex Ricker amplitude.
 Steps: (1) ``helmpinn.reference.fd_solve`` of the posed problem on their grid, compared with
 their solution on the physical domain (their layer left out), with the complex factor that fits
 best; (2) a network trained for ``--time-limit`` seconds of wall clock (``lm``: Levenberg-
-Marquardt with :func:`helmpinn.lm.lm_defaults` and ``--points``; ``adam``:
+Marquardt with :func:`helmpinn.optim.lm.lm_defaults` and ``--points``; ``adam``:
 :func:`helmpinn.default_settings`; ``auto``: ``hp.solve`` with its defaults, which decomposes a
 problem of more than 4.5 wavelengths across, its PML included), its relative L2 error against their solution (and against
 ``fd_solve``) at their nodes of the physical domain: ``interior`` (all of them) and ``away``
@@ -453,7 +453,7 @@ def train(case: SongCase, problem, *, optimizer: str, time_limit: float, points:
     """Train a network on ``problem`` for ``time_limit`` seconds; errors at the nodes (also
     against ``fd``, fd_solve's values on their nodes)."""
     import helmpinn as hp
-    from helmpinn.lm import lm_defaults, lm_options
+    from helmpinn.optim.lm import lm_defaults, lm_options
 
     if optimizer == "auto":
         return _solve(case, problem, time_limit=time_limit, seed=seed, fd=fd, progress=progress)

@@ -11,7 +11,7 @@ quiet machine: the times are wall-clock.
 
 Each optimiser runs with what ``helmpinn train --optimizer NAME`` uses by default on the problem:
 Adam with ``default_settings`` (float32, points redrawn every 100 steps), L-BFGS with the same
-network in float64 on fixed points, LM with ``helmpinn.lm.lm_defaults`` (float64, fixed points;
+network in float64 on fixed points, LM with ``helmpinn.optim.lm.lm_defaults`` (float64, fixed points;
 ``--same-model`` gives all three LM's network and points). Each run stops at ``--budget``
 seconds of training or when its own stopping rule fires. The error is measured on the problem's
 test grid every ``--eval-every`` steps (Adam), iterations (L-BFGS) or every LM step; the time
@@ -127,7 +127,7 @@ def _blas_threads(text: str):
 
 def run_one(problem, optimizer: str, args, budget: float | None = None) -> dict:
     import helmpinn as hp
-    from helmpinn.lm import lm_defaults, lm_options
+    from helmpinn.optim.lm import lm_defaults, lm_options
     from helmpinn.optim import lbfgs
 
     s = hp.default_settings(problem)
@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     p.add_argument("--lm-iterations", type=int, default=None)
     p.add_argument("--lm-solver", default="auto", choices=("auto", "primal", "dual", "cg"))
     p.add_argument("--lm-gram", default=None, choices=("float64", "float32"),
-                   help="precision of LM's JᵀJ (default: each problem's, helmpinn.lm.lm_defaults)")
+                   help="precision of LM's JᵀJ (default: each problem's, helmpinn.optim.lm.lm_defaults)")
     p.add_argument("--lm-blas-threads", default="auto",
                    help="BLAS threads inside LM steps (threadpoolctl): a number, 'auto' (helmpinn's threads) "
                         "or 0 (leave the BLAS as it is)")

@@ -1,7 +1,7 @@
 """Levenberg-Marquardt to a relative L2 error of 1e-6 on a small problem.
 
 The built-in ``plane1d`` problem (u = exp(ikx) on [0, 1], k = 20, Dirichlet at 0, Sommerfeld at
-1) trained with LM's own defaults (:func:`helmpinn.lm.lm_defaults`: a small float64 network on
+1) trained with LM's own defaults (:func:`helmpinn.optim.lm.lm_defaults`: a small float64 network on
 fixed Sobol points), stopping once the error is below 1e-6. Prints the error every few
 iterations and at the end.
 
@@ -13,7 +13,7 @@ import argparse
 import os
 
 import helmpinn as hp
-from helmpinn.lm import lm_defaults, lm_options
+from helmpinn.optim.lm import lm_defaults, lm_options
 
 QUICK = os.environ.get("HELMPINN_EXAMPLES_QUICK") == "1"
 

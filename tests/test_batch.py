@@ -194,7 +194,7 @@ def test_lm_and_lbfgs_use_the_trainers_batch():
     tr.fit_lm(2)
     assert spy.calls and all(kw["batch"] is b for _, kw in spy.calls)
     assert {name for name, _ in spy.calls} >= {"jacobian", "residuals"}
-    res = hp.lm.CoreResiduals(tr.workspace, b, tr.weights)
+    res = hp.optim.lm.CoreResiduals(tr.workspace, b, tr.weights)
     assert res.batch is b   # already in the workspace's dtype: not converted again
     assert b.astype(np.float64) is b   # what lbfgs takes of a float64 batch
     before = tr.model.params.copy()
@@ -221,7 +221,7 @@ def test_point_counts_have_their_own_names_and_the_old_ones_warn():
         ts = p.sample(8, n_bc=2, rng=0)
     assert ts.sizes["pde"] == 8 and ts.x_bc.shape[1] == ts.n_bc.shape[1] == 1   # n_bc: normals
     s = hp.default_settings(p)
-    assert "n_bc" not in s and s["bc_points"] == 2 and "n_bc" not in hp.lm.lm_defaults(p)
+    assert "n_bc" not in s and s["bc_points"] == 2 and "n_bc" not in hp.optim.lm.lm_defaults(p)
 
 
 def test_resume_reads_settings_saved_under_the_old_count_names(tmp_path):

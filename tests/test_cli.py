@@ -235,7 +235,8 @@ def test_what_does_not_run_over_ranks_is_refused_with_one_reason(tmp_path, capsy
     """helmpinn.distributed.ONE_PROCESS is the one place that says what runs over several MPI
     ranks: the CLI (status 2, nothing written), the L-BFGS driver and LM say its words."""
     import helmpinn as hp
-    from helmpinn import distributed, lm
+    from helmpinn import distributed
+    from helmpinn.optim import lm
     from helmpinn.training.drivers import LBFGSDriver
 
     monkeypatch.setattr(distributed, "launch_comm", lambda: _TwoRanks())

@@ -369,9 +369,9 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_anything(tmp_path, ca
 
 
 def test_lm_matrices_are_counted_before_anything(tmp_path, capsys, monkeypatch):
-    """--optimizer lm: LM's own estimate of its system (helmpinn.lm.choose_solver and
+    """--optimizer lm: LM's own estimate of its system (helmpinn.optim.lm.choose_solver and
     memory_estimate) is part of the refusal, and LM's refusal of a dense solver is a usage error."""
-    from helmpinn import lm
+    from helmpinn.optim import lm
 
     seen = []
 

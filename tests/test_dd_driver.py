@@ -350,7 +350,7 @@ def test_decomposed_settings_reproduce_the_measured_runs():
     f = dd_driver.decomposed_settings(hp.get_problem("free-source", wavelengths=5.0))
     assert f["decomposition"]["grids"] == [[6, 6]] and not f["decomposition"]["constraint"] and f["bc_points"] > 0
     # backtracking in 2-D and 3-D, where it was measured to help (dd_driver's docstring)
-    from helmpinn.gauss_newton import BACKTRACK   # the solver's default, not a copy of it
+    from helmpinn.optim.gauss_newton import BACKTRACK   # the solver's default, not a copy of it
 
     assert s["gn"]["backtrack"] == f["gn"]["backtrack"] == BACKTRACK == 3
     # the damping halfway between Marquardt's and the identity under the hard constraint (the

@@ -20,7 +20,7 @@ from conftest import mpiexec_command
 
 import helmpinn as hp
 from helmpinn.models.decomposition import BoxConstraint, DecomposedModel, Rows, assign_subdomains
-from helmpinn.gauss_newton import MatrixFreeGN
+from helmpinn.optim.gauss_newton import MatrixFreeGN
 from test_gauss_newton import _Overshoot
 
 RANKS = 2
@@ -304,7 +304,7 @@ def test_comm_checked():
 def _worker_fail(folder: str) -> None:
     from mpi4py import MPI
 
-    from helmpinn import gauss_newton
+    from helmpinn.optim import gauss_newton
 
     comm = MPI.COMM_WORLD
     model, _, gn = build("box", comm)

@@ -158,7 +158,7 @@ def test_a_users_problem_gets_what_the_built_in_gets():
 
 def test_lm_defaults_is_the_rule():
     p = hp.get_problem("dirichlet2d")
-    assert hp.lm.lm_defaults(p) == lm_settings(p)
+    assert hp.optim.lm.lm_defaults(p) == lm_settings(p)
 
 
 def test_levenberg_marquardt_weights_its_boundary_rows_at_the_pde_cost():

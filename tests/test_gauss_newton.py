@@ -1,4 +1,4 @@
-"""Matrix-free Gauss-Newton (helmpinn.gauss_newton) on small decomposed models: the
+"""Matrix-free Gauss-Newton (helmpinn.optim.gauss_newton) on small decomposed models: the
 preconditioned CG step equals the dense Gauss-Newton step, and LM steps lower the loss."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import collections
 import numpy as np
 import pytest
 
-from helmpinn.gauss_newton import VARPRO_MAX_FALL, VARPRO_RIDGE, MatrixFreeGN
+from helmpinn.optim.gauss_newton import VARPRO_MAX_FALL, VARPRO_RIDGE, MatrixFreeGN
 from test_decomposition import make_case
 
 
@@ -90,15 +90,15 @@ def test_warm_started_cg_step_equals_dense(products):
     gn = MatrixFreeGN(res, products=products, cg_tol=1e-12, cg_maxiter=2000, gram="float64", cg_warm=True)
     s = gn.linearize(theta, {"jacobian": 0.0, "gram": 0.0})
     M = gn.preconditioner(s, lam, D)
-    assert np.allclose(s["g"], b, rtol=1e-10, atol=1e-12 * np.abs(b).max())
-    _, _, cold = gn.cg(s, lam, D, s["g"], M)
+    assert np.allclose(s.g, b, rtol=1e-10, atol=1e-12 * np.abs(b).max())
+    _, _, cold = gn.cg(s, lam, D, s.g, M)
     near = dense + 1e-4 * np.linalg.norm(dense) / np.sqrt(len(dense)) * np.random.default_rng(5).normal(size=len(dense))
     products = []
     jvp = gn._jvp
     gn._jvp = lambda *args: products.append(1) or jvp(*args)   # one J v per product
     for start, fewer in ((near, True), (3.0 * near, True), (-near, False)):
         products.clear()
-        x, Jx, it = gn.cg(s, lam, D, s["g"], M, start)
+        x, Jx, it = gn.cg(s, lam, D, s.g, M, start)
         assert len(products) == it + (1 if fewer else 0)
         assert np.linalg.norm(A @ x - b) < 1e-11 * np.linalg.norm(b)
         assert np.linalg.norm(x - dense) < 1e-6 * np.linalg.norm(dense)
@@ -109,7 +109,7 @@ def test_warm_started_cg_step_equals_dense(products):
 def test_warm_steps_keep_the_last_step():
     """``cg_warm=True``: CG starts from the last step where it was accepted with ρ >= WARM_RHO
     (from zero after a rejected or poorly predicted one); the steps lower the loss."""
-    from helmpinn.gauss_newton import WARM_RHO
+    from helmpinn.optim.gauss_newton import WARM_RHO
     model, rows, _ = make_case(2, pml=True, hard=False, seed=4)
     res = model.residuals_for(rows)
     gn = MatrixFreeGN(res, cg_tol=1e-6, cg_warm=True)
@@ -239,7 +239,7 @@ def test_preconditioner_is_the_block_inverse_without_coarse():
 def test_float32_factor_is_a_close_symmetric_inverse():
     """``_factor(A, "float32")`` keeps the Cholesky factor in float32: its solve is a fixed,
     symmetric approximate inverse of A (CG's preconditioner), within float32 rounding."""
-    from helmpinn.gauss_newton import _factor
+    from helmpinn.optim.gauss_newton import _factor
     rng = np.random.default_rng(1)
     B = rng.normal(size=(60, 40))
     A = B.T @ B + 1e-3 * np.eye(40)
@@ -261,7 +261,7 @@ def test_cholesky_adds_the_damping_in_its_one_copy(dtype):
     matrix with a negative eigenvalue far beyond that is refused."""
     import scipy.linalg as sla
 
-    from helmpinn.gauss_newton import _cholesky
+    from helmpinn.optim.gauss_newton import _cholesky
     rng = np.random.default_rng(4)
     J = rng.normal(size=(30, 20))
     G = np.asfortranarray(J.T @ J)
@@ -291,7 +291,7 @@ def test_block_solves_are_each_blocks_solve(dtype, threads):
     from scipy.linalg import blas
 
     import helmpinn as hp
-    from helmpinn.gauss_newton import _block_solves, _cholesky
+    from helmpinn.optim.gauss_newton import _block_solves, _cholesky
     rng = np.random.default_rng(3)
     sizes, gaps = [7, 0, 30, 1, 12, 19], [2, 0, 3, 0, 1, 4]
     blocks, start = [], 0
@@ -342,7 +342,7 @@ def test_grams_are_the_upper_triangles_the_factor_reads(dtype, threads):
     threads; ``_factor`` reads only the upper triangle, so its solves equal those of the full
     matrix."""
     from helmpinn import _core
-    from helmpinn.gauss_newton import _factor, _grams
+    from helmpinn.optim.gauss_newton import _factor, _grams
     rng = np.random.default_rng(2)
     shapes = [(50, 30), (0, 4), (7, 1), (3, 12), (64, 9)]
     Js = [rng.normal(size=s) for s in shapes]
@@ -387,7 +387,7 @@ def test_gram_matrices_do_not_depend_on_the_batch(monkeypatch):
     """The linearisation forms the blocks' Gram matrices a batch at a time (``GRAM_BATCH``
     blocks per thread, at most ``GRAM_BATCH_BYTES``): one block a batch gives the same matrices
     bit for bit, and the same D, Jᵀr and coarse matrix, as one batch of all."""
-    from helmpinn import gauss_newton
+    from helmpinn.optim import gauss_newton
     model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
     res = model.residuals_for(rows)
     theta = model.params.copy()
@@ -399,12 +399,12 @@ def test_gram_matrices_do_not_depend_on_the_batch(monkeypatch):
         gn = MatrixFreeGN(res, coarse="last_layer")
         lins.append(gn.linearize(theta, collections.defaultdict(float)))
     for lin in lins[1:]:
-        assert lins[0]["grams"].keys() == lin["grams"].keys()
-        for j, G in lins[0]["grams"].items():
-            np.testing.assert_array_equal(G, lin["grams"][j])
-        np.testing.assert_array_equal(lins[0]["diag"], lin["diag"])
-        np.testing.assert_array_equal(lins[0]["g"], lin["g"])
-        np.testing.assert_array_equal(lins[0]["coarse"][0], lin["coarse"][0])
+        assert lins[0].grams.keys() == lin.grams.keys()
+        for j, G in lins[0].grams.items():
+            np.testing.assert_array_equal(G, lin.grams[j])
+        np.testing.assert_array_equal(lins[0].diag, lin.diag)
+        np.testing.assert_array_equal(lins[0].g, lin.g)
+        np.testing.assert_array_equal(lins[0].coarse[0], lin.coarse[0])
 
 
 @pytest.mark.parametrize("geodesic", [False, True])
@@ -445,6 +445,16 @@ def test_options_checked():
         gn.step(np.zeros(3))
 
 
+def test_a_non_finite_loss_raises_the_one_exception_of_the_damped_step():
+    from helmpinn.optim import NonFiniteLoss
+    model, rows, _ = make_case(1)
+    gn = MatrixFreeGN(model.residuals_for(rows))
+    theta = np.full(model.num_params, np.inf)
+    with np.errstate(all="ignore"), pytest.raises(NonFiniteLoss, match="non-finite loss or Jacobian"):
+        gn.step(theta)
+    assert np.all(np.isinf(theta)) and gn.lam == 1e-3
+
+
 def test_coarse_matrix_is_the_restricted_gram():
     """The coarse matrix assembled over the overlaps equals Zᵀ JᵀJ Z from the dense Jacobian
     (Z: every subnetwork's output-layer parameters), with blocks freed after their Gram."""
@@ -452,11 +462,11 @@ def test_coarse_matrix_is_the_restricted_gram():
     res = model.residuals_for(rows)
     gn = MatrixFreeGN(res, coarse="last_layer", gram="float64")
     s = gn.linearize(model.params, {"jacobian": 0.0, "gram": 0.0})
-    Gc, idx = s["coarse"]
+    Gc, idx = s.coarse
     J = res.jacobian(model.params)
     L = model.specs[0].num_hidden_layers
     per = 2 * model.specs[0].hidden_dim + 2
-    assert len(idx) == per * len(model) and s["blocks"] is None
+    assert len(idx) == per * len(model) and s.blocks is None
     assert np.allclose(Gc, (J[:, idx].T @ J[:, idx]), rtol=1e-12, atol=1e-12 * np.abs(Gc).max())
     assert L == 1
 
@@ -472,9 +482,9 @@ def test_sparse_coarse_matrix_equals_the_dense_one():
     sp.sparse_coarse_above = 0
     times = {"jacobian": 0.0, "gram": 0.0}
     sd, ss = dense.linearize(model.params, dict(times)), sp.linearize(model.params, dict(times))
-    assert not sparse.issparse(sd["coarse"][0]) and sparse.issparse(ss["coarse"][0])
-    np.testing.assert_allclose(ss["coarse"][0].toarray(), sd["coarse"][0], rtol=1e-13,
-                               atol=1e-13 * np.abs(sd["coarse"][0]).max())
+    assert not sparse.issparse(sd.coarse[0]) and sparse.issparse(ss.coarse[0])
+    np.testing.assert_allclose(ss.coarse[0].toarray(), sd.coarse[0], rtol=1e-13,
+                               atol=1e-13 * np.abs(sd.coarse[0]).max())
     D = dense._D(sd)
     v = np.random.default_rng(2).normal(size=res.num_params)
     a, b = dense.preconditioner(sd, 1e-3, D)(v), sp.preconditioner(ss, 1e-3, D)(v)
@@ -484,7 +494,7 @@ def test_sparse_coarse_matrix_equals_the_dense_one():
     # that small. (d1 − d2 itself is not: the system's conditioning, 650-700 CG iterations here,
     # amplifies the tolerance to a few 1e-7 on some machines; a bound on it failed on one.)
     _, A_diff = dense._normal(sd, 1e-3, D)(d1 - d2)
-    assert np.linalg.norm(A_diff) < 1e-9 * np.linalg.norm(sd["g"])
+    assert np.linalg.norm(A_diff) < 1e-9 * np.linalg.norm(sd.g)
     assert np.linalg.norm(d1 - d2) < 1e-4 * np.linalg.norm(d1)
 
 
@@ -500,7 +510,7 @@ def test_varpro_solves_the_output_layers_exactly():
     gn.varpro_max_fall = np.inf
     th = theta.copy()
     s = gn.linearize(th, {"jacobian": 0.0, "gram": 0.0})
-    Gc, idx = s["coarse"]
+    Gc, idx = s.coarse
     Z = J[:, idx]
     A = Z.T @ Z
     np.testing.assert_allclose(Gc, A, rtol=1e-12, atol=1e-12 * np.abs(A).max())
@@ -514,10 +524,10 @@ def test_varpro_solves_the_output_layers_exactly():
     np.testing.assert_allclose(r1, r - Z @ dz, rtol=0, atol=1e-8 * np.abs(r).max())
     assert projected == pytest.approx(float(r1 @ r1), rel=1e-12) and projected < loss0 / 2
     assert np.linalg.norm(Z.T @ r1) < 1e-5 * np.linalg.norm(Z.T @ r)
-    assert s["theta"] is th
-    np.testing.assert_array_equal(s["r"], r1)
+    assert s.theta is th
+    np.testing.assert_array_equal(s.r, r1)
     J1 = res.jacobian(th)
-    np.testing.assert_allclose(s["g"], J1.T @ r1, rtol=0, atol=1e-10 * np.abs(J1.T @ r1).max())
+    np.testing.assert_allclose(s.g, J1.T @ r1, rtol=0, atol=1e-10 * np.abs(J1.T @ r1).max())
     # the default refuses a fall of more than VARPRO_MAX_FALL (this one: more than twice)
     strict = MatrixFreeGN(res, products="core", gram="float64", varpro=True)
     assert strict.varpro_max_fall == VARPRO_MAX_FALL == 2.0
@@ -604,7 +614,7 @@ def test_cg_step_with_mode_rows_equals_dense(coarse, products):
     assert 1 <= it < 2000
 
 
-def test_mode_rows_low_rank_preconditioner_is_exact_with_one_subdomain():
+def test_mode_rows_low_rank_preconditioner_is_exact_with_one_subdomain(monkeypatch):
     """One subdomain, no coarse level: the block inverse plus the mode rows' term by Woodbury's
     identity is the exact inverse of the damped system, so CG converges at once."""
     from helmpinn.models.decomposition import DecomposedModel, Rows
@@ -620,7 +630,8 @@ def test_mode_rows_low_rank_preconditioner_is_exact_with_one_subdomain():
     # without the low-rank term the block inverse misses the mode rows: more iterations
     plain = MatrixFreeGN(model.residuals_for(rows, modes=modes), coarse=None, cg_tol=1e-10, gram="float64",
                          products="core")
-    plain._low_rank = lambda M, U: M
+    from helmpinn.optim import gauss_newton
+    monkeypatch.setattr(gauss_newton, "_low_rank", lambda M, U, dots: M)
     assert plain.direction(model.params, 1e-2)[1] > 1
 
 
@@ -646,11 +657,11 @@ def test_green_mode_rows_carriers_stay_out_of_the_gram_matrices():
         pde = np.arange(res.num_points) < 60   # the PDE points' (re, im) rows; the carriers' after
         lin = gn.linearize(theta, collections.defaultdict(float))
         G = J[:res.num_points][pde]
-        assert np.allclose(np.triu(lin["grams"][0]), np.triu(G.T @ G), rtol=1e-12, atol=1e-12 * np.abs(G).max() ** 2)
-        assert np.allclose(lin["U"], J[res.num_points:].T, rtol=1e-10, atol=1e-10 * np.abs(J).max())
+        assert np.allclose(np.triu(lin.grams[0]), np.triu(G.T @ G), rtol=1e-12, atol=1e-12 * np.abs(G).max() ** 2)
+        assert np.allclose(lin.U, J[res.num_points:].T, rtol=1e-10, atol=1e-10 * np.abs(J).max())
         # the coarse matrix leaves them out too: the output layers' columns over the PDE rows
         two = MatrixFreeGN(res, coarse="last_layer", gram="float64", products="core")
-        Gc, idx = two.linearize(theta, collections.defaultdict(float))["coarse"]
+        Gc, idx = two.linearize(theta, collections.defaultdict(float)).coarse
         Z = G[:, idx]
         assert np.allclose(Gc, Z.T @ Z, rtol=1e-12, atol=1e-12 * np.abs(Z).max() ** 2)
     _, it = gn.direction(theta, 1e-2)
@@ -665,7 +676,7 @@ def test_green_mode_rows_carriers_stay_out_of_the_gram_matrices():
     assert all(p["counted"] > 0 for p in res.parts)
     two = MatrixFreeGN(res, coarse="last_layer", gram="float64", products="core")
     theta = model.params
-    Gc, idx = two.linearize(theta, collections.defaultdict(float))["coarse"]
+    Gc, idx = two.linearize(theta, collections.defaultdict(float)).coarse
     Z = res.jacobian(theta)[:res.num_points][pde][:, idx]
     assert np.allclose(Gc, Z.T @ Z, rtol=1e-12, atol=1e-12 * np.abs(Z).max() ** 2)
 

@@ -299,7 +299,7 @@ def test_the_binding_does_not_import_the_python_package():
 
 
 def test_cholesky_solves_checks_its_arguments():
-    """_core.cholesky_solves (the block preconditioner's solves, helmpinn.gauss_newton) calls a
+    """_core.cholesky_solves (the block preconditioner's solves, helmpinn.optim.gauss_newton) calls a
     BLAS function pointer on raw memory: every argument that could make it read or write out of
     place is refused with ValueError naming the argument, before anything runs."""
     from scipy.linalg import cython_blas
@@ -338,7 +338,7 @@ def test_cholesky_solves_checks_its_arguments():
 
 
 def test_gram_blocks_checks_its_arguments():
-    """_core.gram_blocks (the preconditioner's Gram matrices, helmpinn.gauss_newton) calls a BLAS
+    """_core.gram_blocks (the preconditioner's Gram matrices, helmpinn.optim.gauss_newton) calls a BLAS
     function pointer on raw memory from the engine's threads: every argument that could make it
     read or write out of place, or two threads write the same memory, is refused with ValueError
     naming the argument, before anything runs."""
@@ -386,7 +386,7 @@ def test_gram_blocks_checks_its_arguments():
 
 
 def test_product_blocks_checks_its_arguments():
-    """_core.product_blocks (the mode rows' gradients J_jᵀF_j, helmpinn.gauss_newton) calls a
+    """_core.product_blocks (the mode rows' gradients J_jᵀF_j, helmpinn.optim.gauss_newton) calls a
     BLAS function pointer on raw memory from the engine's threads: every argument that could make
     it read or write out of place, or two threads write the same memory, is refused with
     ValueError naming the argument, before anything runs; blocks without rows give zeros."""

@@ -244,7 +244,7 @@ def _case(name: str, comm, out: str) -> None:
     elif name == "replicas_length":
         dist.check_replicas(comm, np.zeros(5 + rank))
     elif name == "lm_failure_on_one_rank":
-        from helmpinn.lm import FunctionResiduals, LevenbergMarquardt
+        from helmpinn.optim.lm import FunctionResiduals, LevenbergMarquardt
 
         A = np.random.default_rng(rank).standard_normal((8, 3))
         calls = {"n": 0}
@@ -261,7 +261,7 @@ def _case(name: str, comm, out: str) -> None:
             lm.step(theta)
     elif name == "lm_budget_on_one_rank":
         # rank 1 holds many more rows: the budget fits rank 0's alone; every rank must decide alike
-        from helmpinn.lm import FunctionResiduals, LevenbergMarquardt, memory_estimate
+        from helmpinn.optim.lm import FunctionResiduals, LevenbergMarquardt, memory_estimate
 
         R = 4 if rank == 0 else 4000
         A = np.ones((R, 3))

@@ -68,7 +68,7 @@ import json
 import numpy as np
 from helmpinn import memory
 from helmpinn.models.decomposition import DecomposedModel, Rows
-from helmpinn.gauss_newton import MatrixFreeGN
+from helmpinn.optim.gauss_newton import MatrixFreeGN
 
 def status(key):
     with open("/proc/self/status") as fh:

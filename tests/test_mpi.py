@@ -324,7 +324,7 @@ def _worker_adam(comm, out: str) -> None:
 
 def _worker_lm(comm, out: str, gram: str = "float64", solver: str = "auto") -> None:
     import helmpinn as hp
-    from helmpinn.lm import CoreResiduals, LevenbergMarquardt
+    from helmpinn.optim.lm import CoreResiduals, LevenbergMarquardt
 
     rank = comm.Get_rank()
     problem = hp.get_problem("heterogeneous2d")
@@ -346,7 +346,7 @@ def _worker_lm(comm, out: str, gram: str = "float64", solver: str = "auto") -> N
         theta = start.copy()
         ws = hp.Workspace(model.spec, 16, "float64")
         lm = LevenbergMarquardt(CoreResiduals(ws, batch, weights), **options)
-        losses = [lm.step(theta).new_loss for _ in range(6)]
+        losses = [lm.step(theta).loss for _ in range(6)]
         lm.reset_cache()
         np.savez(os.path.join(out, "lm.npz"), start=start, single=theta, loss=np.array(h.loss),
                  loss_single=np.array(losses), predicted=predicted,

@@ -11,7 +11,7 @@ import pytest
 import helmpinn as hp
 from helmpinn.training.status import RunStatus
 from helmpinn.cli import main
-from helmpinn.lm import CoreResiduals
+from helmpinn.optim.lm import CoreResiduals
 from helmpinn.optim import make_schedule
 
 K = 4.0
@@ -57,7 +57,7 @@ def test_lm_stall_stop():
 
 
 def test_lm_stops_at_the_largest_damping():
-    """Fails when the LM driver no longer reports "damping at lam_max" as a stop: a damping so
+    """Fails when the LM driver no longer reports its step's status LAM_MAX as a stop: a damping so
     large that the step cannot move the parameters ends the run at its first step."""
     tr = lm_trainer()
     before = tr.model.params.copy()

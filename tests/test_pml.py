@@ -189,7 +189,7 @@ def _train_1d_pml_pinn(k, pml, iterations=40):
     """A tiny PINN trained with LM on [0, 1 + w]: the PML's operator (from ``Problem.operator_at``,
     through the core's general operator) on the whole interval, u(0) = 1 and u = 0 on the wall at
     1 + w; returns the relative L2 error against exp(ikx) on the physical interval [0, 1]."""
-    from helmpinn.lm import CoreResiduals
+    from helmpinn.optim.lm import CoreResiduals
     from helmpinn.training.trainer import relative_l2
 
     w = pml.width
@@ -221,7 +221,7 @@ def test_trained_pinn_with_a_1d_pml_gives_the_outgoing_wave():
 
 
 def test_problem_hints_reach_the_defaults():
-    from helmpinn.lm import lm_defaults
+    from helmpinn.optim.lm import lm_defaults
     from helmpinn.training.trainer import auto_weights
 
     box = Box([0, 0], [1, 1])

@@ -16,9 +16,6 @@ CLASS_LINES, FUNCTION_LINES, BINDING_LINES = 350, 120, 600
 
 #: (file, name) -> lines: the pieces over their limit, at their size when this test was written.
 OVER = {
-    ("gauss_newton.py", "MatrixFreeGN"): 614,
-    ("lm.py", "LevenbergMarquardt"): 425,
-    ("lm.py", "linearize"): 125,
     ("training/trainer.py", "Trainer"): 545,
     ("device_arrays.hpp", None): 608,
 }
@@ -65,7 +62,7 @@ def test_classes_functions_and_binding_files_stay_within_their_limits():
 
 @pytest.mark.parametrize("change, message", [
     ((("cli.py", "main"), 121, "function"), "over the limit of 120"),
-    ((("gauss_newton.py", "MatrixFreeGN"), 615, "class"), "grew past its recorded 614"),
+    ((("training/trainer.py", "Trainer"), 546, "class"), "grew past its recorded 545"),
     ((("training/trainer.py", "Trainer"), 350, "class"), "now within the limit of 350"),
     ((("new.hpp", None), 601, "binding file"), "over the limit of 600"),
 ])

@@ -400,7 +400,7 @@ def test_fit_is_a_plain_adam_loop_on_the_same_points():
 
 
 def test_fit_lm_and_polish_are_their_optimisers_on_the_same_points():
-    from helmpinn.lm import CoreResiduals, LevenbergMarquardt
+    from helmpinn.optim.lm import CoreResiduals, LevenbergMarquardt
 
     p = get_problem("plane1d", k=4.0)
     model = small_model(1, dtype="float64", sigma=0.6)
@@ -409,7 +409,7 @@ def test_fit_lm_and_polish_are_their_optimisers_on_the_same_points():
     tr.fit_lm(4, blas_threads=1)
     lm = LevenbergMarquardt(CoreResiduals(tr.workspace, tr.batch, tr.weights), blas_threads=1)
     theta = start.copy()
-    assert tr.history.loss == [lm.step(theta).new_loss for _ in range(4)] and tr.history.lr[-1] == lm.lam
+    assert tr.history.loss == [lm.step(theta).loss for _ in range(4)] and tr.history.lr[-1] == lm.lam
     assert model.params.tobytes() == theta.tobytes()
 
     before = model.params.copy()
@@ -549,7 +549,7 @@ def test_lm_grows_its_points_while_the_gap_says_it_fits_them():
 
 def test_lm_growth_is_capped_by_grow_max_and_memory():
     from helmpinn.training.drivers import LMDriver
-    from helmpinn.lm import LevenbergMarquardt
+    from helmpinn.optim.lm import LevenbergMarquardt
 
     tr = _overfitting_lm()
     tr.fit_lm(40, blas_threads=1, grow_max=2.0)
@@ -563,7 +563,7 @@ def test_lm_growth_is_capped_by_grow_max_and_memory():
     run.last_gap = None
     assert driver.points_factor(run) == 1.0
     run.last_gap = 50.0
-    from helmpinn.lm import memory_estimate
+    from helmpinn.optim.lm import memory_estimate
 
     P, R = lm.res.num_params, lm.res.num_residuals
     lm.max_matrix_bytes = memory_estimate(P, R, "primal")   # the points fit now, 1.5 times them not
@@ -574,7 +574,7 @@ def test_lm_growth_is_capped_by_grow_max_and_memory():
 
 
 def _overfitting_lm_residuals():
-    from helmpinn.lm import CoreResiduals
+    from helmpinn.optim.lm import CoreResiduals
 
     tr = _overfitting_lm()
     tr.resample()

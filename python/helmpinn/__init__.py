@@ -18,8 +18,7 @@ from .params import init_params
 from .problems.batch import Batch
 from . import distributed
 from .models.model import Model
-from .optim import Adam, lbfgs
-from .lm import LevenbergMarquardt
+from .optim import Adam, LevenbergMarquardt, lbfgs
 from .problems import Dirichlet, Neumann, Problem, Robin, Sommerfeld
 from .problems.registry import get_problem, list_problems
 from .problems.pml import PML

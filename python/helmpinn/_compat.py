@@ -20,6 +20,7 @@ MOVED_MODULES = {
        for name in ("geometry", "pml", "media", "sources", "batch", "builtin", "scattering", "waves", "registry")},
     **{f"helmpinn.{name}": f"helmpinn.models.{name}" for name in ("model", "decomposition", "model_protocol")},
     **{f"helmpinn.{name}": f"helmpinn.training.{name}" for name in ("trainer", "drivers", "dd_driver")},
+    **{f"helmpinn.{name}": f"helmpinn.optim.{name}" for name in ("lm", "gauss_newton")},
 }
 
 

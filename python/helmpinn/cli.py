@@ -145,7 +145,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a model on a built-in problem and write a report",
                        description="Options without a stated default take the problem's (helmpinn "
-                                   "problems; helmpinn.training.trainer.default_settings, helmpinn.lm.lm_defaults).",
+                                   "problems; helmpinn.training.trainer.default_settings, helmpinn.optim.lm.lm_defaults).",
                        formatter_class=_HelpFormatter)
     t.add_argument("--problem", help="built-in problem (see `helmpinn problems`) or a factory of your own "
                    "(path/to/file.py:make); required unless --resume, with which it names the run's "
@@ -176,7 +176,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
                         "wavelengths, else lm, after an Adam warm start when its dense system would "
                         "not fit 2 GiB), adam (fused Adam; the default with --device cuda), lbfgs "
                         "(SciPy L-BFGS-B, float64), lm (Levenberg-Marquardt on the residuals, with its "
-                        "own defaults for model, points and precision: helmpinn.lm.lm_defaults) or gn "
+                        "own defaults for model, points and precision: helmpinn.optim.lm.lm_defaults) or gn "
                         "(a decomposed model, matrix-free Gauss-Newton: helmpinn.training.dd_driver)")
     o.add_argument("--steps", type=int, help="Adam steps, or L-BFGS / LM / Gauss-Newton iterations")
     o.add_argument("--lr", type=float, help="peak learning rate")
@@ -193,7 +193,7 @@ def build_parser(problem: str | None = None) -> argparse.ArgumentParser:
     o.add_argument("--lm-solver", choices=("auto", "primal", "dual", "cg"), default=None,
                    help="LM's linear system: JᵀJ (primal), JJᵀ (dual) or matrix-free CG (default auto: by shape)")
     o.add_argument("--lm-geodesic", action=argparse.BooleanOptionalAction, default=None,
-                   help="LM with geodesic acceleration (default on; helmpinn.lm)")
+                   help="LM with geodesic acceleration (default on; helmpinn.optim.lm)")
     o.add_argument("--lm-gram", choices=("float64", "float32"), default=None,
                    help="precision of LM's JᵀJ: float32 halves its cost and preconditions CG on the "
                         "float64 system (primal solver; default: the problem's, else float64)")

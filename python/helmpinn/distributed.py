@@ -17,7 +17,7 @@ ranks' losses and gradients add up to the full-batch ones exactly:
   ``mpiexec`` / ``srun``.
 - :data:`ONE_PROCESS` / :func:`check_ranks` -- what does not run over several ranks (L-BFGS,
   Levenberg-Marquardt's dual system), and why: the one place the CLI, the drivers and
-  :mod:`helmpinn.lm` ask.
+  :mod:`helmpinn.optim.lm` ask.
 
 Errors are collective. A rank that raises while the others go on into a collective would leave
 them waiting forever (or, with mismatched messages, end in MPI's "Message truncated" abort).
@@ -546,7 +546,7 @@ def _host(a: Any) -> np.ndarray:
 #: What does not run over several MPI ranks, and why: an optimiser (``"lbfgs"``) or one of
 #: Levenberg-Marquardt's linear systems (``"lm:dual"``). Everything else does: Adam and LM's
 #: primal and matrix-free (cg) systems sum their gradients, JᵀJ, Jᵀr or products over the ranks.
-#: The CLI, the drivers and :mod:`helmpinn.lm` all ask :func:`check_ranks`.
+#: The CLI, the drivers and :mod:`helmpinn.optim.lm` all ask :func:`check_ranks`.
 ONE_PROCESS = {
     "lbfgs": "L-BFGS runs on one process (over several MPI ranks each rank would fit only its own "
              "points): use Adam or Levenberg-Marquardt there",

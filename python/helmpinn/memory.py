@@ -7,7 +7,7 @@ alone, and a check that refuses it where their total exceeds :func:`limit`:
 - **one network** (:class:`~helmpinn.Model`, trained by Adam, L-BFGS or Levenberg-Marquardt):
   :func:`network_run`, :func:`check_network`;
 - **a domain-decomposed model** (:mod:`helmpinn.models.decomposition`, trained by Gauss-Newton,
-  :mod:`helmpinn.gauss_newton`, or by Adam): :func:`decomposed_run`, :func:`check_decomposed`
+  :mod:`helmpinn.optim.gauss_newton`, or by Adam): :func:`decomposed_run`, :func:`check_decomposed`
   (:func:`check_settings` for a settings table, :func:`check_fit` for a Trainer's fit);
 - **the finite-difference reference** (:func:`helmpinn.reference.fd_solve`,
   :class:`~helmpinn.reference.FDOperator`, and through it every grid of
@@ -42,8 +42,8 @@ parameters, an item of 4 bytes in float32 and 8 in float64):
 - ``parameters``: ``8 P × item`` (parameters, gradient, Adam's moments, the last good copy and
   the checkpoint's copies);
 - with Levenberg-Marquardt, its system (:func:`lm_system`: the solver
-  :func:`helmpinn.lm.choose_solver` picks within ``max_matrix_bytes``, and its
-  :func:`helmpinn.lm.memory_estimate`, for 2 (N + B) rows shared over the ranks).
+  :func:`helmpinn.optim.lm.choose_solver` picks within ``max_matrix_bytes``, and its
+  :func:`helmpinn.optim.lm.memory_estimate`, for 2 (N + B) rows shared over the ranks).
 
 **A decomposed run** (:func:`decomposed_run`; bytes, N points, the PDE's and the boundary's, d
 the dimension, a level of ``S`` subdomains of ``P`` parameters each; M = N Σ_levels Π_a c_a
@@ -68,7 +68,7 @@ cover a point along an axis of ``g_a`` subdomains; the Jacobian blocks of the la
   subdomain, or with ``products="blocks"`` all of them in float64, ``16 M P``; ``coarse
   space``: each pair's output-layer columns (``16 (2H + 2) M``) and the coarse matrix of
   ``n = S (2H + 2)`` unknowns, dense ``32 n²`` up to
-  :data:`helmpinn.gauss_newton.SPARSE_COARSE_ABOVE`, else sparse, ``E`` = S block rows of
+  :data:`helmpinn.optim.gauss_newton.SPARSE_COARSE_ABOVE`, else sparse, ``E`` = S block rows of
   ``Π_a min(g_a, 2⌈1 + overlap⌉ − 1)`` blocks of ``(2H + 2)²`` entries:
   ``max(ASSEMBLY, 12 + 12 F) E`` bytes, :data:`ASSEMBLY` while it is assembled and then the
   matrix and two trials' SuperLU factors of :func:`coarse_fill` F entries per entry;
@@ -101,14 +101,15 @@ import os
 import re
 from typing import Any, Mapping, Sequence
 
-from . import _core, distributed, lm
+from . import _core, distributed
+from .optim import lm
 from ._budget import (  # noqa: F401  (re-exported: helmpinn.memory is the public module)
     LIMIT_VARIABLE, MEMORY_FRACTION, ASSEMBLY_BYTES_PER_NODE, LU_BYTES_PER_ENTRY, MemoryEstimateError, MemoryBudgetError,
     format_bytes, available_memory, limit, check, check_memory, workspace_bytes,
     training_memory, cpus, lu_fill, fd_run, fd_memory_estimate, check_fd)
 from .models.decomposition import WINDOW_CHUNK, DecomposedModel
 from .defaults import wavelengths
-from .gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
+from .optim.gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
 from .problems.waves import RESONANCE_MOST, _closed_box
 
 __all__ = ["MemoryEstimateError", "MemoryBudgetError", "LIMIT_VARIABLE", "MEMORY_FRACTION", "ASSEMBLY",
@@ -130,8 +131,8 @@ def lm_system(num_params: int, points: int, options: Mapping[str, Any], dtype: s
               ) -> dict[str, int]:
     """Levenberg-Marquardt's own matrices (J, JᵀJ or JJᵀ and their factors) for ``points``
     points (2 rows each, shared over ``ranks``), by the solver it will use with ``options``
-    (:func:`helmpinn.lm.choose_solver` within ``max_matrix_bytes``, default 2 GiB, and
-    :func:`helmpinn.lm.memory_estimate`). An explicit dense solver over that budget raises
+    (:func:`helmpinn.optim.lm.choose_solver` within ``max_matrix_bytes``, default 2 GiB, and
+    :func:`helmpinn.optim.lm.memory_estimate`). An explicit dense solver over that budget raises
     LM's own ValueError."""
     ranks = max(int(ranks), 1)
     rows = -(-2 * int(points) // ranks)   # (re, im) rows; under mpiexec each rank holds its share

@@ -1,7 +1,7 @@
 """Physics-informed waveform inversion: the medium from receiver data (:func:`invert`).
 
 A floor above the models and optimisers: it uses the problems, the models, the core's exact
-residual Jacobians and the LM machinery of :mod:`helmpinn.lm`; nothing below imports it.
+residual Jacobians and the LM machinery of :mod:`helmpinn.optim.lm`; nothing below imports it.
 
 - :mod:`~helmpinn.inversion.medium`: the medium ``m = 1/v²`` as a cubic B-spline
   (:class:`SplineMedium`), its sparse basis and its gradient regularisation;

@@ -70,7 +70,7 @@ from .. import _core
 from .._checks import integer, real_number
 from ..problems.batch import Batch
 from ..problems.geometry import Box
-from ..lm import CoreResiduals, LevenbergMarquardt
+from ..optim.lm import CoreResiduals, LevenbergMarquardt
 from ..models.model import Model
 from ..problems.pml import PML
 from ..problems import Problem, Sommerfeld

@@ -10,7 +10,7 @@ matrix of ``(JᵀJ + λD) δ = Jᵀr`` is block-arrowhead::
     [ B_1ᵀ ... B_Wᵀ  C   ]
 
 :class:`ArrowheadLM` eliminates every wavefield block exactly (Cholesky of ``A_i``, LAPACK
-through :func:`helmpinn.lm._spd_factor`, with its eigendecomposition fallback), forms the
+through :func:`helmpinn.optim.lm._spd_factor`, with its eigendecomposition fallback), forms the
 medium's Schur complement ``S = C − Σ B_iᵀ A_i⁻¹ B_i`` (dense, M × M) and right-hand side
 ``g_m − Σ B_iᵀ A_i⁻¹ g_i``, solves ``S δc = ...`` and back-substitutes
 ``δθ_i = A_i⁻¹ (g_i − B_i δc)``: the exact Gauss-Newton/LM step of all the unknowns together.
@@ -29,7 +29,7 @@ wavefields are independent given the medium.
 
 **Damping.** Marquardt's ``D = diag(JᵀJ)`` (kept at its running maximum, as
 :class:`helmpinn.LevenbergMarquardt` with ``damping="marquardt"``): the network weights and the
-medium's coefficients have unrelated scales. λ follows :func:`helmpinn.lm.next_damping`
+medium's coefficients have unrelated scales. λ follows :func:`helmpinn.optim.damped.next_damping`
 (``update``, default "fixed": ÷3 on acceptance, ×4 on rejection, the project's rule for PINNs).
 A trial is accepted when the loss falls; at most ``max_trials`` trials a step.
 
@@ -54,7 +54,8 @@ from typing import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from ..lm import UPDATES, NonFiniteLoss, _spd_factor, next_damping
+from ..optim.damped import UPDATES, NonFiniteLoss, next_damping
+from ..optim.lm import _spd_factor
 from .joint import JointResiduals
 from .parallel import Ranks
 

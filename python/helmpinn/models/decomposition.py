@@ -728,8 +728,8 @@ class DecomposedResiduals:
     ``batches``: :class:`_Segment` over its points ``idx[lo:hi]``). The value rows of
     :data:`CARRIER_TERM` come first: they only carry mode rows (below), and a part's block rows
     from ``counted`` on are the ones whose own ``JᵀJ`` counts (the preconditioner's Gram matrices
-    leave the carriers out, :meth:`helmpinn.gauss_newton.MatrixFreeGN.linearize`).
-    Follows :class:`helmpinn.lm.Residuals` (``residuals``, ``jacobian``, ``jvp``, ``vjp``), so
+    leave the carriers out, :meth:`helmpinn.optim.gauss_newton.MatrixFreeGN.linearize`).
+    Follows :class:`helmpinn.optim.lm.Residuals` (``residuals``, ``jacobian``, ``jvp``, ``vjp``), so
     :class:`helmpinn.LevenbergMarquardt` can run on it too (one process); ``jacobian`` is dense
     (small cases).
 
@@ -756,7 +756,7 @@ class DecomposedResiduals:
     :meth:`vjp` folds them back (:meth:`fold`); :meth:`block` stays the point rows' block and
     :meth:`mode_columns` gives the mode rows' columns over a block's rows, ``J_jᵀ F_j`` being the
     mode rows' Jacobian restricted to subnetwork j (the low-rank term of ``JᵀJ`` that
-    :class:`helmpinn.gauss_newton.MatrixFreeGN`'s preconditioner adds).
+    :class:`helmpinn.optim.gauss_newton.MatrixFreeGN`'s preconditioner adds).
     """
 
     def __init__(self, model: DecomposedModel, rows: Rows, *, comm: Any = None, modes: ArrayLike | None = None):

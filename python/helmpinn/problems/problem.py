@@ -63,7 +63,7 @@ A :class:`Problem` holds
 - ``hints``: optional training defaults measured for this problem, over those derived from its
   wavenumber: ``{"weights": {...}}`` (loss weights, :func:`helmpinn.training.trainer.auto_weights`),
   ``{"adam": {...}}`` (keys of :func:`helmpinn.training.trainer.default_settings`), ``{"lm": {...}}``
-  (keys of :func:`helmpinn.lm.lm_defaults`).
+  (keys of :func:`helmpinn.optim.lm.lm_defaults`).
 
 With a PML, a density, ``a``/``b``, a complex κ or weighted points the PDE points carry the
 core's general operator (``a_pde``, ``b_pde``, ``c_pde``; docs/MATH.md, General operator)

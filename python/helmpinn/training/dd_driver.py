@@ -11,7 +11,7 @@ default sizing.
 weights, under a hard constraint without the Dirichlet rows that the constraint satisfies
 identically, zero data where φ = 0; over MPI every rank holds every rank's points and its own
 subdomains); new points rebuild them. :class:`GNDriver` (``Trainer.fit(steps,
-optimizer="gn")``) runs :class:`helmpinn.gauss_newton.MatrixFreeGN` on them: one step is one
+optimizer="gn")``) runs :class:`helmpinn.optim.gauss_newton.MatrixFreeGN` on them: one step is one
 linearisation and its damped trials; in a closed box near resonance its residuals carry
 mode rows (``resonance``, :class:`GNSettings`; the loss it reports includes them). Its
 :class:`GNStepInfo` carries the damping λ (the history's rate), the CG iterations and trials;
@@ -39,8 +39,9 @@ from ..models.decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, Bo
 from ..defaults import (DD_ADAM_SETTINGS, DD_CG_MAXITER, DD_DAMPING, DD_GROW_GAP, DD_POINTS_PER_WAVELENGTH,
                        GN_BY_DIMENSION, LM_BOUNDARY_SHARE, STALL_FACTOR, STALL_WINDOW, SUBDOMAINS_PER_WAVELENGTH,
                        auto_weights, default_settings, points_rule, scale_wavenumber, wavelengths)
-from .drivers import DRIVERS, DampedDriver, LMSettings, NonFiniteStep, StepInfo, mismatch
-from ..gauss_newton import BACKTRACK, MatrixFreeGN
+from .drivers import DRIVERS, DampedDriver, LMSettings, StepInfo, mismatch
+from ..optim import StepStatus
+from ..optim.gauss_newton import BACKTRACK, MatrixFreeGN
 from ..problems.geometry import Box
 from ..params import sigma_for
 from ..problems import Dirichlet
@@ -65,7 +66,7 @@ class GNSettings(LMSettings):
     """The Gauss-Newton run's settings: :class:`~helmpinn.training.drivers.LMSettings`' stall stop and
     growth of the points (:class:`~helmpinn.training.drivers.PointsGrowth`; the solver's memory grows
     linearly with the points, so no budget caps it), with ``options`` the keywords of
-    :class:`helmpinn.gauss_newton.MatrixFreeGN` (``lam``, ``damping``, ``cg_tol``,
+    :class:`helmpinn.optim.gauss_newton.MatrixFreeGN` (``lam``, ``damping``, ``cg_tol``,
     ``cg_maxiter``, ``coarse``, ``products``, ``geodesic``, ``gram``, ...; its constructor checks
     them), and ``resonance``: in a closed box the loss also weighs the residual in the modes
     within this share of κ by the error it causes (the mode rows of
@@ -100,7 +101,7 @@ class GNStepInfo(StepInfo):
 
 
 class GNDriver(DampedDriver):
-    """Matrix-free Gauss-Newton (:class:`helmpinn.gauss_newton.MatrixFreeGN`) on a decomposed
+    """Matrix-free Gauss-Newton (:class:`helmpinn.optim.gauss_newton.MatrixFreeGN`) on a decomposed
     model's residuals at the run's points (module docstring). The history's rate is λ; stops by
     itself when no trial lowers the loss at the largest damping, and (through the loop) on a
     stall. Continues λ from a loaded checkpoint; new points rebuild the residuals. CPU, one
@@ -171,13 +172,10 @@ class GNDriver(DampedDriver):
         return self.growth.factor(run, fits)
 
     def step(self, run: "Trainer") -> GNStepInfo:
-        try:
-            st = self.gn.step(run.model.params)
-        except FloatingPointError as exc:
-            raise NonFiniteStep(str(exc)) from exc
+        st = self.gn.step(run.model.params)   # NonFiniteLoss: the loop restores the last good state
         terms = term_means(st.terms, run.weights)
         stop = None
-        if st.message == "damping at lam_max":
+        if st.status is StepStatus.LAM_MAX:
             stop = (f"no decrease at the largest damping (λ = {st.lam:.1e}) at step {run.step + 1}: "
                     "converged or stuck")
         cg = sum(st.cg_iterations)

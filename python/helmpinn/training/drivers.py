@@ -16,13 +16,13 @@ and how to take one step. After each step it hands the loop a :class:`StepInfo`,
         def resampled(self, run): ...      # the points changed (LM rebuilds its residuals)
         def state_dict(self) -> dict: ...  # saved in checkpoints; load_state_dict restores it
 
-A step that meets a non-finite loss raises :class:`NonFiniteStep`; the loop then restores the
-last good state. ``Trainer.fit(steps, optimizer=...)`` takes "adam", "lbfgs", "lm" or a Driver,
+A step that meets a non-finite loss raises :class:`~helmpinn.optim.NonFiniteLoss` (the
+optimisers' own exception for it); the loop then restores the last good state. ``Trainer.fit(steps, optimizer=...)`` takes "adam", "lbfgs", "lm" or a Driver,
 a user's own optimiser included.
 
 The drivers here: :class:`AdamDriver` (the fused C++ Adam), :class:`LBFGSDriver` (SciPy's
 L-BFGS-B in float64 on fixed points; it overrides :meth:`Driver.run`, SciPy's callback
-recording each iteration) and :class:`LMDriver` (:class:`helmpinn.lm.LevenbergMarquardt`).
+recording each iteration) and :class:`LMDriver` (:class:`helmpinn.optim.lm.LevenbergMarquardt`).
 Each has one settings table: :class:`AdamSettings`, :class:`LBFGSSettings`, :class:`LMSettings`
 (its defaults and checks); ``AdamSettings`` lives beside Adam in :mod:`helmpinn.optim` (the
 defaults read it there) and is importable from here too.
@@ -40,20 +40,16 @@ from .. import _device, distributed
 from ..problems.batch import TERMS
 from ..models.decomposition import DecomposedModel
 from ..defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE, STALL_FACTOR, STALL_WINDOW
-from ..lm import CoreResiduals, LevenbergMarquardt, NonFiniteLoss
-from ..optim import Adam, AdamSettings, Schedule, make_schedule, minimize_lbfgs
+from ..optim import Adam, AdamSettings, NonFiniteLoss, Schedule, StepStatus, make_schedule, minimize_lbfgs
+from ..optim.lm import CoreResiduals, LevenbergMarquardt
 from .status import RunStatus
 
 if TYPE_CHECKING:
     from .trainer import Trainer
 
-__all__ = ["Driver", "StepInfo", "NonFiniteStep", "AdamDriver", "AdamSettings", "LBFGSDriver",
+__all__ = ["Driver", "StepInfo", "NonFiniteLoss", "AdamDriver", "AdamSettings", "LBFGSDriver",
            "LBFGSSettings", "DampedDriver", "LMDriver", "LMSettings", "make_driver", "DRIVERS", "MODEL_KINDS",
            "mismatch", "model_kind"]
-
-
-class NonFiniteStep(FloatingPointError):
-    """A step met a non-finite loss (the message says what); the loop restores the last good state."""
 
 
 @dataclass
@@ -180,7 +176,7 @@ class AdamDriver(Driver):
         else:
             loss, terms = self.objective(run.model.params, run.grad)
         if not math.isfinite(loss):
-            raise NonFiniteStep(f"non-finite loss ({loss})")
+            raise NonFiniteLoss(f"non-finite loss ({loss})")
         self.adam.step(run.model.params, run.grad)
         return StepInfo(loss, terms, lr)
 
@@ -297,7 +293,7 @@ class LMSettings:
     evaluations in a row, the points grow by ``grow_factor``, up to ``grow_max`` times the
     fit's first draw and within LM's memory budget; ``grow_gap=None``: never; defaults and
     reasons in :mod:`helmpinn.defaults`) and ``options``, keywords of
-    :class:`helmpinn.lm.LevenbergMarquardt` (``solver``, ``damping``, ``update``, ``lam``,
+    :class:`helmpinn.optim.lm.LevenbergMarquardt` (``solver``, ``damping``, ``update``, ``lam``,
     ``geodesic``, ``gram``, ``max_trials``, ``blas_threads``, ...: its signature holds their
     defaults and its constructor checks them)."""
 
@@ -351,7 +347,7 @@ class DampedDriver(Driver):
 
 
 class LMDriver(DampedDriver):
-    """Levenberg-Marquardt (:class:`helmpinn.lm.LevenbergMarquardt`) on the run's residuals.
+    """Levenberg-Marquardt (:class:`helmpinn.optim.lm.LevenbergMarquardt`) on the run's residuals.
 
     A step is one linearisation and up to ``max_trials`` damped trials; the history's rate is λ
     and its terms come from the residuals. Stops by itself when no trial lowers the loss even at
@@ -388,14 +384,11 @@ class LMDriver(DampedDriver):
 
     def points_factor(self, run: "Trainer") -> float:
         """:class:`PointsGrowth`'s factor, 1 where the grown points would take LM's solver over
-        its memory budget (:meth:`helmpinn.lm.LevenbergMarquardt.fits`)."""
+        its memory budget (:meth:`helmpinn.optim.lm.LevenbergMarquardt.fits`)."""
         return self.growth.factor(run, self.lm.fits)
 
     def step(self, run: "Trainer") -> StepInfo:
-        try:
-            info = self.lm.step(run.model.params)
-        except NonFiniteLoss as exc:
-            raise NonFiniteStep(str(exc)) from exc
+        info = self.lm.step(run.model.params)   # NonFiniteLoss: the loop restores the last good state
         # the unweighted term means from the residuals (PDE, data, bc rows, in order)
         r2, row, sums = info.residuals ** 2, 0, np.zeros(len(TERMS))
         for i, n in enumerate(run.batch.sizes.values()):
@@ -409,10 +402,10 @@ class LMDriver(DampedDriver):
             w = run.weights[term]
             terms[term] = float(s) / w if w > 0 else 0.0
         stop = None
-        if info.message == "damping at lam_max":
+        if info.status is StepStatus.LAM_MAX:
             stop = (f"no decrease at the largest damping (λ = {info.lam:.1e}) at step {run.step + 1}: "
                     "converged or stuck")
-        return StepInfo(info.new_loss, terms, info.lam, f"lam={info.lam:.1e}", stop, info.times)
+        return StepInfo(info.loss, terms, info.lam, f"lam={info.lam:.1e}", stop, info.times)
 
     def state_dict(self) -> dict[str, Any]:
         return self.lm.state_dict() if self.lm is not None else {}

@@ -59,10 +59,10 @@ from ..problems.batch import TERMS, WEIGHTS, Batch
 from ..models.model_protocol import trainable
 from ..defaults import auto_weights, default_settings
 from .status import RunStatus
-from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, NonFiniteStep, \
-    StepInfo, make_driver, mismatch, model_kind
+from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, StepInfo, \
+    make_driver, mismatch, model_kind
 from ..models.model import Model, _json_default
-from ..optim import Adam, Schedule
+from ..optim import Adam, NonFiniteLoss, Schedule
 from ..problems import Problem, TrainingSet
 from ..problems.registry import recorded_options
 
@@ -489,7 +489,7 @@ class Trainer:
     def fit_lm(self, iterations: int, **options: Any) -> History:
         """Up to ``iterations`` Levenberg-Marquardt steps (:class:`~helmpinn.training.drivers.LMDriver`;
         ``options``: ``stall_window``, ``stall_factor`` and any keyword of
-        :class:`helmpinn.lm.LevenbergMarquardt`, such as ``solver``, ``lam``, ``geodesic``,
+        :class:`helmpinn.optim.lm.LevenbergMarquardt`, such as ``solver``, ``lam``, ``geodesic``,
         ``gram``). History ``lr`` holds λ; checkpoints store λ, and a model loaded from one
         continues it on the same points. Returns the history."""
         return self._run(LMDriver(**options), iterations, "iterations")
@@ -539,7 +539,7 @@ class Trainer:
                              self.progress)
             try:
                 driver.run(self, steps)
-            except NonFiniteStep as exc:
+            except NonFiniteLoss as exc:
                 failed, good = self.step + 1, self._restore()
                 self.diverged = True
                 self.stop(RunStatus.DIVERGED, f"{exc} at step {failed}; restored the last good state (step {good})")

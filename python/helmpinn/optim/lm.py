@@ -6,28 +6,21 @@ linearises ``r`` with its Jacobian ``J = ∂r/∂θ`` and takes the step ``θ �
 
     (JᵀJ + λD) δ = Jᵀr,
 
-and a damping ``λ`` adapted trust-region style: a trial step is accepted when the actual
-decrease of the loss is positive and the linear model predicted one (the ratio of the two is
-reported as ``rho``); a rejected step leaves the parameters untouched and raises ``λ``.
-``update="fixed"`` (default) divides λ by 3 on acceptance and multiplies it by 4 on rejection;
-``update="nielsen"`` multiplies it on acceptance by ``max(1/3, 1 − (2ρ − 1)³)`` (ρ capped at 1):
-up to 2 for ρ near 0, 1 at ρ = 0.5, 1/3 from ρ ≈ 0.94 on; on rejection by ν, which starts
-at 2 and doubles on successive rejections. ``update="ratio"`` (the trust-region rule) divides it
-by 3 on acceptance only when ρ > 0.75, keeps it for 0.25 < ρ <= 0.75, doubles it below, and
-multiplies it by 4 on rejection. Prefer "fixed" for PINNs: ρ often sits near 0.5
-there, where Nielsen's rule hardly lowers λ. ``D`` is the identity (default; then the initial ``lam`` is relative to the mean of
-``diag(JᵀJ)``) or Marquardt's ``diag(JᵀJ)``, kept at its running maximum over iterations
-(scale-free: use it when the parameters' scales differ widely).
+and a damping ``λ`` adapted trust-region style: the trial loop, the λ rules (``update``), geodesic
+acceleration and the step's record are the one damped step of :mod:`helmpinn.optim.damped`
+(:class:`LevenbergMarquardt` passes it its linear system; :class:`helmpinn.optim.gauss_newton.MatrixFreeGN`
+passes its own). ``update="fixed"`` is LM's default: ρ often sits near 0.5 for PINNs, where
+Nielsen's rule hardly lowers λ. ``D`` is the identity (default; then the initial ``lam`` is
+relative to the mean of ``diag(JᵀJ)``) or Marquardt's ``diag(JᵀJ)``, kept at its running maximum
+over iterations (scale-free: use it when the parameters' scales differ widely).
 
 Geodesic acceleration (``geodesic=True``, the default; Transtrum & Sethna, 2012): near the
 solution the plain step stalls in the curved, narrow valleys of a PINN's loss: a smaller λ
 gives a longer step along directions where J is nearly singular, the residuals' curvature
 along it makes the loss rise, the step is rejected and λ stays up. The accelerated trial point
-is ``θ − δ − a/2`` with ``(JᵀJ + λD) a = Jᵀ r_vv``, ``r_vv`` the second derivative of the
-residuals along δ by a central difference (two residual evaluations, step ``geodesic_h``), the
-factorisation reused (one more ``vjp`` in the primal form, nothing in the dual); the plain
-trial is kept when ``2‖a‖ > geodesic_alpha ‖δ‖``. Turn it off only to save the two residual
-evaluations per trial where the plain step does not stall.
+``θ − δ − a/2`` reuses the factorisation (one more ``vjp`` in the primal form, nothing in the
+dual) and costs two residual evaluations per trial: turn it off only to save them where the
+plain step does not stall.
 
 Three ways to solve the same system (the typed systems :class:`PrimalSystem`,
 :class:`DualSystem`, :class:`CGSystem`, made by :meth:`LevenbergMarquardt.linearize`), picked
@@ -84,40 +77,19 @@ from typing import Any, Callable, ClassVar, Mapping, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from . import distributed
-from ._blas import blas_limit, check_blas_threads
-from .problems.batch import KEYWORDS, Batch
-from .defaults import LM_OPTIONS, lm_options, lm_settings
+from .. import distributed
+from .._blas import blas_limit, check_blas_threads
+from ..problems.batch import KEYWORDS, Batch
+from ..defaults import LM_OPTIONS, lm_options, lm_settings
+from .damped import Damped, Direction, NonFiniteLoss, StepRecord
 
 __all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResiduals", "FunctionResiduals",
-           "LevenbergMarquardt", "LMStep", "LMSolve", "LinearSystem", "PrimalSystem", "DualSystem",
-           "CGSystem", "memory_estimate", "choose_solver", "pcg", "SOLVERS", "DAMPINGS", "UPDATES", "NonFiniteLoss"]
+           "LevenbergMarquardt", "LMSolve", "LinearSystem", "PrimalSystem", "DualSystem",
+           "CGSystem", "memory_estimate", "choose_solver", "pcg", "SOLVERS", "DAMPINGS"]
 
 SOLVERS = ("auto", "primal", "dual", "cg")
 GRAMS = ("float64", "float32")
-UPDATES = ("nielsen", "fixed", "ratio")
 DAMPINGS = ("marquardt", "identity")
-
-
-def next_damping(update: str, lam: float, nu: float, accepted: bool, rho: float,
-                 lam_min: float, lam_max: float) -> tuple[float, float]:
-    """``(λ, ν)`` after a trial, by the rule ``update`` (``UPDATES``, the module docstring):
-    the one λ rule of :class:`LevenbergMarquardt` and :class:`helmpinn.gauss_newton.MatrixFreeGN`."""
-    if accepted:
-        if update == "nielsen":   # shrink λ by up to 3x, the more the better the model predicted
-            factor = max(1.0 / 3.0, 1.0 - (2.0 * min(rho, 1.0) - 1.0) ** 3)
-        elif update == "ratio":
-            factor = 1.0 / 3.0 if rho > 0.75 else (1.0 if rho > 0.25 else 2.0)
-        else:
-            factor = 1.0 / 3.0
-        return min(max(lam * factor, lam_min), lam_max), 2.0
-    if update == "nielsen":
-        return min(lam * nu, lam_max), min(nu * 2.0, 2.0 ** 20)
-    return min(lam * 4.0, lam_max), nu
-
-
-class NonFiniteLoss(FloatingPointError):
-    """The loss (or the Jacobian) at the current parameters is not finite."""
 
 
 # -- defaults per problem ------------------------------------------------------------------------
@@ -328,21 +300,6 @@ class LMSolve:
     _again: Callable[[NDArray], NDArray] | None = field(default=None, repr=False)  # same matrix, other rhs
 
 
-@dataclass
-class LMStep:
-    """What one :meth:`LevenbergMarquardt.step` did."""
-
-    loss: float            # at the parameters before the step
-    new_loss: float        # after (== loss when nothing was accepted)
-    accepted: bool
-    lam: float             # damping after the step's update
-    trials: int            # trial points evaluated
-    rho: float             # actual / predicted decrease of the last trial
-    message: str = ""
-    times: dict[str, float] = field(default_factory=dict)  # jacobian, jtj, solve, trial (s)
-    residuals: NDArray | None = None  # r (float64) at the parameters after the step
-
-
 # -- the linear systems ----------------------------------------------------------------------------
 def _allsum(comm: Any, x: float) -> float:
     """x summed over the ranks of ``comm`` (a data-parallel run), else x."""
@@ -412,7 +369,7 @@ def pcg(normal: Callable[[NDArray], tuple[NDArray, NDArray]], rhs: NDArray, num_
         dot: Callable[[NDArray, NDArray], float] | None = None,
         ref: float | None = None) -> tuple[NDArray, NDArray, int]:
     """Preconditioned conjugate gradients on the damped normal equations ``(JᵀJ + λD) x = rhs``,
-    the one CG of LM's matrix-free system and of :class:`helmpinn.gauss_newton.MatrixFreeGN`.
+    the one CG of LM's matrix-free system and of :class:`helmpinn.optim.gauss_newton.MatrixFreeGN`.
 
     ``normal(p)`` returns ``(J p, (JᵀJ + λD) p)`` (J p over this process's ``num_residuals``
     rows); ``precond`` an approximate inverse of the matrix (None: none); ``dot`` the inner
@@ -551,15 +508,15 @@ def _pow2_exponent(top: float, rows: int) -> int:
     return int(math.floor((80.0 - size) / 2.0))
 
 
-class LevenbergMarquardt:
+class LevenbergMarquardt(Damped):
     """Levenberg-Marquardt on a :class:`Residuals` problem (see the module docstring).
 
     Options: ``solver`` (``SOLVERS``), ``damping`` ("identity", or "marquardt": ``D = diag(JᵀJ)``,
-    kept at the running maximum over iterations as Moré advises), ``update`` (``UPDATES``: the
-    λ rule, see the module docstring), ``lam`` (initial λ; with
+    kept at the running maximum over iterations as Moré advises), ``update``
+    (:data:`~helmpinn.optim.damped.UPDATES`: the λ rule, :mod:`helmpinn.optim.damped`), ``lam`` (initial λ; with
     "identity" it is relative to the mean of ``diag(JᵀJ)``), ``lam_min`` / ``lam_max`` (λ is
-    clipped to them; :meth:`step` reports ``message`` "damping at lam_max" when a step fails at
-    ``lam_max``), ``max_trials`` (trial points per step before giving up and returning with the
+    clipped to them; :meth:`step` reports the status :attr:`~helmpinn.optim.damped.StepStatus.LAM_MAX`
+    when a step fails at ``lam_max``), ``max_trials`` (trial points per step before giving up and returning with the
     parameters unchanged), ``chunk_rows`` (Jacobian rows per chunk; default: chunks of at most
     ``chunk_bytes``), ``cg_tol`` / ``cg_maxiter`` (matrix-free solve), ``geodesic`` / ``geodesic_h`` /
     ``geodesic_alpha`` (geodesic acceleration, see the module docstring), ``gram`` / ``refine_tol``
@@ -596,14 +553,8 @@ class LevenbergMarquardt:
             raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
         if damping not in DAMPINGS:
             raise ValueError(f"damping must be one of {DAMPINGS}, got {damping!r}")
-        if update not in UPDATES:
-            raise ValueError(f"update must be one of {UPDATES}, got {update!r}")
-        if not (lam > 0 and math.isfinite(lam)):
-            raise ValueError(f"lam must be a positive finite number, got {lam}")
-        if not 0 < lam_min <= lam_max:
-            raise ValueError(f"need 0 < lam_min <= lam_max, got {lam_min}, {lam_max}")
-        if int(max_trials) < 1:
-            raise ValueError(f"max_trials must be >= 1, got {max_trials}")
+        self.set_damping(lam=lam, lam_min=lam_min, lam_max=lam_max, update=update, max_trials=max_trials,
+                         geodesic=geodesic, geodesic_h=geodesic_h, geodesic_alpha=geodesic_alpha)
         if chunk_rows is not None and int(chunk_rows) < 1:
             raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
         if int(chunk_bytes) < 1:
@@ -613,8 +564,6 @@ class LevenbergMarquardt:
         if not int(max_matrix_bytes) > 0:
             raise ValueError(f"max_matrix_bytes must be > 0, got {max_matrix_bytes}")
         check_blas_threads(blas_threads)
-        if not 0 < geodesic_h <= 1 or not geodesic_alpha > 0:
-            raise ValueError(f"need 0 < geodesic_h <= 1 and geodesic_alpha > 0, got {geodesic_h}, {geodesic_alpha}")
         if gram not in GRAMS:
             raise ValueError(f"gram must be one of {GRAMS}, got {gram!r}")
         if not 0 < refine_tol < 1 or int(refine_maxiter) < 1:
@@ -623,19 +572,12 @@ class LevenbergMarquardt:
         self.comm = comm if comm is not None and comm.Get_size() > 1 else None
         self.res = residuals
         self.damping = damping
-        self.update = update
-        self.lam = float(lam)
-        self.lam_min, self.lam_max = float(lam_min), float(lam_max)
-        self.nu = 2.0
-        self.max_trials = int(max_trials)
         self.chunk_bytes = int(chunk_bytes)
         self._chunk_rows = None if chunk_rows is None else int(chunk_rows)
         self.cg_tol, self.cg_maxiter = float(cg_tol), int(cg_maxiter)
         self.max_matrix_bytes = int(max_matrix_bytes)
         self.blas_threads = blas_threads
         self.requested_solver = solver
-        self.geodesic = bool(geodesic)
-        self.geodesic_h, self.geodesic_alpha = float(geodesic_h), float(geodesic_alpha)
         self.gram = gram
         self.refine_tol, self.refine_maxiter = float(refine_tol), int(refine_maxiter)
         self.steps = 0               # calls of step()
@@ -743,7 +685,7 @@ class LevenbergMarquardt:
         self._check_rows()
         times = {} if times is None else times
         res, solver, comm = self.res, self.solver, self.comm
-        P, R = res.num_params, res.num_residuals
+        P = res.num_params
         with _collective(comm, "LM: residuals"):
             if self._next is not None and self._next[0] == key:
                 r = self._next[1]   # the residuals of the accepted trial point
@@ -760,84 +702,19 @@ class LevenbergMarquardt:
             s = LinearSystem(ops.theta, r, loss, ops, problem=f"non-finite loss ({loss})")
             self._key, self._sys = key, s
             return s
-        tj = tm = 0.0
-        top = 0.0           # the largest |J| entry (NaN when J has one)
+        tm = 0.0
         extra: dict[str, Any] = {}
         if solver == "primal":
-            from scipy.linalg.blas import dsyrk, ssyrk
-
             single = self.gram == "float32"
-            with _collective(comm, "LM: JᵀJ"):
-                A = np.zeros((P, P), dtype=np.float32 if single else np.float64, order="F")
-                g = np.zeros(P)
-                step = self.chunk_rows
-                e = None    # gram="float32": the rows are scaled by 2**e (exact), A by 4**e
-                for a in range(0, R, step):
-                    b = min(a + step, R)
-                    t1 = time.perf_counter()
-                    Jc = np.asarray(res.jacobian(theta, rows=(a, b)), dtype=np.float64)
-                    t2 = time.perf_counter()
-                    top = _top(Jc, top)
-                    # upper triangle of A += Jcᵀ Jc (Jc.T is a Fortran-ordered P×rows view)
-                    if single:
-                        want = _pow2_exponent(top, R)
-                        if e is None or want < e:
-                            if e is not None and want != e:
-                                A *= np.float32(2.0 ** (2 * (want - e)))
-                            e = want
-                        Js = Jc if e == 0 else Jc * 2.0 ** e
-                        A = ssyrk(1.0, Js.astype(np.float32).T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
-                    else:
-                        A = dsyrk(1.0, Jc.T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
-                    g += Jc.T @ r[a:b]
-                    Jc = Js = None   # before the next chunk is made
-                    tj += t2 - t1
-                    tm += time.perf_counter() - t2
-                if single:
-                    t1 = time.perf_counter()
-                    A = A.astype(np.float64, order="F")
-                    if e:
-                        A *= 4.0 ** -e
-                    tm += time.perf_counter() - t1
-            if comm is not None:   # JᵀJ and Jᵀr of the union of the ranks' rows
-                t1 = time.perf_counter()
-                _allsum_array(comm, A.T)  # A.T: C-ordered view
-                _allsum_array(comm, g)
-                tm += time.perf_counter() - t1
+            A, g, top, tj, tm = _primal_sums(res, theta, r, comm, self.chunk_rows, single)
             diag = np.diag(A).copy()
             cls, extra = PrimalSystem, {"A": A, "approximate": single}
         elif solver == "dual":
-            t1 = time.perf_counter()
-            J = np.empty((R, P))
-            step = self.chunk_rows
-            for a in range(0, R, step):
-                b = min(a + step, R)
-                J[a:b] = res.jacobian(theta, rows=(a, b))
-            t2 = time.perf_counter()
-            top = _top(J, top)
-            g = J.T @ r
-            diag = np.einsum("ij,ij->j", J, J)
-            tj += t2 - t1
-            tm += time.perf_counter() - t2
+            J, g, diag, top, tj, tm = _dual_jacobian(res, theta, r, self.chunk_rows)
             cls, extra = DualSystem, {"J": J}
         else:  # cg
-            t1 = time.perf_counter()
-            with _collective(comm, "LM: Jᵀr"):
-                g = np.asarray(res.vjp(theta, r), dtype=np.float64)
-                diag = None
-                if self.damping == "marquardt" or self._lam_relative:
-                    diag = np.zeros(P)   # column norms from chunks of rows: memory O(chunk x P)
-                    step = self.chunk_rows
-                    for a in range(0, R, step):
-                        b = min(a + step, R)
-                        Jc = np.asarray(res.jacobian(theta, rows=(a, b)), dtype=np.float64)
-                        top = _top(Jc, top)
-                        diag += np.einsum("ij,ij->j", Jc, Jc)
-                        Jc = None   # before the next chunk is made
-            _allsum_array(comm, g)
-            if diag is not None:
-                _allsum_array(comm, diag)
-            tj += time.perf_counter() - t1
+            need = self.damping == "marquardt" or self._lam_relative
+            g, diag, top, tj = _gradient(res, theta, r, comm, self.chunk_rows, need)
             cls = CGSystem
         times["jacobian"] = times.get("jacobian", 0.0) + tj
         times["jtj"] = times.get("jtj", 0.0) + tm
@@ -896,36 +773,15 @@ class LevenbergMarquardt:
         with blas_limit(self.blas_threads):
             return s.solve(lam)
 
-    def _accelerate(self, s: LinearSystem, lam: float, sol: LMSolve, theta64: NDArray,
-                    dtype: Any) -> tuple[NDArray, int]:
-        """Geodesic acceleration (Transtrum & Sethna): the trial point θ − δ − ½a with
-        (JᵀJ + λD) a = Jᵀ r_vv and r_vv ≈ (r(θ + hδ) − 2r(θ) + r(θ − hδ)) / h², the residuals'
-        second derivative along the step; the plain θ − δ when 2‖a‖/‖δ‖ exceeds
-        ``geodesic_alpha`` (the step leaves the region where the quadratic path is trusted).
-        Returns the trial point and the residual evaluations it took."""
-        h, delta = self.geodesic_h, sol.delta
-        with _collective(self.comm, "LM: geodesic residuals"):
-            r_plus = np.asarray(self.res.residuals((theta64 + h * delta).astype(dtype)), dtype=np.float64)
-            r_minus = np.asarray(self.res.residuals((theta64 - h * delta).astype(dtype)), dtype=np.float64)
-            r_vv = (r_plus - 2.0 * s.r + r_minus) / (h * h)
-        acc = s.solve_residual_rhs(lam, sol, r_vv)
-        num, den = self._sum(float(acc @ acc)), self._sum(float(delta @ delta))
-        if self.comm is not None:   # every rank holds the same δ and a: count them once
-            num, den = num / self.comm.Get_size(), den / self.comm.Get_size()
-        if den > 0 and 2.0 * math.sqrt(num) <= self.geodesic_alpha * math.sqrt(den) and np.all(np.isfinite(acc)):
-            return (theta64 - delta - 0.5 * acc).astype(dtype), 2
-        return (theta64 - delta).astype(dtype), 2
-
     # -- one iteration ------------------------------------------------------------------------------
-    def step(self, theta: NDArray) -> LMStep:
-        """One LM iteration in place on ``theta`` (a float vector in the residuals' dtype).
-
-        Linearises at ``theta`` (or reuses the last linearisation there), then tries up to
-        ``max_trials`` damped steps, raising λ after each rejection; the first that lowers the
-        loss is accepted and written to ``theta``. If none does, ``theta`` is left unchanged
-        (``accepted`` False). Raises :class:`NonFiniteLoss` when the loss or the Jacobian at
-        ``theta`` is not finite, or its sums overflow (``theta`` untouched); ValueError when
-        there are no residuals.
+    def step(self, theta: NDArray) -> StepRecord:
+        """One LM iteration in place on ``theta`` (a float vector in the residuals' dtype):
+        :meth:`~helmpinn.optim.damped.Damped.trials` on the linearisation at ``theta`` (or the
+        last one there, kept from a rejected step). The record's ``times`` holds the seconds in
+        "jacobian", "jtj", "solve" and "trial"; its ``residuals`` are r after the step. Raises
+        :class:`~helmpinn.optim.damped.NonFiniteLoss` when the loss or the Jacobian at ``theta``
+        is not finite, or its sums overflow (``theta`` untouched); ValueError when there are no
+        residuals.
         """
         if theta.ndim != 1 or theta.shape[0] != self.res.num_params or not theta.flags.c_contiguous:
             raise ValueError(f"theta must be a C-contiguous vector of {self.res.num_params} parameters, "
@@ -934,45 +790,154 @@ class LevenbergMarquardt:
         self.steps += 1
         with blas_limit(self.blas_threads):
             s = self.linearize(theta, times)
-            loss0 = s.loss
             if s.problem:
                 raise NonFiniteLoss(f"{s.problem} at the current parameters")
-            theta64 = theta.astype(np.float64)
-            rho, trials = -math.inf, 0
-            sol = None
-            while trials < self.max_trials:
-                trials += 1
-                t0 = time.perf_counter()
-                sol = None   # the previous trial's factor goes before the next one is made
-                sol = s.solve(self.lam)
-                t1 = time.perf_counter()
-                times["solve"] += t1 - t0
-                if self.geodesic:
-                    trial, extra = self._accelerate(s, self.lam, sol, theta64, theta.dtype)
-                    self.evaluations += extra
-                else:
-                    trial = (theta64 - sol.delta).astype(theta.dtype)
-                with _collective(self.comm, "LM: trial residuals"):
-                    r1 = np.asarray(self.res.residuals(trial), dtype=np.float64)
-                self.evaluations += 1
-                loss1 = self._sum(float(r1 @ r1))
-                times["trial"] += time.perf_counter() - t1
-                pred = sol.predicted
-                rho = (loss0 - loss1) / pred if pred > 0 else -math.inf
-                if math.isfinite(loss1) and loss1 < loss0 and pred > 0:
-                    theta[...] = trial
-                    self.lam, self.nu = next_damping(self.update, self.lam, self.nu, True, rho,
-                                                     self.lam_min, self.lam_max)
-                    self.reset_cache()
-                    self._next = (theta.tobytes(), r1)   # the next linearisation's r
-                    return LMStep(loss0, loss1, True, self.lam, trials, rho, "", times, r1)
-                if self.lam >= self.lam_max:
-                    return LMStep(loss0, loss0, False, self.lam, trials, rho, "damping at lam_max", times,
-                                  s.r)
-                self.lam, self.nu = next_damping(self.update, self.lam, self.nu, False, rho,
-                                                 self.lam_min, self.lam_max)
-        return LMStep(loss0, loss0, False, self.lam, trials, rho, "no decrease in max_trials trials", times,
-                      s.r)
+            record = self.trials(_Trials(self, s, theta.dtype, times), theta, times)
+        if record.accepted:
+            self.reset_cache()
+            self._next = (theta.tobytes(), record.residuals)   # the next linearisation's r
+        return record
+
+
+@dataclass(eq=False)
+class _Trials:
+    """LM's side of the damped step (:class:`~helmpinn.optim.damped.LinearSolve`): the
+    linearisation ``s`` solved per λ, the trial points' residuals in the parameters' ``dtype``
+    (each counted in ``lm.evaluations``), sums over the ranks."""
+
+    lm: LevenbergMarquardt
+    s: LinearSystem
+    dtype: Any
+    times: dict[str, float]
+
+    @property
+    def r(self) -> NDArray:
+        return self.s.r
+
+    @property
+    def loss(self) -> float:
+        return self.s.loss
+
+    def solve(self, lam: float) -> Direction:
+        t0 = time.perf_counter()
+        sol = self.s.solve(lam)
+        self.times["solve"] += time.perf_counter() - t0
+        return Direction(sol.delta, sol.predicted, lambda w: self.s.solve_residual_rhs(lam, sol, w))
+
+    def residuals(self, x: NDArray) -> NDArray:
+        with _collective(self.lm.comm, "LM: trial residuals"):
+            r = np.asarray(self.lm.res.residuals(x.astype(self.dtype)), dtype=np.float64)
+        self.lm.evaluations += 1
+        return r
+
+    def total(self, r: NDArray) -> float:
+        return self.lm._sum(float(r @ r))
+
+    def dot(self, a: NDArray, b: NDArray) -> float:
+        comm = self.lm.comm   # every rank holds the same vectors: count them once
+        return float(a @ b) if comm is None else self.lm._sum(float(a @ b)) / comm.Get_size()
+
+    def limit(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()   # the whole step is within the optimiser's BLAS limit
+
+    def place(self, theta: NDArray, x: NDArray) -> None:
+        theta[...] = x
+
+    def tried(self, delta: NDArray, accepted: bool, rho: float) -> None:
+        pass
+
+def _primal_sums(res: Any, theta: NDArray, r: NDArray, comm: Any, step: int,
+                 single: bool) -> tuple[NDArray, NDArray, float, float, float]:
+    """``(A, g, top, tj, tm)``: the upper triangle of ``A = JᵀJ`` (float64, Fortran-ordered;
+    ``single``: summed in float32 by ssyrk, the rows scaled by a power of two where their squares
+    would leave float32's range) and ``g = Jᵀr``, from Jacobian chunks of ``step`` rows and
+    summed over the ranks; the largest |J| entry (NaN when J has a non-finite one); the seconds
+    in the Jacobian and in the sums."""
+    from scipy.linalg.blas import dsyrk, ssyrk
+
+    P, R = res.num_params, res.num_residuals
+    tj = tm = 0.0
+    top = 0.0
+    with _collective(comm, "LM: JᵀJ"):
+        A = np.zeros((P, P), dtype=np.float32 if single else np.float64, order="F")
+        g = np.zeros(P)
+        e = None    # gram="float32": the rows are scaled by 2**e (exact), A by 4**e
+        for a in range(0, R, step):
+            b = min(a + step, R)
+            t1 = time.perf_counter()
+            Jc = np.asarray(res.jacobian(theta, rows=(a, b)), dtype=np.float64)
+            t2 = time.perf_counter()
+            top = _top(Jc, top)
+            # upper triangle of A += Jcᵀ Jc (Jc.T is a Fortran-ordered P×rows view)
+            if single:
+                want = _pow2_exponent(top, R)
+                if e is None or want < e:
+                    if e is not None and want != e:
+                        A *= np.float32(2.0 ** (2 * (want - e)))
+                    e = want
+                Js = Jc if e == 0 else Jc * 2.0 ** e
+                A = ssyrk(1.0, Js.astype(np.float32).T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
+            else:
+                A = dsyrk(1.0, Jc.T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
+            g += Jc.T @ r[a:b]
+            Jc = Js = None   # before the next chunk is made
+            tj += t2 - t1
+            tm += time.perf_counter() - t2
+        if single:
+            t1 = time.perf_counter()
+            A = A.astype(np.float64, order="F")
+            if e:
+                A *= 4.0 ** -e
+            tm += time.perf_counter() - t1
+    if comm is not None:   # JᵀJ and Jᵀr of the union of the ranks' rows
+        t1 = time.perf_counter()
+        _allsum_array(comm, A.T)  # A.T: C-ordered view
+        _allsum_array(comm, g)
+        tm += time.perf_counter() - t1
+    return A, g, top, tj, tm
+
+
+def _dual_jacobian(res: Any, theta: NDArray, r: NDArray,
+                   step: int) -> tuple[NDArray, NDArray, NDArray, float, float, float]:
+    """``(J, g, diag, top, tj, tm)``: all of J (float64, R×P, in chunks of ``step`` rows), Jᵀr,
+    diag(JᵀJ), the largest |J| entry and the seconds in the Jacobian and in the products (one
+    process)."""
+    P, R = res.num_params, res.num_residuals
+    t1 = time.perf_counter()
+    J = np.empty((R, P))
+    for a in range(0, R, step):
+        b = min(a + step, R)
+        J[a:b] = res.jacobian(theta, rows=(a, b))
+    t2 = time.perf_counter()
+    top = _top(J, 0.0)
+    g = J.T @ r
+    diag = np.einsum("ij,ij->j", J, J)
+    return J, g, diag, top, t2 - t1, time.perf_counter() - t2
+
+
+def _gradient(res: Any, theta: NDArray, r: NDArray, comm: Any, step: int,
+              need_diag: bool) -> tuple[NDArray, NDArray | None, float, float]:
+    """``(g, diag, top, seconds)``: Jᵀr by one ``vjp`` and, where ``need_diag``, diag(JᵀJ) from
+    Jacobian chunks of ``step`` rows (memory O(chunk × P)), summed over the ranks; the largest
+    |J| entry (0 where J was not formed)."""
+    P, R = res.num_params, res.num_residuals
+    top = 0.0
+    t1 = time.perf_counter()
+    with _collective(comm, "LM: Jᵀr"):
+        g = np.asarray(res.vjp(theta, r), dtype=np.float64)
+        diag = None
+        if need_diag:
+            diag = np.zeros(P)   # column norms from chunks of rows: memory O(chunk x P)
+            for a in range(0, R, step):
+                b = min(a + step, R)
+                Jc = np.asarray(res.jacobian(theta, rows=(a, b)), dtype=np.float64)
+                top = _top(Jc, top)
+                diag += np.einsum("ij,ij->j", Jc, Jc)
+                Jc = None   # before the next chunk is made
+    _allsum_array(comm, g)
+    if diag is not None:
+        _allsum_array(comm, diag)
+    return g, diag, top, time.perf_counter() - t1
 
 
 def _top(J: NDArray, top: float) -> float:

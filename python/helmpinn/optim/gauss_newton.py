@@ -32,7 +32,9 @@ the steps overshoot and are rejected, and whole runs end higher, so the default 
 
 **Damping** as :class:`helmpinn.LevenbergMarquardt`: a trial is accepted when the loss falls and
 the linear model predicted a decrease (``rho`` the ratio), else λ grows and another trial runs
-with the same linearisation; ``update`` is the rule (:func:`helmpinn.lm.next_damping`), Nielsen's
+with the same linearisation: the one damped step of :mod:`helmpinn.optim.damped`, to which
+:meth:`MatrixFreeGN.step` passes its preconditioned CG solve; ``update`` is the rule
+(:func:`helmpinn.optim.damped.next_damping`), Nielsen's
 by default here (λ falls by up to 3 on acceptance, the more the better the model predicted, and
 grows by a doubling factor on rejection): the fixed rule's ``λ /= 3`` after every acceptance made
 every other step of the decomposed runs a rejected trial (docs/benchmarks-archive.md, "hp.solve
@@ -45,12 +47,12 @@ most its value before them (``lam_after_new_points="restore"``, default; "keep":
 ``damping="marquardt"`` (default, D = diag(JᵀJ):
 every subnetwork's parameters damped on their own scale, which the decomposed models need far
 more than one network does), ``"identity"`` (D = 1, the initial ``lam`` relative to the mean
-of ``diag(JᵀJ)``, :mod:`helmpinn.lm`'s default) or ``"geometric"`` (D = sqrt(diag(JᵀJ) × its
+of ``diag(JᵀJ)``, :mod:`helmpinn.optim.lm`'s default) or ``"geometric"`` (D = sqrt(diag(JᵀJ) × its
 mean), halfway between the two on a log scale; :func:`helmpinn.training.dd_driver.decomposed_settings`'
 choice for a hard-constrained box: there it ended lower than Marquardt's and far lower than the
 identity, and a little behind Marquardt's on the problems with a PML; docs/benchmarks-archive.md,
 "The damping's scale"). Optional geodesic
-acceleration (``geodesic=True``) as in :mod:`helmpinn.lm`, one more CG solve per trial.
+acceleration (``geodesic=True``) as in :mod:`helmpinn.optim.lm`, one more CG solve per trial.
 
 **Backtracking** (``backtrack``, default :data:`BACKTRACK` = 3): a rejected trial's step is
 halved, up to ``backtrack`` times, before λ grows; the first θ − αδ (α = 1/2, 1/4, ...) at which
@@ -131,6 +133,7 @@ agreed (:func:`helmpinn.distributed.collective`), so every rank raises instead o
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -139,11 +142,12 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from numpy.typing import NDArray
 
-from . import _core, distributed
-from ._blas import blas_limit, check_blas_threads
-from .lm import DAMPINGS as LM_DAMPINGS, UPDATES, next_damping, pcg
+from .. import _core, distributed
+from .._blas import blas_limit, check_blas_threads
+from .damped import Damped, Direction, NonFiniteLoss, StepRecord
+from .lm import DAMPINGS as LM_DAMPINGS, pcg
 
-__all__ = ["GNStep", "MatrixFreeGN", "SPARSE_COARSE_ABOVE", "WARM_RHO", "VARPRO_RIDGE", "VARPRO_MAX_FALL", "BACKTRACK",
+__all__ = ["Linearization", "MatrixFreeGN", "SPARSE_COARSE_ABOVE", "WARM_RHO", "VARPRO_RIDGE", "VARPRO_MAX_FALL", "BACKTRACK",
            "DAMPINGS", "GRAM_BATCH", "GRAM_BATCH_BYTES"]
 
 #: Coarse systems of more unknowns than this are assembled and factored sparse (SuperLU): a
@@ -172,30 +176,27 @@ GRAM_BATCH_BYTES = 256 << 20
 DAMPINGS = (*LM_DAMPINGS, "geometric")
 
 
-@dataclass
-class GNStep:
-    """What one :meth:`MatrixFreeGN.step` did: ``loss0`` before, ``loss`` after (equal when
-    rejected), ``accepted``, ``lam`` after the update, ``trials``, ``rho`` (actual over predicted
-    decrease of the last trial), ``cg_iterations`` (per trial), ``terms`` (the loss of each term
-    after the step), ``message`` ("" or why no trial was accepted), ``times`` (seconds in
-    "jacobian", "gram", "factor", "cg", "trial"), ``projected`` (with ``varpro``: the loss after
-    the output layers' projection where one was taken, else None; ``loss0`` is then the loss
-    before it and ``loss`` the loss after the step, the projection's where no trial was
-    accepted), ``alpha`` (the fraction of the trial's step taken: 1, or where the full step was
-    rejected and a shorter one accepted, ``backtrack``, 1/2, 1/4, ...)."""
+@dataclass(eq=False)
+class Linearization:
+    """:meth:`MatrixFreeGN.linearize`'s result at ``theta``: the residuals ``r`` (float64, the
+    point rows then any mode rows), the subdomain blocks' Gram matrices ``grams`` {part: the upper
+    triangle of J_jᵀJ_j, in ``gram``'s dtype} of this rank's parts, ``diag`` = diag(JᵀJ) of the
+    point rows (all of it, on every rank), the Jacobian ``blocks`` {part: J_j} where
+    ``products="blocks"`` keeps them (else None), the mode rows' gradients ``U`` = JᵀF [P, 2q]
+    (None without mode rows), ``g`` = Jᵀr (this rank's range), ``g_scale`` (the point rows'
+    share ‖J_pᵀr_p‖ that CG's tolerance is relative to, None: ‖g‖) and ``coarse`` (the output
+    layers' matrix and their positions, ``(Gc, idx)``; None without a coarse level). ``varpro``'s
+    projection replaces ``r`` and ``g``."""
 
-    loss0: float
-    loss: float
-    accepted: bool
-    lam: float
-    trials: int
-    rho: float
-    cg_iterations: list[int]
-    terms: dict[str, float]
-    message: str = ""
-    times: dict[str, float] = field(default_factory=dict)
-    projected: float | None = None
-    alpha: float = 1.0
+    theta: NDArray
+    r: NDArray
+    grams: dict[int, NDArray]
+    diag: NDArray
+    blocks: dict[int, NDArray] | None = None
+    U: NDArray | None = None
+    g: NDArray | None = None
+    g_scale: float | None = None
+    coarse: tuple[Any, NDArray] | None = None
 
 
 def _blas_routine(name: str, dtype: Any) -> Any:
@@ -241,6 +242,75 @@ def _products(a: list[NDArray], b: list[NDArray]) -> list[NDArray]:
         _core.product_blocks(_blas_routine("gemm", dt), a, b, out)
     return out
 
+
+def _jacobian_blocks(res: Any, theta: NDArray, gram: str, keep: bool, index: list[NDArray] | None,
+                     times: dict[str, float]) -> tuple[dict, dict, dict, NDArray | None]:
+    """``(grams, blocks, zcols, U)`` at θ over this rank's parts of the residuals ``res``: the
+    Gram matrices of the Jacobian blocks' counted rows (:func:`_grams` in ``gram``'s dtype, a
+    batch of blocks at a time on the engine's threads), the blocks themselves where ``keep``,
+    their output-layer columns (``index`` per part; float64) for the coarse matrix, and with mode
+    rows their gradients ``U = JᵀF`` [P, 2q] (this rank's range; else None). ``times["gram"]``
+    gains the seconds of the Gram matrices."""
+    grams, blocks, zcols = {}, {}, {}
+    # with mode rows, their gradients U = Jᵀ F [P, 2q] from the same blocks (this rank's range)
+    U = np.zeros((res.num_params, 2 * res.num_modes)) if res.num_modes else None
+    # the blocks in float32 where they only make float32 Gram matrices (and the coarse
+    # columns, which only precondition, or start varpro's projection, checked by the loss)
+    dtype = "float32" if gram == "float32" and not keep else "float64"
+    # the Gram matrices (and U's products) a batch of blocks at a time, on the engine's threads
+    batch: list[tuple[int, NDArray, NDArray | None, NDArray | None]] = []
+    held = 0   # the bytes of the batch's whole blocks (a row range keeps its block alive)
+    per_batch = GRAM_BATCH * _core.get_num_threads()
+
+    def batch_done() -> None:
+        nonlocal held
+        t1 = time.perf_counter()
+        for (j, *_), G in zip(batch, _grams([Jc for _, Jc, _, _ in batch], gram)):
+            grams[j] = G
+        times["gram"] += time.perf_counter() - t1
+        pairs = [(j, Ja, Fa) for j, _, Ja, Fa in batch if Ja is not None]
+        for (j, _, _), Uj in zip(pairs, _products([Ja for _, Ja, _ in pairs], [Fa for _, _, Fa in pairs])):
+            U[res.parts[j]["slice"]] = Uj   # (into float64 U)
+        batch.clear()
+        held = 0
+
+    with distributed.collective(res.comm, "the Jacobian blocks"), blas_limit(1):
+        for j in res.local:
+            J = res.block(theta, j, dtype)
+            Ja = Fa = None
+            if U is not None:   # over the rows the mode rows read (Green's: the carriers)
+                F = res.mode_columns(j)
+                live = np.flatnonzero(F.any(1))
+                lo, hi = (live[0], live[-1] + 1) if len(live) else (0, 0)
+                Ja, Fa = J[lo:hi], np.ascontiguousarray(F[lo:hi], J.dtype)
+            counted = res.parts[j]["counted"]   # the rows after the carriers
+            batch.append((j, J[counted:], Ja, Fa))
+            held += J.nbytes
+            if keep:
+                blocks[j] = J
+            if index is not None:   # only the output layers' columns stay
+                zcols[j] = np.ascontiguousarray(J[counted:, index[j]], np.float64)
+            del J
+            if len(batch) >= per_batch or held >= GRAM_BATCH_BYTES:
+                batch_done()
+        batch_done()
+    return grams, blocks, zcols, U
+
+
+def _low_rank(M: Callable[[NDArray], NDArray], U: NDArray,
+              dots: Callable[[NDArray, NDArray], NDArray]) -> Callable[[NDArray], NDArray]:
+    """``(M⁻¹ + UUᵀ)⁻¹ v = M v − W (I + UᵀW)⁻¹ Wᵀ v`` with ``W = M U`` (Woodbury; M symmetric):
+    the preconditioner M of the point rows' system with the mode rows' term ``UUᵀ`` added
+    exactly. Costs one application of M to the 2q columns of U at once (each block's factor
+    and the coarse factor read once for all of them), then two products with W [P, 2q] and
+    one gather of 2q numbers per application (``dots``: the residuals' global ``AᵀB``)."""
+    W = M(np.ascontiguousarray(U))
+    S = np.eye(U.shape[1]) + dots(U, W)
+    factor = _sla().cho_factor((S + S.T) / 2)
+
+    def low_rank(v: NDArray) -> NDArray:
+        return M(v) - W @ _sla().cho_solve(factor, dots(W, v[:, None])[:, 0])
+    return low_rank
 
 def _sla() -> Any:
     """``scipy.linalg``, imported on first use (importing helmpinn leaves SciPy's linear algebra
@@ -349,7 +419,7 @@ def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], ND
     return solve
 
 
-class MatrixFreeGN:
+class MatrixFreeGN(Damped):
     """Levenberg-Marquardt with CG solves preconditioned by subdomain blocks and a coarse level.
 
     ``residuals``: a :class:`~helmpinn.models.decomposition.DecomposedResiduals`. Options: ``lam``
@@ -389,16 +459,14 @@ class MatrixFreeGN:
                  blas_threads: int | str | None = "auto", update: str = "nielsen", cg_warm: bool = True,
                  varpro: bool = False, lam_after_new_points: str = "restore", backtrack: int = BACKTRACK,
                  cg_tol_on: str = "points"):
-        if not (math.isfinite(lam) and lam > 0):
-            raise ValueError(f"lam: expected a positive finite number, got {lam}")
+        self.set_damping(lam=lam, lam_min=lam_min, lam_max=lam_max, update=update, max_trials=max_trials,
+                         geodesic=geodesic, geodesic_h=geodesic_h, geodesic_alpha=geodesic_alpha, backtrack=backtrack)
         if damping not in DAMPINGS:
             raise ValueError(f"damping: expected one of {', '.join(map(repr, DAMPINGS))}, got {damping!r}")
-        if not 0 < lam_min <= lam_max:
-            raise ValueError(f"lam_min, lam_max: need 0 < lam_min <= lam_max, got {lam_min}, {lam_max}")
         if not 0 < cg_tol < 1:
             raise ValueError(f"cg_tol: expected a number in (0, 1), got {cg_tol}")
-        if int(cg_maxiter) < 1 or int(max_trials) < 1:
-            raise ValueError(f"cg_maxiter, max_trials: expected integers >= 1, got {cg_maxiter}, {max_trials}")
+        if int(cg_maxiter) < 1:
+            raise ValueError(f"cg_maxiter: expected an integer >= 1, got {cg_maxiter}")
         if coarse not in (None, "last_layer"):
             raise ValueError(f"coarse: expected None or 'last_layer', got {coarse!r}")
         if two_level not in ("additive", "deflated"):
@@ -417,28 +485,20 @@ class MatrixFreeGN:
         if lam_after_new_points not in ("restore", "keep"):
             raise ValueError(f"lam_after_new_points: expected 'restore' or 'keep', got {lam_after_new_points!r}")
         self.lam_after_new_points = lam_after_new_points
-        if isinstance(backtrack, (bool, np.bool_)) or not isinstance(backtrack, (int, np.integer)) or backtrack < 0:
-            raise ValueError(f"backtrack: expected an integer >= 0 (halvings of a rejected step), got {backtrack!r}")
-        self.backtrack = int(backtrack)
         if cg_tol_on not in ("points", "all"):
             raise ValueError(f"cg_tol_on: expected 'points' or 'all', got {cg_tol_on!r}")
         self.cg_tol_on = cg_tol_on
         self._lam_before_new_points: float | None = None   # λ when the points last changed
         self._warm: NDArray | None = None   # CG's next start (cg_warm): the last well-predicted step
-        if update not in UPDATES:
-            raise ValueError(f"update: expected one of {UPDATES}, got {update!r}")
-        self.update, self.nu = update, 2.0
         if gram not in ("float32", "float64"):
             raise ValueError(f"gram: expected 'float32' or 'float64', got {gram!r}")
         self.gram = gram
         self.blas_threads = check_blas_threads(blas_threads)
         if products not in ("core", "core32", "blocks"):
             raise ValueError(f"products: expected 'core', 'core32' or 'blocks', got {products!r}")
-        self.lam, self.damping = float(lam), damping
-        self.lam_min, self.lam_max = float(lam_min), float(lam_max)
-        self.max_trials, self.cg_tol, self.cg_maxiter = int(max_trials), float(cg_tol), int(cg_maxiter)
+        self.damping = damping
+        self.cg_tol, self.cg_maxiter = float(cg_tol), int(cg_maxiter)
         self.coarse, self.products = coarse, products
-        self.geodesic, self.geodesic_h, self.geodesic_alpha = bool(geodesic), float(geodesic_h), float(geodesic_alpha)
         self._lam_relative = damping == "identity"
         self.sparse_coarse_above = SPARSE_COARSE_ABOVE   # (an attribute, for tests)
         self.varpro_max_fall = VARPRO_MAX_FALL            # (an attribute, for tests)
@@ -458,9 +518,8 @@ class MatrixFreeGN:
                              f"(their low-rank term is added to it by Woodbury's identity), got "
                              f"two_level={self.two_level!r}, varpro={self.varpro}")
         self.res = residuals
-        self._pairs: list[tuple[int, int, NDArray, NDArray]] | None = None   # (_coarse_pairs)
         self._next: tuple[bytes, NDArray] | None = None
-        self._coarse_index = self._last_layer() if self.coarse else None
+        self._coarse = _CoarseSpace(residuals) if self.coarse else None
 
     def state_dict(self) -> dict[str, Any]:
         """λ, ν, the steps taken, and with ``cg_warm`` CG's next start (the whole vector, alike on
@@ -492,40 +551,28 @@ class MatrixFreeGN:
         self._warm = warm
 
     # -- pieces --------------------------------------------------------------------------------
-    def _last_layer(self) -> list[NDArray]:
-        """Per part, the positions of its output layer's parameters within its block."""
-        out = []
-        model = self.res.model
-        for p in self.res.parts:
-            spec = model.specs[p["level"]]
-            L = spec.num_hidden_layers
-            pos = [np.arange(off, off + int(np.prod(shape))) for name, shape, off in spec.layout()
-                   if name in (f"W{L}", f"b{L}")]
-            out.append(np.concatenate(pos))
-        return out
-
-    def _jvp(self, s: dict, v: NDArray, dtype: str = "float64") -> NDArray:
+    def _jvp(self, s: Linearization, v: NDArray, dtype: str = "float64") -> NDArray:
         if self.products == "blocks":
             out = np.zeros(self.res.num_points)
-            for j, J in s["blocks"].items():
+            for j, J in s.blocks.items():
                 p = self.res.parts[j]
                 if len(J):
                     out[p["rows"]] += J @ v[p["slice"]]
             return self.res.extend(self.res.allsum(out))
-        return self.res.jvp(s["theta"], v, dtype)
+        return self.res.jvp(s.theta, v, dtype)
 
-    def _vjp(self, s: dict, w: NDArray, dtype: str = "float64") -> NDArray:
+    def _vjp(self, s: Linearization, w: NDArray, dtype: str = "float64") -> NDArray:
         if self.products == "blocks":
             w = self.res.fold(w)
             out = np.zeros(self.res.num_params)
-            for j, J in s["blocks"].items():
+            for j, J in s.blocks.items():
                 p = self.res.parts[j]
                 if len(J):
                     out[p["slice"]] = J.T @ w[p["rows"]]
             return out
-        return self.res.vjp(s["theta"], w, dtype)
+        return self.res.vjp(s.theta, w, dtype)
 
-    def linearize(self, theta: NDArray, times: dict[str, float]) -> dict[str, Any]:
+    def linearize(self, theta: NDArray, times: dict[str, float]) -> Linearization:
         """r, the blocks' Gram matrices, diag(JᵀJ), Jᵀr and the coarse Gram matrix at θ."""
         res = self.res
         t0 = time.perf_counter()
@@ -533,161 +580,35 @@ class MatrixFreeGN:
             r = self._next[1]
         else:
             r = res.residuals(theta)
-        grams, blocks, zcols = {}, {}, {}
         keep = self.products == "blocks"
-        # with mode rows, their gradients U = Jᵀ F [P, 2q] from the same blocks (this rank's range)
-        U = np.zeros((res.num_params, 2 * res.num_modes)) if res.num_modes else None
-        # the blocks in float32 where they only make float32 Gram matrices (and the coarse
-        # columns, which only precondition, or start varpro's projection, checked by the loss)
-        dtype = "float32" if self.gram == "float32" and not keep else "float64"
-        # the Gram matrices (and U's products) a batch of blocks at a time, on the engine's threads
-        batch: list[tuple[int, NDArray, NDArray | None, NDArray | None]] = []
-        held = 0   # the bytes of the batch's whole blocks (a row range keeps its block alive)
-        per_batch = GRAM_BATCH * _core.get_num_threads()
-
-        def batch_done() -> None:
-            nonlocal held
-            t1 = time.perf_counter()
-            for (j, *_), G in zip(batch, _grams([Jc for _, Jc, _, _ in batch], self.gram)):
-                grams[j] = G
-            times["gram"] += time.perf_counter() - t1
-            pairs = [(j, Ja, Fa) for j, _, Ja, Fa in batch if Ja is not None]
-            for (j, _, _), Uj in zip(pairs, _products([Ja for _, Ja, _ in pairs], [Fa for _, _, Fa in pairs])):
-                U[res.parts[j]["slice"]] = Uj   # (into float64 U)
-            batch.clear()
-            held = 0
-
-        with distributed.collective(res.comm, "the Jacobian blocks"), blas_limit(1):
-            for j in res.local:
-                J = res.block(theta, j, dtype)
-                Ja = Fa = None
-                if U is not None:   # over the rows the mode rows read (Green's: the carriers)
-                    F = res.mode_columns(j)
-                    live = np.flatnonzero(F.any(1))
-                    lo, hi = (live[0], live[-1] + 1) if len(live) else (0, 0)
-                    Ja, Fa = J[lo:hi], np.ascontiguousarray(F[lo:hi], J.dtype)
-                counted = res.parts[j]["counted"]   # the rows after the carriers
-                batch.append((j, J[counted:], Ja, Fa))
-                held += J.nbytes
-                if keep:
-                    blocks[j] = J
-                if self._coarse_index is not None:   # only the output layers' columns stay
-                    zcols[j] = np.ascontiguousarray(J[counted:, self._coarse_index[j]], np.float64)
-                del J
-                if len(batch) >= per_batch or held >= GRAM_BATCH_BYTES:
-                    batch_done()
-            batch_done()
+        index = None if self._coarse is None else self._coarse.index
+        grams, blocks, zcols, U = _jacobian_blocks(res, theta, self.gram, keep, index, times)
         diag = np.zeros(res.num_params)
         for j, G in grams.items():
             diag[res.parts[j]["slice"]] = np.diag(G)
         res.gather(diag)   # the point rows' diagonal: D leaves the mode rows out (module docstring)
-        s = {"theta": theta, "r": r, "grams": grams, "diag": diag, "blocks": blocks if keep else None, "U": U}
-        s["g"] = self._vjp(s, r)
+        s = Linearization(theta, r, grams, diag, blocks if keep else None, U)
+        s.g = self._vjp(s, r)
         # CG's tolerance relative to the point rows' share of Jᵀr where it is smaller (module docstring)
-        s["g_scale"] = None
         if U is not None and self.cg_tol_on == "points":
-            gp = s["g"] - U @ r[res.num_points:]
-            s["g_scale"] = math.sqrt(res.dot(gp, gp))
-        if self._coarse_index is not None:
+            gp = s.g - U @ r[res.num_points:]
+            s.g_scale = math.sqrt(res.dot(gp, gp))
+        if self._coarse is not None:
             t1 = time.perf_counter()
-            s["coarse"] = self._coarse_gram(zcols)
+            s.coarse = self._coarse.gram(zcols, self.sparse_coarse_above)
             times["gram"] += time.perf_counter() - t1
         times["jacobian"] += time.perf_counter() - t0 - times["gram"]
         return s
 
-    def _coarse_offsets(self) -> NDArray:
-        """Where each part's output-layer parameters start in the coarse vector (and the end)."""
-        return np.concatenate([[0], np.cumsum([len(z) for z in self._coarse_index])]).astype(np.int64)
-
-    def _coarse_gram(self, zcols: Mapping[int, NDArray]) -> tuple[Any, NDArray]:
-        """``(Gc, idx)``: ``J_Zᵀ J_Z`` over the output layers' columns ``idx`` (global), from each
-        block's columns ``zcols[j]`` (its rows after Green's carriers) summed over the point rows
-        the blocks share (:meth:`_coarse_pairs`): a dense array, or
-        above :data:`SPARSE_COARSE_ABOVE` coarse unknowns a sparse CSC matrix (a subdomain's
-        block row holds only its neighbours). Over several ranks each rank fills the block rows
-        of its own subdomains (the columns of another rank's subdomain restricted to the shared
-        rows come by one ``alltoall``) and the rows are gathered whole on every rank (the dense
-        rows by one ``Allgatherv``, the sparse blocks by one ``allgather``)."""
-        res = self.res
-        zi = self._coarse_index
-        offs = self._coarse_offsets()
-        pairs = self._coarse_pairs()
-        halo: dict[tuple[int, int], NDArray] = {}
-        if res.comm is not None:
-            send: list[dict] = [{} for _ in range(res.size)]
-            for q, (i, j, pi, pj) in enumerate(pairs):
-                oi, oj = int(res.owner[i]), int(res.owner[j])
-                if oi != oj and oi == res.rank:
-                    send[oj][(q, 0)] = zcols[i][_rows(pi)]
-                if oi != oj and oj == res.rank:
-                    send[oi][(q, 1)] = zcols[j][_rows(pj)]
-            for got in res.comm.alltoall(send):
-                halo.update(got)
-        n = int(offs[-1])
-        blocks = []   # (row offset, column offset, block) of this rank's block rows
-        for q, (i, j, pi, pj) in enumerate(pairs):
-            own_i, own_j = res.parts[i]["own"], res.parts[j]["own"]
-            if not (own_i or own_j):
-                continue
-            Zi = zcols[i][_rows(pi)] if own_i else halo[(q, 0)]
-            Zj = zcols[j][_rows(pj)] if own_j else halo[(q, 1)]
-            B = Zi.T @ Zj
-            if own_i:
-                blocks.append((offs[i], offs[j], B))
-            if own_j and i != j:
-                blocks.append((offs[j], offs[i], B.T))
-        if n > self.sparse_coarse_above:
-            if res.comm is not None:   # every rank's blocks, on every rank (a few per subdomain)
-                blocks = [b for got in res.comm.allgather(blocks) for b in got]
-            Gc = _sparse_blocks(blocks, n)
-        else:
-            Gc = np.zeros((n, n))
-            for r0, c0, B in blocks:
-                Gc[r0:r0 + B.shape[0], c0:c0 + B.shape[1]] += B
-            if res.comm is not None:
-                from mpi4py import MPI
-                ranges = self._coarse_ranges()
-                res.comm.Allgatherv(MPI.IN_PLACE, [Gc, (ranges[:, 1] - ranges[:, 0]) * n, ranges[:, 0] * n,
-                                                   MPI.DOUBLE])
-        idx = np.concatenate([p["slice"].start + z for p, z in zip(res.parts, zi)])
-        return Gc, idx
-
-    def _coarse_pairs(self) -> list[tuple[int, int, NDArray, NDArray]]:
-        """The parts' overlaps (:meth:`~helmpinn.models.decomposition.DecomposedResiduals.overlaps`)
-        without the carriers of Green's mode rows (each part's first ``counted / 2`` points), which
-        the coarse matrix leaves out as the blocks' Gram matrices do (their own ``JᵀJ`` is 1e-16
-        of the rest; in 3-D they are most of the shared rows), the positions counted from each
-        part's first point after them (the rows of ``zcols``); pairs left with no shared point
-        dropped. Found once per residuals (alike on every rank)."""
-        if self._pairs is None:
-            parts, out = self.res.parts, []
-            for i, j, pi, pj in self.res.overlaps():
-                ci, cj = parts[i]["counted"] // 2, parts[j]["counted"] // 2
-                keep = pi >= ci   # a carrier in one part is one in the other
-                if keep.any():
-                    out.append((i, j, pi[keep] - ci, pj[keep] - cj))
-            self._pairs = out
-        return self._pairs
-
-    def _coarse_ranges(self) -> NDArray:
-        """``[ranks, 2]``: each rank's range of the coarse vector (its subdomains' output layers)."""
-        offs, res = self._coarse_offsets(), self.res
-        out = np.zeros((res.size, 2), np.int64)
-        for k in range(res.size):
-            mine = np.nonzero(res.owner == k)[0]
-            if len(mine):
-                out[k] = (offs[mine[0]], offs[mine[-1] + 1])
-        return out
-
-    def _D(self, s: dict) -> NDArray:
+    def _D(self, s: Linearization) -> NDArray:
         if self.damping == "identity":
             return np.ones(self.res.num_params)
-        d = s["diag"]
+        d = s.diag
         if self.damping == "geometric":   # Marquardt's D and the identity (at the mean), halfway
             d = np.sqrt(d * float(np.mean(d)))
         return np.maximum(d, 1e-12 * float(d.max()) if d.max() > 0 else 1.0)
 
-    def _normal(self, s: dict, lam: float, D: NDArray) -> Callable[[NDArray], tuple[NDArray, NDArray]]:
+    def _normal(self, s: Linearization, lam: float, D: NDArray) -> Callable[[NDArray], tuple[NDArray, NDArray]]:
         """``p ↦ (J p, (JᵀJ + λD) p)`` at the linearisation s."""
         dt = "float32" if self.products == "core32" else "float64"
 
@@ -696,7 +617,7 @@ class MatrixFreeGN:
             return Jp, self._vjp(s, Jp, dt) + lam * D * p
         return normal
 
-    def preconditioner(self, s: dict, lam: float, D: NDArray) -> Callable[[NDArray], NDArray]:
+    def preconditioner(self, s: Linearization, lam: float, D: NDArray) -> Callable[[NDArray], NDArray]:
         """The two-level Schwarz preconditioner for ``A = JᵀJ + λD`` at the linearisation s:
         ``M v + Q v`` (``two_level="additive"``) or ``(I − QA) M v + Q v`` ("deflated"), with M the
         subdomain blocks' solves and ``Q = Z (ZᵀAZ)⁻¹ Zᵀ`` the coarse correction. A deflated
@@ -705,13 +626,13 @@ class MatrixFreeGN:
         res = self.res
         with distributed.collective(res.comm, "factoring the preconditioner"):
             local = _block_solves([(res.parts[j]["slice"], _cholesky(G, self.gram, lam * D[res.parts[j]["slice"]]))
-                                   for j, G in s["grams"].items()])
-            coarse = self._coarse_factor(s, lam * D[s["coarse"][1]]) if "coarse" in s else None
+                                   for j, G in s.grams.items()])
+            coarse = self._coarse.factor(s.coarse, lam * D[s.coarse[1]]) if s.coarse is not None else None
 
         def Q(v: NDArray) -> NDArray:
             _, own_idx, lo, hi, _, _ = coarse
             out = np.zeros_like(v)
-            out[own_idx] = self._coarse_solve(coarse, v)[lo:hi]
+            out[own_idx] = self._coarse.solve(coarse, v)[lo:hi]
             return out
 
         if coarse is not None and self.two_level == "deflated":   # (no mode rows: set_residuals)
@@ -727,51 +648,13 @@ class MatrixFreeGN:
             return local(v) + Q(v)
         M = local if coarse is None else additive
         # the mode rows' term UUᵀ of JᵀJ added to M by Woodbury's identity
-        return M if s.get("U") is None else self._low_rank(M, s["U"])
+        return M if s.U is None else _low_rank(M, s.U, self.res.dots)
 
-    def _low_rank(self, M: Callable[[NDArray], NDArray], U: NDArray) -> Callable[[NDArray], NDArray]:
-        """``(M⁻¹ + UUᵀ)⁻¹ v = M v − W (I + UᵀW)⁻¹ Wᵀ v`` with ``W = M U`` (Woodbury; M symmetric):
-        the preconditioner M of the point rows' system with the mode rows' term ``UUᵀ`` added
-        exactly. Costs one application of M to the 2q columns of U at once (each block's factor
-        and the coarse factor read once for all of them), then two products with W [P, 2q] and
-        one gather of 2q numbers per application."""
-        W = M(np.ascontiguousarray(U))
-        S = np.eye(U.shape[1]) + self.res.dots(U, W)
-        factor = _sla().cho_factor((S + S.T) / 2)
-
-        def low_rank(v: NDArray) -> NDArray:
-            return M(v) - W @ _sla().cho_solve(factor, self.res.dots(W, v[:, None])[:, 0])
-        return low_rank
-
-    def _coarse_factor(self, s: dict, shift: NDArray) -> tuple:
-        """The coarse matrix ``J_ZᵀJ_Z + diag(shift)`` of the linearisation s factored (whole on
-        every rank), with this rank's output-layer positions, its range ``lo:hi`` of the coarse
-        vector, every rank's ranges and the coarse dimension (what each solve needs, found once)."""
-        Gc, idx = s["coarse"]
-        ranges = self._coarse_ranges()
-        lo, hi = (int(e) for e in ranges[self.res.rank])
-        shifted = (Gc + _sparse().diags(shift)).tocsc() if _sparse().issparse(Gc) else Gc + np.diag(shift)
-        return _factor(shifted), idx[lo:hi], lo, hi, ranges, len(idx)
-
-    def _coarse_solve(self, coarse: tuple, v: NDArray) -> NDArray:
-        """The coarse system's solution for the output-layer components of v (this rank's own
-        range; one ``Allgatherv`` over several ranks): the whole coarse vector, alike on every
-        rank; for a 2-D v [P, k] the k columns' at once ([n, k])."""
-        solve, own_idx, lo, hi, ranges, n = coarse
-        vc = np.zeros((n,) + v.shape[1:])
-        vc[lo:hi] = v[own_idx]
-        if self.res.comm is not None:
-            from mpi4py import MPI
-            k = int(np.prod(v.shape[1:], dtype=np.int64))   # the rows of vc are contiguous
-            self.res.comm.Allgatherv(MPI.IN_PLACE, [vc, (ranges[:, 1] - ranges[:, 0]) * k, ranges[:, 0] * k,
-                                                    MPI.DOUBLE])
-        return solve(vc)
-
-    def cg(self, s: dict, lam: float, D: NDArray, rhs: NDArray,
+    def cg(self, s: Linearization, lam: float, D: NDArray, rhs: NDArray,
            precond: Callable[[NDArray], NDArray], start: NDArray | None = None,
            scale: float | None = None) -> tuple[NDArray, NDArray, int]:
         """Preconditioned CG on ``(JᵀJ + λD) x = rhs``: ``(x, J x, iterations)``
-        (:func:`helmpinn.lm.pcg`). With a deflated preconditioner CG starts from ``x0 = Q rhs``
+        (:func:`helmpinn.optim.lm.pcg`). With a deflated preconditioner CG starts from ``x0 = Q rhs``
         (whose residual has no coarse component, which the iterations then keep); given a
         ``start`` (the warm start, additive only) from ``x0 = α start`` with α the minimiser of
         the quadratic model along it, ``startᵀrhs / startᵀA start`` (from zero when α <= 0; its
@@ -814,15 +697,18 @@ class MatrixFreeGN:
             D = self._D(s)
             M = self.preconditioner(s, lam, D)
         with blas_limit(1):
-            delta, _, it = self.cg(s, lam, D, s["g"], M, scale=s["g_scale"])
+            delta, _, it = self.cg(s, lam, D, s.g, M, scale=s.g_scale)
         return self.res.gather(delta), it
 
     # -- one iteration -------------------------------------------------------------------------
-    def step(self, theta: NDArray) -> GNStep:
-        """One LM iteration in place on ``theta`` (the model's float64 params): trials at
-        growing λ until the loss falls (accepted) or ``max_trials`` / ``lam_max`` (rejected,
-        ``theta`` untouched); a rejected warm-started trial is followed by one from zero at the
-        same λ. FloatingPointError when the loss at ``theta`` is not finite."""
+    def step(self, theta: NDArray) -> StepRecord:
+        """One LM iteration in place on ``theta`` (the model's float64 params):
+        :meth:`~helmpinn.optim.damped.Damped.trials` on the linearisation at ``theta`` (after
+        ``varpro``'s projection, if taken), a rejected warm-started trial followed by one from
+        zero at the same λ. The record adds ``cg_iterations``, ``terms`` and ``projected``; its
+        ``times`` holds the seconds in "jacobian", "gram", "factor", "cg" and "trial".
+        :class:`~helmpinn.optim.damped.NonFiniteLoss` when the loss or diag(JᵀJ) at ``theta`` is
+        not finite."""
         if theta.ndim != 1 or theta.shape != (self.res.num_params,) or theta.dtype != np.float64:
             raise ValueError(f"theta: expected a float64 vector of {self.res.num_params} parameters, "
                              f"got {theta.dtype} {theta.shape}")
@@ -830,102 +716,26 @@ class MatrixFreeGN:
         self.steps += 1
         with blas_limit(self.blas_threads):
             s = self.linearize(theta, times)
-        r = s["r"]
-        loss0, = self.res.same(float(r @ r))
-        if not math.isfinite(loss0) or not np.all(np.isfinite(s["diag"])):
-            raise FloatingPointError(f"non-finite loss or Jacobian at the current parameters (loss {loss0})")
+        loss0, = self.res.same(float(s.r @ s.r))
+        if not math.isfinite(loss0) or not np.all(np.isfinite(s.diag)):
+            raise NonFiniteLoss(f"non-finite loss or Jacobian at the current parameters (loss {loss0})")
         if self._lam_relative:
-            self.lam = min(max(self.lam * max(float(np.mean(s["diag"])), 1e-300), self.lam_min), self.lam_max)
+            self.lam = min(max(self.lam * max(float(np.mean(s.diag)), 1e-300), self.lam_min), self.lam_max)
             self._lam_relative = False
-        D = self._D(s)
-        before = loss0
         with blas_limit(self.blas_threads):   # the coarse factor, as the preconditioner's
             projected = self._project(theta, s, loss0) if self.varpro else None
-        if projected is not None:
-            loss0, r = projected, s["r"]
-        its: list[int] = []
-        rho = -math.inf
-        M, M_lam = None, None
-        for trial in range(1, self.max_trials + 1):
-            t0 = time.perf_counter()
-            if M_lam != self.lam:   # a retry from zero after a failed start keeps λ and the factors
-                with blas_limit(self.blas_threads):
-                    M, M_lam = self.preconditioner(s, self.lam, D), self.lam
-            t1 = time.perf_counter()
-            times["factor"] += t1 - t0
-            with blas_limit(1):   # the solves alternate with the engine's products: no BLAS threads spinning
-                delta, Jd, it = self.cg(s, self.lam, D, s["g"], M, self._warm if self.cg_warm else None,
-                                        scale=s["g_scale"])
-                warm_started = self.start_scale > 0
-                its.append(it)
-                t2 = time.perf_counter()
-                times["cg"] += t2 - t1
-                new = theta - delta
-                if self.geodesic:
-                    new = self._accelerate(s, D, M, theta, delta, its)
-                r1 = self.res.residuals(new)
-            loss1, pred = self.res.same(float(r1 @ r1), loss0 - float((r - Jd) @ (r - Jd)))
-            times["trial"] += time.perf_counter() - t2
-            rho = (loss0 - loss1) / pred if pred > 0 else -math.inf
-            accepted = math.isfinite(loss1) and loss1 < loss0 and pred > 0
-            alpha = 1.0
-            if not accepted and self.backtrack:
-                t3 = time.perf_counter()
-                with blas_limit(1):
-                    shorter = self._backtrack(theta, delta, r, Jd, loss0)
-                times["trial"] += time.perf_counter() - t3
-                if shorter is not None:
-                    alpha, new, r1, loss1, rho = shorter
-                    delta, accepted = alpha * delta, True
-            # CG's next start: this step, where the linear model predicted it well enough; whole
-            # on every rank (a collective: every rank steps)
-            self._warm = self.res.gather(delta.copy()) if self.cg_warm and accepted and rho >= WARM_RHO else None
-            if accepted:
-                theta[...] = self.res.gather(new)
-                if alpha < 1.0:   # shortened: λ stays (module docstring), ν starts again
-                    self.nu = 2.0
-                else:
-                    self.lam, self.nu = next_damping(self.update, self.lam, self.nu, True, rho, self.lam_min,
-                                                     self.lam_max)
-                if self._lam_before_new_points is not None:   # the first step accepted on new points
-                    self.lam = min(self.lam, max(self._lam_before_new_points, self.lam_min))
-                    self._lam_before_new_points = None
-                self._next = (theta.tobytes(), r1)
-                return GNStep(before, loss1, True, self.lam, trial, rho, its, self.res.term_losses(r1), "", times,
-                              projected, alpha)
-            if self.lam >= self.lam_max:
-                return GNStep(before, loss0, False, self.lam, trial, rho, its, self.res.term_losses(r),
-                              "damping at lam_max", times, projected)
-            if warm_started:   # the start failed, not λ: the same λ again, CG from zero
-                continue
-            self.lam, self.nu = next_damping(self.update, self.lam, self.nu, False, rho, self.lam_min, self.lam_max)
-        return GNStep(before, loss0, False, self.lam, self.max_trials, rho, its, self.res.term_losses(r),
-                      "no decrease in max_trials trials", times, projected)
+        system = _Trials(self, s, self._D(s), loss0 if projected is None else projected, times)
+        record = self.trials(system, theta, times)
+        record.loss0, record.projected, record.cg_iterations = loss0, projected, system.its
+        record.terms = self.res.term_losses(record.residuals)
+        if record.accepted:
+            if self._lam_before_new_points is not None:   # the first step accepted on new points
+                self.lam = record.lam = min(self.lam, max(self._lam_before_new_points, self.lam_min))
+                self._lam_before_new_points = None
+            self._next = (theta.tobytes(), record.residuals)
+        return record
 
-    def _backtrack(self, theta: NDArray, delta: NDArray, r: NDArray, Jd: NDArray,
-                   loss0: float) -> tuple[float, NDArray, NDArray, float, float] | None:
-        """A rejected trial's step shortened (``backtrack``): the first of α = 1/2, 1/4, ...
-        (``backtrack`` halvings) at which the loss falls, as ``(α, θ − αδ, its residuals, its
-        loss, ρ)``, or None. ``ρ`` is the actual over the predicted decrease of the step αδ
-        (``‖r‖² − ‖r − αJδ‖²``; for an α at which the model predicts no decrease, the step
-        overshoots even its model, and a shorter one is tried without evaluating it; where −δ is
-        not downhill, rᵀJδ ≤ 0, no α is). One residual evaluation per α tried, against a CG solve
-        for a trial at a larger λ."""
-        alpha = 1.0
-        for _ in range(self.backtrack):
-            alpha *= 0.5
-            rs = r - alpha * Jd
-            pred, = self.res.same(loss0 - float(rs @ rs))
-            if not pred > 0:   # past even the model's minimum: no residuals needed to refuse it
-                continue
-            new = theta - alpha * delta
-            r1 = self.res.residuals(new)
-            loss1, = self.res.same(float(r1 @ r1))
-            if math.isfinite(loss1) and loss1 < loss0:
-                return alpha, new, r1, loss1, (loss0 - loss1) / pred
-        return None
-
-    def _project(self, theta: NDArray, s: dict, loss0: float) -> float | None:
+    def _project(self, theta: NDArray, s: Linearization, loss0: float) -> float | None:
         """``varpro``: the output layers z set to their least-squares values for the current
         hidden layers, ``z ← z − (J_ZᵀJ_Z + εI_diag)⁻¹ J_Zᵀ r`` (the coarse matrix of the
         linearisation s, ε = :data:`VARPRO_RIDGE` of its diagonal; the residuals are linear in
@@ -933,12 +743,12 @@ class MatrixFreeGN:
         gradient updated; the new loss, or None (``theta`` untouched) where the loss would not
         fall or would fall more than ``varpro_max_fall`` (:data:`VARPRO_MAX_FALL`) times. The Gram blocks stay those
         of the linearisation: they only precondition."""
-        Gc, idx = s["coarse"]
+        Gc, idx = s.coarse
         d = np.asarray(Gc.diagonal() if _sparse().issparse(Gc) else np.diag(Gc), np.float64)
         ridge = VARPRO_RIDGE * np.maximum(d, 1e-300)
         with distributed.collective(self.res.comm, "factoring the output layers' system"):
-            coarse = self._coarse_factor(s, ridge)
-        dz = self._coarse_solve(coarse, s["g"])
+            coarse = self._coarse.factor(s.coarse, ridge)
+        dz = self._coarse.solve(coarse, s.g)
         new = theta.copy()
         new[idx] -= dz
         r1 = self.res.residuals(new)
@@ -946,25 +756,205 @@ class MatrixFreeGN:
         if not (math.isfinite(loss1) and loss0 / self.varpro_max_fall <= loss1 < loss0):
             return None
         theta[...] = new
-        s["r"], s["g"] = r1, self._vjp(s, r1)
+        s.r, s.g = r1, self._vjp(s, r1)
         self._next = (theta.tobytes(), r1)
         return loss1
 
-    def _accelerate(self, s: dict, D: NDArray, M: Callable, theta: NDArray, delta: NDArray,
-                    its: list[int]) -> NDArray:
-        """θ − δ − a/2 with (JᵀJ + λD) a = Jᵀ r_vv (r_vv by central differences along δ), or
-        θ − δ when 2‖a‖ > geodesic_alpha ‖δ‖ (helmpinn.lm)."""
-        h = self.geodesic_h
-        r_vv = (self.res.residuals(theta + h * delta) - 2.0 * s["r"] + self.res.residuals(theta - h * delta)) / (h * h)
-        acc, _, it = self.cg(s, self.lam, D, self._vjp(s, r_vv), M)
-        its[-1] += it
-        dot = self.res.dot
-        aa, dd = dot(acc, acc), dot(delta, delta)   # global (NaN where acc is not finite)
-        if 2.0 * math.sqrt(aa) <= self.geodesic_alpha * math.sqrt(dd):
-            return theta - delta - 0.5 * acc
-        return theta - delta
+
+
+class _CoarseSpace:
+    """The coarse level of :class:`MatrixFreeGN`'s preconditioner for one set of residuals
+    ``res``: every subdomain's output layer (``index``: per part, the positions of its output
+    layer's parameters within its block), the coarse matrix ``J_ZᵀJ_Z`` assembled over the
+    subdomains' overlaps (:meth:`gram`), factored (:meth:`factor`) and solved (:meth:`solve`),
+    over several ranks each rank holding its own subdomains' block rows."""
+
+    def __init__(self, res: Any):
+        self.res = res
+        self._pairs: list[tuple[int, int, NDArray, NDArray]] | None = None   # (pairs)
+        self.index = self._last_layer()
+
+    def _last_layer(self) -> list[NDArray]:
+        """Per part, the positions of its output layer's parameters within its block."""
+        out = []
+        model = self.res.model
+        for p in self.res.parts:
+            spec = model.specs[p["level"]]
+            L = spec.num_hidden_layers
+            pos = [np.arange(off, off + int(np.prod(shape))) for name, shape, off in spec.layout()
+                   if name in (f"W{L}", f"b{L}")]
+            out.append(np.concatenate(pos))
+        return out
+
+    def offsets(self) -> NDArray:
+        """Where each part's output-layer parameters start in the coarse vector (and the end)."""
+        return np.concatenate([[0], np.cumsum([len(z) for z in self.index])]).astype(np.int64)
+
+    def gram(self, zcols: Mapping[int, NDArray], sparse_above: int) -> tuple[Any, NDArray]:
+        """``(Gc, idx)``: ``J_Zᵀ J_Z`` over the output layers' columns ``idx`` (global), from each
+        block's columns ``zcols[j]`` (its rows after Green's carriers) summed over the point rows
+        the blocks share (:meth:`pairs`): a dense array, or
+        above ``sparse_above`` coarse unknowns a sparse CSC matrix (a subdomain's
+        block row holds only its neighbours). Over several ranks each rank fills the block rows
+        of its own subdomains (the columns of another rank's subdomain restricted to the shared
+        rows come by one ``alltoall``) and the rows are gathered whole on every rank (the dense
+        rows by one ``Allgatherv``, the sparse blocks by one ``allgather``)."""
+        res = self.res
+        zi = self.index
+        offs = self.offsets()
+        pairs = self.pairs()
+        halo: dict[tuple[int, int], NDArray] = {}
+        if res.comm is not None:
+            send: list[dict] = [{} for _ in range(res.size)]
+            for q, (i, j, pi, pj) in enumerate(pairs):
+                oi, oj = int(res.owner[i]), int(res.owner[j])
+                if oi != oj and oi == res.rank:
+                    send[oj][(q, 0)] = zcols[i][_rows(pi)]
+                if oi != oj and oj == res.rank:
+                    send[oi][(q, 1)] = zcols[j][_rows(pj)]
+            for got in res.comm.alltoall(send):
+                halo.update(got)
+        n = int(offs[-1])
+        blocks = []   # (row offset, column offset, block) of this rank's block rows
+        for q, (i, j, pi, pj) in enumerate(pairs):
+            own_i, own_j = res.parts[i]["own"], res.parts[j]["own"]
+            if not (own_i or own_j):
+                continue
+            Zi = zcols[i][_rows(pi)] if own_i else halo[(q, 0)]
+            Zj = zcols[j][_rows(pj)] if own_j else halo[(q, 1)]
+            B = Zi.T @ Zj
+            if own_i:
+                blocks.append((offs[i], offs[j], B))
+            if own_j and i != j:
+                blocks.append((offs[j], offs[i], B.T))
+        if n > sparse_above:
+            if res.comm is not None:   # every rank's blocks, on every rank (a few per subdomain)
+                blocks = [b for got in res.comm.allgather(blocks) for b in got]
+            Gc = _sparse_blocks(blocks, n)
+        else:
+            Gc = np.zeros((n, n))
+            for r0, c0, B in blocks:
+                Gc[r0:r0 + B.shape[0], c0:c0 + B.shape[1]] += B
+            if res.comm is not None:
+                from mpi4py import MPI
+                ranges = self.ranges()
+                res.comm.Allgatherv(MPI.IN_PLACE, [Gc, (ranges[:, 1] - ranges[:, 0]) * n, ranges[:, 0] * n,
+                                                   MPI.DOUBLE])
+        idx = np.concatenate([p["slice"].start + z for p, z in zip(res.parts, zi)])
+        return Gc, idx
+
+    def pairs(self) -> list[tuple[int, int, NDArray, NDArray]]:
+        """The parts' overlaps (:meth:`~helmpinn.models.decomposition.DecomposedResiduals.overlaps`)
+        without the carriers of Green's mode rows (each part's first ``counted / 2`` points), which
+        the coarse matrix leaves out as the blocks' Gram matrices do (their own ``JᵀJ`` is 1e-16
+        of the rest; in 3-D they are most of the shared rows), the positions counted from each
+        part's first point after them (the rows of ``zcols``); pairs left with no shared point
+        dropped. Found once per residuals (alike on every rank)."""
+        if self._pairs is None:
+            parts, out = self.res.parts, []
+            for i, j, pi, pj in self.res.overlaps():
+                ci, cj = parts[i]["counted"] // 2, parts[j]["counted"] // 2
+                keep = pi >= ci   # a carrier in one part is one in the other
+                if keep.any():
+                    out.append((i, j, pi[keep] - ci, pj[keep] - cj))
+            self._pairs = out
+        return self._pairs
+
+    def ranges(self) -> NDArray:
+        """``[ranks, 2]``: each rank's range of the coarse vector (its subdomains' output layers)."""
+        offs, res = self.offsets(), self.res
+        out = np.zeros((res.size, 2), np.int64)
+        for k in range(res.size):
+            mine = np.nonzero(res.owner == k)[0]
+            if len(mine):
+                out[k] = (offs[mine[0]], offs[mine[-1] + 1])
+        return out
+
+    def factor(self, coarse: tuple[Any, NDArray], shift: NDArray) -> tuple:
+        """The coarse matrix ``J_ZᵀJ_Z + diag(shift)`` (``coarse``: ``(Gc, idx)`` of a linearisation) factored (whole on
+        every rank), with this rank's output-layer positions, its range ``lo:hi`` of the coarse
+        vector, every rank's ranges and the coarse dimension (what each solve needs, found once)."""
+        Gc, idx = coarse
+        ranges = self.ranges()
+        lo, hi = (int(e) for e in ranges[self.res.rank])
+        shifted = (Gc + _sparse().diags(shift)).tocsc() if _sparse().issparse(Gc) else Gc + np.diag(shift)
+        return _factor(shifted), idx[lo:hi], lo, hi, ranges, len(idx)
+
+    def solve(self, coarse: tuple, v: NDArray) -> NDArray:
+        """The coarse system's solution for the output-layer components of v (this rank's own
+        range; one ``Allgatherv`` over several ranks): the whole coarse vector, alike on every
+        rank; for a 2-D v [P, k] the k columns' at once ([n, k])."""
+        solve, own_idx, lo, hi, ranges, n = coarse
+        vc = np.zeros((n,) + v.shape[1:])
+        vc[lo:hi] = v[own_idx]
+        if self.res.comm is not None:
+            from mpi4py import MPI
+            k = int(np.prod(v.shape[1:], dtype=np.int64))   # the rows of vc are contiguous
+            self.res.comm.Allgatherv(MPI.IN_PLACE, [vc, (ranges[:, 1] - ranges[:, 0]) * k, ranges[:, 0] * k,
+                                                    MPI.DOUBLE])
+        return solve(vc)
 
 
 def _rows(points: NDArray) -> NDArray:
     """The (re, im) residual rows of points at positions ``points`` of a part."""
     return np.stack([2 * points, 2 * points + 1], 1).ravel()
+
+
+class _Trials:
+    """Gauss-Newton's side of the damped step (:class:`~helmpinn.optim.damped.LinearSolve`): CG
+    on the linearisation ``s`` with the two-level preconditioner, factored once per λ (with the
+    optimiser's BLAS threads; CG, its products and the trials' residuals with one), and
+    warm-started from the last well-predicted step; the CG iterations per trial in ``its``."""
+
+    def __init__(self, gn: MatrixFreeGN, s: Linearization, D: NDArray, loss: float, times: dict[str, float]):
+        self.gn, self.s, self.D, self.loss, self.times = gn, s, D, loss, times
+        self.r = s.r
+        self.its: list[int] = []
+        self.M: Callable[[NDArray], NDArray] | None = None
+        self.M_lam: float | None = None
+
+    def solve(self, lam: float) -> Direction:
+        gn, s, D, r = self.gn, self.s, self.D, self.r
+        t0 = time.perf_counter()
+        if self.M_lam != lam:   # a retry from zero after a failed start keeps λ and the factors
+            with blas_limit(gn.blas_threads):
+                self.M, self.M_lam = gn.preconditioner(s, lam, D), lam
+        t1 = time.perf_counter()
+        self.times["factor"] += t1 - t0
+        with blas_limit(1):   # the solves alternate with the engine's products: no BLAS threads spinning
+            delta, Jd, it = gn.cg(s, lam, D, s.g, self.M, gn._warm if gn.cg_warm else None, scale=s.g_scale)
+        warm_started = gn.start_scale > 0
+        self.its.append(it)
+        self.times["cg"] += time.perf_counter() - t1
+        pred, = gn.res.same(self.loss - float((r - Jd) @ (r - Jd)))
+
+        def again(w: NDArray) -> NDArray:
+            acc, _, it = gn.cg(s, lam, D, gn._vjp(s, w), self.M)
+            self.its[-1] += it
+            return acc
+
+        def shortened(alpha: float) -> float:
+            rs = r - alpha * Jd
+            return gn.res.same(self.loss - float(rs @ rs))[0]
+        return Direction(delta, pred, again, shortened, retry=warm_started)
+
+    def residuals(self, x: NDArray) -> NDArray:
+        return self.gn.res.residuals(x)
+
+    def total(self, r: NDArray) -> float:
+        return self.gn.res.same(float(r @ r))[0]
+
+    def dot(self, a: NDArray, b: NDArray) -> float:
+        return self.gn.res.dot(a, b)
+
+    def limit(self) -> contextlib.AbstractContextManager:
+        return blas_limit(1)
+
+    def place(self, theta: NDArray, x: NDArray) -> None:
+        theta[...] = self.gn.res.gather(x)
+
+    def tried(self, delta: NDArray, accepted: bool, rho: float) -> None:
+        # CG's next start: this step, where the linear model predicted it well enough; whole on
+        # every rank (a collective: every rank steps)
+        gn = self.gn
+        gn._warm = gn.res.gather(delta.copy()) if gn.cg_warm and accepted and rho >= WARM_RHO else None

@@ -1,4 +1,4 @@
-"""Optimisers over the flat parameter vector.
+"""First-order optimisers over the flat parameter vector: Adam, L-BFGS and the learning-rate schedules.
 
 - :class:`Adam`: the fused C++ step ``helmpinn._core.adam_step`` over the flat buffers (bias
   correction inside), with a learning-rate :class:`Schedule`; state ``m``, ``v``, ``step``.
@@ -17,9 +17,10 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from numpy.typing import NDArray
 
-from . import _core, _device
-from ._blas import blas_limit
-from .problems.batch import Batch
+from .. import _core, _device
+from .._blas import blas_limit
+from ..problems.batch import Batch
+from ..defaults import ADAM_BETAS, ADAM_LR, ADAM_SCHEDULE
 
 __all__ = ["AdamSettings", "Schedule", "constant", "exponential", "cosine", "make_schedule", "SCHEDULES",
            "Adam", "lbfgs", "minimize_lbfgs", "LBFGSResult"]
@@ -96,12 +97,13 @@ def make_schedule(kind: str, lr: float, total: int, **kw) -> Schedule:
 class AdamSettings:
     """Adam's settings: the peak learning rate ``lr`` (or a :class:`Schedule`),
     the ``schedule`` a number follows over the run ("constant", "exponential", "cosine"), and
-    ``betas``. β2 = 0.99 adapts faster than the usual 0.999, which measurably helps the slowly
-    converging near-resonant modes of Helmholtz problems."""
+    ``betas``; their defaults are :data:`helmpinn.defaults.ADAM_LR`, ``ADAM_SCHEDULE`` and
+    ``ADAM_BETAS`` (β2 = 0.99 adapts faster than the usual 0.999, which measurably helps the
+    slowly converging near-resonant modes of Helmholtz problems)."""
 
-    lr: float | Schedule = 1e-2
-    schedule: str = "cosine"
-    betas: tuple[float, float] = (0.9, 0.99)
+    lr: float | Schedule = ADAM_LR
+    schedule: str = ADAM_SCHEDULE
+    betas: tuple[float, float] = ADAM_BETAS
 
     def __post_init__(self) -> None:
         if not isinstance(self.lr, Schedule) and not (float(self.lr) > 0 and math.isfinite(float(self.lr))):
