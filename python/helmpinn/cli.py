@@ -884,8 +884,9 @@ def _make_trainer(run: _Run):
     model.metadata = {**model.metadata, "problem": run.problem.name, "problem_options": _recorded(run.problem),
                       "settings": s}
     try:
+        # a medium's jumps smoothed, as hp.solve's default (helmpinn.problems.jumps)
         return RunPlan.from_record(s).trainer(
-            training_problem(run.problem)[0], model,   # a medium's jumps smoothed, as hp.solve's default target_error=s["target"], time_limit=run.args.time_limit,
+            training_problem(run.problem)[0], model, target_error=s["target"], time_limit=run.args.time_limit,
             checkpoint_every=s["checkpoint_every"], checkpoint_path=run.model_path, progress=not run.quiet,
             stop_on_interrupt=run.ranks == 1, comm=run.comm, device=s["device"])
     except ValueError as exc:
