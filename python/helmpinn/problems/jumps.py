@@ -35,7 +35,7 @@ from .media import GridField
 __all__ = ["Jumps", "find_jumps", "find_grid_jumps", "problem_jumps", "average_kappa", "smoothed_kappa",
            "training_problem", "DEFAULT_THRESHOLD", "SMOOTHING_PER_WAVELENGTH"]
 
-#: The relative step |κ₁ − κ₂| / max(|κ₁|, |κ₂|) between neighbouring probes above which a pair
+#: The relative step ``|κ₁ − κ₂| / max(|κ₁|, |κ₂|)`` between neighbouring probes above which a pair
 #: is tested for a jump (about a 2.5% step in the velocity).
 DEFAULT_THRESHOLD = 0.05
 
