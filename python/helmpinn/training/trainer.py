@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .. import _core, _device, _signature, distributed, memory
+from .. import _core, _device, distributed, memory
 from .._checks import integer
 from .._compat import UNSET, renamed
 from ..problems.batch import TERMS, WEIGHTS, Batch
@@ -66,6 +66,7 @@ from ..optim import Adam, NonFiniteLoss, Schedule
 from ..problems import Problem, TrainingSet
 
 __all__ = ["Trainer", "History", "default_settings", "auto_weights", "relative_l2"]
+
 
 @dataclass
 class History:
@@ -89,6 +90,18 @@ class History:
         return {k: list(v) for k, v in self.__dict__.items()}
 
 
+def _deprecated_name(name: str, why: str) -> property:
+    """A read-only property, the old name of the Trainer's attribute ``name`` (``pde_points`` was
+    ``n_pde``): it warns (DeprecationWarning, ``why`` added) and returns that attribute."""
+    old = "n_" + name.split("_")[0]
+
+    def get(trainer: "Trainer") -> Any:
+        warnings.warn(f"Trainer.{old} is deprecated, use Trainer.{name}{why}", DeprecationWarning, stacklevel=2)
+        return getattr(trainer, name)
+
+    return property(get, doc=f"Deprecated name of :attr:`{name}`{why.replace('n_bc', '``n_bc``')}.")
+
+
 class Trainer:
     """Trains ``model`` on ``problem``: the run loop around an optimiser driver.
 
@@ -108,7 +121,8 @@ class Trainer:
     ``target_val_loss`` (stop once the relative L2 error / the validation loss is below it);
     ``time_limit`` (seconds each fit may run, measured by ``clock``, a function returning
     seconds; a step is not begun when the longest of the last
-    :data:`~helmpinn.training.progress.STEPS_TIMED` steps would take the fit past it); ``checkpoint_every`` / ``checkpoint_path``; ``callbacks`` (``f(trainer, step)``
+    :data:`~helmpinn.training.progress.STEPS_TIMED` steps would take the fit past it);
+    ``checkpoint_every`` / ``checkpoint_path``; ``callbacks`` (``f(trainer, step)``
     after every step; may change ``model.params`` or set ``stop_reason``); ``progress``; ``seed``;
     ``stop_on_interrupt`` (the first Ctrl-C in the main thread stops after the current step, as
     :meth:`request_stop` does; a second raises KeyboardInterrupt); ``comm``; ``device``.
@@ -172,11 +186,8 @@ class Trainer:
         if comm is not None and self._ranks > 1:   # before any draw: the same problem and model everywhere
             distributed.check_same_run(comm, problem, self.model)
 
-    n_pde = property(lambda self: _deprecated(self, "pde_points", "Trainer.n_pde is deprecated, use Trainer.pde_points"),
-                     doc="Deprecated name of :attr:`pde_points`.")
-    n_bc = property(lambda self: _deprecated(self, "bc_points", "Trainer.n_bc is deprecated, use Trainer.bc_points "
-                                                                 "(n_bc names the boundary normals)"),
-                    doc="Deprecated name of :attr:`bc_points` (``n_bc`` names the boundary normals elsewhere).")
+    n_pde = _deprecated_name("pde_points", "")
+    n_bc = _deprecated_name("bc_points", " (n_bc names the boundary normals)")
 
     @property
     def optimizer(self) -> Adam | None:
@@ -450,8 +461,8 @@ def _checked_arguments(problem: Problem, model: Any, a: dict[str, Any]) -> dict[
     device is checked before anything else; nothing is changed (the model is not moved)."""
     a = dict(a)
     a["device"] = model.device if a["device"] is None else _device.check(a["device"], "Trainer")
-    a["pde_points"] = renamed("Trainer", "pde_points", a["pde_points"], "n_pde", a["n_pde"])
-    a["bc_points"] = renamed("Trainer", "bc_points", a["bc_points"], "n_bc", a["n_bc"])
+    a["pde_points"] = renamed("Trainer", "pde_points", a["pde_points"], "n_pde", a["n_pde"], stacklevel=4)
+    a["bc_points"] = renamed("Trainer", "bc_points", a["bc_points"], "n_bc", a["n_bc"], stacklevel=4)
     if model.in_dim != problem.dim:
         raise ValueError(f"model takes {model.in_dim}-D points but the problem is {problem.dim}-D")
     for name, least in (("pde_points", 1), ("bc_points", 0), ("resample_every", 0), ("val_points", 0),
@@ -557,10 +568,6 @@ def _step_stops(trainer: Trainer, step: int, info: StepInfo) -> float:
     return now
 
 
-def _deprecated(trainer: Trainer, name: str, message: str) -> Any:
-    """The attribute ``name`` read through its deprecated alias (a DeprecationWarning)."""
-    warnings.warn(message, DeprecationWarning, stacklevel=3)
-    return getattr(trainer, name)
 
 
 def _end_fit(trainer: Trainer) -> None:
