@@ -17,7 +17,7 @@ from helmpinn.cli import main
 from helmpinn.training.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
 from helmpinn.models.decomposition import BoxConstraint, DecomposedModel, Rows
 from helmpinn.training.drivers import AdamDriver, LMDriver, mismatch
-from helmpinn.training.trainer import _bar_status
+from helmpinn.training.progress import bar_status as _bar_status
 from helmpinn.problems.geometry import Box
 
 SMALL = dict(ff_dim=4, hidden_dim=8, overlap=0.6)

@@ -16,7 +16,6 @@ CLASS_LINES, FUNCTION_LINES, BINDING_LINES = 350, 120, 600
 
 #: (file, name) -> lines: the pieces over their limit, at their size when this test was written.
 OVER = {
-    ("training/trainer.py", "Trainer"): 545,
     ("device_arrays.hpp", None): 608,
 }
 
@@ -62,8 +61,8 @@ def test_classes_functions_and_binding_files_stay_within_their_limits():
 
 @pytest.mark.parametrize("change, message", [
     ((("cli.py", "main"), 121, "function"), "over the limit of 120"),
-    ((("training/trainer.py", "Trainer"), 546, "class"), "grew past its recorded 545"),
-    ((("training/trainer.py", "Trainer"), 350, "class"), "now within the limit of 350"),
+    ((("device_arrays.hpp", None), 609, "binding file"), "grew past its recorded 608"),
+    ((("device_arrays.hpp", None), 600, "binding file"), "now within the limit of 600"),
     ((("new.hpp", None), 601, "binding file"), "over the limit of 600"),
 ])
 def test_the_check_sees_each_kind_of_breach(change, message):

@@ -38,13 +38,9 @@ L-BFGS copies the parameters to the host and back; LM and ``comm`` are CPU only.
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -52,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .. import _core, _device, _signature, distributed, memory
+from .. import _core, _device, distributed, memory
 from .._checks import integer
 from .._compat import UNSET, renamed
 from ..problems.batch import TERMS, WEIGHTS, Batch
@@ -61,43 +57,15 @@ from ..defaults import auto_weights, default_settings
 from .status import RunStatus
 from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, StepInfo, \
     make_driver, mismatch, model_kind
-from ..models.model import Model, _json_default
+from .checkpointing import Checkpoints, check_metadata, optimizer_state, params_finite, restore, \
+    resume_sampler, snapshot
+from .evaluation import grid_error, record_evaluation, relative_l2, validation_loss
+from .progress import STEPS_TIMED, Bar, bar_status, interrupt_handler, out_of_time
+from ..models.model import Model
 from ..optim import Adam, NonFiniteLoss, Schedule
 from ..problems import Problem, TrainingSet
-from ..problems.registry import recorded_options
 
 __all__ = ["Trainer", "History", "default_settings", "auto_weights", "relative_l2"]
-
-#: Under a time limit, the next step is taken to last as long as the longest of this many last
-#: steps (a step that would end past the limit is not begun): one step's time alone misjudges
-#: the next where they vary (Levenberg-Marquardt's trials, an evaluation every few steps).
-STEPS_TIMED = 3
-
-
-def _out_of_time(ends: Sequence[float], start: float, limit: float | None) -> int:
-    """Whether a fit that began at ``start`` stops for its time ``limit`` after the step that
-    ended at ``ends[-1]`` (``ends``: when the last steps ended, the fit's start first until
-    there are :data:`STEPS_TIMED` of them): 2 when the limit has passed, 1 when the next step,
-    as long as the longest of those (their evaluations and checkpoints included), would end
-    past it, else 0 (a number, so that the ranks of a run agree on the largest)."""
-    if limit is None:
-        return 0
-    elapsed = ends[-1] - start
-    longest = max(b - a for a, b in zip(ends, ends[1:]))
-    return 2 if elapsed >= limit else 1 if elapsed + longest > limit else 0
-
-
-def _norm(a: np.ndarray) -> float:
-    # Elementwise NumPy, not np.linalg.norm: that calls the BLAS, whose worker threads then spin
-    # for about 0.1 s (OpenBLAS) on the cores the next training steps need.
-    return float(np.sqrt(np.sum(np.abs(a) ** 2)))
-
-
-def relative_l2(u: np.ndarray, u_exact: np.ndarray) -> float:
-    """``||u - u_exact|| / ||u_exact||`` (absolute error when ``u_exact`` is zero)."""
-    num = _norm(u - u_exact)
-    den = _norm(u_exact)
-    return num / den if den > 0 else num
 
 
 @dataclass
@@ -122,6 +90,18 @@ class History:
         return {k: list(v) for k, v in self.__dict__.items()}
 
 
+def _deprecated_name(name: str, why: str) -> property:
+    """A read-only property, the old name of the Trainer's attribute ``name`` (``pde_points`` was
+    ``n_pde``): it warns (DeprecationWarning, ``why`` added) and returns that attribute."""
+    old = "n_" + name.split("_")[0]
+
+    def get(trainer: "Trainer") -> Any:
+        warnings.warn(f"Trainer.{old} is deprecated, use Trainer.{name}{why}", DeprecationWarning, stacklevel=2)
+        return getattr(trainer, name)
+
+    return property(get, doc=f"Deprecated name of :attr:`{name}`{why.replace('n_bc', '``n_bc``')}.")
+
+
 class Trainer:
     """Trains ``model`` on ``problem``: the run loop around an optimiser driver.
 
@@ -140,8 +120,9 @@ class Trainer:
     validation set, None: min(pde_points, 512), 0: none); ``target_error`` /
     ``target_val_loss`` (stop once the relative L2 error / the validation loss is below it);
     ``time_limit`` (seconds each fit may run, measured by ``clock``, a function returning
-    seconds; a step is not begun when the longest of the last :data:`STEPS_TIMED` steps would
-    take the fit past it); ``checkpoint_every`` / ``checkpoint_path``; ``callbacks`` (``f(trainer, step)``
+    seconds; a step is not begun when the longest of the last
+    :data:`~helmpinn.training.progress.STEPS_TIMED` steps would take the fit past it);
+    ``checkpoint_every`` / ``checkpoint_path``; ``callbacks`` (``f(trainer, step)``
     after every step; may change ``model.params`` or set ``stop_reason``); ``progress``; ``seed``;
     ``stop_on_interrupt`` (the first Ctrl-C in the main thread stops after the current step, as
     :meth:`request_stop` does; a second raises KeyboardInterrupt); ``comm``; ``device``.
@@ -166,67 +147,14 @@ class Trainer:
                  clock: Callable[[], float] = time.perf_counter,
                  n_pde: int = UNSET, n_bc: int = UNSET):
         model = trainable(model)   # a DecomposedModel gets the model protocol (helmpinn.models.model_protocol)
-        # The device is checked before anything else; the model is moved once every argument is.
-        target = model.device if device is None else _device.check(device, "Trainer")
-        pde_points = renamed("Trainer", "pde_points", pde_points, "n_pde", n_pde)
-        bc_points = renamed("Trainer", "bc_points", bc_points, "n_bc", n_bc)
-        if model.in_dim != problem.dim:
-            raise ValueError(f"model takes {model.in_dim}-D points but the problem is {problem.dim}-D")
-        pde_points, bc_points, resample_every, val_points, eval_every, checkpoint_every, batch_size = (
-            None if value is None else integer("Trainer", name, value, low=least)
-            for name, value, least in (("pde_points", pde_points, 1), ("bc_points", bc_points, 0),
-                                       ("resample_every", resample_every, 0), ("val_points", val_points, 0),
-                                       ("eval_every", eval_every, 0), ("checkpoint_every", checkpoint_every, 0),
-                                       ("batch_size", batch_size, 1)))
-        if time_limit is not None and not (time_limit > 0 and math.isfinite(time_limit)):
-            raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit}")
-        if checkpoint_every and checkpoint_path is None:
-            raise ValueError("checkpoint_every needs a checkpoint_path")
-        if checkpoint_path is not None:
-            _check_metadata(model)
-        if comm is not None and target != "cpu":
-            raise NotImplementedError(f"Trainer(comm=...): data-parallel training runs on the CPU "
-                                      f"(the ranks reduce host gradients), not on {target}: "
-                                      f"use a model on the CPU")
-        defaults = default_settings(problem)
-        self.lr = defaults["lr"] if lr is None else lr
-        self.schedule = schedule
-        self.betas = tuple(defaults["betas"] if betas is None else betas)
-        adam = AdamDriver(AdamSettings(self.lr, self.schedule, self.betas), adam=optimizer)   # checks them
-        model.to(target)
-        self.problem = problem
-        self.model = model
-        self._adam = adam   # the driver of this Trainer's Adam fits, which owns its Adam
-        self.pde_points = defaults["pde_points"] if pde_points is None else int(pde_points)
-        self.bc_points = defaults["bc_points"] if bc_points is None else int(bc_points)
-        self.sampling = sampling
-        self.resample_every = int(resample_every)
-        self.weights = {**auto_weights(problem), **dict(weights or {})}
-        unknown = set(self.weights) - set(TERMS)
-        if unknown:
-            raise ValueError(f"weights: unknown terms {sorted(unknown)}; use {', '.join(map(repr, TERMS))}")
-        self.train_fourier = bool(train_fourier)
-        self.eval_every = int(eval_every)
-        self.target_error = target_error
-        self.target_val_loss = target_val_loss
-        self.time_limit = time_limit
-        self.clock = clock
-        self.checkpoint_every = int(checkpoint_every)
-        self.checkpoint_path = None if checkpoint_path is None else os.fspath(checkpoint_path)
-        self.callbacks = list(callbacks)
-        self.progress = progress
-        self.log_every = max(int(log_every), 1)
-        self.stop_on_interrupt = bool(stop_on_interrupt)
-        self.seed = seed
+        a = _checked_arguments(problem, model, {k: v for k, v in locals().items()
+                                                if k not in ("self", "problem", "model")})
+        model.to(a["device"])   # once every argument is checked
+        self.problem, self.model = problem, model
+        self._adam = a["adam"]   # the driver of this Trainer's Adam fits, which owns its Adam
+        for name in _SETTINGS:
+            setattr(self, name, a[name])
         self.rng = np.random.default_rng(seed)
-        self._draw_state: dict[str, Any] | None = None  # the sampler's state before the last draw
-        self._drawn_for = 0         # the first step the current draw is for
-        self._stall_from = 0        # the first step on points drawn inside the run (the stall window's start)
-        self._grow = 1.0            # the driver's last points_factor, applied at the end of the step
-        self._grown = False         # the points grew (pde_points, bc_points are not the ones given)
-        self._check_inputs = True  # check_finite on the next step (new points, or a new fit)
-        self.stop_requested: str | None = None
-        self._stop_spent = False    # the request has stopped a fit (the next fit clears it)
         self.comm, self.rank, self.check_every = comm, 0, max(int(check_every), 1)
         if comm is not None:
             self.rank, self._ranks = comm.Get_rank(), comm.Get_size()
@@ -235,10 +163,10 @@ class Trainer:
 
         # One workspace and one gradient buffer for the whole run, where the model is.
         self.device = model.device
-        self._batch_size = int(batch_size)
+        self._batch_size = int(a["batch_size"])
         own_loss = hasattr(model, "loss_function")   # a decomposed model: no core workspace of its own
         self.workspace = None if own_loss else \
-            _core.Workspace(model.spec, batch_size, model.dtype.name, device=self.device)
+            _core.Workspace(model.spec, a["batch_size"], model.dtype.name, device=self.device)
         self.grad = _device.zeros(model.num_params, model.dtype, self.device)
         self._loss_kw = {**{WEIGHTS[t]: float(self.weights[t]) for t in TERMS},
                          "train_fourier": self.train_fourier}
@@ -252,38 +180,14 @@ class Trainer:
         if problem.exact is not None:
             self.x_test = problem.test_points(n_test)
             self.u_test = problem.exact_at(self.x_test)
-        self.val_points = min(self.pde_points, 512) if val_points is None else int(val_points)
+        self.val_points = min(self.pde_points, 512) if a["val_points"] is None else int(a["val_points"])
         self._val: tuple[Batch, Any, Any] | None = None   # validation points, workspace, gradient
-
-        self.history = History()
-        self.step = 0
-        self.status: RunStatus | None = None   # how the last fit ended (None: none has ended yet)
-        self._stop_reason: str | None = None
-        self.diverged = False  # True when the last fit stopped on a non-finite loss
-        self.train_time = 0.0
-        self.last_error: float | None = None
-        self.last_val_loss: float | None = None
-        self.last_gap: float | None = None   # validation loss / training loss at the last evaluation
-        self.driver: Driver | None = None      # the driver of the current (or last) fit
-        self.step_times: dict[str, float] = {}  # the drivers' StepInfo.times, summed over the fit
-        self._good: tuple[int, np.ndarray, dict[str, Any]] | None = None
-        self.checkpoints = Checkpoints()   # what was written, and what failed
+        _start_state(self)
         if comm is not None and self._ranks > 1:   # before any draw: the same problem and model everywhere
             distributed.check_same_run(comm, problem, self.model)
 
-    @property
-    def n_pde(self) -> int:
-        """Deprecated name of :attr:`pde_points`."""
-        warnings.warn("Trainer.n_pde is deprecated, use Trainer.pde_points", DeprecationWarning,
-                      stacklevel=2)
-        return self.pde_points
-
-    @property
-    def n_bc(self) -> int:
-        """Deprecated name of :attr:`bc_points` (``n_bc`` names the boundary normals elsewhere)."""
-        warnings.warn("Trainer.n_bc is deprecated, use Trainer.bc_points (n_bc names the "
-                      "boundary normals)", DeprecationWarning, stacklevel=2)
-        return self.bc_points
+    n_pde = _deprecated_name("pde_points", "")
+    n_bc = _deprecated_name("bc_points", " (n_bc names the boundary normals)")
 
     @property
     def optimizer(self) -> Adam | None:
@@ -342,45 +246,14 @@ class Trainer:
 
     def evaluate(self) -> float | None:
         """Relative L2 error on the test grid (None without an exact solution)."""
-        if self.u_test is None:
-            return None
-        err = None
-        with distributed.collective(self.comm, "Trainer.evaluate"):
-            if self.rank == 0:
-                err = relative_l2(self.model.predict(self.x_test), self.u_test)
-        if self.comm is not None:  # rank 0's, so that every rank takes the same decisions
-            err = self.comm.bcast(err, root=0)
-        self.last_error = err
-        return err
+        return grid_error(self)
 
     def validation_loss(self) -> float | None:
         """The loss (the training weights) on the validation points: ``val_points`` interior and
         up to 128 boundary points, drawn uniformly once from a generator of their own (the
         training points' generator is not touched); None with ``val_points=0``. Every rank
         holds all of them and computes the same value."""
-        if not self.val_points:
-            return None
-        if callable(self._val):   # a model that computes its own loss
-            self.last_val_loss = self._val(self.model.params)
-            return self.last_val_loss
-        if self._val is None:
-            seed = [int(self.seed)] if isinstance(self.seed, (int, np.integer)) else []
-            rng = np.random.default_rng(np.random.SeedSequence([*seed, 0x76616C]))   # "val"
-            ts = self.problem.sample(self.val_points, min(self.bc_points, 128), rng, "uniform")
-            if self.workspace is None:   # a model that computes its own loss (helmpinn.models.model_protocol)
-                self._val = self.model.loss_function(ts, self.weights)
-                return self.validation_loss()
-            batch = ts.to_batch(self.model.dtype)
-            if self.device != "cpu":
-                batch = batch.to_device(self.device)
-            # its own small workspace and gradient buffer: nothing of the training's is touched
-            ws = _core.Workspace(self.model.spec, min(self._batch_size, self.val_points),
-                                 self.model.dtype.name, device=self.device)
-            self._val = (batch, ws, _device.zeros(self.model.num_params, self.model.dtype, self.device))
-        batch, ws, grad = self._val
-        loss = float(ws.value_and_grad(self.model.params, grad, batch=batch, **self._loss_kw))
-        self.last_val_loss = loss
-        return loss
+        return validation_loss(self)
 
     def value_and_grad(self) -> tuple[float, dict[str, float]]:
         """The loss and its unweighted terms ({"pde", "data", "bc"}) on the current points (the
@@ -404,35 +277,6 @@ class Trainer:
         self._check_inputs = False
         return terms["total"], {k: terms[k] for k in TERMS}
 
-    def _params_finite(self) -> bool:
-        """Every parameter finite (on a GPU: checked on a host copy)."""
-        return bool(np.all(np.isfinite(_device.to_host(self.model.params))))
-
-    def _optimizer_state(self) -> dict[str, Any]:
-        """The state a checkpoint stores: the driver's (else the Adam's), and the run's ``step``
-        unless the driver keeps its own count under that name (Adam does)."""
-        if self.driver is not None:
-            state = self.driver.state_dict()
-        else:
-            state = self._adam.state_dict()
-        return {"step": self.step, **state}
-
-    def _snapshot(self) -> None:
-        """Keeps the last good state on the host (parameters and optimiser state copied)."""
-        state = self.driver.state_dict() if self.driver is not None else {}
-        self._good = (self.step, self.model.params_host(),
-                      {k: (v.copy() if isinstance(v, np.ndarray) else _device.to_host(v))
-                       for k, v in state.items()})
-
-    def _restore(self) -> int:
-        step, params, state = self._good
-        self.model.set_params(params)
-        if self.driver is not None:
-            self.driver.load_state_dict(state)
-        self.step = step
-        self.model.optimizer_state = self._optimizer_state()
-        return step
-
     def save_checkpoint(self, path: str | os.PathLike | None = None) -> bool:
         """Save model + optimiser state (only if every parameter is finite); returns whether
         the state was good (False: non-finite parameters, nothing written).
@@ -445,10 +289,10 @@ class Trainer:
         path = path or self.checkpoint_path
         if path is None:
             raise ValueError("no checkpoint path")
-        if not self._params_finite():
+        if not params_finite(self):
             return False
         self.checkpoints.write(self, os.fspath(path))
-        self._snapshot()
+        snapshot(self)
         return True
 
     def _check_device(self) -> None:
@@ -504,14 +348,14 @@ class Trainer:
         why = mismatch(model_kind(self.model), driver)
         if why:
             raise TypeError(f"optimizer {driver.name!r} {why} (the model is a {type(self.model).__name__})")
-        if not self._params_finite():
+        if not params_finite(self):
             raise ValueError("the model's parameters contain NaN or Inf; cannot train from them")
         memory.check_trainer(self, driver)   # the fit's memory, before its points are drawn
         state = self.model.optimizer_state or {}
         resumed = not self.step and int(state.get("step", 0) or 0) > 0
         if resumed:   # a model loaded from a checkpoint: its run goes on, on its points
             self.step = int(state["step"])
-            _resume_sampler(self)
+            resume_sampler(self)
         if self.training_set is None or self.batch is None:
             self.resample()
             if resumed:
@@ -526,40 +370,28 @@ class Trainer:
         self.step_times = {}
         driver.start(self, steps)
         self.driver = driver
-        self._snapshot()
+        snapshot(self)
         self._last_step = self.step + steps
-        with _interrupt_handler(self):  # also around the final checkpoint: Ctrl-C must not cut it
+        with interrupt_handler(self):  # also around the final checkpoint: Ctrl-C must not cut it
             self._t0 = self.clock()
             self._limit = self.time_limit if time_limit is None else time_limit
             self._since = self._t0 if since is None else since
             self._t_aside = 0.0          # evaluation time, not counted as training time
             self._pending, self._bar_at = 0, self._t0
             self._step_ends = [self._t0]   # when the last steps ended: the next step's duration
-            self._bar = _Bar(steps, None if self._limit is None else max(self._limit - (self._t0 - self._since), 0.0),
+            self._bar = Bar(steps, None if self._limit is None else max(self._limit - (self._t0 - self._since), 0.0),
                              self.progress)
             try:
                 driver.run(self, steps)
             except NonFiniteLoss as exc:
-                failed, good = self.step + 1, self._restore()
+                failed, good = self.step + 1, restore(self)
                 self.diverged = True
                 self.stop(RunStatus.DIVERGED, f"{exc} at step {failed}; restored the last good state (step {good})")
             finally:
                 self.train_time += self.clock() - self._t0 - self._t_aside
                 self._bar.update(self._pending, self.clock() - self._t0)
                 self._bar.close()
-            # The last update is met by no loss evaluation: check it here (an lr that overflows the
-            # dtype turns the parameters into Inf/NaN in one step).
-            if not self.diverged and not self._params_finite():
-                bad, good = self.step, self._restore()
-                self.diverged = True
-                self.stop(RunStatus.DIVERGED, f"non-finite parameters after step {bad}; "
-                                              f"restored the last good state (step {good})")
-            self.model.optimizer_state = self._optimizer_state()
-            h = self.history
-            if (self.u_test is not None or self.val_points) and (not h.eval_step or h.eval_step[-1] != self.step):
-                self._evaluate(self.step, self.train_time)
-            if self.checkpoint_path is not None and not self.diverged:
-                self.save_checkpoint()
+            _end_fit(self)
         if self.status is None:
             self.status = RunStatus.STEPS_DONE
         if self.stop_reason and self.progress:
@@ -568,23 +400,6 @@ class Trainer:
 
     def _resample_due(self) -> bool:
         return bool(self.resample_every and self.step and self.step % self.resample_every == 0)
-
-    def _evaluate(self, step: int, elapsed: float) -> None:
-        """One evaluation into the history: the error (with an exact solution), the validation
-        loss, the training time then; and the target check."""
-        h = self.history
-        h.eval_step.append(step)
-        h.eval_error.append(self.evaluate())
-        h.eval_time.append(elapsed)
-        h.eval_val_loss.append(self.validation_loss())
-        err, val = h.eval_error[-1], h.eval_val_loss[-1]
-        loss = h.loss[-1] if h.step and h.step[-1] == step else None
-        self.last_gap = val / loss if val is not None and loss and loss > 0 and math.isfinite(loss) else None
-        if self.target_error is not None and err is not None and err < self.target_error:
-            self.stop(RunStatus.TARGET_REACHED, f"target error {self.target_error:g} reached at step {step}")
-        elif self.target_val_loss is not None and val is not None and val < self.target_val_loss:
-            self.stop(RunStatus.TARGET_REACHED,
-                      f"target validation loss {self.target_val_loss:g} reached at step {step}")
 
     def record(self, info: StepInfo) -> bool:
         """What follows every step of every driver, in one place; returns True to stop.
@@ -613,46 +428,10 @@ class Trainer:
             cb(self, step)
         if self.comm is not None and step % self.check_every == 0:
             distributed.check_replicas(self.comm, self.model.params, step)
-        if info.stop:
-            self.stop(RunStatus.OPTIMIZER_STOP, info.stop)
-        stall = self.driver.stall if self.driver is not None else None
-        if stall and not self.stop_reason:
-            window, factor = stall
-            if len(h.loss) > window and h.step[-window - 1] >= max(step - window, self._stall_from) \
-                    and h.loss[-1] > factor * h.loss[-window - 1]:
-                self.stop(RunStatus.STALLED,
-                          f"loss fell by less than a factor {factor:g} over {window} steps at step {step}")
-        if self.eval_every and step % self.eval_every == 0 and (self.u_test is not None or self.val_points):
-            t1 = self.clock()
-            self._evaluate(step, self.train_time + t1 - self._t0 - self._t_aside)
-            self._grow = self.driver.points_factor(self)
-            self._t_aside += self.clock() - t1
-        if self.checkpoint_every and step % self.checkpoint_every == 0 and not self.checkpoints.periodic(self):
-            good = self._restore()
-            self.diverged = True
-            self.stop(RunStatus.DIVERGED, f"non-finite parameters at step {step}; "
-                                          f"restored the last good state (step {good})")
-        now = self.clock()
-        self._step_ends = (self._step_ends + [now])[-STEPS_TIMED - 1:]
-        out_of_time = _out_of_time(self._step_ends, self._since, self._limit)
-        requested = self.stop_requested is not None
-        if self.comm is not None:   # every rank stops at the same step
-            flags = np.array([out_of_time, requested], dtype=np.int64)
-            self.comm.Allreduce(distributed._mpi().IN_PLACE, flags, op=distributed._mpi().MAX)
-            out_of_time, requested = int(flags[0]), bool(flags[1])
-            if requested and self.stop_requested is None:
-                self.stop_requested = "stop requested on another rank"
-        if out_of_time and not self.stop_reason:
-            self.stop(RunStatus.TIME_LIMIT, f"time limit {self._limit:g} s reached at step {step}"
-                      if out_of_time == 2 else
-                      f"time limit {self._limit:g} s: stopped at step {step}, before a step that would end past it")
-        if requested:
-            self._stop_spent = True
-            if not self.stop_reason:
-                self.stop(RunStatus.INTERRUPTED, f"{self.stop_requested} at step {step}")
+        now = _step_stops(self, step, info)
         self._pending += 1
         if self.progress and (self._pending >= self.log_every or self.stop_reason or now - self._bar_at >= 0.5):
-            self._bar.update(self._pending, now - self._t0, _bar_status(self, info))
+            self._bar.update(self._pending, now - self._t0, bar_status(self, info))
             self._pending, self._bar_at = 0, now
         grow, self._grow = self._grow, 1.0
         if self.stop_reason:
@@ -669,179 +448,141 @@ class Trainer:
         return False
 
 
-def _resume_sampler(trainer: "Trainer") -> None:
-    """Put the sampler back where a checkpoint's run drew its current points (so a resumed
-    run trains on the same points); without a usable record, fresh points are drawn."""
-    state = trainer.model.metadata.get("sampler")
-    if not isinstance(state, dict) or state.get("bit_generator") != type(trainer.rng.bit_generator).__name__:
-        return
-    try:
-        trainer.rng.bit_generator.state = state
-    except (TypeError, ValueError, KeyError):
-        return
-    points = trainer.model.metadata.get("grown_points")
-    if isinstance(points, (list, tuple)) and len(points) == 2 and all(
-            isinstance(n, (int, np.integer)) and n > 0 for n in points):
-        trainer.pde_points, trainer.bc_points = int(points[0]), int(points[1])   # grown during that run
-        trainer._grown = True
-    trainer.batch = None
+#: The Trainer's settings that :func:`_checked_arguments` checks and fills in, kept as attributes.
+_SETTINGS = ("lr", "schedule", "betas", "pde_points", "bc_points", "sampling", "resample_every", "weights",
+             "train_fourier", "eval_every", "target_error", "target_val_loss", "time_limit", "clock",
+             "checkpoint_every", "checkpoint_path", "callbacks", "progress", "log_every", "stop_on_interrupt", "seed")
 
 
-@contextlib.contextmanager
-def _interrupt_handler(trainer: "Trainer"):
-    """With ``stop_on_interrupt`` (and in the main thread), the first SIGINT requests a stop
-    after the current step; the second raises KeyboardInterrupt as usual."""
-    if not trainer.stop_on_interrupt or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    seen = [0]
-
-    def on_sigint(signum, frame):
-        seen[0] += 1
-        if seen[0] > 1:
-            signal.signal(signal.SIGINT, previous)
-            raise KeyboardInterrupt
-        trainer.request_stop("interrupted")
-        print("\nhelmpinn: interrupted; stopping after the current step (Ctrl-C again to abort)",
-              file=sys.stderr, flush=True)
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _bar_status(trainer: "Trainer", info: StepInfo) -> str:
-    """The progress bar's text after a step: the loss, its terms, the driver's status, the last
-    evaluation's error, validation loss and gap."""
-    t = info.terms
-    s = f"loss={info.loss:.3e}" + "".join(f" {k}={t[k]:.2e}" for k in TERMS if t.get(k))   # a term absent: 0
-    if info.status:
-        s += " " + info.status
-    if trainer.last_error is not None:
-        s += f" err={trainer.last_error:.2e}"
-    if trainer.last_val_loss is not None:
-        s += f" val={trainer.last_val_loss:.2e}"
-    if trainer.last_gap is not None:
-        s += f" gap={trainer.last_gap:.3g}"
-    return s
-
-
-class Checkpoints:
-    """A Trainer's checkpoints: ``step``, of the last one written (None: none yet); ``failed``,
-    why the last one could not be written (None once a later one is); the problem's
-    ``fingerprint`` (:mod:`helmpinn._signature`, taken once), which a resumed run compares its
-    problem with.
-
-    A write that fails with an OSError is one line on stderr (rank 0) and the run goes on; under
-    MPI every rank learns the outcome from rank 0, and any other exception there is raised on
-    every rank."""
-
-    def __init__(self) -> None:
-        self.step: int | None = None
-        self.failed: str | None = None
-        self.fingerprint: dict[str, Any] | None = None
-        self._periodic = False
-
-    def metadata(self, trainer: "Trainer") -> dict[str, Any]:
-        """The checkpoint's metadata: the model's, the problem's record (its name, the options
-        it is rebuilt with, those JSON cannot hold by repr: :func:`helmpinn.problems.registry.recorded_options`),
-        the step, the sampler's state and the problem's fingerprint."""
-        if self.fingerprint is None:
-            self.fingerprint = _signature.record(trainer.problem) or {}
-        options, by_repr = recorded_options(dict(getattr(trainer.problem, "options", None) or {}))
-        meta = {**trainer.model.metadata, "problem": trainer.problem.name, "problem_options": options,
-                "step": trainer.step, "last_error": trainer.last_error, "sampler": trainer._draw_state,
-                "problem_signature": self.fingerprint}
-        if by_repr:
-            meta["problem_options_by_repr"] = by_repr
-        if trainer._grown:   # the counts of the current draw, for a resumed run to draw it again
-            meta["grown_points"] = [trainer.pde_points, trainer.bc_points]
-        return meta
-
-    def write(self, trainer: "Trainer", path: str) -> None:
-        """Write the checkpoint (rank 0) and record the outcome on every rank."""
-        failed, why = None, None
-        if trainer.rank == 0:
-            try:
-                trainer.model.save(path, optimizer_state=trainer._optimizer_state(),
-                                   metadata=self.metadata(trainer))
-            except OSError as exc:   # the run goes on; the next checkpoint tries again
-                why = exc.strerror or str(exc)
-            except Exception as exc:
-                if trainer.comm is None:
-                    raise
-                failed = exc
-        if trainer.comm is not None:
-            failed_anywhere, why = trainer.comm.bcast((failed is not None, why), root=0)
-            if failed_anywhere:
-                if failed is not None:
-                    raise failed
-                raise RuntimeError(f"rank 0 could not write the checkpoint {path!r}")
-        if why is None:
-            self.failed, self.step = None, trainer.step
-            return
-        kept = "no checkpoint of this run was written yet" if self.step is None else \
-            f"{path} keeps step {self.step}"
-        self.failed = f"could not write the checkpoint {path} at step {trainer.step} ({why}); {kept}"
-        if trainer.rank == 0:
-            going_on = "; training goes on and the next checkpoint tries again" if self._periodic else ""
-            print(f"\nhelmpinn: {self.failed}{going_on}", file=sys.stderr, flush=True)
-
-    def periodic(self, trainer: "Trainer") -> bool:
-        """The checkpoint every ``checkpoint_every`` steps (a failed write is said to be retried)."""
-        self._periodic = True
-        try:
-            return trainer.save_checkpoint()
-        finally:
-            self._periodic = False
+def _checked_arguments(problem: Problem, model: Any, a: dict[str, Any]) -> dict[str, Any]:
+    """The Trainer's keywords ``a`` checked (a clear error naming the first bad one) and filled in:
+    the defaults (:func:`default_settings`), the weights (:func:`auto_weights` for the missing
+    ones), ``device`` the one to train on, ``adam`` the driver of the Trainer's Adam fits. The
+    device is checked before anything else; nothing is changed (the model is not moved)."""
+    a = dict(a)
+    a["device"] = model.device if a["device"] is None else _device.check(a["device"], "Trainer")
+    a["pde_points"] = renamed("Trainer", "pde_points", a["pde_points"], "n_pde", a["n_pde"], stacklevel=4)
+    a["bc_points"] = renamed("Trainer", "bc_points", a["bc_points"], "n_bc", a["n_bc"], stacklevel=4)
+    if model.in_dim != problem.dim:
+        raise ValueError(f"model takes {model.in_dim}-D points but the problem is {problem.dim}-D")
+    for name, least in (("pde_points", 1), ("bc_points", 0), ("resample_every", 0), ("val_points", 0),
+                        ("eval_every", 0), ("checkpoint_every", 0), ("batch_size", 1)):
+        if a[name] is not None:
+            a[name] = integer("Trainer", name, a[name], low=least)
+    time_limit = a["time_limit"]
+    if time_limit is not None and not (time_limit > 0 and math.isfinite(time_limit)):
+        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit}")
+    if a["checkpoint_every"] and a["checkpoint_path"] is None:
+        raise ValueError("checkpoint_every needs a checkpoint_path")
+    if a["checkpoint_path"] is not None:
+        check_metadata(model)
+    if a["comm"] is not None and a["device"] != "cpu":
+        raise NotImplementedError(f"Trainer(comm=...): data-parallel training runs on the CPU "
+                                  f"(the ranks reduce host gradients), not on {a['device']}: "
+                                  f"use a model on the CPU")
+    defaults = default_settings(problem)
+    a["lr"] = defaults["lr"] if a["lr"] is None else a["lr"]
+    a["betas"] = tuple(defaults["betas"] if a["betas"] is None else a["betas"])
+    a["adam"] = AdamDriver(AdamSettings(a["lr"], a["schedule"], a["betas"]), adam=a["optimizer"])   # checks them
+    for name in ("pde_points", "bc_points"):
+        a[name] = defaults[name] if a[name] is None else int(a[name])
+    a["weights"] = {**auto_weights(problem), **dict(a["weights"] or {})}
+    unknown = set(a["weights"]) - set(TERMS)
+    if unknown:
+        raise ValueError(f"weights: unknown terms {sorted(unknown)}; use {', '.join(map(repr, TERMS))}")
+    a.update(resample_every=int(a["resample_every"]), train_fourier=bool(a["train_fourier"]),
+             eval_every=int(a["eval_every"]), checkpoint_every=int(a["checkpoint_every"]),
+             checkpoint_path=None if a["checkpoint_path"] is None else os.fspath(a["checkpoint_path"]),
+             callbacks=list(a["callbacks"]), log_every=max(int(a["log_every"]), 1),
+             stop_on_interrupt=bool(a["stop_on_interrupt"]))
+    return a
 
 
-def _check_metadata(model: Any) -> None:
-    """A checkpoint's metadata must be writable: checked when the Trainer is made, so that
-    no run fails at its first checkpoint (or its last) on a value JSON cannot hold."""
-    try:
-        json.dumps(model.metadata, default=_json_default)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"checkpoint_path: the model's metadata cannot be written to a checkpoint ({exc}); "
-                         f"keep it to numbers, strings, lists and dicts") from None
+def _start_state(trainer: Trainer) -> None:
+    """A new Trainer's run state: no step, no fit, no points drawn, no stop."""
+    trainer._draw_state = None    # the sampler's state before the last draw
+    trainer._drawn_for = 0        # the first step the current draw is for
+    trainer._stall_from = 0       # the first step on points drawn inside the run (the stall window's start)
+    trainer._grow = 1.0           # the driver's last points_factor, applied at the end of the step
+    trainer._grown = False        # the points grew (pde_points, bc_points are not the ones given)
+    trainer._check_inputs = True  # check_finite on the next step (new points, or a new fit)
+    trainer.stop_requested = None
+    trainer._stop_spent = False   # the request has stopped a fit (the next fit clears it)
+    trainer.history = History()
+    trainer.step = 0
+    trainer.status = None         # how the last fit ended (None: none has ended yet)
+    trainer._stop_reason = None
+    trainer.diverged = False      # True when the last fit stopped on a non-finite loss
+    trainer.train_time = 0.0
+    trainer.last_error = trainer.last_val_loss = None
+    trainer.last_gap = None       # validation loss / training loss at the last evaluation
+    trainer.driver = None         # the driver of the current (or last) fit
+    trainer.step_times = {}       # the drivers' StepInfo.times, summed over the fit
+    trainer._good = None          # the last good state: step, parameters, optimiser state (checkpointing.snapshot)
+    trainer.checkpoints = Checkpoints()   # what was written, and what failed
 
 
-class _Bar:
-    """The progress bar of one fit (tqdm on stderr; nothing where ``enabled`` is false): over its
-    ``steps``, or with a ``time_limit`` over those seconds (the steps, of at most ``steps``, then
-    in the status), whichever the run will meet first being unknown: a step count with an ETA
-    computed from it would promise the step cap."""
+def _step_stops(trainer: Trainer, step: int, info: StepInfo) -> float:
+    """The stops taken after ``step`` (:meth:`Trainer.record`): the driver's, the stall stop,
+    the evaluation every ``eval_every`` steps (target check), the checkpoint every
+    ``checkpoint_every`` steps (non-finite parameters restore the last good state), the time
+    limit and a requested stop (agreed by every rank). Returns the time the step ended."""
+    h = trainer.history
+    if info.stop:
+        trainer.stop(RunStatus.OPTIMIZER_STOP, info.stop)
+    stall = trainer.driver.stall if trainer.driver is not None else None
+    if stall and not trainer.stop_reason:
+        window, factor = stall
+        if len(h.loss) > window and h.step[-window - 1] >= max(step - window, trainer._stall_from) \
+                and h.loss[-1] > factor * h.loss[-window - 1]:
+            trainer.stop(RunStatus.STALLED,
+                         f"loss fell by less than a factor {factor:g} over {window} steps at step {step}")
+    if trainer.eval_every and step % trainer.eval_every == 0 and (trainer.u_test is not None or trainer.val_points):
+        t1 = trainer.clock()
+        record_evaluation(trainer, step, trainer.train_time + t1 - trainer._t0 - trainer._t_aside)
+        trainer._grow = trainer.driver.points_factor(trainer)
+        trainer._t_aside += trainer.clock() - t1
+    if trainer.checkpoint_every and step % trainer.checkpoint_every == 0 and not trainer.checkpoints.periodic(trainer):
+        good = restore(trainer)
+        trainer.diverged = True
+        trainer.stop(RunStatus.DIVERGED, f"non-finite parameters at step {step}; "
+                                         f"restored the last good state (step {good})")
+    now = trainer.clock()
+    trainer._step_ends = (trainer._step_ends + [now])[-STEPS_TIMED - 1:]
+    late = out_of_time(trainer._step_ends, trainer._since, trainer._limit)
+    requested = trainer.stop_requested is not None
+    if trainer.comm is not None:   # every rank stops at the same step
+        flags = np.array([late, requested], dtype=np.int64)
+        trainer.comm.Allreduce(distributed._mpi().IN_PLACE, flags, op=distributed._mpi().MAX)
+        late, requested = int(flags[0]), bool(flags[1])
+        if requested and trainer.stop_requested is None:
+            trainer.stop_requested = "stop requested on another rank"
+    if late and not trainer.stop_reason:
+        trainer.stop(RunStatus.TIME_LIMIT, f"time limit {trainer._limit:g} s reached at step {step}"
+                     if late == 2 else
+                     f"time limit {trainer._limit:g} s: stopped at step {step}, before a step that would end past it")
+    if requested:
+        trainer._stop_spent = True
+        if not trainer.stop_reason:
+            trainer.stop(RunStatus.INTERRUPTED, f"{trainer.stop_requested} at step {step}")
+    return now
 
-    def __init__(self, steps: int, time_limit: float | None, enabled: bool):
-        self.steps, self.done, self.timed = steps, 0, time_limit is not None
-        self.bar = None
-        if enabled:
-            from tqdm import tqdm
 
-            if self.timed:
-                self.bar = tqdm(total=float(time_limit), unit="s", mininterval=0.5, dynamic_ncols=True,
-                                file=sys.stderr, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}")
-            else:
-                self.bar = tqdm(total=steps, unit="step", mininterval=0.5, dynamic_ncols=True, file=sys.stderr)
 
-    def update(self, steps: int, elapsed: float, status: str | None = None) -> None:
-        """``steps`` more steps done, ``elapsed`` seconds since the fit began; ``status`` the
-        postfix (None: unchanged)."""
-        self.done += steps
-        if self.bar is None:
-            return
-        if self.timed:
-            self.bar.update(max(min(elapsed, self.bar.total) - self.bar.n, 0.0))
-            if status is not None:
-                status = f"step {self.done}/{self.steps} {status}"
-        else:
-            self.bar.update(steps)
-        if status is not None:
-            self.bar.set_postfix_str(status, refresh=False)
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def _end_fit(trainer: Trainer) -> None:
+    """What ends every fit (:meth:`Trainer._run`), inside its Ctrl-C handler: the check of the
+    last update, the optimiser state into the model, the final evaluation and checkpoint."""
+    # The last update is met by no loss evaluation: check it here (an lr that overflows the
+    # dtype turns the parameters into Inf/NaN in one step).
+    if not trainer.diverged and not params_finite(trainer):
+        bad, good = trainer.step, restore(trainer)
+        trainer.diverged = True
+        trainer.stop(RunStatus.DIVERGED, f"non-finite parameters after step {bad}; "
+                                         f"restored the last good state (step {good})")
+    trainer.model.optimizer_state = optimizer_state(trainer)
+    h = trainer.history
+    if (trainer.u_test is not None or trainer.val_points) and (not h.eval_step or h.eval_step[-1] != trainer.step):
+        record_evaluation(trainer, trainer.step, trainer.train_time)
+    if trainer.checkpoint_path is not None and not trainer.diverged:
+        trainer.save_checkpoint()
