@@ -152,6 +152,23 @@ def mpiexec_command(ranks: int) -> list[str]:
     return cmd + ["-n", str(ranks)]
 
 
+def run_mpi_case(script: str, case: str, out, ranks: int, *, timeout: float, env: dict | None = None):
+    """Run ``python script case out`` on ``ranks`` MPI ranks (:func:`mpiexec_command`), one thread
+    each (``env`` added; a None value removes the variable): a timeout fails the test, saying a
+    rank may be waiting in a collective, and so does a nonzero exit, with the ranks' output.
+    Returns the CompletedProcess."""
+    cmd = [*mpiexec_command(ranks), sys.executable, script, case, os.fspath(out)]
+    run_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    run_env = {k: v for k, v in run_env.items() if v is not None}
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=run_env)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mpiexec -n {ranks} {case} did not finish in {timeout} s (a rank waiting in a "
+                    f"collective?):\n{exc.stdout}\n{exc.stderr}")
+    assert res.returncode == 0, f"mpiexec -n {ranks} {case} failed:\n{res.stdout}\n{res.stderr}"
+    return res
+
+
 def wait_for(path, proc, timeout: float = 120.0) -> None:
     """Wait until ``path`` exists while the subprocess ``proc`` runs (a checkpoint of a training
     run under test); fails if the process ends first or after ``timeout`` seconds."""

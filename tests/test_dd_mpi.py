@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import mpiexec_command
+from conftest import run_mpi_case
 
 import helmpinn as hp
 from helmpinn.models.decomposition import BoxConstraint, DecomposedModel, Rows, assign_subdomains
@@ -129,14 +128,7 @@ def run_steps(case: str, comm=None) -> tuple[np.ndarray, list[list[int]]]:
 
 # -- the tests (one process) -----------------------------------------------------------------------
 def _launch(case: str, folder) -> None:
-    cmd = [*mpiexec_command(RANKS), sys.executable, HERE, case, os.fspath(folder)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"mpiexec -n {RANKS} {case} did not finish (a rank waiting in a collective?):\n"
-                    f"{exc.stdout}\n{exc.stderr}")
-    assert proc.returncode == 0, f"mpiexec -n {RANKS} {case} failed:\n{proc.stdout}\n{proc.stderr}"
+    run_mpi_case(HERE, case, folder, RANKS, timeout=300)
 
 
 @pytest.fixture(scope="module")

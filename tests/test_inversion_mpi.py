@@ -8,26 +8,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import mpiexec_command
+from conftest import run_mpi_case
 
 RANKS = 2
 HERE = os.path.abspath(__file__)
 
 
 def _launch(case: str, out, timeout: float = 180) -> None:
-    cmd = [*mpiexec_command(RANKS), sys.executable, HERE, case, os.fspath(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"mpiexec -n {RANKS} {case} did not finish in {timeout} s (a rank waiting in a "
-                    f"collective?):\n{exc.stdout}\n{exc.stderr}")
-    assert res.returncode == 0, f"mpiexec -n {RANKS} {case} failed:\n{res.stdout}\n{res.stderr}"
+    run_mpi_case(HERE, case, out, RANKS, timeout=timeout)
 
 
 def _survey(S=3):

@@ -14,23 +14,14 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import mpiexec_command
+from conftest import run_mpi_case
 
 RANKS = 2
 HERE = os.path.abspath(__file__)
 
 
 def _launch(case: str, out, *, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [*mpiexec_command(RANKS), sys.executable, HERE, case, os.fspath(out)]
-    run_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    run_env = {k: v for k, v in run_env.items() if v is not None}
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=run_env)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"mpiexec -n {RANKS} {case} did not finish in {timeout} s (a rank waiting "
-                    f"in a collective?):\n{exc.stdout}\n{exc.stderr}")
-    assert res.returncode == 0, f"mpiexec -n {RANKS} {case} failed:\n{res.stdout}\n{res.stderr}"
-    return res
+    return run_mpi_case(HERE, case, out, RANKS, timeout=timeout, env=env)
 
 
 # -- the tests (one process) -----------------------------------------------------------------------
