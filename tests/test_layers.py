@@ -41,7 +41,7 @@ FLOORS = {
     "problems": ["problems.geometry", "problems.pml", "problems.media", "problems.jumps", "problems.sources", "problems.batch",
                  "problems.conditions", "problems.training_set", "problems.medium", "problems.source_terms",
                  "problems.sampler", "problems.problem", "problems", "problems.builtin", "problems.scattering", "problems.waves", "problems.waves3d",
-                 "problems.registry", "survey", "distributed", "reference.obstacle", "reference.fd"],
+                 "survey", "distributed", "reference.obstacle", "reference.fd", "problems.obstacles", "problems.registry"],
     "rules": ["defaults"],
     "models and optimisers": ["models.model", "models.decomposition", "models.model_protocol", "models", "optim", "optim.damped",
                               "optim.first_order", "optim.lm", "optim.gauss_newton"],

@@ -31,6 +31,9 @@ DOMAINS = {
     "ball5": lambda: geo.Ball([0.0] * 5, 1.0),
     "scatterer2": lambda: geo.BoxMinusBall(geo.Box([0, 0], [2, 1]), geo.Ball((1.0, 0.5), 0.25)),
     "scatterer3": lambda: geo.BoxMinusBall(geo.Box([0, 0, 0], [1, 1, 1]), geo.Ball((0.5, 0.5, 0.5), 0.3)),
+    "polygon": lambda: geo.Polygon([[0, 0], [2, 0], [2, 1], [1, 1], [1, 2], [0, 2]]),
+    "box-minus-polygon": lambda: geo.BoxMinusObstacle(geo.Box([-1, -1], [3, 3]),
+                                                      geo.Polygon([[0, 0], [2, 0], [2, 1], [1, 1], [1, 2], [0, 2]])),
 }
 
 

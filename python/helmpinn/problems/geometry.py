@@ -348,13 +348,13 @@ class Polygon(Domain):
             i = int(np.argmin(length))
             raise ValueError(f"Polygon: vertices {i} and {(i + 1) % len(v)} coincide "
                              f"({v[i].tolist()}); every edge must have a length")
-        area = 0.5 * float(np.sum(v[:, 0] * np.roll(v[:, 1], -1) - np.roll(v[:, 0], -1) * v[:, 1]))
-        if abs(area) <= 1e-12 * scale * scale:
-            raise ValueError(f"Polygon: vertices enclose no area (collinear?): {v.tolist()}")
         crossing = _edge_crossing(v)
         if crossing is not None:
             raise ValueError(f"Polygon: vertices must make a simple polygon; edges {crossing[0]} and "
                              f"{crossing[1]} intersect")
+        area = 0.5 * float(np.sum(v[:, 0] * np.roll(v[:, 1], -1) - np.roll(v[:, 0], -1) * v[:, 1]))
+        if abs(area) <= 1e-12 * scale * scale:
+            raise ValueError(f"Polygon: vertices enclose no area (collinear?): {v.tolist()}")
         if area < 0:
             v = v[::-1].copy()
         self.vertices = v
@@ -362,7 +362,7 @@ class Polygon(Domain):
         self._edges = np.roll(v, -1, axis=0) - v
         self._lengths = np.hypot(self._edges[:, 0], self._edges[:, 1])
         # a counter-clockwise polygon's outward normal: the edge turned clockwise
-        self._normals = np.stack([self._edges[:, 1], -self._edges[:, 0]], axis=1) / self._lengths[:, None]
+        self._normals = np.stack([self._edges[:, 1], -self._edges[:, 0]], axis=1) / self._lengths[:, None] + 0.0
 
     def __repr__(self) -> str:
         return f"Polygon({self.vertices.tolist()})"

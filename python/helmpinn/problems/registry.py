@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from . import builtin, scattering, waves, waves3d
+from . import builtin, obstacles, scattering, waves, waves3d
 from .problem import Problem
 
 __all__ = ["get_problem", "list_problems", "problem_names", "problem_options", "register_problem",
@@ -32,6 +32,7 @@ __all__ = ["get_problem", "list_problems", "problem_names", "problem_options", "
 _REGISTRY: dict[str, tuple[Callable[..., Problem], str]] = {
     **builtin.PROBLEMS,
     **scattering.PROBLEMS,
+    **obstacles.PROBLEMS,
     **waves.PROBLEMS,
     **waves3d.PROBLEMS,
 }
