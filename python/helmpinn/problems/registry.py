@@ -2,7 +2,8 @@
 ``helmpinn train --problem``.
 
 The registry is explicit: it is built from the ``PROBLEMS`` tables of :mod:`helmpinn.problems.builtin`,
-:mod:`helmpinn.problems.scattering` and :mod:`helmpinn.problems.waves` (name -> ``(factory, one-line description)``), and
+:mod:`helmpinn.problems.scattering`, :mod:`helmpinn.problems.obstacles`, :mod:`helmpinn.problems.waves`
+and :mod:`helmpinn.problems.waves3d` (name -> ``(factory, one-line description)``), and
 :func:`register_problem` adds to it. A factory is ``f(**options) -> Problem``; its options are
 its keyword parameters with their defaults (:func:`problem_options`).
 
