@@ -484,3 +484,75 @@ def should_decompose(problem: Any) -> bool:
     sides')."""
     limit = DECOMPOSE_ABOVE[min(int(problem.dim), 3)]
     return wavelengths_across(problem) > limit * (1 + 1e-9)   # at the limit itself: one network
+
+
+#: The local wavenumber's probes (:func:`local_wavenumbers`): this many per shortest wavelength
+#: along each axis, at most :data:`LOCAL_PROBES_MOST` per axis by dimension.
+LOCAL_PROBES_PER_WAVELENGTH = 8
+LOCAL_PROBES_MOST = {1: 4096, 2: 384, 3: 64}
+
+
+def local_wavenumbers(problem: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The local wavenumber ``sqrt(max(Re κ, 0))`` over the sampled domain's bounding box, at the
+    centres of a regular grid of cells (:data:`LOCAL_PROBES_PER_WAVELENGTH` per shortest
+    wavelength, :data:`LOCAL_PROBES_MOST` per axis at most), each at least the rules' floor π/L
+    (:func:`scale_wavenumber`): ``(lo, hi, k)``, k of the grid's shape. None for a constant κ
+    (the rules' k holds everywhere)."""
+    if not callable(getattr(problem, "kappa", None)):
+        return None
+    d = int(problem.dim)
+    lo, hi = (np.asarray(b, np.float64) for b in getattr(problem, "sampling_domain", problem.domain).bounds)
+    k_max = scale_wavenumber(problem)
+    most = LOCAL_PROBES_MOST.get(d, 32)
+    n = [int(min(most, max(8, math.ceil(LOCAL_PROBES_PER_WAVELENGTH * (hi[a] - lo[a]) * k_max / (2 * math.pi)))))
+         for a in range(d)]
+    axes = [lo[a] + (np.arange(n[a]) + 0.5) * (hi[a] - lo[a]) / n[a] for a in range(d)]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    x = np.stack([m.ravel() for m in mesh], axis=1)
+    k = np.asarray(problem.local_wavenumber(x), np.float64).reshape(n)
+    return lo, hi, np.maximum(k, math.pi / float(np.max(hi - lo)))
+
+
+def graded_edges(lo: float, hi: float, k: np.ndarray, per_wavelength: float, overlap: float) -> np.ndarray:
+    """The cell edges along one axis of ``[lo, hi]`` for a wavenumber profile ``k`` (on equal
+    cells across the axis: the largest local wavenumber over the other axes) with
+    ``per_wavelength`` subdomains per local wavelength: from lo, each cell as wide as it may be
+    while its width times the largest k under its subdomain (the cell and ``overlap / 2`` of its
+    width either side) stays within ``2π / per_wavelength``, and at most twice the previous
+    cell; the last cell ends at hi (shared equally with the one before where it would be under
+    half of it). On a constant k: ``ceil(per_wavelength × wavelengths)`` equal cells, the rule
+    of equal subdomains."""
+    k = np.asarray(k, np.float64)
+    limit = 2 * math.pi / per_wavelength
+    if float(np.max(k)) == float(np.min(k)):
+        n = max(1, math.ceil(per_wavelength * (hi - lo) * float(k[0]) / (2 * math.pi) - 1e-9))
+        return np.linspace(lo, hi, n + 1)
+    cell = (hi - lo) / len(k)
+
+    def k_under(a: float, b: float) -> float:
+        i0 = min(max(int(math.floor((a - lo) / cell)), 0), len(k) - 1)
+        i1 = min(int(math.ceil((b - lo) / cell)), len(k))
+        return float(np.max(k[i0:max(i1, i0 + 1)]))
+
+    def fits(x: float, w: float) -> bool:
+        return w * k_under(x - overlap * w / 2, x + w + overlap * w / 2) <= limit
+
+    edges = [lo]
+    while edges[-1] < hi - 1e-12 * (hi - lo):
+        x = edges[-1]
+        top = min(hi - x, 2 * (x - edges[-2])) if len(edges) > 1 else hi - x
+        if fits(x, top):
+            w = top
+        else:
+            a, b = 0.0, top
+            for _ in range(40):
+                m = 0.5 * (a + b)
+                a, b = (m, b) if fits(x, m) else (a, m)
+            w = max(a, 1e-9 * (hi - lo))
+        edges.append(min(x + w, hi))
+    edges[-1] = hi
+    if len(edges) > 2 and edges[-1] - edges[-2] < 0.5 * (edges[-2] - edges[-3]):
+        middle = 0.5 * (edges[-1] + edges[-3])
+        if fits(middle, hi - middle):
+            edges[-2] = middle
+    return np.array(edges)
