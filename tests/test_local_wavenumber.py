@@ -211,3 +211,30 @@ def test_points_follow_the_density_with_unbiased_weights():
     assert abs(np.mean(w * f(x)) - exact) < 5e-3
     with pytest.raises(ValueError, match="CellDensity: values: expected positive numbers"):
         CellDensity([0.0, 0.0], [2.0, 1.0], np.zeros((2, 2)))
+
+
+def test_residual_density_moves_points_to_the_large_residual():
+    """Residual-based adaptive sampling: with u = 0 (zero parameters) the residual is −f, ten times
+    larger on the right half; the new density is ρ ((1 − a) + a R/⟨R⟩) with R = |f|² per block."""
+    from types import SimpleNamespace
+
+    from helmpinn.training.dd_driver import residual_density
+
+    def source(x):
+        return np.where(x[:, 0] > 0.5, 10.0, 1.0) + 0j
+    problem = hp.Problem(Box([0.0, 0.0], [1.0, 1.0]), kappa=4.0, source=source, bcs={"*": hp.Dirichlet(0.0)})
+    problem.sampler = copy.copy(problem.sampler)
+    problem.sampler.density = CellDensity([0.0, 0.0], [1.0, 1.0], np.ones((16, 16)))
+    model = DecomposedModel.create([0.0, 0.0], [1.0, 1.0], [(2, 2)], ff_dim=3, hidden_dim=4)
+    model.params[:] = 0.0
+    run = SimpleNamespace(problem=problem, model=model, pde_points=4000, step=3, comm=None)
+    share = 0.6
+    new = residual_density(run, share)
+    avg = (1.0 + 100.0) / 2   # the mean of |f|² under the uniform ρ
+    left, right = (1 - share) + share * 1.0 / avg, (1 - share) + share * 100.0 / avg
+    assert np.allclose(new.values[:8], left, rtol=1e-9) and np.allclose(new.values[8:], right, rtol=1e-9)
+    # the draw follows it, with the weights that keep the loss the domain's mean of |r|²
+    problem.sampler.density = new
+    x, w = problem.sample_pde(100_000, np.random.default_rng(1), "uniform")
+    assert abs(np.mean(x[:, 0] > 0.5) - right / (left + right)) < 0.01
+    assert abs(np.mean(w * np.where(x[:, 0] > 0.5, 100.0, 1.0)) - avg) < 0.02 * avg

@@ -191,7 +191,8 @@ __all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "LM_BOUNDARY_SHARE", "ADAM_POINTS_PER
            "scale_wavenumber", "wavelengths", "wavelengths_across", "points_rule", "fourier_sigma", "auto_weights",
            "default_settings", "lm_settings", "LM_OPTIONS", "lm_options", "run_settings", "STALL_WINDOW", "STALL_FACTOR",
            "DECOMPOSE_ABOVE", "SUBDOMAINS_PER_WAVELENGTH", "DD_POINTS_PER_WAVELENGTH", "DD_DAMPING", "DD_CG_MAXITER",
-           "DD_GROW_GAP", "GN_BY_DIMENSION", "DD_ADAM_SETTINGS", "should_decompose"]
+           "DD_GROW_GAP", "GN_BY_DIMENSION", "DD_ADAM_SETTINGS", "should_decompose", "DD_LOCAL_POINTS_PER_WAVELENGTH",
+           "LOCAL_PROBES_PER_WAVELENGTH", "LOCAL_PROBES_MOST", "local_wavenumbers", "graded_edges"]
 
 #: The optimisers a run (and ``helmpinn train --optimizer``) can use by name.
 OPTIMIZERS = ("adam", "lbfgs", "lm")
@@ -247,6 +248,11 @@ DECOMPOSE_ABOVE = {1: 32.0, 2: 3.0, 3: 2.4}
 SUBDOMAINS_PER_WAVELENGTH = 0.85
 #: PDE points per wavelength per dimension of a decomposed run, by dimension.
 DD_POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
+#: The same where the decomposition follows the local wavenumber (a κ that varies; the points per
+#: local wavelength, :func:`helmpinn.training.dd_driver.local_layout`): more than on a constant
+#: medium, whose rule counts them at the largest k everywhere, so in a slow region's surroundings
+#: more than its 25 per local wavelength (module docstring; 1-D and 3-D: not measured, as above).
+DD_LOCAL_POINTS_PER_WAVELENGTH = {1: 64, 2: 35, 3: 9}
 #: Gauss-Newton's damping by whether the model has the hard constraint (a closed box with
 #: Dirichlet(0) walls; module docstring): measured in 2-D and on ``cube3d``.
 DD_DAMPING = {True: "geometric", False: "marquardt"}

@@ -37,7 +37,8 @@ import numpy as np
 from .. import _core
 from .._checks import integer, real_number
 from ..models.decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, Level, Rows, subdomain_grid
-from ..defaults import (DD_ADAM_SETTINGS, DD_CG_MAXITER, DD_DAMPING, DD_GROW_GAP, DD_POINTS_PER_WAVELENGTH,
+from ..defaults import (DD_ADAM_SETTINGS, DD_CG_MAXITER, DD_DAMPING, DD_GROW_GAP, DD_LOCAL_POINTS_PER_WAVELENGTH,
+                       DD_POINTS_PER_WAVELENGTH,
                        GN_BY_DIMENSION, LM_BOUNDARY_SHARE, STALL_FACTOR, STALL_WINDOW, SUBDOMAINS_PER_WAVELENGTH,
                        auto_weights, default_settings, graded_edges, local_wavenumbers, points_rule,
                        scale_wavenumber, wavelengths)
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from .trainer import Trainer
 
 __all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "trainable", "load_model", "term_means",
-           "decomposed_settings", "build_decomposed_model", "local_layout", "subdomain_wavenumbers", "sampled_problem", "GREEN_ROW_SCALE"]
+           "decomposed_settings", "build_decomposed_model", "local_layout", "subdomain_wavenumbers", "sampled_problem", "residual_density", "ADAPT_CANDIDATES", "ADAPT_BLOCK", "GREEN_ROW_SCALE"]
 
 #: The scale of the value rows that Green's mode rows read u from (:meth:`GNDriver._residuals`):
 #: so small that their own ``s² Σ |u − y|²`` adds nothing to the loss, the mode rows' columns
@@ -76,10 +77,13 @@ class GNSettings(LMSettings):
     :func:`helmpinn.problems.waves.resonance_rows`, under a hard constraint
     :func:`helmpinn.problems.waves.resonance_green_rows`; module docstring); 0: not; ``resonance_most``:
     of those modes at most this many, the most amplified (each costs two parameter vectors and
-    two preconditioner applications a trial)."""
+    two preconditioner applications a trial); ``adapt``: when the points grow on a model whose
+    points follow a density (:func:`sampled_problem`), this share of the new draw's density
+    follows the residual (:func:`residual_density`; 0: none)."""
 
     resonance: float = 0.0
     resonance_most: int = RESONANCE_MOST
+    adapt: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -87,6 +91,7 @@ class GNSettings(LMSettings):
         if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, float, np.number)) or not 0 <= r < 1:
             raise ValueError(f"resonance: expected a share of κ in [0, 1) (0: no mode rows), got {r!r}")
         object.__setattr__(self, "resonance_most", integer("GNSettings", "resonance_most", self.resonance_most, low=1))
+        object.__setattr__(self, "adapt", real_number("GNSettings", "adapt", self.adapt, low=0.0, low_open=False, high=1.0))
 
     @staticmethod
     def solver() -> tuple[str, Any]:
@@ -117,13 +122,13 @@ class GNDriver(DampedDriver):
     gn: Any = None   # the MatrixFreeGN, from start
 
     def __init__(self, settings: GNSettings | None = None, *, resonance: float = 0.0,
-                 resonance_most: int = RESONANCE_MOST, **keywords: Any):
+                 resonance_most: int = RESONANCE_MOST, adapt: float = 0.0, **keywords: Any):
         """``settings``, or :class:`~helmpinn.training.drivers.DampedDriver`'s keywords (the stall and
-        growth rules, the solver's options), ``resonance`` and ``resonance_most``
+        growth rules, the solver's options), ``resonance``, ``resonance_most`` and ``adapt``
         (:class:`GNSettings`)."""
         super().__init__(settings, **keywords)
         if settings is None:
-            self.settings = replace(self.settings, resonance=resonance, resonance_most=resonance_most)
+            self.settings = replace(self.settings, resonance=resonance, resonance_most=resonance_most, adapt=adapt)
         self.log: list[dict[str, Any]] = []   # one entry per step of the current fit
 
     def start(self, run: "Trainer", steps: int) -> None:
@@ -172,7 +177,11 @@ class GNDriver(DampedDriver):
             except MemoryEstimateError:
                 ok = 0
             return bool(ok if run.comm is None else run.comm.allreduce(ok, op=_mpi_min()))
-        return self.growth.factor(run, fits)
+        factor = self.growth.factor(run, fits)
+        density = getattr(getattr(run.problem, "sampler", None), "density", None)
+        if factor > 1 and self.settings.adapt > 0 and density is not None:
+            run.problem.sampler.density = residual_density(run, self.settings.adapt)
+        return factor
 
     def step(self, run: "Trainer") -> GNStepInfo:
         st = self.gn.step(run.model.params)   # NonFiniteLoss: the loop restores the last good state
@@ -292,11 +301,15 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     d = int(problem.dim)
     rules = {"subdomains_per_wavelength": SUBDOMAINS_PER_WAVELENGTH, "grids": None, "coarse_level": False,
              "overlap": 0.6, "constraint": None, "ff_dim": 16, "hidden": 32, "layers": 1, "local_wavenumber": True,
-             "points_per_wavelength": DD_POINTS_PER_WAVELENGTH[min(d, 3)]}
+             "points_per_wavelength": None}
     unknown = set(decomposition) - set(rules)
     if unknown:
         raise ValueError(f"decomposition: unknown settings {sorted(unknown)}; known: {sorted(rules)}")
-    r = _checked_decomposition({**rules, **decomposition}, problem)
+    r = {**rules, **decomposition}
+    if r["points_per_wavelength"] is None:   # the rule: per local wavelength where κ varies
+        by_local = r["local_wavenumber"] is True and callable(getattr(problem, "kappa", None))
+        r["points_per_wavelength"] = (DD_LOCAL_POINTS_PER_WAVELENGTH if by_local else DD_POINTS_PER_WAVELENGTH)[min(d, 3)]
+    r = _checked_decomposition(r, problem)
     spw = r["subdomains_per_wavelength"]
     waves = wavelengths(problem)
     grids = r["grids"]
@@ -432,3 +445,44 @@ def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None) -> An
     out.sampler = copy.copy(problem.sampler)
     out.sampler.density = CellDensity(lo, hi, k ** k.ndim)
     return out
+
+
+#: The candidate points of :func:`residual_density`, per PDE point of the run, and the cells (of
+#: the density's grid, per axis) that each residual's mean is taken over.
+ADAPT_CANDIDATES = 1.0
+ADAPT_BLOCK = 4
+
+
+def residual_density(run: "Trainer", share: float) -> CellDensity:
+    """The density of a decomposed run's next points (residual-based adaptive sampling): the
+    run's density (``run.problem.sampler.density``, a :class:`CellDensity`) ρ with ``share`` of it
+    moved to where the residual is large, ``ρ ((1 − share) + share R / ⟨R⟩_ρ)``, R the mean
+    ``|r|²`` of the PDE residual (unweighted, at the current parameters) over blocks of
+    :data:`ADAPT_BLOCK` cells per axis, at :data:`ADAPT_CANDIDATES` fresh candidate points per
+    PDE point drawn from ρ, ⟨R⟩_ρ its mean under ρ. The importance weights of the draw keep the
+    loss the mean of ``|r|²`` over the domain: the points, not the loss, move. The candidates are
+    the same on every MPI rank (a generator seeded by the step)."""
+    density = run.problem.sampler.density
+    rng = np.random.default_rng(1_000_003 + int(run.step))
+    ts = run.problem.sample(max(int(ADAPT_CANDIDATES * run.pde_points), 1), 0, rng, "uniform")
+    rows = Rows.from_training_set(ts, {"pde": 1.0}, drop=("data", "bc"))
+    r = run.model.residuals_for(rows, comm=run.comm).residuals(run.model.params)
+    n = len(ts.x_pde)
+    w = np.ones(n) if getattr(ts, "pde_weight", None) is None else np.asarray(ts.pde_weight, np.float64)
+    r2 = (r[0:2 * n:2] ** 2 + r[1:2 * n:2] ** 2) * n / w   # |r|² itself: the row scale 1/n and sqrt(w) off
+    shape = np.array(density.values.shape)
+    blocks = np.maximum(shape // ADAPT_BLOCK, 1)
+    idx = np.clip(np.floor((ts.x_pde - density.lo) / (density.hi - density.lo) * blocks).astype(np.int64), 0, blocks - 1)
+    flat = np.ravel_multi_index(tuple(idx.T), tuple(blocks))
+    total = np.bincount(flat, r2, minlength=int(np.prod(blocks)))
+    count = np.bincount(flat, minlength=int(np.prod(blocks)))
+    mean_r2 = float(np.mean(r2)) if len(r2) else 0.0
+    R = np.where(count > 0, total / np.maximum(count, 1), mean_r2).reshape(tuple(blocks))
+    # each cell of the density's grid takes its block's R
+    cell_blocks = [np.minimum((np.arange(shape[a]) * blocks[a]) // shape[a], blocks[a] - 1) for a in range(len(shape))]
+    R = R[np.ix_(*cell_blocks)]
+    rho = density.values
+    avg = float(np.sum(rho * R) / np.sum(rho))
+    if not (avg > 0 and np.isfinite(avg)):
+        return density
+    return CellDensity(density.lo, density.hi, rho * ((1 - share) + share * np.maximum(R / avg, 1e-3)))
