@@ -3,7 +3,9 @@
 A :class:`DecomposedModel` covers a box ``[lo, hi]`` (1-, 2- or 3-D; with a PML, the box of the
 layer's outer wall) by one or more **levels**, each a regular grid of overlapping subdomains.
 Along each axis a level has ``n`` subdomains of centres ``lo + (i + ½)Δ`` (``Δ = (hi − lo)/n``)
-and half-widths ``h = ½Δ(1 + overlap)``; subdomain j's window is the product over axes of
+and half-widths ``h = ½Δ(1 + overlap)`` (or, on a graded level, cells of their own widths Δ_i
+between given edges, each subdomain centred on its cell with ``h_i = ½Δ_i(1 + overlap)``:
+:class:`Level`); subdomain j's window is the product over axes of
 normalised bumps
 
     ω_j(x) = Π_a v_{i_a}(x_a) / Σ_i v_i(x_a),   v_i(x) = exp(−1/(1 − t²)), t = (x − c_i)/h (for ``|t| < 1``),
@@ -124,10 +126,9 @@ class Level:
     ``overlap`` (:data:`MIN_OVERLAP` to 4): each subdomain's width is ``(1 + overlap)`` times
     its cell's. ``edges``: None for equal cells, or per axis the ``grid[a] + 1`` cell edges from
     ``lo[a]`` to ``hi[a]`` (increasing; a graded grid, finer where the field varies faster:
-    :func:`graded_edges`), each subdomain then centred on its cell with its own half-widths
+    :func:`helmpinn.defaults.graded_edges`), each subdomain then centred on its cell with its own half-widths
     (:meth:`half_of`); neighbouring subdomains' ends must keep their order (a cell at least
-    ``overlap / (2 + overlap)`` of its neighbour's width), which any two cells within a factor 3 of each
-    other do.
+    ``overlap / (2 + overlap)`` of its neighbour's width: within a factor 4.3 at overlap 0.6).
     """
 
     def __init__(self, lo: ArrayLike, hi: ArrayLike, grid: Sequence[int], overlap: float = 0.5,
