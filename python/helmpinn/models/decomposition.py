@@ -3,7 +3,9 @@
 A :class:`DecomposedModel` covers a box ``[lo, hi]`` (1-, 2- or 3-D; with a PML, the box of the
 layer's outer wall) by one or more **levels**, each a regular grid of overlapping subdomains.
 Along each axis a level has ``n`` subdomains of centres ``lo + (i + ½)Δ`` (``Δ = (hi − lo)/n``)
-and half-widths ``h = ½Δ(1 + overlap)``; subdomain j's window is the product over axes of
+and half-widths ``h = ½Δ(1 + overlap)`` (or, on a graded level, cells of their own widths Δ_i
+between given edges, each subdomain centred on its cell with ``h_i = ½Δ_i(1 + overlap)``:
+:class:`Level`); subdomain j's window is the product over axes of
 normalised bumps
 
     ω_j(x) = Π_a v_{i_a}(x_a) / Σ_i v_i(x_a),   v_i(x) = exp(−1/(1 − t²)), t = (x − c_i)/h (for ``|t| < 1``),
@@ -121,13 +123,18 @@ def subdomain_grid(grid: Any, d: int, name: str = "grid") -> tuple[int, ...]:
 
 
 class Level:
-    """A regular grid of ``grid[a]`` overlapping subdomains along each axis of ``[lo, hi]``.
+    """A grid of ``grid[a]`` overlapping subdomains along each axis of ``[lo, hi]``.
 
     ``overlap`` (:data:`MIN_OVERLAP` to 4): each subdomain's width is ``(1 + overlap)`` times
-    the grid's spacing.
+    its cell's. ``edges``: None for equal cells, or per axis the ``grid[a] + 1`` cell edges from
+    ``lo[a]`` to ``hi[a]`` (increasing; a graded grid, finer where the field varies faster:
+    :func:`helmpinn.defaults.graded_edges`), each subdomain then centred on its cell with its own half-widths
+    (:meth:`half_of`); neighbouring subdomains' ends must keep their order (a cell at least
+    ``overlap / (2 + overlap)`` of its neighbour's width: within a factor 4.3 at overlap 0.6).
     """
 
-    def __init__(self, lo: ArrayLike, hi: ArrayLike, grid: Sequence[int], overlap: float = 0.5):
+    def __init__(self, lo: ArrayLike, hi: ArrayLike, grid: Sequence[int], overlap: float = 0.5,
+                 edges: Sequence[ArrayLike] | None = None):
         self.lo, self.hi = _box(lo, hi, "lo, hi")
         d = len(self.lo)
         if d not in (1, 2, 3):
@@ -135,23 +142,73 @@ class Level:
         grid = subdomain_grid(grid, d)
         overlap = real_number("decomposition", "overlap", overlap, low=MIN_OVERLAP, low_open=False, high=4.0)
         self.grid, self.overlap, self.dim = grid, overlap, d
-        spacing = (self.hi - self.lo) / np.array(grid)
-        self.half = 0.5 * spacing * (1.0 + overlap)
-        self.centres = [self.lo[a] + (np.arange(grid[a]) + 0.5) * spacing[a] for a in range(d)]
+        self.edges = None if edges is None else self._checked_edges(edges)
+        if self.edges is None:
+            spacing = (self.hi - self.lo) / np.array(grid)
+            self.half = 0.5 * spacing * (1.0 + overlap)
+            self.centres = [self.lo[a] + (np.arange(grid[a]) + 0.5) * spacing[a] for a in range(d)]
+            self.halves = [np.full(grid[a], self.half[a]) for a in range(d)]
+        else:
+            self.centres = [0.5 * (e[1:] + e[:-1]) for e in self.edges]
+            self.halves = [0.5 * np.diff(e) * (1.0 + overlap) for e in self.edges]
+            self.half = np.array([float(np.mean(h)) for h in self.halves])   # the mean per axis
+            # the subdomains that may cover a point of axis a: those whose support's right end
+            # lies past it, K of them at most (the most supports over any point, and spares)
+            self._right = [c + h for c, h in zip(self.centres, self.halves)]
+            most = 1
+            for c, h in zip(self.centres, self.halves):
+                ends = np.concatenate([c - h, c + h])
+                step = np.concatenate([np.ones(len(c)), -np.ones(len(c))])
+                most = max(most, int(np.max(np.cumsum(step[np.lexsort((step, ends))]))))
+            self._graded_K = most + 2
         self.indices = list(np.ndindex(*grid))
+
+    def _checked_edges(self, edges: Sequence[ArrayLike]) -> list[NDArray[np.float64]]:
+        """``edges`` as one increasing float64 array of ``grid[a] + 1`` entries per axis, from lo to
+        hi, whose subdomains' ends keep their order, or a ValueError naming the axis."""
+        if not isinstance(edges, (list, tuple)) or len(edges) != self.dim:
+            raise ValueError(f"edges: expected None or {self.dim} arrays of cell edges (one per axis), got {edges!r}")
+        out = []
+        for a, e in enumerate(edges):
+            try:
+                e = np.asarray(e, np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise ValueError(f"edges[{a}]: expected numbers, got {e!r}") from None
+            n = self.grid[a]
+            tol = 1e-9 * float(self.hi[a] - self.lo[a])
+            if len(e) != n + 1 or not np.all(np.isfinite(e)) or not np.all(np.diff(e) > 0) \
+                    or abs(e[0] - self.lo[a]) > tol or abs(e[-1] - self.hi[a]) > tol:
+                raise ValueError(f"edges[{a}]: expected {n + 1} increasing edges from {self.lo[a]:g} to "
+                                 f"{self.hi[a]:g} (grid {n} along axis {a}), got {np.round(e, 6).tolist()}")
+            e = e.copy()
+            e[0], e[-1] = self.lo[a], self.hi[a]
+            c, h = 0.5 * (e[1:] + e[:-1]), 0.5 * np.diff(e) * (1.0 + self.overlap)
+            if n > 1 and not (np.all(np.diff(c + h) > 0) and np.all(np.diff(c - h) > 0)):
+                raise ValueError(f"edges[{a}]: neighbouring cells too unequal: their subdomains' ends (overlap "
+                                 f"{self.overlap:g}) are out of order; keep neighbours within a factor "
+                                 f"{(2 + self.overlap) / self.overlap:.3g} of each other")
+            out.append(e)
+        return out
+
+    def half_of(self, index: tuple[int, ...]) -> NDArray[np.float64]:
+        """The half-widths [d] of the subdomain of grid index ``index``."""
+        return np.array([self.halves[a][i] for a, i in enumerate(index)])
 
     def __len__(self) -> int:
         return len(self.indices)
 
     def config(self) -> dict[str, Any]:
-        return {"grid": list(self.grid), "overlap": self.overlap}
+        out: dict[str, Any] = {"grid": list(self.grid), "overlap": self.overlap}
+        if self.edges is not None:
+            out["edges"] = [e.tolist() for e in self.edges]
+        return out
 
     def axis_windows(self, x: NDArray) -> list[tuple[NDArray, NDArray, NDArray]]:
         """Per axis, the normalised 1-D windows and their first and second derivatives in x,
         each ``[grid[a], N]``."""
         out = []
         for a in range(self.dim):
-            c, h = self.centres[a], self.half[a]
+            c, h = self.centres[a], self.halves[a][:, None]
             v, d1, d2 = _bump((x[None, :, a] - c[:, None]) / h)
             d1, d2 = d1 / h, d2 / (h * h)
             S, S1, S2 = v.sum(0), d1.sum(0), d2.sum(0)
@@ -163,17 +220,25 @@ class Level:
 
     def axis_candidates(self, xa: NDArray, a: int) -> tuple[NDArray, NDArray, NDArray, NDArray]:
         """For the coordinates ``xa`` [C] along axis a: the subdomains that may cover each point,
-        ``i`` [K, C] (K = ⌊1 + overlap⌋ + 3, increasing along K; −1 past the grid's ends), and
+        ``i`` [K, C] (K = ⌊1 + overlap⌋ + 3 on equal cells, the most supports over a point and two
+        spares on graded ones; increasing along K; −1 past the grid's ends), and
         their normalised windows and first and second derivatives ``w, w1, w2`` [K, C] (0 where
         i is −1 or the bump vanishes). These are the nonzero entries of :meth:`axis_windows`,
         the same numbers (its sums over the grid add only exact zeros besides), in O(K C)
         memory instead of O(grid[a] C)."""
-        g, c, h = self.grid[a], self.centres[a], self.half[a]
-        spacing = (self.hi[a] - self.lo[a]) / g
-        K = int(math.floor(1.0 + self.overlap)) + 3   # one spare either side of the support's ⌈1 + overlap⌉
-        first = np.floor((xa - self.lo[a]) / spacing - 0.5 * (2.0 + self.overlap)).astype(np.int64)
+        g, c = self.grid[a], self.centres[a]
+        if self.edges is None:
+            h = self.half[a]
+            spacing = (self.hi[a] - self.lo[a]) / g
+            K = int(math.floor(1.0 + self.overlap)) + 3   # one spare either side of the support's ⌈1 + overlap⌉
+            first = np.floor((xa - self.lo[a]) / spacing - 0.5 * (2.0 + self.overlap)).astype(np.int64)
+        else:   # graded: from the first subdomain whose support ends past the point, less a spare
+            K = self._graded_K
+            first = np.searchsorted(self._right[a], xa, side="right").astype(np.int64) - 1
         i = first[None, :] + np.arange(K)[:, None]
         outside = (i < 0) | (i >= g)
+        if self.edges is not None:
+            h = self.halves[a][np.clip(i, 0, g - 1)]
         v, d1, d2 = _bump((xa[None, :] - c[np.clip(i, 0, g - 1)]) / h)
         v[outside], d1[outside], d2[outside] = 0.0, 0.0, 0.0
         d1, d2 = d1 / h, d2 / (h * h)
@@ -433,7 +498,7 @@ class DecomposedModel:
             for index in lv.indices:
                 P = spec.num_params
                 self.subdomains.append({"level": li, "index": index, "centre": lv.centre(index),
-                                        "half": lv.half, "slice": slice(off, off + P)})
+                                        "half": lv.half_of(index), "slice": slice(off, off + P)})
                 off += P
         params = np.asarray(params)
         if params.shape != (off,) or not np.issubdtype(params.dtype, np.floating):
@@ -445,24 +510,36 @@ class DecomposedModel:
     @classmethod
     def create(cls, lo: ArrayLike, hi: ArrayLike, grids: Sequence[Sequence[int]] = ((4, 4),), *,
                overlap: float = 0.5, ff_dim: int = 16, hidden_dim: int = 32, num_hidden_layers: int = 1,
-               wavenumber: float = 1.0, constraint: BoxConstraint | None = None,
-               seed: int = 0) -> "DecomposedModel":
-        """Fresh subnetworks on each level of ``grids`` (one grid of counts per level); Fourier
-        frequencies ``B ~ N(0, σ²)`` with ``σ = wavenumber h / (2π sqrt(d))``
+               wavenumber: float | ArrayLike = 1.0, constraint: BoxConstraint | None = None,
+               seed: int = 0, edges: Sequence[Sequence[ArrayLike] | None] | None = None) -> "DecomposedModel":
+        """Fresh subnetworks on each level of ``grids`` (one grid of counts per level; ``edges``:
+        None, or per level None or its cells' edges per axis, :class:`Level`); Fourier
+        frequencies ``B ~ N(0, σ²)`` with ``σ = k h / (2π sqrt(d))``
         (:func:`helmpinn.params.sigma_for` of the wavenumber in the subdomain's local coordinates,
         h its mean half-width: the features' angular frequencies have a root mean square of
-        ``wavenumber h``, as a single network's have of k)."""
+        ``k h``, as a single network's have of k). ``wavenumber``: k, one number for every
+        subdomain or one per subdomain (levels in order, each grid in C order: the largest
+        local wavenumber over each subdomain, where the medium varies)."""
         lo = np.asarray(lo, np.float64).reshape(-1)
-        levels = [Level(lo, hi, g, overlap) for g in grids]
+        if edges is not None and (not isinstance(edges, (list, tuple)) or len(edges) != len(grids)):
+            raise ValueError(f"edges: expected None or one entry per level ({len(grids)}), got {edges!r}")
+        levels = [Level(lo, hi, g, overlap, None if edges is None else edges[i]) for i, g in enumerate(grids)]
         spec = _core.ModelSpec(len(lo), *(integer("DecomposedModel.create", name, value) for name, value in (
             ("ff_dim", ff_dim), ("hidden_dim", hidden_dim), ("num_hidden_layers", num_hidden_layers))))
         rng = np.random.default_rng(None if seed is None else integer("DecomposedModel.create", "seed", seed, low=0))
-        parts = []
+        n = sum(len(lv) for lv in levels)
+        ks = np.asarray(wavenumber, np.float64).reshape(-1) if np.ndim(wavenumber) else \
+            np.full(n, real_number("DecomposedModel.create", "wavenumber", wavenumber, low=0.0))
+        if ks.shape != (n,) or not np.all(np.isfinite(ks)) or np.any(ks < 0):
+            raise ValueError(f"wavenumber: expected a number >= 0 or {n} of them (one per subdomain), "
+                             f"got shape {ks.shape}")
+        parts, j = [], 0
         for lv in levels:
-            sigma = sigma_for(max(float(wavenumber), 1e-12) * float(np.mean(lv.half)), len(lo))
-            for _ in lv.indices:
+            for index in lv.indices:
+                sigma = sigma_for(max(float(ks[j]), 1e-12) * float(np.mean(lv.half_of(index))), len(lo))
                 parts.append(init_params(spec, dtype="float64", seed=int(rng.integers(1 << 31)),
                                          fourier_sigma=sigma))
+                j += 1
         return cls(levels, [spec] * len(levels), np.concatenate(parts), constraint)
 
     @property
@@ -580,7 +657,7 @@ class DecomposedModel:
                     if derivatives:
                         d2 = p2 * om[:, None] + 2 * p1 * d1 + p[:, None] * d2
                         d1 = p1 * om[:, None] + p[:, None] * d1
-                xi = (x[idx] - lv.centre(index)) / lv.half
+                xi = (x[idx] - lv.centre(index)) / lv.half_of(index)
                 yield j, idx, psi, d1, d2, np.ascontiguousarray(xi)
                 j += 1
 
@@ -760,7 +837,7 @@ def _from_config(cls: type, cfg: Mapping[str, Any], params: NDArray) -> "Decompo
     meta = cfg.get("metadata")
     if meta is not None and not isinstance(meta, dict):
         raise ValueError("metadata: expected a JSON object")
-    levels = [Level(lo, hi, g, lv["overlap"]) for g, lv in zip(grids, cfg["levels"])]
+    levels = [Level(lo, hi, g, lv["overlap"], lv.get("edges")) for g, lv in zip(grids, cfg["levels"])]
     return cls(levels, specs, params, constraint, meta)
 
 
