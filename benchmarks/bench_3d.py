@@ -3,7 +3,7 @@
 the centre of ``[−1, 1]³`` in a PML, closed-form field), W wavelengths across the cube.
 
     PYTHONPATH=python python benchmarks/bench_3d.py [--wavelengths 2,4,8] [--fd-ppw 4,6,8,10,12]
-        [--fd-pml 0.5] [--fd-timeout 600] [--memory 6G] [--solve 2@300,4@900] [--threads 2]
+        [--fd-pml 0.5] [--fd-timeout 600] [--memory 6G] [--solve 2@300,4@900] [--solve-memory M] [--threads 2]
         [--eval-points 4000] [--json out.json]
 
 For each W:
@@ -15,7 +15,8 @@ For each W:
   of its own, so that its peak memory (``resource.getrusage``' ``ru_maxrss``) is its own; beside
   it the memory ``fd_solve`` estimated before starting. The memory limit is ``--memory``
   (``HELMPINN_MEMORY_LIMIT`` of the children): a grid beyond it is refused before anything is
-  assembled, and the ladder of that W stops there. A solve past ``--fd-timeout`` seconds is
+  assembled, and the ladder of that W stops there. ``hp.solve`` runs under the library's own limit
+  (80% of the memory available) or ``--solve-memory``; a run beyond it is refused the same way. A solve past ``--fd-timeout`` seconds is
   killed and the ladder stops.
 - ``hp.solve`` with its defaults (``--solve W@SECONDS``: its time limit; a W not named there is
   not run), also in a child process; its error against time is its history's (``eval_time``,
@@ -26,7 +27,8 @@ Errors are relative L2 errors against the closed form on the same ``--eval-point
 of the physical cube for both methods (``fd_solve``'s solution interpolated by its cubic spline).
 The crossover printed at the end: at each ``fd_solve`` time, the network's error then; and the
 time each method needed to reach the other's best error. Run on a quiet machine: the times are
-wall-clock and a shared machine inflates them; the errors are not affected.
+wall-clock and a shared machine inflates them (the CPU seconds each child used are printed beside
+them: a measure of the work that sharing does not inflate); the errors are not affected.
 """
 from __future__ import annotations
 
@@ -92,7 +94,10 @@ def child_solve(W: float, time_limit: float, n_eval: int) -> dict:
     x = eval_points(n_eval)
     exact = problem.exact_at(x)
     t = time.perf_counter()
-    sol = hp.solve(problem, time_limit=time_limit, progress=False)
+    try:
+        sol = hp.solve(problem, time_limit=time_limit, progress=False)
+    except hp.memory.MemoryEstimateError as exc:
+        return {"refused": " ".join(str(exc).split())}
     wall = time.perf_counter() - t
     s = sol.settings
     dd = s.get("decomposition") or {}
@@ -107,15 +112,24 @@ def child_solve(W: float, time_limit: float, n_eval: int) -> dict:
 def run_child(args: list[str], timeout: float, env: dict) -> dict:
     """This script in a child process (``--child ...``); its JSON result, or ``{"failed": why}``."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", *args]
+    before = child_cpu_seconds()
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return {"failed": f"killed after {timeout:g} s"}
+        return {"failed": f"killed after {timeout:g} s", "cpu": child_cpu_seconds() - before}
+    cpu = child_cpu_seconds() - before
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode or not lines:
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"failed": f"exit {out.returncode}: {tail}"}
-    return json.loads(lines[-1])
+        return {"failed": f"exit {out.returncode}: {tail}", "cpu": cpu}
+    return {**json.loads(lines[-1]), "cpu": cpu}
+
+
+def child_cpu_seconds() -> float:
+    """The CPU seconds (user + system) of this process's finished children: the difference around
+    one child is its work, which a shared machine does not inflate as it does the wall time."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def fd_ladder(W: float, a: argparse.Namespace, env: dict) -> list[dict]:
@@ -146,8 +160,9 @@ def fd_line(r: dict) -> str:
     if "refused" in r:
         return head + "REFUSED (" + r["refused"] + ")"
     if "failed" in r:
-        return head + "FAILED (" + r["failed"] + ")"
-    return head + f"error {r['error']:.3e}, {r['seconds']:.1f} s, peak RSS {r['peak_rss'] / 1e9:.2f} GB"
+        return head + "FAILED (" + r["failed"] + f", {r.get('cpu', float('nan')):.0f} CPU s)"
+    return head + (f"error {r['error']:.3e}, {r['seconds']:.1f} s wall ({r.get('cpu', float('nan')):.0f} CPU s in all), "
+                   f"peak RSS {r['peak_rss'] / 1e9:.2f} GB")
 
 
 def error_at(curve: list, seconds: float) -> float | None:
@@ -168,8 +183,8 @@ def crossover(W: float, fd: list[dict], net: dict | None) -> None:
     done = [r for r in fd if "error" in r]
     refused = [r for r in fd if "refused" in r or "failed" in r]
     print(f"--- crossover, W={W:g}")
-    if net is None or "failed" in net:
-        print(f"  hp.solve: {'not run' if net is None else net['failed']}")
+    if net is None or "failed" in net or "refused" in net:
+        print(f"  hp.solve: {'not run' if net is None else net.get('failed') or 'refused: ' + net['refused']}")
     else:
         curve = net["curve"]
         for r in done:
@@ -194,7 +209,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--fd-ppw", default="4,6,8,10,12")
     ap.add_argument("--fd-pml", type=float, default=0.5, help="fd_solve's layer, in wavelengths")
     ap.add_argument("--fd-timeout", type=float, default=600.0)
-    ap.add_argument("--memory", default="6G", help="HELMPINN_MEMORY_LIMIT of the runs")
+    ap.add_argument("--memory", default="6G", help="HELMPINN_MEMORY_LIMIT of fd_solve's runs")
+    ap.add_argument("--solve-memory", default=None,
+                    help="HELMPINN_MEMORY_LIMIT of hp.solve's runs (default: the library's own limit)")
     ap.add_argument("--solve", default="", help="W@SECONDS,...: hp.solve's runs and time limits")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--eval-points", type=int, default=4000)
@@ -227,12 +244,16 @@ def main(argv=None) -> int:
         fd = fd_ladder(W, a, env)
         net = None
         if W in a.solve:
-            net = run_child(["solve", str(W), str(a.solve[W]), str(a.eval_points)], 3 * a.solve[W] + 600, env)
-            if "failed" in net:
-                print(f"W={W:g} hp.solve FAILED: {net['failed']}", flush=True)
+            net_env = {k: v for k, v in env.items() if k != "HELMPINN_MEMORY_LIMIT"}
+            if a.solve_memory:
+                net_env["HELMPINN_MEMORY_LIMIT"] = a.solve_memory
+            net = run_child(["solve", str(W), str(a.solve[W]), str(a.eval_points)], 3 * a.solve[W] + 600, net_env)
+            if "failed" in net or "refused" in net:
+                print(f"W={W:g} hp.solve " + (f"FAILED: {net['failed']}" if "failed" in net else f"REFUSED: {net['refused']}"),
+                      flush=True)
             else:
                 print(f"W={W:g} hp.solve ({net['config']}): error {net['error']:.3e} at {net['wall']:.0f} s wall, "
-                      f"peak RSS {net['peak_rss'] / 1e9:.2f} GB, stop {net['stop']}; curve "
+                      f"{net['cpu']:.0f} CPU s, peak RSS {net['peak_rss'] / 1e9:.2f} GB, stop {net['stop']}; curve "
                       + ", ".join(f"{e:.2e}@{t:.0f}s" for t, e in net["curve"]), flush=True)
         results[W] = {"fd": fd, "solve": net}
         print(f"load {os.getloadavg()}", flush=True)
