@@ -15,7 +15,8 @@ For each W:
   of its own, so that its peak memory (``resource.getrusage``' ``ru_maxrss``) is its own; beside
   it the memory ``fd_solve`` estimated before starting. The memory limit is ``--memory``
   (``HELMPINN_MEMORY_LIMIT`` of the children): a grid beyond it is refused before anything is
-  assembled, and the ladder of that W stops there. ``hp.solve`` runs under the library's own limit
+  assembled, and the ladder of that W stops there; after a solve killed or failed, the finer grids
+  are only checked against the limit. ``hp.solve`` runs under the library's own limit
   (80% of the memory available) or ``--solve-memory``; a run beyond it is refused the same way. A solve past ``--fd-timeout`` seconds is
   killed and the ladder stops.
 - ``hp.solve`` with its defaults (``--solve W@SECONDS``: its time limit; a W not named there is
@@ -133,10 +134,11 @@ def child_cpu_seconds() -> float:
 
 
 def fd_ladder(W: float, a: argparse.Namespace, env: dict) -> list[dict]:
-    """``fd_solve`` at each ``--fd-ppw``, until refused for memory, killed, or failed."""
+    """``fd_solve`` at each ``--fd-ppw`` until refused for memory; after one killed (``--fd-timeout``)
+    or failed, the finer grids only checked against the memory limit."""
     from helmpinn import memory
 
-    rows = []
+    rows, stopped = [], False
     for ppw in a.fd_ppw:
         h, nodes = fd_grid(W, ppw, a.fd_pml)
         row = {"W": W, "ppw": ppw, "h": h, "nodes": nodes, "estimate": memory.fd_memory_estimate(nodes, 3)}
@@ -146,11 +148,15 @@ def fd_ladder(W: float, a: argparse.Namespace, env: dict) -> list[dict]:
         except memory.MemoryEstimateError as exc:
             row["refused"] = str(exc).splitlines()[0]
         else:
-            row.update(run_child(["fd", str(W), str(ppw), str(a.fd_pml), str(a.eval_points)], a.fd_timeout, env))
+            if stopped:
+                row["skipped"] = "a coarser grid was killed or failed"
+            else:
+                row.update(run_child(["fd", str(W), str(ppw), str(a.fd_pml), str(a.eval_points)], a.fd_timeout, env))
         rows.append(row)
         print(fd_line(row), flush=True)
-        if "refused" in row or "failed" in row:
+        if "refused" in row:
             break
+        stopped = stopped or "failed" in row
     return rows
 
 
@@ -159,6 +165,8 @@ def fd_line(r: dict) -> str:
             f"estimate {r['estimate'] / 1e9:.2f} GB: ")
     if "refused" in r:
         return head + "REFUSED (" + r["refused"] + ")"
+    if "skipped" in r:
+        return head + "fits the memory limit; not run (" + r["skipped"] + ")"
     if "failed" in r:
         return head + "FAILED (" + r["failed"] + f", {r.get('cpu', float('nan')):.0f} CPU s)"
     return head + (f"error {r['error']:.3e}, {r['seconds']:.1f} s wall ({r.get('cpu', float('nan')):.0f} CPU s in all), "
