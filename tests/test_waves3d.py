@@ -2,7 +2,9 @@
 its far field, and a finite-difference solution of the built-in ``free-source-3d``."""
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from scipy.integrate import quad
 import helmpinn as hp
 from helmpinn.problems import waves3d
 from helmpinn.reference import fd_solve
+from helmpinn.reference.fd import _grid
 
 
 def _quadrature(r: float, k: float, s: float) -> complex:
@@ -207,3 +210,20 @@ def test_scatter_sphere_builtin():
     assert np.max(np.abs(total)) < 1e-10
     assert np.allclose(bc.values(b.x[on]),
                        -np.exp(1j * p.wavenumber * b.x[on, 2]))
+
+
+def test_bench_3d_grid_is_fd_solves_grid():
+    """benchmarks/bench_3d.py predicts fd_solve's node count (its memory check comes first, so a
+    wrong count would check the wrong grid against the limit)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_3d", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_3d.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for W, ppw, layer in ((2, 8, 0.5), (4, 6, 0.5), (8, 10, 0.5), (3, 7, 1.0)):
+        lam = 2.0 / W
+        h, nodes = bench.fd_grid(W, ppw, layer)
+        _, _, n = _grid(waves3d.free_source_3d(W, pml_width=layer * lam), h)
+        assert nodes == int(np.prod(np.asarray(n) + 1)), (W, ppw, layer)
+    assert bench.error_at([[1.0, 0.5], [3.0, 0.1]], 2.0) == 0.5
+    assert bench.error_at([[1.0, 0.5]], 0.5) is None
+    assert bench.time_to([(1.0, 0.5), (3.0, 0.1), (5.0, 0.05)], 0.2) == 3.0
