@@ -1,5 +1,7 @@
 """The 3-D Gaussian source's closed-form field (helmpinn.problems.waves3d) against quadrature, its PDE,
-its far field, and a finite-difference solution of the built-in ``free-source-3d``."""
+its far field, and a finite-difference solution of the built-in ``free-source-3d``; the sound-soft
+sphere's series (``scatter-sphere``) against its PDE, its boundary condition and the radiation
+condition; benchmarks/bench_3d.py's grid."""
 from __future__ import annotations
 
 import importlib.util
