@@ -32,6 +32,11 @@ run as code), the state is ``OUT/inversion.npz``'s (:meth:`helmpinn.Inversion.lo
 and only ``--time-limit``, ``--max-steps``, ``--threads``, ``--quiet`` and ``--no-plots`` may be
 given with it. The continued run is the uninterrupted one (:func:`helmpinn.invert`'s ``start``).
 A finished run, a classical one, or a folder without those two files is refused (status 2).
+
+This module holds the command's course (set-up, the method's run under the stop handlers, the
+last line and exit status); its options and files are :mod:`helmpinn.cli.invert_options`, its
+inputs :mod:`helmpinn.cli.invert_inputs`, ``--resume`` :mod:`helmpinn.cli.invert_resume`, what
+it writes :mod:`helmpinn.cli.invert_outputs`.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["add_parser", "RESULT", "OUTPUTS", "FIGURE", "REPORT", "VELOCITY", "DEFAULT_TIME_LIMIT", "DEFAULT_OUT"]
+__all__ = ["add_parser", "parser", "RESULT", "OUTPUTS", "FIGURE", "REPORT", "VELOCITY", "DEFAULT_TIME_LIMIT", "DEFAULT_OUT"]
 
 #: The result file of each method.
 RESULT = {"pinn": "inversion.npz", "fwi": "fwi.npz"}

@@ -5,7 +5,8 @@
 factory's keyword options too; an option the problem does not take is refused naming those it
 does), trains a model with settings derived from the problem (the optimiser and the model
 :func:`helmpinn.solve` picks, unless ``--optimizer`` names one: the run plan of
-:func:`helmpinn.run_plan`, whose fields the flags override through one table, :data:`FLAG_FIELDS`) and writes
+:func:`helmpinn.run_plan`, whose fields the flags override through one table,
+:data:`~helmpinn.cli.train_options.FLAG_FIELDS`) and writes
 ``OUT/model.npz``, ``OUT/metrics.json`` and PNG figures (``solution.png``, ``error.png``,
 ``history.png``).
 
@@ -40,6 +41,11 @@ cuda`` trains on the first GPU; without a CUDA build or a visible GPU, or with `
 that diverges (non-finite loss or parameters) keeps the last good checkpoint and exits with
 status 1; without a checkpoint it writes no model, and a previous run's model in OUT stays with
 its report (this run's report then goes to ``diverged-metrics.json``).
+
+This module holds the run's course (its set-up, the training, the hand-over to the report);
+its options are :mod:`helmpinn.cli.train_options`, what a new run trains
+:mod:`helmpinn.cli.train_settings`, ``--resume`` :mod:`helmpinn.cli.train_resume`, the report
+and exit status :mod:`helmpinn.cli.train_report`.
 """
 from __future__ import annotations
 
