@@ -76,7 +76,9 @@ falling steadily at 2000 steps (the sound-hard cylinder: 1.3e-2 after 2000, 6.7e
 An Adam warm start before LM (:func:`run_settings` "auto") stays at 2000 steps.
 
 **Optimiser**: :func:`run_settings` with "auto" (:func:`helmpinn.solve`) takes LM where its
-dense system fits a memory budget, else an Adam warm start then matrix-free LM.
+dense system fits a memory budget, else an Adam warm start then matrix-free LM. Which of LM's
+solvers fits a budget is one rule, :func:`lm_memory_rule`, which LM's own choice
+(:func:`helmpinn.optim.lm.choose_solver`) applies too.
 
 **A decomposed model** (:func:`helmpinn.training.dd_driver.decomposed_settings`, what :func:`helmpinn.solve` and ``helmpinn train
 --optimizer auto`` take above :data:`DECOMPOSE_ABOVE` wavelengths across the sampled domain,
@@ -168,6 +170,8 @@ Functions:
   Adam warm start when its dense system is too large): Adam's settings with what the optimiser
   changes (L-BFGS: float64 on fixed points; LM: :func:`lm_settings`), the Adam warm start, and
   the optimiser's own options.
+- :func:`lm_memory_rule`: which of LM's solvers (dense primal or dual, or matrix-free CG) a
+  memory budget allows.
 
 The optimisers' own options and their defaults are their settings tables in
 :mod:`helmpinn.training.drivers` (``AdamSettings``, ``LBFGSSettings``, ``LMSettings``).
@@ -177,7 +181,7 @@ A problem's ``hints`` still replace any entry (``hints["weights"]``, ``hints["ad
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -189,7 +193,8 @@ __all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "LM_BOUNDARY_SHARE", "ADAM_POINTS_PER
            "ADAM_LR", "ADAM_SCHEDULE", "ADAM_BETAS", "ADAM_STEPS", "ADAM_PML_STEPS", "LM_GROW_GAP", "LM_GROW_PATIENCE",
            "LM_GROW_FACTOR", "LM_GROW_MAX",
            "scale_wavenumber", "wavelengths", "wavelengths_across", "points_rule", "fourier_sigma", "auto_weights",
-           "default_settings", "lm_settings", "LM_OPTIONS", "lm_options", "run_settings", "STALL_WINDOW", "STALL_FACTOR",
+           "default_settings", "lm_settings", "LM_OPTIONS", "lm_options", "lm_memory_rule", "run_settings", "STALL_WINDOW",
+           "STALL_FACTOR",
            "DECOMPOSE_ABOVE", "SUBDOMAINS_PER_WAVELENGTH", "DD_POINTS_PER_WAVELENGTH", "DD_DAMPING", "DD_CG_MAXITER",
            "DD_GROW_GAP", "GN_BY_DIMENSION", "DD_ADAM_SETTINGS", "should_decompose"]
 
@@ -445,6 +450,28 @@ def lm_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
     return {k: defaults[k] for k in LM_OPTIONS if k in defaults}
 
 
+def lm_memory_rule(P: int, R: int, need: Callable[[str], int], budget: int, ranks: int = 1) -> str:
+    """The solver of Levenberg-Marquardt that ``budget`` bytes allow for ``P`` parameters and ``R``
+    residuals, ``need(solver)`` being the bytes the dense solver ``solver`` ("primal": P×P
+    matrices; "dual": R×R) holds: over MPI (``ranks`` > 1) "primal" (its P×P system is summed over
+    the ranks); else "primal" when R >= P and "dual" when R < P (the smaller system), and when that
+    one does not fit the other where it fits; else "cg", matrix-free, its memory O(P + R).
+
+    The one place this rule is written. :func:`helmpinn.optim.lm.choose_solver` (LM's
+    ``solver="auto"``) applies it with :func:`helmpinn.optim.lm.memory_estimate`, what LM holds
+    (its Jacobian made in chunks), within ``max_matrix_bytes``; :func:`run_settings` ("auto")
+    with the whole dense system, J and JᵀJ, 8 (P·R + P²) bytes for either solver, within
+    ``memory_bytes``. The two counts differ (LM makes its Jacobian in chunks): where the whole J
+    is over ``memory_bytes`` and LM's own count within it, the plan takes the Adam warm start and
+    CG all the same.
+    """
+    order = ["primal"] if int(ranks) > 1 else (["primal", "dual"] if R >= P else ["dual", "primal"])
+    for name in order:
+        if need(name) <= budget:
+            return name
+    return "cg"
+
+
 def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 << 30) -> dict[str, Any]:
     """The settings ``helmpinn train --optimizer OPTIMIZER`` starts from on ``problem``.
 
@@ -453,15 +480,16 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
     (2000 iterations, the error every 50), "lm" takes :func:`lm_settings` (its
     network, points and precision) and its options under ``settings["lm"]`` (keywords of
     :class:`helmpinn.training.drivers.LMDriver`). "auto" (:func:`helmpinn.solve`) is "lm" when the
-    dense system fits ``memory_bytes`` (8 bytes × (P·R + P²), P parameters and R residuals),
-    else :data:`ADAM_STEPS` Adam steps as a warm start, then LM with its matrix-free
-    solver ("cg", memory O(P + R)).
+    dense system fits ``memory_bytes`` (:func:`lm_memory_rule` with 8 bytes × (P·R + P²), P
+    parameters and R residuals), else :data:`ADAM_STEPS` Adam steps as a warm start, then LM
+    with its matrix-free solver ("cg", memory O(P + R)).
     """
     if optimizer == "auto":
         settings = run_settings(problem, "lm")
         P = _core.ModelSpec(problem.dim, settings["ff_dim"], settings["hidden"], settings["layers"]).num_params
         R = 2 * (settings["pde_points"] + settings["bc_points"])   # (re, im) per point
-        if 8 * (P * R + P * P) > memory_bytes:
+        dense = 8 * (P * R + P * P)   # the whole dense system, J and JᵀJ, for either solver
+        if lm_memory_rule(P, R, lambda solver: dense, memory_bytes) == "cg":
             settings.update(warm_start=ADAM_STEPS, lm={**settings["lm"], "solver": "cg"})
         return settings
     if optimizer not in OPTIMIZERS:

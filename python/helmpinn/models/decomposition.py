@@ -42,7 +42,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -50,16 +50,18 @@ from numpy.typing import ArrayLike, NDArray
 from .. import _core, distributed
 from .._checks import integer, real_number
 from .._files import read_npz, write_atomic
-from ..problems.batch import Batch, alike_on_every_axis, operator_a
+from ..problems.batch import TERMS, Batch, alike_on_every_axis, operator_a
 from .model import Model
 from ..params import init_params, sigma_for
 
 __all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals",
-           "assign_subdomains", "CARRIER_TERM", "FORMAT", "WINDOW_CUTOFF", "MIN_OVERLAP", "MIN_CONSTRAINT_SCALE",
+           "assign_subdomains", "term_means", "CARRIER_TERM", "FORMAT", "STATE_KEY", "WINDOW_CUTOFF", "MIN_OVERLAP", "MIN_CONSTRAINT_SCALE",
            "MAX_SUBDOMAINS", "WINDOW_CHUNK", "subdomain_grid"]
 
 #: The ``kind`` written into a saved decomposed model.
 FORMAT = "helmpinn-decomposed-1"
+#: The metadata key under which a decomposed model's file keeps its optimiser state.
+STATE_KEY = "optimizer_state"
 #: Window values below this count as outside a subdomain (its network is not evaluated there).
 WINDOW_CUTOFF = 1e-13
 #: The least overlap: between two subdomains the bumps are ``exp(−1/(2 overlap))`` about, which
@@ -325,6 +327,75 @@ def _spec_config(spec: _core.ModelSpec) -> list[int]:
     return [spec.in_dim, spec.ff_dim, spec.hidden_dim, spec.num_hidden_layers]
 
 
+def _check_parts(levels: Sequence[Level], specs: Sequence[_core.ModelSpec], constraint: Any) -> int:
+    """The dimension of a :class:`DecomposedModel`'s ``levels`` (one box for all), after checking
+    them, ``specs`` (one per level, of that dimension) and ``constraint`` (None or a
+    :class:`BoxConstraint` on that box): a TypeError/ValueError naming the argument."""
+    if not levels:
+        raise ValueError("levels: expected at least one Level")
+    if len(specs) != len(levels):
+        raise ValueError(f"specs: expected one ModelSpec per level ({len(levels)}), got {len(specs)}")
+    d = levels[0].dim
+    for lv in levels:
+        if not isinstance(lv, Level):
+            raise TypeError(f"levels: expected helmpinn.models.decomposition.Level objects, got {type(lv).__name__}")
+        if lv.dim != d or not (np.array_equal(lv.lo, levels[0].lo) and np.array_equal(lv.hi, levels[0].hi)):
+            raise ValueError("levels: every level must cover the same box")
+    for s in specs:
+        if s.in_dim != d:
+            raise ValueError(f"specs: expected in_dim {d} (the box's dimension), got {s.in_dim}")
+    if constraint is not None and (not isinstance(constraint, BoxConstraint) or len(constraint.lo) != d):
+        raise TypeError(f"constraint: expected None or a BoxConstraint in {d} dimensions")
+    if constraint is not None:   # φ vanishes on the faces of the model's own box, nowhere else
+        tol = 1e-12 * float(np.max(levels[0].hi - levels[0].lo))
+        if not (np.allclose(constraint.lo, levels[0].lo, rtol=0, atol=tol)
+                and np.allclose(constraint.hi, levels[0].hi, rtol=0, atol=tol)):
+            raise ValueError(f"constraint: its box [{constraint.lo.tolist()}, {constraint.hi.tolist()}] is not "
+                             f"the model's [{levels[0].lo.tolist()}, {levels[0].hi.tolist()}]")
+    if sum(len(lv) for lv in levels) > MAX_SUBDOMAINS:
+        raise ValueError(f"levels: {sum(len(lv) for lv in levels):,} subdomains, more than {MAX_SUBDOMAINS:,}")
+    return d
+
+
+def _level_covers(lv: Level, x: NDArray, derivatives: bool) -> tuple[NDArray | None, ...]:
+    """:meth:`Level.covers` of all the points x, :data:`WINDOW_CHUNK` points at a time
+    (the chunks' pairs merged in the order of subdomain, then point)."""
+    if len(x) <= WINDOW_CHUNK:
+        return lv.covers(x, derivatives)
+    chunks = []
+    for c0 in range(0, len(x), WINDOW_CHUNK):
+        got = lv.covers(x[c0:c0 + WINDOW_CHUNK], derivatives)
+        chunks.append([got[0], got[1] + c0, *got[2:]])
+    order = np.argsort(np.concatenate([c[0] for c in chunks]), kind="stable")
+    out = []
+    for m in range(6):
+        out.append(None if chunks[0][m] is None else np.concatenate([c[m] for c in chunks])[order])
+        for c in chunks:   # each column's chunks freed once merged
+            c[m] = None
+    return tuple(out)
+
+
+def _jsonable(obj: Any) -> Any:
+    """``obj`` with NumPy scalars and arrays as JSON numbers and lists (complex as [re, im])."""
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return _jsonable(obj.item())
+    if isinstance(obj, complex):
+        return [obj.real, obj.imag]
+    return obj
+
+
+def term_means(sums: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
+    """Each term's unweighted mean (what a :class:`~helmpinn.training.drivers.StepInfo` reports) from
+    its weighted sum of squared residuals ``sums`` (a term without rows: 0)."""
+    return {t: float(sums.get(t, 0.0)) / weights[t] if weights[t] > 0 else 0.0 for t in TERMS}
+
+
 class DecomposedModel:
     """``u = φ Σ_levels Σ_j ω_j N_j((x − c_j)/h_j)`` on the box ``[lo, hi]`` (module docstring).
 
@@ -333,36 +404,29 @@ class DecomposedModel:
     vector of every subnetwork's parameters, level by level, subdomain by subdomain (C order of
     the grid); ``constraint``: None or a :class:`BoxConstraint`. Use :meth:`create` for a freshly
     initialised model.
+
+    It has the run loop's model protocol
+    (:class:`~helmpinn.models.model_protocol.TrainableModel`), so a :class:`~helmpinn.Trainer`
+    trains it as it is: float64 on the CPU, its own loss on a run's points (:meth:`objective`,
+    :meth:`loss_function`, :meth:`training_residuals`; no core network of its own: ``spec`` is
+    None), its optimiser state (``optimizer_state``) kept in its file's metadata under
+    :data:`STATE_KEY`.
     """
+
+    #: The kind of model, as the drivers' ``trains`` name it (the protocol's ``kind``).
+    kind: ClassVar[str] = "decomposed"
+    #: The optimiser a Trainer runs on it when none is named.
+    default_optimizer: ClassVar[str] = "gn"
+    #: No one core network whose loss the run loop computes: the model computes its own.
+    spec: ClassVar[None] = None
 
     def __init__(self, levels: Sequence[Level], specs: Sequence[_core.ModelSpec], params: ArrayLike,
                  constraint: BoxConstraint | None = None, metadata: Mapping[str, Any] | None = None):
-        if not levels:
-            raise ValueError("levels: expected at least one Level")
-        if len(specs) != len(levels):
-            raise ValueError(f"specs: expected one ModelSpec per level ({len(levels)}), got {len(specs)}")
-        d = levels[0].dim
-        for lv in levels:
-            if not isinstance(lv, Level):
-                raise TypeError(f"levels: expected helmpinn.models.decomposition.Level objects, got {type(lv).__name__}")
-            if lv.dim != d or not (np.array_equal(lv.lo, levels[0].lo) and np.array_equal(lv.hi, levels[0].hi)):
-                raise ValueError("levels: every level must cover the same box")
-        for s in specs:
-            if s.in_dim != d:
-                raise ValueError(f"specs: expected in_dim {d} (the box's dimension), got {s.in_dim}")
-        if constraint is not None and (not isinstance(constraint, BoxConstraint) or len(constraint.lo) != d):
-            raise TypeError(f"constraint: expected None or a BoxConstraint in {d} dimensions")
-        if constraint is not None:   # φ vanishes on the faces of the model's own box, nowhere else
-            tol = 1e-12 * float(np.max(levels[0].hi - levels[0].lo))
-            if not (np.allclose(constraint.lo, levels[0].lo, rtol=0, atol=tol)
-                    and np.allclose(constraint.hi, levels[0].hi, rtol=0, atol=tol)):
-                raise ValueError(f"constraint: its box [{constraint.lo.tolist()}, {constraint.hi.tolist()}] is not "
-                                 f"the model's [{levels[0].lo.tolist()}, {levels[0].hi.tolist()}]")
-        if sum(len(lv) for lv in levels) > MAX_SUBDOMAINS:
-            raise ValueError(f"levels: {sum(len(lv) for lv in levels):,} subdomains, more than {MAX_SUBDOMAINS:,}")
+        d = _check_parts(levels, specs, constraint)
         self.levels, self.specs, self.constraint = list(levels), list(specs), constraint
         self.lo, self.hi, self.dim = levels[0].lo, levels[0].hi, d
         self.metadata = dict(metadata or {})
+        self.optimizer_state: dict[str, Any] = dict(self.metadata.pop(STATE_KEY, None) or {})
         self.subdomains: list[dict[str, Any]] = []
         off = 0
         for li, (lv, spec) in enumerate(zip(levels, specs)):
@@ -409,6 +473,38 @@ class DecomposedModel:
     def in_dim(self) -> int:
         """The points' dimension (the box's; as :attr:`helmpinn.Model.in_dim`)."""
         return self.dim
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.params.dtype
+
+    def to(self, device: str) -> "DecomposedModel":
+        """This model, which trains on the CPU only (its products are host arrays)."""
+        if device != "cpu":
+            raise ValueError(f"device: a decomposed model trains on the CPU (its products are host "
+                             f"arrays), got {device!r}; use device='cpu'")
+        return self
+
+    def params_host(self) -> NDArray[np.float64]:
+        """A copy of the parameters."""
+        return self.params.copy()
+
+    def set_params(self, values: ArrayLike) -> None:
+        """Overwrite the parameters in place."""
+        values = np.asarray(values, np.float64)
+        if values.shape != self.params.shape:
+            raise ValueError(f"set_params: expected shape {self.params.shape}, got {values.shape}")
+        self.params[...] = values
+
+    def copy(self) -> "DecomposedModel":
+        """An independent copy (parameters, metadata and optimiser state)."""
+        return type(self)(self.levels, self.specs, self.params.copy(), self.constraint,
+                          {**json.loads(json.dumps(_jsonable(self.metadata))),
+                           STATE_KEY: _jsonable(self.optimizer_state)})
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling and ``copy.deepcopy`` leave out the cached Workspaces (rebuilt by the next
@@ -461,31 +557,13 @@ class DecomposedModel:
         the output (about ``(1 + overlap)^d`` entries per point)."""
         return self._pieces(self._check_points(x), derivatives)
 
-    @staticmethod
-    def _level_covers(lv: Level, x: NDArray, derivatives: bool) -> tuple[NDArray | None, ...]:
-        """:meth:`Level.covers` of all the points x, :data:`WINDOW_CHUNK` points at a time
-        (the chunks' pairs merged in the order of subdomain, then point)."""
-        if len(x) <= WINDOW_CHUNK:
-            return lv.covers(x, derivatives)
-        chunks = []
-        for c0 in range(0, len(x), WINDOW_CHUNK):
-            got = lv.covers(x[c0:c0 + WINDOW_CHUNK], derivatives)
-            chunks.append([got[0], got[1] + c0, *got[2:]])
-        order = np.argsort(np.concatenate([c[0] for c in chunks]), kind="stable")
-        out = []
-        for m in range(6):
-            out.append(None if chunks[0][m] is None else np.concatenate([c[m] for c in chunks])[order])
-            for c in chunks:   # each column's chunks freed once merged
-                c[m] = None
-        return tuple(out)
-
     def _pieces(self, x: NDArray, derivatives: bool
                 ) -> Iterator[tuple[int, NDArray, NDArray, NDArray | None, NDArray | None, NDArray]]:
         """:meth:`pieces` of points already checked."""
         phi = self.constraint(x) if self.constraint is not None else None
         j = 0
         for lv in self.levels:
-            sub, pt, omega, w0s, w1s, w2s = self._level_covers(lv, x, derivatives)
+            sub, pt, omega, w0s, w1s, w2s = _level_covers(lv, x, derivatives)
             bounds = np.searchsorted(sub, np.arange(len(lv) + 1))
             for s, index in enumerate(lv.indices):
                 lo, hi = bounds[s], bounds[s + 1]
@@ -547,6 +625,62 @@ class DecomposedModel:
         ``modes``: mode rows; see :class:`DecomposedResiduals`)."""
         return DecomposedResiduals(self, rows, comm=comm, modes=modes)
 
+    # -- its loss on a run's points (the run loop's protocol) ---------------------------------------
+    def training_rows(self, training_set: Any, weights: Mapping[str, float]) -> Rows:
+        """The rows of the points ``training_set`` with ``weights``; with a hard constraint,
+        without the data rows that it satisfies identically (zero data where φ = 0: their
+        residuals and gradients are zero, so the loss is the same)."""
+        rows = Rows.from_training_set(training_set, weights)
+        if self.constraint is None or not np.any(rows.term == "data"):
+            return rows
+        phi = np.ones(len(rows))
+        data = rows.term == "data"
+        phi[data] = self.constraint(rows.x[data])[0]
+        keep = ~(data & (phi == 0) & (rows.f == 0))
+        return Rows(*(getattr(rows, k)[keep] for k in ("x", "a", "b", "c", "f", "term")))
+
+    def training_residuals(self, training_set: Any, weights: Mapping[str, float], comm: Any = None,
+                           modes: Callable[[Rows], Any] | None = None) -> "DecomposedResiduals":
+        """The :class:`DecomposedResiduals` of :meth:`training_rows`, with ``modes(rows)``'s mode
+        rows where given (None: none; ``modes`` may also return ``(more, M)``: rows of its own,
+        appended after the points', and M over all of them). Over MPI (``comm`` of several
+        ranks, ``training_set`` this rank's share of a run's points) every rank holds every
+        rank's points (:func:`helmpinn.distributed.gather_training_set`) and its own subdomains
+        (``residuals_for(rows, comm=)``): the subdomains, not the points, are split."""
+        comm = comm if comm is not None and comm.Get_size() > 1 else None
+        if comm is not None:
+            training_set = distributed.gather_training_set(comm, training_set)
+        rows = self.training_rows(training_set, weights)
+        m = None if modes is None else modes(rows)
+        if isinstance(m, tuple):   # rows of their own for the mode rows, after the points'
+            more, m = m
+            rows = Rows.concat([rows, more])
+        return self.residuals_for(rows, comm=comm, modes=m)
+
+    def objective(self, training_set: Any, weights: Mapping[str, float], comm: Any = None
+                  ) -> Callable[[NDArray, NDArray], tuple[float, dict[str, float]]]:
+        """The loss on a run's points and its gradient, for an optimiser that needs only these
+        (Adam): ``value_and_grad(θ, grad) -> (loss, terms)``, the loss ``Σ r²`` of
+        :meth:`training_residuals`' ``r``, its gradient ``2 Jᵀr`` (one core ``vjp`` per
+        subnetwork) written into ``grad``, and each term's unweighted mean. Over MPI the same
+        numbers on every rank (the residuals are summed over the ranks, the gradient's ranges
+        gathered)."""
+        res = self.training_residuals(training_set, weights, comm)
+
+        def value_and_grad(theta: NDArray, grad: NDArray) -> tuple[float, dict[str, float]]:
+            r = res.residuals(theta)
+            g = res.gather(res.vjp(theta, r))
+            np.multiply(g, 2.0, out=grad)
+            return float(r @ r), term_means(res.term_losses(r), weights)
+
+        return value_and_grad
+
+    def loss_function(self, training_set: Any, weights: Mapping[str, float]) -> Callable[[NDArray], float]:
+        """``θ -> loss`` on the points of ``training_set`` with ``weights`` (the core's loss:
+        each term's weight times its mean squared residual)."""
+        res = self.training_residuals(training_set, weights)
+        return lambda theta: float(np.sum(res.residuals(theta) ** 2))
+
     # -- files ---------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
         return {"kind": FORMAT, "lo": self.lo.tolist(), "hi": self.hi.tolist(),
@@ -555,10 +689,16 @@ class DecomposedModel:
                 "constraint": None if self.constraint is None else self.constraint.config(),
                 "metadata": self.metadata}
 
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, *, optimizer_state: Mapping[str, Any] | None = None,
+             metadata: Mapping[str, Any] | None = None) -> None:
         """Write params and configuration to one ``.npz`` atomically (a temporary file in the
-        same folder, then ``os.replace``)."""
-        write_atomic(path, lambda fh: np.savez(fh, params=self.params, config=np.array(json.dumps(self.config()))))
+        same folder, then ``os.replace``; the folder is made if needed), with ``metadata`` and
+        ``optimizer_state`` (default: the model's own) in the configuration's metadata."""
+        meta = {**(self.metadata if metadata is None else metadata),
+                STATE_KEY: dict(self.optimizer_state if optimizer_state is None else optimizer_state)}
+        config = {**self.config(), "metadata": _jsonable(meta)}
+        os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
+        write_atomic(path, lambda fh: np.savez(fh, params=self.params, config=np.array(json.dumps(config))))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "DecomposedModel":
@@ -581,47 +721,47 @@ class DecomposedModel:
             raise ValueError(f"{path}: not a decomposed model of format {FORMAT!r}")
         params = arrays["params"]
         try:
-            return cls._from_config(cfg, params)
+            return _from_config(cls, cfg, params)
         except (KeyError, TypeError, ValueError, OverflowError) as e:
             what = f"missing entry {e}" if isinstance(e, KeyError) else str(e)
             raise ValueError(f"{path}: inconsistent decomposed model ({what})") from None
 
-    @classmethod
-    def _from_config(cls, cfg: Mapping[str, Any], params: NDArray) -> "DecomposedModel":
-        """The model of a file's ``config`` and ``params`` (:meth:`load`), each entry checked
-        before it is used."""
-        lo, hi = _box(cfg["lo"], cfg["hi"], "lo, hi")
-        d = len(lo)
-        if not isinstance(cfg["levels"], list) or not isinstance(cfg["specs"], list) \
-                or not cfg["levels"] or len(cfg["specs"]) != len(cfg["levels"]):
-            raise ValueError("levels, specs: expected one spec per level, at least one level")
-        grids = [subdomain_grid(lv["grid"], d, f"levels[{i}].grid") for i, lv in enumerate(cfg["levels"])]
-        specs = []
-        for i, sp in enumerate(cfg["specs"]):
-            if not isinstance(sp, list) or len(sp) != 4:
-                raise ValueError(f"specs[{i}]: expected 4 integers (in_dim, ff_dim, hidden_dim, layers), got {sp!r}")
-            specs.append(_core.ModelSpec(*(integer("specs", f"specs[{i}]", v, low=1) for v in sp)))
-        total = sum(math.prod(g) for g in grids)
-        if total > MAX_SUBDOMAINS:
-            raise ValueError(f"levels: {total:,} subdomains, more than {MAX_SUBDOMAINS:,}")
-        expected = sum(math.prod(g) * s.num_params for g, s in zip(grids, specs))
-        if params.ndim != 1 or len(params) != expected or params.dtype.kind != "f":
-            raise ValueError(f"params: the grids and specs need a float vector of {expected:,} parameters, "
-                             f"got {params.dtype} {params.shape}")
-        if not np.all(np.isfinite(params)):
-            raise ValueError("params contain NaN or Inf")
-        c = cfg["constraint"]
-        constraint = None
-        if c is not None:
-            if not isinstance(c, dict) or c.get("kind") != "box":
-                kind = c.get("kind") if isinstance(c, dict) else c
-                raise ValueError(f"constraint: unknown kind {kind!r} (this helmpinn knows 'box')")
-            constraint = BoxConstraint(c["lo"], c["hi"], c["scale"])
-        meta = cfg.get("metadata")
-        if meta is not None and not isinstance(meta, dict):
-            raise ValueError("metadata: expected a JSON object")
-        levels = [Level(lo, hi, g, lv["overlap"]) for g, lv in zip(grids, cfg["levels"])]
-        return cls(levels, specs, params, constraint, meta)
+
+def _from_config(cls: type, cfg: Mapping[str, Any], params: NDArray) -> "DecomposedModel":
+    """The model (of class ``cls``) of a file's ``config`` and ``params``
+    (:meth:`DecomposedModel.load`), each entry checked before it is used."""
+    lo, hi = _box(cfg["lo"], cfg["hi"], "lo, hi")
+    d = len(lo)
+    if not isinstance(cfg["levels"], list) or not isinstance(cfg["specs"], list) \
+            or not cfg["levels"] or len(cfg["specs"]) != len(cfg["levels"]):
+        raise ValueError("levels, specs: expected one spec per level, at least one level")
+    grids = [subdomain_grid(lv["grid"], d, f"levels[{i}].grid") for i, lv in enumerate(cfg["levels"])]
+    specs = []
+    for i, sp in enumerate(cfg["specs"]):
+        if not isinstance(sp, list) or len(sp) != 4:
+            raise ValueError(f"specs[{i}]: expected 4 integers (in_dim, ff_dim, hidden_dim, layers), got {sp!r}")
+        specs.append(_core.ModelSpec(*(integer("specs", f"specs[{i}]", v, low=1) for v in sp)))
+    total = sum(math.prod(g) for g in grids)
+    if total > MAX_SUBDOMAINS:
+        raise ValueError(f"levels: {total:,} subdomains, more than {MAX_SUBDOMAINS:,}")
+    expected = sum(math.prod(g) * s.num_params for g, s in zip(grids, specs))
+    if params.ndim != 1 or len(params) != expected or params.dtype.kind != "f":
+        raise ValueError(f"params: the grids and specs need a float vector of {expected:,} parameters, "
+                         f"got {params.dtype} {params.shape}")
+    if not np.all(np.isfinite(params)):
+        raise ValueError("params contain NaN or Inf")
+    c = cfg["constraint"]
+    constraint = None
+    if c is not None:
+        if not isinstance(c, dict) or c.get("kind") != "box":
+            kind = c.get("kind") if isinstance(c, dict) else c
+            raise ValueError(f"constraint: unknown kind {kind!r} (this helmpinn knows 'box')")
+        constraint = BoxConstraint(c["lo"], c["hi"], c["scale"])
+    meta = cfg.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise ValueError("metadata: expected a JSON object")
+    levels = [Level(lo, hi, g, lv["overlap"]) for g, lv in zip(grids, cfg["levels"])]
+    return cls(levels, specs, params, constraint, meta)
 
 
 def assign_subdomains(costs: Sequence[float], size: int) -> NDArray[np.int64]:

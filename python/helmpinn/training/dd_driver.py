@@ -1,12 +1,12 @@
 """Domain-decomposed models in the run loop: the Gauss-Newton driver and the decomposition's
 default sizing.
 
-**The model protocol** the :class:`~helmpinn.Trainer` needs, and
-:class:`TrainableDecomposedModel`, a decomposed model that has it, are in
-:mod:`helmpinn.models.model_protocol` (importable from here too).
+**The model protocol** the :class:`~helmpinn.Trainer` needs is
+:class:`helmpinn.models.model_protocol.TrainableModel`;
+:class:`~helmpinn.models.decomposition.DecomposedModel` has it (its own loss on a run's points).
 
 **The optimisers.** Both run on the residuals of the run's points
-(:meth:`TrainableDecomposedModel.training_residuals`: the rows of
+(:meth:`DecomposedModel.training_residuals <helmpinn.models.decomposition.DecomposedModel.training_residuals>`: the rows of
 :meth:`Rows.from_training_set <helmpinn.models.decomposition.Rows.from_training_set>` with the run's
 weights, under a hard constraint without the Dirichlet rows that the constraint satisfies
 identically, zero data where φ = 0; over MPI every rank holds every rank's points and its own
@@ -18,7 +18,7 @@ mode rows (``resonance``, :class:`GNSettings`; the loss it reports includes them
 the progress bar shows them. Adam
 (``Trainer.fit(steps, optimizer="adam")``, the FBPINN papers' optimiser) is the one
 :class:`helmpinn.training.drivers.AdamDriver`, which steps on the model's
-:meth:`~TrainableDecomposedModel.objective`: the loss ``Σ r²`` and its gradient ``2 Jᵀr``, one
+:meth:`~helmpinn.models.decomposition.DecomposedModel.objective`: the loss ``Σ r²`` and its gradient ``2 Jᵀr``, one
 core ``vjp`` per subnetwork.
 
 **Defaults**: the decomposition's rules and their measurements are in :mod:`helmpinn.defaults`
@@ -35,7 +35,8 @@ import numpy as np
 
 from .. import _core
 from .._checks import integer, real_number
-from ..models.decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, Level, Rows, subdomain_grid
+from ..models.decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, DecomposedModel, Level, Rows, \
+    subdomain_grid
 from ..defaults import (DD_ADAM_SETTINGS, DD_CG_MAXITER, DD_DAMPING, DD_GROW_GAP, DD_POINTS_PER_WAVELENGTH,
                        GN_BY_DIMENSION, LM_BOUNDARY_SHARE, STALL_FACTOR, STALL_WINDOW, SUBDOMAINS_PER_WAVELENGTH,
                        auto_weights, default_settings, points_rule, scale_wavenumber, wavelengths)
@@ -47,7 +48,8 @@ from ..params import sigma_for
 from ..problems import Dirichlet
 from ..problems.waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
 from ..memory import MemoryEstimateError, check_fit
-# the model protocol, moved to helmpinn.models.model_protocol; its names stay importable from here
+# the model protocol's names, in helmpinn.models.model_protocol, stay importable from here (the
+# deprecated TrainableDecomposedModel and trainable among them)
 from ..models.model_protocol import STATE_KEY, TrainableDecomposedModel, load_model, term_means, trainable  # noqa: F401
 
 if TYPE_CHECKING:
@@ -133,7 +135,8 @@ class GNDriver(DampedDriver):
 
     def _residuals(self, run: "Trainer") -> Any:
         """The residuals of the run's points
-        (:meth:`TrainableDecomposedModel.training_residuals`, over MPI too), with the mode rows
+        (:meth:`DecomposedModel.training_residuals <helmpinn.models.decomposition.DecomposedModel.training_residuals>`,
+        over MPI too), with the mode rows
         of the problem's near-resonant modes where ``resonance`` is set and it has any: on a
         model with the hard constraint, in a box whose every wall is ``Dirichlet(0)``, Green's
         (value rows of scale :data:`GREEN_ROW_SCALE` on the grid of
@@ -281,7 +284,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     ``eval_every``."""
     if optimizer not in DRIVERS or mismatch("decomposed", optimizer):
         raise ValueError(f"optimizer: a decomposed model trains with "
-                         f"{' or '.join(repr(n) for n, d in DRIVERS.items() if 'decomposed' in d.trains)}, "
+                         f"{' or '.join(repr(n) for n in DRIVERS if mismatch('decomposed', n) is None)}, "
                          f"got {optimizer!r}")
     d = int(problem.dim)
     rules = {"subdomains_per_wavelength": SUBDOMAINS_PER_WAVELENGTH, "grids": None, "coarse_level": False,
@@ -329,7 +332,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
 
 def build_decomposed_model(problem: Any, decomposition: Mapping[str, Any], ff_dim: int, hidden: int,
                            layers: int, *, seed: int = 0, sigma: float | None = None,
-                           dtype: str = "float64") -> TrainableDecomposedModel:
+                           dtype: str = "float64") -> DecomposedModel:
     """A fresh decomposed model from a :func:`decomposed_settings` table's ``decomposition``
     and subnetwork shape. ``sigma``: the subnetworks' Fourier scale on the finest level (None:
     :meth:`~helmpinn.models.decomposition.DecomposedModel.create`'s, from the wavenumber)."""
@@ -342,7 +345,7 @@ def build_decomposed_model(problem: Any, decomposition: Mapping[str, Any], ff_di
         half = Level(lo, hi, dd["grids"][0], dd["overlap"]).half
         k = float(sigma) / sigma_for(float(np.mean(half)), len(lo))
     constraint = BoxConstraint(lo, hi, 1.0 / float(dd["wavenumber"])) if dd["constraint"] else None
-    return TrainableDecomposedModel.create(lo, hi, [tuple(g) for g in dd["grids"]], overlap=dd["overlap"],
-                                           ff_dim=ff_dim, hidden_dim=hidden, num_hidden_layers=layers,
-                                           wavenumber=k, constraint=constraint, seed=seed)
+    return DecomposedModel.create(lo, hi, [tuple(g) for g in dd["grids"]], overlap=dd["overlap"],
+                                  ff_dim=ff_dim, hidden_dim=hidden, num_hidden_layers=layers,
+                                  wavenumber=k, constraint=constraint, seed=seed)
 

@@ -177,7 +177,7 @@ def _defaults(problem: Any, model: str, optimizer: str | Driver, memory_bytes: i
         want = "decomposed" if named == "gn" or (named == "auto" and should_decompose(problem)) \
             else "network"
         trains = optimizer.trains if isinstance(optimizer, Driver) else (want,)
-        model = want if want in trains else trains[0]
+        model = want if trains is None or want in trains else trains[0]
     why = mismatch(model, optimizer if isinstance(optimizer, Driver) else named)
     if why:
         raise ValueError(f"optimizer {getattr(optimizer, 'name', named)!r} {why} (model={model!r})")
