@@ -11,8 +11,8 @@ import os
 from typing import Any
 
 from .._signature import changed
+from ..models.model_protocol import load_model
 from ..problems.registry import canonical_name, get_problem, problem_names
-from ..training.dd_driver import load_model
 from ..training.plan import current_names
 from ..training.trainer import History
 from .runs import UsageError, check_resume, read_report
