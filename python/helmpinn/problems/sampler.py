@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._checks import real_number
-from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
+from .geometry import BoundarySample, Box, BoxMinusObstacle, Domain, Interval, PointCloud
 from .pml import PML
 from .sources import mixture_density, sample_mixture
 
@@ -29,9 +29,9 @@ def surround(domain: Domain, pml: PML | None) -> tuple[Domain, tuple[str, ...], 
     box = domain.bounds if not isinstance(domain, PointCloud) else None
     if pml is None:
         return domain, (), box
-    if isinstance(domain, BoxMinusBall):
+    if isinstance(domain, BoxMinusObstacle):
         lo, hi = pml.outer_box(domain.box.lo, domain.box.hi)
-        return BoxMinusBall(Box(lo, hi), domain.ball), domain.box.part_names, box
+        return domain.with_box(Box(lo, hi)), domain.box.part_names, box
     if isinstance(domain, Box):
         lo, hi = pml.outer_box(domain.lo, domain.hi)
         return (Interval(lo[0], hi[0]) if domain.dim == 1 else Box(lo, hi)), domain.part_names, box
@@ -43,7 +43,7 @@ def surround(domain: Domain, pml: PML | None) -> tuple[Domain, tuple[str, ...], 
                              f"width {pml.width!r} leaves no physical box inside "
                              f"{domain.bounds[0].tolist()} .. {domain.bounds[1].tolist()}")
         return domain, (), (lo, hi)
-    raise TypeError(f"pml: the domain must be a Box, Interval, BoxMinusBall or PointCloud "
+    raise TypeError(f"pml: the domain must be a Box, Interval, BoxMinusObstacle (BoxMinusBall) or PointCloud "
                     f"(a PML surrounds its outer box), got {type(domain).__name__}")
 
 
@@ -133,15 +133,15 @@ class Sampler:
                         method: str) -> tuple[BoundarySample, NDArray[np.float64] | None]:
         """``(parts, wall)``: n boundary points split over the parts by measure, and None; with
         a PML, the points on its outer wall (``u = 0`` there) and, for a scatterer inside (a
-        :class:`~helmpinn.problems.geometry.BoxMinusBall`), half of the n on it (by measure it
+        :class:`~helmpinn.problems.geometry.BoxMinusObstacle`: a ball, a polygon), half of the n on it (by measure it
         would get a sliver of them), as the part ``"scatterer"``."""
         if not self.absorbed:
             return self.domain.sample_boundary(n, rng, method), None
         sd = self.sampling_domain
-        if isinstance(sd, BoxMinusBall):
+        if isinstance(sd, BoxMinusObstacle):
             n_wall = int(n) // 2
             wall = sd.box.sample_boundary(n_wall, rng, method).x
-            inner = sd.ball.sample_boundary(int(n) - n_wall, rng, method)
+            inner = sd.obstacle.sample_boundary(int(n) - n_wall, rng, method)
             return BoundarySample(inner.x, -inner.normals, np.full(len(inner.x), "scatterer")), wall
         wall = sd.sample_boundary(n, rng, method).x
         return BoundarySample(np.empty((0, self.dim)), np.empty((0, self.dim)), np.empty(0, dtype="<U9")), wall
