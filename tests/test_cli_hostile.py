@@ -140,13 +140,13 @@ def test_a_sigterm_before_fit_begins_still_stops_the_run():
     """A SIGTERM that came after the CLI installed its handler but before fit began stays
     pending (Trainer.request_stop outside a fit) and stops the run after its first step."""
     import helmpinn as hp
-    from helmpinn.cli import _stop_on_sigterm
+    from helmpinn.cli.runs import stop_on_sigterm
 
     if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
         pytest.skip("SIGTERM is ignored in this process")
     trainer = hp.Trainer(hp.get_problem("plane1d", k=5), hp.Model.create(1, 4, 8, 1, seed=0),
                          pde_points=32, progress=False, eval_every=0, val_points=0)
-    with _stop_on_sigterm(trainer) as seen, contextlib.redirect_stderr(io.StringIO()):
+    with stop_on_sigterm(trainer) as seen, contextlib.redirect_stderr(io.StringIO()):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.01)
         assert seen == [True]
@@ -175,7 +175,7 @@ def test_a_second_sigterm_ends_the_process_at_once():
     by default), for a stop that takes too long."""
     code = """if True:
         import os, signal, sys, time
-        from helmpinn.cli import _stop_on_sigterm
+        from helmpinn.cli.runs import stop_on_sigterm
 
         class Trainer:
             callbacks = []
@@ -183,7 +183,7 @@ def test_a_second_sigterm_ends_the_process_at_once():
             def request_stop(self, reason):
                 print("stop requested:", reason, flush=True)
 
-        with _stop_on_sigterm(Trainer()) as seen:
+        with stop_on_sigterm(Trainer()) as seen:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.2)
             print("first seen:", seen, flush=True)
@@ -250,7 +250,7 @@ def test_diverged_new_run_leaves_the_previous_run_in_place(tmp_path, capsys, mon
 def test_resume_keeps_the_history_whatever_stops_it(tmp_path, monkeypatch):
     """--resume does not delete metrics.json at start; a resumed leg killed before its report
     (SIGKILL: nothing written but checkpoints) loses only its own steps' history."""
-    from helmpinn import cli
+    from helmpinn.cli import train_report
     from helmpinn.training.trainer import Trainer
 
     out = tmp_path / "run"
@@ -267,7 +267,7 @@ def test_resume_keeps_the_history_whatever_stops_it(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Trainer, "fit", watching_fit)
-    monkeypatch.setattr(cli, "_write_outputs", killed)
+    monkeypatch.setattr(train_report, "write_outputs", killed)
     assert main(["train", "--resume", str(out), "--steps", "12", "--checkpoint-every", "4", "--quiet",
                  "--no-plots"]) == 130
     assert seen and json.loads(seen[0]) == first, "metrics.json is there while the resumed leg trains"

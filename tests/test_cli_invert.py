@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import helmpinn as hp
-from helmpinn import cli_invert, runfiles
+from helmpinn import runfiles
+from helmpinn.cli import invert as cli_invert
 from helmpinn.cli import main
 from helmpinn.problems.geometry import Box
 

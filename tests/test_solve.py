@@ -84,13 +84,14 @@ def test_cli_optimizer_auto(tmp_path, flags):
 def test_cli_default_optimizer_on_a_gpu_is_adam():
     """With --device cuda and no --optimizer the run takes Adam (LM and Gauss-Newton are CPU
     only); the settings are resolved before the device is checked, so no GPU is needed here."""
-    from helmpinn.cli import _new_settings, build_parser
+    from helmpinn.cli import build_parser
+    from helmpinn.cli.train_settings import new_settings
 
     args = build_parser().parse_args(["train", "--problem", "plane1d", "--device", "cuda"])
     problem = hp.get_problem("plane1d")
-    assert _new_settings(args, problem)["optimizer"] == "adam"
+    assert new_settings(args, problem)["optimizer"] == "adam"
     args = build_parser().parse_args(["train", "--problem", "plane1d"])
-    assert _new_settings(args, problem)["optimizer"] == "lm"
+    assert new_settings(args, problem)["optimizer"] == "lm"
 
 
 @pytest.mark.parametrize("name", ["plane1d", "dirichlet2d", "heterogeneous2d", "cube3d", "waveguide",
@@ -100,10 +101,11 @@ def test_cli_takes_hp_solves_plan(name):
     (:func:`helmpinn.run_plan`) field for field: every entry of the plan's record is in the
     CLI's settings with the same value, under the same name. (#63 measured the waveguide
     through both; a plan entry the CLI dropped or set on its own would train another run.)"""
-    from helmpinn.cli import _new_settings, build_parser
+    from helmpinn.cli import build_parser
+    from helmpinn.cli.train_settings import new_settings
 
     problem = hp.get_problem(name)
-    cli = _new_settings(build_parser().parse_args(["train", "--problem", name]), problem)
+    cli = new_settings(build_parser().parse_args(["train", "--problem", name]), problem)
     want = hp.run_plan(problem).record()
     assert {key: cli[key] for key in want} == want
     assert cli["seed"] == 0 and cli["train_fourier"]   # hp.solve's seed; the Trainer's default

@@ -60,7 +60,7 @@ def test_classes_functions_and_binding_files_stay_within_their_limits():
 
 
 @pytest.mark.parametrize("change, message", [
-    ((("cli.py", "main"), 121, "function"), "over the limit of 120"),
+    ((("cli/train.py", "command"), 121, "function"), "over the limit of 120"),
     ((("device_arrays.hpp", None), 609, "binding file"), "grew past its recorded 608"),
     ((("device_arrays.hpp", None), 600, "binding file"), "now within the limit of 600"),
     ((("new.hpp", None), 601, "binding file"), "over the limit of 600"),

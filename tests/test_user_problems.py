@@ -180,7 +180,8 @@ def test_a_problem_file_written_for_the_old_module_paths_still_loads(tmp_path, f
                                       ("helmpinn.decomposition", "helmpinn.models.decomposition"),
                                       ("helmpinn.waves", "helmpinn.problems.waves"),
                                       ("helmpinn.batch", "helmpinn.problems.batch"),
-                                      ("helmpinn.trainer", "helmpinn.training.trainer")])
+                                      ("helmpinn.trainer", "helmpinn.training.trainer"),
+                                      ("helmpinn.cli_invert", "helmpinn.cli.invert")])
 def test_an_old_module_path_imports_the_moved_module_with_a_warning(old, new, forget_old_paths):
     import importlib
 

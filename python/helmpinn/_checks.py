@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
+
+import numpy as np
 
 
 def real_number(where: str, name: str, value, *, low: float | None = None, high: float | None = None,
@@ -63,3 +66,24 @@ def complex_number(where: str, name: str, value, expected: str = "a complex numb
     if not (math.isfinite(v.real) and math.isfinite(v.imag)):
         raise ValueError(f"{where}: {name} must be finite, got {value!r}")
     return v
+
+
+def finite_at_points(where: str, what: str, values: Any, x: Any, points: str, remedy: str = "") -> None:
+    """A ValueError when ``values`` (a number, [N] or [N, ...], one row per point of ``x`` [N, d])
+    is not finite everywhere, naming ``where``, the array ``what``, its first bad point (its
+    index among the N ``points``, "PDE point", "node", ..., and its coordinates), its value and
+    how many points are bad, then ``remedy``. Values that are not floating point or complex pass."""
+    v = np.asarray(values)
+    if v.size == 0 or v.dtype.kind not in "fc":
+        return
+    ok = np.isfinite(v)
+    if ok.all():
+        return
+    if v.ndim == 0:
+        raise ValueError(f"{where}: {what} is {v.item()!r}{remedy}")
+    rows = ok.reshape(len(v), -1).all(axis=1)
+    i = int(np.argmin(rows))
+    n_bad = int(np.count_nonzero(~rows))
+    shown = v[i].tolist() if v.ndim > 1 else v[i].item()
+    raise ValueError(f"{where}: {what} is not finite at {points} {i} of {len(v)}, x = "
+                     f"{np.asarray(x)[i].tolist()} (value {shown}; {n_bad} such point(s)){remedy}")

@@ -1,6 +1,7 @@
 """Old names that keep working for a while, with a DeprecationWarning: renamed arguments, and
-the modules that moved into the subpackages ``helmpinn.problems`` and ``helmpinn.models``
-(a user's problem file written as ``from helmpinn.geometry import Box`` still loads)."""
+the modules that moved into the subpackages (``helmpinn.problems``, ``helmpinn.models``,
+``helmpinn.training``, ``helmpinn.optim``, ``helmpinn.cli``): a user's problem file written as
+``from helmpinn.geometry import Box`` still loads."""
 from __future__ import annotations
 
 import importlib
@@ -21,6 +22,7 @@ MOVED_MODULES = {
     **{f"helmpinn.{name}": f"helmpinn.models.{name}" for name in ("model", "decomposition", "model_protocol")},
     **{f"helmpinn.{name}": f"helmpinn.training.{name}" for name in ("trainer", "drivers", "dd_driver")},
     **{f"helmpinn.{name}": f"helmpinn.optim.{name}" for name in ("lm", "gauss_newton")},
+    "helmpinn.cli_invert": "helmpinn.cli.invert",
 }
 
 

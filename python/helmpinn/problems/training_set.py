@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .. import _device
+from .._checks import finite_at_points
 from .batch import Batch, operator_a
 
 __all__ = ["TrainingSet", "check_finite_data", "complex_to_pairs", "pairs_to_complex"]
@@ -37,23 +38,13 @@ def check_finite_data(where: str, what: str, values: Any, x: NDArray, points: st
     is not finite everywhere, naming ``what`` (the array: "kappa", "source", a condition's
     value), its first bad point (its index among ``points`` and its coordinates) and value, and
     saying that the problem's data is at fault: a NaN or Inf there would otherwise surface
-    as a non-finite loss blamed on the network's parameters."""
+    as a non-finite loss blamed on the network's parameters (:func:`helmpinn._checks.finite_at_points`,
+    the check ``fd_solve`` makes of its κ and right-hand side too)."""
     v = np.asarray(values)
-    if v.size == 0 or v.dtype.kind not in "fc":
-        return
-    ok = np.isfinite(v)
-    if ok.all():
-        return
-    if v.ndim == 0:
-        raise ValueError(f"{where}: {what} is {v.item()!r}; the problem's data must be finite")
-    rows = ok.reshape(len(v), -1).all(axis=1)
-    i = int(np.argmin(rows))
-    n_bad = int(np.count_nonzero(~rows))
-    shown = v[i].tolist() if v.ndim > 1 else v[i].item()
-    raise ValueError(f"{where}: {what} is not finite at {points} {i} of {len(v)}, x = "
-                     f"{np.asarray(x)[i].tolist()} (value {shown}; {n_bad} such point(s)); the "
-                     f"problem's data (κ, the source, the conditions, the data points) must be "
-                     f"finite at every point: fix the problem, not the training settings")
+    remedy = ("; the problem's data must be finite" if v.ndim == 0 else
+              "; the problem's data (κ, the source, the conditions, the data points) must be finite at every "
+              "point: fix the problem, not the training settings")
+    finite_at_points(where, what, v, x, points, remedy)
 
 
 @dataclass

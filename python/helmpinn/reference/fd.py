@@ -54,6 +54,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..problems.geometry import Box, BoxMinusObstacle
 from ..problems.jumps import average_kappa, find_jumps
 from ..problems import Dirichlet, Robin
+from .._checks import finite_at_points
 from .obstacle import ObstacleGrid
 # The grid's memory estimate is helmpinn.memory's (the one limit of every kind of run); these
 # names stay importable from here.
@@ -282,7 +283,7 @@ class FDOperator:
                 raise ValueError(f"fd_solve: kappa must be a number, {self._n_kappa} values at the "
                                  f"interior nodes or an array of the grid's shape {self.shape}, "
                                  f"got shape {k.shape}")
-        _check_finite("kappa", k, self.interior_points)
+        finite_at_points("fd_solve", "kappa", k, self.interior_points, "interior node")
         return k
 
     def matrix(self, kappa: Any = None):
@@ -315,7 +316,7 @@ class FDOperator:
                 raise ValueError(f"fd_solve: the source returned shape {f.shape}, expected "
                                  f"({self._n_kappa},)")
             b[self.interior_nodes] += f
-        _check_finite("the right-hand side (source and boundary data)", b, self.points)
+        finite_at_points("fd_solve", "the right-hand side (source and boundary data)", b, self.points, "node")
         return b
 
     def solution(self, u: ArrayLike) -> FDSolution:
@@ -376,14 +377,6 @@ def _splu(matrix, ordering: str):
     except RuntimeError as exc:
         raise FloatingPointError(f"fd_solve: the matrix is singular ({exc}): a resonant closed "
                                  f"box without damping?") from None
-
-
-def _check_finite(name: str, values: NDArray, points: NDArray) -> None:
-    bad = ~np.isfinite(values)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"fd_solve: {name} is not finite at {int(bad.sum())} of {len(values)} nodes, "
-                         f"the first at {np.asarray(points[i]).tolist()} (value {values[i]!r})")
 
 
 #: What fd_solve does at a jump of κ: "average" (κ averaged with the kernel the stencil applies to

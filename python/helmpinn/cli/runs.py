@@ -1,10 +1,13 @@
-"""What the command line's subcommands share (``helmpinn train`` in :mod:`helmpinn.cli`,
-``helmpinn invert`` in :mod:`helmpinn.cli_invert`): the usage error (one line on stderr, exit
-status 2), the exit statuses of a stopped run, the output folder's creation, lock and checks
-(:mod:`helmpinn.runfiles`), the SIGTERM handler, and the report's JSON cleaning."""
+"""What a run of the command line's subcommands (``helmpinn train``: :mod:`helmpinn.cli.train`,
+``helmpinn invert``: :mod:`helmpinn.cli.invert`) is made of, the same for both: the usage error
+(one line on stderr, exit status 2), the exit statuses of a stopped run, the SIGTERM handler, the
+``--threads`` bound, the output folder's creation, lock and checks (:mod:`helmpinn.runfiles`),
+the checks of ``--resume DIR`` that do not depend on the command, and the report (metrics.json:
+JSON without NaN, written whole; read back only as a regular file of bounded size)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -12,16 +15,19 @@ import sys
 import tempfile
 from typing import Any, Sequence
 
-from . import runfiles
-from ._budget import cpus   # noqa: F401  (re-exported: the subcommands' --threads bound)
+from .. import runfiles
+from .._budget import cpus   # noqa: F401  (re-exported: the subcommands' --threads bound)
 
-__all__ = ["UsageError", "INTERRUPTED", "TERMINATED", "MAX_THREADS_PER_CPU", "cpus", "stop_on_sigterm", "handling",
-           "prepare_out", "lock", "check_outputs", "finite"]
+__all__ = ["UsageError", "INTERRUPTED", "TERMINATED", "MAX_THREADS_PER_CPU", "MAX_REPORT_BYTES", "cpus",
+           "stop_on_sigterm", "handling", "prepare_out", "lock", "check_outputs", "check_resume", "finite",
+           "flag", "read_report", "write_report", "have_matplotlib"]
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 TERMINATED = 143   # 128 + SIGTERM
 #: --threads may be at most this many times the CPUs the process may use.
 MAX_THREADS_PER_CPU = 4
+#: The largest report (metrics.json) ``--resume`` reads (the history of a few million steps).
+MAX_REPORT_BYTES = 1 << 30
 
 
 class UsageError(Exception):
@@ -106,3 +112,43 @@ def finite(obj: Any) -> Any:
     if hasattr(obj, "item") and callable(obj.item):
         return finite(obj.item())
     return obj
+
+
+def flag(name: str) -> str:
+    """The option of an argparse name: ``time_limit`` -> ``--time-limit``."""
+    return "--" + name.replace("_", "-")
+
+
+def check_resume(folder: str, out: str | None, given: Sequence[str], allowed: Sequence[str]) -> None:
+    """``--resume DIR``: only the options ``allowed`` among those ``given`` (argparse names),
+    ``--out`` (None: not given) naming DIR or nothing, and a folder DIR."""
+    extra = [k for k in given if k not in allowed]
+    if extra:
+        raise UsageError(f"--resume continues a run with its saved settings; {', '.join(map(flag, extra))} "
+                         f"cannot be given with it (allowed: {', '.join(map(flag, allowed))})")
+    if out is not None and os.path.abspath(out) != os.path.abspath(folder):
+        raise UsageError("--resume DIR writes into DIR; --out cannot name another folder")
+    if not os.path.isdir(folder):
+        raise UsageError(f"--resume {folder!r}: no such folder")
+
+
+def read_report(path: str) -> Any:
+    """The JSON of a run's report ``path``, read only as a regular file of at most
+    :data:`MAX_REPORT_BYTES` (OSError, ValueError)."""
+    return json.loads(runfiles.read_regular(path, MAX_REPORT_BYTES))
+
+
+def write_report(folder: runfiles.RunFolder, name: str, report: dict[str, Any]) -> None:
+    """The report ``name`` in the run's folder, written whole, NaN and Inf as null."""
+    folder.write(name, json.dumps(finite(report), indent=1).encode())
+
+
+def have_matplotlib(what: str) -> bool:
+    """Whether matplotlib can be imported; without it, one line saying that ``what`` ("no
+    figures were written") for that reason."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"helmpinn: matplotlib is not installed, so {what} (pip install matplotlib)", file=sys.stderr)
+        return False
+    return True
