@@ -500,6 +500,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
     if region is not None and not callable(region):
         raise TypeError(f"invert: region must be a callable x [N, d] -> bool [N] or None, got "
                         f"{type(region).__name__}")
+    region_points = None if true is None else illuminated_points(survey, domain, region=region)
     medium = SplineMedium.for_wavelength(domain.lo, domain.hi, o["v_min"] / float(np.max(survey.frequencies)),
                                          o["per_wavelength"])
     c_init = None
@@ -512,7 +513,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
         c_init = o["start"].initial_coefficients
     run = _Run(survey, domain, pml, o, ranks)
     if true is not None:
-        o["region"] = illuminated_points(survey, domain, region=region)
+        o["region"] = region_points
         o["initial"] = medium.gridfield(c_init, velocity=True)
     reg = None
     if o["regularization"] > 0:
