@@ -714,6 +714,13 @@ class MatrixFreeGN(Damped):
                              f"got {theta.dtype} {theta.shape}")
         times = {"jacobian": 0.0, "gram": 0.0, "factor": 0.0, "cg": 0.0, "trial": 0.0}
         self.steps += 1
+        # the BLAS on one thread wherever the step does not ask for more: a dot product or matrix
+        # product left at the BLAS's own count (OpenBLAS reads OMP_NUM_THREADS) would sum in
+        # another order on another thread count; with blas_threads=1 a step is the same for any
+        with blas_limit(1):
+            return self._step(theta, times)
+
+    def _step(self, theta: NDArray, times: dict[str, float]) -> StepRecord:
         with blas_limit(self.blas_threads):
             s = self.linearize(theta, times)
         loss0, = self.res.same(float(s.r @ s.r))
