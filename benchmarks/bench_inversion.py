@@ -33,11 +33,12 @@ Cases (:func:`make_case`; the anomalies are :func:`true_velocity`'s):
   included (no free surface): ``hp.invert``, ``fwi`` and ``Survey.synthetic`` take one
   :class:`~helmpinn.PML` around the whole box, and the data must be made with the physics both
   inversions model; so the data have no surface multiples or ghosts. The inversions' PML is
-  0.5 km; the data's is ``Survey.synthetic``'s default (one longest wavelength, 1.4 km, at 15 m
+  0.5 km; the data's is ``Survey.synthetic``'s default (one longest wavelength, 1.16 km, at 15 m
   spacing: 20 nodes per 1.5 km/s wavelength at 5 Hz). Starts (``--start``): ``smooth``, the
   whole model smoothed by a Gaussian of σ = 300 m (12 nodes; edges continued by their nearest
-  values) then windowed; ``linear``, the least-squares straight line in depth through the
-  window's velocities (1-D). Both inversions parameterise m = 1/v² by a cubic spline on a grid
+  values) then windowed; ``linear``, a straight line in depth (1-D) from the window's surface
+  velocity (1.5 km/s, water) with the least-squares gradient through the window's velocities.
+  Both inversions parameterise m = 1/v² by a cubic spline on a grid
   of λ_min/4 = 1.4 / 5 / 4 = 70 m (``fwi``'s default ``grid``; ``hp.invert``'s default
   ``per_wavelength`` = 4): 44 × 23 coefficients. Velocity error region: 0.1 < x < 2.9 km
   (between the outermost sources) and 0.05 < z < 1.0 km (the deepest 0.5 km left out: the
@@ -204,8 +205,9 @@ def _bilinear(values: np.ndarray, origin, spacing: float):
 def marmousi_models(model: np.ndarray) -> dict:
     """The window's true velocity and both starts, as ``[nx, nz]`` arrays over the window's
     nodes (x first): ``true``, ``smooth`` (the whole model smoothed by a Gaussian of
-    :data:`MARMOUSI_SMOOTHING`, then windowed) and ``linear`` (the least-squares line in depth
-    through the window's velocities)."""
+    :data:`MARMOUSI_SMOOTHING`, then windowed) and ``linear`` (the line in depth from the
+    window's mean surface velocity, its gradient fitted to the window's velocities by least
+    squares: an unconstrained fit would start below the water's 1.5 km/s at the surface)."""
     from scipy.ndimage import gaussian_filter
 
     x0, x1, z0, z1 = MARMOUSI_WINDOW
@@ -214,8 +216,9 @@ def marmousi_models(model: np.ndarray) -> dict:
     smooth = gaussian_filter(model, MARMOUSI_SMOOTHING / MARMOUSI_SPACING, mode="nearest")
     true = model[iz, ix].T
     z = MARMOUSI_SPACING * np.arange(true.shape[1])
-    slope, intercept = np.polyfit(np.tile(z, true.shape[0]), true.ravel(), 1)
-    linear = np.broadcast_to(intercept + slope * z, true.shape).copy()
+    top = float(np.mean(true[:, 0]))
+    slope = float(np.sum(z * (true - top)) / (true.shape[0] * np.sum(z * z)))
+    linear = np.broadcast_to(top + slope * z, true.shape).copy()
     return {"true": true, "smooth": smooth[iz, ix].T, "linear": linear}
 
 

@@ -90,6 +90,7 @@ def test_the_marmousi_starts(bench):
     slope = np.diff(lin[0])
     np.testing.assert_allclose(slope, slope[0])                          # a straight line in depth ...
     assert 0 < slope[0] / 0.025 < 3                                     # ... increasing with depth
+    assert lin[0, 0] == pytest.approx(1.5)                              # from the surface's velocity
     smooth = models["smooth"]                                           # smoother than the truth, same mean
     assert np.max(np.abs(np.diff(smooth, axis=1))) < 0.5 * np.max(np.abs(np.diff(models["true"], axis=1)))
     assert abs(np.mean(smooth) - np.mean(models["true"])) < 0.05
