@@ -144,10 +144,12 @@ def main() -> None:
             err = rel(u, ref)
             errn = float(np.linalg.norm((u - ref)[near]) / np.linalg.norm(ref[near]))
             errf = float(np.linalg.norm((u - ref)[~near]) / np.linalg.norm(ref[~near]))
+            loss, lam, gap = trainer.history.loss[-1], trainer.history.lr[-1], trainer.last_gap
             rows.append({"step": step, "seconds": t - t0[0] - spent[0], "error": err, "near": errn, "far": errf,
-                         "points": trainer.pde_points})
+                         "points": trainer.pde_points, "loss": loss, "lam": lam, "gap": gap})
             print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s error {err:.3e} (near the jump {errn:.3e}, "
-                  f"away {errf:.3e}) points {trainer.pde_points}", flush=True)
+                  f"away {errf:.3e}) points {trainer.pde_points} loss {loss:.3e} λ {lam:.1e} gap "
+                  f"{'-' if gap is None else f'{gap:.2f}'}", flush=True)
             spent[0] += time.perf_counter() - t
         overrides = parse_overrides(a.set, reserved=("seed", "time_limit", "callbacks", "progress"))
         t0[0] = time.perf_counter()    # the clock includes hp.solve's planning and the jump search

@@ -288,10 +288,35 @@ def test_resume_continues_a_stopped_run_as_if_uninterrupted(files, tmp_path, cap
     assert "nothing to continue" in capsys.readouterr().err and _outputs(out) == before
 
 
+def test_resume_continues_a_stopped_fwi_run(files, tmp_path, capsys, monkeypatch):
+    """SIGTERM at fwi's iteration 2 of 5, then --resume DIR: helmpinn.reference.fwi's start=
+    continues the frequency from the saved best model (L-BFGS-B's memory afresh), the history
+    continued: the saved run's entries first, 5 iterations in all; the report says it was
+    resumed and is not resumable any more."""
+    out = tmp_path / "run"
+    _terminate_at(monkeypatch, 2)
+    assert main(_args(files, out, "--no-plots", "--max-steps", "5", method="fwi")) == 143
+    stopped = json.loads((out / "metrics.json").read_text())
+    assert stopped["resumable"] and stopped["steps"] == 2 and stopped["method"] == "fwi"
+    saved = hp.reference.FWIResult.load(out / "fwi.npz")
+    assert saved.resume["iterations"] == 2 and saved.stopped == "callback"
+    monkeypatch.setattr(cli_invert, "_progress", lambda entry: None)
+    capsys.readouterr()
+    assert main(["invert", "--resume", str(out), "--no-plots"]) == 0
+    assert "continuing the run in" in capsys.readouterr().err
+    done = hp.reference.FWIResult.load(out / "fwi.npz")
+    assert done.resume is None and done.stopped == "max_iter in every group"
+    assert done.history["objective"][:2] == saved.history["objective"] and len(done.history["time"]) == 5
+    assert done.history["objective"][2] <= saved.history["objective"][1]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["resumed"] and not metrics["resumable"] and metrics["steps"] == 5 and metrics["ranks"] == 1
+    np.testing.assert_array_equal(np.load(out / "velocity.npy"), done.velocity.values)
+
+
 @pytest.mark.parametrize("case, match", [
     ("no folder", "no such folder"),
     ("no report", "no report of a helmpinn invert run"),
-    ("fwi run", "only pinn runs continue"),
+    ("fwi run", "that run ended (max_iter in every group); nothing to continue"),
     ("settings of the wrong type", "setting 'spacing' is not what --spacing takes"),
     ("an option for a path", "--survey: --help: no such file"),
     ("a setting out of range", "--pml must be a width >= 0"),

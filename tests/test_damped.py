@@ -174,6 +174,41 @@ def test_geodesic_trial_point_is_the_formula():
     assert system.evaluations == 2
 
 
+def test_a_projection_moves_every_trial_point_before_its_loss():
+    # from x = 2 the full step (λ tiny) lands at x ≈ -3.5, where the loss is up: rejected without
+    # a constraint; projected onto x >= 0.5 the same trial is accepted at 0.5, ρ over the
+    # unprojected step's predicted decrease
+    theta = np.array([2.0])
+    assert not damped(lam=1e-12, max_trials=1).trials(atan_solve(theta), theta, {}).accepted
+    system = atan_solve(theta)
+    seen = []
+
+    def project(x):
+        seen.append(x.copy())
+        return np.maximum(x, 0.5)
+    rec = damped(lam=1e-12).trials(system, theta, {}, project=project)
+    assert rec.accepted and rec.trials == 1 and theta[0] == 0.5 and seen[0][0] < -3
+    assert rec.loss == math.atan(0.5) ** 2 and system.evaluations == 1
+    d = system.solve(1e-12)
+    assert rec.rho == (rec.loss0 - rec.loss) / d.predicted
+
+
+def test_a_projection_applies_to_backtracked_points():
+    # onto x >= -2.6: the full step's point -2.6 still raises the loss; half the step (x ≈ -0.77)
+    # is feasible and lowers it
+    theta = np.array([2.0])
+    system = atan_solve(theta)
+    seen = []
+
+    def project(x):
+        seen.append(x.copy())
+        return np.maximum(x, -2.6)
+    rec = damped(lam=1e-12, backtrack=3).trials(system, theta, {}, project=project)
+    delta = system.solve(1e-12).delta
+    assert rec.accepted and rec.alpha == 0.5 and len(seen) == 2
+    assert seen[1][0] == 2.0 - 0.5 * delta[0] == theta[0]
+
+
 @pytest.mark.parametrize("kw, word", [({"lam": 0.0}, "lam"), ({"lam": math.inf}, "lam"),
                                       ({"lam_min": 1.0, "lam_max": 0.5}, "lam_min"), ({"update": "x"}, "update"),
                                       ({"max_trials": 0}, "max_trials"), ({"geodesic_h": 2.0}, "geodesic_h"),

@@ -14,7 +14,7 @@ import helmpinn as hp
 from helmpinn import defaults, waves
 from helmpinn.training import dd_driver
 from helmpinn.cli import main
-from helmpinn.training.dd_driver import GNDriver, GNStepInfo, TrainableDecomposedModel, load_model
+from helmpinn.training.dd_driver import GNDriver, GNStepInfo, load_model
 from helmpinn.models.decomposition import BoxConstraint, DecomposedModel, Rows
 from helmpinn.training.drivers import AdamDriver, LMDriver, mismatch
 from helmpinn.training.progress import bar_status as _bar_status
@@ -51,8 +51,8 @@ def test_gn_driver_lowers_the_loss_through_the_trainer():
     assert h.eval_val_loss[-1] < h.eval_val_loss[0]          # the validation loss, from the model's residuals
     s = t.driver.summary()
     assert s["steps"] == 5 and len(s["cg_iterations"]) == 5 and min(s["cg_iterations"]) >= 1
-    # the user's DecomposedModel itself was trained (the Trainer's view shares its parameters)
-    assert t.model.params is m.params and isinstance(t.model, TrainableDecomposedModel)
+    # the user's DecomposedModel itself was trained (it has the run loop's protocol)
+    assert t.model is m
     np.testing.assert_array_equal(t.model.predict(t.x_test), m.predict(t.x_test))
 
 
@@ -91,7 +91,7 @@ def test_default_optimizer_of_a_decomposed_model_is_gn_and_one_network_drivers_a
     assert isinstance(t.driver, GNDriver)
     for name in ("lm", "lbfgs"):
         with pytest.raises(TypeError, match=f"optimizer '{name}' trains one network, not a decomposed model "
-                                            r"\(the model is a TrainableDecomposedModel\)"):
+                                            r"\(the model is a DecomposedModel\)"):
             t.fit(1, optimizer=name)
     net = hp.Trainer(p, hp.Model.create(2, 4, 8, 1, dtype="float64"), pde_points=100, bc_points=20, progress=False)
     with pytest.raises(TypeError, match="optimizer 'gn' trains a decomposed model, not one network"):
@@ -107,7 +107,7 @@ def test_checkpoint_and_resume_give_the_uninterrupted_iterate(tmp_path):
     first = trainer(p, small_model(p), checkpoint_path=path)
     first.fit(2, optimizer="gn")
     back = load_model(path)
-    assert isinstance(back, TrainableDecomposedModel) and back.optimizer_state["step"] == 2
+    assert isinstance(back, DecomposedModel) and back.optimizer_state["step"] == 2
     assert back.optimizer_state["gn_lambda"] == first.driver.gn.lam
     second = trainer(p, back, checkpoint_path=path)
     second.fit(2, optimizer="gn")
@@ -125,12 +125,12 @@ def _adam_case(case):
     if case == "pml":
         p = hp.get_problem("free-source", wavelengths=1.0, s=0.2)
         lo, hi = p.sampling_domain.bounds
-        m = TrainableDecomposedModel.create(lo, hi, [(2, 2)], wavenumber=p.wavenumber, seed=1, **SMALL)
+        m = DecomposedModel.create(lo, hi, [(2, 2)], wavenumber=p.wavenumber, seed=1, **SMALL)
         ts = p.sample(300, 40, rng)
         assert ts.a_pde is not None and len(ts.x_data)
     else:
         p = box()
-        m = small_model(p, seed=1, cls=TrainableDecomposedModel)
+        m = small_model(p, seed=1)
         ts = p.sample(300, 40, rng)
     m.params[...] += 0.1 * rng.normal(size=m.num_params)   # away from the initial zeros of the last layers
     return m, ts, {"pde": 1.0, "data": 7.0, "bc": 3.0}
@@ -138,7 +138,7 @@ def _adam_case(case):
 
 @pytest.mark.parametrize("case", ["pml", "hard"])
 def test_adam_gradient_is_the_loss_derivative(case):
-    """The loss and gradient Adam steps on (TrainableDecomposedModel.objective) in float64: the
+    """The loss and gradient Adam steps on (DecomposedModel.objective) in float64: the
     loss is Σ r² of every row's residual (the hard constraint's dropped rows add nothing), the
     gradient equals central finite differences along coordinates and random directions."""
     m, ts, w = _adam_case(case)
@@ -198,7 +198,7 @@ def test_adam_on_a_decomposed_model_checkpoint_and_resume(tmp_path):
     first = trainer(p, small_model(p), checkpoint_path=path, **kw)
     first.fit(3, optimizer="adam")
     back = load_model(path)
-    assert isinstance(back, TrainableDecomposedModel) and back.optimizer_state["step"] == 3
+    assert isinstance(back, DecomposedModel) and back.optimizer_state["step"] == 3
     np.testing.assert_array_equal(np.asarray(back.optimizer_state["v"]), first.optimizer.v)
     second = trainer(p, back, checkpoint_path=path, **kw)
     second.fit(3, optimizer="adam")
@@ -277,9 +277,9 @@ def test_adam_over_two_ranks_takes_one_process_steps(tmp_path):
     np.testing.assert_allclose(t.history.loss, got["loss"], rtol=1e-10)
 
 
-def test_model_protocol_save_load_copy():
+def test_model_protocol_save_load_copy(tmp_path):
     p = box()
-    m = TrainableDecomposedModel.wrap(small_model(p))
+    m = small_model(p)
     m.optimizer_state = {"gn_lambda": 0.5, "step": 3}
     c = m.copy()
     c.params[0] += 1.0
@@ -287,13 +287,14 @@ def test_model_protocol_save_load_copy():
     assert m.device == "cpu" and m.to("cpu") is m and m.in_dim == 2 and m.dtype == np.float64
     with pytest.raises(ValueError, match="device: a decomposed model trains on the CPU"):
         m.to("cuda")
-    with pytest.raises(TypeError, match="model: expected a helmpinn.models.decomposition.DecomposedModel"):
-        TrainableDecomposedModel.wrap(hp.Model.create(2, 4, 8, 1))
+    m.save(tmp_path / "m.npz")   # a plain load gives the optimiser state back as its own, not in the metadata
+    back = DecomposedModel.load(tmp_path / "m.npz")
+    assert back.optimizer_state == {"gn_lambda": 0.5, "step": 3} and "optimizer_state" not in back.metadata
 
 
 def test_load_model_reads_both_kinds(tmp_path):
     p = box()
-    m = TrainableDecomposedModel.wrap(small_model(p))
+    m = small_model(p)
     m.save(tmp_path / "sub" / "dd.npz", optimizer_state={"gn_lambda": 0.25}, metadata={"a": np.float64(1.5)})
     back = load_model(tmp_path / "sub" / "dd.npz")
     assert back.optimizer_state == {"gn_lambda": 0.25} and back.metadata == {"a": 1.5}
@@ -386,7 +387,7 @@ def test_solve_decomposes_above_the_threshold_only(monkeypatch, tmp_path):
     seen = []
     above = hp.solve(p, progress=False, callbacks=[lambda run, step: seen.append(step)], **TINY_DD)
     assert above.settings["model"] == "decomposed" and above.settings["optimizer"] == "gn"
-    assert isinstance(above.model, TrainableDecomposedModel) and above.model.levels[0].grid == (2, 2)
+    assert isinstance(above.model, DecomposedModel) and above.model.levels[0].grid == (2, 2)
     assert seen == [1, 2] and above.history.loss[-1] < above.history.loss[0] and above.error is not None
     above.save(tmp_path / "u.npz")
     back = load_model(tmp_path / "u.npz")
@@ -412,7 +413,7 @@ def test_solve_trains_a_decomposed_model_by_adam_when_asked():
         dd_driver.decomposed_settings(p, optimizer="lm")
     sol = hp.solve(p, progress=False, model="decomposed", optimizer="adam", lr=1e-2, **{**TINY_DD, "steps": 20})
     assert sol.settings["model"] == "decomposed" and sol.settings["optimizer"] == "adam"
-    assert isinstance(sol.model, TrainableDecomposedModel) and sol.history.lr == [1e-2] * 20
+    assert isinstance(sol.model, DecomposedModel) and sol.history.lr == [1e-2] * 20
     assert sol.history.loss[-1] < 0.5 * sol.history.loss[0]
     mine = small_model(p)
     given = hp.solve(p, progress=False, model=mine, optimizer="adam", steps=2, pde_points=500)
@@ -423,7 +424,7 @@ def test_one_table_says_which_optimiser_trains_which_model():
     from helmpinn.training.drivers import DRIVERS
 
     assert {name: d.trains for name, d in DRIVERS.items()} == {
-        "adam": ("network", "decomposed"), "lbfgs": ("network",), "lm": ("network",), "gn": ("decomposed",)}
+        "adam": None, "lbfgs": ("network",), "lm": ("network",), "gn": ("decomposed",)}   # Adam: any kind
     assert mismatch("network", "adam") is None and mismatch("decomposed", "adam") is None
     assert mismatch("decomposed", "lbfgs") == "trains one network, not a decomposed model"
     assert mismatch("network", "gn") == "trains a decomposed model, not one network"
@@ -472,7 +473,7 @@ def test_cli_auto_and_gn_train_a_decomposed_model(monkeypatch, tmp_path):
     assert metrics["settings"]["optimizer"] == "gn" and metrics["gn"]["steps"] == 2 == metrics["final_step"]
     assert metrics["settings"]["decomposition"]["grids"] == [[2, 2]] and (out / "solution.png").exists()
     model = load_model(out / "model.npz")
-    assert isinstance(model, TrainableDecomposedModel) and model.optimizer_state["step"] == 2
+    assert isinstance(model, DecomposedModel) and model.optimizer_state["step"] == 2
     assert main(["train", "--resume", str(out), "--steps", "3", "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["final_step"] == 3 and metrics["history"]["step"] == [1, 2, 3]
@@ -497,7 +498,7 @@ def test_cli_model_decomposed_with_adam(tmp_path, capsys):
     assert (s["optimizer"], s["model"], metrics["final_step"]) == ("adam", "decomposed", 3)
     assert s["lr"] == defaults.DD_ADAM_SETTINGS["lr"] and s["decomposition"]["grids"] == [[2, 2]]
     model = load_model(out / "model.npz")
-    assert isinstance(model, TrainableDecomposedModel) and model.optimizer_state["step"] == 3
+    assert isinstance(model, DecomposedModel) and model.optimizer_state["step"] == 3
     assert main(["train", "--resume", str(out), "--steps", "5", "--quiet", "--no-plots"]) == 0
     assert json.loads((out / "metrics.json").read_text())["history"]["step"][-1] == 5
     capsys.readouterr()

@@ -191,3 +191,40 @@ def test_lms_smallest_network_reaches_three_wavelengths_without_a_pml():
         assert (s["ff_dim"], s["hidden"]) == ((24, 48) if name == "scatter-hard" else (16, 32)), name
     longer = run_settings(hp.get_problem("waveguide", length=1.1), "lm")   # 3.1 across
     assert (longer["ff_dim"], longer["hidden"]) == (24, 48)
+
+
+def test_the_lm_memory_rule():
+    """defaults.lm_memory_rule: the smaller dense system first (primal over MPI), the other where
+    the first does not fit, else matrix-free CG."""
+    from helmpinn.defaults import lm_memory_rule
+
+    need = {"primal": 10, "dual": 20}.get
+    assert lm_memory_rule(5, 8, need, 10) == "primal"         # R >= P: primal first
+    assert lm_memory_rule(5, 8, need, 9) == "cg"
+    assert lm_memory_rule(8, 5, need, 20) == "dual"           # R < P: dual first
+    assert lm_memory_rule(8, 5, need, 19) == "primal"         # ... the other where it does not fit
+    assert lm_memory_rule(8, 5, need, 9) == "cg"
+    assert lm_memory_rule(8, 5, {"primal": 10, "dual": 1}.get, 5, ranks=2) == "cg"   # over MPI primal only
+
+
+def test_lm_and_the_plan_take_their_solver_by_the_one_rule():
+    """LM's "auto" (optim.lm.choose_solver) is the rule with LM's memory estimate; the plan's
+    "auto" (run_settings) is the rule with the whole dense system, 8 (P·R + P²) bytes: dense LM
+    at exactly that budget, the Adam warm start and CG one byte below."""
+    from helmpinn.defaults import ADAM_STEPS, lm_memory_rule, run_settings
+    from helmpinn.optim.lm import choose_solver, memory_estimate
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        P, R, budget, ranks = int(rng.integers(1, 5000)), int(rng.integers(1, 30000)), int(2 ** rng.uniform(16, 32)), \
+            int(rng.choice([1, 2]))
+        assert choose_solver(P, R, "auto", max_matrix_bytes=budget, ranks=ranks, gram="float32") == lm_memory_rule(
+            P, R, lambda s: memory_estimate(P, R, s, ranks=ranks, gram="float32"), budget, ranks)
+    p = hp.get_problem("dirichlet2d")
+    lm = run_settings(p, "lm")
+    P = hp.ModelSpec(2, lm["ff_dim"], lm["hidden"], lm["layers"]).num_params
+    R = 2 * (lm["pde_points"] + lm["bc_points"])
+    dense = 8 * (P * R + P * P)
+    fits, over = run_settings(p, "auto", dense), run_settings(p, "auto", dense - 1)
+    assert (fits["warm_start"], fits["lm"]["solver"]) == (0, "auto")
+    assert (over["warm_start"], over["lm"]["solver"]) == (ADAM_STEPS, "cg")

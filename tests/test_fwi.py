@@ -124,3 +124,104 @@ def test_the_gradient_in_one_and_three_dimensions(d):
     eps = 1e-5
     fd = (obj(x + eps * direction)[0] - obj(x - eps * direction)[0]) / (2 * eps)
     assert abs(fd - g @ direction) < 1e-6 * abs(g @ direction)
+
+
+# -- continuing a stopped run (start=) -------------------------------------------------------------
+RUN = dict(domain=BOX, pml=hp.PML(0.3), bounds=(0.8, 1.6), max_iter=4, true=_true)
+
+
+@pytest.fixture(scope="module")
+def ring():
+    survey = _ring_survey()
+    return survey, fwi_function(survey, 1.0, **RUN)
+
+
+def _stop_at(k):
+    return lambda info: info["iteration"] == k
+
+
+def _same(a, b):
+    assert np.array_equal(a.medium.values, b.medium.values) and a.stopped == b.stopped
+    assert {k: v for k, v in a.history.items() if k != "time"} == {k: v for k, v in b.history.items() if k != "time"}
+
+
+def test_a_run_stopped_between_groups_continues_as_the_uninterrupted_run(ring, tmp_path):
+    """Stopped at the first group's last iteration, saved, loaded and continued (initial None):
+    the later group starts from the same medium with a fresh L-BFGS-B in both runs, so the
+    result is the uninterrupted run's bit for bit."""
+    survey, full = ring
+    first = sum(g == [1.0] for g in full.history["frequencies"])
+    assert full.resume is None and 1 <= first <= RUN["max_iter"] < len(full.history["time"])
+    stopped = fwi_function(survey, 1.0, **RUN, callback=_stop_at(first))
+    assert stopped.stopped == "callback" and stopped.resume["group"] == 0
+    assert stopped.resume["iterations"] == first and len(stopped.history["time"]) == first
+    path = stopped.save(tmp_path / "stopped.npz")
+    back = hp.reference.FWIResult.load(path)
+    assert all(np.array_equal(back.resume[k], stopped.resume[k]) for k in ("x", "group_start", "x_initial"))
+    done = fwi_function(survey, None, **RUN, start=path)
+    _same(done, full)
+    assert done.resume is None and done.initial_error == full.initial_error and done.n_solves == full.n_solves
+
+
+def test_a_run_stopped_inside_a_group_continues_its_objective_from_its_best_medium(ring, monkeypatch):
+    """Stopped at iteration 2 of 4 in the first group: the continued run evaluates the same
+    objective (the group's operator from the medium it started from), first at the stopped
+    run's best medium, where it has the stopped run's best value bit for bit; the group then
+    runs its 2 remaining iterations (L-BFGS-B's memory starts empty: other steps than the
+    uninterrupted run's) and the later group follows."""
+    survey, full = ring
+    stopped = fwi_function(survey, 1.0, **RUN, callback=_stop_at(2))
+    assert stopped.resume["iterations"] == 2 and np.array_equal(stopped.resume["group_start"],
+                                                                 stopped.resume["x_initial"])
+    seen = []
+    call = FWIObjective.__call__
+
+    def record(self, x):
+        out = call(self, x)
+        seen.append((x.copy(), out[0]))
+        return out
+    monkeypatch.setattr(FWIObjective, "__call__", record)
+    done = fwi_function(survey, 1.0, **RUN, start=stopped)
+    assert np.array_equal(seen[0][0], stopped.resume["x"]) and seen[0][1] == stopped.history["objective"][-1]
+    groups = done.history["frequencies"]
+    assert groups[:2] == stopped.history["frequencies"] and done.history["objective"][:2] == stopped.history["objective"]
+    assert 2 < sum(g == [1.0] for g in groups) <= RUN["max_iter"] and groups[-1] == [1.5]
+    assert done.history["objective"][2] <= stopped.history["objective"][1]
+    assert done.resume is None and done.stopped == "max_iter in every group" and done.n_solves > stopped.n_solves
+    # it still inverts: the misfit falls as the uninterrupted run's does (not to the same bits)
+    assert done.history["misfit"][-1] < 0.01 * full.history["misfit"][0]
+
+
+def test_time_limit_stop_continues(ring):
+    survey, _ = ring
+    stopped = fwi_function(survey, 1.0, **{**RUN, "max_iter": 50}, time_limit=1e-9)
+    assert stopped.stopped == "time_limit" and stopped.resume == {**stopped.resume, "group": 0, "iterations": 0}
+    done = fwi_function(survey, None, **RUN, start=stopped)
+    assert done.resume is None and len(done.history["time"]) > 0
+
+
+def test_continuing_refuses_what_does_not_continue(ring, tmp_path):
+    survey, full = ring
+    with pytest.raises(ValueError, match="nothing to continue"):
+        fwi_function(survey, 1.0, **RUN, start=full)
+    stopped = fwi_function(survey, 1.0, **RUN, callback=_stop_at(1))
+    with pytest.raises(ValueError, match="regularization 0.0001 there, 0.001 here"):
+        fwi_function(survey, None, **{**RUN, "regularization": 1e-3}, start=stopped)
+    with pytest.raises(ValueError, match="bounds"):
+        fwi_function(survey, None, **{**RUN, "bounds": (0.7, 1.6)}, start=stopped)
+    other = _ring_survey()
+    other.data[0, 0, 0] *= 2
+    with pytest.raises(ValueError, match="survey"):
+        fwi_function(other, None, **RUN, start=stopped)
+    with pytest.raises(ValueError, match="initial is not the initial model"):
+        fwi_function(survey, 1.1, **RUN, start=stopped)
+    with pytest.raises(TypeError, match="start must be"):
+        fwi_function(survey, None, **RUN, start=3)
+    with pytest.raises(TypeError, match="initial .* is required"):
+        fwi_function(survey, None, **RUN)
+    (tmp_path / "bad.npz").write_bytes(b"not a file")
+    with pytest.raises(ValueError, match="bad.npz"):
+        fwi_function(survey, None, **RUN, start=tmp_path / "bad.npz")
+    back = hp.reference.FWIResult.load(full.save(tmp_path / "full.npz"))
+    _same(back, full)
+    assert back.resume is None and back.history["time"] == full.history["time"]

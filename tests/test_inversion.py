@@ -12,6 +12,7 @@ import helmpinn as hp
 from helmpinn.problems.geometry import Box
 from helmpinn.inversion import ArrowheadLM, JointResiduals, SplineMedium, WavefieldRows
 from helmpinn.inversion.api import FIRST_STAGE_SHARE, _stage_deadline
+from helmpinn.optim import StepStatus
 
 DOMAIN = Box([0.0, 0.0], [1.0, 1.0])
 
@@ -69,7 +70,7 @@ def test_arrowhead_step_is_the_dense_lm_step():
     thetas = [model.params.copy(), model.params.copy() * 1.01]
     c = medium.fit(1.0)
     lm = ArrowheadLM(joint)
-    blocks, C, gm, loss = lm._linearize(thetas, c)
+    blocks, C, gm, loss, _, _ = lm._linearize(thetas, c)
     D, Dm = lm._damping(blocks, C)
     dthetas, dc, pred_m, pred_w = lm._solve(0.01, blocks, C, gm, D, Dm)
     pred = pred_m + pred_w
@@ -90,6 +91,60 @@ def test_arrowhead_step_is_the_dense_lm_step():
     assert np.allclose(np.concatenate(dthetas + [dc]), delta, rtol=1e-6, atol=1e-9 * np.abs(delta).max())
     assert abs(loss - r @ r) < 1e-12 * loss
     assert pred > 0
+
+
+def _arrowhead_case():
+    medium = SplineMedium([0, 0], [1, 1], (4, 5))
+    rows = [_rows(True, medium, seed=s, n=25) for s in (1, 2)]
+    model = hp.Model.create(2, 3, 5, 1, dtype="float64", seed=0, fourier_sigma=1.0)
+    joint = JointResiduals(rows, model.spec, medium, 0.1 * medium.gradient_rows(1.0))
+    return joint, [model.params.copy(), model.params.copy() * 1.01], medium.fit(1.0)
+
+
+def test_arrowhead_step_is_the_damped_trial_loop_on_its_solve():
+    """ArrowheadLM.step is Damped.trials on the arrowhead solve: the trials' λ grow by the rule
+    until the projected point θ − δ(λ) (the medium clipped to the bounds) lowers the joint loss;
+    that point is taken, its loss recorded, λ lowered by the rule."""
+    joint, thetas, c = _arrowhead_case()
+    bounds = (0.97, 1.03)
+    by_hand = ArrowheadLM(joint, lam=1e-6, bounds=bounds)
+    blocks, C, gm, loss, _, _ = by_hand._linearize(thetas, c)
+    D, Dm = by_hand._damping(blocks, C)
+    lam = 1e-6
+    for trial in range(1, 9):
+        dthetas, dc, pred_m, pred_w = by_hand._solve(lam, blocks, C, gm, D, Dm)
+        new_thetas, new_c = [t - d for t, d in zip(thetas, dthetas)], np.clip(c - dc, *bounds)
+        new_loss = joint.loss(new_thetas, new_c)
+        if new_loss < loss and pred_m + pred_w > 0:
+            break
+        lam *= 4
+    assert trial > 1   # rejected trials came first
+    lm = ArrowheadLM(joint, lam=1e-6, bounds=bounds)
+    mine = [t.copy() for t in thetas]
+    rec, c1 = lm.step(mine, c)
+    assert rec.status is StepStatus.ACCEPTED and rec.trials == trial and rec.loss0 == pytest.approx(loss, rel=1e-13)
+    assert rec.loss == pytest.approx(new_loss, rel=1e-13) and rec.lam == pytest.approx(lam / 3, rel=1e-15)
+    np.testing.assert_allclose(c1, new_c, rtol=1e-12, atol=0)
+    assert all(np.allclose(a, b, rtol=1e-12, atol=1e-15) for a, b in zip(mine, new_thetas))
+    assert bounds[0] <= c1.min() and c1.max() <= bounds[1] and np.any(np.isin(c1, bounds))   # projected
+    assert set(rec.times) == {"linearize", "solve", "trial", "varpro"}
+
+
+def test_arrowhead_step_rejected_at_lam_max_says_so_and_changes_nothing():
+    joint, thetas, c = _arrowhead_case()
+    lm = ArrowheadLM(joint, lam=1e-6, lam_max=3e-6)
+    mine = [t.copy() for t in thetas]
+    rec, c1 = lm.step(mine, c)
+    assert rec.status is StepStatus.LAM_MAX and not rec.accepted and rec.trials == 2 and lm.lam == 3e-6
+    assert c1 is c and all(np.array_equal(a, b) for a, b in zip(mine, thetas)) and rec.loss == rec.loss0
+
+
+@pytest.mark.parametrize("kw, word", [({"lam": -1.0}, "lam"), ({"update": "x"}, "update"),
+                                      ({"max_trials": 0}, "max_trials"), ({"lam_max": 1e-20}, "lam_max")])
+def test_arrowhead_settings_are_checked_naming_the_argument(kw, word):
+    joint, _, _ = _arrowhead_case()
+    with pytest.raises(ValueError, match=word):
+        ArrowheadLM(joint, **kw)
 
 
 def test_spline_medium_is_the_gridfield_of_its_node_values():

@@ -18,8 +18,8 @@ RANKS = 2
 HERE = os.path.abspath(__file__)
 
 
-def _launch(case: str, out, timeout: float = 180) -> None:
-    run_mpi_case(HERE, case, out, RANKS, timeout=timeout)
+def _launch(case: str, out, timeout: float = 180, env: dict | None = None) -> None:
+    run_mpi_case(HERE, case, out, RANKS, timeout=timeout, env=env)
 
 
 def _survey(S=3):
@@ -96,6 +96,59 @@ def test_a_failing_rank_fails_every_rank(tmp_path):
     assert one["nonfinite"][0] == "CollectiveError" and "rank 0 failed" in one["nonfinite"][1]
 
 
+def _cli_inputs(folder) -> list[str]:
+    """A survey of 3 sources (2 + 1 on two ranks) at one frequency and a homogeneous start: the
+    command line's inputs, written into ``folder``."""
+    import helmpinn as hp
+    from helmpinn.problems.geometry import Box
+
+    src = [hp.PointSource(p, width=0.1) for p in ([0.2, 0.5], [0.8, 0.5], [0.5, 0.8])]
+    rec = np.concatenate([np.stack([np.full(6, 0.5), np.linspace(0.2, 0.8, 6)], 1),
+                          np.stack([np.linspace(0.2, 0.8, 4), np.full(4, 0.2)], 1)])
+    true = lambda x: 1.0 + 0.1 * np.exp(-((x[:, 0] - 0.5) ** 2 + (x[:, 1] - 0.5) ** 2) / 0.02)  # noqa: E731
+    hp.Survey.synthetic(true, Box([0, 0], [1, 1]), src, rec, [1.0, 1.5], pml=hp.PML(0.3), h=1 / 24).save(
+        os.path.join(folder, "survey.npz"))
+    np.save(os.path.join(folder, "v0.npy"), np.ones((11, 11)))
+    return _cli_args(folder)
+
+
+def _cli_args(folder) -> list[str]:
+    """The command line on the inputs of :func:`_cli_inputs` (the pinn method's options last)."""
+    return ["invert", "--survey", os.path.join(folder, "survey.npz"), "--initial", os.path.join(folder, "v0.npy"),
+            "--spacing", "0.1", "--pml", "0.3", "--bounds", "0.8", "1.3", "--max-steps", "3", "--quiet",
+            "--no-plots", "--network", "3", "6", "1", "--points", "60"]
+
+
+def test_the_command_line_over_two_ranks(tmp_path):
+    """``mpiexec -n 2 helmpinn invert``: every rank exits 0, rank 0 alone writes (an audit hook
+    records every write under the folder on each rank) and leaves the folder unlocked, one
+    OpenMP thread per core share; the result is the one process's to 1e-10. ``--method fwi``
+    is refused on every rank (status 2) before anything is written."""
+    import helmpinn as hp
+    from helmpinn import runfiles
+    from helmpinn.cli import main
+
+    args = _cli_inputs(tmp_path)
+    _launch("cli", tmp_path, env={"OMP_NUM_THREADS": None})
+    with open(tmp_path / "cli.json") as fh:
+        seen = json.load(fh)
+    assert seen["codes"] == [0, 0] and seen["fwi"] == [2, 2] and not (tmp_path / "fwi").exists()
+    assert seen["writes"]["1"] == [], f"rank 1 wrote {seen['writes']['1']}"
+    assert {"inversion.npz", "metrics.json", "velocity.npy"} <= {os.path.basename(p) for p in seen["writes"]["0"]}
+    out = tmp_path / "out"
+    with runfiles.RunFolder.acquire(str(out)):   # the lock was released
+        pass
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["ranks"] == RANKS and metrics["threads"] == max(1, min(len(os.sched_getaffinity(0)),
+                                                                        (os.cpu_count() or 1) // RANKS))
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    one, two = hp.Inversion.load(tmp_path / "one" / "inversion.npz"), hp.Inversion.load(out / "inversion.npz")
+    assert sorted(one.params) == sorted(two.params) and len(one.params) == 6
+    assert _relative(two.coefficients, one.coefficients) < 1e-10
+    assert max(_relative(two.params[k], one.params[k]) for k in one.params) < 1e-10
+    assert np.abs(one.coefficients - one.initial_coefficients).max() > 1e-6   # the medium moved
+
+
 # -- the workers (run by mpiexec on every rank) ----------------------------------------------------
 def _worker_same(comm, out: str) -> None:
     import helmpinn as hp
@@ -143,12 +196,46 @@ def _worker_fail(comm, out: str) -> None:
         json.dump(seen, fh)
 
 
+def _worker_cli(comm, out: str) -> None:
+    from helmpinn.cli import main
+
+    target = os.path.abspath(os.path.join(out, "out"))
+    writes: list[str] = []
+
+    def hook(event, args):   # every file written, renamed or made under target
+        paths = []
+        if event == "open" and not isinstance(args[0], int):
+            path, mode, flags = args
+            if (mode is not None and any(c in mode for c in "wax+")) or (
+                    mode is None and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND)):
+                paths = [path]
+        elif event in ("os.rename", "os.replace"):
+            paths = [args[0], args[1]]
+        elif event in ("os.mkdir", "os.remove", "os.symlink"):
+            paths = [args[0]]
+        for p in paths:
+            p = os.path.abspath(os.fsdecode(p))
+            if p == target or p.startswith(target + os.sep):
+                writes.append(p)
+
+    sys.addaudithook(hook)
+    args = _cli_args(out)
+    code = main([*args, "--out", target])
+    fwi = main([*args[:-6], "--method", "fwi", "--out", os.path.join(out, "fwi")])
+    everyone = comm.gather((code, fwi, writes))
+    if comm.Get_rank() == 0:
+        with open(os.path.join(out, "cli.json"), "w") as fh:
+            json.dump({"codes": [c for c, _, _ in everyone], "fwi": [f for _, f, _ in everyone],
+                       "writes": {str(r): w for r, (_, _, w) in enumerate(everyone)}}, fh)
+
+
 if __name__ == "__main__":
     from mpi4py import MPI
 
     case, folder = sys.argv[1], sys.argv[2]
     try:
-        {"same": _worker_same, "stop": _worker_stop, "fail": _worker_fail}[case](MPI.COMM_WORLD, folder)
+        {"same": _worker_same, "stop": _worker_stop, "fail": _worker_fail,
+         "cli": _worker_cli}[case](MPI.COMM_WORLD, folder)
     except BaseException:  # fail the whole job now rather than leave the other ranks waiting
         import traceback
 

@@ -30,6 +30,9 @@ LAZY = {
     ("helmpinn.survey", "helmpinn.reference"):
         "Survey.synthetic solves with the FD reference, whose package also holds fwi, which "
         "imports Survey: goes when fwi moves to an inversion floor of its own",
+    ("helmpinn.problems.obstacles", "helmpinn.reference"):
+        "scatter-square-soft's reference is fd_solve (on this floor), whose package's __init__ also "
+        "imports fwi (inversion floor): goes with the survey's entry when fwi moves",
 }
 
 
@@ -41,7 +44,7 @@ FLOORS = {
     "problems": ["problems.geometry", "problems.pml", "problems.media", "problems.jumps", "problems.sources", "problems.batch",
                  "problems.conditions", "problems.training_set", "problems.medium", "problems.source_terms",
                  "problems.sampler", "problems.problem", "problems", "problems.builtin", "problems.scattering", "problems.waves", "problems.waves3d",
-                 "problems.registry", "survey", "distributed", "reference.fd"],
+                 "survey", "distributed", "problems.obstacles", "problems.registry", "reference.obstacle", "reference.fd"],
     "rules": ["defaults"],
     "models and optimisers": ["models.model", "models.decomposition", "models.model_protocol", "models", "optim", "optim.damped",
                               "optim.first_order", "optim.lm", "optim.gauss_newton"],

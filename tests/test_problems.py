@@ -31,6 +31,9 @@ DOMAINS = {
     "ball5": lambda: geo.Ball([0.0] * 5, 1.0),
     "scatterer2": lambda: geo.BoxMinusBall(geo.Box([0, 0], [2, 1]), geo.Ball((1.0, 0.5), 0.25)),
     "scatterer3": lambda: geo.BoxMinusBall(geo.Box([0, 0, 0], [1, 1, 1]), geo.Ball((0.5, 0.5, 0.5), 0.3)),
+    "polygon": lambda: geo.Polygon([[0, 0], [2, 0], [2, 1], [1, 1], [1, 2], [0, 2]]),
+    "box-minus-polygon": lambda: geo.BoxMinusObstacle(geo.Box([-1, -1], [3, 3]),
+                                                      geo.Polygon([[0, 0], [2, 0], [2, 1], [1, 1], [1, 2], [0, 2]])),
 }
 
 
@@ -243,6 +246,7 @@ def test_registry_is_explicit_with_no_import_circle():
 
     import helmpinn.problems as package
     import helmpinn.problems.builtin as builtin
+    import helmpinn.problems.obstacles as obstacles
     import helmpinn.problems.problem as problems
     import helmpinn.problems.registry as registry
     import helmpinn.problems.scattering as scattering
@@ -264,8 +268,9 @@ def test_registry_is_explicit_with_no_import_circle():
     assert not top_level_imports(scattering) & {"registry"}
     assert not top_level_imports(waves) & {"registry"}
     assert not top_level_imports(waves3d) & {"registry"}
-    assert registry._REGISTRY == {**builtin.PROBLEMS, **scattering.PROBLEMS, **waves.PROBLEMS,
-                                  **waves3d.PROBLEMS}
+    assert not top_level_imports(obstacles) & {"registry"}
+    assert registry._REGISTRY == {**builtin.PROBLEMS, **scattering.PROBLEMS, **obstacles.PROBLEMS,
+                                  **waves.PROBLEMS, **waves3d.PROBLEMS}
     assert list(registry.problem_names())[:7] == BUILTINS + ["scatter-hard", "scatter-soft"]
     # the registry's names are its own (no forwarding from problems: tests/test_layers.py)
     assert not hasattr(problems, "get_problem") and not hasattr(problems, "cube3d")

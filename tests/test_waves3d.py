@@ -1,8 +1,12 @@
 """The 3-D Gaussian source's closed-form field (helmpinn.problems.waves3d) against quadrature, its PDE,
-its far field, and a finite-difference solution of the built-in ``free-source-3d``."""
+its far field, and a finite-difference solution of the built-in ``free-source-3d``; the sound-soft
+sphere's series (``scatter-sphere``) against its PDE, its boundary condition and the radiation
+condition; benchmarks/bench_3d.py's grid."""
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +15,7 @@ from scipy.integrate import quad
 import helmpinn as hp
 from helmpinn.problems import waves3d
 from helmpinn.reference import fd_solve
+from helmpinn.reference.fd import _grid
 
 
 def _quadrature(r: float, k: float, s: float) -> complex:
@@ -136,3 +141,91 @@ def test_a_reflecting_pml_shows_as_a_global_factor():
     factor = np.vdot(u, ue) / np.vdot(u, u)
     assert abs(factor - 1) > 1e-2
     assert _residual_after(e, [j0]) < 0.75 * full
+
+
+# -- scatter-sphere: the series of a plane wave on a sound-soft sphere -------------------------------
+def _sphere_points(n, lo, hi, seed=0):
+    """n random points with lo <= |x| <= hi."""
+    rng = np.random.default_rng(seed)
+    d = rng.normal(size=(n, 3))
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    return d * rng.uniform(lo, hi, (n, 1))
+
+
+@pytest.mark.parametrize("k, a", [(2 * math.pi, 0.25), (4 * math.pi, 0.25), (3.0, 0.6)])
+def test_sphere_series_solves_the_pde(k, a):
+    """Δu + k²u = 0 outside the sphere, by central differences of fourth order (float64)."""
+    x = _sphere_points(40, 1.3 * a, 2.0)
+    h = 2e-3
+    lap = np.zeros(len(x), np.complex128)
+    for j in range(3):
+        e = np.zeros(3)
+        e[j] = h
+        f = [waves3d.sphere_scattered_field(x + m * e, k, a) for m in (-2, -1, 0, 1, 2)]
+        lap += (-f[0] + 16 * f[1] - 30 * f[2] + 16 * f[3] - f[4]) / (12 * h * h)
+    u = waves3d.sphere_scattered_field(x, k, a)
+    residual = np.abs(lap + k * k * u) / (k * k * np.max(np.abs(u)))
+    assert np.max(residual) < 1e-6
+
+
+@pytest.mark.parametrize("k, a", [(2 * math.pi, 0.25), (4 * math.pi, 0.25), (3.0, 0.6)])
+def test_sphere_series_cancels_the_incident_wave_on_the_sphere(k, a):
+    x = _sphere_points(200, a, a)
+    u = waves3d.sphere_scattered_field(x, k, a)
+    assert np.max(np.abs(u + np.exp(1j * k * x[:, 2]))) < 1e-10
+
+
+def test_sphere_series_is_outgoing():
+    """Far out, u ≈ f(θ) e^{ikr}/r: ∂(ru)/∂r − ik(ru) falls as r grows (an incoming part would
+    leave it of order k), checked at r = 10 and 20 along the same directions."""
+    k, a = 2 * math.pi, 0.25
+    d = _sphere_points(20, 1.0, 1.0, seed=3)
+    out = []
+    for R in (10.0, 20.0):
+        h = 1e-4
+        ru = [(R + m * h) * waves3d.sphere_scattered_field(d * (R + m * h), k, a) for m in (-1, 0, 1)]
+        out.append(np.max(np.abs((ru[2] - ru[0]) / (2 * h) - 1j * k * ru[1])) / np.max(np.abs(ru[1])))
+    assert out[0] < 1e-2 and out[1] < 0.6 * out[0]
+
+
+def test_sphere_series_bad_input():
+    with pytest.raises(ValueError, match="points inside the sphere"):
+        waves3d.sphere_scattered_field(np.zeros((1, 3)) + 0.1, 2.0, 0.25)
+    with pytest.raises(ValueError, match=r"shape \(N, 3\)"):
+        waves3d.sphere_scattered_field(np.ones((2, 2)), 2.0, 0.25)
+    with pytest.raises(ValueError, match="needs .* orders"):
+        waves3d.sphere_series_terms(2000.0, 0.5)
+    with pytest.raises(ValueError, match="radius"):
+        hp.get_problem("scatter-sphere", radius=1.0)
+
+
+def test_scatter_sphere_builtin():
+    p = hp.get_problem("scatter-sphere", wavelengths=4)
+    assert p.dim == 3 and p.wavenumber == pytest.approx(4 * math.pi) and p.pml.width == pytest.approx(0.5)
+    x = p.test_points()
+    assert np.all(np.linalg.norm(x, axis=1) >= 0.25 * (1 - 1e-12))
+    b = p.domain.sample_boundary(500, np.random.default_rng(0))
+    on = b.parts == "scatterer"
+    assert on.any()
+    bc = p.bcs["scatterer"]
+    total = p.exact_at(b.x[on]) + np.exp(1j * p.wavenumber * b.x[on, 2])
+    assert np.max(np.abs(total)) < 1e-10
+    assert np.allclose(bc.values(b.x[on]),
+                       -np.exp(1j * p.wavenumber * b.x[on, 2]))
+
+
+def test_bench_3d_grid_is_fd_solves_grid():
+    """benchmarks/bench_3d.py predicts fd_solve's node count (its memory check comes first, so a
+    wrong count would check the wrong grid against the limit)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_3d", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_3d.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for W, ppw, layer in ((2, 8, 0.5), (4, 6, 0.5), (8, 10, 0.5), (3, 7, 1.0)):
+        lam = 2.0 / W
+        h, nodes = bench.fd_grid(W, ppw, layer)
+        _, _, n = _grid(waves3d.free_source_3d(W, pml_width=layer * lam), h)
+        assert nodes == int(np.prod(np.asarray(n) + 1)), (W, ppw, layer)
+    assert bench.error_at([[1.0, 0.5], [3.0, 0.1]], 2.0) == 0.5
+    assert bench.error_at([[1.0, 0.5]], 0.5) is None
+    assert bench.time_to([(1.0, 0.5), (3.0, 0.1), (5.0, 0.05)], 0.2) == 3.0

@@ -25,13 +25,23 @@ finished run's: the classical baseline's best model, or :func:`helmpinn.invert`'
 status 3, which holds the state to continue from. A second signal ends the process at once
 (the folder's previous files stay whole).
 
-``--resume OUT`` continues a physics-informed run that a signal stopped, in its own folder: the
-settings are those ``OUT/metrics.json`` records (read as data: each value is turned back into
-its command-line option and parsed and checked as on the first run; no file of the folder is
-run as code), the state is ``OUT/inversion.npz``'s (:meth:`helmpinn.Inversion.load`, no pickle),
-and only ``--time-limit``, ``--max-steps``, ``--threads``, ``--quiet`` and ``--no-plots`` may be
-given with it. The continued run is the uninterrupted one (:func:`helmpinn.invert`'s ``start``).
-A finished run, a classical one, or a folder without those two files is refused (status 2).
+``--resume OUT`` continues a run that a signal stopped, in its own folder: the settings are
+those ``OUT/metrics.json`` records (read as data: each value is turned back into its
+command-line option and parsed and checked as on the first run; no file of the folder is run as
+code), the state is the result file's (:meth:`helmpinn.Inversion.load`,
+:meth:`helmpinn.reference.FWIResult.load`, no pickle), and only ``--time-limit``,
+``--max-steps``, ``--threads``, ``--quiet`` and ``--no-plots`` may be given with it. A pinn run
+continues as the uninterrupted one (:func:`helmpinn.invert`'s ``start``); an fwi run (also one
+its time limit stopped) continues its frequency group from its best model with L-BFGS-B's
+memory started afresh (:func:`helmpinn.reference.fwi`'s ``start``: the same steps as the
+uninterrupted run only when it stopped between two groups). A finished run, or a folder without
+those two files, is refused (status 2).
+
+Under ``mpiexec -n N`` (N > 1), ``--method pinn`` splits the wavefields over the ranks
+(:func:`helmpinn.invert`'s ``comm``; the result is the one-process result to rounding): every
+rank reads and checks the inputs, rank 0 alone locks the folder, prints and writes, and a usage
+error on any rank stops every rank with status 2 (rank 0 prints it). ``--method fwi`` runs in one
+process and is refused under several ranks.
 """
 from __future__ import annotations
 
@@ -51,7 +61,6 @@ import numpy as np
 from . import runfiles
 from ._cli_common import (handling, INTERRUPTED, MAX_THREADS_PER_CPU, TERMINATED, UsageError, check_outputs, cpus,
                           finite, lock, prepare_out, stop_on_sigterm)
-from ._files import write_atomic
 
 __all__ = ["add_parser", "run", "OUTPUTS", "DEFAULT_TIME_LIMIT", "DEFAULT_OUT"]
 
@@ -114,7 +123,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, help="pinn: random seed (default 0)")
     p.add_argument("--out", default=DEFAULT_OUT, help="output folder, locked while the run lasts "
                    "(default %(default)s)")
-    p.add_argument("--resume", metavar="DIR", help="continue the pinn run that a signal stopped in DIR, "
+    p.add_argument("--resume", metavar="DIR", help="continue the run that a signal stopped in DIR, "
                    "with its settings (only --time-limit, --max-steps, --threads, --quiet, --no-plots may be "
                    "given)")
     p.add_argument("--threads", type=int, help="CPU threads (default: OpenMP's)")
@@ -281,7 +290,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
 #: Options that may be given with --resume (every other setting is the run's own).
 _RESUME_OPTIONS = ("time_limit", "max_steps", "threads", "quiet", "no_plots")
 #: The settings of metrics.json that --resume turns back into options: (key, option, kind).
-_SAVED = (("survey", "--survey", "path"), ("initial", "--initial", "path"), ("true", "--true", "path"),
+_SAVED = (("method", "--method", "word"), ("survey", "--survey", "path"), ("initial", "--initial", "path"), ("true", "--true", "path"),
           ("initial_velocity", "--initial-velocity", "number"), ("origin", "--origin", "numbers"),
           ("spacing", "--spacing", "numbers"), ("domain", "--domain", "numbers"), ("pml", "--pml", "number"),
           ("bounds", "--bounds", "numbers"), ("time_limit", "--time-limit", "number"),
@@ -293,11 +302,11 @@ _MAX_REPORT_BYTES = 1 << 30
 def _saved_option(key: str, flag: str, kind: str, value: Any, where: str) -> list[str]:
     """One saved setting as command-line words (UsageError when its type is not the option's)."""
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
-    ok = {"path": isinstance(value, str), "number": number(value),
+    ok = {"path": isinstance(value, str), "word": isinstance(value, str), "number": number(value),
           "numbers": isinstance(value, list) and 0 < len(value) <= 6 and all(map(number, value))}[kind]
     if not ok:
         raise UsageError(f"--resume: {where}: setting {key!r} is not what {flag} takes ({value!r})")
-    if kind == "path":   # one word: a value that looks like an option stays a value
+    if kind in ("path", "word"):   # one word: a value that looks like an option stays a value
         return [f"{flag}={value}"]
     return [flag, *map(repr, value if kind == "numbers" else [value])]
 
@@ -323,8 +332,8 @@ def _resumed_args(args: argparse.Namespace, given: list[str]) -> argparse.Namesp
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"--resume {folder!r}: no report of a helmpinn invert run there ({where}: "
                          f"{getattr(exc, 'strerror', None) or exc})") from None
-    if method != "pinn" or not isinstance(settings, dict):
-        raise UsageError(f"--resume {folder!r}: a run of --method {method!r}: only pinn runs continue")
+    if method not in RESULT or not isinstance(settings, dict):
+        raise UsageError(f"--resume {folder!r}: {where} is not the report of a pinn or fwi run (method {method!r})")
     words = ["invert"]
     for key, flag, kind in _SAVED:
         if settings.get(key) is not None:
@@ -343,21 +352,24 @@ def _resumed_args(args: argparse.Namespace, given: list[str]) -> argparse.Namesp
     return new
 
 
-def _resume_state(folder: runfiles.RunFolder, args: argparse.Namespace):
-    """The stopped Inversion in the (locked) folder of --resume (UsageError)."""
+def _resume_state(args: argparse.Namespace):
+    """The stopped result (an Inversion, or fwi's FWIResult) in the (locked) folder of --resume
+    (UsageError)."""
     import stat
 
     from .inversion import Inversion
+    from .reference import FWIResult
 
-    path = os.path.join(folder.path, RESULT["pinn"])
+    path = os.path.join(args.out, RESULT[args.method])
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             raise OSError(f"{path} is not a regular file")
-        inv = Inversion.load(path)
+        inv = Inversion.load(path) if args.method == "pinn" else FWIResult.load(path)
     except (OSError, ValueError) as exc:
         raise UsageError(f"--resume {args.resume!r}: {exc}") from None
     if inv.resume is None:
-        raise UsageError(f"--resume {args.resume!r}: that run ended ({inv.message}); nothing to continue (start a "
+        ended = inv.message if args.method == "pinn" else inv.stopped
+        raise UsageError(f"--resume {args.resume!r}: that run ended ({ended}); nothing to continue (start a "
                          f"new run from its {_VELOCITY} to go on)")
     return inv
 
@@ -399,7 +411,8 @@ def _progress(entry: dict[str, Any]) -> None:
           + (f", velocity error {err:.3f}" if err is not None else ""), file=sys.stderr, flush=True)
 
 
-def _run_pinn(inputs: _Inputs, args: argparse.Namespace, stop: _Stop, on_entry: Callable, start: Any = None):
+def _run_pinn(inputs: _Inputs, args: argparse.Namespace, stop: _Stop, on_entry: Callable, start: Any = None,
+              comm: Any = None):
     """helmpinn.invert on the inputs (from ``start``, a stopped Inversion, with --resume): its
     Inversion, with status 3 when a stop request ended it."""
     from .inversion import invert
@@ -413,12 +426,13 @@ def _run_pinn(inputs: _Inputs, args: argparse.Namespace, stop: _Stop, on_entry: 
                                             ("max_steps", args.max_steps), ("seed", args.seed),
                                             ("regularization", args.regularization)) if v is not None}
     return invert(inputs.survey, inputs.initial, domain=inputs.domain, pml=inputs.pml, bounds=inputs.bounds,
-                  true=inputs.true, time_limit=args.time_limit, callbacks=[callback], start=start, **kw)
+                  true=inputs.true, time_limit=args.time_limit, callbacks=[callback], start=start, comm=comm, **kw)
 
 
-def _run_fwi(inputs: _Inputs, args: argparse.Namespace, stop: _Stop, on_entry: Callable):
-    """helmpinn.reference.fwi on the inputs: its FWIResult (the best model so far when a stop
-    request ended it)."""
+def _run_fwi(inputs: _Inputs, args: argparse.Namespace, stop: _Stop, on_entry: Callable, start: Any = None):
+    """helmpinn.reference.fwi on the inputs (from ``start``, a stopped FWIResult, with --resume):
+    its FWIResult (the best model so far and the state to continue from when a stop request
+    ended it)."""
     from .reference import fwi
 
     def callback(info: dict[str, Any]) -> bool:
@@ -428,26 +442,13 @@ def _run_fwi(inputs: _Inputs, args: argparse.Namespace, stop: _Stop, on_entry: C
 
     kw = {k: v for k, v in (("max_iter", args.max_steps), ("regularization", args.regularization)) if v is not None}
     return fwi(inputs.survey, inputs.initial, domain=inputs.domain, pml=inputs.pml, bounds=inputs.bounds,
-               true=inputs.true, time_limit=args.time_limit, callback=callback, **kw)
+               true=inputs.true, time_limit=args.time_limit, callback=callback, start=start, **kw)
 
 
 # -- what is written ------------------------------------------------------------------------------
 def _fwi_history(result: Any) -> list[dict[str, Any]]:
     h = result.history
     return [{k: h[k][i] for k in h} for i in range(len(h["time"]))]
-
-
-def _save_fwi(path: str, result: Any) -> str:
-    """fwi's result as an .npz of plain arrays (no pickle): the velocity and m on the medium
-    grid, its origin and spacing, the history's columns."""
-    v, h = result.velocity, result.history
-    arrays = {"format": np.array("helmpinn-fwi"), "velocity": v.values, "medium": result.medium.values,
-              "origin": v.origin, "spacing": v.spacing, "stopped": np.array(result.stopped),
-              "seconds": np.array(result.seconds), "n_solves": np.array(result.n_solves)}
-    for key in ("misfit", "objective", "time"):
-        arrays[key] = np.asarray(h[key], np.float64)
-    arrays["velocity_error"] = np.array([np.nan if e is None else e for e in h["velocity_error"]], np.float64)
-    return write_atomic(path, lambda fh: np.savez(fh, **arrays))
 
 
 def _fwi_figure(result: Any, inputs: _Inputs, n: int = 101):
@@ -512,7 +513,7 @@ def _write_result(folder: runfiles.RunFolder, method: str, result: Any, inputs: 
     for name in names:
         folder.claim(name)
     path = os.path.join(folder.path, RESULT[method])
-    result.save(path) if method == "pinn" else _save_fwi(path, result)
+    result.save(path)   # Inversion.save / FWIResult.save: plain arrays, no pickle
     folder.record(RESULT[method])
     folder.write(_VELOCITY, _npy_bytes(result.velocity.values))
     if fig is not None:
@@ -536,7 +537,7 @@ def _final_error(result: Any, inputs: _Inputs) -> float | None:
 
 
 def _report(args: argparse.Namespace, inputs: _Inputs, result: Any, stop: _Stop, seconds: float,
-            wall: float) -> dict[str, Any]:
+            wall: float, ranks: int = 1) -> dict[str, Any]:
     """metrics.json: the settings, the survey's sizes, how the run ended, the history, the
     final velocity error, the grid of velocity.npy."""
     from . import _core
@@ -558,7 +559,7 @@ def _report(args: argparse.Namespace, inputs: _Inputs, result: Any, stop: _Stop,
         "success": bool(result.success) if pinn else True,
         "interrupted": stop.reason is not None, "inversion_time_s": seconds, "wall_time_s": wall,
         "resumed": args.resume is not None,
-        "resumable": bool(pinn and result.resume is not None),
+        "resumable": result.resume is not None, "ranks": ranks,
         "steps": len(history),
         "final": {"velocity_error": _final_error(result, inputs),
                   "data_misfit": last.get("data_misfit", last.get("misfit")),
@@ -579,28 +580,69 @@ def _given(args: argparse.Namespace) -> list[str]:
     return [k for k, v in vars(args).items() if k not in ("command", "resume", "out") and v != defaults.get(k, v)]
 
 
-def _set_up(args: argparse.Namespace, held: contextlib.ExitStack):
+def _set_up(args: argparse.Namespace, held: contextlib.ExitStack, comm: Any = None):
     """The command line (a resumed run's own), the inputs, then the output folder created,
-    locked and checked, and a resumed run's state read there (UsageError)."""
+    locked and checked (by rank 0 under MPI), and a resumed run's state read there (UsageError,
+    on every rank when it came on any: :func:`_agreed`)."""
     from . import _core
 
-    if args.resume is not None:
-        args = _resumed_args(args, _given(args))
-    inputs = _inputs(args)
+    rank0 = comm is None or comm.Get_rank() == 0
+    folder = None
+
+    def read():
+        nonlocal args
+        if args.resume is not None:
+            args = _resumed_args(args, _given(args))
+        if comm is not None and args.method == "fwi":
+            raise UsageError(f"--method fwi runs in one process (helmpinn.reference.fwi has no MPI ranks); "
+                             f"this is one of {comm.Get_size()} ranks: run it without mpiexec")
+        return _inputs(args)
+
+    def claim():   # once every rank's inputs passed: nothing is written before
+        nonlocal folder
+        if rank0:
+            prepare_out(args.out)
+            folder = lock(args.out, "--resume" if args.resume is not None else "--out", held)
+            check_outputs(folder, OUTPUTS)
+            folder.remove_stale_temps(OUTPUTS)
+
+    inputs = _agreed(comm, read, "helmpinn invert: the inputs")
+    _agreed(comm, claim, "helmpinn invert: the output folder")
+    start = None if args.resume is None else _agreed(comm, lambda: _resume_state(args), "helmpinn invert: --resume")
     if args.threads is not None:
         _core.set_num_threads(args.threads)
-    prepare_out(args.out)
-    folder = lock(args.out, "--resume" if args.resume is not None else "--out", held)
-    check_outputs(folder, OUTPUTS)
-    folder.remove_stale_temps(OUTPUTS)
-    start = None if args.resume is None else _resume_state(folder, args)
+    elif comm is not None:   # the ranks on a node share its cores
+        from .distributed import threads_per_rank
+        _core.set_num_threads(threads_per_rank(comm))
     return args, inputs, folder, start
+
+
+def _agreed(comm: Any, work: Callable, what: str) -> Any:
+    """``work()``; under MPI ranks a UsageError on any rank is raised on every rank (the other
+    ranks' naming the rank: :func:`helmpinn.distributed.agree`)."""
+    from .distributed import CollectiveError, agree
+
+    error, out = None, None
+    try:
+        out = work()
+    except UsageError as exc:
+        error = exc
+    if comm is None:
+        if error is not None:
+            raise error
+        return out
+    try:
+        agree(comm, error, what)
+    except CollectiveError as exc:
+        rank, _, kind, message = exc.failures[0]
+        raise UsageError(f"rank {rank}: {message}") from None
+    return out
 
 
 def _finish(args: argparse.Namespace, folder: runfiles.RunFolder, inputs: _Inputs, result: Any, stop: _Stop,
             report: dict[str, Any]) -> int:
     """Write what the run has and say how it ended; the exit status."""
-    out, status = args.out, {"terminated": TERMINATED, "interrupted": INTERRUPTED}.get(stop.reason or "", 0)
+    out, status = args.out, _status(stop)
     try:
         files = _write_result(folder, args.method, result, inputs, report, plots=not args.no_plots)
     except OSError as exc:
@@ -620,39 +662,64 @@ def _finish(args: argparse.Namespace, folder: runfiles.RunFolder, inputs: _Input
     return status
 
 
-def _invert(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
+def _status(stop: _Stop) -> int:
+    """The exit status of a run that ended (0, or that of the signal that stopped it)."""
+    return {"terminated": TERMINATED, "interrupted": INTERRUPTED}.get(stop.reason or "", 0)
+
+
+def _invert(args: argparse.Namespace, held: contextlib.ExitStack, comm: Any = None) -> int:
+    from .distributed import CollectiveError
+
     t_start = time.perf_counter()
+    rank0 = comm is None or comm.Get_rank() == 0   # rank 0 alone prints and writes
     try:
-        args, inputs, folder, start = _set_up(args, held)
+        args, inputs, folder, start = _set_up(args, held, comm)
     except UsageError as exc:
-        print(f"helmpinn: {exc}", file=sys.stderr)
+        if rank0:
+            print(f"helmpinn: {exc}", file=sys.stderr)
         return 2
-    if not args.quiet:
+    quiet = args.quiet or not rank0
+    if not quiet:
+        done = 0 if start is None else len(start.history if args.method == "pinn" else start.history["time"])
         print(f"helmpinn: {args.method} inversion of {inputs.survey!r} on {inputs.domain!r}, within "
-              f"{args.time_limit:g} s" + ("" if start is None else f", continuing the run in {args.out} at "
-                                          f"step {len(start.history)}"), file=sys.stderr)
+              f"{args.time_limit:g} s" + ("" if comm is None else f", {comm.Get_size()} MPI ranks")
+              + ("" if start is None else f", continuing the run in {args.out} at step {done}"), file=sys.stderr)
     stop = _Stop()
-    on_entry = (lambda entry: None) if args.quiet else _progress
+    on_entry = (lambda entry: None) if quiet else _progress
     with stop_on_sigterm(stop), _stop_on_sigint(stop):
         t0 = time.perf_counter()
         try:
-            result = (_run_pinn(inputs, args, stop, on_entry, start) if args.method == "pinn"
-                      else _run_fwi(inputs, args, stop, on_entry))
-        except (ValueError, TypeError, MemoryError) as exc:   # refused by the method itself
+            result = (_run_pinn(inputs, args, stop, on_entry, start, comm) if args.method == "pinn"
+                      else _run_fwi(inputs, args, stop, on_entry, start))
+        except (ValueError, TypeError, MemoryError, CollectiveError) as exc:   # refused by the method itself
             first = not stop.entries
-            print(f"helmpinn: {exc}" + ("" if first else f" (after {len(stop.entries)} steps; nothing written)"),
-                  file=sys.stderr)
+            if rank0:
+                print(f"helmpinn: {exc}" + ("" if first else f" (after {len(stop.entries)} steps; nothing "
+                                                             f"written)"), file=sys.stderr)
             return 2 if first else 1
+        if not rank0:
+            return _status(stop)
         seconds = time.perf_counter() - t0
-        report = _report(args, inputs, result, stop, seconds, time.perf_counter() - t_start)
+        report = _report(args, inputs, result, stop, seconds, time.perf_counter() - t_start,
+                         1 if comm is None else comm.Get_size())
         return _finish(args, folder, inputs, result, stop, report)
 
 
 def run(args: argparse.Namespace) -> int:
-    """``helmpinn invert`` with the parsed ``args``; the exit status."""
+    """``helmpinn invert`` with the parsed ``args``; the exit status. Under an MPI launcher with
+    several ranks, every rank runs it (module docstring)."""
+    from .distributed import abort_on_error, launch_comm
+
     try:
-        with contextlib.ExitStack() as held:   # the output folder's lock
-            return _invert(args, held)
-    except KeyboardInterrupt:   # a second Ctrl-C
-        print("\nhelmpinn: aborted; the output folder's previous result, if any, is as it was", file=sys.stderr)
-        return INTERRUPTED
+        comm = launch_comm()
+    except RuntimeError as exc:   # mpi4py missing under a launcher: each rank would run alone
+        print(f"helmpinn: {exc}", file=sys.stderr)
+        return 2
+    # an exception that escapes on one rank ends the job rather than leave the others waiting
+    with abort_on_error(comm):
+        try:
+            with contextlib.ExitStack() as held:   # the output folder's lock
+                return _invert(args, held, comm)
+        except KeyboardInterrupt:   # a second Ctrl-C
+            print("\nhelmpinn: aborted; the output folder's previous result, if any, is as it was", file=sys.stderr)
+            return INTERRUPTED

@@ -76,7 +76,9 @@ falling steadily at 2000 steps (the sound-hard cylinder: 1.3e-2 after 2000, 6.7e
 An Adam warm start before LM (:func:`run_settings` "auto") stays at 2000 steps.
 
 **Optimiser**: :func:`run_settings` with "auto" (:func:`helmpinn.solve`) takes LM where its
-dense system fits a memory budget, else an Adam warm start then matrix-free LM.
+dense system fits a memory budget, else an Adam warm start then matrix-free LM. Which of LM's
+solvers fits a budget is one rule, :func:`lm_memory_rule`, which LM's own choice
+(:func:`helmpinn.optim.lm.choose_solver`) applies too.
 
 **A decomposed model** (:func:`helmpinn.training.dd_driver.decomposed_settings`, what :func:`helmpinn.solve` and ``helmpinn train
 --optimizer auto`` take above :data:`DECOMPOSE_ABOVE` wavelengths across the sampled domain,
@@ -109,6 +111,22 @@ the section named beside each item.
   k = 8π ended higher for three seeds of four: "The subnetworks' Fourier scale");
 - ``max(25^d Π w_a, P/2)`` PDE points (:data:`DD_POINTS_PER_WAVELENGTH`, fixed Sobol points,
   rounded up to 500), boundary points 1/20 of them (none under a hard constraint);
+- where κ varies (a callable κ or velocity: a slow inclusion, a layer), the rules above count
+  wavelengths by the **local** wavenumber rather than the largest anywhere
+  (:func:`helmpinn.training.dd_driver.local_layout`, ``decomposition={"local_wavenumber": False}``
+  turns it off): the local wavenumber probed on a grid (:func:`local_wavenumbers`), along each
+  axis cells of their own widths, each as wide as 0.85 subdomains per wavelength allow at the
+  largest local k under its subdomain (:func:`graded_edges`; the tensor grid is finer along the
+  rows and columns that cross a slow region, equal cells where grading gains nothing), each
+  subnetwork's Fourier scale from the largest k under its own subdomain, and ``max(35^d ∫(k/2π)^d
+  dx, P/2)`` PDE points (:data:`DD_LOCAL_POINTS_PER_WAVELENGTH`) drawn in proportion to
+  ``k(x)^d`` with importance weights that keep the loss the domain's mean of ``|r|²``
+  (:func:`helmpinn.training.dd_driver.sampled_problem`). On a square inclusion at half the
+  velocity (``benchmarks/bench_sharp.py --case square``) the largest k everywhere asked for
+  11 × 11 subdomains and 90,000 points, a Gauss-Newton step of 600 s on a loaded machine; the
+  local rule takes 7 × 7 and 47,500. 25 points per local wavelength (the P/2 floor's 28,500)
+  overfitted there (the validation gap reached 2.4 while the error stayed near 0.55) where 35
+  passed 0.18 in 6 steps ("Decompositions by the local wavenumber");
 - a hard constraint (:class:`~helmpinn.models.decomposition.BoxConstraint` of scale 1/k) when the
   problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
 - Gauss-Newton with Nielsen's λ rule. On a model with the hard constraint (:data:`DD_DAMPING`) the
@@ -168,6 +186,8 @@ Functions:
   Adam warm start when its dense system is too large): Adam's settings with what the optimiser
   changes (L-BFGS: float64 on fixed points; LM: :func:`lm_settings`), the Adam warm start, and
   the optimiser's own options.
+- :func:`lm_memory_rule`: which of LM's solvers (dense primal or dual, or matrix-free CG) a
+  memory budget allows.
 
 The optimisers' own options and their defaults are their settings tables in
 :mod:`helmpinn.training.drivers` (``AdamSettings``, ``LBFGSSettings``, ``LMSettings``).
@@ -177,7 +197,7 @@ A problem's ``hints`` still replace any entry (``hints["weights"]``, ``hints["ad
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -189,9 +209,11 @@ __all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "LM_BOUNDARY_SHARE", "ADAM_POINTS_PER
            "ADAM_LR", "ADAM_SCHEDULE", "ADAM_BETAS", "ADAM_STEPS", "ADAM_PML_STEPS", "LM_GROW_GAP", "LM_GROW_PATIENCE",
            "LM_GROW_FACTOR", "LM_GROW_MAX",
            "scale_wavenumber", "wavelengths", "wavelengths_across", "points_rule", "fourier_sigma", "auto_weights",
-           "default_settings", "lm_settings", "LM_OPTIONS", "lm_options", "run_settings", "STALL_WINDOW", "STALL_FACTOR",
+           "default_settings", "lm_settings", "LM_OPTIONS", "lm_options", "lm_memory_rule", "run_settings", "STALL_WINDOW",
+           "STALL_FACTOR",
            "DECOMPOSE_ABOVE", "SUBDOMAINS_PER_WAVELENGTH", "DD_POINTS_PER_WAVELENGTH", "DD_DAMPING", "DD_CG_MAXITER",
-           "DD_GROW_GAP", "GN_BY_DIMENSION", "DD_ADAM_SETTINGS", "should_decompose"]
+           "DD_GROW_GAP", "GN_BY_DIMENSION", "DD_ADAM_SETTINGS", "should_decompose", "DD_LOCAL_POINTS_PER_WAVELENGTH",
+           "LOCAL_PROBES_PER_WAVELENGTH", "LOCAL_PROBES_MOST", "local_wavenumbers", "graded_edges"]
 
 #: The optimisers a run (and ``helmpinn train --optimizer``) can use by name.
 OPTIMIZERS = ("adam", "lbfgs", "lm")
@@ -247,6 +269,11 @@ DECOMPOSE_ABOVE = {1: 32.0, 2: 3.0, 3: 2.4}
 SUBDOMAINS_PER_WAVELENGTH = 0.85
 #: PDE points per wavelength per dimension of a decomposed run, by dimension.
 DD_POINTS_PER_WAVELENGTH = {1: 64, 2: 25, 3: 9}
+#: The same where the decomposition follows the local wavenumber (a κ that varies; the points per
+#: local wavelength, :func:`helmpinn.training.dd_driver.local_layout`): more than on a constant
+#: medium, whose rule counts them at the largest k everywhere, so in a slow region's surroundings
+#: more than its 25 per local wavelength (module docstring; 1-D and 3-D: not measured, as above).
+DD_LOCAL_POINTS_PER_WAVELENGTH = {1: 64, 2: 35, 3: 9}
 #: Gauss-Newton's damping by whether the model has the hard constraint (a closed box with
 #: Dirichlet(0) walls; module docstring): measured in 2-D and on ``cube3d``.
 DD_DAMPING = {True: "geometric", False: "marquardt"}
@@ -445,6 +472,28 @@ def lm_options(defaults: Mapping[str, Any]) -> dict[str, Any]:
     return {k: defaults[k] for k in LM_OPTIONS if k in defaults}
 
 
+def lm_memory_rule(P: int, R: int, need: Callable[[str], int], budget: int, ranks: int = 1) -> str:
+    """The solver of Levenberg-Marquardt that ``budget`` bytes allow for ``P`` parameters and ``R``
+    residuals, ``need(solver)`` being the bytes the dense solver ``solver`` ("primal": P×P
+    matrices; "dual": R×R) holds: over MPI (``ranks`` > 1) "primal" (its P×P system is summed over
+    the ranks); else "primal" when R >= P and "dual" when R < P (the smaller system), and when that
+    one does not fit the other where it fits; else "cg", matrix-free, its memory O(P + R).
+
+    The one place this rule is written. :func:`helmpinn.optim.lm.choose_solver` (LM's
+    ``solver="auto"``) applies it with :func:`helmpinn.optim.lm.memory_estimate`, what LM holds
+    (its Jacobian made in chunks), within ``max_matrix_bytes``; :func:`run_settings` ("auto")
+    with the whole dense system, J and JᵀJ, 8 (P·R + P²) bytes for either solver, within
+    ``memory_bytes``. The two counts differ (LM makes its Jacobian in chunks): where the whole J
+    is over ``memory_bytes`` and LM's own count within it, the plan takes the Adam warm start and
+    CG all the same.
+    """
+    order = ["primal"] if int(ranks) > 1 else (["primal", "dual"] if R >= P else ["dual", "primal"])
+    for name in order:
+        if need(name) <= budget:
+            return name
+    return "cg"
+
+
 def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 << 30) -> dict[str, Any]:
     """The settings ``helmpinn train --optimizer OPTIMIZER`` starts from on ``problem``.
 
@@ -453,15 +502,16 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
     (2000 iterations, the error every 50), "lm" takes :func:`lm_settings` (its
     network, points and precision) and its options under ``settings["lm"]`` (keywords of
     :class:`helmpinn.training.drivers.LMDriver`). "auto" (:func:`helmpinn.solve`) is "lm" when the
-    dense system fits ``memory_bytes`` (8 bytes × (P·R + P²), P parameters and R residuals),
-    else :data:`ADAM_STEPS` Adam steps as a warm start, then LM with its matrix-free
-    solver ("cg", memory O(P + R)).
+    dense system fits ``memory_bytes`` (:func:`lm_memory_rule` with 8 bytes × (P·R + P²), P
+    parameters and R residuals), else :data:`ADAM_STEPS` Adam steps as a warm start, then LM
+    with its matrix-free solver ("cg", memory O(P + R)).
     """
     if optimizer == "auto":
         settings = run_settings(problem, "lm")
         P = _core.ModelSpec(problem.dim, settings["ff_dim"], settings["hidden"], settings["layers"]).num_params
         R = 2 * (settings["pde_points"] + settings["bc_points"])   # (re, im) per point
-        if 8 * (P * R + P * P) > memory_bytes:
+        dense = 8 * (P * R + P * P)   # the whole dense system, J and JᵀJ, for either solver
+        if lm_memory_rule(P, R, lambda solver: dense, memory_bytes) == "cg":
             settings.update(warm_start=ADAM_STEPS, lm={**settings["lm"], "solver": "cg"})
         return settings
     if optimizer not in OPTIMIZERS:
@@ -484,3 +534,75 @@ def should_decompose(problem: Any) -> bool:
     sides')."""
     limit = DECOMPOSE_ABOVE[min(int(problem.dim), 3)]
     return wavelengths_across(problem) > limit * (1 + 1e-9)   # at the limit itself: one network
+
+
+#: The local wavenumber's probes (:func:`local_wavenumbers`): this many per shortest wavelength
+#: along each axis, at most :data:`LOCAL_PROBES_MOST` per axis by dimension.
+LOCAL_PROBES_PER_WAVELENGTH = 8
+LOCAL_PROBES_MOST = {1: 4096, 2: 384, 3: 64}
+
+
+def local_wavenumbers(problem: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The local wavenumber ``sqrt(max(Re κ, 0))`` over the sampled domain's bounding box, at the
+    centres of a regular grid of cells (:data:`LOCAL_PROBES_PER_WAVELENGTH` per shortest
+    wavelength, :data:`LOCAL_PROBES_MOST` per axis at most), each at least the rules' floor π/L
+    (:func:`scale_wavenumber`): ``(lo, hi, k)``, k of the grid's shape. None for a constant κ
+    (the rules' k holds everywhere)."""
+    if not callable(getattr(problem, "kappa", None)):
+        return None
+    d = int(problem.dim)
+    lo, hi = (np.asarray(b, np.float64) for b in getattr(problem, "sampling_domain", problem.domain).bounds)
+    k_max = scale_wavenumber(problem)
+    most = LOCAL_PROBES_MOST.get(d, 32)
+    n = [int(min(most, max(8, math.ceil(LOCAL_PROBES_PER_WAVELENGTH * (hi[a] - lo[a]) * k_max / (2 * math.pi)))))
+         for a in range(d)]
+    axes = [lo[a] + (np.arange(n[a]) + 0.5) * (hi[a] - lo[a]) / n[a] for a in range(d)]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    x = np.stack([m.ravel() for m in mesh], axis=1)
+    k = np.asarray(problem.local_wavenumber(x), np.float64).reshape(n)
+    return lo, hi, np.maximum(k, math.pi / float(np.max(hi - lo)))
+
+
+def graded_edges(lo: float, hi: float, k: np.ndarray, per_wavelength: float, overlap: float) -> np.ndarray:
+    """The cell edges along one axis of ``[lo, hi]`` for a wavenumber profile ``k`` (on equal
+    cells across the axis: the largest local wavenumber over the other axes) with
+    ``per_wavelength`` subdomains per local wavelength: from lo, each cell as wide as it may be
+    while its width times the largest k under its subdomain (the cell and ``overlap / 2`` of its
+    width either side) stays within ``2π / per_wavelength``, and at most twice the previous
+    cell; the last cell ends at hi (shared equally with the one before where it would be under
+    half of it). On a constant k: ``ceil(per_wavelength × wavelengths)`` equal cells, the rule
+    of equal subdomains."""
+    k = np.asarray(k, np.float64)
+    limit = 2 * math.pi / per_wavelength
+    if float(np.max(k)) == float(np.min(k)):
+        n = max(1, math.ceil(per_wavelength * (hi - lo) * float(k[0]) / (2 * math.pi) - 1e-9))
+        return np.linspace(lo, hi, n + 1)
+    cell = (hi - lo) / len(k)
+
+    def k_under(a: float, b: float) -> float:
+        i0 = min(max(int(math.floor((a - lo) / cell)), 0), len(k) - 1)
+        i1 = min(int(math.ceil((b - lo) / cell)), len(k))
+        return float(np.max(k[i0:max(i1, i0 + 1)]))
+
+    def fits(x: float, w: float) -> bool:
+        return w * k_under(x - overlap * w / 2, x + w + overlap * w / 2) <= limit
+
+    edges = [lo]
+    while edges[-1] < hi - 1e-12 * (hi - lo):
+        x = edges[-1]
+        top = min(hi - x, 2 * (x - edges[-2])) if len(edges) > 1 else hi - x
+        if fits(x, top):
+            w = top
+        else:
+            a, b = 0.0, top
+            for _ in range(40):
+                m = 0.5 * (a + b)
+                a, b = (m, b) if fits(x, m) else (a, m)
+            w = max(a, 1e-9 * (hi - lo))
+        edges.append(min(x + w, hi))
+    edges[-1] = hi
+    if len(edges) > 2 and edges[-1] - edges[-2] < 0.5 * (edges[-2] - edges[-3]):
+        middle = 0.5 * (edges[-1] + edges[-3])
+        if fits(middle, hi - middle):
+            edges[-2] = middle
+    return np.array(edges)

@@ -107,7 +107,7 @@ from ._budget import (  # noqa: F401  (re-exported: helmpinn.memory is the publi
     LIMIT_VARIABLE, MEMORY_FRACTION, ASSEMBLY_BYTES_PER_NODE, LU_BYTES_PER_ENTRY, MemoryEstimateError, MemoryBudgetError,
     format_bytes, available_memory, limit, check, check_memory, workspace_bytes,
     training_memory, cpus, lu_fill, fd_run, fd_memory_estimate, check_fd)
-from .models.decomposition import WINDOW_CHUNK, DecomposedModel
+from .models.decomposition import WINDOW_CHUNK
 from .defaults import wavelengths
 from .optim.gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
 from .problems.waves import RESONANCE_MOST, _closed_box
@@ -338,18 +338,21 @@ def check_fit(trainer: Any, driver: Any, pde_points: int | None = None) -> dict[
 
 
 def check_trainer(trainer: Any, driver: Any) -> None:
-    """A :class:`~helmpinn.Trainer`'s fit by ``driver``, before it draws its points: a
-    decomposed model's by :func:`check_fit`, one network's by :func:`check_network` (its
-    points, training set, workspace and parameters; Levenberg-Marquardt checks its own matrices
-    against its budget as it makes them), agreed across the trainer's ranks (a refusal on one
-    rank raises on every rank)."""
+    """A :class:`~helmpinn.Trainer`'s fit by ``driver``, before it draws its points, by the
+    estimate of the model's kind (its ``kind`` and ``spec``,
+    :class:`~helmpinn.models.model_protocol.TrainableModel`): one core network's by
+    :func:`check_network` (its points, training set, workspace and parameters;
+    Levenberg-Marquardt checks its own matrices against its budget as it makes them), a
+    decomposed model's by :func:`check_fit`; a model of another kind is not estimated here.
+    Agreed across the trainer's ranks (a refusal on one rank raises on every rank)."""
+    model = trainer.model
     with distributed.collective(trainer.comm, "the memory estimate"):
-        if isinstance(trainer.model, DecomposedModel):
+        if model.spec is not None:
+            check_network(model.spec, trainer.pde_points, trainer.bc_points,
+                          dtype=model.dtype.name, flags={"points": "pde_points, bc_points",
+                                                         "hidden": "the model's hidden_dim"})
+        elif model.kind == "decomposed":
             check_fit(trainer, driver)
-        else:
-            check_network(trainer.model.spec, trainer.pde_points, trainer.bc_points,
-                          dtype=trainer.model.dtype.name, flags={"points": "pde_points, bc_points",
-                                                                 "hidden": "the model's hidden_dim"})
 
 
 def _settings_spec(settings: Mapping[str, Any], dim: int) -> Any:

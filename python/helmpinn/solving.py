@@ -29,7 +29,7 @@ from .models.model import Model
 from .problems import Problem
 from .problems.jumps import training_problem
 from .problems.registry import get_problem, recorded_options
-from .training.drivers import Driver, model_kind
+from .training.drivers import Driver
 from .training.plan import polish, run_plan, train
 from .training.status import RunStatus
 from .training.trainer import History, Trainer
@@ -135,7 +135,7 @@ def solve(problem: Problem | str, tol: float | None = None, time_limit: float | 
     if given is not None and not isinstance(given, (Model, DecomposedModel)):
         raise TypeError(f"model: expected 'auto', 'network', 'decomposed', a Model or a DecomposedModel, "
                         f"got {type(given).__name__}")
-    kind = model if given is None else model_kind(given)
+    kind = model if given is None else given.kind
     plan = run_plan(problem, kind, optimizer, memory_bytes=memory_bytes, where="solve", **overrides)
     settings = plan.record()
     if settings.get("lbfgs") and comm is not None:   # refused before training, not after it

@@ -8,7 +8,8 @@ residual Jacobians and the LM machinery of :mod:`helmpinn.optim.lm`; nothing bel
 - :mod:`~helmpinn.inversion.joint`: the joint residual of all wavefields and the medium, and its
   exact Jacobian (:class:`WavefieldRows`, :class:`JointResiduals`);
 - :mod:`~helmpinn.inversion.solver`: LM on it, the block-arrowhead normal equations solved by
-  eliminating the wavefields (:class:`ArrowheadLM`);
+  eliminating the wavefields (:class:`ArrowheadLM`), its trials the one damped step of
+  :mod:`helmpinn.optim.damped`;
 - :mod:`~helmpinn.inversion.parallel`: the wavefields split over MPI ranks, the medium's sums
   reduced (:class:`Ranks`);
 - :mod:`~helmpinn.inversion.api`: :func:`invert`, frequency continuation and warm starts,
@@ -19,7 +20,7 @@ from .api import invert, velocity_error
 from .joint import JointResiduals, WavefieldRows
 from .medium import SplineMedium
 from .result import Inversion
-from .solver import ArrowheadLM, ArrowheadStep
+from .solver import ArrowheadLM
 
 __all__ = ["invert", "velocity_error", "Inversion", "SplineMedium", "JointResiduals", "WavefieldRows",
-           "ArrowheadLM", "ArrowheadStep"]
+           "ArrowheadLM"]

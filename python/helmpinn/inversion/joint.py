@@ -170,16 +170,21 @@ class JointResiduals:
     def terms(self, thetas: Sequence[NDArray], c: NDArray) -> dict[str, float]:
         """The loss ``r·r`` by term: "pde", "data", "boundary" (the wall or Robin rows), "reg",
         and "total"."""
+        rs = [w.residuals(self.workspace, theta, c) for w, theta in zip(self.rows, thetas)]
+        return self.split_terms(rs, None if self.reg is None else self.reg @ c)
+
+    def split_terms(self, rs: Sequence[NDArray], g: NDArray | None) -> dict[str, float]:
+        """:meth:`terms` of given residuals: ``rs`` every wavefield's (in the order of
+        ``rows``), ``g`` the regularisation's rows (None: none). The sums run in one fixed order,
+        so the same residuals give the same loss bit for bit wherever it is computed."""
         out = {"pde": 0.0, "data": 0.0, "boundary": 0.0, "reg": 0.0}
-        for w, theta in zip(self.rows, thetas):
-            r = w.residuals(self.workspace, theta, c)
+        for w, r in zip(self.rows, rs):
             s = w.slices()
             out["pde"] += float(r[s["pde"]] @ r[s["pde"]])
             out["data"] += float(r[s["data"]] @ r[s["data"]])
             for name in ("wall", "bc"):
                 out["boundary"] += float(r[s[name]] @ r[s[name]])
-        if self.reg is not None:
-            g = self.reg @ c
+        if g is not None:
             out["reg"] = float(g @ g)
         out["total"] = sum(out.values())
         return out

@@ -29,24 +29,32 @@ wavefields are independent given the medium.
 
 **Damping.** Marquardt's ``D = diag(JᵀJ)`` (kept at its running maximum, as
 :class:`helmpinn.LevenbergMarquardt` with ``damping="marquardt"``): the network weights and the
-medium's coefficients have unrelated scales. λ follows :func:`helmpinn.optim.damped.next_damping`
-(``update``, default "fixed": ÷3 on acceptance, ×4 on rejection, the project's rule for PINNs).
-A trial is accepted when the loss falls; at most ``max_trials`` trials a step.
+medium's coefficients have unrelated scales. The trial loop is the one damped step of every
+Gauss-Newton optimiser, :meth:`helmpinn.optim.damped.Damped.trials`, to which :class:`ArrowheadLM`
+passes this solve (:class:`_ArrowheadSolve`) with the unknowns as one vector (every wavefield's
+parameters, then the medium's coefficients): λ follows
+:func:`~helmpinn.optim.damped.next_damping` (``update``, default "fixed": ÷3 on acceptance, ×4
+on rejection, the project's rule for PINNs); a trial is accepted when the loss falls; at most
+``max_trials`` trials a step, and a trial rejected at ``lam_max`` ends it. Geodesic acceleration
+and backtracking are off: the solve keeps ``J_iᵀJ_i``, not ``J_i``, so it cannot solve for
+another right-hand side in residual space.
 
-**Bounds** by projection: the trial medium is ``clip(c − δc, m_lo, m_hi)`` coefficient-wise; a
-B-spline lies in the convex hull of its coefficients, so ``m(x)`` stays within the bounds
-everywhere (:mod:`helmpinn.inversion.medium`). The predicted decrease ρ is that of the
-unprojected step.
+**Bounds** by projection (``project`` of :meth:`~helmpinn.optim.damped.Damped.trials`): the
+trial medium is ``clip(c − δc, m_lo, m_hi)`` coefficient-wise; a B-spline lies in the convex
+hull of its coefficients, so ``m(x)`` stays within the bounds everywhere
+(:mod:`helmpinn.inversion.medium`). The predicted decrease ρ is that of the unprojected step.
+With ``varpro``, an accepted step's medium is then re-solved for the networks as they are
+(:meth:`ArrowheadLM.project_medium`), kept when it lowers the loss.
 
 **Over MPI ranks** (``ranks``, :mod:`helmpinn.inversion.parallel`): ``joint`` holds this rank's
 wavefields only; the sums over the wavefields (C, the medium's gradient and the loss; per trial
-``Σ B_iᵀ A_i⁻¹ [B_i, g_i]``, then the trial's loss and the wavefields' share of the predicted
-decrease) are each one Allreduce, the regularisation is added once after it, and every rank
+``Σ B_iᵀ A_i⁻¹ [B_i, g_i]``, the wavefields' share of the predicted decrease, then the trial's
+loss) are each one Allreduce, the regularisation is added once after it, and every rank
 solves the same medium system, so every rank takes the same step and the same decisions.
 """
 from __future__ import annotations
 
-import math
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -54,51 +62,35 @@ from typing import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from ..optim.damped import UPDATES, NonFiniteLoss, next_damping
+from ..optim.damped import Damped, Direction, NonFiniteLoss, StepRecord
 from ..optim.lm import _spd_factor
 from .joint import JointResiduals
 from .parallel import Ranks
 
-__all__ = ["ArrowheadLM", "ArrowheadStep"]
+__all__ = ["ArrowheadLM"]
 
 
-@dataclass
-class ArrowheadStep:
-    """One step: ``accepted``, the ``loss`` after it (before it when rejected), ``lam`` after
-    the step's update, ``rho`` of the accepted trial (nan when none), ``trials``, ``seconds``,
-    and the seconds of the linearisation."""
-    accepted: bool
-    loss: float
-    lam: float
-    rho: float
-    trials: int
-    seconds: float
-    linearize_seconds: float
-
-
-class ArrowheadLM:
+class ArrowheadLM(Damped):
     """LM on a :class:`~helmpinn.inversion.joint.JointResiduals` (module docstring).
 
     ``bounds``: ``(m_lo, m_hi)`` for the medium's coefficients (None: unbounded); ``lam``: the
     initial λ (relative to D = diag(JᵀJ); 1 by default: on the ring case the first step from
     the start was accepted at λ ≈ 1 only, five rejected trials after a start at 1e-3);
-    ``ranks``: a :class:`~helmpinn.inversion.parallel.Ranks` when ``joint`` holds one rank's
-    share of the wavefields (module docstring; None: one process).
+    ``update``, ``lam_min``, ``lam_max``, ``max_trials``: the damping's rule and limits
+    (:mod:`helmpinn.optim.damped`; ValueError naming a bad one); ``varpro``: re-solve the medium
+    after each accepted step (module docstring); ``ranks``: a
+    :class:`~helmpinn.inversion.parallel.Ranks` when ``joint`` holds one rank's share of the
+    wavefields (module docstring; None: one process).
     """
 
     def __init__(self, joint: JointResiduals, *, bounds: tuple[float, float] | None = None,
                  lam: float = 1.0, update: str = "fixed", lam_min: float = 1e-15,
                  lam_max: float = 1e12, max_trials: int = 8, varpro: bool = False,
                  ranks: Ranks | None = None):
-        if update not in UPDATES:
-            raise ValueError(f"update must be one of {UPDATES}, got {update!r}")
-        if not (lam > 0 and math.isfinite(lam)):
-            raise ValueError(f"lam must be a positive finite number, got {lam}")
+        self.set_damping(lam=lam, lam_min=lam_min, lam_max=lam_max, update=update, max_trials=max_trials,
+                         geodesic=False, geodesic_h=0.1, geodesic_alpha=0.75, backtrack=0)
         self.joint = joint
         self.bounds = bounds
-        self.lam, self.nu = float(lam), 2.0
-        self.update, self.lam_min, self.lam_max = update, float(lam_min), float(lam_max)
-        self.max_trials = int(max_trials)
         self.varpro = bool(varpro)
         self._D: list[NDArray] | None = None
         self._Dm: NDArray | None = None
@@ -130,16 +122,19 @@ class ArrowheadLM:
         return float(total) + reg, float(more)
 
     def project(self, c: NDArray) -> NDArray:
+        """The medium's coefficients ``c`` clipped to the bounds (a new array; c itself without)."""
         return c if self.bounds is None else np.clip(c, self.bounds[0], self.bounds[1])
 
     def _linearize(self, thetas: Sequence[NDArray], c: NDArray):
-        """The kept reductions of every wavefield's Jacobian (module docstring) and the loss."""
+        """The kept reductions of every wavefield's Jacobian (module docstring), the loss, and
+        the residuals: this rank's wavefields', then the regularisation's rows (or None)."""
         from scipy.linalg import blas   # on first use: importing helmpinn leaves SciPy's linear algebra out
 
         joint, ws = self.joint, self.joint.workspace
         M = joint.medium.size
         C, gm = np.zeros((M, M)), np.zeros(M)
         blocks: list = []
+        rs: list[NDArray] = []
 
         def local() -> float:   # this rank's wavefields
             loss = 0.0
@@ -155,18 +150,20 @@ class ArrowheadLM:
                 C[:] += (Jm.T @ Jm).toarray()
                 gm[:] += Jm.T @ r
                 loss += float(r @ r)
+                rs.append(r)
                 del J
             return loss
 
         mine, err = self.ranks.run(local)
         C, gm, loss = self.ranks.sum([C, gm, mine or 0.0], "the linearisation", err)
         loss = float(loss)
+        rr = None
         if joint.reg is not None:
             rr = joint.reg @ c
             C += (joint.reg.T @ joint.reg).toarray()
             gm += joint.reg.T @ rr
             loss += float(rr @ rr)
-        return blocks, C, gm, loss
+        return blocks, C, gm, loss, rs, rr
 
     def _damping(self, blocks, C) -> tuple[list[NDArray], NDArray]:
         diags = [np.diagonal(A).copy() for A, _, _ in blocks]
@@ -231,32 +228,128 @@ class ArrowheadLM:
         new_loss, _ = self.global_loss(thetas, new_c)
         return (new_c, new_loss) if new_loss < loss else (c, loss)
 
-    def step(self, thetas: list[NDArray], c: NDArray) -> tuple[ArrowheadStep, NDArray]:
-        """One LM step; updates the arrays of ``thetas`` in place on acceptance and returns
-        ``(info, c)`` (c the new coefficients, or the old ones when no trial was accepted)."""
+    def step(self, thetas: list[NDArray], c: NDArray) -> tuple[StepRecord, NDArray]:
+        """One LM step: :meth:`~helmpinn.optim.damped.Damped.trials` on the arrowhead solve at
+        ``(thetas, c)``. Updates the arrays of ``thetas`` in place on acceptance and returns
+        ``(record, c)``: c the new coefficients (the old ones when no trial was accepted), the
+        record's ``loss`` the loss after the step (with ``varpro``, after the medium's
+        re-solve), its ``times`` the seconds in "linearize", "solve", "trial" and "varpro".
+        Raises :class:`~helmpinn.optim.damped.NonFiniteLoss` when the loss or a Jacobian at
+        the start is not finite (nothing changed)."""
         t0 = time.perf_counter()
-        blocks, C, gm, loss = self._linearize(thetas, c)
-        if not math.isfinite(loss):
-            raise NonFiniteLoss(f"the joint loss is {loss}")
-        D, Dm = self._damping(blocks, C)
-        t_lin = time.perf_counter() - t0
-        for trial in range(1, self.max_trials + 1):
-            dthetas, dc, pred_m, pred_w = self._solve(self.lam, blocks, C, gm, D, Dm)
-            new_thetas = [th - dt for th, dt in zip(thetas, dthetas)]
-            new_c = self.project(c - dc)
-            new_loss, pred_w = self.global_loss(new_thetas, new_c, pred_w, "the trial's loss")
-            pred = pred_m + pred_w
-            accepted = math.isfinite(new_loss) and new_loss < loss and pred > 0
-            rho = (loss - new_loss) / pred if pred > 0 and math.isfinite(new_loss) else -math.inf
-            self.lam, self.nu = next_damping(self.update, self.lam, self.nu, accepted, rho,
-                                             self.lam_min, self.lam_max)
-            if accepted:
-                for th, new in zip(thetas, new_thetas):
-                    th[:] = new
-                if self.varpro:
-                    new_c, new_loss = self.project_medium(thetas, new_c, new_loss)
-                return ArrowheadStep(True, new_loss, self.lam, rho, trial,
-                                     time.perf_counter() - t0, t_lin), new_c
-            if self.lam >= self.lam_max:
-                break
-        return ArrowheadStep(False, loss, self.lam, math.nan, trial, time.perf_counter() - t0, t_lin), c
+        times = {"linearize": 0.0, "solve": 0.0, "trial": 0.0, "varpro": 0.0}
+        system = _ArrowheadSolve(self, thetas, c, times)
+        times["linearize"] = time.perf_counter() - t0
+        record = self.trials(system, system.flat(thetas, c), times, project=system.feasible)
+        if not record.accepted:
+            return record, c
+        new_c = system.accepted_c
+        if self.varpro:
+            t1 = time.perf_counter()
+            new_c, record.loss = self.project_medium(thetas, new_c, record.loss)
+            times["varpro"] = time.perf_counter() - t1
+        return record, new_c
+
+
+@dataclass(eq=False)
+class _ArrowheadSolve:
+    """The arrowhead linearisation at ``(thetas, c)`` as :meth:`Damped.trials
+    <helmpinn.optim.damped.Damped.trials>` takes it (:class:`~helmpinn.optim.damped.LinearSolve`):
+    the unknowns as one float64 vector ``[θ_1, ..., θ_W, c]`` (this rank's wavefields, then the
+    medium, which every rank holds alike); residual rows ``[r_1, ..., r_W, R c]``, the
+    regularisation's rows on every rank and counted once in :meth:`total`. The loss of a trial
+    point is :meth:`JointResiduals.split_terms` of its residuals, summed over the ranks."""
+
+    lm: ArrowheadLM
+    thetas: list[NDArray]
+    c: NDArray
+    times: dict[str, float]
+
+    def __post_init__(self) -> None:
+        lm = self.lm
+        self.blocks, self.C, self.gm, self.loss, rs, rr = lm._linearize(self.thetas, self.c)
+        if not np.isfinite(self.loss):
+            raise NonFiniteLoss(f"the joint loss is {self.loss}")
+        self.D, self.Dm = lm._damping(self.blocks, self.C)
+        self.sizes = [w.num_residuals for w in lm.joint.rows]
+        self.r = _rows(rs, rr)
+        self.M = int(lm.joint.medium.size)
+        self.accepted_c: NDArray | None = None
+        self._error: BaseException | None = None
+
+    def flat(self, thetas: Sequence[NDArray], c: NDArray) -> NDArray:
+        """The unknowns as one float64 vector (a copy)."""
+        return np.concatenate([*(np.asarray(t, np.float64) for t in thetas), np.asarray(c, np.float64)])
+
+    def _split(self, x: NDArray) -> tuple[list[NDArray], NDArray]:
+        """The views of x's wavefield parameters and medium coefficients."""
+        P = self.lm.joint.num_params
+        return [x[i * P:(i + 1) * P] for i in range(len(self.thetas))], x[len(x) - self.M:]
+
+    def feasible(self, x: NDArray) -> NDArray:
+        """x with its medium part clipped to the bounds (a new array)."""
+        if self.lm.bounds is None:
+            return x
+        out = x.copy()
+        out[len(x) - self.M:] = self.lm.project(x[len(x) - self.M:])
+        return out
+
+    def solve(self, lam: float) -> Direction:
+        t0 = time.perf_counter()
+        dthetas, dc, pred_m, pred_w = self.lm._solve(lam, self.blocks, self.C, self.gm, self.D, self.Dm)
+        (pred_w,) = self.lm.ranks.sum([pred_w], "the predicted decrease")
+        self.times["solve"] += time.perf_counter() - t0
+        return Direction(np.concatenate([*dthetas, dc]), pred_m + float(pred_w), self._again)
+
+    @staticmethod
+    def _again(w: NDArray) -> NDArray:
+        raise NotImplementedError("ArrowheadLM keeps JᵀJ, not J: it solves for no other residual-space "
+                                  "right-hand side (no geodesic acceleration)")
+
+    def residuals(self, x: NDArray) -> NDArray:
+        """The residual rows at x; a failure on this rank is kept for :meth:`total`, where every
+        rank learns of it (zeros stand in for its rows until then)."""
+        joint = self.lm.joint
+        thetas, c = self._split(x)
+
+        def local() -> list[NDArray]:
+            return [w.residuals(joint.workspace, theta, c) for w, theta in zip(joint.rows, thetas)]
+
+        rs, self._error = self.lm.ranks.run(local)
+        if rs is None:
+            rs = [np.zeros(n) for n in self.sizes]
+        return _rows(rs, None if joint.reg is None else joint.reg @ c)
+
+    def total(self, r: NDArray) -> float:
+        joint, ends = self.lm.joint, np.cumsum(self.sizes)
+        rs = np.split(r[:ends[-1]], ends[:-1]) if len(ends) else []
+        t = joint.split_terms(rs, None if joint.reg is None else r[len(r) - joint.reg.shape[0]:])
+        error, self._error = self._error, None
+        (wave,) = self.lm.ranks.sum([t["pde"] + t["data"] + t["boundary"]], "the trial's loss", error)
+        return float(wave) + t["reg"]
+
+    def dot(self, a: NDArray, b: NDArray) -> float:
+        """Over every rank's wavefields, the medium's part once."""
+        k = len(a) - self.M
+        (waves,) = self.lm.ranks.sum([float(a[:k] @ b[:k])], "a dot product")
+        return float(waves) + float(a[k:] @ b[k:])
+
+    def limit(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def place(self, theta: NDArray, x: NDArray) -> None:
+        """The accepted point into ``theta`` (the flat vector), the wavefields' arrays and
+        :attr:`accepted_c`."""
+        theta[...] = x
+        thetas, c = self._split(x)
+        for th, new in zip(self.thetas, thetas):
+            th[:] = new
+        self.accepted_c = c.copy()
+
+    def tried(self, delta: NDArray, accepted: bool, rho: float) -> None:
+        pass
+
+
+def _rows(rs: Sequence[NDArray], reg_rows: NDArray | None) -> NDArray:
+    """The wavefields' residuals ``rs`` and the regularisation's rows as one vector."""
+    return np.concatenate([np.zeros(0), *rs, *([] if reg_rows is None else [reg_rows])])

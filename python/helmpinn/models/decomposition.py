@@ -3,7 +3,9 @@
 A :class:`DecomposedModel` covers a box ``[lo, hi]`` (1-, 2- or 3-D; with a PML, the box of the
 layer's outer wall) by one or more **levels**, each a regular grid of overlapping subdomains.
 Along each axis a level has ``n`` subdomains of centres ``lo + (i + ½)Δ`` (``Δ = (hi − lo)/n``)
-and half-widths ``h = ½Δ(1 + overlap)``; subdomain j's window is the product over axes of
+and half-widths ``h = ½Δ(1 + overlap)`` (or, on a graded level, cells of their own widths Δ_i
+between given edges, each subdomain centred on its cell with ``h_i = ½Δ_i(1 + overlap)``:
+:class:`Level`); subdomain j's window is the product over axes of
 normalised bumps
 
     ω_j(x) = Π_a v_{i_a}(x_a) / Σ_i v_i(x_a),   v_i(x) = exp(−1/(1 − t²)), t = (x − c_i)/h (for ``|t| < 1``),
@@ -42,7 +44,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -50,16 +52,18 @@ from numpy.typing import ArrayLike, NDArray
 from .. import _core, distributed
 from .._checks import integer, real_number
 from .._files import read_npz, write_atomic
-from ..problems.batch import Batch, alike_on_every_axis, operator_a
+from ..problems.batch import TERMS, Batch, alike_on_every_axis, operator_a
 from .model import Model
 from ..params import init_params, sigma_for
 
 __all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals",
-           "assign_subdomains", "CARRIER_TERM", "FORMAT", "WINDOW_CUTOFF", "MIN_OVERLAP", "MIN_CONSTRAINT_SCALE",
+           "assign_subdomains", "term_means", "CARRIER_TERM", "FORMAT", "STATE_KEY", "WINDOW_CUTOFF", "MIN_OVERLAP", "MIN_CONSTRAINT_SCALE",
            "MAX_SUBDOMAINS", "WINDOW_CHUNK", "subdomain_grid"]
 
 #: The ``kind`` written into a saved decomposed model.
 FORMAT = "helmpinn-decomposed-1"
+#: The metadata key under which a decomposed model's file keeps its optimiser state.
+STATE_KEY = "optimizer_state"
 #: Window values below this count as outside a subdomain (its network is not evaluated there).
 WINDOW_CUTOFF = 1e-13
 #: The least overlap: between two subdomains the bumps are ``exp(−1/(2 overlap))`` about, which
@@ -119,13 +123,18 @@ def subdomain_grid(grid: Any, d: int, name: str = "grid") -> tuple[int, ...]:
 
 
 class Level:
-    """A regular grid of ``grid[a]`` overlapping subdomains along each axis of ``[lo, hi]``.
+    """A grid of ``grid[a]`` overlapping subdomains along each axis of ``[lo, hi]``.
 
     ``overlap`` (:data:`MIN_OVERLAP` to 4): each subdomain's width is ``(1 + overlap)`` times
-    the grid's spacing.
+    its cell's. ``edges``: None for equal cells, or per axis the ``grid[a] + 1`` cell edges from
+    ``lo[a]`` to ``hi[a]`` (increasing; a graded grid, finer where the field varies faster:
+    :func:`helmpinn.defaults.graded_edges`), each subdomain then centred on its cell with its own half-widths
+    (:meth:`half_of`); neighbouring subdomains' ends must keep their order (a cell at least
+    ``overlap / (2 + overlap)`` of its neighbour's width: within a factor 4.3 at overlap 0.6).
     """
 
-    def __init__(self, lo: ArrayLike, hi: ArrayLike, grid: Sequence[int], overlap: float = 0.5):
+    def __init__(self, lo: ArrayLike, hi: ArrayLike, grid: Sequence[int], overlap: float = 0.5,
+                 edges: Sequence[ArrayLike] | None = None):
         self.lo, self.hi = _box(lo, hi, "lo, hi")
         d = len(self.lo)
         if d not in (1, 2, 3):
@@ -133,23 +142,73 @@ class Level:
         grid = subdomain_grid(grid, d)
         overlap = real_number("decomposition", "overlap", overlap, low=MIN_OVERLAP, low_open=False, high=4.0)
         self.grid, self.overlap, self.dim = grid, overlap, d
-        spacing = (self.hi - self.lo) / np.array(grid)
-        self.half = 0.5 * spacing * (1.0 + overlap)
-        self.centres = [self.lo[a] + (np.arange(grid[a]) + 0.5) * spacing[a] for a in range(d)]
+        self.edges = None if edges is None else self._checked_edges(edges)
+        if self.edges is None:
+            spacing = (self.hi - self.lo) / np.array(grid)
+            self.half = 0.5 * spacing * (1.0 + overlap)
+            self.centres = [self.lo[a] + (np.arange(grid[a]) + 0.5) * spacing[a] for a in range(d)]
+            self.halves = [np.full(grid[a], self.half[a]) for a in range(d)]
+        else:
+            self.centres = [0.5 * (e[1:] + e[:-1]) for e in self.edges]
+            self.halves = [0.5 * np.diff(e) * (1.0 + overlap) for e in self.edges]
+            self.half = np.array([float(np.mean(h)) for h in self.halves])   # the mean per axis
+            # the subdomains that may cover a point of axis a: those whose support's right end
+            # lies past it, K of them at most (the most supports over any point, and spares)
+            self._right = [c + h for c, h in zip(self.centres, self.halves)]
+            most = 1
+            for c, h in zip(self.centres, self.halves):
+                ends = np.concatenate([c - h, c + h])
+                step = np.concatenate([np.ones(len(c)), -np.ones(len(c))])
+                most = max(most, int(np.max(np.cumsum(step[np.lexsort((step, ends))]))))
+            self._graded_K = most + 2
         self.indices = list(np.ndindex(*grid))
+
+    def _checked_edges(self, edges: Sequence[ArrayLike]) -> list[NDArray[np.float64]]:
+        """``edges`` as one increasing float64 array of ``grid[a] + 1`` entries per axis, from lo to
+        hi, whose subdomains' ends keep their order, or a ValueError naming the axis."""
+        if not isinstance(edges, (list, tuple)) or len(edges) != self.dim:
+            raise ValueError(f"edges: expected None or {self.dim} arrays of cell edges (one per axis), got {edges!r}")
+        out = []
+        for a, e in enumerate(edges):
+            try:
+                e = np.asarray(e, np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise ValueError(f"edges[{a}]: expected numbers, got {e!r}") from None
+            n = self.grid[a]
+            tol = 1e-9 * float(self.hi[a] - self.lo[a])
+            if len(e) != n + 1 or not np.all(np.isfinite(e)) or not np.all(np.diff(e) > 0) \
+                    or abs(e[0] - self.lo[a]) > tol or abs(e[-1] - self.hi[a]) > tol:
+                raise ValueError(f"edges[{a}]: expected {n + 1} increasing edges from {self.lo[a]:g} to "
+                                 f"{self.hi[a]:g} (grid {n} along axis {a}), got {np.round(e, 6).tolist()}")
+            e = e.copy()
+            e[0], e[-1] = self.lo[a], self.hi[a]
+            c, h = 0.5 * (e[1:] + e[:-1]), 0.5 * np.diff(e) * (1.0 + self.overlap)
+            if n > 1 and not (np.all(np.diff(c + h) > 0) and np.all(np.diff(c - h) > 0)):
+                raise ValueError(f"edges[{a}]: neighbouring cells too unequal: their subdomains' ends (overlap "
+                                 f"{self.overlap:g}) are out of order; keep neighbours within a factor "
+                                 f"{(2 + self.overlap) / self.overlap:.3g} of each other")
+            out.append(e)
+        return out
+
+    def half_of(self, index: tuple[int, ...]) -> NDArray[np.float64]:
+        """The half-widths [d] of the subdomain of grid index ``index``."""
+        return np.array([self.halves[a][i] for a, i in enumerate(index)])
 
     def __len__(self) -> int:
         return len(self.indices)
 
     def config(self) -> dict[str, Any]:
-        return {"grid": list(self.grid), "overlap": self.overlap}
+        out: dict[str, Any] = {"grid": list(self.grid), "overlap": self.overlap}
+        if self.edges is not None:
+            out["edges"] = [e.tolist() for e in self.edges]
+        return out
 
     def axis_windows(self, x: NDArray) -> list[tuple[NDArray, NDArray, NDArray]]:
         """Per axis, the normalised 1-D windows and their first and second derivatives in x,
         each ``[grid[a], N]``."""
         out = []
         for a in range(self.dim):
-            c, h = self.centres[a], self.half[a]
+            c, h = self.centres[a], self.halves[a][:, None]
             v, d1, d2 = _bump((x[None, :, a] - c[:, None]) / h)
             d1, d2 = d1 / h, d2 / (h * h)
             S, S1, S2 = v.sum(0), d1.sum(0), d2.sum(0)
@@ -161,17 +220,25 @@ class Level:
 
     def axis_candidates(self, xa: NDArray, a: int) -> tuple[NDArray, NDArray, NDArray, NDArray]:
         """For the coordinates ``xa`` [C] along axis a: the subdomains that may cover each point,
-        ``i`` [K, C] (K = ⌊1 + overlap⌋ + 3, increasing along K; −1 past the grid's ends), and
+        ``i`` [K, C] (K = ⌊1 + overlap⌋ + 3 on equal cells, the most supports over a point and two
+        spares on graded ones; increasing along K; −1 past the grid's ends), and
         their normalised windows and first and second derivatives ``w, w1, w2`` [K, C] (0 where
         i is −1 or the bump vanishes). These are the nonzero entries of :meth:`axis_windows`,
         the same numbers (its sums over the grid add only exact zeros besides), in O(K C)
         memory instead of O(grid[a] C)."""
-        g, c, h = self.grid[a], self.centres[a], self.half[a]
-        spacing = (self.hi[a] - self.lo[a]) / g
-        K = int(math.floor(1.0 + self.overlap)) + 3   # one spare either side of the support's ⌈1 + overlap⌉
-        first = np.floor((xa - self.lo[a]) / spacing - 0.5 * (2.0 + self.overlap)).astype(np.int64)
+        g, c = self.grid[a], self.centres[a]
+        if self.edges is None:
+            h = self.half[a]
+            spacing = (self.hi[a] - self.lo[a]) / g
+            K = int(math.floor(1.0 + self.overlap)) + 3   # one spare either side of the support's ⌈1 + overlap⌉
+            first = np.floor((xa - self.lo[a]) / spacing - 0.5 * (2.0 + self.overlap)).astype(np.int64)
+        else:   # graded: from the first subdomain whose support ends past the point, less a spare
+            K = self._graded_K
+            first = np.searchsorted(self._right[a], xa, side="right").astype(np.int64) - 1
         i = first[None, :] + np.arange(K)[:, None]
         outside = (i < 0) | (i >= g)
+        if self.edges is not None:
+            h = self.halves[a][np.clip(i, 0, g - 1)]
         v, d1, d2 = _bump((xa[None, :] - c[np.clip(i, 0, g - 1)]) / h)
         v[outside], d1[outside], d2[outside] = 0.0, 0.0, 0.0
         d1, d2 = d1 / h, d2 / (h * h)
@@ -325,6 +392,75 @@ def _spec_config(spec: _core.ModelSpec) -> list[int]:
     return [spec.in_dim, spec.ff_dim, spec.hidden_dim, spec.num_hidden_layers]
 
 
+def _check_parts(levels: Sequence[Level], specs: Sequence[_core.ModelSpec], constraint: Any) -> int:
+    """The dimension of a :class:`DecomposedModel`'s ``levels`` (one box for all), after checking
+    them, ``specs`` (one per level, of that dimension) and ``constraint`` (None or a
+    :class:`BoxConstraint` on that box): a TypeError/ValueError naming the argument."""
+    if not levels:
+        raise ValueError("levels: expected at least one Level")
+    if len(specs) != len(levels):
+        raise ValueError(f"specs: expected one ModelSpec per level ({len(levels)}), got {len(specs)}")
+    d = levels[0].dim
+    for lv in levels:
+        if not isinstance(lv, Level):
+            raise TypeError(f"levels: expected helmpinn.models.decomposition.Level objects, got {type(lv).__name__}")
+        if lv.dim != d or not (np.array_equal(lv.lo, levels[0].lo) and np.array_equal(lv.hi, levels[0].hi)):
+            raise ValueError("levels: every level must cover the same box")
+    for s in specs:
+        if s.in_dim != d:
+            raise ValueError(f"specs: expected in_dim {d} (the box's dimension), got {s.in_dim}")
+    if constraint is not None and (not isinstance(constraint, BoxConstraint) or len(constraint.lo) != d):
+        raise TypeError(f"constraint: expected None or a BoxConstraint in {d} dimensions")
+    if constraint is not None:   # φ vanishes on the faces of the model's own box, nowhere else
+        tol = 1e-12 * float(np.max(levels[0].hi - levels[0].lo))
+        if not (np.allclose(constraint.lo, levels[0].lo, rtol=0, atol=tol)
+                and np.allclose(constraint.hi, levels[0].hi, rtol=0, atol=tol)):
+            raise ValueError(f"constraint: its box [{constraint.lo.tolist()}, {constraint.hi.tolist()}] is not "
+                             f"the model's [{levels[0].lo.tolist()}, {levels[0].hi.tolist()}]")
+    if sum(len(lv) for lv in levels) > MAX_SUBDOMAINS:
+        raise ValueError(f"levels: {sum(len(lv) for lv in levels):,} subdomains, more than {MAX_SUBDOMAINS:,}")
+    return d
+
+
+def _level_covers(lv: Level, x: NDArray, derivatives: bool) -> tuple[NDArray | None, ...]:
+    """:meth:`Level.covers` of all the points x, :data:`WINDOW_CHUNK` points at a time
+    (the chunks' pairs merged in the order of subdomain, then point)."""
+    if len(x) <= WINDOW_CHUNK:
+        return lv.covers(x, derivatives)
+    chunks = []
+    for c0 in range(0, len(x), WINDOW_CHUNK):
+        got = lv.covers(x[c0:c0 + WINDOW_CHUNK], derivatives)
+        chunks.append([got[0], got[1] + c0, *got[2:]])
+    order = np.argsort(np.concatenate([c[0] for c in chunks]), kind="stable")
+    out = []
+    for m in range(6):
+        out.append(None if chunks[0][m] is None else np.concatenate([c[m] for c in chunks])[order])
+        for c in chunks:   # each column's chunks freed once merged
+            c[m] = None
+    return tuple(out)
+
+
+def _jsonable(obj: Any) -> Any:
+    """``obj`` with NumPy scalars and arrays as JSON numbers and lists (complex as [re, im])."""
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return _jsonable(obj.item())
+    if isinstance(obj, complex):
+        return [obj.real, obj.imag]
+    return obj
+
+
+def term_means(sums: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
+    """Each term's unweighted mean (what a :class:`~helmpinn.training.drivers.StepInfo` reports) from
+    its weighted sum of squared residuals ``sums`` (a term without rows: 0)."""
+    return {t: float(sums.get(t, 0.0)) / weights[t] if weights[t] > 0 else 0.0 for t in TERMS}
+
+
 class DecomposedModel:
     """``u = φ Σ_levels Σ_j ω_j N_j((x − c_j)/h_j)`` on the box ``[lo, hi]`` (module docstring).
 
@@ -333,43 +469,36 @@ class DecomposedModel:
     vector of every subnetwork's parameters, level by level, subdomain by subdomain (C order of
     the grid); ``constraint``: None or a :class:`BoxConstraint`. Use :meth:`create` for a freshly
     initialised model.
+
+    It has the run loop's model protocol
+    (:class:`~helmpinn.models.model_protocol.TrainableModel`), so a :class:`~helmpinn.Trainer`
+    trains it as it is: float64 on the CPU, its own loss on a run's points (:meth:`objective`,
+    :meth:`loss_function`, :meth:`training_residuals`; no core network of its own: ``spec`` is
+    None), its optimiser state (``optimizer_state``) kept in its file's metadata under
+    :data:`STATE_KEY`.
     """
+
+    #: The kind of model, as the drivers' ``trains`` name it (the protocol's ``kind``).
+    kind: ClassVar[str] = "decomposed"
+    #: The optimiser a Trainer runs on it when none is named.
+    default_optimizer: ClassVar[str] = "gn"
+    #: No one core network whose loss the run loop computes: the model computes its own.
+    spec: ClassVar[None] = None
 
     def __init__(self, levels: Sequence[Level], specs: Sequence[_core.ModelSpec], params: ArrayLike,
                  constraint: BoxConstraint | None = None, metadata: Mapping[str, Any] | None = None):
-        if not levels:
-            raise ValueError("levels: expected at least one Level")
-        if len(specs) != len(levels):
-            raise ValueError(f"specs: expected one ModelSpec per level ({len(levels)}), got {len(specs)}")
-        d = levels[0].dim
-        for lv in levels:
-            if not isinstance(lv, Level):
-                raise TypeError(f"levels: expected helmpinn.models.decomposition.Level objects, got {type(lv).__name__}")
-            if lv.dim != d or not (np.array_equal(lv.lo, levels[0].lo) and np.array_equal(lv.hi, levels[0].hi)):
-                raise ValueError("levels: every level must cover the same box")
-        for s in specs:
-            if s.in_dim != d:
-                raise ValueError(f"specs: expected in_dim {d} (the box's dimension), got {s.in_dim}")
-        if constraint is not None and (not isinstance(constraint, BoxConstraint) or len(constraint.lo) != d):
-            raise TypeError(f"constraint: expected None or a BoxConstraint in {d} dimensions")
-        if constraint is not None:   # φ vanishes on the faces of the model's own box, nowhere else
-            tol = 1e-12 * float(np.max(levels[0].hi - levels[0].lo))
-            if not (np.allclose(constraint.lo, levels[0].lo, rtol=0, atol=tol)
-                    and np.allclose(constraint.hi, levels[0].hi, rtol=0, atol=tol)):
-                raise ValueError(f"constraint: its box [{constraint.lo.tolist()}, {constraint.hi.tolist()}] is not "
-                                 f"the model's [{levels[0].lo.tolist()}, {levels[0].hi.tolist()}]")
-        if sum(len(lv) for lv in levels) > MAX_SUBDOMAINS:
-            raise ValueError(f"levels: {sum(len(lv) for lv in levels):,} subdomains, more than {MAX_SUBDOMAINS:,}")
+        d = _check_parts(levels, specs, constraint)
         self.levels, self.specs, self.constraint = list(levels), list(specs), constraint
         self.lo, self.hi, self.dim = levels[0].lo, levels[0].hi, d
         self.metadata = dict(metadata or {})
+        self.optimizer_state: dict[str, Any] = dict(self.metadata.pop(STATE_KEY, None) or {})
         self.subdomains: list[dict[str, Any]] = []
         off = 0
         for li, (lv, spec) in enumerate(zip(levels, specs)):
             for index in lv.indices:
                 P = spec.num_params
                 self.subdomains.append({"level": li, "index": index, "centre": lv.centre(index),
-                                        "half": lv.half, "slice": slice(off, off + P)})
+                                        "half": lv.half_of(index), "slice": slice(off, off + P)})
                 off += P
         params = np.asarray(params)
         if params.shape != (off,) or not np.issubdtype(params.dtype, np.floating):
@@ -381,24 +510,36 @@ class DecomposedModel:
     @classmethod
     def create(cls, lo: ArrayLike, hi: ArrayLike, grids: Sequence[Sequence[int]] = ((4, 4),), *,
                overlap: float = 0.5, ff_dim: int = 16, hidden_dim: int = 32, num_hidden_layers: int = 1,
-               wavenumber: float = 1.0, constraint: BoxConstraint | None = None,
-               seed: int = 0) -> "DecomposedModel":
-        """Fresh subnetworks on each level of ``grids`` (one grid of counts per level); Fourier
-        frequencies ``B ~ N(0, σ²)`` with ``σ = wavenumber h / (2π sqrt(d))``
+               wavenumber: float | ArrayLike = 1.0, constraint: BoxConstraint | None = None,
+               seed: int = 0, edges: Sequence[Sequence[ArrayLike] | None] | None = None) -> "DecomposedModel":
+        """Fresh subnetworks on each level of ``grids`` (one grid of counts per level; ``edges``:
+        None, or per level None or its cells' edges per axis, :class:`Level`); Fourier
+        frequencies ``B ~ N(0, σ²)`` with ``σ = k h / (2π sqrt(d))``
         (:func:`helmpinn.params.sigma_for` of the wavenumber in the subdomain's local coordinates,
         h its mean half-width: the features' angular frequencies have a root mean square of
-        ``wavenumber h``, as a single network's have of k)."""
+        ``k h``, as a single network's have of k). ``wavenumber``: k, one number for every
+        subdomain or one per subdomain (levels in order, each grid in C order: the largest
+        local wavenumber over each subdomain, where the medium varies)."""
         lo = np.asarray(lo, np.float64).reshape(-1)
-        levels = [Level(lo, hi, g, overlap) for g in grids]
+        if edges is not None and (not isinstance(edges, (list, tuple)) or len(edges) != len(grids)):
+            raise ValueError(f"edges: expected None or one entry per level ({len(grids)}), got {edges!r}")
+        levels = [Level(lo, hi, g, overlap, None if edges is None else edges[i]) for i, g in enumerate(grids)]
         spec = _core.ModelSpec(len(lo), *(integer("DecomposedModel.create", name, value) for name, value in (
             ("ff_dim", ff_dim), ("hidden_dim", hidden_dim), ("num_hidden_layers", num_hidden_layers))))
         rng = np.random.default_rng(None if seed is None else integer("DecomposedModel.create", "seed", seed, low=0))
-        parts = []
+        n = sum(len(lv) for lv in levels)
+        ks = np.asarray(wavenumber, np.float64).reshape(-1) if np.ndim(wavenumber) else \
+            np.full(n, real_number("DecomposedModel.create", "wavenumber", wavenumber, low=0.0))
+        if ks.shape != (n,) or not np.all(np.isfinite(ks)) or np.any(ks < 0):
+            raise ValueError(f"wavenumber: expected a number >= 0 or {n} of them (one per subdomain), "
+                             f"got shape {ks.shape}")
+        parts, j = [], 0
         for lv in levels:
-            sigma = sigma_for(max(float(wavenumber), 1e-12) * float(np.mean(lv.half)), len(lo))
-            for _ in lv.indices:
+            for index in lv.indices:
+                sigma = sigma_for(max(float(ks[j]), 1e-12) * float(np.mean(lv.half_of(index))), len(lo))
                 parts.append(init_params(spec, dtype="float64", seed=int(rng.integers(1 << 31)),
                                          fourier_sigma=sigma))
+                j += 1
         return cls(levels, [spec] * len(levels), np.concatenate(parts), constraint)
 
     @property
@@ -409,6 +550,38 @@ class DecomposedModel:
     def in_dim(self) -> int:
         """The points' dimension (the box's; as :attr:`helmpinn.Model.in_dim`)."""
         return self.dim
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.params.dtype
+
+    def to(self, device: str) -> "DecomposedModel":
+        """This model, which trains on the CPU only (its products are host arrays)."""
+        if device != "cpu":
+            raise ValueError(f"device: a decomposed model trains on the CPU (its products are host "
+                             f"arrays), got {device!r}; use device='cpu'")
+        return self
+
+    def params_host(self) -> NDArray[np.float64]:
+        """A copy of the parameters."""
+        return self.params.copy()
+
+    def set_params(self, values: ArrayLike) -> None:
+        """Overwrite the parameters in place."""
+        values = np.asarray(values, np.float64)
+        if values.shape != self.params.shape:
+            raise ValueError(f"set_params: expected shape {self.params.shape}, got {values.shape}")
+        self.params[...] = values
+
+    def copy(self) -> "DecomposedModel":
+        """An independent copy (parameters, metadata and optimiser state)."""
+        return type(self)(self.levels, self.specs, self.params.copy(), self.constraint,
+                          {**json.loads(json.dumps(_jsonable(self.metadata))),
+                           STATE_KEY: _jsonable(self.optimizer_state)})
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling and ``copy.deepcopy`` leave out the cached Workspaces (rebuilt by the next
@@ -461,31 +634,13 @@ class DecomposedModel:
         the output (about ``(1 + overlap)^d`` entries per point)."""
         return self._pieces(self._check_points(x), derivatives)
 
-    @staticmethod
-    def _level_covers(lv: Level, x: NDArray, derivatives: bool) -> tuple[NDArray | None, ...]:
-        """:meth:`Level.covers` of all the points x, :data:`WINDOW_CHUNK` points at a time
-        (the chunks' pairs merged in the order of subdomain, then point)."""
-        if len(x) <= WINDOW_CHUNK:
-            return lv.covers(x, derivatives)
-        chunks = []
-        for c0 in range(0, len(x), WINDOW_CHUNK):
-            got = lv.covers(x[c0:c0 + WINDOW_CHUNK], derivatives)
-            chunks.append([got[0], got[1] + c0, *got[2:]])
-        order = np.argsort(np.concatenate([c[0] for c in chunks]), kind="stable")
-        out = []
-        for m in range(6):
-            out.append(None if chunks[0][m] is None else np.concatenate([c[m] for c in chunks])[order])
-            for c in chunks:   # each column's chunks freed once merged
-                c[m] = None
-        return tuple(out)
-
     def _pieces(self, x: NDArray, derivatives: bool
                 ) -> Iterator[tuple[int, NDArray, NDArray, NDArray | None, NDArray | None, NDArray]]:
         """:meth:`pieces` of points already checked."""
         phi = self.constraint(x) if self.constraint is not None else None
         j = 0
         for lv in self.levels:
-            sub, pt, omega, w0s, w1s, w2s = self._level_covers(lv, x, derivatives)
+            sub, pt, omega, w0s, w1s, w2s = _level_covers(lv, x, derivatives)
             bounds = np.searchsorted(sub, np.arange(len(lv) + 1))
             for s, index in enumerate(lv.indices):
                 lo, hi = bounds[s], bounds[s + 1]
@@ -502,7 +657,7 @@ class DecomposedModel:
                     if derivatives:
                         d2 = p2 * om[:, None] + 2 * p1 * d1 + p[:, None] * d2
                         d1 = p1 * om[:, None] + p[:, None] * d1
-                xi = (x[idx] - lv.centre(index)) / lv.half
+                xi = (x[idx] - lv.centre(index)) / lv.half_of(index)
                 yield j, idx, psi, d1, d2, np.ascontiguousarray(xi)
                 j += 1
 
@@ -547,6 +702,62 @@ class DecomposedModel:
         ``modes``: mode rows; see :class:`DecomposedResiduals`)."""
         return DecomposedResiduals(self, rows, comm=comm, modes=modes)
 
+    # -- its loss on a run's points (the run loop's protocol) ---------------------------------------
+    def training_rows(self, training_set: Any, weights: Mapping[str, float]) -> Rows:
+        """The rows of the points ``training_set`` with ``weights``; with a hard constraint,
+        without the data rows that it satisfies identically (zero data where φ = 0: their
+        residuals and gradients are zero, so the loss is the same)."""
+        rows = Rows.from_training_set(training_set, weights)
+        if self.constraint is None or not np.any(rows.term == "data"):
+            return rows
+        phi = np.ones(len(rows))
+        data = rows.term == "data"
+        phi[data] = self.constraint(rows.x[data])[0]
+        keep = ~(data & (phi == 0) & (rows.f == 0))
+        return Rows(*(getattr(rows, k)[keep] for k in ("x", "a", "b", "c", "f", "term")))
+
+    def training_residuals(self, training_set: Any, weights: Mapping[str, float], comm: Any = None,
+                           modes: Callable[[Rows], Any] | None = None) -> "DecomposedResiduals":
+        """The :class:`DecomposedResiduals` of :meth:`training_rows`, with ``modes(rows)``'s mode
+        rows where given (None: none; ``modes`` may also return ``(more, M)``: rows of its own,
+        appended after the points', and M over all of them). Over MPI (``comm`` of several
+        ranks, ``training_set`` this rank's share of a run's points) every rank holds every
+        rank's points (:func:`helmpinn.distributed.gather_training_set`) and its own subdomains
+        (``residuals_for(rows, comm=)``): the subdomains, not the points, are split."""
+        comm = comm if comm is not None and comm.Get_size() > 1 else None
+        if comm is not None:
+            training_set = distributed.gather_training_set(comm, training_set)
+        rows = self.training_rows(training_set, weights)
+        m = None if modes is None else modes(rows)
+        if isinstance(m, tuple):   # rows of their own for the mode rows, after the points'
+            more, m = m
+            rows = Rows.concat([rows, more])
+        return self.residuals_for(rows, comm=comm, modes=m)
+
+    def objective(self, training_set: Any, weights: Mapping[str, float], comm: Any = None
+                  ) -> Callable[[NDArray, NDArray], tuple[float, dict[str, float]]]:
+        """The loss on a run's points and its gradient, for an optimiser that needs only these
+        (Adam): ``value_and_grad(θ, grad) -> (loss, terms)``, the loss ``Σ r²`` of
+        :meth:`training_residuals`' ``r``, its gradient ``2 Jᵀr`` (one core ``vjp`` per
+        subnetwork) written into ``grad``, and each term's unweighted mean. Over MPI the same
+        numbers on every rank (the residuals are summed over the ranks, the gradient's ranges
+        gathered)."""
+        res = self.training_residuals(training_set, weights, comm)
+
+        def value_and_grad(theta: NDArray, grad: NDArray) -> tuple[float, dict[str, float]]:
+            r = res.residuals(theta)
+            g = res.gather(res.vjp(theta, r))
+            np.multiply(g, 2.0, out=grad)
+            return float(r @ r), term_means(res.term_losses(r), weights)
+
+        return value_and_grad
+
+    def loss_function(self, training_set: Any, weights: Mapping[str, float]) -> Callable[[NDArray], float]:
+        """``θ -> loss`` on the points of ``training_set`` with ``weights`` (the core's loss:
+        each term's weight times its mean squared residual)."""
+        res = self.training_residuals(training_set, weights)
+        return lambda theta: float(np.sum(res.residuals(theta) ** 2))
+
     # -- files ---------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
         return {"kind": FORMAT, "lo": self.lo.tolist(), "hi": self.hi.tolist(),
@@ -555,10 +766,16 @@ class DecomposedModel:
                 "constraint": None if self.constraint is None else self.constraint.config(),
                 "metadata": self.metadata}
 
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, *, optimizer_state: Mapping[str, Any] | None = None,
+             metadata: Mapping[str, Any] | None = None) -> None:
         """Write params and configuration to one ``.npz`` atomically (a temporary file in the
-        same folder, then ``os.replace``)."""
-        write_atomic(path, lambda fh: np.savez(fh, params=self.params, config=np.array(json.dumps(self.config()))))
+        same folder, then ``os.replace``; the folder is made if needed), with ``metadata`` and
+        ``optimizer_state`` (default: the model's own) in the configuration's metadata."""
+        meta = {**(self.metadata if metadata is None else metadata),
+                STATE_KEY: dict(self.optimizer_state if optimizer_state is None else optimizer_state)}
+        config = {**self.config(), "metadata": _jsonable(meta)}
+        os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
+        write_atomic(path, lambda fh: np.savez(fh, params=self.params, config=np.array(json.dumps(config))))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "DecomposedModel":
@@ -581,47 +798,47 @@ class DecomposedModel:
             raise ValueError(f"{path}: not a decomposed model of format {FORMAT!r}")
         params = arrays["params"]
         try:
-            return cls._from_config(cfg, params)
+            return _from_config(cls, cfg, params)
         except (KeyError, TypeError, ValueError, OverflowError) as e:
             what = f"missing entry {e}" if isinstance(e, KeyError) else str(e)
             raise ValueError(f"{path}: inconsistent decomposed model ({what})") from None
 
-    @classmethod
-    def _from_config(cls, cfg: Mapping[str, Any], params: NDArray) -> "DecomposedModel":
-        """The model of a file's ``config`` and ``params`` (:meth:`load`), each entry checked
-        before it is used."""
-        lo, hi = _box(cfg["lo"], cfg["hi"], "lo, hi")
-        d = len(lo)
-        if not isinstance(cfg["levels"], list) or not isinstance(cfg["specs"], list) \
-                or not cfg["levels"] or len(cfg["specs"]) != len(cfg["levels"]):
-            raise ValueError("levels, specs: expected one spec per level, at least one level")
-        grids = [subdomain_grid(lv["grid"], d, f"levels[{i}].grid") for i, lv in enumerate(cfg["levels"])]
-        specs = []
-        for i, sp in enumerate(cfg["specs"]):
-            if not isinstance(sp, list) or len(sp) != 4:
-                raise ValueError(f"specs[{i}]: expected 4 integers (in_dim, ff_dim, hidden_dim, layers), got {sp!r}")
-            specs.append(_core.ModelSpec(*(integer("specs", f"specs[{i}]", v, low=1) for v in sp)))
-        total = sum(math.prod(g) for g in grids)
-        if total > MAX_SUBDOMAINS:
-            raise ValueError(f"levels: {total:,} subdomains, more than {MAX_SUBDOMAINS:,}")
-        expected = sum(math.prod(g) * s.num_params for g, s in zip(grids, specs))
-        if params.ndim != 1 or len(params) != expected or params.dtype.kind != "f":
-            raise ValueError(f"params: the grids and specs need a float vector of {expected:,} parameters, "
-                             f"got {params.dtype} {params.shape}")
-        if not np.all(np.isfinite(params)):
-            raise ValueError("params contain NaN or Inf")
-        c = cfg["constraint"]
-        constraint = None
-        if c is not None:
-            if not isinstance(c, dict) or c.get("kind") != "box":
-                kind = c.get("kind") if isinstance(c, dict) else c
-                raise ValueError(f"constraint: unknown kind {kind!r} (this helmpinn knows 'box')")
-            constraint = BoxConstraint(c["lo"], c["hi"], c["scale"])
-        meta = cfg.get("metadata")
-        if meta is not None and not isinstance(meta, dict):
-            raise ValueError("metadata: expected a JSON object")
-        levels = [Level(lo, hi, g, lv["overlap"]) for g, lv in zip(grids, cfg["levels"])]
-        return cls(levels, specs, params, constraint, meta)
+
+def _from_config(cls: type, cfg: Mapping[str, Any], params: NDArray) -> "DecomposedModel":
+    """The model (of class ``cls``) of a file's ``config`` and ``params``
+    (:meth:`DecomposedModel.load`), each entry checked before it is used."""
+    lo, hi = _box(cfg["lo"], cfg["hi"], "lo, hi")
+    d = len(lo)
+    if not isinstance(cfg["levels"], list) or not isinstance(cfg["specs"], list) \
+            or not cfg["levels"] or len(cfg["specs"]) != len(cfg["levels"]):
+        raise ValueError("levels, specs: expected one spec per level, at least one level")
+    grids = [subdomain_grid(lv["grid"], d, f"levels[{i}].grid") for i, lv in enumerate(cfg["levels"])]
+    specs = []
+    for i, sp in enumerate(cfg["specs"]):
+        if not isinstance(sp, list) or len(sp) != 4:
+            raise ValueError(f"specs[{i}]: expected 4 integers (in_dim, ff_dim, hidden_dim, layers), got {sp!r}")
+        specs.append(_core.ModelSpec(*(integer("specs", f"specs[{i}]", v, low=1) for v in sp)))
+    total = sum(math.prod(g) for g in grids)
+    if total > MAX_SUBDOMAINS:
+        raise ValueError(f"levels: {total:,} subdomains, more than {MAX_SUBDOMAINS:,}")
+    expected = sum(math.prod(g) * s.num_params for g, s in zip(grids, specs))
+    if params.ndim != 1 or len(params) != expected or params.dtype.kind != "f":
+        raise ValueError(f"params: the grids and specs need a float vector of {expected:,} parameters, "
+                         f"got {params.dtype} {params.shape}")
+    if not np.all(np.isfinite(params)):
+        raise ValueError("params contain NaN or Inf")
+    c = cfg["constraint"]
+    constraint = None
+    if c is not None:
+        if not isinstance(c, dict) or c.get("kind") != "box":
+            kind = c.get("kind") if isinstance(c, dict) else c
+            raise ValueError(f"constraint: unknown kind {kind!r} (this helmpinn knows 'box')")
+        constraint = BoxConstraint(c["lo"], c["hi"], c["scale"])
+    meta = cfg.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise ValueError("metadata: expected a JSON object")
+    levels = [Level(lo, hi, g, lv["overlap"], lv.get("edges")) for g, lv in zip(grids, cfg["levels"])]
+    return cls(levels, specs, params, constraint, meta)
 
 
 def assign_subdomains(costs: Sequence[float], size: int) -> NDArray[np.int64]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -53,7 +53,16 @@ class Model:
     :meth:`set_params` to write), and the arrays of ``optimizer_state`` may be DeviceArrays too
     (a Trainer's live Adam moments). ``device="cuda"`` raises RuntimeError before any work when
     helmpinn was built without CUDA or the GPU is not there.
+
+    It has the run loop's model protocol (:class:`~helmpinn.models.model_protocol.TrainableModel`):
+    one core network (``spec``), whose loss the :class:`~helmpinn.Trainer` computes on a core
+    workspace of its own (so :meth:`objective` and :meth:`loss_function` give None).
     """
+
+    #: The kind of model, as the drivers' ``trains`` name it (the protocol's ``kind``).
+    kind: ClassVar[str] = "network"
+    #: The optimiser a Trainer runs on it when none is named.
+    default_optimizer: ClassVar[str] = "adam"
 
     def __init__(self, spec: _core.ModelSpec, params: ArrayLike, *,
                  optimizer_state: Mapping[str, Any] | None = None,
@@ -193,6 +202,16 @@ class Model:
         """An independent copy on the same device (optimiser state copied to the host)."""
         return Model(self.spec, self.params_host(), optimizer_state=_state_on_host(self.optimizer_state),
                      metadata=dict(self.metadata), device=self.device)
+
+    def objective(self, training_set: Any, weights: Mapping[str, float], comm: Any = None) -> None:
+        """None: the run loop computes this model's loss and gradient on its own core workspace
+        (a model that computes its own returns its ``value_and_grad`` here)."""
+        return None
+
+    def loss_function(self, training_set: Any, weights: Mapping[str, float]) -> None:
+        """None: the run loop computes this model's loss on a core workspace (a model that
+        computes its own returns its ``θ -> loss`` here)."""
+        return None
 
     def astype(self, dtype: Any) -> "Model":
         """A copy with parameters in ``dtype``, on the same device (optimiser state dropped)."""

@@ -1,202 +1,121 @@
-"""The run loop's model protocol, and a domain-decomposed model that has it.
+"""The run loop's model protocol (:class:`TrainableModel`), and reading either kind of model file.
 
-**The model protocol.** The run loop trains any model with ``params`` (a float vector updated in
-place), ``predict``, ``save(path, optimizer_state=, metadata=)`` / ``load``, ``copy``,
-``params_host`` / ``set_params``, ``optimizer_state``, ``metadata``, ``device`` / ``to``,
-``dtype``, ``in_dim`` and ``num_params``: :class:`helmpinn.Model` has them, and
-:class:`TrainableDecomposedModel` adds them to a
-:class:`~helmpinn.models.decomposition.DecomposedModel` (float64, CPU). A ``Trainer`` given a plain
-``DecomposedModel`` trains it through :meth:`TrainableDecomposedModel.wrap`, which shares its
-state (the same parameters, trained in place). A decomposed model computes its own loss
-(:meth:`TrainableDecomposedModel.loss_function`), so the Trainer makes no core workspace for it.
-Its file is the decomposition's ``.npz`` (:data:`helmpinn.models.decomposition.FORMAT`), the
-optimiser state under the metadata key ``"optimizer_state"``; :func:`load_model` reads either
-kind of file.
+**The protocol.** A :class:`~helmpinn.Trainer` trains any object that has the members of
+:class:`TrainableModel`, and asks it nothing else (it never checks the model's class):
 
-:func:`trainable` gives a model the protocol where it lacks it (the Trainer calls it on what it
-is given); :func:`term_means` turns a decomposed model's weighted sums into the unweighted term
-means a step reports.
+- its state: ``params`` (one float vector, trained in place), ``optimizer_state`` and
+  ``metadata`` (dicts that a checkpoint writes with it);
+- where it lives: ``device``, ``to(device)``, ``dtype``, ``in_dim``, ``num_params``,
+  ``params_host()``, ``set_params(values)``;
+- ``predict(x)`` (the error on the test grid) and ``save(path, optimizer_state=, metadata=)``
+  (checkpoints);
+- what trains it: ``kind``, the name the optimiser drivers' ``trains`` use
+  (:func:`helmpinn.training.drivers.mismatch` refuses a driver that does not train that kind), and
+  ``default_optimizer`` (what ``Trainer.fit`` runs when none is named);
+- its loss. Either it is one core network (``spec`` a :class:`~helmpinn.ModelSpec`): the loop
+  computes the loss and gradient on a core workspace of its own, and ``objective`` and
+  ``loss_function`` return None. Or it computes its own (``spec`` None):
+  ``objective(training_set, weights, comm)`` returns ``value_and_grad(θ, grad) -> (loss,
+  terms)`` on a run's points (what Adam steps on), ``loss_function(training_set, weights)``
+  returns ``θ -> loss`` (the validation loss).
+
+:class:`helmpinn.Model` (kind "network") and
+:class:`~helmpinn.models.decomposition.DecomposedModel` (kind "decomposed", its own loss)
+implement it. A driver may ask more of the kinds it trains: L-BFGS and Levenberg-Marquardt a
+network's ``spec``, Gauss-Newton a decomposed model's ``training_residuals``. Why a protocol: what
+differs between kinds of model is asked of the model, so the loop has no branch per kind, and a
+new kind of model (with Adam, which needs only the loss and its gradient) is a new class, not a
+change in :mod:`helmpinn.training`.
+
+:func:`check_trainable` is the Trainer's check (a TypeError naming the members a model lacks);
+:func:`load_model` reads either kind of model file. The old names ``TrainableDecomposedModel``
+(every ``DecomposedModel`` has the protocol now) and ``trainable`` still work, with a
+DeprecationWarning.
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, ClassVar, Mapping
+import warnings
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .. import distributed
-from ..problems.batch import TERMS
-from .decomposition import FORMAT, DecomposedModel, Rows
+from .decomposition import FORMAT, STATE_KEY, DecomposedModel, term_means
 from .model import Model
 
-__all__ = ["TrainableDecomposedModel", "trainable", "load_model", "term_means", "STATE_KEY"]
-
-#: The metadata key under which a decomposed model's file keeps its optimiser state.
-STATE_KEY = "optimizer_state"
+__all__ = ["TrainableModel", "MEMBERS", "check_trainable", "load_model", "term_means", "STATE_KEY",
+           "TrainableDecomposedModel", "trainable"]
 
 
-def _jsonable(obj: Any) -> Any:
-    """``obj`` with NumPy scalars and arrays as JSON numbers and lists (complex as [re, im])."""
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        return _jsonable(obj.item())
-    if isinstance(obj, complex):
-        return [obj.real, obj.imag]
-    return obj
+@runtime_checkable
+class TrainableModel(Protocol):
+    """What the run loop asks of a model (module docstring); ``isinstance(m, TrainableModel)``
+    checks that ``m`` has every member."""
 
-
-class TrainableDecomposedModel(DecomposedModel):
-    """A :class:`~helmpinn.models.decomposition.DecomposedModel` with the run loop's model protocol
-    (module docstring): float64 on the CPU, its optimiser state kept in its file's metadata.
-    Construct it as a ``DecomposedModel`` (``create``, ``load``) or wrap one with :meth:`wrap`."""
-
-    #: The optimiser a Trainer runs on it when none is named.
-    default_optimizer: ClassVar[str] = "gn"
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.optimizer_state = dict(self.metadata.pop(STATE_KEY, None) or {})
-
-    @classmethod
-    def wrap(cls, model: DecomposedModel) -> "TrainableDecomposedModel":
-        """``model`` itself if it is one already, else a view of it with this protocol that
-        shares its state (the same parameter vector and metadata: training it trains ``model``)."""
-        if isinstance(model, cls):
-            return model
-        if not isinstance(model, DecomposedModel):
-            raise TypeError(f"model: expected a helmpinn.models.decomposition.DecomposedModel, got {type(model).__name__}")
-        view = cls.__new__(cls)
-        view.__dict__ = model.__dict__
-        if "optimizer_state" not in view.__dict__:
-            view.optimizer_state = dict(view.metadata.pop(STATE_KEY, None) or {})
-        return view
+    #: The kind of model, as the drivers' ``trains`` name it ("network", "decomposed", or a
+    #: new kind's own name).
+    kind: str
+    #: The optimiser ``Trainer.fit`` runs when none is named ("adam", "gn", ...).
+    default_optimizer: str
+    #: The core's ModelSpec of a model that is one core network (its loss computed by the
+    #: loop), None for a model that computes its own loss.
+    spec: Any
+    #: The parameters: one float vector, trained in place.
+    params: Any
+    optimizer_state: dict[str, Any]
+    metadata: dict[str, Any]
 
     @property
-    def device(self) -> str:
-        return "cpu"
+    def device(self) -> str: ...
 
     @property
-    def dtype(self) -> np.dtype:
-        return self.params.dtype
+    def dtype(self) -> np.dtype: ...
 
-    def to(self, device: str) -> "TrainableDecomposedModel":
-        if device != "cpu":
-            raise ValueError(f"device: a decomposed model trains on the CPU (its products are host "
-                             f"arrays), got {device!r}; use device='cpu'")
-        return self
+    @property
+    def in_dim(self) -> int: ...
 
-    def params_host(self) -> NDArray[np.float64]:
-        """A copy of the parameters."""
-        return self.params.copy()
+    @property
+    def num_params(self) -> int: ...
 
-    def set_params(self, values: ArrayLike) -> None:
-        """Overwrite the parameters in place."""
-        values = np.asarray(values, np.float64)
-        if values.shape != self.params.shape:
-            raise ValueError(f"set_params: expected shape {self.params.shape}, got {values.shape}")
-        self.params[...] = values
+    def to(self, device: str) -> Any: ...
 
-    def copy(self) -> "TrainableDecomposedModel":
-        """An independent copy (parameters, metadata and optimiser state)."""
-        return type(self)(self.levels, self.specs, self.params.copy(), self.constraint,
-                          {**json.loads(json.dumps(_jsonable(self.metadata))),
-                           STATE_KEY: _jsonable(self.optimizer_state)})
+    def params_host(self) -> NDArray: ...
+
+    def set_params(self, values: ArrayLike) -> None: ...
+
+    def predict(self, x: ArrayLike) -> NDArray: ...
 
     def save(self, path: str | os.PathLike, *, optimizer_state: Mapping[str, Any] | None = None,
-             metadata: Mapping[str, Any] | None = None) -> None:
-        """Write the model (the decomposition's format) with ``optimizer_state`` and ``metadata``
-        (default: its own) in the metadata, atomically; the folder is created if needed."""
-        state = self.optimizer_state if optimizer_state is None else optimizer_state
-        meta = self.metadata if metadata is None else metadata
-        os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
-        own = self.metadata
-        self.metadata = _jsonable({**meta, STATE_KEY: dict(state)})
-        try:
-            super().save(path)
-        finally:
-            self.metadata = own
-
-    def loss_function(self, training_set: Any, weights: Mapping[str, float]) -> Callable[[NDArray], float]:
-        """``θ -> loss`` on the points of ``training_set`` with ``weights`` (the core's loss:
-        each term's weight times its mean squared residual)."""
-        res = self.training_residuals(training_set, weights)
-        return lambda theta: float(np.sum(res.residuals(theta) ** 2))
-
-    def training_rows(self, training_set: Any, weights: Mapping[str, float]) -> Rows:
-        """The rows of the points ``training_set`` with ``weights``; with a hard constraint,
-        without the data rows that it satisfies identically (zero data where φ = 0: their
-        residuals and gradients are zero, so the loss is the same)."""
-        rows = Rows.from_training_set(training_set, weights)
-        if self.constraint is None or not np.any(rows.term == "data"):
-            return rows
-        phi = np.ones(len(rows))
-        data = rows.term == "data"
-        phi[data] = self.constraint(rows.x[data])[0]
-        keep = ~(data & (phi == 0) & (rows.f == 0))
-        return Rows(*(getattr(rows, k)[keep] for k in ("x", "a", "b", "c", "f", "term")))
-
-    def training_residuals(self, training_set: Any, weights: Mapping[str, float], comm: Any = None,
-                           modes: Callable[[Rows], Any] | None = None) -> Any:
-        """The :class:`~helmpinn.models.decomposition.DecomposedResiduals` of :meth:`training_rows`,
-        with ``modes(rows)``'s mode rows where given (None: none; ``modes`` may also return
-        ``(more, M)``: rows of its own, appended after the points', and M over all of them).
-        Over MPI (``comm`` of several ranks, ``training_set`` this rank's share of a run's
-        points) every rank holds every rank's points
-        (:func:`helmpinn.distributed.gather_training_set`) and its own subdomains
-        (``residuals_for(rows, comm=)``): the subdomains, not the points, are split."""
-        comm = comm if comm is not None and comm.Get_size() > 1 else None
-        if comm is not None:
-            training_set = distributed.gather_training_set(comm, training_set)
-        rows = self.training_rows(training_set, weights)
-        m = None if modes is None else modes(rows)
-        if isinstance(m, tuple):   # rows of their own for the mode rows, after the points'
-            more, m = m
-            rows = Rows.concat([rows, more])
-        return self.residuals_for(rows, comm=comm, modes=m)
+             metadata: Mapping[str, Any] | None = None) -> None: ...
 
     def objective(self, training_set: Any, weights: Mapping[str, float], comm: Any = None
-                  ) -> Callable[[NDArray, NDArray], tuple[float, dict[str, float]]]:
-        """The loss on a run's points and its gradient, for an optimiser that needs only these
-        (Adam, :class:`helmpinn.training.drivers.AdamDriver`): ``value_and_grad(θ, grad) -> (loss,
-        terms)``, the loss ``Σ r²`` of :meth:`training_residuals`' ``r``, its gradient
-        ``2 Jᵀr`` (one core ``vjp`` per subnetwork) written into ``grad``, and each term's
-        unweighted mean. Over MPI the same numbers on every rank (the residuals are summed over
-        the ranks, the gradient's ranges gathered)."""
-        res = self.training_residuals(training_set, weights, comm)
+                  ) -> Callable[[Any, Any], tuple[float, dict[str, float]]] | None: ...
 
-        def value_and_grad(theta: NDArray, grad: NDArray) -> tuple[float, dict[str, float]]:
-            r = res.residuals(theta)
-            g = res.gather(res.vjp(theta, r))
-            np.multiply(g, 2.0, out=grad)
-            return float(r @ r), term_means(res.term_losses(r), weights)
-
-        return value_and_grad
+    def loss_function(self, training_set: Any, weights: Mapping[str, float]) -> Callable[[Any], float] | None: ...
 
 
-def term_means(sums: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
-    """Each term's unweighted mean (what a :class:`~helmpinn.training.drivers.StepInfo` reports) from
-    its weighted sum of squared residuals ``sums`` (a term without rows: 0)."""
-    return {t: float(sums.get(t, 0.0)) / weights[t] if weights[t] > 0 else 0.0 for t in TERMS}
+#: The members of :class:`TrainableModel`, in the order :func:`check_trainable` names them.
+MEMBERS = ("kind", "default_optimizer", "spec", "params", "optimizer_state", "metadata", "device", "dtype",
+           "in_dim", "num_params", "to", "params_host", "set_params", "predict", "save", "objective",
+           "loss_function")
 
 
-def trainable(model: Any) -> Any:
-    """``model`` with the run loop's model protocol: a plain ``DecomposedModel`` through
-    :meth:`TrainableDecomposedModel.wrap`, anything else as it is."""
-    if isinstance(model, DecomposedModel) and not isinstance(model, TrainableDecomposedModel):
-        return TrainableDecomposedModel.wrap(model)
-    return model
+def check_trainable(model: Any, where: str = "Trainer") -> None:
+    """A TypeError (naming ``where``, the argument ``model`` and each member it lacks) unless
+    ``model`` has every member of :class:`TrainableModel`."""
+    missing = [name for name in MEMBERS if not hasattr(model, name)]
+    if missing:
+        raise TypeError(f"{where}: model: expected a model with the run loop's protocol "
+                        f"(helmpinn.models.model_protocol.TrainableModel), but the {type(model).__name__} "
+                        f"given lacks {', '.join(missing)}")
 
 
 def load_model(path: str | os.PathLike) -> Any:
-    """The model in ``path``: a :class:`TrainableDecomposedModel` for a decomposed model's file,
-    else :meth:`helmpinn.Model.load`'s (ValueError naming the file when it is neither)."""
+    """The model in ``path``: a :class:`~helmpinn.models.decomposition.DecomposedModel` for a
+    decomposed model's file, else :meth:`helmpinn.Model.load`'s (ValueError naming the file when
+    it is neither)."""
     kind = None
     if os.path.isfile(path):   # (a FIFO or device is never opened here: Model.load refuses it)
         try:
@@ -205,5 +124,37 @@ def load_model(path: str | os.PathLike) -> Any:
         except Exception:   # noqa: BLE001 - not a decomposed model's file: Model.load names what is wrong
             kind = None
     if kind == FORMAT:
-        return TrainableDecomposedModel.load(path)
+        return DecomposedModel.load(path)
     return Model.load(path)
+
+
+# -- the old names ---------------------------------------------------------------------------------
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"helmpinn.models.model_protocol.{old} is deprecated: {new}", DeprecationWarning, stacklevel=3)
+
+
+class TrainableDecomposedModel(DecomposedModel):
+    """Deprecated: every :class:`~helmpinn.models.decomposition.DecomposedModel` has the run
+    loop's protocol now; make one of those (``DecomposedModel(...)``, ``create``, ``load``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        _deprecated("TrainableDecomposedModel", "every DecomposedModel has the run loop's protocol now; "
+                                                "use helmpinn.models.decomposition.DecomposedModel")
+        super().__init__(*args, **kwargs)
+
+    @classmethod
+    def wrap(cls, model: DecomposedModel) -> DecomposedModel:
+        """Deprecated: ``model`` itself (it has the protocol already)."""
+        _deprecated("TrainableDecomposedModel.wrap", "a DecomposedModel has the run loop's protocol itself; "
+                                                     "use the model as it is")
+        if not isinstance(model, DecomposedModel):
+            raise TypeError(f"model: expected a helmpinn.models.decomposition.DecomposedModel, got {type(model).__name__}")
+        return model
+
+
+def trainable(model: Any) -> Any:
+    """Deprecated: ``model`` as it is (a ``DecomposedModel`` has the protocol itself now; the
+    Trainer checks a model with :func:`check_trainable`)."""
+    _deprecated("trainable", "every model the Trainer takes has the run loop's protocol itself; use the model "
+                             "as it is (check_trainable checks one)")
+    return model

@@ -5,8 +5,10 @@ current damping λ and tries ``θ − δ``; the trial is accepted when the loss 
 model predicted a decrease (``ρ``, the actual over the predicted decrease, is reported), else
 λ grows and another trial runs on the same linearisation, up to ``max_trials``. How the system
 is solved is the one thing that differs between :class:`helmpinn.optim.lm.LevenbergMarquardt`
-(dense normal equations or CG on one network) and
-:class:`helmpinn.optim.gauss_newton.MatrixFreeGN` (CG preconditioned by subdomain blocks): each
+(dense normal equations or CG on one network), :class:`helmpinn.optim.gauss_newton.MatrixFreeGN`
+(CG preconditioned by subdomain blocks) and the inversion's
+:class:`helmpinn.inversion.ArrowheadLM` (the wavefield blocks eliminated, the medium's Schur
+complement solved dense, the trial point projected onto the velocity bounds): each
 passes :meth:`Damped.trials` a :class:`LinearSolve`, and the trial loop, the λ rule, geodesic
 acceleration, backtracking and the step's record (:class:`StepRecord`, its outcome a
 :class:`StepStatus`) are the ones here.
@@ -31,6 +33,11 @@ or ``a`` is not finite.
 times, before λ grows; the first ``θ − αδ`` (α = 1/2, 1/4, ...) at which the loss falls is
 accepted, λ stays and ν starts again. An α at which the linear model predicts no decrease
 (:attr:`Direction.shortened`) is refused without evaluating the residuals.
+
+**Projection** (``project`` of :meth:`Damped.trials`): where the parameters must stay in a
+feasible set (the inversion's velocity bounds, :class:`helmpinn.inversion.ArrowheadLM`), every
+trial point (plain, accelerated or shortened) is replaced by its projection before its residuals
+are evaluated; ρ still divides by the unprojected step's predicted decrease.
 
 A step whose loss (or Jacobian) at θ is not finite raises :class:`NonFiniteLoss` before any
 trial, the parameters untouched; a training loop restores its last good state on it.
@@ -202,12 +209,16 @@ class Damped:
         self.geodesic, self.geodesic_h, self.geodesic_alpha = bool(geodesic), float(geodesic_h), float(geodesic_alpha)
         self.backtrack = int(backtrack)
 
-    def trials(self, system: LinearSolve, theta: NDArray, times: dict[str, float]) -> StepRecord:
+    def trials(self, system: LinearSolve, theta: NDArray, times: dict[str, float],
+               project: Callable[[NDArray], NDArray] | None = None) -> StepRecord:
         """Trials at growing λ from ``theta`` on the linearisation ``system`` until the loss falls
         (the point written to ``theta``, λ lowered) or ``lam_max`` / ``max_trials`` (``theta``
-        untouched); ``times["trial"]`` gains the seconds of the trials' evaluations."""
+        untouched); ``times["trial"]`` gains the seconds of the trials' evaluations.
+        ``project``: x ↦ the feasible point nearest the float64 trial point x (a new array), applied
+        to every trial point (module docstring, Projection); None: no constraint."""
         loss0, r = system.loss, system.r
         theta64 = theta.astype(np.float64)
+        feasible = (lambda x: x) if project is None else project
         rho = -math.inf
         d = None
         for trial in range(1, self.max_trials + 1):
@@ -215,7 +226,7 @@ class Damped:
             d = system.solve(self.lam)
             t0 = time.perf_counter()
             with system.limit():
-                new = self._accelerate(system, d, theta64) if self.geodesic else theta64 - d.delta
+                new = feasible(self._accelerate(system, d, theta64) if self.geodesic else theta64 - d.delta)
                 r1 = system.residuals(new)
             loss1 = system.total(r1)
             pred = d.predicted
@@ -224,7 +235,7 @@ class Damped:
             alpha, delta = 1.0, d.delta
             if not accepted and self.backtrack and d.shortened is not None:
                 with system.limit():
-                    shorter = self._backtrack(system, d, theta64, loss0)
+                    shorter = self._backtrack(system, d, theta64, loss0, feasible)
                 if shorter is not None:
                     alpha, new, r1, loss1, rho = shorter
                     delta, accepted = alpha * delta, True
@@ -257,11 +268,11 @@ class Damped:
             return theta64 - delta - 0.5 * acc
         return theta64 - delta
 
-    def _backtrack(self, system: LinearSolve, d: Direction, theta64: NDArray,
-                   loss0: float) -> tuple[float, NDArray, NDArray, float, float] | None:
+    def _backtrack(self, system: LinearSolve, d: Direction, theta64: NDArray, loss0: float,
+                   feasible: Callable[[NDArray], NDArray]) -> tuple[float, NDArray, NDArray, float, float] | None:
         """A rejected trial's step shortened: the first of α = 1/2, 1/4, ... (``backtrack``
-        halvings) at which the loss falls, as ``(α, θ − αδ, its residuals, its loss, ρ)``, or
-        None. ρ is the actual over the predicted decrease of the step αδ; an α at which the model
+        halvings) at which the loss falls, as ``(α, θ − αδ (made ``feasible``), its residuals, its
+        loss, ρ)``, or None. ρ is the actual over the predicted decrease of the step αδ; an α at which the model
         predicts no decrease overshoots even its model, and a shorter one is tried without
         evaluating it. One residual evaluation per α tried."""
         alpha = 1.0
@@ -270,7 +281,7 @@ class Damped:
             pred = d.shortened(alpha)
             if not pred > 0:   # past even the model's minimum: no residuals needed to refuse it
                 continue
-            new = theta64 - alpha * d.delta
+            new = feasible(theta64 - alpha * d.delta)
             r1 = system.residuals(new)
             loss1 = system.total(r1)
             if math.isfinite(loss1) and loss1 < loss0:

@@ -80,7 +80,7 @@ from numpy.typing import NDArray
 from .. import distributed
 from .._blas import blas_limit, check_blas_threads
 from ..problems.batch import KEYWORDS, Batch
-from ..defaults import LM_OPTIONS, lm_options, lm_settings
+from ..defaults import LM_OPTIONS, lm_memory_rule, lm_options, lm_settings
 from .damped import Damped, Direction, NonFiniteLoss, StepRecord
 
 __all__ = ["lm_defaults", "lm_options", "LM_OPTIONS", "Residuals", "CoreResiduals", "FunctionResiduals",
@@ -254,8 +254,9 @@ def choose_solver(P: int, R: int, solver: str = "auto", *, max_matrix_bytes: int
     """The solver :class:`LevenbergMarquardt` uses for ``P`` parameters and ``R`` residuals
     within ``max_matrix_bytes`` (:func:`memory_estimate`; ``memory``: its other keywords).
 
-    ``"auto"``: over MPI (``ranks`` > 1) primal; else primal when R >= P, dual when R < P; when
-    that one does not fit the other dense one if it fits, else "cg" (matrix-free). An explicit
+    ``"auto"``: :func:`helmpinn.defaults.lm_memory_rule` with :func:`memory_estimate` (over MPI
+    (``ranks`` > 1) primal; else primal when R >= P, dual when R < P; when that one does not fit
+    the other dense one if it fits, else "cg", matrix-free). An explicit
     "primal" or "dual" that does not fit raises ValueError naming the sizes and the budget; "cg"
     is always accepted. Call it before allocating anything (the CLI does, before it touches a
     file).
@@ -281,11 +282,7 @@ def choose_solver(P: int, R: int, solver: str = "auto", *, max_matrix_bytes: int
                 + f", over max_matrix_bytes = {budget / _GIB:.3g} GiB; use solver='cg' "
                 "(matrix-free) or 'auto', or raise max_matrix_bytes")
         return solver
-    order = ["primal"] if int(ranks) > 1 else (["primal", "dual"] if R >= P else ["dual", "primal"])
-    for name in order:
-        if need(name) <= budget:
-            return name
-    return "cg"
+    return lm_memory_rule(P, R, need, budget, ranks)
 
 
 # -- the optimiser -------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Domains and collocation sampling: interval, box (any d), ball, box with a ball removed, and
-explicit point clouds.
+"""Domains and collocation sampling: interval, box (any d), ball, polygon (2-D), a box with an
+obstacle (a ball, a polygon) removed, and explicit point clouds.
 
 Every domain answers two questions:
 
@@ -14,9 +14,9 @@ points are spread over the parts in proportion to their measure (length, area); 
 a part are drawn with the same method.
 
 Part names: a box's faces are ``"xmin", "xmax", "ymin", "ymax", "zmin", "zmax"`` (dimensions
-beyond the third are ``"x3min"``, ``"x3max"``, ...); a ball's boundary is ``"sphere"``; a box
-with a ball removed has the box's faces and ``"scatterer"`` (whose outward normal points into the
-removed ball).
+beyond the third are ``"x3min"``, ``"x3max"``, ...); a ball's boundary is ``"sphere"``, a polygon's
+``"polygon"``; a box with an obstacle removed (:class:`BoxMinusObstacle`, :class:`BoxMinusBall`)
+has the box's faces and ``"scatterer"`` (whose outward normal points into the removed obstacle).
 """
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ __all__ = [
     "Ball",
     "Disk",
     "BoxMinusBall",
+    "BoxMinusObstacle",
+    "Polygon",
     "PointCloud",
     "sample_unit_cube",
     "METHODS",
@@ -321,25 +323,184 @@ def Disk(center: ArrayLike = (0.0, 0.0), radius: float = 1.0) -> Ball:
     return ball
 
 
-class BoxMinusBall(Domain):
-    """A box with a ball (a scatterer) removed; the ball must lie strictly inside the box.
+class Polygon(Domain):
+    """A closed simple polygon in 2-D, given by its ``vertices [n, 2]`` (n >= 3, in either
+    order; kept counter-clockwise in :attr:`vertices`). Its boundary is the part ``"polygon"``;
+    boundary points are uniform in arc length along the edges, each with the outward unit normal
+    of its edge (at a corner itself, the normal of the edge that starts there)."""
+
+    part_names = ("polygon",)
+    dim = 2
+
+    def __init__(self, vertices: ArrayLike):
+        try:
+            v = np.array(vertices, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"Polygon: vertices must be an array [n, 2] of numbers, got {vertices!r}") from None
+        if v.ndim != 2 or v.shape[1] != 2 or len(v) < 3:
+            raise ValueError(f"Polygon: vertices must be [n, 2] with n >= 3, got shape {v.shape}")
+        if not np.all(np.isfinite(v)):
+            raise ValueError(f"Polygon: vertices must be finite, got {v.tolist()}")
+        edge = np.roll(v, -1, axis=0) - v
+        length = np.hypot(edge[:, 0], edge[:, 1])
+        scale = float(np.max(np.ptp(v, axis=0)))
+        if np.any(length <= 1e-12 * max(scale, 1e-300)):
+            i = int(np.argmin(length))
+            raise ValueError(f"Polygon: vertices {i} and {(i + 1) % len(v)} coincide "
+                             f"({v[i].tolist()}); every edge must have a length")
+        crossing = _edge_crossing(v)
+        if crossing is not None:
+            raise ValueError(f"Polygon: vertices must make a simple polygon; edges {crossing[0]} and "
+                             f"{crossing[1]} intersect")
+        area = 0.5 * float(np.sum(v[:, 0] * np.roll(v[:, 1], -1) - np.roll(v[:, 0], -1) * v[:, 1]))
+        if abs(area) <= 1e-12 * scale * scale:
+            raise ValueError(f"Polygon: vertices enclose no area (collinear?): {v.tolist()}")
+        if area < 0:
+            v = v[::-1].copy()
+        self.vertices = v
+        self._area = abs(area)
+        self._edges = np.roll(v, -1, axis=0) - v
+        self._lengths = np.hypot(self._edges[:, 0], self._edges[:, 1])
+        # a counter-clockwise polygon's outward normal: the edge turned clockwise
+        self._normals = np.stack([self._edges[:, 1], -self._edges[:, 0]], axis=1) / self._lengths[:, None] + 0.0
+
+    def __repr__(self) -> str:
+        return f"Polygon({self.vertices.tolist()})"
+
+    @property
+    def bounds(self):
+        return self.vertices.min(axis=0), self.vertices.max(axis=0)
+
+    @property
+    def volume(self) -> float:
+        return self._area
+
+    @property
+    def surface(self) -> float:
+        """The perimeter."""
+        return float(self._lengths.sum())
+
+    def boundary_distance(self, x):
+        x = np.asarray(x, dtype=np.float64).reshape(-1, 2)
+        out = np.full(len(x), np.inf)
+        for a, e, ln in zip(self.vertices, self._edges, self._lengths):
+            t = np.clip(((x - a) @ e) / (ln * ln), 0.0, 1.0)
+            out = np.minimum(out, np.linalg.norm(x - a - t[:, None] * e, axis=1))
+        return out
+
+    def contains(self, x):
+        """True for points inside or on the polygon (within 1e-12 of its size of an edge)."""
+        x = np.asarray(x, dtype=np.float64).reshape(-1, 2)
+        inside = np.zeros(len(x), bool)
+        for a, e in zip(self.vertices, self._edges):
+            b = a + e
+            straddle = (a[1] > x[:, 1]) != (b[1] > x[:, 1])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                at = a[0] + (x[:, 1] - a[1]) * e[0] / e[1]
+            inside ^= straddle & (x[:, 0] < at)
+        scale = float(np.max(np.ptp(self.vertices, axis=0)))
+        return inside | (self.boundary_distance(x) <= 1e-12 * scale)
+
+    def sample_interior(self, n, rng=None, method="uniform"):
+        return _rejection(self.bounds, lambda x: self.contains(x), self._area, n, rng, method)
+
+    def sample_boundary(self, n, rng=None, method="uniform"):
+        n = int(n)
+        s = sample_unit_cube(n, 1, _as_rng(rng), method)[:, 0] * self.surface
+        ends = np.cumsum(self._lengths)
+        i = np.minimum(np.searchsorted(ends, s, side="right"), len(ends) - 1)
+        t = (s - (ends[i] - self._lengths[i])) / self._lengths[i]
+        x = self.vertices[i] + t[:, None] * self._edges[i]
+        return BoundarySample(np.ascontiguousarray(x), self._normals[i].copy(), np.full(n, "polygon"))
+
+
+def _edge_crossing(v: NDArray[np.float64]) -> tuple[int, int] | None:
+    """The first pair of edges (i, j) of the closed polyline v that touch or cross where they
+    should not (non-neighbours that meet, or neighbours that fold back over each other); None
+    for a simple polygon."""
+    m = len(v)
+    a, e = v, np.roll(v, -1, axis=0) - v
+
+    def cross(p, q):
+        return p[..., 0] * q[..., 1] - p[..., 1] * q[..., 0]
+
+    for i in range(m):
+        for j in range(i + 1, m):
+            d = a[j] - a[i]
+            den = cross(e[i], e[j])
+            neighbours = j == i + 1 or (i == 0 and j == m - 1)
+            if abs(den) <= 1e-14 * np.linalg.norm(e[i]) * np.linalg.norm(e[j]):
+                # parallel: neighbours fold back when collinear and opposite; others overlap
+                # when collinear and their spans along edge i meet
+                if abs(cross(d, e[i])) > 1e-12 * np.linalg.norm(e[i]) * (np.linalg.norm(d) + 1e-300):
+                    continue
+                if neighbours:
+                    if e[i] @ e[j] < 0:
+                        return i, j
+                    continue
+                s0 = d @ e[i] / (e[i] @ e[i])
+                s1 = s0 + e[j] @ e[i] / (e[i] @ e[i])
+                if min(s0, s1) <= 1 and max(s0, s1) >= 0:
+                    return i, j
+                continue
+            s = cross(d, e[j]) / den
+            t = cross(d, e[i]) / den
+            if neighbours:
+                continue   # neighbours not parallel meet only at their shared vertex
+            if -1e-12 <= s <= 1 + 1e-12 and -1e-12 <= t <= 1 + 1e-12:
+                return i, j
+    return None
+
+
+def _rejection(bounds, keep, volume: float, n, rng, method) -> NDArray[np.float64]:
+    """n points uniform in a region of the given volume inside the box ``bounds``, drawn from the
+    box and kept where ``keep(x)``; one draw of a quasi-random sequence keeps its structure."""
+    rng = _as_rng(rng)
+    n = int(n)
+    box = Box(*bounds)
+    frac = volume / box.volume
+    m = int(math.ceil(n / frac * 1.1)) + 16
+    while True:
+        x = box.sample_interior(m, rng, method)
+        x = x[keep(x)]
+        if len(x) >= n:
+            return np.ascontiguousarray(x[:n])
+        m *= 2
+
+
+class BoxMinusObstacle(Domain):
+    """A box with an obstacle (a scatterer: a :class:`Ball`, a :class:`Polygon`, or any bounded
+    domain with ``contains``, ``sample_boundary``, ``volume``, ``surface`` and
+    ``boundary_distance``) removed; the obstacle must lie strictly inside the box.
 
     Parts: the box's faces and ``"scatterer"``, whose outward normal (out of the domain) points
-    toward the ball's centre.
+    into the obstacle (the obstacle's own outward normal, reversed).
     """
 
-    def __init__(self, box: Box, ball: Ball):
-        if box.dim != ball.dim or box.dim < 2:
-            raise ValueError(f"BoxMinusBall: box and ball need the same dimension >= 2, "
-                             f"got {box.dim} and {ball.dim}")
-        if np.any(ball.center - ball.radius <= box.lo) or np.any(ball.center + ball.radius >= box.hi):
-            raise ValueError("BoxMinusBall: the ball must lie strictly inside the box")
-        self.box, self.ball = box, ball
+    def __init__(self, box: Box, obstacle: Domain):
+        name = type(self).__name__
+        if not isinstance(box, Box):
+            raise TypeError(f"{name}: box must be a Box, got {type(box).__name__}")
+        if not isinstance(obstacle, Domain) or isinstance(obstacle, (Box, PointCloud, BoxMinusObstacle)):
+            raise TypeError(f"{name}: obstacle must be a bounded shape such as a Ball or a Polygon, "
+                            f"got {type(obstacle).__name__}")
+        if box.dim != obstacle.dim or box.dim < 2:
+            raise ValueError(f"{name}: box and obstacle need the same dimension >= 2, "
+                             f"got {box.dim} and {obstacle.dim}")
+        lo, hi = obstacle.bounds
+        if np.any(lo <= box.lo) or np.any(hi >= box.hi):
+            raise ValueError(f"{name}: the obstacle must lie strictly inside the box "
+                             f"{box.lo.tolist()}..{box.hi.tolist()}, it spans {lo.tolist()}..{hi.tolist()}")
+        self.box, self.obstacle = box, obstacle
         self.dim = box.dim
         self.part_names = box.part_names + ("scatterer",)
 
     def __repr__(self) -> str:
-        return f"BoxMinusBall({self.box!r}, {self.ball!r})"
+        return f"{type(self).__name__}({self.box!r}, {self.obstacle!r})"
+
+    def with_box(self, box: Box) -> "BoxMinusObstacle":
+        """The same obstacle in another box (a PML's outer box)."""
+        return BoxMinusObstacle(box, self.obstacle)
 
     @property
     def bounds(self):
@@ -347,37 +508,63 @@ class BoxMinusBall(Domain):
 
     @property
     def volume(self) -> float:
-        return self.box.volume - self.ball.volume
+        return self.box.volume - self.obstacle.volume
+
+    def contains(self, x):
+        """True for points of the closed domain (the obstacle's boundary included)."""
+        x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
+        inner = self.obstacle.contains(x) & (self.obstacle.boundary_distance(x) > 0)
+        return self.box.contains(x) & ~inner
+
+    def boundary_distance(self, x):
+        return np.minimum(self.box.boundary_distance(x), self.obstacle.boundary_distance(x))
+
+    def sample_interior(self, n, rng=None, method="uniform"):
+        return _rejection(self.box.bounds, lambda x: ~self.obstacle.contains(x), self.volume, n, rng, method)
+
+    def sample_boundary(self, n, rng=None, method="uniform"):
+        rng = _as_rng(rng)
+        counts = _split_counts(int(n), [self.box.face_areas().sum(), self.obstacle.surface])
+        outer = self.box.sample_boundary(counts[0], rng, method)
+        inner = self.obstacle.sample_boundary(counts[1], rng, method)
+        return _concat([outer.x, inner.x], [outer.normals, -inner.normals],
+                       [outer.parts, np.full(counts[1], "scatterer")], self.dim)
+
+
+class BoxMinusBall(BoxMinusObstacle):
+    """A box with a ball (a scatterer) removed; the ball must lie strictly inside the box
+    (:class:`BoxMinusObstacle` with a :class:`Ball`; ``ball`` is the obstacle).
+
+    Parts: the box's faces and ``"scatterer"``, whose outward normal (out of the domain) points
+    toward the ball's centre.
+    """
+
+    def __init__(self, box: Box, ball: Ball):
+        if not isinstance(ball, Ball):
+            raise TypeError(f"BoxMinusBall: ball must be a Ball, got {type(ball).__name__}")
+        if box.dim != ball.dim or box.dim < 2:
+            raise ValueError(f"BoxMinusBall: box and ball need the same dimension >= 2, "
+                             f"got {box.dim} and {ball.dim}")
+        if np.any(ball.center - ball.radius <= box.lo) or np.any(ball.center + ball.radius >= box.hi):
+            raise ValueError("BoxMinusBall: the ball must lie strictly inside the box")
+        super().__init__(box, ball)
+
+    @property
+    def ball(self) -> Ball:
+        return self.obstacle
+
+    def with_box(self, box: Box) -> "BoxMinusBall":
+        return BoxMinusBall(box, self.ball)
 
     def contains(self, x):
         x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
         r = np.linalg.norm(x - self.ball.center, axis=1)
         return self.box.contains(x) & (r >= self.ball.radius * (1 - 1e-12))
 
-    def boundary_distance(self, x):
-        return np.minimum(self.box.boundary_distance(x), self.ball.boundary_distance(x))
-
     def sample_interior(self, n, rng=None, method="uniform"):
-        rng = _as_rng(rng)
-        n = int(n)
-        frac = self.volume / self.box.volume
-        m = int(math.ceil(n / frac * 1.1)) + 16
-        while True:
-            # Rejection from the box; one draw of a quasi-random sequence keeps its structure.
-            x = self.box.sample_interior(m, rng, method)
-            r = np.linalg.norm(x - self.ball.center, axis=1)
-            x = x[r > self.ball.radius]
-            if len(x) >= n:
-                return np.ascontiguousarray(x[:n])
-            m *= 2
-
-    def sample_boundary(self, n, rng=None, method="uniform"):
-        rng = _as_rng(rng)
-        counts = _split_counts(int(n), [self.box.face_areas().sum(), self.ball.surface])
-        outer = self.box.sample_boundary(counts[0], rng, method)
-        inner = self.ball.sample_boundary(counts[1], rng, method)
-        return _concat([outer.x, inner.x], [outer.normals, -inner.normals],
-                       [outer.parts, np.full(counts[1], "scatterer")], self.dim)
+        centre, radius = self.ball.center, self.ball.radius
+        return _rejection(self.box.bounds, lambda x: np.linalg.norm(x - centre, axis=1) > radius,
+                          self.volume, n, rng, method)
 
 
 class PointCloud(Domain):

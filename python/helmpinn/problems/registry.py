@@ -2,7 +2,8 @@
 ``helmpinn train --problem``.
 
 The registry is explicit: it is built from the ``PROBLEMS`` tables of :mod:`helmpinn.problems.builtin`,
-:mod:`helmpinn.problems.scattering` and :mod:`helmpinn.problems.waves` (name -> ``(factory, one-line description)``), and
+:mod:`helmpinn.problems.scattering`, :mod:`helmpinn.problems.obstacles`, :mod:`helmpinn.problems.waves`
+and :mod:`helmpinn.problems.waves3d` (name -> ``(factory, one-line description)``), and
 :func:`register_problem` adds to it. A factory is ``f(**options) -> Problem``; its options are
 its keyword parameters with their defaults (:func:`problem_options`).
 
@@ -22,7 +23,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from . import builtin, scattering, waves, waves3d
+from . import builtin, obstacles, scattering, waves, waves3d
 from .problem import Problem
 
 __all__ = ["get_problem", "list_problems", "problem_names", "problem_options", "register_problem",
@@ -32,6 +33,7 @@ __all__ = ["get_problem", "list_problems", "problem_names", "problem_options", "
 _REGISTRY: dict[str, tuple[Callable[..., Problem], str]] = {
     **builtin.PROBLEMS,
     **scattering.PROBLEMS,
+    **obstacles.PROBLEMS,
     **waves.PROBLEMS,
     **waves3d.PROBLEMS,
 }

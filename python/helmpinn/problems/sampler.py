@@ -1,7 +1,8 @@
 """Where a problem's points are drawn: the domain, or with a PML the domain and its layer
 (:func:`surround`), the PDE points (uniform, or a ``pml_share`` of them in the layer, plus draws
-at the point sources with their importance weights) and the boundary points (by part, or on the
-PML's outer wall and a scatterer). :class:`Sampler` draws them for a
+at the point sources and, with a :class:`CellDensity`, where it asks for more points, each with
+its importance weight) and the boundary points (by part, or on the PML's outer wall and a
+scatterer). :class:`Sampler` draws them for a
 :class:`~helmpinn.problems.problem.Problem` (whose ``sampling_domain`` and ``pml_share`` are its);
 the problem evaluates κ, the source and the conditions at them."""
 from __future__ import annotations
@@ -13,11 +14,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._checks import real_number
-from .geometry import BoundarySample, Box, BoxMinusBall, Domain, Interval, PointCloud
+from .geometry import BoundarySample, Box, BoxMinusObstacle, Domain, Interval, PointCloud
 from .pml import PML
 from .sources import mixture_density, sample_mixture
 
-__all__ = ["Sampler", "surround"]
+__all__ = ["Sampler", "CellDensity", "surround"]
 
 
 def surround(domain: Domain, pml: PML | None) -> tuple[Domain, tuple[str, ...], Any]:
@@ -29,9 +30,9 @@ def surround(domain: Domain, pml: PML | None) -> tuple[Domain, tuple[str, ...], 
     box = domain.bounds if not isinstance(domain, PointCloud) else None
     if pml is None:
         return domain, (), box
-    if isinstance(domain, BoxMinusBall):
+    if isinstance(domain, BoxMinusObstacle):
         lo, hi = pml.outer_box(domain.box.lo, domain.box.hi)
-        return BoxMinusBall(Box(lo, hi), domain.ball), domain.box.part_names, box
+        return domain.with_box(Box(lo, hi)), domain.box.part_names, box
     if isinstance(domain, Box):
         lo, hi = pml.outer_box(domain.lo, domain.hi)
         return (Interval(lo[0], hi[0]) if domain.dim == 1 else Box(lo, hi)), domain.part_names, box
@@ -43,13 +44,57 @@ def surround(domain: Domain, pml: PML | None) -> tuple[Domain, tuple[str, ...], 
                              f"width {pml.width!r} leaves no physical box inside "
                              f"{domain.bounds[0].tolist()} .. {domain.bounds[1].tolist()}")
         return domain, (), (lo, hi)
-    raise TypeError(f"pml: the domain must be a Box, Interval, BoxMinusBall or PointCloud "
+    raise TypeError(f"pml: the domain must be a Box, Interval, BoxMinusObstacle (BoxMinusBall) or PointCloud "
                     f"(a PML surrounds its outer box), got {type(domain).__name__}")
+
+
+class CellDensity:
+    """A relative point density ``ρ`` constant on the cells of a regular grid over the box
+    ``[lo, hi]`` (``values``: ``ρ > 0`` per cell, of the grid's shape): the PDE points are drawn
+    in proportion to it (:meth:`Sampler.sample_pde`). Its least value is the base draw's share
+    (uniform, Sobol where asked); the rest, ``ρ − min ρ``, is :meth:`sample`'s (cells in proportion
+    to their excess, uniform within each), whose normalised density :meth:`density` gives."""
+
+    def __init__(self, lo: Any, hi: Any, values: Any):
+        self.lo, self.hi = np.asarray(lo, np.float64).reshape(-1), np.asarray(hi, np.float64).reshape(-1)
+        v = np.asarray(values, np.float64)
+        if v.ndim != len(self.lo) or not v.size or not np.all(np.isfinite(v)) or np.any(v <= 0):
+            raise ValueError(f"CellDensity: values: expected positive numbers on a {len(self.lo)}-D grid, "
+                             f"got shape {v.shape}")
+        if not np.all(self.hi > self.lo):
+            raise ValueError(f"CellDensity: expected hi > lo, got {self.lo}, {self.hi}")
+        self.values = v
+        self.cell = (self.hi - self.lo) / np.array(v.shape)
+        excess = (v - v.min()).ravel()
+        self.excess_share = float(excess.sum() / v.sum())   # of the points, those of the excess
+        self._cdf = np.cumsum(excess) / excess.sum() if excess.sum() > 0 else None
+        self._g = excess / (excess.sum() * float(np.prod(self.cell))) if excess.sum() > 0 else excess
+
+    def sample(self, n: int, rng: np.random.Generator) -> NDArray[np.float64]:
+        """n points of the excess density (:meth:`density`)."""
+        if self._cdf is None or n <= 0:
+            return np.empty((0, len(self.lo)))
+        flat = np.minimum(np.searchsorted(self._cdf, rng.random(n), side="right"), len(self._cdf) - 1)
+        idx = np.stack(np.unravel_index(flat, self.values.shape), axis=1)
+        return self.lo + (idx + rng.random((n, len(self.lo)))) * self.cell
+
+    def density(self, x: NDArray) -> NDArray[np.float64]:
+        """The excess's normalised density ``(ρ − min ρ) / ∫(ρ − min ρ)`` at x (0 outside the box)."""
+        x = np.asarray(x, np.float64)
+        idx = np.floor((x - self.lo) / self.cell).astype(np.int64)
+        inside = np.all((idx >= 0) & (idx < np.array(self.values.shape)), axis=1)
+        idx = np.clip(idx, 0, np.array(self.values.shape) - 1)
+        out = self._g[np.ravel_multi_index(tuple(idx.T), self.values.shape)] if len(x) else np.zeros(0)
+        return np.where(inside, out, 0.0)
 
 
 class Sampler:
     """Draws the points of a problem on ``domain`` (with an optional ``pml``, and its
-    ``pml_share``, checked). ``sampling_domain``, ``absorbed`` and ``box``: :func:`surround`'s."""
+    ``pml_share``, checked). ``sampling_domain``, ``absorbed`` and ``box``: :func:`surround`'s.
+    ``density``: None, or a :class:`CellDensity` over the sampling domain's box that the PDE points
+    follow (:meth:`sample_pde`)."""
+
+    density: CellDensity | None = None
 
     def __init__(self, domain: Domain, pml: PML | None = None, pml_share: float | None = None):
         self.domain = domain
@@ -116,32 +161,43 @@ class Sampler:
                    source_share: float) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
         """``(x [M, d], w [M] or None)``: PDE points and their importance weights
         (:meth:`Problem.sample_pde <helmpinn.problems.problem.Problem.sample_pde>`), with
-        ``source_share`` of them drawn from the ``point_sources``' Gaussian mixture."""
-        if source_share == 0 or not n:  # (a PointCloud takes n = None: all its points)
+        ``source_share`` of them drawn from the ``point_sources``' Gaussian mixture and, with a
+        :attr:`density`, its excess share of the rest from its excess (:class:`CellDensity`)."""
+        refine = self.density if self.density is not None and self.density.excess_share > 0 else None
+        if (source_share == 0 and refine is None) or not n:  # (a PointCloud takes n = None: all its points)
             return self.base_sample(n, rng, method), None
         n = int(n)
         n_src = int(round(source_share * n))
-        base = self.base_sample(n - n_src, rng, method)
-        drawn = sample_mixture(point_sources, n_src, rng)
+        n_ref = 0 if refine is None else int(round(refine.excess_share * (n - n_src)))
+        parts = [self.base_sample(n - n_src - n_ref, rng, method)]
+        if n_src:
+            parts.append(sample_mixture(point_sources, n_src, rng))
+        if n_ref:
+            parts.append(refine.sample(n_ref, rng))
+        drawn = np.concatenate(parts[1:]) if len(parts) > 1 else np.empty((0, self.dim))
         drawn = drawn[self.sampling_domain.contains(drawn)]
-        x = np.ascontiguousarray(np.concatenate([base, drawn]))
+        x = np.ascontiguousarray(np.concatenate([parts[0], drawn]))
         p = self.base_density(x)
-        q = ((n - n_src) * p + n_src * mixture_density(point_sources, x)) / n
-        return x, (len(x) / n) * p / q
+        q = (n - n_src - n_ref) * p
+        if n_src:
+            q = q + n_src * mixture_density(point_sources, x)
+        if n_ref:
+            q = q + n_ref * refine.density(x)
+        return x, (len(x) / n) * p / (q / n)
 
     def sample_boundary(self, n: int | None, rng: np.random.Generator,
                         method: str) -> tuple[BoundarySample, NDArray[np.float64] | None]:
         """``(parts, wall)``: n boundary points split over the parts by measure, and None; with
         a PML, the points on its outer wall (``u = 0`` there) and, for a scatterer inside (a
-        :class:`~helmpinn.problems.geometry.BoxMinusBall`), half of the n on it (by measure it
+        :class:`~helmpinn.problems.geometry.BoxMinusObstacle`: a ball, a polygon), half of the n on it (by measure it
         would get a sliver of them), as the part ``"scatterer"``."""
         if not self.absorbed:
             return self.domain.sample_boundary(n, rng, method), None
         sd = self.sampling_domain
-        if isinstance(sd, BoxMinusBall):
+        if isinstance(sd, BoxMinusObstacle):
             n_wall = int(n) // 2
             wall = sd.box.sample_boundary(n_wall, rng, method).x
-            inner = sd.ball.sample_boundary(int(n) - n_wall, rng, method)
+            inner = sd.obstacle.sample_boundary(int(n) - n_wall, rng, method)
             return BoundarySample(inner.x, -inner.normals, np.full(len(inner.x), "scatterer")), wall
         wall = sd.sample_boundary(n, rng, method).x
         return BoundarySample(np.empty((0, self.dim)), np.empty((0, self.dim)), np.empty(0, dtype="<U9")), wall

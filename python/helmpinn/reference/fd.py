@@ -37,7 +37,9 @@ as every run's, :func:`helmpinn.memory.limit`, 80% of the memory available or
 right-hand sides (a survey's sources, the adjoint solves of :func:`~helmpinn.reference.fwi`).
 
 Domains: :class:`~helmpinn.problems.geometry.Box` and :class:`~helmpinn.problems.geometry.Interval` (with or without
-a PML); curved boundaries (a scatterer) and point clouds are not supported.
+a PML), and a box with a sound-soft obstacle removed (:class:`~helmpinn.problems.geometry.BoxMinusObstacle`:
+a ball, a polygon; Dirichlet data on ``"scatterer"``) by cut stencils of the same order
+(:mod:`helmpinn.reference.obstacle`); a sound-hard obstacle and point clouds are not supported.
 """
 from __future__ import annotations
 
@@ -49,9 +51,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..problems.geometry import Box
+from ..problems.geometry import Box, BoxMinusObstacle
 from ..problems.jumps import average_kappa, find_jumps
 from ..problems import Dirichlet, Robin
+from .obstacle import ObstacleGrid
 # The grid's memory estimate is helmpinn.memory's (the one limit of every kind of run); these
 # names stay importable from here.
 from .._budget import (ASSEMBLY_BYTES_PER_NODE, LU_BYTES_PER_ENTRY, available_memory, fd_memory_estimate,
@@ -157,10 +160,10 @@ def _interpolate(axes: list[NDArray], values: NDArray, x: NDArray) -> NDArray[np
 
 def _grid(problem, h: Any) -> tuple[list[NDArray], NDArray, NDArray]:
     domain = problem.sampling_domain
-    if not isinstance(domain, Box):
+    if not isinstance(domain, (Box, BoxMinusObstacle)):
         raise NotImplementedError(
-            f"fd_solve: the domain must be a Box or Interval (with or without a PML), got "
-            f"{type(domain).__name__}; curved boundaries and point clouds are not supported")
+            f"fd_solve: the domain must be a Box, Interval or BoxMinusObstacle (with or without a PML), "
+            f"got {type(domain).__name__}; point clouds are not supported")
     lo, hi = domain.bounds
     d = len(lo)
     try:   # a number, or one per axis
@@ -226,12 +229,17 @@ class FDOperator:
         for j in range(d):
             on_wall |= (idx[:, j] == 0) | (idx[:, j] == n[j])
         interior = ~on_wall
+        cut = None
+        if isinstance(problem.sampling_domain, BoxMinusObstacle):
+            cut = ObstacleGrid(problem, axes, x, on_wall, order)
+            interior &= ~cut.fixed
         self.size = len(x)
         self.interior = interior
         self.interior_points = x[interior]
         self.interior_nodes = node[interior]
+        self.boundary_rhs = np.zeros(len(x), np.complex128)
         rows, cols, vals, kappa, f = _pde_rows(problem, x[interior], idx[interior], node[interior],
-                                               n, hs, strides, order)
+                                               n, hs, strides, order, cut, self.boundary_rhs)
         self.jumps = _medium_jumps(problem, axes, x, interior, kappa, jumps, order)
         if self.jumps is not None:
             averaged = self.jumps[1]
@@ -243,7 +251,8 @@ class FDOperator:
             kappa, vals[0] = averaged, averaged.copy()
             self.jumps = self.jumps[0]
         self.kappa = kappa
-        self.boundary_rhs = np.zeros(len(x), np.complex128)
+        if cut is not None:
+            cut.fixed_rows(x, rows, cols, vals, self.boundary_rhs)
         _boundary_rows(problem, x[on_wall], idx[on_wall], node[on_wall], n, hs, strides, order,
                        rows, cols, vals, self.boundary_rhs)
         self.source = np.zeros(len(x), np.complex128)
@@ -436,8 +445,10 @@ class MediumJumpWarning(UserWarning):
     """fd_solve's warning that the medium jumps, which lowers the order of convergence."""
 
 
-def _pde_rows(problem, xi, ii, ni, n, hs, strides, order):
-    """The interior nodes' PDE rows: the κ diagonal first, then each direction's stencils."""
+def _pde_rows(problem, xi, ii, ni, n, hs, strides, order, cut=None, rhs=None):
+    """The interior nodes' PDE rows: the κ diagonal first, then each direction's stencils (with
+    an obstacle, ``cut``'s stencils where the regular ones would reach into it, their known
+    boundary terms subtracted from ``rhs``)."""
     d = xi.shape[1]
     st = _stencils(order)
     rows: list[NDArray] = []
@@ -457,6 +468,11 @@ def _pde_rows(problem, xi, ii, ni, n, hs, strides, order):
         pos = ii[:, j]
         near_lo, near_hi = pos == 1, pos == n[j] - 1
         central = ~(near_lo | near_hi)
+        if cut is not None:
+            irregular = cut.cut(j, ni, pos, n[j])
+            near_lo, near_hi, central = near_lo & ~irregular, near_hi & ~irregular, central & ~irregular
+            cut.stencil(j, xi[irregular], ni[irregular], strides, a[irregular, j], b[irregular, j],
+                        rows, cols, vals, rhs)
         for mask, key, flip in ((central, "", 1), (near_lo, "_near", 1), (near_hi, "_near", -1)):
             if not np.any(mask):
                 continue

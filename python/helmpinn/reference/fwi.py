@@ -31,11 +31,25 @@ forward problem and, with its conjugate transpose, every adjoint problem
 at the finite-difference nodes, carried to the medium grid by the transpose of the spline
 interpolation. SciPy's L-BFGS-B minimises J within the velocity bounds (bounds on m at the
 nodes), frequency group after frequency group, low to high, each starting from the last.
+
+**Continuing a run.** A run that a callback or the time limit stopped returns a ``resume``
+state in its :class:`FWIResult` (saved with it by :meth:`FWIResult.save`): the group and the
+iterations done in it, its best medium, the medium the group started from (which fixes the
+PML's strength of the group's operator) and the initial model's scale. ``fwi(..., start=it)``
+continues the group from that medium for its remaining iterations, then runs the later groups:
+the same objective function in every group as the uninterrupted run, the history continued.
+L-BFGS-B's memory (its curvature pairs) is not part of the state and starts empty, so a run
+continued inside a group takes other steps than the uninterrupted one; one stopped between two
+groups continues exactly as the uninterrupted run, bit for bit.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import time
+import zipfile
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -43,6 +57,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._checks import integer, real_number
+from .._files import write_atomic
 from ..problems.geometry import Box
 from ..problems.media import GridField
 from ..problems.pml import PML
@@ -181,6 +196,12 @@ class FWIObjective:
         return total + reg, grad.ravel() + reg_grad, total
 
 
+#: The ``format`` entry of :meth:`FWIResult.save`'s file.
+FORMAT = "helmpinn-fwi"
+_HISTORY = ("misfit", "objective", "time")
+_RESUME_ARRAYS = ("x", "group_start", "x_initial")
+
+
 @dataclass
 class FWIResult:
     """What :func:`fwi` returns: ``velocity`` (a :class:`~helmpinn.GridField` on the medium
@@ -188,7 +209,11 @@ class FWIResult:
     (per L-BFGS-B iteration: ``misfit`` (the data part of J), ``objective``, ``time`` (s since
     the start), ``frequencies`` (the group), ``velocity_error`` when ``true`` was given),
     ``initial_error``, ``stopped`` (why it ended), ``seconds`` and ``n_solves`` (forward and
-    adjoint solves, one per source each)."""
+    adjoint solves, one per source each; both counting a continued run's earlier part), and
+    ``resume``: None when every group ran its course, else the state from which
+    ``fwi(..., start=)`` continues (module docstring): ``group``, ``iterations``, ``x``,
+    ``group_start``, ``x_initial`` (node values of m / ``m_scale``), ``m_scale``, ``lam0`` (the
+    initial model's shortest wavelength), ``settings``, ``elapsed``."""
 
     velocity: Any
     medium: Any
@@ -197,6 +222,69 @@ class FWIResult:
     seconds: float = 0.0
     n_solves: int = 0
     initial_error: float | None = None
+    resume: dict | None = None
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write the result as an ``.npz`` of plain arrays and a JSON header (no pickle), whole
+        or not at all (a temporary file renamed into place); returns the path."""
+        v, h = self.velocity, self.history
+        arrays = {"format": np.array(FORMAT), "velocity": v.values, "medium": self.medium.values,
+                  "origin": v.origin, "spacing": v.spacing, "stopped": np.array(self.stopped),
+                  "seconds": np.array(self.seconds), "n_solves": np.array(self.n_solves)}
+        for key in _HISTORY:
+            arrays[key] = np.asarray(h[key], np.float64)
+        arrays["velocity_error"] = np.array([np.nan if e is None else e for e in h["velocity_error"]], np.float64)
+        header: dict[str, Any] = {"frequencies": [list(g) for g in h["frequencies"]],
+                                  "initial_error": self.initial_error, "resume": None}
+        if self.resume is not None:
+            header["resume"] = {k: v for k, v in self.resume.items() if k not in _RESUME_ARRAYS}
+            arrays.update({f"resume_{k}": np.asarray(self.resume[k], np.float64) for k in _RESUME_ARRAYS})
+        arrays["header"] = np.array(json.dumps(header))
+        return write_atomic(path, lambda fh: np.savez(fh, **arrays))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "FWIResult":
+        """Read a file of :meth:`save` (without pickle); ValueError naming the file when it is
+        not one, or its content does not fit together."""
+        path = os.fspath(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                a = {k: z[k] for k in z.files}
+            header = json.loads(str(a["header"][()]))
+            if str(a["format"][()]) != FORMAT or not isinstance(header, dict):
+                raise ValueError("not a file of FWIResult.save")
+            return cls._from_arrays(a, header)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"FWIResult.load: no such file {path!r}") from None
+        except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile, EOFError) as e:
+            raise ValueError(f"FWIResult.load: {path!r} is not a readable fwi result ({e})") from None
+
+    @classmethod
+    def _from_arrays(cls, a: dict, header: dict) -> "FWIResult":
+        origin, spacing = a["origin"], a["spacing"]
+        velocity = GridField(a["velocity"], origin, spacing, outside="nearest")
+        medium = GridField(a["medium"], origin, spacing, outside="nearest")
+        n = len(a["time"])
+        history = {k: [float(t) for t in a[k]] for k in _HISTORY}
+        history["velocity_error"] = [None if math.isnan(e) else float(e) for e in a["velocity_error"]]
+        history["frequencies"] = [[float(f) for f in g] for g in header["frequencies"]]
+        if any(len(col) != n for col in history.values()):
+            raise ValueError("history columns of different lengths")
+        resume = header["resume"]
+        if resume is not None:
+            resume = dict(resume)
+            for k in _RESUME_ARRAYS:
+                resume[k] = np.array(a[f"resume_{k}"], np.float64)
+                if resume[k].shape != (medium.values.size,) or not np.all(np.isfinite(resume[k])):
+                    raise ValueError(f"resume state {k!r} of shape {resume[k].shape}, expected "
+                                     f"({medium.values.size},) finite values")
+            groups = len(resume["settings"]["groups"])
+            if not (0 <= int(resume["group"]) < groups and int(resume["iterations"]) >= 0):
+                raise ValueError(f"resume state: group {resume['group']!r} / iterations {resume['iterations']!r} "
+                                 f"out of range ({groups} groups)")
+        return cls(velocity=velocity, medium=medium, history=history, stopped=str(a["stopped"][()]),
+                   seconds=float(a["seconds"]), n_solves=int(a["n_solves"]),
+                   initial_error=header["initial_error"], resume=resume)
 
 
 class _Stop(Exception):
@@ -259,7 +347,8 @@ def fwi(survey, initial, *, domain, pml, bounds: tuple[float, float], grid: floa
         h: float | None = None, frequencies: Sequence | None = None,
         regularization: float = 1e-4, max_iter: int = 50, time_limit: float | None = None,
         callback: Callable | None = None, true: Any = None, region: Callable | None = None,
-        nodes_per_wavelength: float = NODES_PER_WAVELENGTH) -> FWIResult:
+        nodes_per_wavelength: float = NODES_PER_WAVELENGTH,
+        start: FWIResult | str | os.PathLike | None = None) -> FWIResult:
     """Adjoint-state FWI of ``survey`` from the ``initial`` velocity (see the module docstring).
 
     ``initial``, ``true``: a number, a callable ``x [N, d] -> [N]`` or a GridField (velocities);
@@ -280,9 +369,24 @@ def fwi(survey, initial, *, domain, pml, bounds: tuple[float, float], grid: floa
     smallest velocity over the highest frequency; :meth:`~helmpinn.Survey.synthetic` stores the
     widths it used in the survey, so synthetic data and the inversion model the same source).
 
+    ``start``: a result (or the path of one saved by :meth:`FWIResult.save`) that a callback or
+    the time limit stopped, to continue (module docstring): the same survey, box, PML, bounds,
+    grids, groups and regularisation must be given (ValueError naming what differs);
+    ``max_iter``, ``time_limit`` (this call's), ``callback``, ``true`` and ``region`` may
+    change; ``initial`` may be None (else it must be the initial model of that run).
+
     Every argument is checked, and every grid's memory estimated, before any solve.
     """
-    start = time.perf_counter()
+    t_call = time.perf_counter()
+    plan = _plan(survey, initial, domain, pml, bounds, grid, h, frequencies, regularization, max_iter,
+                 time_limit, callback, true, region, nodes_per_wavelength, start)
+    return _run(plan, survey, domain, pml, regularization, max_iter, time_limit, callback, t_call)
+
+
+def _check_arguments(survey, domain, pml, bounds, regularization, max_iter, nodes_per_wavelength, time_limit,
+                     callback) -> tuple[float, float, float, int, float, float | None]:
+    """The arguments' types and ranges (TypeError/ValueError naming the argument);
+    ``(v_min, v_max, regularization, max_iter, nodes_per_wavelength, time_limit)``."""
     if not isinstance(survey, Survey):
         raise TypeError(f"fwi: survey must be a helmpinn.Survey, got {type(survey).__name__}")
     if not isinstance(domain, Box):
@@ -302,6 +406,46 @@ def fwi(survey, initial, *, domain, pml, bounds: tuple[float, float], grid: floa
         time_limit = real_number("fwi", "time_limit", time_limit, low=0.0)
     if callback is not None and not callable(callback):
         raise TypeError(f"fwi: callback must be callable, got {type(callback).__name__}")
+    return vmin, vmax, regularization, max_iter, nodes_per_wavelength, time_limit
+
+
+def _settings(survey, domain, pml, vmin: float, vmax: float, spacing: float, groups, hs,
+              regularization: float) -> dict[str, Any]:
+    """What a continued run must share with the run it continues (JSON values)."""
+    digest = hashlib.sha256()
+    for a in (survey.frequencies, survey.receivers, survey.data, survey.weights):
+        if a is not None:
+            digest.update(np.ascontiguousarray(a).tobytes())
+    for source in survey.sources:
+        digest.update(repr(source).encode())
+    lo, hi = domain.bounds
+    return {"survey": digest.hexdigest(), "domain": [lo.tolist(), hi.tolist()],
+            "pml": None if pml is None else float(pml.width), "bounds": [vmin, vmax], "grid": spacing,
+            "groups": [list(g) for g in groups], "h": [float(x) for x in hs], "regularization": regularization}
+
+
+def _continued(start, settings: dict[str, Any]) -> FWIResult:
+    """The stopped result ``start`` (or the path of one) checked against this call's settings."""
+    if not isinstance(start, FWIResult):
+        if not isinstance(start, (str, os.PathLike)):
+            raise TypeError(f"fwi: start must be a FWIResult or the path of one, got {type(start).__name__}")
+        start = FWIResult.load(start)
+    if start.resume is None:
+        raise ValueError(f"fwi: start: that run ended ({start.stopped}): nothing to continue; only a run "
+                         f"stopped by its callback or time limit continues")
+    saved = start.resume["settings"]
+    diff = [f"{k} {saved.get(k)!r} there, {v!r} here" for k, v in settings.items() if saved.get(k) != v]
+    if diff:
+        raise ValueError("fwi: start: a run continues with its own survey and settings; they differ: "
+                         + "; ".join(diff))
+    return start
+
+
+def _plan(survey, initial, domain, pml, bounds, grid, h, frequencies, regularization, max_iter, time_limit,
+          callback, true, region, nodes_per_wavelength, start) -> dict[str, Any]:
+    """Every argument checked and the grids made (module docstring); a continued run's state."""
+    vmin, vmax, regularization, max_iter, nodes_per_wavelength, time_limit = _check_arguments(
+        survey, domain, pml, bounds, regularization, max_iter, nodes_per_wavelength, time_limit, callback)
     groups = _groups(frequencies, survey)
     lam_min = vmin / float(survey.frequencies.max())
     spacing = MEDIUM_SPACING * lam_min if grid is None else real_number("fwi", "grid", grid, low=0.0)
@@ -309,69 +453,106 @@ def fwi(survey, initial, *, domain, pml, bounds: tuple[float, float], grid: floa
         h = real_number("fwi", "h", h, low=0.0)
     axes = _medium_axes(domain, spacing)
     nodes = np.stack([m.ravel() for m in np.meshgrid(*axes, indexing="ij")], axis=1)
-    v0 = _velocity_values("initial", initial, nodes)
-    outside = (v0 < vmin * (1 - 1e-12)) | (v0 > vmax * (1 + 1e-12))
-    if outside.any():
-        i = int(np.flatnonzero(outside)[0])
-        raise ValueError(f"fwi: bounds ({vmin!r}, {vmax!r}) exclude the initial model: "
-                         f"{v0[i]!r} at {nodes[i].tolist()} ({int(outside.sum())} of {len(v0)} nodes)")
+    x0 = m_scale = lam0 = None
+    if initial is not None:
+        v0 = _velocity_values("initial", initial, nodes)
+        outside = (v0 < vmin * (1 - 1e-12)) | (v0 > vmax * (1 + 1e-12))
+        if outside.any():
+            i = int(np.flatnonzero(outside)[0])
+            raise ValueError(f"fwi: bounds ({vmin!r}, {vmax!r}) exclude the initial model: "
+                             f"{v0[i]!r} at {nodes[i].tolist()} ({int(outside.sum())} of {len(v0)} nodes)")
+        m_scale = float(np.mean(1.0 / v0**2))
+        lam0 = float(v0.min()) / float(survey.frequencies.max())   # the initial model's λ_min
+        x0 = (1.0 / v0**2 / m_scale).ravel()
+    elif start is None:
+        raise TypeError("fwi: initial (a velocity) is required unless start continues a stopped run")
     test = _region_points(domain, region)
     v_true = None if true is None else _velocity_values("true", true, test)
     hs = [h if h is not None else vmin / max(g) / nodes_per_wavelength for g in groups]
     olo, ohi = (domain.bounds if pml is None else pml.outer_box(*domain.bounds))
     for hg in hs:
         check_memory(int(np.prod(np.ceil((ohi - olo) / hg - 1e-9) + 1)), domain.dim)
+    settings = _settings(survey, domain, pml, vmin, vmax, spacing, groups, hs, regularization)
+    if start is not None:
+        start = _continued(start, settings)
+        r = start.resume
+        if x0 is not None and not np.allclose(x0 * m_scale, r["x_initial"] * r["m_scale"], rtol=1e-12, atol=0.0):
+            raise ValueError("fwi: start: initial is not the initial model of the run it continues (give "
+                             "initial=None to take the saved one)")
+        x0, m_scale, lam0 = r["x_initial"], float(r["m_scale"]), float(r["lam0"])
+    return dict(groups=groups, hs=hs, axes=axes, shape=tuple(len(a) for a in axes), lo=domain.bounds[0],
+                step=np.array([a[1] - a[0] for a in axes]), test=test, v_true=v_true, x0=x0, m_scale=m_scale,
+                lam0=lam0, box=((1.0 / vmax**2) / m_scale, (1.0 / vmin**2) / m_scale), settings=settings,
+                start=start)
 
-    m_scale = float(np.mean(1.0 / v0**2))
-    lam0 = float(v0.min()) / float(survey.frequencies.max())   # the initial model's λ_min
-    x = (1.0 / v0**2 / m_scale).ravel()
-    shape = tuple(len(a) for a in axes)
-    lo = domain.bounds[0]
-    step = np.array([a[1] - a[0] for a in axes])
+
+def _run(p: dict[str, Any], survey, domain, pml, regularization, max_iter, time_limit, callback,
+         t_call: float) -> FWIResult:
+    """The groups of the plan ``p`` (from where a continued run stopped) and the result."""
+    shape, m_scale, lo, step = p["shape"], p["m_scale"], p["lo"], p["step"]
 
     def velocity_of(xv):
         return GridField((xv.reshape(shape) * m_scale) ** -0.5, lo, step, outside="nearest")
 
-    v_init_test = velocity_of(x)(test)
-    denom = None if v_true is None else float(np.linalg.norm(v_true - v_init_test))
+    v_true = p["v_true"]
+    denom = None if v_true is None else float(np.linalg.norm(v_true - velocity_of(p["x0"])(p["test"])))
 
     def error_of(xv):
         if v_true is None or not denom:
             return None
-        return float(np.linalg.norm(velocity_of(xv)(test) - v_true)) / denom
+        return float(np.linalg.norm(velocity_of(xv)(p["test"]) - v_true)) / denom
 
-    history: dict[str, list] = {"misfit": [], "objective": [], "time": [], "frequencies": [],
-                                "velocity_error": []}
-    initial_error = error_of(x)
-    stopped, n_solves = "max_iter in every group", 0
-    box = ((1.0 / vmax**2) / m_scale, (1.0 / vmin**2) / m_scale)
-    for gi, (group, hg) in enumerate(zip(groups, hs)):
-        objective = FWIObjective(survey, group, domain=domain, pml=pml, medium_axes=axes,
-                                 m_initial=x.reshape(shape) * m_scale, h=hg,
+    start = p["start"]
+    if start is None:
+        history: dict[str, list] = {"misfit": [], "objective": [], "time": [], "frequencies": [],
+                                    "velocity_error": []}
+        x, first, done, n_solves, t_origin = p["x0"].copy(), 0, 0, 0, t_call
+        group_start, initial_error = x, error_of(x)
+    else:   # continue where it stopped
+        r = start.resume
+        history = {k: list(v) for k, v in start.history.items()}
+        x, first, done, n_solves = r["x"].copy(), int(r["group"]), int(r["iterations"]), start.n_solves
+        t_origin, group_start, initial_error = t_call - float(r["elapsed"]), r["group_start"], start.initial_error
+    deadline = None if time_limit is None else t_call + time_limit
+    stopped, state = "max_iter in every group", None
+    for gi in range(first, len(p["groups"])):
+        group, hg = p["groups"][gi], p["hs"][gi]
+        if gi > first:
+            done, group_start = 0, x
+        if done >= max_iter:
+            continue
+        objective = FWIObjective(survey, group, domain=domain, pml=pml, medium_axes=p["axes"],
+                                 m_initial=group_start.reshape(shape) * m_scale, h=hg,
                                  regularization=regularization, m_scale=m_scale,
-                                 source_width=lam0 / WIDTH_PER_WAVELENGTH)
-        x, why = _minimise(objective, x, box, max_iter, start, time_limit, callback, history,
+                                 source_width=p["lam0"] / WIDTH_PER_WAVELENGTH)
+        before = len(history["time"])
+        x, why = _minimise(objective, x, p["box"], max_iter - done, t_origin, deadline, callback, history,
                            group, gi, error_of)
         n_solves += objective.n_solves
         if why:
             stopped = why
+            state = {"group": gi, "iterations": done + len(history["time"]) - before, "x": x.copy(),
+                     "group_start": np.array(group_start, copy=True), "x_initial": np.array(p["x0"], copy=True),
+                     "m_scale": m_scale, "lam0": p["lam0"], "settings": p["settings"],
+                     "elapsed": time.perf_counter() - t_origin}
             break
     return FWIResult(velocity=velocity_of(x), medium=GridField(x.reshape(shape) * m_scale, lo, step,
                                                                outside="nearest"),
-                     history=history, stopped=stopped, seconds=time.perf_counter() - start,
-                     n_solves=n_solves, initial_error=initial_error)
+                     history=history, stopped=stopped, seconds=time.perf_counter() - t_origin,
+                     n_solves=n_solves, initial_error=initial_error, resume=state)
 
 
-def _minimise(objective, x, box, max_iter, start, time_limit, callback, history, group, gi,
-              error_of):
-    """L-BFGS-B on one group from x; returns (the best x, why it stopped early or "")."""
+def _minimise(objective, x, box, max_iter, t_origin, deadline, callback, history, group, gi, error_of):
+    """L-BFGS-B on one group from x for ``max_iter`` iterations; returns (the best x, why it
+    stopped early or ""). History times are counted from ``t_origin``; ``deadline`` (a
+    ``time.perf_counter()`` value, or None) stops it at the next evaluation after it."""
     from scipy.optimize import minimize
 
     best = {"x": x.copy(), "f": math.inf, "data": math.inf}
     why = {"reason": ""}
 
     def fun(xv):
-        if time_limit is not None and time.perf_counter() - start > time_limit:
+        if deadline is not None and time.perf_counter() > deadline:
             why["reason"] = "time_limit"
             raise _Stop
         f, g, data = objective(xv)
@@ -380,7 +561,7 @@ def _minimise(objective, x, box, max_iter, start, time_limit, callback, history,
         return f, g
 
     def on_iteration(intermediate_result):
-        t = time.perf_counter() - start
+        t = time.perf_counter() - t_origin
         err = error_of(best["x"])
         history["misfit"].append(best["data"])
         history["objective"].append(best["f"])

@@ -1,12 +1,12 @@
 """Domain-decomposed models in the run loop: the Gauss-Newton driver and the decomposition's
 default sizing.
 
-**The model protocol** the :class:`~helmpinn.Trainer` needs, and
-:class:`TrainableDecomposedModel`, a decomposed model that has it, are in
-:mod:`helmpinn.models.model_protocol` (importable from here too).
+**The model protocol** the :class:`~helmpinn.Trainer` needs is
+:class:`helmpinn.models.model_protocol.TrainableModel`;
+:class:`~helmpinn.models.decomposition.DecomposedModel` has it (its own loss on a run's points).
 
 **The optimisers.** Both run on the residuals of the run's points
-(:meth:`TrainableDecomposedModel.training_residuals`: the rows of
+(:meth:`DecomposedModel.training_residuals <helmpinn.models.decomposition.DecomposedModel.training_residuals>`: the rows of
 :meth:`Rows.from_training_set <helmpinn.models.decomposition.Rows.from_training_set>` with the run's
 weights, under a hard constraint without the Dirichlet rows that the constraint satisfies
 identically, zero data where φ = 0; over MPI every rank holds every rank's points and its own
@@ -18,7 +18,7 @@ mode rows (``resonance``, :class:`GNSettings`; the loss it reports includes them
 the progress bar shows them. Adam
 (``Trainer.fit(steps, optimizer="adam")``, the FBPINN papers' optimiser) is the one
 :class:`helmpinn.training.drivers.AdamDriver`, which steps on the model's
-:meth:`~TrainableDecomposedModel.objective`: the loss ``Σ r²`` and its gradient ``2 Jᵀr``, one
+:meth:`~helmpinn.models.decomposition.DecomposedModel.objective`: the loss ``Σ r²`` and its gradient ``2 Jᵀr``, one
 core ``vjp`` per subnetwork.
 
 **Defaults**: the decomposition's rules and their measurements are in :mod:`helmpinn.defaults`
@@ -27,6 +27,7 @@ core ``vjp`` per subnetwork.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping
@@ -35,26 +36,31 @@ import numpy as np
 
 from .. import _core
 from .._checks import integer, real_number
-from ..models.decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, Level, Rows, subdomain_grid
-from ..defaults import (DD_ADAM_SETTINGS, DD_CG_MAXITER, DD_DAMPING, DD_GROW_GAP, DD_POINTS_PER_WAVELENGTH,
+from ..models.decomposition import CARRIER_TERM, MAX_SUBDOMAINS, MIN_OVERLAP, BoxConstraint, DecomposedModel, Level, Rows, \
+    subdomain_grid
+from ..defaults import (DD_ADAM_SETTINGS, DD_CG_MAXITER, DD_DAMPING, DD_GROW_GAP, DD_LOCAL_POINTS_PER_WAVELENGTH,
+                       DD_POINTS_PER_WAVELENGTH,
                        GN_BY_DIMENSION, LM_BOUNDARY_SHARE, STALL_FACTOR, STALL_WINDOW, SUBDOMAINS_PER_WAVELENGTH,
-                       auto_weights, default_settings, points_rule, scale_wavenumber, wavelengths)
+                       auto_weights, default_settings, graded_edges, local_wavenumbers, points_rule,
+                       scale_wavenumber, wavelengths)
 from .drivers import DRIVERS, DampedDriver, LMSettings, StepInfo, mismatch
 from ..optim import StepStatus
 from ..optim.gauss_newton import BACKTRACK, MatrixFreeGN
 from ..problems.geometry import Box
 from ..params import sigma_for
 from ..problems import Dirichlet
+from ..problems.sampler import CellDensity
 from ..problems.waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
 from ..memory import MemoryEstimateError, check_fit
-# the model protocol, moved to helmpinn.models.model_protocol; its names stay importable from here
+# the model protocol's names, in helmpinn.models.model_protocol, stay importable from here (the
+# deprecated TrainableDecomposedModel and trainable among them)
 from ..models.model_protocol import STATE_KEY, TrainableDecomposedModel, load_model, term_means, trainable  # noqa: F401
 
 if TYPE_CHECKING:
     from .trainer import Trainer
 
 __all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "trainable", "load_model", "term_means",
-           "decomposed_settings", "build_decomposed_model", "GREEN_ROW_SCALE"]
+           "decomposed_settings", "build_decomposed_model", "local_layout", "subdomain_wavenumbers", "sampled_problem", "residual_density", "ADAPT_CANDIDATES", "ADAPT_BLOCK", "GREEN_ROW_SCALE"]
 
 #: The scale of the value rows that Green's mode rows read u from (:meth:`GNDriver._residuals`):
 #: so small that their own ``s² Σ |u − y|²`` adds nothing to the loss, the mode rows' columns
@@ -73,10 +79,13 @@ class GNSettings(LMSettings):
     :func:`helmpinn.problems.waves.resonance_rows`, under a hard constraint
     :func:`helmpinn.problems.waves.resonance_green_rows`; module docstring); 0: not; ``resonance_most``:
     of those modes at most this many, the most amplified (each costs two parameter vectors and
-    two preconditioner applications a trial)."""
+    two preconditioner applications a trial); ``adapt``: when the points grow on a model whose
+    points follow a density (:func:`sampled_problem`), this share of the new draw's density
+    follows the residual (:func:`residual_density`; 0: none)."""
 
     resonance: float = 0.0
     resonance_most: int = RESONANCE_MOST
+    adapt: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -84,6 +93,7 @@ class GNSettings(LMSettings):
         if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, float, np.number)) or not 0 <= r < 1:
             raise ValueError(f"resonance: expected a share of κ in [0, 1) (0: no mode rows), got {r!r}")
         object.__setattr__(self, "resonance_most", integer("GNSettings", "resonance_most", self.resonance_most, low=1))
+        object.__setattr__(self, "adapt", real_number("GNSettings", "adapt", self.adapt, low=0.0, low_open=False, high=1.0))
 
     @staticmethod
     def solver() -> tuple[str, Any]:
@@ -114,13 +124,13 @@ class GNDriver(DampedDriver):
     gn: Any = None   # the MatrixFreeGN, from start
 
     def __init__(self, settings: GNSettings | None = None, *, resonance: float = 0.0,
-                 resonance_most: int = RESONANCE_MOST, **keywords: Any):
+                 resonance_most: int = RESONANCE_MOST, adapt: float = 0.0, **keywords: Any):
         """``settings``, or :class:`~helmpinn.training.drivers.DampedDriver`'s keywords (the stall and
-        growth rules, the solver's options), ``resonance`` and ``resonance_most``
+        growth rules, the solver's options), ``resonance``, ``resonance_most`` and ``adapt``
         (:class:`GNSettings`)."""
         super().__init__(settings, **keywords)
         if settings is None:
-            self.settings = replace(self.settings, resonance=resonance, resonance_most=resonance_most)
+            self.settings = replace(self.settings, resonance=resonance, resonance_most=resonance_most, adapt=adapt)
         self.log: list[dict[str, Any]] = []   # one entry per step of the current fit
 
     def start(self, run: "Trainer", steps: int) -> None:
@@ -133,7 +143,8 @@ class GNDriver(DampedDriver):
 
     def _residuals(self, run: "Trainer") -> Any:
         """The residuals of the run's points
-        (:meth:`TrainableDecomposedModel.training_residuals`, over MPI too), with the mode rows
+        (:meth:`DecomposedModel.training_residuals <helmpinn.models.decomposition.DecomposedModel.training_residuals>`,
+        over MPI too), with the mode rows
         of the problem's near-resonant modes where ``resonance`` is set and it has any: on a
         model with the hard constraint, in a box whose every wall is ``Dirichlet(0)``, Green's
         (value rows of scale :data:`GREEN_ROW_SCALE` on the grid of
@@ -169,7 +180,11 @@ class GNDriver(DampedDriver):
             except MemoryEstimateError:
                 ok = 0
             return bool(ok if run.comm is None else run.comm.allreduce(ok, op=_mpi_min()))
-        return self.growth.factor(run, fits)
+        factor = self.growth.factor(run, fits)
+        density = getattr(getattr(run.problem, "sampler", None), "density", None)
+        if factor > 1 and self.settings.adapt > 0 and density is not None:
+            run.problem.sampler.density = residual_density(run, self.settings.adapt)
+        return factor
 
     def step(self, run: "Trainer") -> GNStepInfo:
         st = self.gn.step(run.model.params)   # NonFiniteLoss: the loop restores the last good state
@@ -245,7 +260,7 @@ def _checked_decomposition(r: dict[str, Any], problem: Any) -> dict[str, Any]:
     out["overlap"] = real_number(where, "overlap", r["overlap"], low=MIN_OVERLAP, low_open=False, high=4.0)
     for name in ("ff_dim", "hidden", "layers"):
         out[name] = integer(where, name, r[name], low=1)
-    for name in ("coarse_level", "constraint"):
+    for name in ("coarse_level", "constraint", "local_wavenumber"):
         value = r[name]
         if not (isinstance(value, (bool, np.bool_)) or (name == "constraint" and value is None)):
             allowed = "True, False or None (the rule)" if name == "constraint" else "True or False"
@@ -274,28 +289,40 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     weights (Levenberg-Marquardt's), ``steps``, ``gn`` (:class:`GNDriver`'s keywords) and
     ``decomposition``: ``subdomains_per_wavelength``, ``grids`` (one grid of counts per level;
     None: one level from the rule), ``coarse_level`` (add a one-network level), ``overlap`` and
-    ``constraint`` (None: the rule; True / False). ``decomposition`` replaces any of those, and
+    ``constraint`` (None: the rule; True / False), ``local_wavenumber`` (True: where κ varies, the
+    subdomains, their Fourier scales and the points follow the local wavenumber rather than the
+    largest: :func:`local_layout`; False: the largest everywhere). ``decomposition`` replaces any
+    of those, and
     ``ff_dim``, ``hidden``, ``layers``, ``points_per_wavelength`` too; the points follow.
     ``optimizer="adam"``: the same model and points trained by Adam instead (the FBPINN
     papers' optimiser), :data:`helmpinn.defaults.DD_ADAM_SETTINGS`' ``lr``, ``schedule``, ``steps`` and
     ``eval_every``."""
     if optimizer not in DRIVERS or mismatch("decomposed", optimizer):
         raise ValueError(f"optimizer: a decomposed model trains with "
-                         f"{' or '.join(repr(n) for n, d in DRIVERS.items() if 'decomposed' in d.trains)}, "
+                         f"{' or '.join(repr(n) for n in DRIVERS if mismatch('decomposed', n) is None)}, "
                          f"got {optimizer!r}")
     d = int(problem.dim)
     rules = {"subdomains_per_wavelength": SUBDOMAINS_PER_WAVELENGTH, "grids": None, "coarse_level": False,
-             "overlap": 0.6, "constraint": None, "ff_dim": 16, "hidden": 32, "layers": 1,
-             "points_per_wavelength": DD_POINTS_PER_WAVELENGTH[min(d, 3)]}
+             "overlap": 0.6, "constraint": None, "ff_dim": 16, "hidden": 32, "layers": 1, "local_wavenumber": True,
+             "points_per_wavelength": None}
     unknown = set(decomposition) - set(rules)
     if unknown:
         raise ValueError(f"decomposition: unknown settings {sorted(unknown)}; known: {sorted(rules)}")
-    r = _checked_decomposition({**rules, **decomposition}, problem)
+    r = {**rules, **decomposition}
+    if r["points_per_wavelength"] is None:   # the rule: per local wavelength where κ varies
+        by_local = r["local_wavenumber"] is True and callable(getattr(problem, "kappa", None))
+        r["points_per_wavelength"] = (DD_LOCAL_POINTS_PER_WAVELENGTH if by_local else DD_POINTS_PER_WAVELENGTH)[min(d, 3)]
+    r = _checked_decomposition(r, problem)
     spw = r["subdomains_per_wavelength"]
     waves = wavelengths(problem)
     grids = r["grids"]
+    local = local_layout(problem, spw, r["overlap"]) if r["local_wavenumber"] else None
+    edges = None
     if grids is None:
         grids = [[max(1, math.ceil(spw * w - 1e-9)) for w in waves]]
+        if local is not None and local[0] is not None:
+            edges = [local[0]]
+            grids = [[len(e) - 1 for e in local[0]]]
         if math.prod(grids[0]) > MAX_SUBDOMAINS:
             raise ValueError(f"decomposition: {' x '.join(map(str, grids[0]))} subdomains ({spw:g} per wavelength "
                              f"over {' x '.join(f'{w:.3g}' for w in waves)} wavelengths) are more than "
@@ -303,10 +330,15 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
     grids = [list(g) for g in grids]
     if r["coarse_level"] and [1] * d not in grids:
         grids.append([1] * d)
+        edges = None if edges is None else edges + [None]
     constraint = _hard_constraint(problem) if r["constraint"] is None else r["constraint"]
     P = _core.ModelSpec(d, r["ff_dim"], r["hidden"], r["layers"]).num_params
     P *= sum(math.prod(g) for g in grids)
-    pde_points = points_rule(problem, r["points_per_wavelength"], P / 2, 500)
+    if local is None:
+        pde_points = points_rule(problem, r["points_per_wavelength"], P / 2, 500)
+    else:   # ppw^d points per local square (cubic) wavelength
+        n = max(P / 2, r["points_per_wavelength"] ** d * local[1])
+        pde_points = int(500 * math.ceil(n / 500))
     lo, hi = getattr(problem, "sampling_domain", problem.domain).bounds
     adam = default_settings(problem)
     return {**adam, "model": "decomposed", "optimizer": "gn", "warm_start": 0, "lbfgs": 0,
@@ -321,6 +353,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
                    **GN_BY_DIMENSION.get(d, {})},
             "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": r["overlap"],
                               "constraint": constraint, "coarse_level": r["coarse_level"],
+                              "local_wavenumber": local is not None, "edges": edges,
                               "lo": np.asarray(lo, float).tolist(), "hi": np.asarray(hi, float).tolist(),
                               "wavenumber": scale_wavenumber(problem),
                               "points_per_wavelength": r["points_per_wavelength"]},
@@ -329,7 +362,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
 
 def build_decomposed_model(problem: Any, decomposition: Mapping[str, Any], ff_dim: int, hidden: int,
                            layers: int, *, seed: int = 0, sigma: float | None = None,
-                           dtype: str = "float64") -> TrainableDecomposedModel:
+                           dtype: str = "float64") -> DecomposedModel:
     """A fresh decomposed model from a :func:`decomposed_settings` table's ``decomposition``
     and subnetwork shape. ``sigma``: the subnetworks' Fourier scale on the finest level (None:
     :meth:`~helmpinn.models.decomposition.DecomposedModel.create`'s, from the wavenumber)."""
@@ -337,12 +370,122 @@ def build_decomposed_model(problem: Any, decomposition: Mapping[str, Any], ff_di
         raise ValueError(f"dtype: a decomposed model is float64, got {dtype!r}")
     dd = decomposition
     lo, hi = np.asarray(dd["lo"], float), np.asarray(dd["hi"], float)
-    k = float(dd["wavenumber"])
+    edges = dd.get("edges")
+    k: Any = float(dd["wavenumber"])
     if sigma is not None:   # σ = sigma_for(k h, d) on the first level: the k that gives this σ
-        half = Level(lo, hi, dd["grids"][0], dd["overlap"]).half
+        half = Level(lo, hi, dd["grids"][0], dd["overlap"], None if edges is None else edges[0]).half
         k = float(sigma) / sigma_for(float(np.mean(half)), len(lo))
+    elif dd.get("local_wavenumber"):
+        k = subdomain_wavenumbers(problem, [Level(lo, hi, g, dd["overlap"], None if edges is None else edges[i])
+                                            for i, g in enumerate(dd["grids"])], k)
     constraint = BoxConstraint(lo, hi, 1.0 / float(dd["wavenumber"])) if dd["constraint"] else None
-    return TrainableDecomposedModel.create(lo, hi, [tuple(g) for g in dd["grids"]], overlap=dd["overlap"],
-                                           ff_dim=ff_dim, hidden_dim=hidden, num_hidden_layers=layers,
-                                           wavenumber=k, constraint=constraint, seed=seed)
+    return DecomposedModel.create(lo, hi, [tuple(g) for g in dd["grids"]], overlap=dd["overlap"],
+                                  ff_dim=ff_dim, hidden_dim=hidden, num_hidden_layers=layers,
+                                  wavenumber=k, constraint=constraint, seed=seed, edges=edges)
 
+
+def local_layout(problem: Any, per_wavelength: float, overlap: float) -> tuple[list | None, float] | None:
+    """Where κ varies (:func:`helmpinn.defaults.local_wavenumbers`; None for a constant κ): the
+    fine level's cell edges per axis (:func:`helmpinn.defaults.graded_edges` on each axis's
+    profile, the largest local wavenumber over the other axes), or None where graded cells are
+    no fewer than equal ones on every axis (an axis that gains nothing keeps equal cells), and
+    the local wavelengths the sampled domain holds, ``∫ (k/2π)^d dx`` (the points' measure)."""
+    probe = local_wavenumbers(problem)
+    if probe is None:
+        return None
+    lo, hi, k = probe
+    d = k.ndim
+    cell = float(np.prod((hi - lo) / np.array(k.shape)))
+    held = float(np.sum((k / (2 * math.pi)) ** d) * cell)
+    waves = wavelengths(problem)
+    equal = [max(1, math.ceil(per_wavelength * w - 1e-9)) for w in waves]
+    edges, gained = [], False
+    for a in range(d):
+        profile = np.max(np.moveaxis(k, a, 0).reshape(k.shape[a], -1), axis=1)
+        e = graded_edges(float(lo[a]), float(hi[a]), profile, per_wavelength, overlap)
+        if len(e) - 1 < equal[a]:
+            edges.append(e.tolist())
+            gained = True
+        else:
+            edges.append(np.linspace(lo[a], hi[a], equal[a] + 1).tolist())
+    return (edges if gained else None), held
+
+
+def subdomain_wavenumbers(problem: Any, levels: list[Level], k_max: float) -> np.ndarray:
+    """Per subdomain of ``levels`` (in the model's order), the largest local wavenumber over its
+    support (:func:`helmpinn.defaults.local_wavenumbers`' probes, a probe cell counted where it
+    meets the support), at most ``k_max``; ``k_max`` everywhere for a constant κ."""
+    n = sum(len(lv) for lv in levels)
+    probe = local_wavenumbers(problem)
+    if probe is None:
+        return np.full(n, k_max)
+    lo, hi, k = probe
+    cell = (hi - lo) / np.array(k.shape)
+    out = []
+    for lv in levels:
+        for index in lv.indices:
+            c, h = lv.centre(index), lv.half_of(index)
+            i0 = np.clip(np.floor((c - h - lo) / cell).astype(int), 0, np.array(k.shape) - 1)
+            i1 = np.clip(np.ceil((c + h - lo) / cell).astype(int), i0 + 1, np.array(k.shape))
+            out.append(min(float(np.max(k[tuple(slice(a, b) for a, b in zip(i0, i1))])), k_max))
+    return np.array(out)
+
+
+def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None) -> Any:
+    """The problem whose points a decomposed run draws: where its ``decomposition`` follows the
+    local wavenumber (:func:`local_layout`), a shallow copy whose PDE points are drawn in
+    proportion to ``k(x)^d`` (a :class:`~helmpinn.problems.sampler.CellDensity` on the probes of
+    :func:`helmpinn.defaults.local_wavenumbers`, with the importance weights that keep the loss the
+    mean of ``|r|²`` over the domain): ppw points per local wavelength along each axis, as the
+    points' count assumes; else ``problem`` itself."""
+    if not decomposition or not decomposition.get("local_wavenumber"):
+        return problem
+    probe = local_wavenumbers(problem)
+    if probe is None:
+        return problem
+    lo, hi, k = probe
+    out = copy.copy(problem)
+    out.sampler = copy.copy(problem.sampler)
+    out.sampler.density = CellDensity(lo, hi, k ** k.ndim)
+    return out
+
+
+#: The candidate points of :func:`residual_density`, per PDE point of the run, and the cells (of
+#: the density's grid, per axis) that each residual's mean is taken over.
+ADAPT_CANDIDATES = 1.0
+ADAPT_BLOCK = 4
+
+
+def residual_density(run: "Trainer", share: float) -> CellDensity:
+    """The density of a decomposed run's next points (residual-based adaptive sampling): the
+    run's density (``run.problem.sampler.density``, a :class:`CellDensity`) ρ with ``share`` of it
+    moved to where the residual is large, ``ρ ((1 − share) + share R / ⟨R⟩_ρ)``, R the mean
+    ``|r|²`` of the PDE residual (unweighted, at the current parameters) over blocks of
+    :data:`ADAPT_BLOCK` cells per axis, at :data:`ADAPT_CANDIDATES` fresh candidate points per
+    PDE point drawn from ρ, ⟨R⟩_ρ its mean under ρ. The importance weights of the draw keep the
+    loss the mean of ``|r|²`` over the domain: the points, not the loss, move. The candidates are
+    the same on every MPI rank (a generator seeded by the step)."""
+    density = run.problem.sampler.density
+    rng = np.random.default_rng(1_000_003 + int(run.step))
+    ts = run.problem.sample(max(int(ADAPT_CANDIDATES * run.pde_points), 1), 0, rng, "uniform")
+    rows = Rows.from_training_set(ts, {"pde": 1.0}, drop=("data", "bc"))
+    r = run.model.residuals_for(rows, comm=run.comm).residuals(run.model.params)
+    n = len(ts.x_pde)
+    w = np.ones(n) if getattr(ts, "pde_weight", None) is None else np.asarray(ts.pde_weight, np.float64)
+    r2 = (r[0:2 * n:2] ** 2 + r[1:2 * n:2] ** 2) * n / w   # |r|² itself: the row scale 1/n and sqrt(w) off
+    shape = np.array(density.values.shape)
+    blocks = np.maximum(shape // ADAPT_BLOCK, 1)
+    idx = np.clip(np.floor((ts.x_pde - density.lo) / (density.hi - density.lo) * blocks).astype(np.int64), 0, blocks - 1)
+    flat = np.ravel_multi_index(tuple(idx.T), tuple(blocks))
+    total = np.bincount(flat, r2, minlength=int(np.prod(blocks)))
+    count = np.bincount(flat, minlength=int(np.prod(blocks)))
+    mean_r2 = float(np.mean(r2)) if len(r2) else 0.0
+    R = np.where(count > 0, total / np.maximum(count, 1), mean_r2).reshape(tuple(blocks))
+    # each cell of the density's grid takes its block's R
+    cell_blocks = [np.minimum((np.arange(shape[a]) * blocks[a]) // shape[a], blocks[a] - 1) for a in range(len(shape))]
+    R = R[np.ix_(*cell_blocks)]
+    rho = density.values
+    avg = float(np.sum(rho * R) / np.sum(rho))
+    if not (avg > 0 and np.isfinite(avg)):
+        return density
+    return CellDensity(density.lo, density.hi, rho * ((1 - share) + share * np.maximum(R / avg, 1e-3)))

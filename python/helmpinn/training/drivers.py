@@ -38,7 +38,6 @@ import numpy as np
 
 from .. import _device, distributed
 from ..problems.batch import TERMS
-from ..models.decomposition import DecomposedModel
 from ..defaults import LM_GROW_FACTOR, LM_GROW_GAP, LM_GROW_MAX, LM_GROW_PATIENCE, STALL_FACTOR, STALL_WINDOW
 from ..optim import Adam, AdamSettings, NonFiniteLoss, Schedule, StepStatus, make_schedule, minimize_lbfgs
 from ..optim.lm import CoreResiduals, LevenbergMarquardt
@@ -74,16 +73,18 @@ class StepInfo:
 class Driver:
     """The interface between the run loop and an optimiser (see the module docstring).
 
-    Class attributes: ``name``; ``trains`` (the kinds of model it trains, of :data:`MODEL_KINDS`:
-    "network" for a :class:`helmpinn.Model`, "decomposed" for a model that computes its own loss,
-    :class:`helmpinn.models.decomposition.DecomposedModel`; :func:`mismatch` reads it); ``fixed_points``
+    Class attributes: ``name``; ``trains`` (the kinds of model it trains, as a model's ``kind``
+    names them (:class:`~helmpinn.models.model_protocol.TrainableModel`), of :data:`MODEL_KINDS`:
+    "network" for a :class:`helmpinn.Model`, "decomposed" for a
+    :class:`helmpinn.models.decomposition.DecomposedModel`; None: a model of any kind, for a driver
+    that needs only what every model of the protocol gives; :func:`mismatch` reads it); ``fixed_points``
     (True: the loop never redraws the points under this optimiser, whatever ``resample_every``
     says); ``stall`` (``(window, factor)``: the loop stops when the loss fell by less than
     ``factor`` over ``window`` steps; None: never).
     """
 
     name: ClassVar[str] = "driver"
-    trains: ClassVar[tuple[str, ...]] = ("network",)
+    trains: ClassVar[tuple[str, ...] | None] = ("network",)
     fixed_points: ClassVar[bool] = False
     stall: tuple[int, float] | None = None
 
@@ -130,14 +131,16 @@ class AdamDriver(Driver):
     driver goes on with it. A :class:`~helmpinn.Trainer` keeps one AdamDriver for its Adam fits
     (``Trainer.optimizer`` is that driver's Adam).
 
-    A model that computes its own loss (one with ``objective(training_set, weights, comm)``,
-    a decomposed model: :meth:`helmpinn.models.model_protocol.TrainableDecomposedModel.objective`) gives
-    the loss and gradient on the run's points instead of the loop's core workspace; new points
-    rebuild it.
+    It trains a model of any kind (``trains`` None): it needs only the loss and its gradient,
+    which every model of the protocol gives. A model that computes its own loss (``spec`` None,
+    e.g. a decomposed model: :meth:`helmpinn.models.decomposition.DecomposedModel.objective`)
+    gives them on the run's points through its ``objective(training_set, weights, comm)``; one
+    core network's (``objective`` None) are the loop's core workspace's. New points rebuild
+    the model's objective.
     """
 
     name = "adam"
-    trains = ("network", "decomposed")   # a decomposed model through its ``objective``
+    trains = None   # any model: one core network through the loop's workspace, any other through its objective
 
     def __init__(self, settings: AdamSettings | None = None, *, adam: Adam | None = None, **options: Any):
         self.settings = settings if settings is not None else AdamSettings(**options)
@@ -153,8 +156,7 @@ class AdamDriver(Driver):
         self.resampled(run)
 
     def resampled(self, run: "Trainer") -> None:
-        own = getattr(run.model, "objective", None)
-        self.objective = None if own is None else own(run.training_set, run.weights, run.comm)
+        self.objective = run.model.objective(run.training_set, run.weights, run.comm)   # None: the loop's
 
     def _make(self, run: "Trainer", steps: int) -> Adam:
         model, s = run.model, self.settings
@@ -426,24 +428,30 @@ class LMDriver(DampedDriver):
 DRIVERS: dict[str, type[Driver]] = {"adam": AdamDriver, "lbfgs": LBFGSDriver, "lm": LMDriver}
 
 
-#: The kinds of model, as a driver's ``trains`` and ``hp.solve(model=...)`` name them, in words.
+#: The built-in kinds of model, as a model's ``kind``, a driver's ``trains`` and
+#: ``hp.solve(model=...)`` name them, in words.
 MODEL_KINDS = {"network": "one network", "decomposed": "a decomposed model"}
 
 
 def model_kind(model: Any) -> str:
-    """"decomposed" for a :class:`~helmpinn.models.decomposition.DecomposedModel`, else "network"."""
-    return "decomposed" if isinstance(model, DecomposedModel) else "network"
+    """The kind of ``model``, its ``kind`` (:class:`~helmpinn.models.model_protocol.TrainableModel`)."""
+    return model.kind
+
+
+def _kind_words(kind: str) -> str:
+    return MODEL_KINDS.get(kind, f"a model of kind {kind!r}")
 
 
 def mismatch(kind: str, optimizer: "str | Driver") -> str | None:
     """Why ``optimizer`` (a name of :data:`DRIVERS`, or a driver) does not train a model of
-    ``kind`` (of :data:`MODEL_KINDS`), as the end of a sentence that names the optimiser
-    ("trains one network, not a decomposed model"), or None when it does. The drivers' ``trains``
-    is the one table behind ``hp.solve``'s, the CLI's and ``Trainer.fit``'s refusals."""
+    ``kind`` (a model's ``kind``: one of :data:`MODEL_KINDS`, or a new kind's name), as the end of
+    a sentence that names the optimiser ("trains one network, not a decomposed model"), or None
+    when it does. The drivers' ``trains`` is the one table behind ``hp.solve``'s, the CLI's and
+    ``Trainer.fit``'s refusals."""
     driver = optimizer if isinstance(optimizer, Driver) else DRIVERS.get(optimizer)
-    if driver is None or kind in driver.trains:
+    if driver is None or driver.trains is None or kind in driver.trains:
         return None
-    return f"trains {' or '.join(MODEL_KINDS[k] for k in driver.trains)}, not {MODEL_KINDS[kind]}"
+    return f"trains {' or '.join(_kind_words(k) for k in driver.trains)}, not {_kind_words(kind)}"
 
 
 def make_driver(name: str, **options: Any) -> Driver:

@@ -56,8 +56,9 @@ def validation_loss(trainer: "Trainer") -> float | None:
         seed = [int(trainer.seed)] if isinstance(trainer.seed, (int, np.integer)) else []
         rng = np.random.default_rng(np.random.SeedSequence([*seed, 0x76616C]))   # "val"
         ts = trainer.problem.sample(trainer.val_points, min(trainer.bc_points, 128), rng, "uniform")
-        if trainer.workspace is None:   # a model that computes its own loss (helmpinn.models.model_protocol)
-            trainer._val = trainer.model.loss_function(ts, trainer.weights)
+        own = trainer.model.loss_function(ts, trainer.weights)   # None: the core's (helmpinn.models.model_protocol)
+        if own is not None:   # a model that computes its own loss
+            trainer._val = own
             return validation_loss(trainer)
         batch = ts.to_batch(trainer.model.dtype)
         if trainer.device != "cpu":

@@ -157,7 +157,10 @@ class RunPlan:
     def trainer(self, problem: Any, model: Any, **run: Any) -> Trainer:
         """The :class:`~helmpinn.Trainer` of this plan for ``model`` on ``problem``; ``run``:
         the Trainer's keywords that are the run's rather than the plan's (targets, time limit,
-        clock, progress, checkpoints, ``comm``, ``device``, callbacks)."""
+        clock, progress, checkpoints, ``comm``, ``device``, callbacks). A decomposition that follows
+        the local wavenumber draws its points by it
+        (:func:`helmpinn.training.dd_driver.sampled_problem`)."""
+        problem = dd_driver.sampled_problem(problem, self.decomposition)
         return Trainer(problem, model, lr=self.lr, schedule=self.schedule, betas=self.betas,
                        pde_points=self.pde_points, bc_points=self.bc_points, sampling=self.sampling,
                        resample_every=self.resample_every, weights=self.weights, train_fourier=self.train_fourier,
@@ -177,7 +180,7 @@ def _defaults(problem: Any, model: str, optimizer: str | Driver, memory_bytes: i
         want = "decomposed" if named == "gn" or (named == "auto" and should_decompose(problem)) \
             else "network"
         trains = optimizer.trains if isinstance(optimizer, Driver) else (want,)
-        model = want if want in trains else trains[0]
+        model = want if trains is None or want in trains else trains[0]
     why = mismatch(model, optimizer if isinstance(optimizer, Driver) else named)
     if why:
         raise ValueError(f"optimizer {getattr(optimizer, 'name', named)!r} {why} (model={model!r})")

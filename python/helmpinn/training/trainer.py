@@ -52,16 +52,15 @@ from .. import _core, _device, distributed, memory
 from .._checks import integer
 from .._compat import UNSET, renamed
 from ..problems.batch import TERMS, WEIGHTS, Batch
-from ..models.model_protocol import trainable
+from ..models.model_protocol import TrainableModel, check_trainable
 from ..defaults import auto_weights, default_settings
 from .status import RunStatus
 from .drivers import AdamDriver, AdamSettings, Driver, LBFGSDriver, LBFGSSettings, LMDriver, StepInfo, \
-    make_driver, mismatch, model_kind
+    make_driver, mismatch
 from .checkpointing import Checkpoints, check_metadata, optimizer_state, params_finite, restore, \
     resume_sampler, snapshot
 from .evaluation import grid_error, record_evaluation, relative_l2, validation_loss
 from .progress import STEPS_TIMED, Bar, bar_status, interrupt_handler, out_of_time
-from ..models.model import Model
 from ..optim import Adam, NonFiniteLoss, Schedule
 from ..problems import Problem, TrainingSet
 
@@ -103,7 +102,10 @@ def _deprecated_name(name: str, why: str) -> property:
 
 
 class Trainer:
-    """Trains ``model`` on ``problem``: the run loop around an optimiser driver.
+    """Trains ``model`` on ``problem``: the run loop around an optimiser driver. ``model``: any
+    model with the run loop's protocol (:class:`~helmpinn.models.model_protocol.TrainableModel`:
+    a :class:`~helmpinn.Model`, a :class:`~helmpinn.models.decomposition.DecomposedModel`, or a
+    kind of model of one's own), trained in place; a TypeError names the members it lacks.
 
     :meth:`fit` runs Adam (or ``optimizer=``: "lbfgs", "lm" or a :class:`~helmpinn.training.drivers.Driver`),
     :meth:`polish` L-BFGS, :meth:`fit_lm` Levenberg-Marquardt; each returns the :class:`History`
@@ -131,7 +133,7 @@ class Trainer:
     on a GPU: the module docstring.
     """
 
-    def __init__(self, problem: Problem, model: Model, *, lr: float | Schedule | None = None,
+    def __init__(self, problem: Problem, model: TrainableModel, *, lr: float | Schedule | None = None,
                  schedule: str = "cosine", betas: tuple[float, float] | None = None,
                  optimizer: Adam | None = None,
                  pde_points: int | None = None, bc_points: int | None = None, sampling: str = "sobol",
@@ -146,7 +148,7 @@ class Trainer:
                  val_points: int | None = None, time_limit: float | None = None,
                  clock: Callable[[], float] = time.perf_counter,
                  n_pde: int = UNSET, n_bc: int = UNSET):
-        model = trainable(model)   # a DecomposedModel gets the model protocol (helmpinn.models.model_protocol)
+        check_trainable(model)   # the run loop's model protocol (helmpinn.models.model_protocol), nothing more
         a = _checked_arguments(problem, model, {k: v for k, v in locals().items()
                                                 if k not in ("self", "problem", "model")})
         model.to(a["device"])   # once every argument is checked
@@ -164,8 +166,8 @@ class Trainer:
         # One workspace and one gradient buffer for the whole run, where the model is.
         self.device = model.device
         self._batch_size = int(a["batch_size"])
-        own_loss = hasattr(model, "loss_function")   # a decomposed model: no core workspace of its own
-        self.workspace = None if own_loss else \
+        # a model that computes its own loss (spec None) needs no core workspace
+        self.workspace = None if model.spec is None else \
             _core.Workspace(model.spec, a["batch_size"], model.dtype.name, device=self.device)
         self.grad = _device.zeros(model.num_params, model.dtype, self.device)
         self._loss_kw = {**{WEIGHTS[t]: float(self.weights[t]) for t in TERMS},
@@ -303,12 +305,14 @@ class Trainer:
     # -- the optimisers -----------------------------------------------------------------------------
     def fit(self, steps: int, optimizer: str | Driver | None = None, *, time_limit: float | None = None,
             since: float | None = None) -> History:
-        """Run ``steps`` steps (fewer on an early stop) of ``optimizer``: "adam" (None; the
-        Trainer's Adam, kept across fits), "lbfgs", "lm" or a :class:`~helmpinn.training.drivers.Driver`.
+        """Run ``steps`` steps (fewer on an early stop) of ``optimizer``: "adam" (the Trainer's
+        Adam, kept across fits), "lbfgs", "lm", "gn" or a :class:`~helmpinn.training.drivers.Driver`;
+        None: the model's ``default_optimizer`` (Adam for a :class:`~helmpinn.Model`). A driver
+        that does not train the model's ``kind`` is refused (TypeError).
         ``time_limit``: this fit's limit in seconds instead of the Trainer's, counted from
         ``since`` (a time of ``clock``: a run of several fits under one limit; None: the fit's
         start). Returns the history; :attr:`status` and :attr:`stop_reason` say how it ended."""
-        optimizer = getattr(self.model, "default_optimizer", None) if optimizer is None else optimizer
+        optimizer = self.model.default_optimizer if optimizer is None else optimizer
         if optimizer is None or optimizer == "adam":
             driver: Driver = self._adam
         elif isinstance(optimizer, Driver):
@@ -345,7 +349,7 @@ class Trainer:
         if time_limit is not None and not (time_limit > 0 and math.isfinite(time_limit)):
             raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit}")
         self._check_device()
-        why = mismatch(model_kind(self.model), driver)
+        why = mismatch(self.model.kind, driver)
         if why:
             raise TypeError(f"optimizer {driver.name!r} {why} (the model is a {type(self.model).__name__})")
         if not params_finite(self):

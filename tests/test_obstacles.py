@@ -1,0 +1,186 @@
+"""Polygons, boxes with an obstacle removed, and fd_solve around a sound-soft obstacle."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import helmpinn as hp
+from helmpinn.problems import geometry as geo
+from helmpinn.problems.registry import get_problem
+from helmpinn.reference import fd_solve
+
+L_SHAPE = [[0.0, 0.0], [2.0, 0.0], [2.0, 1.0], [1.0, 1.0], [1.0, 2.0], [0.0, 2.0]]   # area 3, perimeter 8
+
+
+def test_polygon_orientation_area_perimeter_and_monte_carlo():
+    ccw = geo.Polygon(L_SHAPE)
+    cw = geo.Polygon(L_SHAPE[::-1])
+    np.testing.assert_array_equal(np.sort(ccw.vertices, axis=0), np.sort(cw.vertices, axis=0))
+    for p in (ccw, cw):
+        v = p.vertices   # kept counter-clockwise: positive shoelace area
+        assert 0.5 * np.sum(v[:, 0] * np.roll(v[:, 1], -1) - np.roll(v[:, 0], -1) * v[:, 1]) == pytest.approx(3.0)
+        assert p.volume == pytest.approx(3.0) and p.surface == pytest.approx(8.0)
+    # Monte Carlo areas: the polygon's and the box's without it
+    u = geo.Box([-1.0, -1.0], [3.0, 3.0]).sample_interior(200_000, 3)
+    inside = ccw.contains(u)
+    assert inside.mean() * 16 == pytest.approx(3.0, abs=0.05)
+    dom = geo.BoxMinusObstacle(geo.Box([-1.0, -1.0], [3.0, 3.0]), ccw)
+    assert dom.volume == pytest.approx(13.0)
+    assert dom.contains(u).mean() * 16 == pytest.approx(13.0, abs=0.05)
+    # the notch of the L is outside, its corners and edges inside (closed)
+    assert ccw.contains([[1.5, 1.5], [0.5, 1.5], [1.0, 1.0], [2.0, 0.5], [2.0001, 0.5]]).tolist() == \
+        [False, True, True, True, False]
+
+
+def test_polygon_boundary_is_uniform_along_the_edges_with_orthogonal_unit_normals():
+    p = geo.Polygon(L_SHAPE)
+    b = p.sample_boundary(4096, 0, "sobol")
+    v, e = p.vertices, np.roll(p.vertices, -1, axis=0) - p.vertices
+    # each point on its nearest edge, its normal that edge's: unit, orthogonal, pointing out
+    t = np.einsum("nkd,kd->nk", b.x[:, None, :] - v[None], e) / np.sum(e * e, axis=1)
+    dist = np.linalg.norm(b.x[:, None, :] - v[None] - np.clip(t, 0, 1)[..., None] * e[None], axis=2)
+    edge = np.argmin(dist, axis=1)
+    assert np.max(dist.min(axis=1)) < 1e-12
+    np.testing.assert_allclose(np.linalg.norm(b.normals, axis=1), 1.0, rtol=1e-14)
+    np.testing.assert_allclose(np.einsum("nd,nd->n", b.normals, e[edge]), 0.0, atol=1e-14)
+    assert not p.contains(b.x + 1e-6 * b.normals).any() and p.contains(b.x - 1e-6 * b.normals).all()
+    # uniform in arc length: each edge holds its length's share of the points
+    share = np.bincount(edge, minlength=len(v)) / len(b)
+    np.testing.assert_allclose(share, np.linalg.norm(e, axis=1) / 8.0, atol=2e-3)
+    assert set(b.parts.tolist()) == {"polygon"}
+
+
+def test_box_minus_polygon_samples_and_scatterer_normals_point_into_the_obstacle():
+    square = geo.Polygon([[0.4, 0.4], [0.8, 0.4], [0.8, 0.8], [0.4, 0.8]])
+    dom = geo.BoxMinusObstacle(geo.Box([0.0, 0.0], [2.0, 1.5]), square)
+    assert dom.part_names == ("xmin", "xmax", "ymin", "ymax", "scatterer")
+    for method in geo.METHODS:
+        x = dom.sample_interior(800, 1, method)
+        assert dom.contains(x).all() and not square.contains(x).any()
+        b = dom.sample_boundary(700, 2, method)
+        s = b.parts == "scatterer"
+        assert s.sum() == round(700 * 1.6 / (7.0 + 1.6))   # by measure
+        assert square.contains(b.x[s] + 1e-6 * b.normals[s]).all()   # into the obstacle
+        assert dom.contains(b.x - 1e-6 * b.normals).all()
+    # with a PML, the obstacle stays and the box grows
+    p = hp.Problem(dom, 25.0, bcs={"scatterer": hp.Dirichlet(1.0)}, pml=hp.PML(0.3))
+    assert isinstance(p.sampling_domain, geo.BoxMinusObstacle)
+    assert p.sampling_domain.obstacle is square
+    np.testing.assert_allclose(p.sampling_domain.bounds[0], [-0.3, -0.3])
+    ts = p.sample(400, 200, rng=0)
+    assert len(ts.x_pde) == 400 and not square.contains(ts.x_pde).any()
+    on_square = square.boundary_distance(ts.x_data) < 1e-12   # Dirichlet rows: the data term
+    assert on_square.sum() > 0 and np.allclose(ts.y[on_square], 1.0)
+
+
+@pytest.mark.parametrize("vertices, match", [
+    ([[0, 0], [1, 0]], "n >= 3"),
+    ([[0, 0], [1, 0], [np.nan, 1]], "finite"),
+    ([[0, 0], [1, 1], [1, 0], [0, 1]], "simple polygon"),
+    ([[0, 0], [1, 0], [1, 0], [0, 1]], "coincide"),
+    ([[0, 0], [1, 0], [2, 0]], "simple polygon|no area"),
+    ([[0, 0], [2, 0], [1, 0], [1, 1]], "simple polygon"),
+    ("abc", "vertices must be"),
+])
+def test_polygon_refuses_bad_vertices_naming_them(vertices, match):
+    with pytest.raises(ValueError, match=f"Polygon: .*({match})"):
+        geo.Polygon(vertices)
+
+
+def test_box_minus_obstacle_refuses_an_obstacle_not_inside():
+    box = geo.Box([0.0, 0.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="strictly inside the box"):
+        geo.BoxMinusObstacle(box, geo.Polygon([[0.5, 0.5], [1.2, 0.5], [0.5, 0.9]]))
+    with pytest.raises(TypeError, match="obstacle must be"):
+        geo.BoxMinusObstacle(box, geo.Box([0.2, 0.2], [0.4, 0.4]))
+    with pytest.raises(TypeError, match="box must be a Box"):
+        geo.BoxMinusObstacle(geo.Ball((0, 0), 2.0), geo.Ball((0, 0), 0.5))
+    with pytest.raises(ValueError, match="same dimension"):
+        geo.BoxMinusObstacle(geo.Box([0, 0, 0], [1, 1, 1]), geo.Polygon([[0.2, 0.2], [0.4, 0.2], [0.3, 0.4]]))
+
+
+# -- fd_solve around a sound-soft obstacle -----------------------------------------------------
+K = 7.0
+
+
+def _g(x):   # a smooth field, the obstacle's and the walls' Dirichlet data
+    return np.exp(1j * (3 * x[:, 0] + 2 * x[:, 1])) * np.cos(4 * x[:, 1] - x[:, 0])
+
+
+def _f(x):   # Δg + K² g
+    e = np.exp(1j * (3 * x[:, 0] + 2 * x[:, 1]))
+    c, s = np.cos(4 * x[:, 1] - x[:, 0]), np.sin(4 * x[:, 1] - x[:, 0])
+    return (-9 * c + 6j * s - c) * e + (-4 * c - 16j * s - 16 * c) * e + K * K * _g(x)
+
+
+OBSTACLES = {
+    "grid-aligned square": lambda: geo.Polygon([[0.3, 0.35], [0.6, 0.35], [0.6, 0.65], [0.3, 0.65]]),
+    "slanted triangle": lambda: geo.Polygon([[0.31, 0.33], [0.67, 0.41], [0.42, 0.71]]),
+    "disk": lambda: geo.Ball([0.5, 0.5], 0.2),
+}
+
+
+def _max_error(obstacle, n, order):
+    dom = geo.BoxMinusObstacle(geo.Box([0.0, 0.0], [1.0, 1.0]), obstacle)
+    p = hp.Problem(dom, kappa=K * K, source=_f, bcs={"*": hp.Dirichlet(_g)}, exact=_g)
+    sol = fd_solve(p, 1.0 / n, order=order)
+    x = sol.points
+    keep = ~obstacle.contains(x)
+    return np.max(np.abs(sol.values.ravel()[keep] - _g(x[keep])))
+
+
+def test_the_finite_difference_check_of_the_manufactured_source():
+    x = np.random.default_rng(0).random((20, 2))
+    h = 1e-3
+    lap = sum((_g(x + h * e) - 2 * _g(x) + _g(x - h * e)) / h**2 for e in np.eye(2))
+    np.testing.assert_allclose(_f(x), lap + K * K * _g(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(OBSTACLES))
+@pytest.mark.parametrize("order, ratio", [(4, 12.0), (2, 3.5)])
+def test_fd_solve_around_a_sound_soft_obstacle_converges_at_its_order(name, order, ratio):
+    """Manufactured: the field g outside the obstacle, g on it and on the walls; the cut stencils
+    keep the order next to a grid-aligned, a slanted and a curved boundary (no staircase)."""
+    e = [_max_error(OBSTACLES[name](), n, order) for n in (20, 40, 80)]
+    assert e[0] / e[1] > ratio and e[1] / e[2] > ratio, e
+
+
+def test_fd_solve_matches_the_series_of_the_sound_soft_cylinder():
+    p = get_problem("scatter-soft")
+    x = p.test_points()
+    exact = p.exact(x)
+    err = [np.linalg.norm(fd_solve(p, h)(x) - exact) / np.linalg.norm(exact) for h in (0.2, 0.1)]
+    # second order: the PML of power 2 (docs/guide/reference-solver.md) and the spline next to
+    # the cylinder
+    assert err[1] < 1e-2 and err[0] / err[1] > 3.0, err
+
+
+def test_fd_solve_refuses_a_sound_hard_obstacle_and_a_too_coarse_grid():
+    hard = get_problem("scatter-hard")
+    with pytest.raises(NotImplementedError, match="sound-soft obstacle .*only"):
+        fd_solve(hard, 0.2)
+    thin = geo.BoxMinusObstacle(geo.Box([0.0, 0.0], [1.0, 1.0]),
+                                geo.Polygon([[0.2, 0.2], [0.8, 0.2], [0.8, 0.92], [0.2, 0.92]]))
+    p = hp.Problem(thin, 9.0, bcs={"*": hp.Dirichlet(0.0)})
+    with pytest.raises(ValueError, match="within 5 nodes of the grid's outer wall"):
+        fd_solve(p, 1 / 20)
+
+
+def test_scatter_square_soft_reference_holds_its_boundary_data_and_converges():
+    p = get_problem("scatter-square-soft", wavelengths=2.0, ref_points=16)
+    assert p.wavenumber == pytest.approx(2 * math.pi)
+    sol = fd_solve(p, 1.0 / 16)    # the reference's own grid: 16 nodes a wavelength of 1
+    x = sol.points
+    on_edges = p.domain.obstacle.boundary_distance(x) < 1e-12
+    assert on_edges.sum() == 4 * 8
+    np.testing.assert_allclose(sol.values.ravel()[on_edges], -np.exp(1j * p.wavenumber * x[on_edges, 0]),
+                               rtol=1e-12)
+    t = p.test_points()
+    assert not p.domain.obstacle.contains(t[p.domain.obstacle.boundary_distance(t) > 0]).any()
+    finer = get_problem("scatter-square-soft", wavelengths=2.0, ref_points=32)
+    a, b = p.exact(t), finer.exact(t)
+    assert np.linalg.norm(a - b) / np.linalg.norm(b) < 3e-2
+    with pytest.raises(ValueError, match="ref_points"):
+        get_problem("scatter-square-soft", ref_points=4)
