@@ -20,6 +20,30 @@ Cases (:func:`make_case`; the anomalies are :func:`true_velocity`'s):
 - ``crosswell``: 8 sources at x = 0.05 and 32 receivers at x = 0.95 (y from 0.1 to 0.9), the
   same medium, frequencies and start; the error is measured between the wells
   (0.05 < x < 0.95, 0.1 < y < 0.9). Default time limit 600 s.
+- ``marmousi`` (``--data DIR --start smooth|linear``): a 3 × 1.5 km window of the Marmousi model
+  of Song, Alkhalifah & Waheed's public repository songc0a/PINN-Helmholtz-solver-adaptive-sine
+  (its ``mar_v.mat``: ``v`` in km/s, 101 depths × 371 positions at 25 m, surface at row 0; give
+  that repository's folder, the .mat file or a ``.npy`` of the same layout as ``--data``). The
+  window is x from 4.5 to 7.5 km of the model and depths 0 to 1.5 km (the water layer, the sea
+  floor at 0.25 km and the faulted anticline's top), coordinates (x, z) in km, z the depth; the
+  true velocity is the model's bilinear interpolant (:func:`marmousi_case`). 16 sources at
+  z = 0.05 km from x = 0.1 to 2.9 km, 119 receivers every 25 m at z = 0.025 km (those within
+  0.1 km of the source weigh 0, the same for both methods), frequencies 3, 4, 5 Hz, bounds 1.4
+  to 1.15 × the window's highest velocity. Absorbing layers: a PML on every side, the top
+  included (no free surface): ``hp.invert``, ``fwi`` and ``Survey.synthetic`` take one
+  :class:`~helmpinn.PML` around the whole box, and the data must be made with the physics both
+  inversions model; so the data have no surface multiples or ghosts. The inversions' PML is
+  0.5 km; the data's is ``Survey.synthetic``'s default (one longest wavelength, 1.16 km, at 15 m
+  spacing: 20 nodes per 1.5 km/s wavelength at 5 Hz). Starts (``--start``): ``smooth``, the
+  whole model smoothed by a Gaussian of σ = 300 m (12 nodes; edges continued by their nearest
+  values) then windowed; ``linear``, a straight line in depth (1-D) from the window's surface
+  velocity (1.5 km/s, water) with the least-squares gradient through the window's velocities.
+  Both inversions parameterise m = 1/v² by a cubic spline on a grid
+  of λ_min/4 = 1.4 / 5 / 4 = 70 m (``fwi``'s default ``grid``; ``hp.invert``'s default
+  ``per_wavelength`` = 4): 44 × 23 coefficients. Velocity error region: 0.1 < x < 2.9 km
+  (between the outermost sources) and 0.05 < z < 1.0 km (the deepest 0.5 km left out: the
+  3 km aperture's reflections and diving waves at 3-5 Hz hardly reach it), on a 25 m grid.
+  Default time limit 1200 s.
 
 Data: :meth:`helmpinn.Survey.synthetic` (fourth-order finite differences at 20 nodes per
 shortest wavelength, finer than the inversion's grid, with its own one-wavelength PML),
@@ -28,6 +52,8 @@ source (its near field, under half a wavelength at the highest frequency) get we
 ring case, as a tomography setup mutes them. Velocity error: ``‖v − v_true‖ / ‖v_true −
 v_initial‖`` on a 101 × 101 grid of the unit square restricted to the case's region
 (:func:`velocity_error`).
+
+``--figure`` draws the true velocity, the start, the recovered one and their difference.
 
 Methods: ``METHODS[name](case, args) -> dict`` with at least ``velocity`` (a callable x -> v),
 ``seconds`` and ``history``; ``fwi`` is :func:`helmpinn.reference.fwi`, ``pinn``
@@ -92,10 +118,14 @@ def _crosswell_geometry():
     return src, rec, region
 
 
-def make_case(name: str, noise: float = 0.0, seed: int = 0) -> dict:
-    """The case ``name`` ("ring" or "crosswell"): a dict with ``survey`` (synthetic data),
-    ``domain``, ``pml`` (the inversion's: 0.25 around the unit square), ``initial`` (1.0),
-    ``true`` (:func:`true_velocity`), ``bounds``, ``region`` and ``time_limit``."""
+def make_case(name: str, noise: float = 0.0, seed: int = 0, data=None, start: str = "smooth",
+              survey_file: str | None = None) -> dict:
+    """The case ``name`` ("ring", "crosswell" or "marmousi"): a dict with ``survey`` (synthetic
+    data), ``domain``, ``pml`` (the inversion's: 0.25 around the unit square), ``initial`` (1.0),
+    ``true`` (:func:`true_velocity`), ``bounds``, ``region`` and ``time_limit``. "marmousi" is
+    :func:`marmousi_case` (``data``: its model, ``start``: its start, ``survey_file``)."""
+    if name == "marmousi":
+        return marmousi_case(data, start=start, noise=noise, seed=seed, survey_file=survey_file)
     geometry = {"ring": _ring_geometry, "crosswell": _crosswell_geometry}
     if name not in geometry:
         raise ValueError(f"unknown case {name!r}; use one of {sorted(geometry)}")
@@ -110,13 +140,146 @@ def make_case(name: str, noise: float = 0.0, seed: int = 0) -> dict:
         survey = hp.Survey(survey.sources, survey.receivers, survey.frequencies, survey.data, weights)
     return {"name": name, "survey": survey, "domain": domain, "pml": hp.PML(0.25),
             "initial": 1.0, "true": true_velocity, "bounds": BOUNDS, "region": region,
-            "time_limit": TIME_LIMITS[name], "noise": noise}
+            "time_limit": TIME_LIMITS[name], "noise": noise, "n_grid": (101, 101)}
+
+
+
+#: The Marmousi model's node spacing (km), its window (x from, to; depth from, to; km), the
+#: survey's frequencies (Hz), the inversions' PML width (km) and the start's Gaussian σ (km).
+MARMOUSI_SPACING = 0.025
+MARMOUSI_WINDOW = (4.5, 7.5, 0.0, 1.5)
+MARMOUSI_FREQUENCIES = (3.0, 4.0, 5.0)
+MARMOUSI_PML = 0.5
+MARMOUSI_SMOOTHING = 0.3
+MARMOUSI_STARTS = ("smooth", "linear")
+
+
+def load_marmousi(data) -> np.ndarray:
+    """The Marmousi velocity ``[depths, positions]`` (km/s, 25 m spacing, row 0 the surface):
+    ``data`` a folder holding ``mar_v.mat`` (variable ``v``), that .mat file, a ``.npy`` file or
+    an array of the same layout."""
+    if isinstance(data, np.ndarray):
+        v = data
+    else:
+        path = str(data)
+        if os.path.isdir(path):
+            path = os.path.join(path, "mar_v.mat")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--data: no Marmousi model at {path!r} (give the folder of "
+                                    f"songc0a/PINN-Helmholtz-solver-adaptive-sine, its mar_v.mat or a .npy)")
+        if path.endswith(".npy"):
+            v = np.load(path, allow_pickle=False)
+        else:
+            from scipy import io
+            raw = io.loadmat(path)
+            if "v" not in raw:
+                raise ValueError(f"--data: {path!r} has no variable 'v' (the velocity, km/s)")
+            v = raw["v"]
+    v = np.asarray(v, np.float64)
+    if v.ndim != 2 or not np.all(np.isfinite(v)) or np.min(v) <= 0:
+        raise ValueError(f"--data: the Marmousi velocity must be a 2-D array of finite values > 0 "
+                         f"[depths, positions], got shape {v.shape}")
+    x0, x1, z0, z1 = MARMOUSI_WINDOW
+    need = (int(round(z1 / MARMOUSI_SPACING)) + 1, int(round(x1 / MARMOUSI_SPACING)) + 1)
+    if v.shape[0] < need[0] or v.shape[1] < need[1]:
+        raise ValueError(f"--data: the Marmousi velocity must cover the window {MARMOUSI_WINDOW} km "
+                         f"at {MARMOUSI_SPACING} km: at least {need} nodes, got shape {v.shape}")
+    return v
+
+
+def _bilinear(values: np.ndarray, origin, spacing: float):
+    """x [N, 2] (x, z) -> v: the bilinear interpolant of ``values [nx, nz]`` at ``origin +
+    i spacing``, points outside its box moved to the nearest point of the box (no overshoot
+    at the model's sharp interfaces, unlike a cubic spline)."""
+    from scipy.interpolate import RegularGridInterpolator
+
+    axes = [origin[a] + spacing * np.arange(values.shape[a]) for a in range(2)]
+    f = RegularGridInterpolator(axes, values, method="linear")
+
+    def velocity(x):
+        x = np.asarray(x, np.float64)
+        return f(np.stack([np.clip(x[:, a], axes[a][0], axes[a][-1]) for a in range(2)], axis=1))
+    return velocity
+
+
+def marmousi_models(model: np.ndarray) -> dict:
+    """The window's true velocity and both starts, as ``[nx, nz]`` arrays over the window's
+    nodes (x first): ``true``, ``smooth`` (the whole model smoothed by a Gaussian of
+    :data:`MARMOUSI_SMOOTHING`, then windowed) and ``linear`` (the line in depth from the
+    window's mean surface velocity, its gradient fitted to the window's velocities by least
+    squares: an unconstrained fit would start below the water's 1.5 km/s at the surface)."""
+    from scipy.ndimage import gaussian_filter
+
+    x0, x1, z0, z1 = MARMOUSI_WINDOW
+    ix = slice(int(round(x0 / MARMOUSI_SPACING)), int(round(x1 / MARMOUSI_SPACING)) + 1)
+    iz = slice(int(round(z0 / MARMOUSI_SPACING)), int(round(z1 / MARMOUSI_SPACING)) + 1)
+    smooth = gaussian_filter(model, MARMOUSI_SMOOTHING / MARMOUSI_SPACING, mode="nearest")
+    true = model[iz, ix].T
+    z = MARMOUSI_SPACING * np.arange(true.shape[1])
+    top = float(np.mean(true[:, 0]))
+    slope = float(np.sum(z * (true - top)) / (true.shape[0] * np.sum(z * z)))
+    linear = np.broadcast_to(top + slope * z, true.shape).copy()
+    return {"true": true, "smooth": smooth[iz, ix].T, "linear": linear}
+
+
+def marmousi_case(data, start: str = "smooth", noise: float = 0.0, seed: int = 0,
+                  survey_file: str | None = None) -> dict:
+    """The ``marmousi`` case (module docstring): ``data`` as :func:`load_marmousi` takes it;
+    ``survey_file``: the synthetic data are read from this .npz when it exists (written by an
+    earlier call with the same model, noise and seed: its geometry and frequencies are checked)
+    and written there otherwise."""
+    if start not in MARMOUSI_STARTS:
+        raise ValueError(f"--start must be one of {MARMOUSI_STARTS}, got {start!r}")
+    models = marmousi_models(load_marmousi(data))
+    x0, x1, z0, z1 = MARMOUSI_WINDOW
+    width, depth = x1 - x0, z1 - z0
+    domain = Box([0.0, 0.0], [width, depth])
+    true = _bilinear(models["true"], (0.0, 0.0), MARMOUSI_SPACING)
+    initial = _bilinear(models[start], (0.0, 0.0), MARMOUSI_SPACING)
+    src = np.stack([np.linspace(0.1, width - 0.1, 16), np.full(16, 0.05)], axis=1)
+    xr = MARMOUSI_SPACING * np.arange(1, int(round(width / MARMOUSI_SPACING)))
+    rec = np.stack([xr, np.full(len(xr), 0.025)], axis=1)
+    if survey_file is not None and os.path.exists(survey_file):
+        survey = hp.Survey.load(survey_file)
+        same = (survey.receivers.shape == rec.shape and np.allclose(survey.receivers, rec)
+                and len(survey.sources) == len(src)
+                and np.allclose([s.position for s in survey.sources], src)
+                and np.allclose(survey.frequencies, MARMOUSI_FREQUENCIES))
+        if not same:
+            raise ValueError(f"--survey {survey_file!r}: not this case's geometry and frequencies")
+    else:
+        survey = hp.Survey.synthetic(true, domain, [hp.PointSource(p) for p in src], rec,
+                                     MARMOUSI_FREQUENCIES, noise=noise, seed=seed)
+        if survey_file is not None:
+            survey.save(survey_file)
+    near = np.abs(rec[None, :, 0] - src[:, None, 0]) < 0.1
+    weights = np.broadcast_to(~near, survey.data.shape).astype(np.float64)
+    survey = hp.Survey(survey.sources, survey.receivers, survey.frequencies, survey.data, weights)
+
+    def region(x):
+        x = np.asarray(x)
+        return (x[:, 0] > 0.1) & (x[:, 0] < width - 0.1) & (x[:, 1] > 0.05) & (x[:, 1] < 1.0)
+    bounds = (1.4, round(1.15 * float(np.max(models["true"])), 2))
+    return {"name": "marmousi", "survey": survey, "domain": domain, "pml": hp.PML(MARMOUSI_PML),
+            "initial": initial, "true": true, "bounds": bounds, "region": region,
+            "time_limit": 1200.0, "noise": noise, "start": start, "depth_down": True,
+            "n_grid": (int(round(width / MARMOUSI_SPACING)) + 1, int(round(depth / MARMOUSI_SPACING)) + 1)}
+
+
+def error_grid(case: dict) -> tuple[np.ndarray, tuple[int, int]]:
+    """The regular grid of the case's box the error and figures use: ``case["n_grid"]`` nodes
+    along each axis (default 101 × 101), points ``[N, 2]`` ("ij" order) and the grid's shape."""
+    n = case.get("n_grid", (101, 101))
+    lo, hi = case["domain"].lo, case["domain"].hi
+    mesh = np.meshgrid(*[np.linspace(lo[a], hi[a], n[a]) for a in range(2)], indexing="ij")
+    return np.stack([m.ravel() for m in mesh], axis=1), tuple(n)
 
 
 def velocity_error(velocity, case: dict, initial=None) -> float:
-    """``‖v − v_true‖ / ‖v_true − v_initial‖`` on a 101 × 101 grid of the unit square inside
-    the case's region (``velocity``, ``initial``: callables x -> v or numbers)."""
-    x = case["domain"].grid(101)[0]
+    """``‖v − v_true‖ / ‖v_true − v_initial‖`` on the case's grid (:func:`error_grid`; the
+    unit square's 101 × 101 for ring and crosswell) inside the case's region (``velocity``,
+    ``initial``: callables x -> v or numbers)."""
+    x = error_grid(case)[0]
     x = x[case["region"](x)]
 
     def values(v):
@@ -127,25 +290,33 @@ def velocity_error(velocity, case: dict, initial=None) -> float:
 
 
 def plot_case(case: dict, velocity, path: str, title: str = "") -> None:
-    """The true velocity, the recovered one and their difference on the unit square, the
-    sources (stars) and receivers (dots) marked, the error's region outlined by its mask."""
+    """The true velocity, the start, the recovered one and the difference recovered − true on
+    the case's box, the sources (stars) and receivers (dots) marked, the difference shown in the
+    error's region only (depth downwards where the case says ``depth_down``)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n = 101
-    x = case["domain"].grid(n)[0]
-    true = case["true"](x).reshape(n, n)
-    got = np.asarray(velocity(x) if callable(velocity) else np.full(len(x), velocity)).reshape(n, n)
-    inside = case["region"](x).reshape(n, n)
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), constrained_layout=True)
-    lo, hi = float(np.min(true)), float(np.max(true))
-    panels = ((true, "true", "viridis", (lo, hi)), (got, "recovered", "viridis", (lo, hi)),
+    x, shape = error_grid(case)
+
+    def values(v):
+        return np.asarray(v(x) if callable(v) else np.full(len(x), float(v)), np.float64).reshape(shape)
+    true, start, got = values(case["true"]), values(case["initial"]), values(velocity)
+    inside = case["region"](x).reshape(shape)
+    lo, hi = case["domain"].lo, case["domain"].hi
+    down = case.get("depth_down", False)
+    extent = (lo[0], hi[0], hi[1], lo[1]) if down else (lo[0], hi[0], lo[1], hi[1])
+    aspect = (hi[1] - lo[1]) / (hi[0] - lo[0])
+    fig, axes = plt.subplots(1, 4, figsize=(16, 1.0 + 3.2 * max(aspect, 0.45)), constrained_layout=True)
+    vmin, vmax = float(np.min(true)), float(np.max(true))
+    panels = ((true, "true", "viridis", (vmin, vmax)), (start, "start", "viridis", (vmin, vmax)),
+              (got, "recovered", "viridis", (vmin, vmax)),
               (np.where(inside, got - true, np.nan), "recovered − true (region)", "RdBu_r",
-               (-(hi - lo) / 2, (hi - lo) / 2)))
-    for ax, (field, name, cmap, (vmin, vmax)) in zip(axes, panels):
-        im = ax.imshow(field.T, origin="lower", extent=(0, 1, 0, 1), cmap=cmap, vmin=vmin, vmax=vmax)
-        src = np.array([s.position for s in case["survey"].sources])
+               (-(vmax - vmin) / 2, (vmax - vmin) / 2)))
+    src = np.array([s.position for s in case["survey"].sources])
+    for ax, (field, name, cmap, (a, b)) in zip(axes, panels):
+        im = ax.imshow(field.T, origin="upper" if down else "lower", extent=extent, cmap=cmap,
+                       vmin=a, vmax=b, aspect="equal")
         ax.plot(*case["survey"].receivers.T, ".", color="k", ms=2)
         ax.plot(*src.T, "*", color="r", ms=6)
         ax.set_title(name, fontsize=10)
@@ -193,8 +364,9 @@ def run_pinn(case: dict, args) -> dict:
                   f"{h['pde_residual']:.3e}  error {h['velocity_error']:.3f}  t {h['time']:.1f} s",
                   flush=True)
     t0 = time.perf_counter()
+    region = case["region"] if case["name"] == "marmousi" else None   # a surface survey's hull is a strip
     result = hp.invert(case["survey"], case["initial"], domain=case["domain"], pml=case["pml"],
-                       bounds=case["bounds"], true=case["true"],
+                       bounds=case["bounds"], true=case["true"], region=region,
                        time_limit=args.time_limit or case["time_limit"], max_steps=args.max_iter,
                        seed=args.seed, callback=report)
     seconds = time.perf_counter() - t0
@@ -234,7 +406,12 @@ def scaling(counts=(4, 8, 16, 32), steps: int = 3, comm=None, frequency: float =
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--case", choices=["ring", "crosswell"], default="ring")
+    ap.add_argument("--case", choices=["ring", "crosswell", "marmousi"], default="ring")
+    ap.add_argument("--data", default=None,
+                    help="marmousi: the folder of songc0a/PINN-Helmholtz-solver-adaptive-sine, its mar_v.mat or a .npy")
+    ap.add_argument("--start", choices=MARMOUSI_STARTS, default="smooth", help="marmousi: the start model")
+    ap.add_argument("--survey", default=None,
+                    help="marmousi: read the synthetic data from this .npz if it exists, else write them there")
     ap.add_argument("--method", choices=sorted(METHODS), default="fwi")
     ap.add_argument("--noise", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
@@ -267,19 +444,23 @@ def main(argv=None) -> int:
                     json.dump(rows, fh, indent=1)
         return 0
     t0 = time.perf_counter()
-    case = make_case(args.case, noise=args.noise, seed=args.seed)
+    if args.case == "marmousi" and args.data is None:
+        ap.error("--case marmousi needs --data DIR (the Marmousi model; module docstring)")
+    case = make_case(args.case, noise=args.noise, seed=args.seed, data=args.data, start=args.start,
+                     survey_file=args.survey)
     t_data = time.perf_counter() - t0
     out = METHODS[args.method](case, args)
     err = velocity_error(out["velocity"], case)
-    row = {"case": args.case, "method": args.method, "noise": args.noise, "seconds": out["seconds"],
+    row = {"case": args.case, "start": case.get("start"), "method": args.method, "noise": args.noise, "seconds": out["seconds"],
            "velocity_error": err, "data_seconds": t_data, "stopped": out.get("stopped"),
            "regularization": out.get("regularization"), "n_solves": out.get("n_solves"),
            "history": {k: v for k, v in out["history"].items()}}
-    print(f"{args.case} {args.method} noise={args.noise:g}: velocity error {err:.4f} after "
+    print(f"{args.case} {args.method} noise={args.noise:g}{' start=' + args.start if args.case == 'marmousi' else ''}: velocity error {err:.4f} after "
           f"{out['seconds']:.1f} s (data {t_data:.1f} s; {out.get('stopped', '')})")
     if args.figure:
         plot_case(case, out["velocity"], args.figure,
-                  f"{args.case}, {args.method}, noise {args.noise:g}: velocity error {err:.3f} "
+                  f"{args.case}{', start ' + args.start if args.case == 'marmousi' else ''}, {args.method}, "
+                  f"noise {args.noise:g}: velocity error {err:.3f} "
                   f"after {out['seconds']:.0f} s")
     if args.json:
         with open(args.json, "w") as fh:

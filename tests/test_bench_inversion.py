@@ -53,3 +53,88 @@ def test_the_figure_is_drawn(bench, tmp_path):
             "initial": 1.0, "survey": survey}
     bench.plot_case(case, 1.0, str(tmp_path / "f.png"), "title")
     assert (tmp_path / "f.png").stat().st_size > 10_000
+
+
+def _stand_in_model():
+    """A Marmousi-shaped stand-in [depths, positions] at 25 m (covering the window: 61 × 301
+    nodes): 1.5 km/s water to 0.25 km, then 1.8 + 1.2 z km/s with a faster block."""
+    z = 0.025 * np.arange(61)[:, None]
+    x = 0.025 * np.arange(301)[None, :]
+    v = np.where(z < 0.25, 1.5, 1.8 + 1.2 * z) + 0 * x
+    return v + 0.5 * ((np.abs(x - 6.0) < 0.4) & (np.abs(z - 0.8) < 0.2))
+
+
+def test_the_marmousi_loader_takes_an_array_or_a_file_and_refuses_bad_ones(bench, tmp_path):
+    v = _stand_in_model()
+    np.testing.assert_array_equal(bench.load_marmousi(v), v)
+    np.save(tmp_path / "m.npy", v)
+    np.testing.assert_array_equal(bench.load_marmousi(str(tmp_path / "m.npy")), v)
+    from scipy import io
+    io.savemat(tmp_path / "mar_v.mat", {"v": v})
+    np.testing.assert_array_equal(bench.load_marmousi(str(tmp_path)), v)     # a folder holding mar_v.mat
+    with pytest.raises(FileNotFoundError, match="no Marmousi model"):
+        bench.load_marmousi(str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="must cover the window"):
+        bench.load_marmousi(v[:40])
+    with pytest.raises(ValueError, match="finite values > 0"):
+        bench.load_marmousi(-v)
+
+
+def test_the_marmousi_starts(bench):
+    models = bench.marmousi_models(_stand_in_model())
+    assert models["true"].shape == (121, 61)                          # x then depth, 3 × 1.5 km at 25 m
+    np.testing.assert_allclose(models["true"][:, 0], 1.5)               # the surface row
+    assert models["true"][60, 32] == pytest.approx(2.3 + 1.2 * 0.8)     # the block at x = 6.0, z = 0.8
+    lin = models["linear"]
+    np.testing.assert_array_equal(lin, np.broadcast_to(lin[:1], lin.shape))   # 1-D
+    slope = np.diff(lin[0])
+    np.testing.assert_allclose(slope, slope[0])                          # a straight line in depth ...
+    assert 0 < slope[0] / 0.025 < 3                                     # ... increasing with depth
+    assert lin[0, 0] == pytest.approx(1.5)                              # from the surface's velocity
+    smooth = models["smooth"]                                           # smoother than the truth, same mean
+    assert np.max(np.abs(np.diff(smooth, axis=1))) < 0.5 * np.max(np.abs(np.diff(models["true"], axis=1)))
+    assert abs(np.mean(smooth) - np.mean(models["true"])) < 0.05
+
+
+def test_the_marmousi_case_builds(bench, tmp_path, monkeypatch):
+    import helmpinn as hp
+
+    calls = []
+
+    def synthetic(velocity, domain, sources, receivers, frequencies, **kw):
+        calls.append((velocity, domain, sources, receivers, frequencies))
+        data = np.ones((len(frequencies), len(sources), len(receivers)), np.complex128)
+        return hp.Survey(sources, receivers, frequencies, data)
+    monkeypatch.setattr(hp.Survey, "synthetic", staticmethod(synthetic))
+    path = str(tmp_path / "survey.npz")
+    case = bench.make_case("marmousi", data=_stand_in_model(), start="linear", survey_file=path)
+    velocity, domain, sources, receivers, frequencies = calls[0]
+    np.testing.assert_allclose(domain.hi, [3.0, 1.5])
+    src = np.array([s.position for s in sources])
+    assert src.shape == (16, 2) and np.all(src[:, 1] == 0.05)
+    assert receivers.shape == (119, 2) and np.allclose(np.diff(receivers[:, 0]), 0.025)
+    assert list(frequencies) == [3.0, 4.0, 5.0]
+    assert velocity is case["true"]
+    assert case["true"](np.array([[1.5, 0.8]]))[0] == pytest.approx(2.3 + 1.2 * 0.8)
+    w = case["survey"].weights                                           # the near-source receivers muted
+    assert w.shape == (3, 16, 119) and 0 < np.sum(w == 0) < 16 * 3 * 8
+    assert case["bounds"][0] == 1.4 and case["bounds"][1] >= np.max(_stand_in_model())
+    assert bench.velocity_error(case["true"], case) == 0.0
+    assert bench.velocity_error(case["initial"], case) == pytest.approx(1.0)
+    assert case["region"](np.array([[1.5, 0.5], [1.5, 1.2], [0.05, 0.5]])).tolist() == [True, False, False]
+    # The data file: read back by the next call (no second synthesis), refused for another geometry.
+    again = bench.make_case("marmousi", data=_stand_in_model(), start="smooth", survey_file=path)
+    assert len(calls) == 1 and np.array_equal(again["survey"].data, case["survey"].data)
+    hp.Survey(sources[:4], receivers, frequencies, np.ones((3, 4, 119))).save(path)
+    with pytest.raises(ValueError, match="not this case's geometry"):
+        bench.make_case("marmousi", data=_stand_in_model(), survey_file=path)
+    bench.plot_case(case, case["initial"], str(tmp_path / "m.png"), "marmousi")
+    assert (tmp_path / "m.png").stat().st_size > 10_000
+
+
+def test_the_marmousi_case_needs_its_data(bench, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--case", "marmousi", "--method", "fwi"])
+    assert "needs --data" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--start must be one of"):
+        bench.make_case("marmousi", data=_stand_in_model(), start="flat")

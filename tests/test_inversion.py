@@ -344,3 +344,18 @@ def test_the_first_stage_takes_two_shares_of_the_time():
     # one stage: the whole limit; a run continued at a later stage shares evenly
     assert _stage_deadline(0.0, 50.0, 0.0, 0, 1) == pytest.approx(50.0)
     assert _stage_deadline(0.0, 60.0, 0.0, 1, 4) == pytest.approx(20.0)
+
+
+def test_the_history_s_error_region():
+    """``region=``: the history's velocity error where it is true (a surface survey's hull is a
+    strip); a region true nowhere, or not a callable, is refused before any work."""
+    from helmpinn.inversion.api import illuminated_points
+
+    upper = illuminated_points(_survey(), DOMAIN, n=11, region=lambda x: x[:, 1] > 0.5)
+    assert len(upper) == 11 * 5 and np.all(upper[:, 1] > 0.5)
+    hull = illuminated_points(_survey(), DOMAIN, n=11)
+    assert 0 < len(hull) < 121 and np.all((hull > 0.15) & (hull < 0.85))
+    with pytest.raises(ValueError, match="region must return one bool per point"):
+        hp.invert(_survey(), 1.0, domain=DOMAIN, true=1.1, region=lambda x: x[:, 0] > 5)
+    with pytest.raises(TypeError, match="region must be a callable"):
+        hp.invert(_survey(), 1.0, domain=DOMAIN, true=1.1, region="upper")

@@ -127,11 +127,21 @@ def _velocity(where: str, v: Any) -> Callable:
     return lambda x: np.full(len(x), value)
 
 
-def illuminated_points(survey: Any, domain: Box, n: int = 81) -> NDArray[np.float64]:
+def illuminated_points(survey: Any, domain: Box, n: int = 81,
+                       region: Callable[[NDArray], NDArray] | None = None) -> NDArray[np.float64]:
     """Points of a regular grid over the domain inside the convex hull of the sources and
-    receivers (the region the survey illuminates), where the velocity error is measured."""
+    receivers (the region the survey illuminates), where the velocity error is measured; with
+    ``region`` (x [N, d] -> bool [N]) the grid's points where it is true instead."""
     from scipy.spatial import Delaunay
 
+    if region is not None:
+        xs = [np.linspace(a, b, n) for a, b in zip(domain.lo, domain.hi)]
+        pts = np.stack([g.ravel() for g in np.meshgrid(*xs, indexing="ij")], axis=1)
+        inside = np.asarray(region(pts), bool).reshape(-1)
+        if inside.shape != (len(pts),) or not np.any(inside):
+            raise ValueError(f"invert: region must return one bool per point, true somewhere in the "
+                             f"box; got shape {inside.shape} with {int(np.sum(inside))} true")
+        return pts[inside]
     pos = [np.asarray(s.position) for s in survey.sources if isinstance(s, PointSource)]
     hull = np.concatenate([np.asarray(survey.receivers, np.float64), np.reshape(pos, (-1, domain.dim))])
     xs = [np.linspace(a, b, n) for a, b in zip(domain.lo, domain.hi)]
@@ -447,7 +457,8 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
            pml_share: float | None = 0.25, varpro: bool = False,
            warm_start: str = "fd", fit_steps: int = 10, seed: int = 0,
            callbacks: Sequence[Callable[[dict], Any]] = (), callback: Callable[[dict], Any] | None = None,
-           start: Inversion | str | os.PathLike | None = None, comm: Any = None) -> Inversion:
+           start: Inversion | str | os.PathLike | None = None, comm: Any = None,
+           region: Callable[[NDArray], NDArray] | None = None) -> Inversion:
     """The medium from a survey's data: wavefields and velocity together (module docstring).
 
     ``survey``: a :class:`helmpinn.Survey`; ``initial``: the starting velocity (a number or a
@@ -455,7 +466,9 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
     first-order absorbing conditions on the box); ``bounds``: ``(v_min, v_max)``, imposed by
     projection (:mod:`helmpinn.inversion.solver`); ``true``: the true velocity, for the history's
     velocity error ``‖v − v_true‖/‖v_true − v_init‖`` inside the hull of the sources and
-    receivers; ``network``: (ff_dim, hidden_dim, hidden layers) of every wavefield's network;
+    receivers, or where ``region(x)`` is true (a callable ``x [N, d] -> bool [N]``, as
+    :func:`~helmpinn.reference.fwi`'s: a surface survey's hull is a thin strip) on the regular
+    grid of :func:`illuminated_points`; ``network``: (ff_dim, hidden_dim, hidden layers) of every wavefield's network;
     ``pde_points`` / ``boundary_points`` per wavefield (default: 6 per wavelength along each
     axis over the box and its layer, at least :data:`POINTS_PER_PARAMETER` per network
     parameter; and 8 per wavelength on its outer boundary, at least 64); ``lambda_data``,
@@ -484,6 +497,10 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
                            regularization=regularization, max_steps=max_steps, tol=tol, pml_share=pml_share,
                            varpro=varpro, warm_start=warm_start, fit_steps=fit_steps, seed=seed,
                            callbacks=callbacks, callback=callback, start=start)
+    if region is not None and not callable(region):
+        raise TypeError(f"invert: region must be a callable x [N, d] -> bool [N] or None, got "
+                        f"{type(region).__name__}")
+    region_points = None if true is None else illuminated_points(survey, domain, region=region)
     medium = SplineMedium.for_wavelength(domain.lo, domain.hi, o["v_min"] / float(np.max(survey.frequencies)),
                                          o["per_wavelength"])
     c_init = None
@@ -496,7 +513,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
         c_init = o["start"].initial_coefficients
     run = _Run(survey, domain, pml, o, ranks)
     if true is not None:
-        o["region"] = illuminated_points(survey, domain)
+        o["region"] = region_points
         o["initial"] = medium.gridfield(c_init, velocity=True)
     reg = None
     if o["regularization"] > 0:
