@@ -37,41 +37,13 @@
 
 #include "guard.hpp"  // first: the casters of the classes bound here
 #include "arrays.hpp"
+#include "dlpack_abi.hpp"
 #include "helmpinn/runtime.hpp"
 
 namespace helmpinn {
 namespace bindings {
 
 namespace py = pybind11;
-
-// ---- DLPack ABI (dlpack.h, version 0.x "dltensor" capsules) -----------------------------------
-namespace dlpack {
-enum DeviceType : std::int32_t { kCPU = 1, kCUDA = 2, kCUDAHost = 3, kCUDAManaged = 13 };
-enum TypeCode : std::uint8_t { kInt = 0, kUInt = 1, kFloat = 2, kBfloat = 4, kComplex = 5, kBool = 6 };
-struct Device {
-    std::int32_t device_type;
-    std::int32_t device_id;
-};
-struct DataType {
-    std::uint8_t code;
-    std::uint8_t bits;
-    std::uint16_t lanes;
-};
-struct Tensor {
-    void* data;
-    Device device;
-    std::int32_t ndim;
-    DataType dtype;
-    std::int64_t* shape;
-    std::int64_t* strides;
-    std::uint64_t byte_offset;
-};
-struct ManagedTensor {
-    Tensor dl_tensor;
-    void* manager_ctx;
-    void (*deleter)(ManagedTensor*);
-};
-}  // namespace dlpack
 
 inline std::string type_name(py::handle obj) {
     py::handle t = py::type::handle_of(obj);
