@@ -92,8 +92,7 @@ class WavefieldRows:
         y = np.concatenate([ts.y, data]) if n_wall else np.asarray(data, np.complex128)
         self._fixed.update(x_data=np.ascontiguousarray(x_data), y=y)
         n_d, n_b = len(x_data), len(ts.x_bc)
-        if n_b:
-            self._fixed.update(x_bc=ts.x_bc, n_bc=ts.n_bc, alpha_bc=ts.alpha, g_bc=ts.g)
+        self._fixed.update(ts.bc_inputs())
         self.sizes = {"pde": n_p, "wall": n_wall, "data": len(receivers), "bc": n_b}
         # The row scales over the core's (each term weight 1, sqrt(1/count)): module docstring.
         per_point = np.concatenate([

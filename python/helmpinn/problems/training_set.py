@@ -94,10 +94,16 @@ class TrainingSet:
                 kw.update(operator_a(self.a_pde), b_pde=self.b_pde)
         if len(self.x_data):
             kw.update(x_data=self.x_data, y=self.y)
-        if len(self.x_bc):
-            kw.update(x_bc=self.x_bc, n_bc=self.n_bc, alpha_bc=self.alpha, g_bc=self.g)
+        kw.update(self.bc_inputs())
         batch = Batch(**kw, counts=counts, dtype=dtype)
         return batch if device == "cpu" else batch.to_device(device)
+
+    def bc_inputs(self) -> dict[str, Any]:
+        """The Robin rows as the core's keywords (``x_bc``, ``n_bc``, ``alpha_bc``, ``g_bc``; none
+        when there are no Robin points): the one place a training set names them."""
+        if not len(self.x_bc):
+            return {}
+        return dict(x_bc=self.x_bc, n_bc=self.n_bc, alpha_bc=self.alpha, g_bc=self.g)
 
     def to_core(self, dtype: Any = np.float32) -> Batch:
         """The same as :meth:`to_batch` (its older name): a Batch is also the mapping of the
