@@ -166,8 +166,9 @@ def test_decomposition_follows_the_local_wavenumber():
     """A slow inclusion: fewer subdomains and points than by the largest wavenumber everywhere,
     the fine cells where the inclusion is; the subdomains over it with the larger wavenumber."""
     problem = _inclusion()
-    by_max = decomposed_settings(problem, local_wavenumber=False)
-    local = decomposed_settings(problem)
+    by_max = decomposed_settings(problem)   # the default: the largest wavenumber everywhere
+    assert by_max == decomposed_settings(problem, local_wavenumber=False)
+    local = decomposed_settings(problem, local_wavenumber=True)
     assert by_max["decomposition"]["grids"] == [[11, 11]] and by_max["decomposition"]["edges"] is None
     g = local["decomposition"]["grids"][0]
     assert math.prod(g) < 0.6 * 121 and local["pde_points"] < 0.6 * by_max["pde_points"]
@@ -176,14 +177,15 @@ def test_decomposition_follows_the_local_wavenumber():
         w = np.diff(e)
         inside = (e[:-1] < 0.3) & (e[1:] > -0.1)
         assert w[inside].max() < 0.8 * w.max()
-    model = hp.training.plan.run_plan(problem).build_model(problem)
+    assert hp.training.plan.run_plan(problem).build_model(problem).levels[0].edges is None
+    model = hp.training.plan.run_plan(problem, decomposition={"local_wavenumber": True}).build_model(problem)
     assert model.levels[0].edges is not None
     ks = subdomain_wavenumbers(problem, model.levels, problem.wavenumber)
     assert ks.max() == pytest.approx(problem.wavenumber, rel=1e-6) and ks.min() == pytest.approx(4 * math.pi)
     # a constant medium: the plan as before (equal cells, points by the largest k, one σ)
     const = _inclusion(constant=True)
     assert local_wavenumbers(const) is None
-    a, b = decomposed_settings(const), decomposed_settings(const, local_wavenumber=False)
+    a, b = decomposed_settings(const, local_wavenumber=True), decomposed_settings(const)
     assert a["pde_points"] == b["pde_points"] and a["decomposition"]["grids"] == b["decomposition"]["grids"]
     assert a["decomposition"]["edges"] is None and sampled_problem(const, a["decomposition"]) is const
     with pytest.raises(TypeError, match="local_wavenumber must be True or False"):

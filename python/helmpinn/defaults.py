@@ -111,10 +111,11 @@ the section named beside each item.
   k = 8π ended higher for three seeds of four: "The subnetworks' Fourier scale");
 - ``max(25^d Π w_a, P/2)`` PDE points (:data:`DD_POINTS_PER_WAVELENGTH`, fixed Sobol points,
   rounded up to 500), boundary points 1/20 of them (none under a hard constraint);
-- where κ varies (a callable κ or velocity: a slow inclusion, a layer), the rules above count
-  wavelengths by the **local** wavenumber rather than the largest anywhere
-  (:func:`helmpinn.training.dd_driver.local_layout`, ``decomposition={"local_wavenumber": False}``
-  turns it off): the local wavenumber probed on a grid (:func:`local_wavenumbers`), along each
+- where κ varies (a callable κ or velocity: a slow inclusion, a layer), the rules above can count
+  wavelengths by the **local** wavenumber rather than the largest anywhere, when asked for
+  (``decomposition={"local_wavenumber": True}``,
+  :func:`helmpinn.training.dd_driver.local_layout`; off by default, for the measurements at the
+  end of this item): the local wavenumber probed on a grid (:func:`local_wavenumbers`), along each
   axis cells of their own widths, each as wide as 0.85 subdomains per wavelength allow at the
   largest local k under its subdomain (:func:`graded_edges`; the tensor grid is finer along the
   rows and columns that cross a slow region, equal cells where grading gains nothing), each
@@ -126,7 +127,12 @@ the section named beside each item.
   11 × 11 subdomains and 90,000 points, a Gauss-Newton step of 600 s on a loaded machine; the
   local rule takes 7 × 7 and 47,500. 25 points per local wavelength (the P/2 floor's 28,500)
   overfitted there (the validation gap reached 2.4 while the error stayed near 0.55) where 35
-  passed 0.18 in 6 steps ("Decompositions by the local wavenumber");
+  passed 0.18 in 6 steps ("Decompositions by the local wavenumber"). It is not the default: on
+  Marmousi at 3 Hz (``benchmarks/bench_seismic.py --case marmousi3hz --absorber damping --seed 1
+  --optimizer auto --time-limit 600``, both plans side by side on the same shared cores) the
+  largest k everywhere (20 × 9, 207,720 parameters) reached 2.2e-2 from the published solution
+  in 9 steps where the local rule (184,640 parameters) reached 1.1e-1 in 8; on the slow disc it
+  was not better (2.0e-2 at step 8 against 1.6e-2);
 - a hard constraint (:class:`~helmpinn.models.decomposition.BoxConstraint` of scale 1/k) when the
   problem is a box without a PML whose every boundary part is ``Dirichlet(0)``;
 - Gauss-Newton with Nielsen's λ rule. On a model with the hard constraint (:data:`DD_DAMPING`) the
