@@ -87,3 +87,13 @@ def finite_at_points(where: str, what: str, values: Any, x: Any, points: str, re
     shown = v[i].tolist() if v.ndim > 1 else v[i].item()
     raise ValueError(f"{where}: {what} is not finite at {points} {i} of {len(v)}, x = "
                      f"{np.asarray(x)[i].tolist()} (value {shown}; {n_bad} such point(s)){remedy}")
+
+
+def same_settings(where: str, saved: dict, settings: dict) -> None:
+    """A stopped run continued with ``start=``: ValueError naming every setting of ``settings``
+    (this call's) that differs from ``saved`` (the stopped run's), with both values; a run
+    continues only with its own survey and settings."""
+    diff = [f"{k} {saved.get(k)!r} there, {v!r} here" for k, v in settings.items() if saved.get(k) != v]
+    if diff:
+        raise ValueError(f"{where}: start: a run continues with its own survey and settings; they differ: "
+                         + "; ".join(diff))

@@ -67,7 +67,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import _core
-from .._checks import integer, real_number
+from .._checks import integer, real_number, same_settings
 from ..problems.batch import Batch
 from ..problems.geometry import Box
 from ..optim.lm import CoreResiduals, LevenbergMarquardt
@@ -379,11 +379,7 @@ def _start(start: Any, settings: dict[str, Any], medium: SplineMedium, c_init: N
     if start.resume is None:
         raise ValueError(f"invert: start: that inversion ended ({start.message}): nothing to continue; only "
                          f"a run stopped on request (status 3) continues")
-    saved = start.resume["settings"]
-    diff = [f"{k} {saved.get(k)!r} there, {v!r} here" for k, v in settings.items() if saved.get(k) != v]
-    if diff:
-        raise ValueError("invert: start: a run continues with its own settings and survey; they differ: "
-                         + "; ".join(diff))
+    same_settings("invert", start.resume["settings"], settings)
     if start.medium.shape != medium.shape or not np.allclose(start.medium.lo, medium.lo):
         raise ValueError(f"invert: start: its medium grid {start.medium.shape} is not this run's {medium.shape}")
     if c_init is not None and not np.allclose(c_init, start.initial_coefficients, rtol=1e-12, atol=0.0):

@@ -56,7 +56,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from .._checks import integer, real_number
+from .._checks import integer, real_number, same_settings
 from .._files import write_atomic
 from ..problems.geometry import Box
 from ..problems.media import GridField
@@ -433,11 +433,7 @@ def _continued(start, settings: dict[str, Any]) -> FWIResult:
     if start.resume is None:
         raise ValueError(f"fwi: start: that run ended ({start.stopped}): nothing to continue; only a run "
                          f"stopped by its callback or time limit continues")
-    saved = start.resume["settings"]
-    diff = [f"{k} {saved.get(k)!r} there, {v!r} here" for k, v in settings.items() if saved.get(k) != v]
-    if diff:
-        raise ValueError("fwi: start: a run continues with its own survey and settings; they differ: "
-                         + "; ".join(diff))
+    same_settings("fwi", start.resume["settings"], settings)
     return start
 
 
