@@ -186,7 +186,7 @@ class Problem:
         self.name = name
         self.description = description
         self.options = dict(options or {})
-        self.bcs = resolve_bcs(bcs or {}, self.part_names, self.sampler.absorbed)
+        self.bcs = resolve_bcs(bcs or {}, self.part_names, self.sampler.absorbed, self.sampler.free)
         self.data = None if data is None else self._checked_data(data)
         self.medium.set_wavenumber(wavenumber, domain)
         if pml is not None:
