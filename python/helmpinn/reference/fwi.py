@@ -420,7 +420,8 @@ def _settings(survey, domain, pml, vmin: float, vmax: float, spacing: float, gro
         digest.update(repr(source).encode())
     lo, hi = domain.bounds
     return {"survey": digest.hexdigest(), "domain": [lo.tolist(), hi.tolist()],
-            "pml": None if pml is None else float(pml.width), "bounds": [vmin, vmax], "grid": spacing,
+            "pml": None if pml is None else float(pml.width),
+            "pml_faces": None if pml is None else pml.faces_record(len(lo)), "bounds": [vmin, vmax], "grid": spacing,
             "groups": [list(g) for g in groups], "h": [float(x) for x in hs], "regularization": regularization}
 
 
