@@ -479,7 +479,8 @@ def main(argv=None) -> int:
           f"{out['seconds']:.1f} s (data {t_data:.1f} s; {out.get('stopped', '')})")
     if args.figure:
         plot_case(case, out["velocity"], args.figure,
-                  f"{args.case}{', start ' + args.start if args.case == 'marmousi' else ''}, {args.method}, "
+                  f"{args.case}{', start ' + args.start if args.case == 'marmousi' else ''}"
+                  f"{', free surface' if args.free_surface else ''}, {args.method}, "
                   f"noise {args.noise:g}: velocity error {err:.3f} "
                   f"after {out['seconds']:.0f} s")
     if args.json:

@@ -460,7 +460,8 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
 
     ``survey``: a :class:`helmpinn.Survey`; ``initial``: the starting velocity (a number or a
     callable such as a GridField); ``domain``: the physical box; ``pml``: a PML around it (None:
-    first-order absorbing conditions on the box); ``bounds``: ``(v_min, v_max)``, imposed by
+    first-order absorbing conditions on the box; a face its ``faces`` leaves out is a free
+    surface, u = 0); ``bounds``: ``(v_min, v_max)``, imposed by
     projection (:mod:`helmpinn.inversion.solver`); ``true``: the true velocity, for the history's
     velocity error ``‖v − v_true‖/‖v_true − v_init‖`` inside the hull of the sources and
     receivers, or where ``region(x)`` is true (a callable ``x [N, d] -> bool [N]``, as
