@@ -352,3 +352,23 @@ def test_cli_records_the_faces_and_a_resumed_run_keeps_them(cli_files, tmp_path,
     same_settings("fwi", old, {**old, "pml_faces": hp.PML(0.3).faces_record(2)})
     with pytest.raises(ValueError, match="pml_faces None there"):
         same_settings("fwi", old, {**old, "pml_faces": list(TOP_FREE)})
+
+
+def test_the_halfspace_source_built_in():
+    """halfspace-source: its exact field solves the PDE, vanishes on the free surface, and
+    fd_solve reaches it; bad options are refused naming them."""
+    prob = hp.get_problem("halfspace-source")
+    assert prob.pml.faces == TOP_FREE and prob.part_names == ("ymin",)
+    assert math.isclose(prob.wavenumber, 3 * math.pi)
+    surface = np.stack([np.linspace(-1.5, 1.5, 50), np.zeros(50)], axis=1)
+    assert np.max(np.abs(prob.exact_at(surface))) < 1e-12
+    x = np.random.default_rng(1).uniform([-0.9, 0.05], [0.9, 0.95], (300, 2))
+    res = prob.pde_residual_fd(x, h=1e-3)
+    assert np.max(np.abs(res)) < 1e-3 * prob.wavenumber ** 2 * np.max(np.abs(prob.exact_at(x)))
+    xt = np.random.default_rng(0).uniform([-1, 0], [1, 1], (2000, 2))
+    e = prob.exact_at(xt)
+    assert np.linalg.norm(fd_solve(prob, 0.02)(xt) - e) / np.linalg.norm(e) < 5e-3
+    with pytest.raises(ValueError, match="depth: expected a depth below 1"):
+        hp.get_problem("halfspace-source", depth=1.2)
+    with pytest.raises(ValueError, match="wavelengths: expected a positive"):
+        hp.get_problem("halfspace-source", wavelengths=-1)
