@@ -17,6 +17,10 @@ Part names: a box's faces are ``"xmin", "xmax", "ymin", "ymax", "zmin", "zmax"``
 beyond the third are ``"x3min"``, ``"x3max"``, ...); a ball's boundary is ``"sphere"``, a polygon's
 ``"polygon"``; a box with an obstacle removed (:class:`BoxMinusObstacle`, :class:`BoxMinusBall`)
 has the box's faces and ``"scatterer"`` (whose outward normal points into the removed obstacle).
+
+``reentrant_corners()`` lists the corners where a domain's angle exceeds π (a polygonal
+obstacle's vertices, a polygon's reflex ones), at which the field is singular; a problem's PDE
+rows are weighted down about them (:func:`helmpinn.problems.sampler.corner_weights`).
 """
 from __future__ import annotations
 
@@ -162,7 +166,7 @@ class Domain:
         angle exceeds π (an L-shaped polygon's inner corner, a polygonal obstacle's vertices
         seen from outside), at which a Helmholtz solution is singular (``u ~ r^(π/α)``, α the
         domain's angle: its gradient unbounded), and for each the length of its shorter edge.
-        None here (an empty array): a box's, a ball's and a point cloud's domains have none."""
+        Empty here: a box, a ball and a point cloud have none."""
         return np.empty((0, self.dim)), np.empty(0)
 
     @property

@@ -30,14 +30,16 @@ def corner_weights(x: NDArray, corners: NDArray, sizes: NDArray, radius: float) 
     from x [N, d] to the nearest corner (``corners [m, d]``), ``ρ = min(radius, size/2)`` that
     corner's radius (``sizes [m]``: its shorter edge's length).
 
-    Why: at a corner where the domain's angle α exceeds π the solution behaves as ``r^(π/α)``
-    (r^(2/3) at a square obstacle's vertex), which a smooth network cannot follow; the strong
-    residual ``|Δu + κu|²`` of any smooth approximation grows without bound there as it follows
-    the field closer (about ``r^(2π/α − 4)`` per unit area, not integrable), so the least-squares
-    fit gives up the field everywhere to keep that residual small. Under the weight ``(r/ρ)²``
-    that part stays bounded, while the exact solution still zeroes every row: a solution
-    the network can represent is the minimiser with or without it, and the rows keep it
-    unique (no point loses its row)."""
+    Why: at a corner where the domain's angle α exceeds π the solution behaves as ``r^γ``,
+    ``γ = π/α < 1`` (r^(2/3) at a square obstacle's vertex), which a smooth network cannot
+    follow. A smooth approximation that follows it down to a distance h from the corner leaves a
+    residual of about ``h^(γ−2)`` over an area h², a cost ``h^(2γ−2)`` that grows as h shrinks,
+    so the least-squares fit gave up the field everywhere to keep it small (measured: the
+    residual sat within a tenth of a wavelength of the vertices, the error everywhere;
+    docs/guide/open-domains.md). Under the weight ``(r/ρ)²`` that cost is ``h^(2γ)/ρ²``, which
+    falls as h shrinks, while the exact solution still zeroes every row: a field the network can
+    represent minimises the loss with or without the weights, and every point keeps its row
+    (only the corner point itself gets the weight 0)."""
     x = np.asarray(x, np.float64)
     w = np.ones(len(x))
     for c, size in zip(corners, sizes):
