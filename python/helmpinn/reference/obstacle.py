@@ -21,8 +21,9 @@ outward normal, into the obstacle) is discretised by ghost nodes instead: every 
 its regular stencil, and the fixed nodes it reaches (and two layers more, which only the
 interpolant uses) are ghosts whose value extends the field smoothly into the obstacle. A ghost's
 value is that of a polynomial of degree ``order`` (all monomials, centred at the ghost's nearest
-boundary point B and scaled by h) fitted by least squares to the free nodes within
-:data:`GHOST_RADIUS` steps of B on the domain's side of B's tangent, subject exactly to the
+boundary point B and scaled by h) fitted by least squares, weighted exp(−r²/2) (r in steps),
+to the free nodes within :data:`GHOST_RADIUS` steps of B (one less in 3-D) on the domain's side
+of B's tangent, subject exactly to the
 boundary condition at B: a row ``u_G − Σ s_i u_i = t g(B)`` whose weights one small constrained
 least-squares solve per ghost gives, batched over all ghosts. The fit is exact for polynomials
 of that degree, so a ghost's value is off by O(h^(order+1)), the stencils reaching it by
