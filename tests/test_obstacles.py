@@ -264,3 +264,22 @@ def test_scatter_square_soft_reference_holds_its_boundary_data_and_converges():
     assert np.linalg.norm(a - b) / np.linalg.norm(b) < 3e-2
     with pytest.raises(ValueError, match="ref_points"):
         get_problem("scatter-square-soft", ref_points=4)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 2.0 - 1.0j])
+def test_fd_solve_sound_hard_obstacle_in_the_scattered_field_form(alpha):
+    """With a background source u₀ the unknown is u − u₀ and the obstacle's condition is the
+    total field's: data ∂u₀/∂n + α u₀ on a disk and u₀ on the walls make the scattered field
+    zero (a wrong sign in the ghost rows' shift would double u₀ there instead)."""
+    from helmpinn.problems.sources import FreeSpaceSource
+
+    k = 6.0
+    u0 = FreeSpaceSource((0.2, 0.5), k)
+    disk = geo.Ball([0.62, 0.5], 0.15)
+    bc = hp.Robin(alpha, lambda x, nrm: np.sum(u0.gradient(x) * nrm, 1) + alpha * u0(x))
+    p = hp.Problem(geo.BoxMinusObstacle(geo.Box([0.0, 0.0], [1.0, 1.0]), disk), k * k,
+                   bcs={"scatterer": bc, "*": hp.Dirichlet(lambda x: u0(x))}, background=u0)
+    sol = fd_solve(p, 1 / 40)
+    x = sol.points
+    keep = ~disk.contains(x) & (np.linalg.norm(x - u0.position, axis=1) > 0.1)
+    assert np.max(np.abs(sol.values.ravel()[keep])) < 1e-9 * np.max(np.abs(u0(x[keep])))
