@@ -27,8 +27,8 @@ of B's tangent, subject exactly to the
 boundary condition at B: a row ``u_G − Σ s_i u_i = t g(B)`` whose weights one small constrained
 least-squares solve per ghost gives, batched over all ghosts. The fit is exact for polynomials
 of that degree, so a ghost's value is off by O(h^(order+1)), the stencils reaching it by
-O(h^(order−1)) on one layer of nodes: measured fourth order on a disk and a slanted polygon,
-about second order on a polygon's corners (tests/test_obstacles.py, the docs). Nearest points
+O(h^(order−1)) on one layer of nodes: measured fourth order on a disk, a slanted and a
+grid-aligned polygon (a smooth field; tests/test_obstacles.py, docs/guide/reference-solver.md). Nearest points
 and normals are exact for a :class:`~helmpinn.problems.geometry.Ball` and a
 :class:`~helmpinn.problems.geometry.Polygon`; for another obstacle they come from the signed
 distance (``boundary_distance``, signed by ``contains``) and its gradient by central
@@ -37,6 +37,7 @@ interpolant, decoupled from the solution outside).
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -240,7 +241,11 @@ def nearest_boundary(obstacle, x: NDArray, h: float) -> tuple[NDArray[np.float64
         foot = np.zeros_like(x)
         nu = np.zeros_like(x)
         inside = obstacle.contains(x)
-        for a, e, ln, nrm in zip(obstacle.vertices, obstacle._edges, obstacle._lengths, obstacle._normals):
+        v0 = obstacle.vertices                      # counter-clockwise
+        edges = np.roll(v0, -1, axis=0) - v0
+        lengths = np.hypot(edges[:, 0], edges[:, 1])
+        normals = np.stack([edges[:, 1], -edges[:, 0]], axis=1) / lengths[:, None]
+        for a, e, ln, nrm in zip(v0, edges, lengths, normals):
             t = np.clip(((x - a) @ e) / (ln * ln), 0.0, 1.0)
             p = a + t[:, None] * e
             v = x - p
@@ -266,8 +271,6 @@ def nearest_boundary(obstacle, x: NDArray, h: float) -> tuple[NDArray[np.float64
 
 def _monomials(d: int, degree: int) -> NDArray[np.int64]:
     """The exponents [q, d] of every monomial of degree <= ``degree`` in d variables."""
-    import itertools
-
     return np.array([e for e in itertools.product(range(degree + 1), repeat=d) if sum(e) <= degree], np.int64)
 
 
