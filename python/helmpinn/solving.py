@@ -82,7 +82,7 @@ class Solution:
     def estimate_error(self, problem: Problem, **options: Any) -> ErrorEstimate:
         """The relative L2 error estimated without an exact solution, against finite-difference
         references of ``problem`` (the one solved): :func:`helmpinn.estimate.estimate_error`,
-        whose ``options`` it takes; a Box or Interval domain, with or without a PML."""
+        whose ``options`` it takes; a Box or Interval domain, with or without a PML or an obstacle."""
         return estimate_error(problem, self.model, **options)
 
     def save(self, path: str | os.PathLike) -> None:

@@ -39,9 +39,10 @@ as every run's, :func:`helmpinn.memory.limit`, 80% of the memory available or
 right-hand sides (a survey's sources, the adjoint solves of :func:`~helmpinn.reference.fwi`).
 
 Domains: :class:`~helmpinn.problems.geometry.Box` and :class:`~helmpinn.problems.geometry.Interval` (with or without
-a PML), and a box with a sound-soft obstacle removed (:class:`~helmpinn.problems.geometry.BoxMinusObstacle`:
-a ball, a polygon; Dirichlet data on ``"scatterer"``) by cut stencils of the same order
-(:mod:`helmpinn.reference.obstacle`); a sound-hard obstacle and point clouds are not supported.
+a PML), and a box with an obstacle removed (:class:`~helmpinn.problems.geometry.BoxMinusObstacle`:
+a ball, a polygon, another shape): sound-soft (Dirichlet data on ``"scatterer"``) by cut stencils
+of the same order, sound-hard (Neumann, or Robin) by ghost nodes, fourth order on smooth
+boundaries (:mod:`helmpinn.reference.obstacle`); point clouds are not supported.
 """
 from __future__ import annotations
 
