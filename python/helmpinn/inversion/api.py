@@ -527,8 +527,10 @@ def _continuation(run: _Run, medium: SplineMedium, c_init: NDArray, reg, m_bound
         resume = dict(saved.resume)
         c, first, status = saved.coefficients.copy(), resume["stage"], resume["status"]
         run.history = [dict(h) for h in saved.history]
-        run.params = {k: v.copy() for k, v in saved.params.items()}
-        run.backgrounds = dict(saved.backgrounds)
+        # each rank keeps its own sources' networks: the gather at the end takes every rank's
+        # dict, and a rank holding another's saved (stale) network would overwrite its new one
+        run.params = {k: v.copy() for k, v in saved.params.items() if k[1] in run.mine}
+        run.backgrounds = {k: v for k, v in saved.backgrounds.items() if k[1] in run.mine}
         run.data_fit = saved.data_fit.copy()
         run.t0 -= resume["elapsed"]
         resume = resume if resume["steps"] > 0 else None
