@@ -366,7 +366,7 @@ def _settings(survey, domain: Box, pml: PML | None, m_bounds, o: dict[str, Any])
 #: The options a resumed run must give as the run it continues did (with the survey, the box,
 #: the PML and the bounds); ``max_steps``, ``time_limit``, ``callbacks`` and ``comm`` may change.
 _SAME = ("network", "seed", "pde_points", "boundary_points", "per_wavelength", "lambda_data",
-         "regularization", "tol", "pml_share", "varpro", "warm_start", "fit_steps")
+         "regularization", "regularization_decay", "tol", "pml_share", "varpro", "warm_start", "fit_steps")
 
 
 def _start(start: Any, settings: dict[str, Any], medium: SplineMedium, c_init: NDArray | None) -> Inversion:
@@ -409,6 +409,8 @@ def _options(survey, initial, domain, pml, bounds, **kw) -> tuple[dict[str, Any]
         time_limit=real_number("invert", "time_limit", kw["time_limit"], low=0.0),
         lambda_data=real_number("invert", "lambda_data", kw["lambda_data"], low=0.0),
         regularization=real_number("invert", "regularization", kw["regularization"], low=0.0, low_open=False),
+        regularization_decay=real_number("invert", "regularization_decay", kw["regularization_decay"], low=0.0,
+                                         low_open=False, high=1.0),
         per_wavelength=real_number("invert", "per_wavelength", kw["per_wavelength"], low=0.0),
         tol=real_number("invert", "tol", kw["tol"], low=0.0, low_open=False),
         max_steps=integer("invert", "max_steps", kw["max_steps"], low=0),
@@ -449,7 +451,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
            bounds: tuple[float, float] | None = None, true: Any = None, time_limit: float = 300.0,
            network: Sequence[int] = (12, 16, 2), pde_points: int | None = None,
            boundary_points: int | None = None, per_wavelength: float = 4.0, lambda_data: float = 1.0,
-           regularization: float = 1e-5, max_steps: int = 50, tol: float = 1e-4,
+           regularization: float = 1e-5, regularization_decay: float = 0.1, max_steps: int = 50, tol: float = 1e-4,
            pml_share: float | None = 0.25, varpro: bool = False,
            warm_start: str = "fd", fit_steps: int = 10, seed: int = 0,
            callbacks: Sequence[Callable[[dict], Any]] = (), callback: Callable[[dict], Any] | None = None,
@@ -490,7 +492,8 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
     o, m_bounds = _options(survey, initial, domain, pml, bounds, true=true, time_limit=time_limit,
                            network=network, pde_points=pde_points, boundary_points=boundary_points,
                            per_wavelength=per_wavelength, lambda_data=lambda_data,
-                           regularization=regularization, max_steps=max_steps, tol=tol, pml_share=pml_share,
+                           regularization=regularization, regularization_decay=regularization_decay,
+                           max_steps=max_steps, tol=tol, pml_share=pml_share,
                            varpro=varpro, warm_start=warm_start, fit_steps=fit_steps, seed=seed,
                            callbacks=callbacks, callback=callback, start=start)
     if region is not None and not callable(region):
@@ -547,7 +550,8 @@ def _continuation(run: _Run, medium: SplineMedium, c_init: NDArray, reg, m_bound
         previous = None
         if o["warm_start"] == "previous" and stage > 0:
             previous = {s: run.params[(int(order[stage - 1]), s)] for s in run.mine}
-        c, _, st = _stage(run, stage, fi, medium, c, reg, m_bounds, deadline, previous,
+        stage_reg = None if reg is None else reg * math.sqrt(o["regularization_decay"]) ** stage
+        c, _, st = _stage(run, stage, fi, medium, c, stage_reg, m_bounds, deadline, previous,
                           resume if stage == first else None)
         if st == 3:
             stopped = True
