@@ -121,7 +121,8 @@ def _run_pinn(inputs: Inputs, args: argparse.Namespace, stop: _Stop, on_entry: C
 
     kw: dict[str, Any] = {k: v for k, v in (("network", args.network), ("pde_points", args.points),
                                             ("max_steps", args.max_steps), ("seed", args.seed),
-                                            ("regularization", args.regularization)) if v is not None}
+                                            ("regularization", args.regularization),
+                                            ("regularization_decay", args.regularization_decay)) if v is not None}
     return invert(inputs.survey, inputs.initial, domain=inputs.domain, pml=inputs.pml, bounds=inputs.bounds,
                   true=inputs.true, time_limit=args.time_limit, callbacks=[callback], start=start, comm=comm, **kw)
 
