@@ -29,10 +29,13 @@ Cases (:func:`make_case`; the anomalies are :func:`true_velocity`'s):
   true velocity is the model's bilinear interpolant (:func:`marmousi_case`). 16 sources at
   z = 0.05 km from x = 0.1 to 2.9 km, 119 receivers every 25 m at z = 0.025 km (those within
   0.1 km of the source weigh 0, the same for both methods), frequencies 3, 4, 5 Hz, bounds 1.4
-  to 1.15 × the window's highest velocity. Absorbing layers: a PML on every side, the top
-  included (no free surface): ``hp.invert``, ``fwi`` and ``Survey.synthetic`` take one
-  :class:`~helmpinn.PML` around the whole box, and the data must be made with the physics both
-  inversions model; so the data have no surface multiples or ghosts. The inversions' PML is
+  to 1.15 × the window's highest velocity. Absorbing layers: by default a PML on every side, the
+  top included (no free surface), so the data have no surface multiples or ghosts; with
+  ``--free-surface`` the surface z = 0 (the box's face ``"ymin"``) is a free surface, u = 0, and
+  the layer is on the other three faces (``PML(w, faces=MARMOUSI_FREE_SURFACE)``) for the data
+  and both inversions alike: the data then hold the surface's ghosts and multiples, as field data
+  do. The data must be made with the physics the inversions model (a ``--survey`` file holds
+  data only: keep one file per choice). The inversions' PML is
   0.5 km; the data's is ``Survey.synthetic``'s default (one longest wavelength, 1.16 km, at 15 m
   spacing: 20 nodes per 1.5 km/s wavelength at 5 Hz). Starts (``--start``): ``smooth``, the
   whole model smoothed by a Gaussian of σ = 300 m (12 nodes; edges continued by their nearest
@@ -119,13 +122,17 @@ def _crosswell_geometry():
 
 
 def make_case(name: str, noise: float = 0.0, seed: int = 0, data=None, start: str = "smooth",
-              survey_file: str | None = None) -> dict:
+              survey_file: str | None = None, free_surface: bool = False) -> dict:
     """The case ``name`` ("ring", "crosswell" or "marmousi"): a dict with ``survey`` (synthetic
     data), ``domain``, ``pml`` (the inversion's: 0.25 around the unit square), ``initial`` (1.0),
     ``true`` (:func:`true_velocity`), ``bounds``, ``region`` and ``time_limit``. "marmousi" is
-    :func:`marmousi_case` (``data``: its model, ``start``: its start, ``survey_file``)."""
+    :func:`marmousi_case` (``data``: its model, ``start``: its start, ``survey_file``,
+    ``free_surface``)."""
     if name == "marmousi":
-        return marmousi_case(data, start=start, noise=noise, seed=seed, survey_file=survey_file)
+        return marmousi_case(data, start=start, noise=noise, seed=seed, survey_file=survey_file,
+                             free_surface=free_surface)
+    if free_surface:
+        raise ValueError(f"free_surface: only the marmousi case has a surface, not {name!r}")
     geometry = {"ring": _ring_geometry, "crosswell": _crosswell_geometry}
     if name not in geometry:
         raise ValueError(f"unknown case {name!r}; use one of {sorted(geometry)}")
@@ -152,6 +159,8 @@ MARMOUSI_FREQUENCIES = (3.0, 4.0, 5.0)
 MARMOUSI_PML = 0.5
 MARMOUSI_SMOOTHING = 0.3
 MARMOUSI_STARTS = ("smooth", "linear")
+#: The faces that carry the PML with ``--free-surface``: all but the surface z = 0 ("ymin").
+MARMOUSI_FREE_SURFACE = ("xmin", "xmax", "ymax")
 
 
 def load_marmousi(data) -> np.ndarray:
@@ -223,11 +232,12 @@ def marmousi_models(model: np.ndarray) -> dict:
 
 
 def marmousi_case(data, start: str = "smooth", noise: float = 0.0, seed: int = 0,
-                  survey_file: str | None = None) -> dict:
+                  survey_file: str | None = None, free_surface: bool = False) -> dict:
     """The ``marmousi`` case (module docstring): ``data`` as :func:`load_marmousi` takes it;
     ``survey_file``: the synthetic data are read from this .npz when it exists (written by an
-    earlier call with the same model, noise and seed: its geometry and frequencies are checked)
-    and written there otherwise."""
+    earlier call with the same model, noise, seed and surface: its geometry and frequencies are
+    checked) and written there otherwise; ``free_surface``: u = 0 on z = 0 and the PML on the
+    other faces (:data:`MARMOUSI_FREE_SURFACE`), for the data and the inversions."""
     if start not in MARMOUSI_STARTS:
         raise ValueError(f"--start must be one of {MARMOUSI_STARTS}, got {start!r}")
     models = marmousi_models(load_marmousi(data))
@@ -248,8 +258,11 @@ def marmousi_case(data, start: str = "smooth", noise: float = 0.0, seed: int = 0
         if not same:
             raise ValueError(f"--survey {survey_file!r}: not this case's geometry and frequencies")
     else:
+        faces = MARMOUSI_FREE_SURFACE if free_surface else None
+        # Survey.synthetic's default width (one longest wavelength), on the case's faces
+        data_pml = hp.PML(float(np.max(models["true"])) / min(MARMOUSI_FREQUENCIES), faces=faces)
         survey = hp.Survey.synthetic(true, domain, [hp.PointSource(p) for p in src], rec,
-                                     MARMOUSI_FREQUENCIES, noise=noise, seed=seed)
+                                     MARMOUSI_FREQUENCIES, pml=data_pml, noise=noise, seed=seed)
         if survey_file is not None:
             survey.save(survey_file)
     near = np.abs(rec[None, :, 0] - src[:, None, 0]) < 0.1
@@ -260,9 +273,11 @@ def marmousi_case(data, start: str = "smooth", noise: float = 0.0, seed: int = 0
         x = np.asarray(x)
         return (x[:, 0] > 0.1) & (x[:, 0] < width - 0.1) & (x[:, 1] > 0.05) & (x[:, 1] < 1.0)
     bounds = (1.4, round(1.15 * float(np.max(models["true"])), 2))
-    return {"name": "marmousi", "survey": survey, "domain": domain, "pml": hp.PML(MARMOUSI_PML),
+    pml = hp.PML(MARMOUSI_PML, faces=MARMOUSI_FREE_SURFACE if free_surface else None)
+    return {"name": "marmousi", "survey": survey, "domain": domain, "pml": pml,
             "initial": initial, "true": true, "bounds": bounds, "region": region,
             "time_limit": 1200.0, "noise": noise, "start": start, "depth_down": True,
+            "free_surface": free_surface,
             "n_grid": (int(round(width / MARMOUSI_SPACING)) + 1, int(round(depth / MARMOUSI_SPACING)) + 1)}
 
 
@@ -410,6 +425,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=None,
                     help="marmousi: the folder of songc0a/PINN-Helmholtz-solver-adaptive-sine, its mar_v.mat or a .npy")
     ap.add_argument("--start", choices=MARMOUSI_STARTS, default="smooth", help="marmousi: the start model")
+    ap.add_argument("--free-surface", action="store_true",
+                    help="marmousi: a free surface (u = 0) at z = 0 and the PML on the other faces")
     ap.add_argument("--survey", default=None,
                     help="marmousi: read the synthetic data from this .npz if it exists, else write them there")
     ap.add_argument("--method", choices=sorted(METHODS), default="fwi")
@@ -446,20 +463,24 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     if args.case == "marmousi" and args.data is None:
         ap.error("--case marmousi needs --data DIR (the Marmousi model; module docstring)")
+    if args.free_surface and args.case != "marmousi":
+        ap.error("--free-surface: only the marmousi case has a surface")
     case = make_case(args.case, noise=args.noise, seed=args.seed, data=args.data, start=args.start,
-                     survey_file=args.survey)
+                     survey_file=args.survey, free_surface=args.free_surface)
     t_data = time.perf_counter() - t0
     out = METHODS[args.method](case, args)
     err = velocity_error(out["velocity"], case)
-    row = {"case": args.case, "start": case.get("start"), "method": args.method, "noise": args.noise, "seconds": out["seconds"],
+    row = {"case": args.case, "start": case.get("start"), "free_surface": args.free_surface, "method": args.method, "noise": args.noise, "seconds": out["seconds"],
            "velocity_error": err, "data_seconds": t_data, "stopped": out.get("stopped"),
            "regularization": out.get("regularization"), "n_solves": out.get("n_solves"),
            "history": {k: v for k, v in out["history"].items()}}
-    print(f"{args.case} {args.method} noise={args.noise:g}{' start=' + args.start if args.case == 'marmousi' else ''}: velocity error {err:.4f} after "
+    print(f"{args.case} {args.method} noise={args.noise:g}{' start=' + args.start if args.case == 'marmousi' else ''}"
+          f"{' free surface' if args.free_surface else ''}: velocity error {err:.4f} after "
           f"{out['seconds']:.1f} s (data {t_data:.1f} s; {out.get('stopped', '')})")
     if args.figure:
         plot_case(case, out["velocity"], args.figure,
-                  f"{args.case}{', start ' + args.start if args.case == 'marmousi' else ''}, {args.method}, "
+                  f"{args.case}{', start ' + args.start if args.case == 'marmousi' else ''}"
+                  f"{', free surface' if args.free_surface else ''}, {args.method}, "
                   f"noise {args.noise:g}: velocity error {err:.3f} "
                   f"after {out['seconds']:.0f} s")
     if args.json:

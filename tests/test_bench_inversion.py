@@ -138,3 +138,26 @@ def test_the_marmousi_case_needs_its_data(bench, capsys):
     assert "needs --data" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--start must be one of"):
         bench.make_case("marmousi", data=_stand_in_model(), start="flat")
+
+
+def test_the_marmousi_case_with_a_free_surface(bench, monkeypatch, capsys):
+    """--free-surface: the data and both inversions take the PML on every face but the surface
+    z = 0 ("ymin"); without it every face (the case as it was)."""
+    import helmpinn as hp
+
+    layers = []
+
+    def synthetic(velocity, domain, sources, receivers, frequencies, **kw):
+        layers.append(kw["pml"])
+        return hp.Survey(sources, receivers, frequencies,
+                         np.ones((len(frequencies), len(sources), len(receivers)), np.complex128))
+    monkeypatch.setattr(hp.Survey, "synthetic", staticmethod(synthetic))
+    free = bench.make_case("marmousi", data=_stand_in_model(), free_surface=True)
+    every = bench.make_case("marmousi", data=_stand_in_model())
+    assert bench.MARMOUSI_FREE_SURFACE == ("xmin", "xmax", "ymax")
+    assert free["pml"].faces == layers[0].faces == ("xmin", "xmax", "ymax") and free["free_surface"]
+    assert every["pml"].faces is None and layers[1].faces is None
+    assert layers[0].width == layers[1].width == pytest.approx(np.max(_stand_in_model()) / 3.0)
+    with pytest.raises(SystemExit):
+        bench.main(["--case", "ring", "--free-surface"])
+    assert "only the marmousi case has a surface" in capsys.readouterr().err

@@ -243,7 +243,9 @@ class Survey:
         ``velocity``: a number, a callable ``x [N, d] -> [N]`` (> 0) or a
         :class:`~helmpinn.GridField`; ``domain``: the physical :class:`~helmpinn.problems.geometry.Box`;
         ``pml``: the :class:`~helmpinn.PML` around it (default: one longest wavelength wide,
-        ``max v / min f``). ``h``: the grid spacing; default the shortest wavelength
+        ``max v / min f``, on every face; a given one is used as given, its ``faces`` included:
+        a face it leaves out is a free surface, u = 0, and the data hold its ghosts and
+        multiples). ``h``: the grid spacing; default the shortest wavelength
         ``min v / max f`` (v sampled on the physical box) over
         :data:`SYNTHETIC_NODES_PER_WAVELENGTH` = 20, finer than any grid an inversion would use,
         so that inverting these data does not commit the "inverse crime" of fitting data made by

@@ -155,6 +155,20 @@ def _check_fwi_memory(inputs: Inputs) -> None:
         raise UsageError(f"--method fwi: {exc}") from None
 
 
+def _pml(args: argparse.Namespace, domain) -> PML | None:
+    """The PML of --pml and --pml-faces, its faces checked against the box (UsageError)."""
+    if args.pml_faces is not None and not args.pml > 0:
+        raise UsageError("--pml-faces: given without a PML; give --pml WIDTH > 0 as well")
+    if not args.pml > 0:
+        return None
+    try:
+        pml = PML(args.pml, faces=args.pml_faces)
+        pml.sides(domain.dim)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--pml-faces: {exc}") from None
+    return pml
+
+
 def read_inputs(args: argparse.Namespace) -> Inputs:
     """Every input read and checked (UsageError naming the option), nothing written."""
     _check_command(args)
@@ -168,8 +182,8 @@ def read_inputs(args: argparse.Namespace) -> Inputs:
     domain = _domain(args, initial)
     for flag, field in (("--initial", initial), ("--true", true)):
         _covers(flag, field, domain)
+    pml = _pml(args, domain)
     try:
-        pml = PML(args.pml) if args.pml > 0 else None
         survey.validate(domain, pml)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"--survey {args.survey!r}: {exc}") from None

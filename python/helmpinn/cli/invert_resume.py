@@ -25,6 +25,7 @@ RESUME_OPTIONS = ("time_limit", "max_steps", "threads", "quiet", "no_plots")
 _SAVED = (("method", "--method", "word"), ("survey", "--survey", "path"), ("initial", "--initial", "path"), ("true", "--true", "path"),
           ("initial_velocity", "--initial-velocity", "number"), ("origin", "--origin", "numbers"),
           ("spacing", "--spacing", "numbers"), ("domain", "--domain", "numbers"), ("pml", "--pml", "number"),
+          ("pml_faces", "--pml-faces", "words"),
           ("bounds", "--bounds", "numbers"), ("time_limit", "--time-limit", "number"),
           ("max_steps", "--max-steps", "number"), ("regularization", "--regularization", "number"),
           ("regularization_decay", "--regularization-decay", "number"),
@@ -35,11 +36,15 @@ def _saved_option(key: str, flag: str, kind: str, value: Any, where: str) -> lis
     """One saved setting as command-line words (UsageError when its type is not the option's)."""
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
     ok = {"path": isinstance(value, str), "word": isinstance(value, str), "number": number(value),
-          "numbers": isinstance(value, list) and 0 < len(value) <= 6 and all(map(number, value))}[kind]
+          "numbers": isinstance(value, list) and 0 < len(value) <= 6 and all(map(number, value)),
+          "words": isinstance(value, list) and 0 < len(value) <= 6
+          and all(isinstance(v, str) and v.isalnum() for v in value)}[kind]
     if not ok:
         raise UsageError(f"--resume: {where}: setting {key!r} is not what {flag} takes ({value!r})")
     if kind in ("path", "word"):   # one word: a value that looks like an option stays a value
         return [f"{flag}={value}"]
+    if kind == "words":            # names (letters and digits): none looks like an option
+        return [flag, *value]
     return [flag, *map(repr, value if kind == "numbers" else [value])]
 
 

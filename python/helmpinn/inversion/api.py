@@ -266,8 +266,8 @@ class _Run:
         u_f = math.sqrt(float(np.mean(np.abs(self.data[fi]) ** 2))) or 1.0
         S = len(self.survey.sources)
         wavelength = o["v_min"] / f
-        area = float(np.prod(np.asarray(self.domain.hi) - np.asarray(self.domain.lo)
-                             + (2 * self.pml.width if self.pml is not None else 0.0)))
+        grown = 0.0 if self.pml is None else self.pml.width * self.pml.sides(self.domain.dim).sum(axis=1)
+        area = float(np.prod(np.asarray(self.domain.hi) - np.asarray(self.domain.lo) + grown))
         P = _core_params(self.domain.dim, o["network"])
         n_pde = o["pde_points"] or int(max(POINTS_PER_PARAMETER * P, 36 * area / wavelength ** 2))
         n_bc = o["boundary_points"] or int(max(64, 32 * math.sqrt(area) / wavelength))
@@ -363,7 +363,8 @@ def _settings(survey, domain: Box, pml: PML | None, m_bounds, o: dict[str, Any])
     out = {k: o[k] for k in _SAME}
     out["network"] = list(o["network"])
     out.update(bounds=None if m_bounds is None else [float(b) for b in m_bounds], domain=[domain.lo.tolist(),
-               domain.hi.tolist()], pml=None if pml is None else float(pml.width), survey=digest.hexdigest())
+               domain.hi.tolist()], pml=None if pml is None else float(pml.width),
+               pml_faces=None if pml is None else pml.faces_record(domain.dim), survey=digest.hexdigest())
     return out
 
 
@@ -465,7 +466,8 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
 
     ``survey``: a :class:`helmpinn.Survey`; ``initial``: the starting velocity (a number or a
     callable such as a GridField); ``domain``: the physical box; ``pml``: a PML around it (None:
-    first-order absorbing conditions on the box); ``bounds``: ``(v_min, v_max)``, imposed by
+    first-order absorbing conditions on the box; a face its ``faces`` leaves out is a free
+    surface, u = 0); ``bounds``: ``(v_min, v_max)``, imposed by
     projection (:mod:`helmpinn.inversion.solver`); ``true``: the true velocity, for the history's
     velocity error ``‖v − v_true‖/‖v_true − v_init‖`` inside the hull of the sources and
     receivers, or where ``region(x)`` is true (a callable ``x [N, d] -> bool [N]``, as

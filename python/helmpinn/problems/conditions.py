@@ -75,11 +75,13 @@ def Sommerfeld(k: float | Callable, g: complex | Callable | None = None) -> Robi
     return Robin(-1j * float(k), g)
 
 
-def resolve_bcs(bcs: Mapping, parts: tuple[str, ...],
-                absorbed: tuple[str, ...] = ()) -> dict[str, Dirichlet | Robin | None]:
+def resolve_bcs(bcs: Mapping, parts: tuple[str, ...], absorbed: tuple[str, ...] = (),
+                free: tuple[str, ...] = ()) -> dict[str, Dirichlet | Robin | None]:
     """One condition (or None) per boundary part of ``parts`` from a problem's ``bcs``: keys are
     part names, tuples of them, or ``"*"`` for every part not named otherwise; a part that a PML
-    replaced (``absorbed``), an unknown part and a part left without a condition are refused."""
+    replaced (``absorbed``), an unknown part and a part left without a condition are refused,
+    except a face that a PML leaves without its layer (``free``), whose condition defaults to
+    ``Dirichlet(0)``, the layer's wall condition (a free surface)."""
     out: dict[str, Dirichlet | Robin | None] = {}
     default = "__unset__"
     for key, bc in bcs.items():
@@ -99,6 +101,9 @@ def resolve_bcs(bcs: Mapping, parts: tuple[str, ...],
             out[name] = bc
     for name in parts:
         if name not in out:
+            if default == "__unset__" and name in free:
+                out[name] = Dirichlet(0.0)
+                continue
             if default == "__unset__":
                 raise ValueError(f"boundary part {name!r} has no boundary condition; give one "
                                  f"(or None to leave it free, or '*' for all remaining parts)")

@@ -1,9 +1,10 @@
 """Perfectly matched layers and variable density: the coefficients of the core's general operator.
 
-A :class:`PML` of width ``w`` around a domain's outer box ``[lo, hi]`` stretches each coordinate
-in the layer, ``∂_j → (1/s_j) ∂_j`` with ``s_j(x_j) = 1 + i σ_j(x_j)/k`` and the polynomial
-profile ``σ_j = σ₀ (δ_j/w)^p`` (``δ_j`` the distance outside ``[lo_j, hi_j]``, 0 inside). The
-Helmholtz operator becomes the core's diagonal operator (docs/MATH.md, General operator)
+A :class:`PML` of width ``w`` around a domain's outer box ``[lo, hi]`` (on every face, or on the
+faces named by ``faces``) stretches each coordinate in the layer, ``∂_j → (1/s_j) ∂_j`` with
+``s_j(x_j) = 1 + i σ_j(x_j)/k`` and the polynomial profile ``σ_j = σ₀ (δ_j/w)^p`` (``δ_j``
+the distance outside ``[lo_j, hi_j]``, 0 inside). The Helmholtz operator becomes the core's
+diagonal operator (docs/MATH.md, General operator)
 
     Σ_j a_j ∂²u/∂x_j² + Σ_j b_j ∂u/∂x_j + κ u,   a_j = 1/s_j²,   b_j = −s_j′/s_j³,
 
@@ -29,10 +30,21 @@ fastest ``R^{sqrt(k_min/k_max)}`` and the slowest ``R^{sqrt(k_max/k_min)}`` (a h
 around a slower inclusion: R exactly). Matching the fastest instead makes the slowest decay
 over a fraction of a wavelength (docs/benchmarks-archive.md, "A PML in a medium"). A given
 ``strength`` is used as given.
+
+Faces: ``faces`` names the faces of the box that carry the layer by the box's boundary-part
+names (:class:`~helmpinn.problems.geometry.Box`: ``"xmin"``, ``"xmax"``, ``"ymin"``, ``"ymax"``,
+``"zmin"``, ``"zmax"``), the names a Problem's ``bcs`` uses; default every face. The sampled box
+grows by ``w`` on those faces only, and σ is zero across the others. A face without the layer
+stays a boundary part of the problem: it takes the condition ``bcs`` gives it (by its name or
+``"*"``), else ``u = 0``, the layer's wall condition: a pressure-release **free surface**. A
+seismic section with coordinates ``(x, z)``, z the depth downwards from the surface z = 0, has
+its surface on the face ``"ymin"``: ``PML(w, faces=("xmin", "xmax", "ymax"))``. The name of a
+face that does not exist in the problem's dimension is refused when the layer meets its box.
 """
 from __future__ import annotations
 
 import math
+import re
 from typing import Callable
 
 import numpy as np
@@ -40,7 +52,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from .._checks import real_number
 
-__all__ = ["PML", "operator_coefficients", "DEFAULT_REFLECTION"]
+__all__ = ["PML", "operator_coefficients", "DEFAULT_REFLECTION", "face_name"]
 
 #: The round-trip reflection at normal incidence that the default strength aims at.
 DEFAULT_REFLECTION = 1e-4
@@ -48,6 +60,43 @@ DEFAULT_REFLECTION = 1e-4
 MAX_POWER = 10.0
 #: The largest σ₀/k a Problem accepts: |s| up to about this, so 1/s² stays above 1e-12.
 MAX_STRETCH = 1e6
+#: A face's name: the axis (x, y, z, or x3, x4, ... beyond the third) and min or max.
+_FACE = re.compile(r"^(x|y|z|x[3-9]|x[1-9][0-9]+)(min|max)$")
+
+
+def face_name(axis: int, side: int) -> str:
+    """The boundary-part name of a box's face: ``axis`` 0, 1, 2, ... and ``side`` 0 (min) or 1
+    (max), as :class:`~helmpinn.problems.geometry.Box` names its parts."""
+    return ("xyz"[axis] if axis < 3 else f"x{axis}") + ("max" if side else "min")
+
+
+def _face_index(name: str) -> tuple[int, int]:
+    m = _FACE.match(name)
+    axis = "xyz".index(m.group(1)) if len(m.group(1)) == 1 else int(m.group(1)[1:])
+    return axis, int(m.group(2) == "max")
+
+
+def _checked_faces(faces) -> tuple[str, ...] | None:
+    """``faces`` as face names in axis order (None: every face), or a TypeError/ValueError
+    naming the argument."""
+    if faces is None:
+        return None
+    given = (faces,) if isinstance(faces, str) else faces
+    try:
+        given = list(given)
+    except TypeError:
+        raise TypeError(f"PML: faces must be face names such as ('xmin', 'xmax', 'ymax') or None "
+                        f"(every face), got {type(faces).__name__}") from None
+    for f in given:
+        if not isinstance(f, str) or not _FACE.match(f):
+            raise ValueError(f"PML: faces: {f!r} is not a face's name; expected names such as "
+                             f"'xmin', 'xmax', 'ymin', 'ymax', 'zmin', 'zmax' (the box's boundary parts)")
+    if not given:
+        raise ValueError("PML: faces must name at least one face (no face: give pml=None)")
+    if len(set(given)) != len(given):
+        twice = sorted({f for f in given if given.count(f) > 1})
+        raise ValueError(f"PML: faces names {twice} more than once")
+    return tuple(sorted(given, key=_face_index))
 
 
 class PML:
@@ -58,15 +107,19 @@ class PML:
     profile's exponent p (σ = σ₀ (δ/w)^p; p >= 1, default 2, so that σ and σ′ vanish at the
     interface with the physical domain; at most :data:`MAX_POWER`). Each must be a finite
     number; a :class:`~helmpinn.Problem` further checks the layer against its box and
-    wavenumber (:meth:`check`).
+    wavenumber (:meth:`check`). ``faces``: the faces that carry the layer, by the box's part
+    names (a name or a sequence of them, e.g. ``("xmin", "xmax", "ymax")``; default None: every
+    face); the others are boundary parts of the problem, ``u = 0`` unless its ``bcs`` says
+    otherwise (module docstring, Faces).
     """
 
-    def __init__(self, width: float, strength: float | None = None, power: float = 2):
+    def __init__(self, width: float, strength: float | None = None, power: float = 2, *, faces=None):
         self.width = real_number("PML", "width", width, low=0.0)
         if strength is not None:
             strength = real_number("PML", "strength", strength, low=0.0)
         self.power = real_number("PML", "power", power, low=1.0, low_open=False, high=MAX_POWER)
         self._strength = strength
+        self.faces = _checked_faces(faces)
         if not math.isfinite(self.strength):
             raise ValueError(f"PML: width {self.width!r} is too small for the default strength "
                              f"((p+1) ln(1/R)/(2 width) = {self.strength!r}); give a wider layer")
@@ -112,7 +165,7 @@ class PML:
         factor = k / math.sqrt(k_min * k_max)
         if not factor > 1.0:
             return self
-        return PML(self.width, strength=self.strength * factor, power=self.power)
+        return PML(self.width, strength=self.strength * factor, power=self.power, faces=self.faces)
 
     def reflection(self) -> float:
         """The round-trip amplitude ``exp(−2 σ₀ w/(p+1))`` of a wave at normal incidence."""
@@ -120,12 +173,46 @@ class PML:
 
     def __repr__(self) -> str:
         s = "None" if self._strength is None else repr(self._strength)
-        return f"PML(width={self.width!r}, strength={s}, power={self.power!r})"
+        f = "" if self.faces is None else f", faces={self.faces!r}"
+        return f"PML(width={self.width!r}, strength={s}, power={self.power!r}{f})"
+
+    def sides(self, dim: int) -> NDArray[np.bool_]:
+        """``[dim, 2]``: True where face (axis, side: 0 min, 1 max) of a ``dim``-D box carries
+        the layer; a ValueError names ``faces`` when one of them is not a face in ``dim``."""
+        out = np.ones((dim, 2), bool)
+        if self.faces is None:
+            return out
+        out[:] = False
+        for name in self.faces:
+            axis, side = _face_index(name)
+            if axis >= dim:
+                raise ValueError(f"PML: faces: {name!r} is not a face of a {dim}-D box; its faces are "
+                                 f"{[face_name(a, s) for a in range(dim) for s in (0, 1)]}")
+            out[axis, side] = True
+        return out
+
+    def layered_faces(self, dim: int) -> tuple[str, ...]:
+        """The names of the faces of a ``dim``-D box that carry the layer, in the box's order."""
+        sides = self.sides(dim)
+        return tuple(face_name(a, s) for a in range(dim) for s in (0, 1) if sides[a, s])
+
+    def free_faces(self, dim: int) -> tuple[str, ...]:
+        """The names of the faces of a ``dim``-D box without the layer (boundary parts of the
+        problem: ``u = 0`` unless its ``bcs`` names them)."""
+        sides = self.sides(dim)
+        return tuple(face_name(a, s) for a in range(dim) for s in (0, 1) if not sides[a, s])
+
+    def faces_record(self, dim: int) -> list[str] | None:
+        """What a run's settings record of the faces: None when every face of a ``dim``-D box
+        carries the layer (as a record without faces reads), else the layered faces' names."""
+        named = self.layered_faces(dim)
+        return None if len(named) == 2 * dim else list(named)
 
     def outer_box(self, lo: ArrayLike, hi: ArrayLike) -> tuple[NDArray, NDArray]:
-        """The layer's outer wall around the box [lo, hi]."""
+        """The layer's outer wall around the box [lo, hi] (grown on the layered faces only)."""
         lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
-        return lo - self.width, hi + self.width
+        sides = self.sides(lo.size)
+        return lo - self.width * sides[:, 0], hi + self.width * sides[:, 1]
 
     def stretch(self, x: ArrayLike, lo: ArrayLike, hi: ArrayLike, k: float
                 ) -> tuple[NDArray[np.complex128], NDArray[np.complex128]]:
@@ -135,7 +222,9 @@ class PML:
         lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
         if not (math.isfinite(k) and k > 0):
             raise ValueError(f"PML: the wavenumber must be a finite number > 0, got {k}")
-        below, above = lo - x, x - hi
+        sides = self.sides(lo.size)
+        below = np.where(sides[:, 0], lo - x, 0.0)   # no layer beyond a free face: σ = 0 there
+        above = np.where(sides[:, 1], x - hi, 0.0)
         delta = np.maximum(np.maximum(below, above), 0.0) / self.width  # [N, d], 0 inside
         side = np.where(above > 0, 1.0, np.where(below > 0, -1.0, 0.0))
         p, s0 = self.power, self.strength

@@ -23,9 +23,10 @@ A :class:`Problem` holds
 - ``exact``: an optional exact solution ``x -> complex [N]``, used for error reports;
 - ``pml``: an optional :class:`~helmpinn.problems.pml.PML` around the domain's outer box (a
   :class:`~helmpinn.problems.geometry.Box`, :class:`~helmpinn.problems.geometry.Interval` or
-  :class:`~helmpinn.problems.geometry.BoxMinusBall`): the box's faces are then no boundary at all, the layer
-  is sampled with the domain, ``u = 0`` on its outer wall, and ``bcs`` names only the remaining
-  parts (a scatterer); errors, plots and predictions stay on the physical domain (a
+  :class:`~helmpinn.problems.geometry.BoxMinusBall`): the box's faces the layer covers (every face,
+  or its ``faces``) are then no boundary at all, the layer is sampled with the domain, ``u = 0`` on
+  its outer wall, and ``bcs`` names only the remaining parts (a scatterer; a face without the
+  layer, whose condition defaults to ``u = 0``: a free surface); errors, plots and predictions stay on the physical domain (a
   :class:`~helmpinn.problems.geometry.PointCloud` holds its layer itself: see below); where κ varies in
   the layer, a default strength is matched to the wavenumbers there
   (:meth:`~helmpinn.problems.pml.PML.for_medium`; ``problem.pml`` is the layer used); a
@@ -186,7 +187,7 @@ class Problem:
         self.name = name
         self.description = description
         self.options = dict(options or {})
-        self.bcs = resolve_bcs(bcs or {}, self.part_names, self.sampler.absorbed)
+        self.bcs = resolve_bcs(bcs or {}, self.part_names, self.sampler.absorbed, self.sampler.free)
         self.data = None if data is None else self._checked_data(data)
         self.medium.set_wavenumber(wavenumber, domain)
         if pml is not None:

@@ -23,22 +23,24 @@ __all__ = ["Sampler", "CellDensity", "surround"]
 
 def surround(domain: Domain, pml: PML | None) -> tuple[Domain, tuple[str, ...], Any]:
     """``(sampling_domain, absorbed, box)``: where the points are drawn (the domain, or with a
-    PML its outer box around the domain), the boundary parts the layer replaces, and the
+    PML its outer box around the domain, grown on the layer's faces), the boundary parts the
+    layer replaces (its faces; the box's other faces stay parts of the problem), and the
     physical box ``(lo, hi)`` (None for a point cloud without a PML). A
     :class:`~helmpinn.problems.geometry.PointCloud` holds its layer itself: its bounding box is
-    the layer's outer wall, the physical box that box shrunk by the width."""
+    the layer's outer wall, the physical box that box shrunk by the width on the layer's faces."""
     box = domain.bounds if not isinstance(domain, PointCloud) else None
     if pml is None:
         return domain, (), box
     if isinstance(domain, BoxMinusObstacle):
         lo, hi = pml.outer_box(domain.box.lo, domain.box.hi)
-        return domain.with_box(Box(lo, hi)), domain.box.part_names, box
+        return domain.with_box(Box(lo, hi)), pml.layered_faces(domain.dim), box
     if isinstance(domain, Box):
         lo, hi = pml.outer_box(domain.lo, domain.hi)
-        return (Interval(lo[0], hi[0]) if domain.dim == 1 else Box(lo, hi)), domain.part_names, box
+        return (Interval(lo[0], hi[0]) if domain.dim == 1 else Box(lo, hi)), pml.layered_faces(domain.dim), box
     if isinstance(domain, PointCloud):
         lo, hi = domain.bounds
-        lo, hi = lo + pml.width, hi - pml.width
+        sides = pml.sides(domain.dim)
+        lo, hi = lo + pml.width * sides[:, 0], hi - pml.width * sides[:, 1]
         if not np.all(hi > lo):
             raise ValueError(f"pml: a PointCloud's bounding box is the layer's outer wall; "
                              f"width {pml.width!r} leaves no physical box inside "
@@ -90,7 +92,9 @@ class CellDensity:
 
 class Sampler:
     """Draws the points of a problem on ``domain`` (with an optional ``pml``, and its
-    ``pml_share``, checked). ``sampling_domain``, ``absorbed`` and ``box``: :func:`surround`'s.
+    ``pml_share``, checked). ``sampling_domain``, ``absorbed`` and ``box``: :func:`surround`'s;
+    ``free``: the faces of the box that a PML leaves without the layer (their condition
+    defaults to ``u = 0``, :func:`~helmpinn.problems.conditions.resolve_bcs`).
     ``density``: None, or a :class:`CellDensity` over the sampling domain's box that the PDE points
     follow (:meth:`sample_pde`)."""
 
@@ -101,6 +105,7 @@ class Sampler:
         self.dim = domain.dim
         self.sampling_domain, self.absorbed, self.box = surround(domain, pml)
         self.layered = pml is not None
+        self.free = pml.free_faces(self.dim) if pml is not None and self.absorbed else ()
         self.pml_share = None
         if pml_share is not None:
             if pml is None:
@@ -188,16 +193,24 @@ class Sampler:
     def sample_boundary(self, n: int | None, rng: np.random.Generator,
                         method: str) -> tuple[BoundarySample, NDArray[np.float64] | None]:
         """``(parts, wall)``: n boundary points split over the parts by measure, and None; with
-        a PML, the points on its outer wall (``u = 0`` there) and, for a scatterer inside (a
-        :class:`~helmpinn.problems.geometry.BoxMinusObstacle`: a ball, a polygon), half of the n on it (by measure it
-        would get a sliver of them), as the part ``"scatterer"``."""
+        a PML, n points on the sampled box's faces by measure: those on the layer's faces are
+        its outer ``wall`` (``u = 0`` there), those on a face without the layer (which spans the
+        layer along the face) keep that face's part name; for a scatterer inside (a
+        :class:`~helmpinn.problems.geometry.BoxMinusObstacle`: a ball, a polygon), half of the n
+        go on it (by measure it would get a sliver of them), as the part ``"scatterer"``."""
         if not self.absorbed:
             return self.domain.sample_boundary(n, rng, method), None
         sd = self.sampling_domain
-        if isinstance(sd, BoxMinusObstacle):
-            n_wall = int(n) // 2
-            wall = sd.box.sample_boundary(n_wall, rng, method).x
-            inner = sd.obstacle.sample_boundary(int(n) - n_wall, rng, method)
-            return BoundarySample(inner.x, -inner.normals, np.full(len(inner.x), "scatterer")), wall
-        wall = sd.sample_boundary(n, rng, method).x
-        return BoundarySample(np.empty((0, self.dim)), np.empty((0, self.dim)), np.empty(0, dtype="<U9")), wall
+        cut = isinstance(sd, BoxMinusObstacle)
+        n_outer = int(n) // 2 if cut else n
+        outer = (sd.box if cut else sd).sample_boundary(n_outer, rng, method)
+        on_wall = np.isin(outer.parts, self.absorbed)
+        wall, free = outer.x[on_wall], ~on_wall
+        xs, ns, ps = [outer.x[free]], [outer.normals[free]], [outer.parts[free]]
+        if cut:
+            inner = sd.obstacle.sample_boundary(int(n) - n_outer, rng, method)
+            xs.append(inner.x)
+            ns.append(-inner.normals)
+            ps.append(np.full(len(inner.x), "scatterer"))
+        parts = np.concatenate(ps).astype(f"<U{max([9] + [len(p) for p in self.domain.part_names])}")
+        return BoundarySample(np.concatenate(xs), np.concatenate(ns), parts), wall

@@ -85,11 +85,12 @@ class SourceTerms:
         if medium.pml is None or not self.point_sources or box is None:
             return
         lo, hi = (np.asarray(b, np.float64) for b in box)
+        sides = medium.pml.sides(len(lo))   # the faces with the layer (a free surface is none)
         for src in self.point_sources:
             x0 = np.asarray(src.position, np.float64)
             if not outer.contains(x0[None, :])[0]:
                 continue   # outside the domain altogether: warn_outside's warning
-            gap = float(np.min(np.concatenate([x0 - lo, hi - x0])))
+            gap = float(np.min(np.concatenate([(x0 - lo)[sides[:, 0]], (hi - x0)[sides[:, 1]]])))
             k = float(medium.local_wavenumber(x0[None, :])[0]) or medium.wavenumber
             if gap < 0:
                 warnings.warn(f"source: the PointSource at {x0.tolist()} lies in the PML (outside the "

@@ -1,4 +1,4 @@
-"""Built-in wave benchmarks with exact solutions: ``box-source`` and ``free-source``.
+"""Built-in wave benchmarks with exact solutions: ``box-source``, ``free-source`` and ``halfspace-source``.
 
 ``box-source`` is the Helmholtz ladder of the multilevel FBPINN paper (Dolean, Heinlein, Mishra,
 Moseley 2024): ``Δu + w²u = f`` on ``[0, 1]²``, ``u = 0`` on the boundary, with the centred,
@@ -25,6 +25,13 @@ box gives ``k = π W``. Our equation ``Δu + k²u = f`` takes ``f = −g``; the 
 
 (``H₀ = H₀⁽¹⁾``), evaluated by Gauss-Legendre panels; far from the source (r ≳ 12 s) it is
 ``(i/4) e^{−k²s²/2} H₀(kr)``.
+
+``halfspace-source`` is the same source at depth ``depth`` below a free surface: the box
+``[−1, 1] × [0, 1]`` (y the depth) with ``u = 0`` on y = 0 (the face ``"ymin"``) and a PML one
+wavelength wide on its other three faces (``PML(faces=("xmin", "xmax", "ymax"))``). Its exact
+solution is the image solution: the free-space field of the source at ``(0, depth)`` minus that
+of its mirror image at ``(0, −depth)``; the image's Gaussian is part of the source term (its
+tail reaches into the box), so the solution is exact.
 
 For any closed box problem (not only ``box-source``), :func:`box_resonances` lists the
 eigenmodes of ``−Δ`` whose eigenvalue lies near κ, with the factor by which each turns a residual
@@ -589,6 +596,29 @@ def free_source(wavelengths: float = 5.0, s: float = 0.05) -> Problem:
                    pml=PML(2.0 * math.pi / k))
 
 
+def halfspace_source(wavelengths: float = 3.0, s: float = 0.05, depth: float = 0.3) -> Problem:
+    """A Gaussian source of width ``s`` at ``(0, depth)`` below a free surface (module
+    docstring): ``wavelengths`` W across the box's width 2 (``k = π W``)."""
+    W = _positive("wavelengths", wavelengths)
+    s = _positive("s", s)
+    depth = _positive("depth", depth)
+    if depth >= 1.0:
+        raise ValueError(f"depth: expected a depth below 1 (the box is [-1, 1] x [0, 1]), got {depth}")
+    k = math.pi * W
+    green = _RadialGreen(k, s)
+    x0, xi = np.array([0.0, depth]), np.array([0.0, -depth])
+
+    def exact(x):
+        x = _points2(x)
+        return green(np.hypot(*(x - x0).T)) - green(np.hypot(*(x - xi).T))
+
+    def source(x):
+        x = np.asarray(x, np.float64)
+        return -(_gaussian(x, x0, s) - _gaussian(x, xi, s)).astype(np.complex128)
+    return Problem(Box([-1.0, 0.0], [1.0, 1.0]), kappa=k * k, source=source, bcs={}, exact=exact,
+                   wavenumber=k, pml=PML(2.0 * math.pi / k, faces=("xmin", "xmax", "ymax")))
+
+
 #: The problems of this module by name (read by :mod:`helmpinn.problems.registry`).
 PROBLEMS = {
     "box-source": (box_source,
@@ -597,4 +627,7 @@ PROBLEMS = {
     "free-source": (free_source,
                     "Gaussian source in free space, [-1,1]^2 inside a PML one wavelength wide; "
                     "radial Green's-function solution (options wavelengths, s)"),
+    "halfspace-source": (halfspace_source,
+                         "Gaussian source below a free surface (u = 0 on y = 0), [-1,1]x[0,1] with a PML "
+                         "on the other faces; image-source solution (options wavelengths, s, depth)"),
 }

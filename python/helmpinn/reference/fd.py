@@ -11,7 +11,9 @@ with the problem's own coefficients (``a``, ``b`` from its PML and density throu
 (the physical box and, with a PML, the layer around it). Derivatives are fourth-order central
 differences (five points per direction); the nodes next to the boundary use the fourth-order
 one-sided stencils of the same width. Boundary nodes carry the boundary conditions: ``u = 0`` on
-a PML's outer wall, ``u = value`` on Dirichlet faces, and ``∂u/∂n + α u = g`` on Robin faces
+a PML's outer wall (the grid spans the layer on its faces only: a face a ``PML(faces=...)``
+leaves free, such as a free surface, is a face of the grid with its own condition, ``u = 0``
+unless the problem's ``bcs`` says otherwise), ``u = value`` on Dirichlet faces, and ``∂u/∂n + α u = g`` on Robin faces
 (Neumann, Sommerfeld) with a fourth-order one-sided derivative. The linear system is solved by
 SciPy's sparse LU (SuperLU).
 
@@ -481,7 +483,8 @@ def _pde_rows(problem, xi, ii, ni, n, hs, strides, order, cut=None, rhs=None):
 
 
 def _boundary_rows(problem, xw, iw, nw, n, hs, strides, order, rows, cols, vals, rhs) -> None:
-    """Boundary rows: u = 0 on a PML's wall; else each face's condition (Dirichlet wins at
+    """Boundary rows: u = 0 on a PML's wall (the faces with the layer); each other face's
+    condition (a face a PML leaves free: ``problem.bcs``, u = 0 by default; Dirichlet wins at
     edges). Appends to rows/cols/vals and writes the boundary data into rhs."""
     d = xw.shape[1]
     st = _stencils(order)
@@ -489,18 +492,13 @@ def _boundary_rows(problem, xw, iw, nw, n, hs, strides, order, rows, cols, vals,
     # With a background u₀ (the scattered-field form) the unknown is u − u₀: its conditions are
     # the total field's shifted by u₀'s values (as Problem.sample shifts them).
     background = getattr(problem, "background", None)
-    if problem.pml is not None:
-        rows.append(nw)
-        cols.append(nw)
-        vals.append(np.ones(len(nw), np.complex128))
-        if background is not None:
-            rhs[nw] = -background(xw)
-        return
+    walls = np.zeros((d, 2), bool) if problem.pml is None else problem.pml.sides(d)
     faces = []
     for j in range(d):
         for side in (0, 1):
             name = problem.domain.part_names[2 * j + side]
-            faces.append((j, side, problem.bcs.get(name), name))
+            # the PML's wall: u = 0, as Dirichlet(0) (less u₀ with a background)
+            faces.append((j, side, Dirichlet(0.0) if walls[j, side] else problem.bcs.get(name), name))
     for want in (Dirichlet, Robin):
         for j, side, bc, name in faces:
             on_face = (iw[:, j] == (n[j] if side else 0)) & ~done

@@ -353,7 +353,8 @@ def fwi(survey, initial, *, domain, pml, bounds: tuple[float, float], grid: floa
 
     ``initial``, ``true``: a number, a callable ``x [N, d] -> [N]`` or a GridField (velocities);
     ``domain``: the physical :class:`~helmpinn.problems.geometry.Box`; ``pml``: its
-    :class:`~helmpinn.PML` (None: first-order absorbing faces); ``bounds``: ``(v_min, v_max)``,
+    :class:`~helmpinn.PML` (None: first-order absorbing faces; a face its ``faces`` leaves out is
+    a free surface, u = 0); ``bounds``: ``(v_min, v_max)``,
     which must contain the initial model; ``grid``: the medium grid's spacing (default
     :data:`MEDIUM_SPACING` × the shortest wavelength, ``v_min / max f``); ``h``: the
     finite-difference spacing (default per frequency group: the group's shortest wavelength
@@ -420,7 +421,8 @@ def _settings(survey, domain, pml, vmin: float, vmax: float, spacing: float, gro
         digest.update(repr(source).encode())
     lo, hi = domain.bounds
     return {"survey": digest.hexdigest(), "domain": [lo.tolist(), hi.tolist()],
-            "pml": None if pml is None else float(pml.width), "bounds": [vmin, vmax], "grid": spacing,
+            "pml": None if pml is None else float(pml.width),
+            "pml_faces": None if pml is None else pml.faces_record(len(lo)), "bounds": [vmin, vmax], "grid": spacing,
             "groups": [list(g) for g in groups], "h": [float(x) for x in hs], "regularization": regularization}
 
 
