@@ -5,9 +5,11 @@ printed after every step, so that ideas compare by error at equal steps (times o
 machine say little).
 
     python benchmarks/inversion_knobs.py [--sources 4] [--freqs 0,1,2] [--steps 20]
-        [--lambda-data 1] [--reg 1e-5] [--network 12,16,2] [--per-wavelength 4] [--lam 1]
+        [--lambda-data 1] [--reg 1e-5] [--reg-decay 0.1] [--network 12,16,2] [--per-wavelength 4] [--lam 1]
         [--exact] [--fit-steps 30] [--varpro] [--extrapolate 2] [--noise 0.01]
 
+``--reg``: the first stage's regularisation weight β, every later stage's ``--reg-decay`` times
+the previous one's (as :func:`helmpinn.invert`'s ``regularization`` and ``regularization_decay``).
 ``--sources n``: every (16/n)-th source of the 16 (4: the "quarter survey"); ``--freqs``: the
 stages, as indices into the frequencies (2, 3, 4), repeats allowed (a repeated frequency starts
 a new stage: a forward solve in the current medium and fresh networks); ``--steps``: one count,
@@ -50,6 +52,7 @@ def _arguments(argv):
     ap.add_argument("--steps", default="10")
     ap.add_argument("--lambda-data", type=float, default=1.0)
     ap.add_argument("--reg", type=float, default=1e-5)
+    ap.add_argument("--reg-decay", type=float, default=0.1)
     ap.add_argument("--network", default="12,16,2")
     ap.add_argument("--per-wavelength", type=float, default=4.0)
     ap.add_argument("--lam", type=float, default=1.0)
@@ -115,7 +118,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     for stage, (fi, n_steps) in enumerate(zip(freqs, steps)):
         rows, thetas = run.wavefields(fi, medium, c, None)
-        joint = JointResiduals(rows, run.spec, medium, reg)
+        stage_reg = None if reg is None else reg * math.sqrt(a.reg_decay) ** stage
+        joint = JointResiduals(rows, run.spec, medium, stage_reg)
         lm = ArrowheadLM(joint, bounds=m_bounds, varpro=a.varpro, lam=a.lam)
         if a.exact:
             c = _exact_start(run, rows, thetas, joint, lm, medium, c_true, fi, network, a.fit_steps, c)

@@ -126,6 +126,8 @@ BAD = {
     "zero time limit": (lambda f, t: ["--time-limit", "0"], "--time-limit must be a positive"),
     "NaN pml": (lambda f, t: ["--pml", "nan"], "--pml must be"),
     "odd domain": (lambda f, t: ["--domain", "0", "0", "1"], "2 d numbers"),
+    "regularisation decay above 1": (lambda f, t: ["--regularization-decay", "2"],
+                                     "--regularization-decay must be a number in [0, 1]"),
     "resume with other settings": (lambda f, t: ["--resume", str(t / "old")], "--survey, --initial, --spacing"),
 }
 
@@ -146,6 +148,8 @@ def test_bad_input_is_one_line_and_writes_nothing(files, tmp_path, capsys, case)
     (["--initial-velocity", "1", "--method", "fwi"], "--method fwi needs --bounds"),
     (["--initial-velocity", "1", "--method", "fwi", "--bounds", "0.8", "1.3", "--seed", "1"],
      "--seed set helmpinn.invert's"),
+    (["--initial-velocity", "1", "--method", "fwi", "--bounds", "0.8", "1.3", "--regularization-decay", "0.5"],
+     "--regularization-decay set helmpinn.invert's"),
     (["--initial", "v0.npy"], "give the grid's --spacing"),
     ([], "--survey FILE.npz is required"),
 ])
@@ -269,10 +273,11 @@ def test_resume_continues_a_stopped_run_as_if_uninterrupted(files, tmp_path, cap
     """SIGTERM at step 2, then --resume DIR (with a longer --time-limit only): the folder's result
     is the uninterrupted run's, bit for bit (helmpinn.invert's start=), and its report says so."""
     full = tmp_path / "full"
-    assert main(_args(files, full, "--quiet", "--no-plots")) == 0
+    decay = ["--regularization-decay", "0.5"]   # a setting --resume must carry over (invert's start= checks it)
+    assert main(_args(files, full, "--quiet", "--no-plots", *decay)) == 0
     out = tmp_path / "run"
     _terminate_at(monkeypatch, 2)
-    assert main(_args(files, out, "--no-plots")) == 143   # (the progress lines send the signal)
+    assert main(_args(files, out, "--no-plots", *decay)) == 143   # (the progress lines send the signal)
     monkeypatch.setattr(cli_invert, "_progress", lambda entry: None)
     capsys.readouterr()
     assert main(["invert", "--resume", str(out), "--time-limit", "30", "--no-plots"]) == 0

@@ -175,6 +175,8 @@ def _survey(S=1, F=1, R=5):
     (dict(time_limit=-1), "time_limit"),
     (dict(network=(4, 4)), "network"),
     (dict(initial=-1.0), "initial"),
+    (dict(regularization_decay=-0.1), "regularization_decay"),
+    (dict(regularization_decay=2.0), "regularization_decay"),
 ])
 def test_invert_refuses_bad_arguments(change, match):
     kw = dict(domain=DOMAIN, initial=1.0, bounds=(0.5, 2.0))
@@ -182,6 +184,25 @@ def test_invert_refuses_bad_arguments(change, match):
     initial = kw.pop("initial")
     with pytest.raises((TypeError, ValueError), match=match):
         hp.invert(_survey(), initial, **kw)
+
+
+def test_each_stage_s_regularisation_is_the_previous_one_s_times_the_decay():
+    """Stage k's regularisation weight is ``regularization × regularization_decay^k``: without
+    steps every stage starts from the initial medium, so the difference between the stage
+    starts' losses of two decays is ``β ‖G c‖² (d₁^k − d₂^k)`` (G the medium's gradient rows)."""
+    sv = _survey(F=3)
+    initial = lambda x: 1.0 + 0.2 * x[:, 0] * x[:, 1]   # noqa: E731 - a medium whose gradient is not 0
+    kw = dict(domain=DOMAIN, bounds=(0.5, 2.0), network=(3, 6, 1), pde_points=60, boundary_points=16,
+              max_steps=0, regularization=1e-3)
+    runs = {d: hp.invert(sv, initial, regularization_decay=d, **kw) for d in (1.0, 0.1, 0.0)}
+    inv = runs[1.0]
+    G = inv.medium.gradient_rows(float(np.mean(inv.initial_coefficients)))
+    reg = 1e-3 * float(np.sum((G @ inv.initial_coefficients) ** 2))
+    assert reg > 1e-6
+    assert [h["stage"] for h in inv.history] == [0, 1, 2]
+    for d in (0.1, 0.0):
+        for k, (a, b) in enumerate(zip(runs[1.0].history, runs[d].history)):
+            assert abs((a["loss"] - b["loss"]) - reg * (1.0 - d ** k)) < 1e-9 * a["loss"]
 
 
 def test_invert_validates_a_survey_against_its_domain_and_pml():

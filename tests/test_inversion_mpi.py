@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
-from conftest import run_mpi_case
+from conftest import mpiexec_command, run_mpi_case
 
 RANKS = 2
 HERE = os.path.abspath(__file__)
@@ -147,6 +150,67 @@ def test_the_command_line_over_two_ranks(tmp_path):
     assert _relative(two.coefficients, one.coefficients) < 1e-10
     assert max(_relative(two.params[k], one.params[k]) for k in one.params) < 1e-10
     assert np.abs(one.coefficients - one.initial_coefficients).max() > 1e-6   # the medium moved
+
+
+def _cli_job(args: list[str], log, timeout: float = 120.0, signal_at: str | None = None) -> int:
+    """``mpiexec -n 2 python -m helmpinn ARGS`` in a process group of its own, stderr into
+    ``log``; with ``signal_at``, SIGTERM to the whole group (mpiexec and both ranks, as a batch
+    system sends it) once that text is on stderr. The job's exit status; a job that does not end
+    in ``timeout`` seconds is killed and fails the test."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(log, "w") as err:
+        proc = subprocess.Popen([*mpiexec_command(RANKS), sys.executable, "-m", "helmpinn", *args],
+                                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while signal_at is not None and proc.poll() is None and time.monotonic() < deadline:
+            with open(log) as fh:
+                said = fh.read()
+            if signal_at in said:
+                os.killpg(proc.pid, signal.SIGTERM)
+                break
+            time.sleep(0.02)
+        return proc.wait(timeout=max(deadline - time.monotonic(), 1.0))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        with open(log) as fh:
+            pytest.fail(f"mpiexec -n {RANKS} {' '.join(args)} did not end in {timeout} s:\n{fh.read()}")
+
+
+def test_sigterm_stops_the_command_line_on_every_rank(tmp_path):
+    """SIGTERM to ``mpiexec -n 2 helmpinn invert`` and its ranks during stage 0: every rank stops
+    after the same step and the job exits 143, rank 0 having written the stopped Inversion
+    (status 3, resumable) and its report, said so once and released the folder's lock;
+    ``--resume`` on two ranks then ends as the uninterrupted two-rank run, bit for bit."""
+    import helmpinn as hp
+    from helmpinn import runfiles
+
+    args = [a for a in _cli_inputs(tmp_path) if a != "--quiet"]
+    args[args.index("--max-steps") + 1] = "40"
+    args[args.index("--points") + 1] = "1500"
+    out, full = tmp_path / "out", tmp_path / "full"
+    code = _cli_job([*args, "--out", str(out)], tmp_path / "stopped.log", signal_at="s, f = 1:")
+    log = (tmp_path / "stopped.log").read_text()
+    assert code == 143, log
+    assert log.count("terminated (SIGTERM); stopping after the current step") == 1, log
+    assert f"--resume {out} continues it" in log, log
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["interrupted"] and metrics["stopped"] == "terminated" and metrics["resumable"]
+    assert metrics["ranks"] == RANKS
+    saved = hp.Inversion.load(out / "inversion.npz")
+    assert saved.status == 3 and 1 <= saved.resume["steps"] < 40 and saved.resume["stage"] == 0
+    assert sorted(saved.params) == [(0, s) for s in range(3)]   # every rank's networks gathered
+    with runfiles.RunFolder.acquire(str(out)):   # the lock was released
+        pass
+    assert _cli_job(["invert", "--resume", str(out), "--quiet"], tmp_path / "resumed.log") == 0, \
+        (tmp_path / "resumed.log").read_text()
+    assert _cli_job([*args, "--quiet", "--out", str(full)], tmp_path / "full.log") == 0, \
+        (tmp_path / "full.log").read_text()
+    a, b = hp.Inversion.load(full / "inversion.npz"), hp.Inversion.load(out / "inversion.npz")
+    assert b.status == a.status != 3 and b.resume is None
+    assert np.array_equal(a.coefficients, b.coefficients)
+    assert sorted(a.params) == sorted(b.params) and all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
 
 
 # -- the workers (run by mpiexec on every rank) ----------------------------------------------------

@@ -85,15 +85,16 @@ class _Stop:
 
 
 @contextlib.contextmanager
-def _stop_on_sigint(stop: _Stop):
-    """Ctrl-C, as SIGTERM: the first asks the run to stop after the current step, a second
-    raises KeyboardInterrupt at once."""
+def _stop_on_sigint(stop: _Stop, say: bool = True):
+    """Ctrl-C, as SIGTERM: the first asks the run to stop after the current step (``say``: and
+    says so on stderr), a second raises KeyboardInterrupt at once."""
     def on_sigint(signum, frame):
         if stop.reason == "interrupted":
             raise KeyboardInterrupt
         stop.request_stop("interrupted")
-        print("\nhelmpinn: interrupted (Ctrl-C); stopping after the current step (Ctrl-C again to end at "
-              "once)", file=sys.stderr, flush=True)
+        if say:
+            print("\nhelmpinn: interrupted (Ctrl-C); stopping after the current step (Ctrl-C again to end "
+                  "at once)", file=sys.stderr, flush=True)
 
     with handling(signal.SIGINT, on_sigint):
         yield
@@ -120,7 +121,8 @@ def _run_pinn(inputs: Inputs, args: argparse.Namespace, stop: _Stop, on_entry: C
 
     kw: dict[str, Any] = {k: v for k, v in (("network", args.network), ("pde_points", args.points),
                                             ("max_steps", args.max_steps), ("seed", args.seed),
-                                            ("regularization", args.regularization)) if v is not None}
+                                            ("regularization", args.regularization),
+                                            ("regularization_decay", args.regularization_decay)) if v is not None}
     return invert(inputs.survey, inputs.initial, domain=inputs.domain, pml=inputs.pml, bounds=inputs.bounds,
                   true=inputs.true, time_limit=args.time_limit, callbacks=[callback], start=start, comm=comm, **kw)
 
@@ -243,7 +245,7 @@ def _invert(args: argparse.Namespace, held: contextlib.ExitStack, comm: Any = No
               + ("" if start is None else f", continuing the run in {args.out} at step {done}"), file=sys.stderr)
     stop = _Stop()
     on_entry = (lambda entry: None) if quiet else _progress
-    with stop_on_sigterm(stop), _stop_on_sigint(stop):
+    with stop_on_sigterm(stop, say=rank0), _stop_on_sigint(stop, say=rank0):
         t0 = time.perf_counter()
         try:
             result = (_run_pinn(inputs, args, stop, on_entry, start, comm) if args.method == "pinn"

@@ -49,6 +49,9 @@ def _check_numbers(args: argparse.Namespace) -> None:
     need(args.network is None or min(args.network) >= 1, "--network", "three integers >= 1", args.network)
     reg = args.regularization
     need(reg is None or (math.isfinite(reg) and reg >= 0), "--regularization", "a number >= 0", reg)
+    decay = args.regularization_decay
+    need(decay is None or (math.isfinite(decay) and 0 <= decay <= 1), "--regularization-decay",
+         "a number in [0, 1]", decay)
     v = args.initial_velocity
     need(v is None or (math.isfinite(v) and v > 0), "--initial-velocity", "a velocity > 0", v)
     if args.bounds is not None:
@@ -72,8 +75,8 @@ def _check_command(args: argparse.Namespace) -> None:
     if args.method == "fwi" and args.bounds is None:
         raise UsageError("--method fwi needs --bounds VMIN VMAX (L-BFGS-B's velocity bounds; the lower one "
                          "also sets its medium grid)")
-    pinn_only = [f for f, v in (("--network", args.network), ("--points", args.points), ("--seed", args.seed))
-                 if v is not None]
+    pinn_only = [f for f, v in (("--network", args.network), ("--points", args.points), ("--seed", args.seed),
+                                ("--regularization-decay", args.regularization_decay)) if v is not None]
     if args.method == "fwi" and pinn_only:
         raise UsageError(f"{', '.join(pinn_only)} set helmpinn.invert's networks; --method fwi takes none of them")
 

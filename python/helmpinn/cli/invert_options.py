@@ -50,6 +50,8 @@ def add_parser(sub: Any) -> None:
                    "iterations per frequency (fwi; default 50)")
     p.add_argument("--regularization", type=float, help="the medium's gradient regularisation weight "
                    "(default: the method's: 1e-5 for pinn, 1e-4 for fwi)")
+    p.add_argument("--regularization-decay", metavar="D", type=float, help="pinn: each frequency stage's "
+                   "regularisation weight is the previous stage's times D, in [0, 1] (default: helmpinn.invert's, 0.1)")
     p.add_argument("--network", metavar=("FF", "HIDDEN", "LAYERS"), type=int, nargs=3,
                    help="pinn: every wavefield network's Fourier features, width and hidden layers")
     p.add_argument("--points", type=int, help="pinn: PDE points per wavefield (default: helmpinn.invert's)")

@@ -28,6 +28,7 @@ _SAVED = (("method", "--method", "word"), ("survey", "--survey", "path"), ("init
           ("pml_faces", "--pml-faces", "words"),
           ("bounds", "--bounds", "numbers"), ("time_limit", "--time-limit", "number"),
           ("max_steps", "--max-steps", "number"), ("regularization", "--regularization", "number"),
+          ("regularization_decay", "--regularization-decay", "number"),
           ("network", "--network", "numbers"), ("points", "--points", "number"), ("seed", "--seed", "number"))
 
 

@@ -35,12 +35,14 @@ class UsageError(Exception):
 
 
 @contextlib.contextmanager
-def stop_on_sigterm(trainer):
+def stop_on_sigterm(trainer, say: bool = True):
     """SIGTERM, as Ctrl-C: ``trainer.request_stop("terminated")`` is called, the run stops
     after the current step (its checkpoint and the report are written) and exits with status
     143; a second SIGTERM ends the process at once, as SIGTERM does by default. Yields a list
-    that gets True when the signal came. (The main thread of a single process only: under MPI
-    the ranks must stop together, and SIGTERM ends the job as before.)"""
+    that gets True when the signal came. ``say``: print the line that says so on stderr (False
+    on the ranks of an MPI job but rank 0, which alone prints). (The main thread only; ``helmpinn
+    train`` takes it in a single process, as its ranks must stop together and SIGTERM ends its
+    job as before; ``helmpinn invert``'s ranks agree on the stop at every step.)"""
     seen: list[bool] = []
 
     def on_sigterm(signum, frame):
@@ -50,8 +52,9 @@ def stop_on_sigterm(trainer):
             return
         seen.append(True)
         trainer.request_stop("terminated")
-        print("\nhelmpinn: terminated (SIGTERM); stopping after the current step (SIGTERM again to end "
-              "at once)", file=sys.stderr, flush=True)
+        if say:
+            print("\nhelmpinn: terminated (SIGTERM); stopping after the current step (SIGTERM again to end "
+                  "at once)", file=sys.stderr, flush=True)
 
     with handling(signal.SIGTERM, on_sigterm):
         yield seen

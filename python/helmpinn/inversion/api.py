@@ -28,11 +28,15 @@ wavefields start (``warm_start``):
 **Weights.** ``lambda_data`` weighs the data rows against the PDE rows (module docstring of
 :mod:`~helmpinn.inversion.joint`: both are relative to the data's root mean square ``u_f``, the PDE
 rows further divided by ``k_f²``); ``regularization`` is β in ``β L²/|box| ∫ |∇m/m_ref|²``
-(m_ref the initial medium's mean): the rule is a fixed β relative to the data and PDE terms, which
+(m_ref the initial medium's mean) in the first stage, and ``regularization_decay`` times the
+previous stage's in every later one: the rule is a fixed β relative to the data and PDE terms, which
 are both normalised, so one value serves surveys of any amplitude and size. The default β = 1e-5:
 the regularisation is part of what the joint loss's minimiser trades against the networks'
 approximation error, and 1e-4 pulled the medium flat (ring case, 26 steps a frequency: velocity
-error 0.46 with 1e-4, 0.26 with 1e-5; docs/guide/inversion.md).
+error 0.46 with 1e-4, 0.26 with 1e-5; docs/guide/inversion.md). The default decay 0.1: once the
+lowest frequency has moved the medium most of the way, the data and PDE terms are small and even
+1e-5 holds the medium back (ring case, 4 sources, 20 steps at f = 3 from the medium of 40 steps
+at f = 2: velocity error 0.213 with β = 1e-5, 0.198 with 1e-6, 0.195 with 0).
 
 **Time.** ``time_limit`` (seconds, wall clock) is shared among the stages, the first (lowest
 frequency) taking :data:`FIRST_STAGE_SHARE` = 2 shares and every other one 1, the remainder of a
@@ -367,7 +371,7 @@ def _settings(survey, domain: Box, pml: PML | None, m_bounds, o: dict[str, Any])
 #: The options a resumed run must give as the run it continues did (with the survey, the box,
 #: the PML and the bounds); ``max_steps``, ``time_limit``, ``callbacks`` and ``comm`` may change.
 _SAME = ("network", "seed", "pde_points", "boundary_points", "per_wavelength", "lambda_data",
-         "regularization", "tol", "pml_share", "varpro", "warm_start", "fit_steps")
+         "regularization", "regularization_decay", "tol", "pml_share", "varpro", "warm_start", "fit_steps")
 
 
 def _start(start: Any, settings: dict[str, Any], medium: SplineMedium, c_init: NDArray | None) -> Inversion:
@@ -410,6 +414,8 @@ def _options(survey, initial, domain, pml, bounds, **kw) -> tuple[dict[str, Any]
         time_limit=real_number("invert", "time_limit", kw["time_limit"], low=0.0),
         lambda_data=real_number("invert", "lambda_data", kw["lambda_data"], low=0.0),
         regularization=real_number("invert", "regularization", kw["regularization"], low=0.0, low_open=False),
+        regularization_decay=real_number("invert", "regularization_decay", kw["regularization_decay"], low=0.0,
+                                         low_open=False, high=1.0),
         per_wavelength=real_number("invert", "per_wavelength", kw["per_wavelength"], low=0.0),
         tol=real_number("invert", "tol", kw["tol"], low=0.0, low_open=False),
         max_steps=integer("invert", "max_steps", kw["max_steps"], low=0),
@@ -450,7 +456,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
            bounds: tuple[float, float] | None = None, true: Any = None, time_limit: float = 300.0,
            network: Sequence[int] = (12, 16, 2), pde_points: int | None = None,
            boundary_points: int | None = None, per_wavelength: float = 4.0, lambda_data: float = 1.0,
-           regularization: float = 1e-5, max_steps: int = 50, tol: float = 1e-4,
+           regularization: float = 1e-5, regularization_decay: float = 0.1, max_steps: int = 50, tol: float = 1e-4,
            pml_share: float | None = 0.25, varpro: bool = False,
            warm_start: str = "fd", fit_steps: int = 10, seed: int = 0,
            callbacks: Sequence[Callable[[dict], Any]] = (), callback: Callable[[dict], Any] | None = None,
@@ -470,7 +476,8 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
     ``pde_points`` / ``boundary_points`` per wavefield (default: 6 per wavelength along each
     axis over the box and its layer, at least :data:`POINTS_PER_PARAMETER` per network
     parameter; and 8 per wavelength on its outer boundary, at least 64); ``lambda_data``,
-    ``regularization``: the weights of the module docstring; ``warm_start``: "fd" (the
+    ``regularization``: the weights of the module docstring (``regularization`` the first
+    stage's; ``regularization_decay``, in [0, 1], the factor from one stage's to the next's); ``warm_start``: "fd" (the
     scattered-field form on a forward solve) or "previous"; ``fit_steps``: LM steps of a
     network's fit to the forward solution where one is fitted ("previous", first stage);
     ``pml_share``: the share of the PDE points in the PML (None: by its area; the scattered
@@ -492,7 +499,8 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
     o, m_bounds = _options(survey, initial, domain, pml, bounds, true=true, time_limit=time_limit,
                            network=network, pde_points=pde_points, boundary_points=boundary_points,
                            per_wavelength=per_wavelength, lambda_data=lambda_data,
-                           regularization=regularization, max_steps=max_steps, tol=tol, pml_share=pml_share,
+                           regularization=regularization, regularization_decay=regularization_decay,
+                           max_steps=max_steps, tol=tol, pml_share=pml_share,
                            varpro=varpro, warm_start=warm_start, fit_steps=fit_steps, seed=seed,
                            callbacks=callbacks, callback=callback, start=start)
     if region is not None and not callable(region):
@@ -529,8 +537,10 @@ def _continuation(run: _Run, medium: SplineMedium, c_init: NDArray, reg, m_bound
         resume = dict(saved.resume)
         c, first, status = saved.coefficients.copy(), resume["stage"], resume["status"]
         run.history = [dict(h) for h in saved.history]
-        run.params = {k: v.copy() for k, v in saved.params.items()}
-        run.backgrounds = dict(saved.backgrounds)
+        # each rank keeps its own sources' networks: the gather at the end takes every rank's
+        # dict, and a rank holding another's saved (stale) network would overwrite its new one
+        run.params = {k: v.copy() for k, v in saved.params.items() if k[1] in run.mine}
+        run.backgrounds = {k: v for k, v in saved.backgrounds.items() if k[1] in run.mine}
         run.data_fit = saved.data_fit.copy()
         run.t0 -= resume["elapsed"]
         resume = resume if resume["steps"] > 0 else None
@@ -547,7 +557,8 @@ def _continuation(run: _Run, medium: SplineMedium, c_init: NDArray, reg, m_bound
         previous = None
         if o["warm_start"] == "previous" and stage > 0:
             previous = {s: run.params[(int(order[stage - 1]), s)] for s in run.mine}
-        c, _, st = _stage(run, stage, fi, medium, c, reg, m_bounds, deadline, previous,
+        stage_reg = None if reg is None else reg * math.sqrt(o["regularization_decay"]) ** stage
+        c, _, st = _stage(run, stage, fi, medium, c, stage_reg, m_bounds, deadline, previous,
                           resume if stage == first else None)
         if st == 3:
             stopped = True
