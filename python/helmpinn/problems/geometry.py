@@ -17,6 +17,10 @@ Part names: a box's faces are ``"xmin", "xmax", "ymin", "ymax", "zmin", "zmax"``
 beyond the third are ``"x3min"``, ``"x3max"``, ...); a ball's boundary is ``"sphere"``, a polygon's
 ``"polygon"``; a box with an obstacle removed (:class:`BoxMinusObstacle`, :class:`BoxMinusBall`)
 has the box's faces and ``"scatterer"`` (whose outward normal points into the removed obstacle).
+
+``reentrant_corners()`` lists the corners where a domain's angle exceeds π (a polygonal
+obstacle's vertices, a polygon's reflex ones), at which the field is singular; a problem's PDE
+rows are weighted down about them (:func:`helmpinn.problems.sampler.corner_weights`).
 """
 from __future__ import annotations
 
@@ -156,6 +160,14 @@ class Domain:
         """The distance [N] from points x [N, d] of the closed domain to its boundary (None
         where a domain does not say: the base class)."""
         return None
+
+    def reentrant_corners(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(points [m, d], sizes [m])``: the corners of the boundary where the domain's own
+        angle exceeds π (an L-shaped polygon's inner corner, a polygonal obstacle's vertices
+        seen from outside), at which a Helmholtz solution is singular (``u ~ r^(π/α)``, α the
+        domain's angle: its gradient unbounded), and for each the length of its shorter edge.
+        Empty here: a box, a ball and a point cloud have none."""
+        return np.empty((0, self.dim)), np.empty(0)
 
     @property
     def volume(self) -> float:
@@ -367,6 +379,20 @@ class Polygon(Domain):
     def __repr__(self) -> str:
         return f"Polygon({self.vertices.tolist()})"
 
+    def corners(self, convex: bool) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(points, sizes)``: the vertices whose interior angle is below π (``convex``) or
+        above it (reflex; straight vertices are neither), each with its shorter edge's length."""
+        incoming = np.roll(self._edges, 1, axis=0)
+        turn = incoming[:, 0] * self._edges[:, 1] - incoming[:, 1] * self._edges[:, 0]   # > 0: a left turn
+        tol = 1e-9 * np.roll(self._lengths, 1) * self._lengths
+        keep = turn > tol if convex else turn < -tol
+        size = np.minimum(np.roll(self._lengths, 1), self._lengths)
+        return self.vertices[keep].copy(), size[keep]
+
+    def reentrant_corners(self):
+        """The reflex vertices (interior angle above π), each with its shorter edge's length."""
+        return self.corners(convex=False)
+
     @property
     def bounds(self):
         return self.vertices.min(axis=0), self.vertices.max(axis=0)
@@ -518,6 +544,13 @@ class BoxMinusObstacle(Domain):
 
     def boundary_distance(self, x):
         return np.minimum(self.box.boundary_distance(x), self.obstacle.boundary_distance(x))
+
+    def reentrant_corners(self):
+        """A polygonal obstacle's convex vertices (the domain's angle there exceeds π), each
+        with its shorter edge's length; none for a ball."""
+        if isinstance(self.obstacle, Polygon):
+            return self.obstacle.corners(convex=True)
+        return super().reentrant_corners()
 
     def sample_interior(self, n, rng=None, method="uniform"):
         return _rejection(self.box.bounds, lambda x: ~self.obstacle.contains(x), self.volume, n, rng, method)

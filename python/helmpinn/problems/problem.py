@@ -97,6 +97,7 @@ conditions (:mod:`helmpinn.problems.conditions`) at them.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -107,7 +108,7 @@ from .conditions import ComplexFn, Dirichlet, Robin, complex_values, resolve_bcs
 from .geometry import Domain, PointCloud
 from .medium import Medium, coefficient, medium_kappa, operator_arguments
 from .pml import PML
-from .sampler import Sampler
+from .sampler import CORNER_WAVELENGTHS, Sampler
 from .source_terms import SOURCE_PML_WAVELENGTHS, SourceTerms
 from .sources import FreeSpaceSource, PointSource
 from .training_set import TrainingSet, check_finite_data
@@ -190,6 +191,9 @@ class Problem:
         self.bcs = resolve_bcs(bcs or {}, self.part_names, self.sampler.absorbed, self.sampler.free)
         self.data = None if data is None else self._checked_data(data)
         self.medium.set_wavenumber(wavenumber, domain)
+        if len(domain.reentrant_corners()[0]):   # the PDE rows weighted down about them (sampler.corner_weights)
+            k = float(self.wavenumber)
+            self.sampler.corner_radius = CORNER_WAVELENGTHS * 2 * math.pi / k if k > 0 else math.inf
         if pml is not None:
             self.medium.fit_pml(self.sampler.layer_points)
         self.sources = SourceTerms(source, source_share, dim=self.dim, medium=self.medium,

@@ -18,7 +18,35 @@ from .geometry import BoundarySample, Box, BoxMinusObstacle, Domain, Interval, P
 from .pml import PML
 from .sources import mixture_density, sample_mixture
 
-__all__ = ["Sampler", "CellDensity", "surround"]
+__all__ = ["Sampler", "CellDensity", "surround", "corner_weights", "CORNER_WAVELENGTHS"]
+
+#: The radius, in wavelengths, within which a re-entrant corner's PDE rows are weighted down
+#: (:func:`corner_weights`); at most half the corner's shorter edge.
+CORNER_WAVELENGTHS = 0.25
+
+
+def corner_weights(x: NDArray, corners: NDArray, sizes: NDArray, radius: float) -> NDArray[np.float64]:
+    """The PDE rows' weights [N] about re-entrant corners: ``min(1, (r/ρ)²)``, r the distance
+    from x [N, d] to the nearest corner (``corners [m, d]``), ``ρ = min(radius, size/2)`` that
+    corner's radius (``sizes [m]``: its shorter edge's length).
+
+    Why: at a corner where the domain's angle α exceeds π the solution behaves as ``r^γ``,
+    ``γ = π/α < 1`` (r^(2/3) at a square obstacle's vertex), which a smooth network cannot
+    follow. A smooth approximation that follows it down to a distance h from the corner leaves a
+    residual of about ``h^(γ−2)`` over an area h², a cost ``h^(2γ−2)`` that grows as h shrinks,
+    so the least-squares fit gave up the field everywhere to keep it small (measured: the
+    residual sat within a tenth of a wavelength of the vertices, the error everywhere;
+    docs/guide/open-domains.md). Under the weight ``(r/ρ)²`` that cost is ``h^(2γ)/ρ²``, which
+    falls as h shrinks, while the exact solution still zeroes every row: a field the network can
+    represent minimises the loss with or without the weights, and every point keeps its row
+    (only the corner point itself gets the weight 0)."""
+    x = np.asarray(x, np.float64)
+    w = np.ones(len(x))
+    for c, size in zip(corners, sizes):
+        rho = min(float(radius), 0.5 * float(size))
+        r2 = np.sum((x - c) ** 2, axis=1)
+        w = np.minimum(w, r2 / (rho * rho))
+    return w
 
 
 def surround(domain: Domain, pml: PML | None) -> tuple[Domain, tuple[str, ...], Any]:
@@ -99,6 +127,10 @@ class Sampler:
     follow (:meth:`sample_pde`)."""
 
     density: CellDensity | None = None
+    #: The radius ρ of :func:`corner_weights` before each corner's edge caps it (None: no
+    #: weights); a :class:`~helmpinn.problems.problem.Problem` sets it from its wavelength for a
+    #: domain with re-entrant corners.
+    corner_radius: float | None = None
 
     def __init__(self, domain: Domain, pml: PML | None = None, pml_share: float | None = None):
         self.domain = domain
@@ -167,7 +199,21 @@ class Sampler:
         """``(x [M, d], w [M] or None)``: PDE points and their importance weights
         (:meth:`Problem.sample_pde <helmpinn.problems.problem.Problem.sample_pde>`), with
         ``source_share`` of them drawn from the ``point_sources``' Gaussian mixture and, with a
-        :attr:`density`, its excess share of the rest from its excess (:class:`CellDensity`)."""
+        :attr:`density`, its excess share of the rest from its excess (:class:`CellDensity`);
+        with a :attr:`corner_radius` and a domain with re-entrant corners, the weights times
+        :func:`corner_weights`."""
+        x, w = self._drawn(n, rng, method, point_sources, source_share)
+        if self.corner_radius is None:
+            return x, w
+        corners, sizes = self.domain.reentrant_corners()
+        if not len(corners):
+            return x, w
+        cw = corner_weights(x, corners, sizes, self.corner_radius)
+        return x, cw if w is None else w * cw
+
+    def _drawn(self, n: int | None, rng: np.random.Generator, method: str, point_sources: list,
+               source_share: float) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+        """:meth:`sample_pde`'s points and their importance weights, before the corners' weights."""
         refine = self.density if self.density is not None and self.density.excess_share > 0 else None
         if (source_share == 0 and refine is None) or not n:  # (a PointCloud takes n = None: all its points)
             return self.base_sample(n, rng, method), None
