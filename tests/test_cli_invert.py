@@ -294,6 +294,33 @@ def test_resume_continues_a_stopped_run_as_if_uninterrupted(files, tmp_path, cap
     assert "nothing to continue" in capsys.readouterr().err and _outputs(out) == before
 
 
+def test_resume_of_a_folder_written_before_the_stage_decay(files, tmp_path, capsys, monkeypatch):
+    """A folder whose report and saved Inversion lack ``regularization_decay`` (written before
+    the option existed, with a fixed β) resumes with that fixed β: the uninterrupted run with
+    --regularization-decay 1."""
+    full = tmp_path / "full"
+    fixed = ["--regularization-decay", "1"]
+    assert main(_args(files, full, "--quiet", "--no-plots", *fixed)) == 0
+    out = tmp_path / "run"
+    _terminate_at(monkeypatch, 2)
+    assert main(_args(files, out, "--no-plots", *fixed)) == 143
+    monkeypatch.setattr(cli_invert, "_progress", lambda entry: None)
+    report = json.loads((out / "metrics.json").read_text())
+    del report["settings"]["regularization_decay"]
+    (out / "metrics.json").write_text(json.dumps(report))
+    saved = hp.Inversion.load(out / "inversion.npz")
+    del saved.resume["settings"]["regularization_decay"]
+    saved.save(out / "inversion.npz")
+    folder = runfiles.RunFolder.acquire(str(out))   # as that version recorded its files
+    folder.record("metrics.json")
+    folder.record("inversion.npz")
+    folder.release()
+    capsys.readouterr()
+    assert main(["invert", "--resume", str(out), "--time-limit", "30", "--no-plots"]) == 0, capsys.readouterr().err
+    a, b = hp.Inversion.load(full / "inversion.npz"), hp.Inversion.load(out / "inversion.npz")
+    assert np.array_equal(a.coefficients, b.coefficients) and b.resume is None
+
+
 def test_resume_continues_a_stopped_fwi_run(files, tmp_path, capsys, monkeypatch):
     """SIGTERM at fwi's iteration 2 of 5, then --resume DIR: helmpinn.reference.fwi's start=
     continues the frequency from the saved best model (L-BFGS-B's memory afresh), the history

@@ -313,6 +313,19 @@ def test_a_run_stopped_twice_and_continued_from_the_object(uninterrupted):
     _same_run(hp.invert(sv, None, start=second, **SMALL), uninterrupted["fd"])
 
 
+def test_a_run_saved_before_the_stage_decay_continues_with_a_fixed_weight():
+    """A record without ``regularization_decay`` (a run saved before the option existed) is one
+    that ran with a fixed β: it continues with regularization_decay=1 and is refused, naming
+    both values, with the new default."""
+    sv = _two_stage_survey()
+    stopped = hp.invert(sv, 1.0, callbacks=[_stop_at(2)], regularization_decay=1.0, **SMALL)
+    del stopped.resume["settings"]["regularization_decay"]
+    with pytest.raises(ValueError, match="regularization_decay 1.0 there, 0.1 here"):
+        hp.invert(sv, None, start=stopped, **SMALL)
+    done = hp.invert(sv, None, start=stopped, regularization_decay=1.0, **SMALL)
+    _same_run(done, hp.invert(sv, 1.0, regularization_decay=1.0, **SMALL))
+
+
 def test_continuing_refuses_what_does_not_continue(uninterrupted, tmp_path):
     sv = _two_stage_survey()
     with pytest.raises(ValueError, match="nothing to continue"):

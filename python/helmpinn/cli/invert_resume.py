@@ -64,6 +64,8 @@ def resumed_args(args: argparse.Namespace, given: list[str]) -> argparse.Namespa
     if method not in RESULT or not isinstance(settings, dict):
         raise UsageError(f"--resume {folder!r}: {where} is not the report of a pinn or fwi run (method {method!r})")
     words = ["invert"]
+    if method == "pinn":   # a report written before the option existed: that run's fixed β
+        settings = {"regularization_decay": 1.0, **settings}
     for key, flag, kind in _SAVED:
         if settings.get(key) is not None:
             words += _saved_option(key, flag, kind, settings[key], where)

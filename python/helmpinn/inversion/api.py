@@ -374,6 +374,10 @@ _SAME = ("network", "seed", "pde_points", "boundary_points", "per_wavelength", "
          "regularization", "regularization_decay", "tol", "pml_share", "varpro", "warm_start", "fit_steps")
 
 
+#: What a run saved before a setting existed ran with (its record lacks the key): a fixed β.
+_OLD_RECORD = {"regularization_decay": 1.0}
+
+
 def _start(start: Any, settings: dict[str, Any], medium: SplineMedium, c_init: NDArray | None) -> Inversion:
     """The saved inversion ``start`` (an Inversion or a path) checked against this call."""
     if not isinstance(start, Inversion):
@@ -384,7 +388,7 @@ def _start(start: Any, settings: dict[str, Any], medium: SplineMedium, c_init: N
     if start.resume is None:
         raise ValueError(f"invert: start: that inversion ended ({start.message}): nothing to continue; only "
                          f"a run stopped on request (status 3) continues")
-    same_settings("invert", start.resume["settings"], settings)
+    same_settings("invert", {**_OLD_RECORD, **start.resume["settings"]}, settings)
     if start.medium.shape != medium.shape or not np.allclose(start.medium.lo, medium.lo):
         raise ValueError(f"invert: start: its medium grid {start.medium.shape} is not this run's {medium.shape}")
     if c_init is not None and not np.allclose(c_init, start.initial_coefficients, rtol=1e-12, atol=0.0):
