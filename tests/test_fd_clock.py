@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+import helmpinn
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "fd_clock.py"
 
@@ -16,7 +18,9 @@ SCRIPT = ROOT / "benchmarks" / "fd_clock.py"
 def _run(*args, limit=None):
     if not SCRIPT.exists():
         pytest.skip("benchmarks/ (a source checkout) not available")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
+    # the helmpinn this process imports (a source tree with its built core, or the installed package)
+    here = str(pathlib.Path(helmpinn.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1", **({"HELMPINN_MEMORY_LIMIT": limit} if limit else {})}
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env,
                           cwd=ROOT / "benchmarks", timeout=300)
