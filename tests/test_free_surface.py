@@ -1,7 +1,7 @@
 """A PML on chosen faces (``PML(faces=...)``): a free surface (u = 0) on the others, through the
 problem's sampling and conditions, fd_solve (against the image-source solution of a half-space),
-a trained network, fwi's adjoint gradient, hp.invert's joint Jacobian, Survey.synthetic and the
-``helmpinn invert`` command line."""
+a trained network, fwi's adjoint gradient, Survey.synthetic and the ``helmpinn invert`` command
+line (hp.invert's joint Jacobian with a free surface: one case of tests/test_inversion.py's table)."""
 from __future__ import annotations
 
 import json
@@ -198,7 +198,7 @@ def test_a_trained_network_gives_the_outgoing_wave_beside_a_free_face():
     assert np.linalg.norm(u - ref) / np.linalg.norm(ref) < 5e-3
 
 
-# -- the inversions: fwi's gradient, hp.invert's Jacobian, the synthetic data ------------------
+# -- the inversions: fwi's gradient, the synthetic data ------------------
 
 def test_fwi_adjoint_gradient_with_a_free_surface():
     from helmpinn.reference.fwi import FWIObjective, _medium_axes
@@ -222,39 +222,6 @@ def test_fwi_adjoint_gradient_with_a_free_surface():
         eps = 1e-5
         fd = (obj(x + eps * d)[0] - obj(x - eps * d)[0]) / (2 * eps)
         assert abs(fd - g @ d) < 1e-6 * abs(g @ d), (fd, g @ d)
-
-
-def test_invert_joint_jacobian_with_a_free_surface():
-    from helmpinn.inversion import JointResiduals, SplineMedium, WavefieldRows
-
-    medium = SplineMedium([0, 0], [1, 1], (5, 6))
-    rng = np.random.default_rng(1)
-    prob = hp.Problem(Box([0.0, 0.0], [1.0, 1.0]), frequency=1.2, velocity=1.0,
-                      source=hp.PointSource((0.5, 0.45), width=0.1), pml=hp.PML(0.3, faces=TOP_FREE))
-    rec = rng.uniform(0.1, 0.9, (6, 2))
-    data = rng.standard_normal(6) + 1j * rng.standard_normal(6)
-    w = WavefieldRows(prob, medium, (2 * np.pi * 1.2) ** 2, rec, data, rng.uniform(0.5, 1.5, 6),
-                      pde_points=30, boundary_points=40, lambda_data=3.0, scale=0.7, rng=rng)
-    assert w.sizes["wall"] > 0 and w.sizes["bc"] == 0
-    model = hp.Model.create(2, 3, 5, 1, dtype="float64", seed=0, fourier_sigma=1.0)
-    ws = JointResiduals([w], model.spec, medium, None).workspace
-    theta = model.params.copy()
-    c = medium.fit(lambda x: 1 + 0.2 * np.sin(3 * x[:, 0]) * x[:, 1])
-
-    def central(fun, x, h=1e-6):
-        cols = []
-        for i in range(len(x)):
-            e = np.zeros_like(x)
-            e[i] = h
-            cols.append((fun(x + e) - fun(x - e)) / (2 * h))
-        return np.stack(cols, axis=1)
-    J = w.jacobian(ws, theta, c)
-    Jm = w.medium_jacobian(ws, theta).toarray()
-    Ft = central(lambda t: w.residuals(ws, t, c), theta)
-    Fm = central(lambda cc: w.residuals(ws, theta, cc), c)
-    assert np.abs(Jm).max() > 0
-    assert np.abs(J - Ft).max() < 1e-7 * np.abs(Ft).max()
-    assert np.abs(Jm - Fm).max() < 1e-7 * np.abs(Fm).max()
 
 
 def test_synthetic_data_and_the_inversions_carry_the_faces():

@@ -17,15 +17,18 @@ from helmpinn.optim import StepStatus
 DOMAIN = Box([0.0, 0.0], [1.0, 1.0])
 
 
-def _problem(pml: bool, f: float = 1.2):
+def _problem(pml, f: float = 1.2):
+    """pml: False (Sommerfeld faces), True (a PML all round) or the faces that carry it (the
+    others free surfaces, u = 0)."""
     source = hp.PointSource((0.5, 0.45), width=0.1)
     if pml:
-        return hp.Problem(DOMAIN, frequency=f, velocity=1.0, source=source, pml=hp.PML(0.3))
+        faces = None if pml is True else pml
+        return hp.Problem(DOMAIN, frequency=f, velocity=1.0, source=source, pml=hp.PML(0.3, faces=faces))
     return hp.Problem(DOMAIN, frequency=f, velocity=1.0, source=source,
                       bcs={"*": hp.Sommerfeld(2 * np.pi * f)})
 
 
-def _rows(pml: bool, medium: SplineMedium, seed: int = 1, n: int = 30):
+def _rows(pml, medium: SplineMedium, seed: int = 1, n: int = 30):
     rng = np.random.default_rng(seed)
     rec = rng.uniform(0.1, 0.9, (6, 2))
     data = rng.standard_normal(6) + 1j * rng.standard_normal(6)
@@ -42,7 +45,7 @@ def _central(fun, x, h=1e-6):
     return np.stack(cols, axis=1)
 
 
-@pytest.mark.parametrize("pml", [False, True])
+@pytest.mark.parametrize("pml", [False, True, ("xmin", "xmax", "ymax")], ids=["robin", "pml", "free-surface"])
 def test_joint_jacobian_matches_central_differences(pml):
     medium = SplineMedium([0, 0], [1, 1], (5, 6))
     w = _rows(pml, medium)
@@ -50,7 +53,7 @@ def test_joint_jacobian_matches_central_differences(pml):
     ws = JointResiduals([w], model.spec, medium, None).workspace
     theta = model.params.copy()
     c = medium.fit(lambda x: 1 + 0.2 * np.sin(3 * x[:, 0]) * x[:, 1])
-    assert (w.sizes["wall"] > 0) == pml and (w.sizes["bc"] > 0) != pml
+    assert (w.sizes["wall"] > 0) == bool(pml) and (w.sizes["bc"] > 0) != bool(pml)   # a free surface: wall rows
     J = w.jacobian(ws, theta, c)
     Jm = w.medium_jacobian(ws, theta).toarray()
     Ft = _central(lambda t: w.residuals(ws, t, c), theta)
