@@ -177,3 +177,21 @@ def wait_for(path, proc, timeout: float = 120.0) -> None:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, f"{path} did not appear"
         time.sleep(0.05)
+
+
+def terminate_at(monkeypatch, step, sig=None):
+    """Make ``helmpinn invert`` send this process ``sig`` (SIGTERM by default) from its progress
+    line of step ``step``; returns the list of the entries seen."""
+    import signal
+
+    from helmpinn.cli import invert as cli_invert
+
+    seen = []
+
+    def progress(entry):
+        seen.append(entry)
+        if len(seen) == step:
+            os.kill(os.getpid(), signal.SIGTERM if sig is None else sig)
+
+    monkeypatch.setattr(cli_invert, "_progress", progress)
+    return seen

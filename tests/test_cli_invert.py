@@ -7,6 +7,7 @@ import signal
 
 import numpy as np
 import pytest
+from conftest import terminate_at
 
 import helmpinn as hp
 from helmpinn import runfiles
@@ -169,17 +170,7 @@ def test_a_homogeneous_start_with_a_domain(files, tmp_path):
     assert json.loads((out / "metrics.json").read_text())["settings"]["initial_velocity"] == 1.0
 
 
-def _terminate_at(monkeypatch, step):
-    """Send this process a SIGTERM from the run's progress line of step ``step``."""
-    seen = []
-
-    def progress(entry):
-        seen.append(entry)
-        if len(seen) == step:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(cli_invert, "_progress", progress)
-    return seen
+_terminate_at = terminate_at   # (conftest: SIGTERM from the progress line of a step)
 
 
 def test_sigterm_leaves_a_consistent_folder(files, tmp_path, capsys, monkeypatch):

@@ -28,15 +28,20 @@ class Perturbed:
         return float(np.linalg.norm(self.predict(x) - u) / np.linalg.norm(u))
 
 
+def _estimated_and_true(name, options, a, b):
+    """The estimate for the built-in ``name`` solved with the error ``a, b`` (:class:`Perturbed`)
+    and that error measured at the problem's test points in the physical domain."""
+    problem = hp.get_problem(name, **options)
+    model = Perturbed(problem, a, b)
+    x = problem.test_points()
+    return estimate.estimate_error(problem, model), model.error_at(x[estimate._physical(problem, x)])
+
+
 @pytest.mark.parametrize("name,options", [("dirichlet2d", {"n": 2}), ("free-source", {"wavelengths": 3}),
                                           ("waveguide", {})])
 @pytest.mark.parametrize("a,b", [(1e-2, 0.0), (0.0, 3e-3), (3e-2j, 1e-2)])
 def test_estimate_matches_a_known_error(name, options, a, b):
-    problem = hp.get_problem(name, **options)
-    model = Perturbed(problem, a, b)
-    est = estimate.estimate_error(problem, model)
-    x = problem.test_points()
-    true = model.error_at(x[estimate._physical(problem, x)])
+    est, true = _estimated_and_true(name, options, a, b)
     assert est.reliable, est
     assert abs(est.error / true - 1) < 0.35, (est, true)
     assert est.error - est.reference_error <= 1.5 * true <= 1.5 * est.upper
@@ -66,11 +71,7 @@ def test_refines_until_reliable():
 def test_estimate_on_the_cylinders_matches_the_series_error(name, options, a, b):
     """Sound-hard and sound-soft cylinders in a PML against their Hankel series: measured
     estimate/exact 0.995 to 1.010 where reliable (docs/guide/reference-solver.md)."""
-    problem = hp.get_problem(name, **options)
-    model = Perturbed(problem, a, b)
-    est = estimate.estimate_error(problem, model)
-    x = problem.test_points()
-    true = model.error_at(x[estimate._physical(problem, x)])
+    est, true = _estimated_and_true(name, options, a, b)
     assert est.reliable, est
     assert abs(est.error / true - 1) < 0.1, (est, true)
 

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import terminate_at
 
 import helmpinn as hp
 from helmpinn.problems.geometry import Box, BoxMinusBall, Disk, Interval, PointCloud
@@ -287,20 +288,11 @@ def test_cli_refuses_bad_faces_and_writes_nothing(cli_files, tmp_path, capsys, e
 def test_cli_records_the_faces_and_a_resumed_run_keeps_them(cli_files, tmp_path, capsys, monkeypatch):
     """fwi with --pml-faces, stopped by SIGTERM at iteration 2 and resumed: the report records
     the faces, the resumed run continues with them (fwi's start= refuses other settings)."""
-    import os
-    import signal
-
     from helmpinn.cli import invert as cli_invert
     from helmpinn.cli import main
 
     out = tmp_path / "run"
-    seen = []
-
-    def progress(entry):
-        seen.append(entry)
-        if len(seen) == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-    monkeypatch.setattr(cli_invert, "_progress", progress)
+    terminate_at(monkeypatch, 2)
     assert main(_cli(cli_files, out, "--pml-faces", *TOP_FREE)) == 143
     stopped = json.loads((out / "metrics.json").read_text())
     assert stopped["settings"]["pml_faces"] == list(TOP_FREE) and stopped["resumable"]
