@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The ring case of ``bench_inversion.py`` with ``hp.invert``'s method taken apart: a fixed number
+"""A case of ``bench_inversion.py`` (the ring by default) with ``hp.invert``'s method taken apart: a fixed number
 of Levenberg-Marquardt steps a stage and every knob on the command line, the velocity error
 printed after every step, so that ideas compare by error at equal steps (times on a shared
 machine say little).
@@ -7,6 +7,7 @@ machine say little).
     python benchmarks/inversion_knobs.py [--sources 4] [--freqs 0,1,2] [--steps 20]
         [--lambda-data 1] [--reg 1e-5] [--reg-decay 0.1] [--network 12,16,2] [--per-wavelength 4] [--lam 1]
         [--exact] [--fit-steps 30] [--varpro] [--extrapolate 2] [--noise 0.01]
+        [--case ring|crosswell|marmousi [--data DIR --survey survey.npz --start smooth --free-surface]]
 
 ``--reg``: the first stage's regularisation weight β, every later stage's ``--reg-decay`` times
 the previous one's (as :func:`helmpinn.invert`'s ``regularization`` and ``regularization_decay``).
@@ -18,7 +19,10 @@ steps) to the scattered field of the *true* medium (the finite-difference field 
 medium minus the stage's background) and set the medium to the least-squares one for those
 networks: how low the joint loss's minimiser lets the error go when the wavefields start right.
 ``--extrapolate a``: after each accepted step, try the medium steps a, a², ... times as long
-(the networks as accepted) while the loss falls.
+(the networks as accepted) while the loss falls. ``--case``: the case (the Marmousi crop's
+options as ``bench_inversion.py``'s; its sources are 16 too, its frequencies 3, 4, 5 Hz); with
+``--exact`` the loss terms at the true medium (the fitted networks) are printed beside those
+after the projection.
 
 The stage loop is :func:`helmpinn.invert`'s (``_Run.wavefields``, :class:`JointResiduals`,
 :class:`ArrowheadLM`), taken from the library's private helpers on purpose: the script measures
@@ -61,6 +65,11 @@ def _arguments(argv):
     ap.add_argument("--varpro", action="store_true")
     ap.add_argument("--extrapolate", type=float, default=0.0)
     ap.add_argument("--noise", type=float, default=0.0)
+    ap.add_argument("--case", choices=["ring", "crosswell", "marmousi"], default="ring")
+    ap.add_argument("--data", default=None, help="marmousi: as bench_inversion.py's --data")
+    ap.add_argument("--survey", default=None, help="marmousi: as bench_inversion.py's --survey")
+    ap.add_argument("--start", choices=bi.MARMOUSI_STARTS, default="smooth")
+    ap.add_argument("--free-surface", action="store_true")
     return ap.parse_args(argv)
 
 
@@ -74,6 +83,8 @@ def _exact_start(run, rows, thetas, joint, lm, medium, c_true, fi, network, fit_
         model.params[:] = theta
         _fit(model, w.x_pde, u(w.x_pde) - w.u0, fit_steps)
         theta[:] = model.params
+    print("  the fitted networks at the true medium: " + "  ".join(
+        f"{k} {v:.3e}" for k, v in joint.terms(thetas, np.clip(c_true, *lm.bounds)).items()), flush=True)
     loss = joint.loss(thetas, c)
     return lm.project_medium(thetas, c, loss)[0]
 
@@ -92,19 +103,24 @@ def _extrapolate(lm, joint, thetas, c_old, c, loss, factor):
 
 def main(argv=None) -> int:
     a = _arguments(argv)
-    case = bi.make_case("ring", noise=a.noise)
+    case = bi.make_case(a.case, noise=a.noise, data=a.data, start=a.start, survey_file=a.survey,
+                        free_surface=a.free_surface)
     sv = case["survey"]
     keep = list(range(0, 16, 16 // a.sources))
+    weights = np.ones(sv.data.shape) if sv.weights is None else np.asarray(sv.weights)
     survey = hp.Survey([sv.sources[i] for i in keep], sv.receivers, sv.frequencies, sv.data[:, keep],
-                       np.asarray(sv.weights)[:, keep])
+                       weights[:, keep])
     domain, pml = case["domain"], case["pml"]
     lo_v, hi_v = case["bounds"]
     m_bounds = (1 / hi_v ** 2, 1 / lo_v ** 2)
     network = tuple(int(t) for t in a.network.split(","))
     options = dict(lambda_data=a.lambda_data, pde_points=None, boundary_points=None, network=network,
                    seed=0, pml_share=0.25, warm_start="fd", v_min=lo_v, true=case["true"])
-    medium = SplineMedium.for_wavelength(domain.lo, domain.hi, lo_v / max(bi.FREQUENCIES), a.per_wavelength)
-    c = np.clip(medium.fit(1.0), *m_bounds)
+    medium = SplineMedium.for_wavelength(domain.lo, domain.hi, lo_v / float(np.max(sv.frequencies)),
+                                         a.per_wavelength)
+    initial = case["initial"]
+    c = np.clip(medium.fit(lambda x: 1.0 / np.asarray(initial(x) if callable(initial) else initial) ** 2
+                           * np.ones(len(x))), *m_bounds)
     c_true = medium.fit(lambda x: 1.0 / case["true"](x) ** 2)
     reg = math.sqrt(a.reg) * medium.gradient_rows(float(np.mean(c))) if a.reg > 0 else None
     run = _Run(survey, domain, pml, options, Ranks())
