@@ -118,7 +118,11 @@ def main(argv=None) -> int:
               f"corr(dm, fwi) {_corr(dm, descent):+.3f} predicted: medium {t['pred_m']:.1e} networks "
               f"{t['pred_w']:.1e}; pde {s['terms']['pde']:.2e} data {s['terms']['data']:.2e} "
               f"misfit {h['data_misfit']:.3f} error {h['velocity_error']:.4f}", flush=True)
-    total = B @ steps[-1]["c1"] - m0
+    m_lo, m_hi = 1.0 / case["bounds"][1] ** 2, 1.0 / case["bounds"][0] ** 2
+    c = steps[-1]["c1"]
+    at = int(np.sum((c <= m_lo * (1 + 1e-12)) | (c >= m_hi * (1 - 1e-12))))
+    print(f"coefficients at a bound after the last step: {at} of {len(c)}")
+    total = B @ c - m0
     print(f"all steps: |m - m_start|/|todo| {np.linalg.norm(total) / np.linalg.norm(todo):.3f} "
           f"corr {_corr(total, todo):+.3f}")
     return 0
