@@ -3,7 +3,7 @@
 open source (issue #63), not a timing.
 
     PYTHONPATH=python python benchmarks/diag_source3d.py [--wavelengths 2] [--pml-width 0.5]
-        [--time-limit 150] [--source-share S] [--s S] [--hidden H] [--threads 2]
+        [--time-limit 150] [--source-share S] [--s S] [--hidden H] [--ppw P] [--threads 2]
 
 Before training it prints the checks that need no run: the quadrature of the source over the
 run's own PDE points (``V mean(w f)`` against the Gaussian's integral, the amplitude, and
@@ -92,6 +92,7 @@ def main() -> None:
     ap.add_argument("--source-share", type=float, default=None, help="PDE points drawn at the source (default 0.25)")
     ap.add_argument("--s", type=float, default=None, help="the source's width (default λ/10)")
     ap.add_argument("--hidden", type=int, default=None, help="the subnetworks' hidden width (default the rule's)")
+    ap.add_argument("--ppw", type=float, default=None, help="PDE points per wavelength per axis (default the rule's)")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
@@ -109,7 +110,9 @@ def main() -> None:
         src = problem.point_sources[0]
         problem = Problem(problem.domain, kappa=problem.wavenumber ** 2, source=src, bcs={}, exact=problem.exact,
                           wavenumber=problem.wavenumber, pml=problem.pml, source_share=a.source_share)
-    overrides = {} if a.hidden is None else {"decomposition": {"hidden": a.hidden}}
+    rules = {"hidden": a.hidden, "points_per_wavelength": a.ppw}
+    rules = {key: value for key, value in rules.items() if value is not None}
+    overrides = {"decomposition": rules} if rules else {}
     before(problem, decomposed_settings(problem, **overrides.get("decomposition", {})))
 
     def step(trainer, k):
@@ -119,7 +122,8 @@ def main() -> None:
 
     sol = hp.solve(problem, time_limit=a.time_limit, progress=False, callbacks=[step], **overrides)
     h = sol.history
-    print("eval: " + ", ".join(f"{e:.3g} at {t:.0f} s" for t, e in zip(h.eval_time, h.eval_error) if e is not None))
+    print("eval: " + ", ".join(f"{e:.3g} at {t:.0f} s (validation loss {v:.3g})"
+                               for t, e, v in zip(h.eval_time, h.eval_error, h.eval_val_loss) if e is not None))
     after(problem, sol)
 
 
