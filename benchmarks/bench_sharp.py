@@ -114,12 +114,13 @@ def smoothing_bias(problem, widths, h, x, ref, near):
 
 def error_regions(problem, x, near):
     """Masks over the test points ``x``: ``interface`` (``near``), ``source`` (within a quarter of
-    the outside wavelength of the PointSource), ``edge`` (within a quarter wavelength of the
+    the local wavelength of the PointSource), ``edge`` (within a quarter of that wavelength of the
     physical domain's boundary, where the PML starts) and ``rest``; a point in two regions counts
     in the first of them."""
-    lam = 1.0 / problem.frequency   # the outside wavelength (v = 1)
+    at = np.asarray(problem.point_sources[0].position, np.float64)
+    lam = 2 * np.pi / float(np.asarray(problem.local_wavenumber(at[None, :])).reshape(-1)[0])   # at the source
     lo, hi = (np.asarray(b, np.float64) for b in problem.domain.bounds)
-    source = np.linalg.norm(x - np.asarray(problem.point_sources[0].position), axis=1) < lam / 4
+    source = np.linalg.norm(x - at, axis=1) < lam / 4
     edge = np.min(np.minimum(x - lo, hi - x), axis=1) < lam / 4
     out = {"interface": near, "source": source & ~near, "edge": edge & ~near & ~source}
     out["rest"] = ~(near | source | edge)
@@ -193,13 +194,17 @@ def main() -> None:
             errn = float(np.linalg.norm((u - ref)[near]) / np.linalg.norm(ref[near]))
             errf = float(np.linalg.norm((u - ref)[~near]) / np.linalg.norm(ref[~near]))
             loss, lam, gap = trainer.history.loss[-1], trainer.history.lr[-1], trainer.last_gap
+            log = getattr(trainer.driver, "log", None) or [{}]   # Gauss-Newton's: CG iterations, phase times
             rows.append({"step": step, "seconds": t - t0[0] - spent[0], "error": err, "near": errn, "far": errf,
                          "points": trainer.pde_points, "loss": loss, "lam": lam, "gap": gap,
-                         "shares": error_shares(u - ref, regions)})
+                         "shares": error_shares(u - ref, regions), "cg": log[-1].get("cg"),
+                         "times": log[-1].get("times")})
             print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s error {err:.3e} (near the jump {errn:.3e}, "
                   f"away {errf:.3e}) points {trainer.pde_points} loss {loss:.3e} λ {lam:.1e} gap "
                   f"{'-' if gap is None else f'{gap:.2f}'} | shares of the squared error: "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in rows[-1]["shares"].items()), flush=True)
+                  + ", ".join(f"{k} {v:.2f}" for k, v in rows[-1]["shares"].items())
+                  + (f" | cg {rows[-1]['cg']} (" + " ".join(f"{k} {v:.1f}" for k, v in rows[-1]["times"].items()) + " s)"
+                     if rows[-1]["times"] else ""), flush=True)
             spent[0] += time.perf_counter() - t
         overrides = parse_overrides(a.set, reserved=("seed", "time_limit", "callbacks", "progress"))
         t0[0] = time.perf_counter()    # the clock includes hp.solve's planning and the jump search
