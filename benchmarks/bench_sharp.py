@@ -3,7 +3,7 @@
 
     PYTHONPATH=python python benchmarks/bench_sharp.py --case square|disc [--fd-only]
         [--time-limit 300] [--hs 0.04,0.02,0.01,0.005] [--set KEY=VALUE] [--json out.json]
-        [--cache DIR]
+        [--cache DIR] [--bias auto,0.014,0.05]
 
 Two problems posed as a user poses them: a PointSource, a PML, a callable velocity with a jump.
 
@@ -22,7 +22,10 @@ error on the test grid against the finest reference after every step (the clock 
 call, so it holds the planning and the jump search; the callback's own time is taken off it), and for each error reached the time ``fd_solve`` needs to the same error
 (the first spacing of the ladder whose error is below it). Where the error sits: the last
 model's error split into the points within one inside wavelength's tenth of the interface and
-the rest. Run on a quiet machine; the times are wall-clock.
+the rest, and after every step each region's share of the squared error (:func:`error_regions`:
+the interface, the source, where the PML starts, the rest) with Gauss-Newton's CG iterations and
+phase times. ``--bias``: :func:`smoothing_bias`, the floor that training on the smoothed medium
+puts under the network's error. Run on a quiet machine; the times are wall-clock.
 """
 from __future__ import annotations
 
@@ -181,7 +184,7 @@ def main() -> None:
     result = {"case": a.case, "fd": ladder, "finest_h": hs[-1]}
     if a.bias:
         result["bias"] = smoothing_bias(problem, [w if w == "auto" else float(w) for w in a.bias.split(",")],
-                                        hs[-2], x, ref, distance(x) < lam_in / 10)
+                                        hs[-2] if len(hs) > 1 else hs[-1], x, ref, distance(x) < lam_in / 10)
     if not a.fd_only:
         near = distance(x) < lam_in / 10
         regions = error_regions(problem, x, near)
