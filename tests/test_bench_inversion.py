@@ -161,3 +161,40 @@ def test_the_marmousi_case_with_a_free_surface(bench, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--case", "ring", "--free-surface"])
     assert "only the marmousi case has a surface" in capsys.readouterr().err
+
+
+def _script(name, *args):
+    """Run benchmarks/NAME with args on the helmpinn this process imports (one thread)."""
+    import os
+    import subprocess
+    import sys
+
+    import helmpinn
+
+    here = str(Path(helmpinn.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True,
+                         text=True, env=env, cwd=ROOT / "benchmarks", timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_inversion_diagnose_reports_a_step():
+    """inversion_diagnose.py wraps ArrowheadLM's private steps: this fails when they change."""
+    import re
+
+    out = _script("inversion_diagnose.py", "--case", "ring", "--sources", "1", "--freqs", "2", "--steps", "1")
+    step = re.search(r"step 1: accepted .* corr\(dm, todo\) ([-+]\d\.\d+) corr\(dm, fwi\) ([-+]\d\.\d+) "
+                     r"predicted: medium (\S+) networks (\S+);.* error (\d\.\d+)", out)
+    assert step, out
+    assert all(-1 <= float(step.group(i)) <= 1 for i in (1, 2)) and float(step.group(3)) > 0, out
+    assert "coefficients at a bound after the last step" in out
+
+
+def test_inversion_knobs_runs_the_stages():
+    import re
+
+    out = _script("inversion_knobs.py", "--case", "ring", "--sources", "1", "--steps", "1")
+    assert len(re.findall(r"^stage \d f=", out, re.M)) == 3, out
+    assert re.search(r"final velocity error \d\.\d+", out), out
