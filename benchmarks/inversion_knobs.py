@@ -22,7 +22,7 @@ networks: how low the joint loss's minimiser lets the error go when the wavefiel
 (the networks as accepted) while the loss falls. ``--pde-weight a,b``: the PDE rows weighted
 a at a stage's first step to b at its last, geometrically (penalty continuation, as wavefield
 reconstruction raises its PDE weight; one value: fixed). ``--rebackground k``: every k steps of
-a stage, a new background (the forward solve in the current medium) with each network refitted
+a stage (or one k a stage, 0 for none), a new background (the forward solve in the current medium) with each network refitted
 (``--fit-steps`` LM steps from its parameters) to hold the same total field over it.
 ``--field-error``: after each stage, how far the networks' total fields are from the
 finite-difference fields in the stage's final medium and in the true one, and how far those
@@ -72,8 +72,8 @@ def _arguments(argv):
     ap.add_argument("--pde-weight", default="1",
                     help="the PDE rows' weight over a stage's steps: one value, or 'a,b' going "
                          "geometrically from a at the first step to b at the last (penalty continuation)")
-    ap.add_argument("--rebackground", type=int, default=0,
-                    help="every this many steps of a stage, a new forward solve in the current medium "
+    ap.add_argument("--rebackground", default="0",
+                    help="every this many steps of a stage (one count, or one a stage; 0: never), a new forward solve in the current medium "
                          "as the background, each network refitted (--fit-steps LM steps, from its "
                          "parameters) to hold the same total field over it")
     ap.add_argument("--field-error", action="store_true",
@@ -195,8 +195,10 @@ def main(argv=None) -> int:
         print(f"stage {stage} f={run.freqs[fi]:g}: error {error(c):.4f}  "
               + "  ".join(f"{k} {v:.3e}" for k, v in terms.items()), flush=True)
         weights = [float(t) for t in a.pde_weight.split(",")]
+        every = [int(t) for t in a.rebackground.split(",")]
+        every = every[stage] if len(every) > 1 else every[0]
         for k in range(n_steps):
-            if a.rebackground and k and k % a.rebackground == 0:
+            if every and k and k % every == 0:
                 before = joint.terms(thetas, c)["total"]
                 rows, thetas = _rebackground(run, rows, thetas, joint, medium, c, fi, network, a.fit_steps)
                 lam_kept = lm.lam
