@@ -242,9 +242,51 @@ def test_synthetic_data_and_the_inversions_carry_the_faces():
     assert np.max(np.abs(every.data - survey.data)) > 0.1 * np.max(np.abs(survey.data))
     stopped = fwi(survey, 1.0, domain=box, pml=pml, bounds=(0.8, 1.3), max_iter=2, callback=lambda info: True)
     assert stopped.resume["settings"]["pml_faces"] == list(TOP_FREE)
+    survey.free_surface = None          # past the survey's own check (next test), to the record's
     with pytest.raises(ValueError, match="pml_faces"):
         fwi(survey, 1.0, domain=box, pml=hp.PML(0.4), bounds=(0.8, 1.3), start=stopped)
     json.dumps(stopped.resume["settings"])
+
+
+def test_a_survey_records_its_free_surface_and_refuses_another_boundary(tmp_path):
+    """Survey.synthetic records the faces its data had free (u = 0), the file keeps them, and
+    fwi and hp.invert refuse a layer that leaves other faces free (pml=None: none), naming the
+    faces to use, before any work; a survey that records nothing is not checked."""
+    from helmpinn.reference import fwi
+
+    box = Box([0.0, 0.0], [1.0, 1.0])
+    src = [hp.PointSource([0.5, 0.3], width=0.08)]
+    rec = np.array([[0.2, 0.1], [0.8, 0.1]])
+    free = hp.Survey.synthetic(1.0, box, src, rec, [1.5], pml=hp.PML(0.4, faces=TOP_FREE), h=1 / 20)
+    every = hp.Survey.synthetic(1.0, box, src, rec, [1.5], pml=hp.PML(0.4), h=1 / 20)
+    assert free.free_surface == ("ymin",) and every.free_surface == ()
+    assert hp.Survey.load(free.save(tmp_path / "free.npz")).free_surface == ("ymin",)
+    assert hp.Survey.load(every.save(tmp_path / "every.npz")).free_surface == ()
+    assert "free_surface=('ymin',)" in repr(free)
+    said = r"free surface \(u = 0\) on \['ymin'\].*faces=\('xmin', 'xmax', 'ymax'\).*--pml-faces xmin xmax ymax"
+    for pml in (hp.PML(0.4), None, hp.PML(0.4, faces=("xmin", "xmax"))):
+        with pytest.raises(ValueError, match=said):
+            fwi(free, 1.0, domain=box, pml=pml, bounds=(0.8, 1.3), max_iter=1)
+        with pytest.raises(ValueError, match=said):
+            hp.invert(free, 1.0, domain=box, pml=pml, bounds=(0.8, 1.3), max_steps=1)
+    with pytest.raises(ValueError, match=r"on \[\] .*PML\(width\) on every face"):
+        fwi(every, 1.0, domain=box, pml=hp.PML(0.4, faces=TOP_FREE), bounds=(0.8, 1.3), max_iter=1)
+    every.validate(box, None)                   # first-order absorbing faces: every face absorbs
+    free.validate(box, hp.PML(0.4, faces=("ymax", "xmax", "xmin")))   # the order does not matter
+    free.free_surface = None
+    free.validate(box, hp.PML(0.4))
+
+
+@pytest.mark.parametrize("surface, error, match", [
+    (("top",), ValueError, "free_surface: 'top' is not a face's name"),
+    (("ymin", "ymin"), ValueError, r"free_surface names \['ymin'\] more than once"),
+    (("zmin",), ValueError, "free_surface: 'zmin' is not a face of a 2-D box"),
+    (3, TypeError, "free_surface must be face names"),
+])
+def test_a_bad_free_surface_is_refused_naming_it(surface, error, match):
+    with pytest.raises(error, match=match):
+        hp.Survey([hp.PointSource([0.5, 0.5], width=0.1)], [[0.3, 0.3]], [1.0], np.ones((1, 1, 1)),
+                  free_surface=surface)
 
 
 # -- the command line: helmpinn invert --pml-faces -----------------------------------------------
@@ -283,6 +325,21 @@ def test_cli_refuses_bad_faces_and_writes_nothing(cli_files, tmp_path, capsys, e
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and match in err, err
     assert not out.exists()
+
+
+def test_cli_takes_the_survey_s_free_surface_without_pml_faces(cli_files, tmp_path, capsys):
+    """Without --pml-faces the layer goes on the faces the survey file records as absorbing, and
+    the run's settings record them; --pml-faces naming another boundary is refused, naming it."""
+    from helmpinn.cli import main
+
+    out = tmp_path / "run"
+    assert main(_cli(cli_files, out, "--max-steps", "1")) == 0
+    assert json.loads((out / "metrics.json").read_text())["settings"]["pml_faces"] == list(TOP_FREE)
+    capsys.readouterr()
+    assert main(_cli(cli_files, tmp_path / "other", "--pml-faces", "xmin", "xmax", "ymin", "ymax")) == 2
+    err = capsys.readouterr().err
+    assert "free surface (u = 0) on ['ymin']" in err and "--pml-faces xmin xmax ymax" in err, err
+    assert not (tmp_path / "other").exists()
 
 
 def test_cli_records_the_faces_and_a_resumed_run_keeps_them(cli_files, tmp_path, capsys, monkeypatch):

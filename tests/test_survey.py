@@ -107,6 +107,16 @@ def _arrays(s):
             "receivers": s.receivers, "frequencies": s.frequencies, "data": s.data}
 
 
+def test_a_version_1_file_loads_without_a_free_surface_record(tmp_path):
+    """Files written before the free surface was recorded read as not recorded (None)."""
+    s = _small()
+    path = tmp_path / "v1.npz"
+    _write(path, **_arrays(s))
+    loaded = hp.Survey.load(path)
+    assert loaded.free_surface is None
+    np.testing.assert_array_equal(loaded.data, s.data)
+
+
 @pytest.mark.parametrize("change, message", [
     ({"data": "nan"}, "data must be finite"),
     ({"data": "shape"}, r"data must have shape \[F, S, R\]"),
@@ -115,6 +125,9 @@ def _arrays(s):
     ({"format": np.array("something-else")}, "not a helmpinn survey file"),
     ({"receivers": np.zeros((5, 2), complex)}, "receivers must be a 2-axis real array"),
     ({"extra": np.zeros(2)}, "unknown entries"),
+    ({"format_version": np.array(3)}, r"format_version .* is not supported .*\[1, 2\]"),
+    ({"free_surface": np.array(["top"])}, "free_surface: 'top' is not a face's name"),
+    ({"free_surface": np.zeros(2)}, "free_surface must be a 1-D array of face names"),
 ])
 def test_load_refuses_a_bad_file_naming_it(tmp_path, change, message):
     s = _small()

@@ -8,6 +8,13 @@ baseline) and what :meth:`Survey.synthetic` makes from a known medium with
 
 A survey file is an ``.npz`` archive without pickled objects: point sources are stored as their
 positions, amplitudes and widths (a source given as a plain callable cannot be saved).
+
+A survey may record its **free surface**: the faces of the box on which the recorded wavefield
+was ``u = 0`` (no absorbing layer there), ``()`` when every face absorbed. Data with a free
+surface hold its ghosts and multiples, and an inversion posed without it (or with a surface the
+data lack) fits them with a wrong medium and no error; so :meth:`Survey.validate` refuses a
+layer whose free faces differ from the record. :meth:`Survey.synthetic` records it; a survey
+from elsewhere records nothing (``free_surface=None``) and is not checked.
 """
 from __future__ import annotations
 
@@ -21,15 +28,17 @@ from numpy.typing import ArrayLike, NDArray
 from ._checks import integer, real_number
 from ._files import read_npz, write_atomic
 from .problems.geometry import Box, Domain
-from .problems.pml import PML
+from .problems.pml import PML, checked_faces, face_axis, faces_of
 from .problems import Problem
 from .problems.sources import WIDTH_PER_WAVELENGTH, PointSource
 
 __all__ = ["Survey", "FORMAT"]
 
-#: The ``format`` entry of a survey file, and the version this helmpinn writes and reads.
+#: The ``format`` entry of a survey file, and the version this helmpinn writes.
 FORMAT = "helmpinn-survey"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The versions this helmpinn reads (version 1 has no ``free_surface`` entry: not recorded).
+FORMAT_VERSIONS_READ = (1, 2)
 #: Nodes per shortest wavelength of :meth:`Survey.synthetic`'s default grid (fourth order).
 SYNTHETIC_NODES_PER_WAVELENGTH = 20
 
@@ -52,10 +61,15 @@ class Survey:
         ``data[f, s, r]``: source s's field at frequency f at receiver r.
     weights : None or real array [F, S, R], each >= 0
         A weight per datum in the misfit (e.g. 1/σ, σ its noise level; 0 leaves a datum out).
+    free_surface : None or sequence of face names
+        The faces of the box on which the data's wavefield was ``u = 0`` (e.g. ``("ymin",)``;
+        ``()``: every face absorbed); None (default): not recorded, not checked (module
+        docstring).
     """
 
     def __init__(self, sources: Sequence[PointSource | Callable], receivers: ArrayLike,
-                 frequencies: ArrayLike, data: ArrayLike, weights: ArrayLike | None = None):
+                 frequencies: ArrayLike, data: ArrayLike, weights: ArrayLike | None = None, *,
+                 free_surface: Sequence[str] | None = None):
         if callable(sources) or isinstance(sources, (str, bytes)) or not hasattr(sources, "__len__"):
             raise TypeError(f"Survey: sources must be a list of PointSource or callables, got "
                             f"{type(sources).__name__}")
@@ -68,6 +82,8 @@ class Survey:
         self.frequencies = _array("frequencies", frequencies, np.float64, 1)
         self.data = _array("data", data, np.complex128, 3)
         self.weights = None if weights is None else _array("weights", weights, np.float64, 3)
+        self.free_surface = (None if free_surface is None
+                             else checked_faces(free_surface, "Survey: free_surface", empty=True))
         self.validate()
 
     # -- sizes ----------------------------------------------------------------------------------
@@ -89,15 +105,18 @@ class Survey:
         return int(self.frequencies.shape[0])
 
     def __repr__(self) -> str:
+        surface = "" if self.free_surface is None else f", free_surface={self.free_surface!r}"
         return (f"Survey({self.n_sources} sources, {self.n_receivers} receivers, frequencies "
-                f"{self.frequencies.tolist()}, dim={self.dim})")
+                f"{self.frequencies.tolist()}, dim={self.dim}{surface})")
 
     # -- checks ---------------------------------------------------------------------------------
     def validate(self, domain=None, pml=None) -> "Survey":
         """Raise one ValueError naming the first problem found: an empty survey, shapes that
         disagree, non-finite or non-positive frequencies, NaN/inf data, negative or non-finite
-        weights, a point source of another dimension; with a ``domain`` (its physical box),
-        receivers outside it or (with a ``pml`` around it) in the layer. Returns the survey."""
+        weights, a point source of another dimension, a free surface naming a face the
+        receivers' dimension lacks; with a ``domain`` (its physical box), receivers outside it
+        or (with a ``pml`` around it) in the layer, and a recorded free surface that differs
+        from the faces ``pml`` leaves free (``pml=None``: none). Returns the survey."""
         S, R, F = self.n_sources, len(self.receivers), len(self.frequencies)
         if S == 0 or R == 0 or F == 0:
             raise ValueError(f"Survey: an empty survey ({S} sources, {R} receivers, {F} "
@@ -134,6 +153,10 @@ class Survey:
         for i, s in enumerate(self.sources):
             if isinstance(s, PointSource) and s.dim != d:
                 raise ValueError(f"Survey: sources[{i}] is a {s.dim}-D PointSource for {d}-D receivers")
+        for name in self.free_surface or ():
+            if face_axis(name) >= d:
+                raise ValueError(f"Survey: free_surface: {name!r} is not a face of a {d}-D box; its "
+                                 f"faces are {faces_of(d)}")
         if domain is not None:
             self._check_domain(domain, pml)
         return self
@@ -146,6 +169,7 @@ class Survey:
             raise TypeError(f"Survey.validate: pml must be a helmpinn.PML or None, got {type(pml).__name__}")
         if domain.dim != self.dim:
             raise ValueError(f"Survey: {self.dim}-D receivers for a {domain.dim}-D domain")
+        self._check_surface(pml)
         lo, hi = domain.bounds
         tol = 1e-12 * float(np.max(hi - lo))
         inside = domain.contains(self.receivers) | np.all((self.receivers >= lo - tol)
@@ -166,6 +190,21 @@ class Survey:
                 if not np.all((s.position >= olo - tol) & (s.position <= ohi + tol)):
                     raise ValueError(f"Survey: sources[{i}] at {s.position.tolist()} lies outside "
                                      f"the domain {olo.tolist()} .. {ohi.tolist()}")
+
+    def _check_surface(self, pml) -> None:
+        """A ValueError when the faces ``pml`` leaves free are not the recorded free surface."""
+        if self.free_surface is None:
+            return
+        posed = () if pml is None else pml.free_faces(self.dim)
+        if set(posed) == set(self.free_surface):
+            return
+        layered = [f for f in faces_of(self.dim) if f not in self.free_surface]
+        want = (f"PML(width, faces={tuple(layered)!r})" if self.free_surface else "PML(width) on every face")
+        raise ValueError(
+            f"Survey: the data were recorded with a free surface (u = 0) on {list(self.free_surface)} "
+            f"and absorbing faces elsewhere, but pml={pml!r} leaves {list(posed)} free; pose the same "
+            f"boundary, {want} (CLI: --pml WIDTH --pml-faces {' '.join(layered)}), or, to invert "
+            f"anyway, set survey.free_surface = None")
 
     # -- files ----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> str:
@@ -189,6 +228,8 @@ class Survey:
         }
         if self.weights is not None:
             arrays["weights"] = self.weights
+        if self.free_surface is not None:
+            arrays["free_surface"] = np.array(self.free_surface, dtype="<U8").reshape(-1)
         path = os.fspath(path)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         return write_atomic(path, lambda fh: np.savez(fh, **arrays))
@@ -207,11 +248,13 @@ class Survey:
         if fmt.shape != () or fmt.dtype.kind != "U" or str(fmt) != FORMAT:
             raise ValueError(f"{path}: format is {fmt!r}, expected {FORMAT!r}; not a helmpinn survey file")
         version = arrays["format_version"]
-        if version.shape != () or version.dtype.kind not in "iu" or int(version) != FORMAT_VERSION:
+        if (version.shape != () or version.dtype.kind not in "iu"
+                or int(version) not in FORMAT_VERSIONS_READ):
             raise ValueError(f"{path}: format_version {version!r} is not supported (this helmpinn "
-                             f"reads {FORMAT_VERSION})")
+                             f"reads {list(FORMAT_VERSIONS_READ)})")
         unknown = set(arrays) - {"format", "format_version", "source_position", "source_amplitude",
-                                 "source_width", "receivers", "frequencies", "data", "weights"}
+                                 "source_width", "receivers", "frequencies", "data", "weights",
+                                 "free_surface"}
         if unknown:
             raise ValueError(f"{path}: unknown entries {sorted(unknown)}; not a helmpinn survey file")
         try:
@@ -223,9 +266,17 @@ class Survey:
                                  f"length ({len(pos)}, {len(amp)}, {len(width)})")
             sources = [PointSource(p, complex(a), None if np.isnan(w) else float(w))
                        for p, a, w in zip(pos, amp, width)]
+            surface = None
+            if "free_surface" in arrays:
+                surface = arrays["free_surface"]
+                if surface.ndim != 1 or (surface.size and surface.dtype.kind != "U"):
+                    raise ValueError(f"free_surface must be a 1-D array of face names, got "
+                                     f"{surface.dtype} of shape {list(surface.shape)}")
+                surface = [str(f) for f in surface]
             return cls(sources, _stored(arrays, "receivers", "f", 2),
                        _stored(arrays, "frequencies", "f", 1), _stored(arrays, "data", "fc", 3),
-                       _stored(arrays, "weights", "f", 3) if "weights" in arrays else None)
+                       _stored(arrays, "weights", "f", 3) if "weights" in arrays else None,
+                       free_surface=surface)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{path}: {exc}") from None
 
@@ -245,8 +296,8 @@ class Survey:
         ``pml``: the :class:`~helmpinn.PML` around it (default: one longest wavelength wide,
         ``max v / min f``, on every face; a given one is used as given, its ``faces`` included:
         a face it leaves out is a free surface, u = 0, and the data hold its ghosts and
-        multiples). ``h``: the grid spacing; default the shortest wavelength
-        ``min v / max f`` (v sampled on the physical box) over
+        multiples; the survey records those faces as its ``free_surface``). ``h``: the grid
+        spacing; default the shortest wavelength ``min v / max f`` (v sampled on the physical box) over
         :data:`SYNTHETIC_NODES_PER_WAVELENGTH` = 20, finer than any grid an inversion would use,
         so that inverting these data does not commit the "inverse crime" of fitting data made by
         the inversion's own discretisation. A :class:`~helmpinn.PointSource` without a width is
@@ -300,7 +351,7 @@ class Survey:
                 rms = math.sqrt(float(np.mean(np.abs(data[i]) ** 2)))
                 data[i] += noise * rms * (rng.standard_normal(data[i].shape)
                                           + 1j * rng.standard_normal(data[i].shape)) / math.sqrt(2)
-        return cls(sources, receivers, frequencies, data)
+        return cls(sources, receivers, frequencies, data, free_surface=pml.free_faces(domain.dim))
 
 
 def _first(mask: NDArray) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..problems.geometry import Box
 from ..problems.media import GridField
-from ..problems.pml import PML
+from ..problems.pml import PML, faces_of
 from ..reference import check_memory
 from ..reference.fwi import NODES_PER_WAVELENGTH
 from ..survey import Survey
@@ -155,12 +155,17 @@ def _check_fwi_memory(inputs: Inputs) -> None:
         raise UsageError(f"--method fwi: {exc}") from None
 
 
-def _pml(args: argparse.Namespace, domain) -> PML | None:
-    """The PML of --pml and --pml-faces, its faces checked against the box (UsageError)."""
+def _pml(args: argparse.Namespace, domain, survey: Survey) -> PML | None:
+    """The PML of --pml and --pml-faces, its faces checked against the box (UsageError).
+    Without --pml-faces, the faces the survey records as absorbing (all but its free surface;
+    every face when it records none), written back into ``args`` so that the run's settings,
+    and a --resume of it, carry the faces used."""
     if args.pml_faces is not None and not args.pml > 0:
         raise UsageError("--pml-faces: given without a PML; give --pml WIDTH > 0 as well")
     if not args.pml > 0:
         return None
+    if args.pml_faces is None and survey.free_surface:
+        args.pml_faces = [f for f in faces_of(domain.dim) if f not in survey.free_surface]
     try:
         pml = PML(args.pml, faces=args.pml_faces)
         pml.sides(domain.dim)
@@ -182,7 +187,7 @@ def read_inputs(args: argparse.Namespace) -> Inputs:
     domain = _domain(args, initial)
     for flag, field in (("--initial", initial), ("--true", true)):
         _covers(flag, field, domain)
-    pml = _pml(args, domain)
+    pml = _pml(args, domain, survey)
     try:
         survey.validate(domain, pml)
     except (ValueError, TypeError) as exc:

@@ -36,8 +36,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--pml", metavar="WIDTH", type=float, default=0.0, help="a PML this wide around the box "
                    "(0: first-order absorbing faces instead)")
     p.add_argument("--pml-faces", metavar="FACE", nargs="+", help="the faces that carry the PML, by the box's "
-                   "part names (xmin xmax ymin ymax ...; default every face); a face left out is a free "
-                   "surface, u = 0 (e.g. --pml-faces xmin xmax ymax for a surface at y = lo, z the depth)")
+                   "part names (xmin xmax ymin ymax ...; default: every face but the free surface the survey "
+                   "file records, if any); a face left out is a free surface, u = 0 (e.g. --pml-faces xmin "
+                   "xmax ymax for a surface at y = lo, z the depth)")
     p.add_argument("--bounds", metavar=("VMIN", "VMAX"), type=float, nargs=2,
                    help="velocity bounds; they must contain the initial model (required with --method fwi)")
     p.add_argument("--method", choices=tuple(RESULT), default="pinn", help="pinn: helmpinn.invert; fwi: the "

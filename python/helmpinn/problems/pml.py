@@ -76,27 +76,35 @@ def _face_index(name: str) -> tuple[int, int]:
     return axis, int(m.group(2) == "max")
 
 
-def _checked_faces(faces) -> tuple[str, ...] | None:
-    """``faces`` as face names in axis order (None: every face), or a TypeError/ValueError
-    naming the argument."""
-    if faces is None:
-        return None
+def checked_faces(faces, what: str = "PML: faces", empty: bool = False) -> tuple[str, ...]:
+    """``faces`` (a face's name or a sequence of them) as distinct face names in the box's order,
+    or a TypeError/ValueError naming ``what``; an empty sequence only where ``empty``."""
     given = (faces,) if isinstance(faces, str) else faces
     try:
         given = list(given)
     except TypeError:
-        raise TypeError(f"PML: faces must be face names such as ('xmin', 'xmax', 'ymax') or None "
-                        f"(every face), got {type(faces).__name__}") from None
+        raise TypeError(f"{what} must be face names such as ('xmin', 'xmax', 'ymax'), got "
+                        f"{type(faces).__name__}") from None
     for f in given:
         if not isinstance(f, str) or not _FACE.match(f):
-            raise ValueError(f"PML: faces: {f!r} is not a face's name; expected names such as "
+            raise ValueError(f"{what}: {f!r} is not a face's name; expected names such as "
                              f"'xmin', 'xmax', 'ymin', 'ymax', 'zmin', 'zmax' (the box's boundary parts)")
-    if not given:
-        raise ValueError("PML: faces must name at least one face (no face: give pml=None)")
+    if not given and not empty:
+        raise ValueError(f"{what} must name at least one face (no face: give pml=None)")
     if len(set(given)) != len(given):
         twice = sorted({f for f in given if given.count(f) > 1})
-        raise ValueError(f"PML: faces names {twice} more than once")
+        raise ValueError(f"{what} names {twice} more than once")
     return tuple(sorted(given, key=_face_index))
+
+
+def faces_of(dim: int) -> list[str]:
+    """The names of a ``dim``-D box's faces in the box's order (xmin, xmax, ymin, ...)."""
+    return [face_name(a, s) for a in range(dim) for s in (0, 1)]
+
+
+def face_axis(name: str) -> int:
+    """The axis (0, 1, 2, ...) of a face named as :func:`face_name` names it."""
+    return _face_index(name)[0]
 
 
 class PML:
@@ -119,7 +127,7 @@ class PML:
             strength = real_number("PML", "strength", strength, low=0.0)
         self.power = real_number("PML", "power", power, low=1.0, low_open=False, high=MAX_POWER)
         self._strength = strength
-        self.faces = _checked_faces(faces)
+        self.faces = None if faces is None else checked_faces(faces)
         if not math.isfinite(self.strength):
             raise ValueError(f"PML: width {self.width!r} is too small for the default strength "
                              f"((p+1) ln(1/R)/(2 width) = {self.strength!r}); give a wider layer")
@@ -187,7 +195,7 @@ class PML:
             axis, side = _face_index(name)
             if axis >= dim:
                 raise ValueError(f"PML: faces: {name!r} is not a face of a {dim}-D box; its faces are "
-                                 f"{[face_name(a, s) for a in range(dim) for s in (0, 1)]}")
+                                 f"{faces_of(dim)}")
             out[axis, side] = True
         return out
 
