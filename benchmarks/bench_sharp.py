@@ -3,7 +3,7 @@
 
     PYTHONPATH=python python benchmarks/bench_sharp.py --case square|disc [--fd-only]
         [--time-limit 300] [--hs 0.04,0.02,0.01,0.005] [--set KEY=VALUE] [--json out.json]
-        [--cache DIR]
+        [--cache DIR] [--bias auto,0.014,0.05]
 
 Two problems posed as a user poses them: a PointSource, a PML, a callable velocity with a jump.
 
@@ -22,7 +22,10 @@ error on the test grid against the finest reference after every step (the clock 
 call, so it holds the planning and the jump search; the callback's own time is taken off it), and for each error reached the time ``fd_solve`` needs to the same error
 (the first spacing of the ladder whose error is below it). Where the error sits: the last
 model's error split into the points within one inside wavelength's tenth of the interface and
-the rest. Run on a quiet machine; the times are wall-clock.
+the rest, and after every step each region's share of the squared error (:func:`error_regions`:
+the interface, the source, where the PML starts, the rest) with Gauss-Newton's CG iterations and
+phase times. ``--bias``: :func:`smoothing_bias`, the floor that training on the smoothed medium
+puts under the network's error. Run on a quiet machine; the times are wall-clock.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import numpy as np
 
 import helmpinn as hp
 from helmpinn.problems.geometry import Box
+from helmpinn.problems.jumps import training_problem
 from helmpinn.reference import fd_solve
 from bench_time_to_accuracy import parse_overrides
 
@@ -92,6 +96,46 @@ def fd_ladder(problem, hs, x):
     return out
 
 
+def smoothing_bias(problem, widths, h, x, ref, near):
+    """For each half-width: fd_solve (κ as given: the smoothed medium has no jump left) of the
+    problem hp.solve trains on (:func:`helmpinn.problems.jumps.training_problem`) at spacing h
+    against ``ref``, overall and at the ``near`` points: the floor smoothing puts under the
+    network's error."""
+    out = []
+    for w in widths:
+        smooth, _ = training_problem(problem, w)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            u = fd_solve(smooth, h, jumps="sample")(x)
+        row = {"width": w, "h": h, "error": rel(u, ref),
+               "near": float(np.linalg.norm((u - ref)[near]) / np.linalg.norm(ref[near]))}
+        print(f"  the medium smoothed at w = {w}: fd_solve h={h:g} lies {row['error']:.2e} from the reference "
+              f"({row['near']:.2e} near the jump)", flush=True)
+        out.append(row)
+    return out
+
+
+def error_regions(problem, x, near):
+    """Masks over the test points ``x``: ``interface`` (``near``), ``source`` (within a quarter of
+    the local wavelength of the PointSource), ``edge`` (within a quarter of that wavelength of the
+    physical domain's boundary, where the PML starts) and ``rest``; a point in two regions counts
+    in the first of them."""
+    at = np.asarray(problem.point_sources[0].position, np.float64)
+    lam = 2 * np.pi / float(np.asarray(problem.local_wavenumber(at[None, :])).reshape(-1)[0])   # at the source
+    lo, hi = (np.asarray(b, np.float64) for b in problem.domain.bounds)
+    source = np.linalg.norm(x - at, axis=1) < lam / 4
+    edge = np.min(np.minimum(x - lo, hi - x), axis=1) < lam / 4
+    out = {"interface": near, "source": source & ~near, "edge": edge & ~near & ~source}
+    out["rest"] = ~(near | source | edge)
+    return out
+
+
+def error_shares(d, regions):
+    """Each region's share of the squared error ``|d|²`` summed over the test points."""
+    total = float(np.sum(np.abs(d) ** 2))
+    return {name: float(np.sum(np.abs(d[m]) ** 2)) / total for name, m in regions.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", choices=sorted(CASES), default="square")
@@ -103,6 +147,10 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--cache", default=None, help="a folder to keep the fd_solve ladder in (reused when there)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--bias", default=None, metavar="W,W,...",
+                    help="also the smoothed media's distances from the sharp one: fd_solve of the medium hp.solve "
+                         "trains on at each smoothing half-width W ('auto': its default) at the ladder's second "
+                         "finest spacing, against the reference")
     a = ap.parse_args()
     if a.threads:
         hp.set_num_threads(a.threads)
@@ -134,8 +182,12 @@ def main() -> None:
                   f"  {fd[(mode, h)][1]:.1f} s", flush=True)
             prev = e
     result = {"case": a.case, "fd": ladder, "finest_h": hs[-1]}
+    if a.bias:
+        result["bias"] = smoothing_bias(problem, [w if w == "auto" else float(w) for w in a.bias.split(",")],
+                                        hs[-2] if len(hs) > 1 else hs[-1], x, ref, distance(x) < lam_in / 10)
     if not a.fd_only:
         near = distance(x) < lam_in / 10
+        regions = error_regions(problem, x, near)
         rows, spent, t0 = [], [0.0], [None]
 
         def record(trainer, step):
@@ -145,11 +197,17 @@ def main() -> None:
             errn = float(np.linalg.norm((u - ref)[near]) / np.linalg.norm(ref[near]))
             errf = float(np.linalg.norm((u - ref)[~near]) / np.linalg.norm(ref[~near]))
             loss, lam, gap = trainer.history.loss[-1], trainer.history.lr[-1], trainer.last_gap
+            log = getattr(trainer.driver, "log", None) or [{}]   # Gauss-Newton's: CG iterations, phase times
             rows.append({"step": step, "seconds": t - t0[0] - spent[0], "error": err, "near": errn, "far": errf,
-                         "points": trainer.pde_points, "loss": loss, "lam": lam, "gap": gap})
+                         "points": trainer.pde_points, "loss": loss, "lam": lam, "gap": gap,
+                         "shares": error_shares(u - ref, regions), "cg": log[-1].get("cg"),
+                         "times": log[-1].get("times")})
             print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s error {err:.3e} (near the jump {errn:.3e}, "
                   f"away {errf:.3e}) points {trainer.pde_points} loss {loss:.3e} λ {lam:.1e} gap "
-                  f"{'-' if gap is None else f'{gap:.2f}'}", flush=True)
+                  f"{'-' if gap is None else f'{gap:.2f}'} | shares of the squared error: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in rows[-1]["shares"].items())
+                  + (f" | cg {rows[-1]['cg']} (" + " ".join(f"{k} {v:.1f}" for k, v in rows[-1]["times"].items()) + " s)"
+                     if rows[-1]["times"] else ""), flush=True)
             spent[0] += time.perf_counter() - t
         overrides = parse_overrides(a.set, reserved=("seed", "time_limit", "callbacks", "progress"))
         t0[0] = time.perf_counter()    # the clock includes hp.solve's planning and the jump search

@@ -229,3 +229,32 @@ def test_bench_3d_grid_is_fd_solves_grid():
     assert bench.error_at([[1.0, 0.5], [3.0, 0.1]], 2.0) == 0.5
     assert bench.error_at([[1.0, 0.5]], 0.5) is None
     assert bench.time_to([(1.0, 0.5), (3.0, 0.1), (5.0, 0.05)], 0.2) == 3.0
+
+
+def test_diag_source3d_zero_field_loss_is_the_models_loss_at_zero():
+    """benchmarks/diag_source3d.py's zero field's loss, ``mean(w |f|²) / k²`` on the run's points,
+    is the decomposed model's PDE loss when its output layers are zero (u = 0), importance weights
+    of the source's draws included; a model with its random output is far above it."""
+    spec = importlib.util.spec_from_file_location(
+        "diag_source3d", Path(__file__).resolve().parents[1] / "benchmarks" / "diag_source3d.py")
+    diag = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(diag)
+    from helmpinn.models.decomposition import DecomposedModel, Rows
+
+    p = waves3d.free_source_3d(1.0, pml_width=0.5)
+    ts = p.sample(3000, 0, np.random.default_rng(3), "sobol")
+    assert ts.pde_weight is not None and np.ptp(ts.pde_weight) > 0   # the source's draws weighted
+    lo, hi = p.sampling_domain.bounds
+    model = DecomposedModel.create(lo, hi, [(2, 2, 2)], ff_dim=4, hidden_dim=8, wavenumber=p.wavenumber)
+    rows = Rows.from_training_set(ts, {"pde": 1.0 / p.wavenumber ** 2}, drop=("data", "bc"))
+    res = model.residuals_for(rows)
+    zero = model.params.copy()
+    per = len(zero) // 8
+    layout = list(model.specs[0].layout())[-2:]   # the output layer: W1, b1
+    for j in range(8):
+        for _, shape, offset in layout:
+            zero[j * per + offset: j * per + offset + int(np.prod(shape))] = 0.0
+    r = res.residuals(zero)
+    assert float(r @ r) == pytest.approx(diag.zero_field_loss(p, ts), rel=1e-12)
+    r0 = res.residuals(model.params)
+    assert float(r0 @ r0) > 10 * diag.zero_field_loss(p, ts)

@@ -109,7 +109,8 @@ the section named beside each item.
   :func:`~helmpinn.params.sigma_for`, whose ``1/sqrt(d)`` gives the features' frequencies a root
   mean square of the local wavenumber; without it they were √d times higher, and ``cube3d`` at
   k = 8π ended higher for three seeds of four: "The subnetworks' Fourier scale");
-- ``max(25^d Π w_a, P/2)`` PDE points (:data:`DD_POINTS_PER_WAVELENGTH`, fixed Sobol points,
+- ``max(ppw^d Π w_a, P/2)`` PDE points, ppw 64 / 25 / 9 in 1-D / 2-D / 3-D
+  (:data:`DD_POINTS_PER_WAVELENGTH`, fixed Sobol points,
   rounded up to 500), boundary points 1/20 of them (none under a hard constraint);
 - where κ varies (a callable κ or velocity: a slow inclusion, a layer), the rules above can count
   wavelengths by the **local** wavenumber rather than the largest anywhere, when asked for
