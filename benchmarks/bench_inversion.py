@@ -4,7 +4,7 @@ synthetic survey, start, bounds and velocity-error measure.
 
     python benchmarks/bench_inversion.py --case ring|crosswell --method fwi|pinn
         [--noise 0.01] [--time-limit S] [--max-iter N] [--seed 0] [--regularization A] [--json out.json]
-        [--figure out.png]
+        [--figure out.png] [--stage-regularization 2e-5,2e-6,2e-7]
     python benchmarks/bench_inversion.py --scaling [--wavefields 4 8 16 32] [--steps 3] [--json out.json]
     mpiexec -n 2 python benchmarks/bench_inversion.py --scaling --mpi ...
 
@@ -57,6 +57,9 @@ v_initial‖`` on a 101 × 101 grid of the unit square restricted to the case's 
 (:func:`velocity_error`).
 
 ``--figure`` draws the true velocity, the start, the recovered one and their difference.
+``--stage-regularization a,b,c`` (fwi): one fwi call per frequency, low to high, each with its
+own α, from the last one's velocity: fwi with ``hp.invert``'s regularisation schedule (α = 2β)
+on the same medium grid, which tells whether that parameterisation and schedule limit the error.
 
 Methods: ``METHODS[name](case, args) -> dict`` with at least ``velocity`` (a callable x -> v),
 ``seconds`` and ``history``; ``fwi`` is :func:`helmpinn.reference.fwi`, ``pinn``
@@ -360,12 +363,41 @@ def run_fwi(case: dict, args) -> dict:
     alpha = args.regularization
     if alpha is None:
         alpha = regularization_rule(case["noise"])
+    if getattr(args, "stage_regularization", None):
+        return _fwi_stages(case, args, report)
     result = fwi(case["survey"], case["initial"], domain=case["domain"], pml=case["pml"],
                  bounds=case["bounds"], regularization=alpha,
                  max_iter=args.max_iter, time_limit=args.time_limit or case["time_limit"],
                  true=case["true"], region=case["region"], callback=report)
     return {"velocity": result.velocity, "seconds": result.seconds, "history": result.history,
             "stopped": result.stopped, "n_solves": result.n_solves, "regularization": alpha}
+
+
+def _fwi_stages(case: dict, args, report) -> dict:
+    """fwi one frequency at a time, low to high, each from the last one's velocity, with its own
+    α from ``--stage-regularization`` (one a frequency): fwi with ``hp.invert``'s regularisation
+    schedule (its β is α / 2: fwi's term is ``½ α ⟨|L ∇(m/m₀)|²⟩``, invert's ``β L²/|box|
+    ∫|∇m/m_ref|²``; the medium grid is the same, a quarter of the shortest wavelength)."""
+    from helmpinn.reference import fwi
+
+    alphas = [float(a) for a in args.stage_regularization.split(",")]
+    freqs = sorted(float(f) for f in case["survey"].frequencies)
+    if len(alphas) != len(freqs):
+        raise SystemExit(f"--stage-regularization: give one α per frequency ({len(freqs)}), got {len(alphas)}")
+    velocity, history, t0 = case["initial"], {}, time.perf_counter()
+    limit = args.time_limit or case["time_limit"]
+    for f, alpha in zip(freqs, alphas):
+        result = fwi(case["survey"], velocity, domain=case["domain"], pml=case["pml"], bounds=case["bounds"],
+                     regularization=alpha, frequencies=[f], max_iter=args.max_iter,
+                     time_limit=max(limit - (time.perf_counter() - t0), 1e-3), true=case["true"],
+                     region=case["region"], callback=report)
+        velocity = result.velocity
+        for key, values in result.history.items():
+            history.setdefault(key, []).extend(values)
+        if not args.quiet:
+            print(f"after f = {f:g} (α = {alpha:g}): velocity error {velocity_error(velocity, case):.4f}", flush=True)
+    return {"velocity": velocity, "seconds": time.perf_counter() - t0, "history": history,
+            "stopped": result.stopped, "regularization": alphas}
 
 
 def run_pinn(case: dict, args) -> dict:
@@ -435,6 +467,9 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=None)
     ap.add_argument("--regularization", type=float, default=None,
                     help="α of fwi's Tikhonov term (default: the rule max(10 noise², 1e-5))")
+    ap.add_argument("--stage-regularization", default=None,
+                    help="fwi: one α a frequency, comma-separated, one fwi call each, low to high "
+                         "(2e-5,2e-6,2e-7: hp.invert's default β schedule)")
     ap.add_argument("--max-iter", type=int, default=50,
                     help="fwi: L-BFGS-B iterations a frequency; pinn: LM steps a frequency (max_steps)")
     ap.add_argument("--quiet", action="store_true")

@@ -198,3 +198,29 @@ def test_inversion_knobs_runs_the_stages():
     out = _script("inversion_knobs.py", "--case", "ring", "--sources", "1", "--steps", "1")
     assert len(re.findall(r"^stage \d f=", out, re.M)) == 3, out
     assert re.search(r"final velocity error \d\.\d+", out), out
+
+
+def test_fwi_by_stages_is_one_fwi_call_a_frequency_with_its_own_weight(bench):
+    import types
+
+    import helmpinn as hp
+    from helmpinn.reference import fwi
+
+    domain = Box([0.0, 0.0], [1.0, 1.0])
+    v = lambda x: 1.0 + 0.1 * np.exp(-np.sum((x - 0.5) ** 2, axis=1) / 0.02)   # noqa: E731
+    rec = 0.5 + 0.35 * np.stack([np.cos(np.arange(8)), np.sin(np.arange(8))], axis=1)
+    survey = hp.Survey.synthetic(v, domain, [hp.PointSource((0.2, 0.5))], rec, [1.5, 1.0], pml=hp.PML(0.3))
+    case = {"survey": survey, "initial": 1.0, "domain": domain, "pml": hp.PML(0.3), "bounds": (0.8, 1.3),
+            "true": v, "region": lambda x: np.ones(len(x), bool), "time_limit": 1e4, "noise": 0.0}
+    args = types.SimpleNamespace(stage_regularization="1e-3,1e-6", max_iter=2, time_limit=None, quiet=True,
+                                 regularization=None)
+    out = bench.run_fwi(case, args)
+    velocity = 1.0
+    for f, alpha in ((1.0, 1e-3), (1.5, 1e-6)):   # low to high, each from the last one's velocity
+        velocity = fwi(survey, velocity, domain=domain, pml=case["pml"], bounds=case["bounds"],
+                       regularization=alpha, frequencies=[f], max_iter=2).velocity
+    x = np.random.default_rng(0).uniform(0.1, 0.9, (50, 2))
+    np.testing.assert_allclose(out["velocity"](x), velocity(x), rtol=1e-12)
+    assert out["regularization"] == [1e-3, 1e-6] and len(out["history"]["misfit"]) > 2
+    with pytest.raises(SystemExit, match="one α per frequency"):
+        bench.run_fwi(case, types.SimpleNamespace(**{**vars(args), "stage_regularization": "1e-3"}))
