@@ -279,6 +279,7 @@ def test_resume_continues_a_stopped_run_as_if_uninterrupted(files, tmp_path, cap
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["resumed"] and not metrics["resumable"] and metrics["steps"] == len(a.history)
     assert metrics["settings"]["time_limit"] == 30 and metrics["settings"]["seed"] is None
+    assert metrics["settings"]["regularization"] == hp.inversion.api.DEFAULT_REGULARIZATION   # the β used
     # a finished run has nothing to continue; the folder is left as it was
     before = _outputs(out)
     assert main(["invert", "--resume", str(out)]) == 2
@@ -287,10 +288,11 @@ def test_resume_continues_a_stopped_run_as_if_uninterrupted(files, tmp_path, cap
 
 def test_resume_of_a_folder_written_before_the_stage_decay(files, tmp_path, capsys, monkeypatch):
     """A folder whose report and saved Inversion lack ``regularization_decay`` (written before
-    the option existed, with a fixed β) resumes with that fixed β: the uninterrupted run with
-    --regularization-decay 1."""
+    the option existed, with a fixed β), and whose report records no β (written before reports
+    recorded the β used, when the default was 1e-5), resumes with those: the uninterrupted run
+    with --regularization-decay 1 --regularization 1e-5."""
     full = tmp_path / "full"
-    fixed = ["--regularization-decay", "1"]
+    fixed = ["--regularization-decay", "1", "--regularization", "1e-5"]
     assert main(_args(files, full, "--quiet", "--no-plots", *fixed)) == 0
     out = tmp_path / "run"
     _terminate_at(monkeypatch, 2)
@@ -298,6 +300,7 @@ def test_resume_of_a_folder_written_before_the_stage_decay(files, tmp_path, caps
     monkeypatch.setattr(cli_invert, "_progress", lambda entry: None)
     report = json.loads((out / "metrics.json").read_text())
     del report["settings"]["regularization_decay"]
+    report["settings"]["regularization"] = None
     (out / "metrics.json").write_text(json.dumps(report))
     saved = hp.Inversion.load(out / "inversion.npz")
     del saved.resume["settings"]["regularization_decay"]

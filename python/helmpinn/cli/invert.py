@@ -62,6 +62,7 @@ from typing import Any, Callable
 from .. import _core, runfiles
 from ..distributed import CollectiveError, abort_on_error, launch_comm, threads_per_rank
 from ..inversion import invert
+from ..inversion.api import DEFAULT_REGULARIZATION
 from ..reference import fwi
 from .invert_inputs import Inputs, read_inputs
 from .invert_options import DEFAULT_OUT, DEFAULT_TIME_LIMIT, OUTPUTS, add_parser, parser
@@ -158,6 +159,8 @@ def _set_up(args: argparse.Namespace, held: contextlib.ExitStack, comm: Any = No
         nonlocal args
         if args.resume is not None:
             args = resumed_args(args, _given(args))
+        if args.method == "pinn" and args.regularization is None:
+            args.regularization = DEFAULT_REGULARIZATION   # recorded: a later default cannot change a resume
         if comm is not None and args.method == "fwi":
             raise UsageError(f"--method fwi runs in one process (helmpinn.reference.fwi has no MPI ranks); "
                              f"this is one of {comm.Get_size()} ranks: run it without mpiexec")

@@ -50,7 +50,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-steps", type=int, help="LM steps per frequency (pinn; default 50) or L-BFGS-B "
                    "iterations per frequency (fwi; default 50)")
     p.add_argument("--regularization", type=float, help="the medium's gradient regularisation weight "
-                   "(default: the method's: 1e-5 for pinn, 1e-4 for fwi)")
+                   "(default: the method's: 1e-6 for pinn, 1e-4 for fwi)")
     p.add_argument("--regularization-decay", metavar="D", type=float, help="pinn: each frequency stage's "
                    "regularisation weight is the previous stage's times D, in [0, 1] (default: helmpinn.invert's, 0.1)")
     p.add_argument("--network", metavar=("FF", "HIDDEN", "LAYERS"), type=int, nargs=3,

@@ -19,6 +19,8 @@ from .runs import UsageError, check_resume, read_report
 
 __all__ = ["RESUME_OPTIONS", "resumed_args", "resume_state"]
 
+#: helmpinn.invert's default β before reports recorded the β used (a report with none ran with it).
+_FORMER_REGULARIZATION = 1e-5
 #: Options that may be given with --resume (every other setting is the run's own).
 RESUME_OPTIONS = ("time_limit", "max_steps", "threads", "quiet", "no_plots")
 #: The settings of metrics.json that --resume turns back into options: (key, option, kind).
@@ -66,6 +68,8 @@ def resumed_args(args: argparse.Namespace, given: list[str]) -> argparse.Namespa
     words = ["invert"]
     if method == "pinn":   # a report written before the option existed: that run's fixed β
         settings = {"regularization_decay": 1.0, **settings}
+        if settings.get("regularization") is None:   # written before reports recorded the β used:
+            settings["regularization"] = _FORMER_REGULARIZATION   # the default of that time
     for key, flag, kind in _SAVED:
         if settings.get(key) is not None:
             words += _saved_option(key, flag, kind, settings[key], where)

@@ -30,10 +30,12 @@ wavefields start (``warm_start``):
 rows further divided by ``k_f²``); ``regularization`` is β in ``β L²/|box| ∫ |∇m/m_ref|²``
 (m_ref the initial medium's mean) in the first stage, and ``regularization_decay`` times the
 previous stage's in every later one: the rule is a fixed β relative to the data and PDE terms, which
-are both normalised, so one value serves surveys of any amplitude and size. The default β = 1e-5:
+are both normalised, so one value serves surveys of any amplitude and size. The default β = 1e-6:
 the regularisation is part of what the joint loss's minimiser trades against the networks'
-approximation error, and 1e-4 pulled the medium flat (ring case, 26 steps a frequency: velocity
-error 0.46 with 1e-4, 0.26 with 1e-5; docs/guide/inversion.md). The default decay 0.1: once the
+approximation error, and a larger one pulls the medium flat (ring case, 26 steps a frequency:
+velocity error 0.46 with 1e-4, 0.26 with 1e-5; 300 s on idle cores with the decay below: 0.194
+with 1e-5, 0.160 with 1e-6; crosswell, 50 steps a frequency: 0.795 and 0.788;
+docs/guide/inversion.md). The default decay 0.1: once the
 lowest frequency has moved the medium most of the way, the data and PDE terms are small and even
 1e-5 holds the medium back (ring case, 4 sources, 20 steps at f = 3 from the medium of 40 steps
 at f = 2: velocity error 0.213 with β = 1e-5, 0.198 with 1e-6, 0.195 with 0).
@@ -96,6 +98,9 @@ WARM_STARTS = ("fd", "previous")
 POINTS_PER_PARAMETER = 4
 #: The first stage's share of the time limit against 1 for every later stage (module docstring).
 FIRST_STAGE_SHARE = 2.0
+#: The regularisation weight β of the first frequency stage when :func:`invert` is given none
+#: (module docstring, Weights).
+DEFAULT_REGULARIZATION = 1e-6
 
 
 def _stage_deadline(t_call: float, time_limit: float, now: float, stage: int, stages: int) -> float:
@@ -460,7 +465,7 @@ def invert(survey: Any, initial: Any, *, domain: Box, pml: PML | None = None,
            bounds: tuple[float, float] | None = None, true: Any = None, time_limit: float = 300.0,
            network: Sequence[int] = (12, 16, 2), pde_points: int | None = None,
            boundary_points: int | None = None, per_wavelength: float = 4.0, lambda_data: float = 1.0,
-           regularization: float = 1e-5, regularization_decay: float = 0.1, max_steps: int = 50, tol: float = 1e-4,
+           regularization: float = DEFAULT_REGULARIZATION, regularization_decay: float = 0.1, max_steps: int = 50, tol: float = 1e-4,
            pml_share: float | None = 0.25, varpro: bool = False,
            warm_start: str = "fd", fit_steps: int = 10, seed: int = 0,
            callbacks: Sequence[Callable[[dict], Any]] = (), callback: Callable[[dict], Any] | None = None,
