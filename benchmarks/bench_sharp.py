@@ -40,7 +40,7 @@ import helmpinn as hp
 from helmpinn.problems.geometry import Box
 from helmpinn.problems.jumps import training_problem
 from helmpinn.reference import fd_solve
-from bench_time_to_accuracy import parse_overrides
+from bench_time_to_accuracy import error_shares, parse_overrides
 
 
 def square_case():
@@ -128,12 +128,6 @@ def error_regions(problem, x, near):
     out = {"interface": near, "source": source & ~near, "edge": edge & ~near & ~source}
     out["rest"] = ~(near | source | edge)
     return out
-
-
-def error_shares(d, regions):
-    """Each region's share of the squared error ``|d|²`` summed over the test points."""
-    total = float(np.sum(np.abs(d) ** 2))
-    return {name: float(np.sum(np.abs(d[m]) ** 2)) / total for name, m in regions.items()}
 
 
 def main() -> None:

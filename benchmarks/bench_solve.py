@@ -26,7 +26,7 @@ import numpy as np
 
 import helmpinn as hp
 from helmpinn.training.dd_driver import GNDriver
-from bench_time_to_accuracy import field_error, parse_overrides, parse_problem   # 'name:opt=value'; --set
+from bench_time_to_accuracy import error_shares, field_error, parse_overrides, parse_problem   # 'name:opt=value'; --set
 
 
 def error_regions(problem, x) -> dict:
@@ -96,8 +96,7 @@ def main() -> None:
                      "gap": gap, "points": trainer.pde_points, "lam": gn.get("lam"), "cg": gn.get("cg"),
                      "times": gn.get("times")})   # seconds in each phase of the step
         if regions:
-            d2 = np.abs(u - exact) ** 2
-            rows[-1]["shares"] = {name: float(d2[m].sum() / d2.sum()) for name, m in regions.items()}
+            rows[-1]["shares"] = error_shares(u - exact, regions)
         print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s loss {loss:.3e} error {err:.3e} (raw {raw:.3e}) "
               f"gap {gap if gap is None else round(gap, 2)} points {trainer.pde_points}"
               + (f" lam {gn['lam']:.1e} cg {gn['cg']} (" + " ".join(f"{k} {v:.1f}" for k, v in gn["times"].items()) + " s)"

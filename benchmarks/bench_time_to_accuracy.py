@@ -121,6 +121,14 @@ class Clock:
             trainer.stop_reason = f"budget of {self.budget:g} s"
 
 
+def error_shares(d, regions) -> dict:
+    """Each region's share of the squared error ``|d|²`` summed over the points (``regions``:
+    name -> mask)."""
+    d2 = np.abs(d) ** 2
+    total = float(np.sum(d2))
+    return {name: float(np.sum(d2[m])) / total for name, m in regions.items()}
+
+
 def _blas_threads(text: str):
     return "auto" if text == "auto" else (int(text) or None)
 

@@ -195,3 +195,40 @@ def terminate_at(monkeypatch, step, sig=None):
 
     monkeypatch.setattr(cli_invert, "_progress", progress)
     return seen
+
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+
+def load_benchmark(name: str):
+    """The module benchmarks/NAME.py (with benchmarks/ on the path while it loads: the scripts
+    import each other); the test is skipped where there is no source checkout."""
+    import importlib.util
+
+    path = os.path.join(BENCHMARKS, f"{name}.py")
+    if not os.path.exists(path):
+        pytest.skip("benchmarks/ (a source checkout) not available")
+    sys.path.insert(0, BENCHMARKS)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(BENCHMARKS)
+
+
+def run_benchmark(script: str, *args: str, env: dict | None = None, timeout: float = 300):
+    """benchmarks/SCRIPT run with args on the helmpinn this process imports (a source tree with
+    its built core, or the installed package), one OpenMP thread, in benchmarks/; the completed
+    process (text output captured). Skipped where there is no source checkout."""
+    import helmpinn
+
+    path = os.path.join(BENCHMARKS, script)
+    if not os.path.exists(path):
+        pytest.skip("benchmarks/ (a source checkout) not available")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(helmpinn.__file__)))
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
+            "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, path, *args], capture_output=True, text=True, env=full,
+                          cwd=BENCHMARKS, timeout=timeout)

@@ -1,22 +1,16 @@
 """benchmarks/bench_inversion.py: the inversion cases of issue #60 are the ones stated (the data
 themselves take Survey.synthetic's seconds and are made by the benchmark runs only)."""
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_benchmark, run_benchmark
 
 from helmpinn.problems.geometry import Box
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_inversion", ROOT / "benchmarks" / "bench_inversion.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_inversion")
 
 
 def test_the_ring_and_crosswell_geometries(bench):
@@ -164,18 +158,7 @@ def test_the_marmousi_case_with_a_free_surface(bench, monkeypatch, capsys):
 
 
 def _script(name, *args):
-    """Run benchmarks/NAME with args on the helmpinn this process imports (one thread)."""
-    import os
-    import subprocess
-    import sys
-
-    import helmpinn
-
-    here = str(Path(helmpinn.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True,
-                         text=True, env=env, cwd=ROOT / "benchmarks", timeout=300)
+    out = run_benchmark(name, *args)
     assert out.returncode == 0, out.stderr
     return out.stdout
 

@@ -3,37 +3,21 @@ the test points without gaps or double counts, put the points where they are nam
 region's share of a squared error is that region's part of the sum."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
 import numpy as np
 import pytest
+from conftest import load_benchmark
 
 import helmpinn as hp
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _load(name):
-    sys.path.insert(0, str(ROOT / "benchmarks"))   # the scripts import bench_time_to_accuracy
-    try:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 @pytest.fixture(scope="module")
 def sharp():
-    return _load("bench_sharp")
+    return load_benchmark("bench_sharp")
 
 
 @pytest.fixture(scope="module")
 def solve_bench():
-    return _load("bench_solve")
+    return load_benchmark("bench_solve")
 
 
 def _partition(regions, n):

@@ -1,29 +1,13 @@
 """benchmarks/fd_clock.py: fd_solve's time to an error, refining from a coarse grid."""
 from __future__ import annotations
 
-import os
-import pathlib
 import re
-import subprocess
-import sys
 
-import pytest
-
-import helmpinn
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "fd_clock.py"
+from conftest import run_benchmark
 
 
 def _run(*args, limit=None):
-    if not SCRIPT.exists():
-        pytest.skip("benchmarks/ (a source checkout) not available")
-    # the helmpinn this process imports (a source tree with its built core, or the installed package)
-    here = str(pathlib.Path(helmpinn.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1", **({"HELMPINN_MEMORY_LIMIT": limit} if limit else {})}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT / "benchmarks", timeout=300)
+    return run_benchmark("fd_clock.py", *args, env={"HELMPINN_MEMORY_LIMIT": limit} if limit else None)
 
 
 def test_fd_clock_refines_until_each_error_is_met():

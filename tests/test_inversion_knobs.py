@@ -1,11 +1,8 @@
 """benchmarks/inversion_knobs.py's diagnostics on a small survey: the PDE weight of penalty
 continuation, the refitted background, and the field error against finite differences."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from conftest import load_benchmark
 
 import helmpinn as hp
 from helmpinn.inversion.api import _Run
@@ -15,21 +12,13 @@ from helmpinn.inversion.parallel import Ranks
 from helmpinn.inversion.solver import ArrowheadLM
 from helmpinn.problems.geometry import Box
 
-ROOT = Path(__file__).resolve().parents[1]
 NETWORK = (3, 6, 1)
 FIT = 30
 
 
 @pytest.fixture(scope="module")
 def knobs():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("inversion_knobs", ROOT / "benchmarks" / "inversion_knobs.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+    return load_benchmark("inversion_knobs")
 
 
 def _stage(c_shift=0.0):

@@ -4,12 +4,11 @@ sphere's series (``scatter-sphere``) against its PDE, its boundary condition and
 condition; benchmarks/bench_3d.py's grid."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_benchmark
 from scipy.integrate import quad
 
 import helmpinn as hp
@@ -217,10 +216,7 @@ def test_scatter_sphere_builtin():
 def test_bench_3d_grid_is_fd_solves_grid():
     """benchmarks/bench_3d.py predicts fd_solve's node count (its memory check comes first, so a
     wrong count would check the wrong grid against the limit)."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_3d", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_3d.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("bench_3d")
     for W, ppw, layer in ((2, 8, 0.5), (4, 6, 0.5), (8, 10, 0.5), (3, 7, 1.0)):
         lam = 2.0 / W
         h, nodes = bench.fd_grid(W, ppw, layer)
@@ -235,10 +231,7 @@ def test_diag_source3d_zero_field_loss_is_the_models_loss_at_zero():
     """benchmarks/diag_source3d.py's zero field's loss, ``mean(w |f|²) / k²`` on the run's points,
     is the decomposed model's PDE loss when its output layers are zero (u = 0), importance weights
     of the source's draws included; a model with its random output is far above it."""
-    spec = importlib.util.spec_from_file_location(
-        "diag_source3d", Path(__file__).resolve().parents[1] / "benchmarks" / "diag_source3d.py")
-    diag = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(diag)
+    diag = load_benchmark("diag_source3d")
     from helmpinn.models.decomposition import DecomposedModel, Rows
 
     p = waves3d.free_source_3d(1.0, pml_width=0.5)
