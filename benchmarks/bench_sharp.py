@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import warnings
 
@@ -151,7 +152,10 @@ def main() -> None:
     problem, distance, lam_in = CASES[a.case]()
     x = problem.test_points()
     hs = sorted((float(v) for v in a.hs.split(",")), reverse=True)
-    cache = f"{a.cache}/sharp_{a.case}_{'_'.join(f'{h:g}' for h in hs)}.npz" if a.cache else None
+    cache = None
+    if a.cache:   # made here: a missing folder would fail only after the ladder's minutes
+        os.makedirs(a.cache, exist_ok=True)
+        cache = os.path.join(a.cache, f"sharp_{a.case}_{'_'.join(f'{h:g}' for h in hs)}.npz")
     try:
         z = np.load(cache)
         fd = {(str(m), float(h)): (z[f"u_{m}_{h:g}"], float(z[f"t_{m}_{h:g}"]))

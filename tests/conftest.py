@@ -202,7 +202,8 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 def load_benchmark(name: str):
     """The module benchmarks/NAME.py (with benchmarks/ on the path while it loads: the scripts
-    import each other); the test is skipped where there is no source checkout."""
+    import each other), registered in ``sys.modules`` under NAME (a dataclass looks its module up
+    there); the test is skipped where there is no source checkout."""
     import importlib.util
 
     path = os.path.join(BENCHMARKS, f"{name}.py")
@@ -212,7 +213,12 @@ def load_benchmark(name: str):
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
         return module
     finally:
         sys.path.remove(BENCHMARKS)

@@ -3,31 +3,22 @@ format (no network access, no real data): reading, the posed problem's conventio
 factor, the finite-difference comparison and a short training run."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import pathlib
-import sys
 
 import numpy as np
 import pytest
+from conftest import load_benchmark
 from scipy import io
 from scipy.special import hankel2
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 FREQ, V, H, N, LAYER, SIGMA_NODES, TAPS, STRETCH = 2.0, 2.0, 0.05, 61, 12, 2.0, 4, 3.0
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_seismic", ROOT / "benchmarks" / "bench_seismic.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_seismic"] = module   # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop("bench_seismic", None)
+    return load_benchmark("bench_seismic")
 
 
 def _their_layer(n: int, layer: int, stretch: float) -> np.ndarray:

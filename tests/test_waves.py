@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import load_benchmark
 from scipy.special import hankel1
 
 import helmpinn as hp
@@ -325,19 +326,10 @@ def test_resonance_rows():
         waves.resonance_rows(p, x, most=0)
 
 
-def test_box_error_modes_finds_the_mode_an_error_lies_in(monkeypatch):
+def test_box_error_modes_finds_the_mode_an_error_lies_in():
     """benchmarks/box_error_modes.py's spectrum: an error put in the mode (20, 1) of box-source at
     10 wavelengths (amplified 400 times) is found there, whole, at its distance to resonance."""
-    import importlib.util
-    import pathlib
-
-    bench = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
-    if not (bench / "box_error_modes.py").exists():
-        pytest.skip("benchmarks/ (a source checkout) not available")
-    monkeypatch.syspath_prepend(str(bench))
-    spec = importlib.util.spec_from_file_location("box_error_modes", bench / "box_error_modes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("box_error_modes")
     p = waves.box_source(10)
     bump = lambda x: 1e-3 * np.sin(20 * np.pi * x[:, 0]) * np.sin(np.pi * x[:, 1])   # noqa: E731
     s = module.spectrum(p, lambda x: p.exact_at(x) + (1 + 2j) * bump(x), 127)
