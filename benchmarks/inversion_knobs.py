@@ -48,7 +48,7 @@ import time
 import numpy as np
 
 import helmpinn as hp
-from helmpinn.inversion.api import _fit, _forward, _problem, _Run
+from helmpinn.inversion.api import _fit, _forward, _problem, _Run, _velocity
 from helmpinn.inversion.joint import JointResiduals
 from helmpinn.inversion.medium import SplineMedium
 from helmpinn.inversion.parallel import Ranks
@@ -187,9 +187,8 @@ def main(argv=None) -> int:
                    seed=0, pml_share=0.25, warm_start="fd", v_min=lo_v, true=case["true"])
     medium = SplineMedium.for_wavelength(domain.lo, domain.hi, lo_v / float(np.max(sv.frequencies)),
                                          a.per_wavelength)
-    initial = case["initial"]
-    c = np.clip(medium.fit(lambda x: 1.0 / np.asarray(initial(x) if callable(initial) else initial) ** 2
-                           * np.ones(len(x))), *m_bounds)
+    initial = _velocity("initial", case["initial"])   # a number or a callable, as hp.invert takes it
+    c = np.clip(medium.fit(lambda x: 1.0 / np.asarray(initial(x), np.float64) ** 2), *m_bounds)
     c_true = medium.fit(lambda x: 1.0 / case["true"](x) ** 2)
     reg = math.sqrt(a.reg) * medium.gradient_rows(float(np.mean(c))) if a.reg > 0 else None
     run = _Run(survey, domain, pml, options, Ranks())
