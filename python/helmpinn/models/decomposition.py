@@ -995,6 +995,9 @@ class DecomposedResiduals:
                 raise ValueError(f"modes: expected finite numbers [{n}, q] (one row per point), got shape {M.shape}")
             self.modes = np.ascontiguousarray(M) if M.shape[1] else None
         self.num_modes = 0 if self.modes is None else self.modes.shape[1]
+        if self.modes is not None:   # the points the mode rows read (the corners' carriers: a few of many)
+            self._mode_at = np.flatnonzero(np.any(self.modes != 0, axis=1))
+            self._mode_sub = np.ascontiguousarray(self.modes[self._mode_at])
         self.num_residuals = 2 * n + 2 * self.num_modes
         self.target = np.empty(2 * n)
         self.target[0::2], self.target[1::2] = rows.f.real, rows.f.imag
@@ -1117,7 +1120,8 @@ class DecomposedResiduals:
         itself without ``modes``)."""
         if self.modes is None:
             return r
-        return np.concatenate([r, self.modes.T @ r[0::2], self.modes.T @ r[1::2]])
+        at, sub = 2 * self._mode_at, self._mode_sub
+        return np.concatenate([r, sub.T @ r[at], sub.T @ r[at + 1]])
 
     def fold(self, w: NDArray) -> NDArray:
         """A residual-space vector w [2N + 2q] folded onto the point rows: ``w_pts + F w_modes``
@@ -1126,8 +1130,9 @@ class DecomposedResiduals:
             return w
         q, out = self.num_modes, np.array(w[:self.num_points], copy=True)
         tail = np.asarray(w[self.num_points:], np.float64)
-        out[0::2] += (self.modes @ tail[:q]).astype(out.dtype, copy=False)   # (M stays float64: no copy)
-        out[1::2] += (self.modes @ tail[q:]).astype(out.dtype, copy=False)
+        at, sub = 2 * self._mode_at, self._mode_sub
+        out[at] += (sub @ tail[:q]).astype(out.dtype, copy=False)   # (M stays float64: no copy)
+        out[at + 1] += (sub @ tail[q:]).astype(out.dtype, copy=False)
         return out
 
     def mode_columns(self, j: int) -> NDArray:
