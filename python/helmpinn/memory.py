@@ -72,7 +72,8 @@ cover a point along an axis of ``g_a`` subdomains; the Jacobian blocks of the la
   ``Π_a min(g_a, 2⌈1 + overlap⌉ − 1)`` blocks of ``(2H + 2)²`` entries:
   ``max(ASSEMBLY, 12 + 12 F) E`` bytes, :data:`ASSEMBLY` while it is assembled and then the
   matrix and two trials' SuperLU factors of :func:`coarse_fill` F entries per entry;
-  ``mode rows``: with ``resonance`` set, up to ``resonance_most`` = q modes, ``16 q P`` for
+  ``mode rows``: with ``resonance`` set, up to ``resonance_most`` modes, and with ``corners``
+  a polygon's corners' rows (:mod:`helmpinn.problems.corners`), q in all, ``16 q P`` for
   their gradients and ``8 q N`` for their columns, and on a Green's grid
   (:func:`helmpinn.problems.waves.resonance_green_rows`, under the hard constraint)
   ``8 q (3 G + 2 min(4^d G, 2^18))`` for its G nodes (``Π_a (⌈4.1 w_a⌉ + 16)``, w_a the
@@ -110,6 +111,7 @@ from ._budget import (  # noqa: F401  (re-exported: helmpinn.memory is the publi
 from .models.decomposition import WINDOW_CHUNK
 from .defaults import wavelengths
 from .optim.gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
+from .problems.corners import CORNER_ROW_WEIGHT, corner_wedges
 from .problems.waves import RESONANCE_MOST, _closed_box
 
 __all__ = ["MemoryEstimateError", "MemoryBudgetError", "LIMIT_VARIABLE", "MEMORY_FRACTION", "ASSEMBLY",
@@ -310,11 +312,18 @@ def check_decomposed(layout: Mapping[str, Any], pde_points: int, bc_points: int 
 def _modes(problem: Any, optimizer: str, options: Mapping[str, Any], hard: bool) -> tuple[int, list[float] | None]:
     """The mode rows at most and, where they are Green's (``hard``: the model has the hard
     constraint), the wavelengths along each axis: ``resonance_most`` where ``resonance`` is
-    set and the problem is a closed box (not looked for: their count is an upper bound)."""
-    if optimizer != "gn" or not options.get("resonance") or _closed_box(problem) is None:
+    set and the problem is a closed box (not looked for: their count is an upper bound), and
+    the corners' rows where ``corners`` is (default) and the problem has any
+    (:func:`helmpinn.problems.corners.corner_wedges`)."""
+    if optimizer != "gn":
         return 0, None
+    corners = 0
+    if options.get("corners", CORNER_ROW_WEIGHT):
+        corners = sum(len(w.orders) for w in corner_wedges(problem))
+    if not options.get("resonance") or _closed_box(problem) is None:
+        return corners, None
     most = int(options.get("resonance_most", RESONANCE_MOST))
-    return most, [float(w) for w in wavelengths(problem)] if hard else None
+    return most + corners, [float(w) for w in wavelengths(problem)] if hard else None
 
 
 def check_fit(trainer: Any, driver: Any, pde_points: int | None = None) -> dict[str, int]:
@@ -326,7 +335,8 @@ def check_fit(trainer: Any, driver: Any, pde_points: int | None = None) -> dict[
     settings = getattr(driver, "settings", None)
     options = {**dict(getattr(settings, "options", {}) or {}),
                "resonance": getattr(settings, "resonance", 0.0),
-               "resonance_most": getattr(settings, "resonance_most", 0)}
+               "resonance_most": getattr(settings, "resonance_most", 0),
+               "corners": getattr(settings, "corners", 0.0)}
     pde = trainer.pde_points if pde_points is None else int(pde_points)
     bc = trainer.bc_points if pde_points is None or trainer.problem.dim == 1 \
         else math.ceil(trainer.bc_points * pde / trainer.pde_points)

@@ -11,6 +11,8 @@
   with what the loss needs there;
 - :mod:`~helmpinn.problems.geometry`: domains, their boundary parts and sampling;
 - :mod:`~helmpinn.problems.pml`: the PML and the general operator's coefficients;
+- :mod:`~helmpinn.problems.corners`: a polygon's corners, the rows that keep their residual from
+  radiating;
 - :mod:`~helmpinn.problems.media`: media on grids (:class:`~helmpinn.problems.media.GridField`);
 - :mod:`~helmpinn.problems.sources`: point sources, the free-space source;
 - :mod:`~helmpinn.problems.batch`: :class:`~helmpinn.problems.batch.Batch`, the points and rows

@@ -50,6 +50,7 @@ from ..problems.geometry import Box
 from ..params import sigma_for
 from ..problems import Dirichlet
 from ..problems.sampler import CellDensity
+from ..problems.corners import CORNER_ROW_WEIGHT, corner_rows
 from ..problems.waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
 from ..memory import MemoryEstimateError, check_fit
 # the model protocol's names, in helmpinn.models.model_protocol, stay importable from here (the
@@ -66,6 +67,32 @@ __all__ = ["TrainableDecomposedModel", "GNDriver", "GNSettings", "GNStepInfo", "
 #: so small that their own ``s² Σ |u − y|²`` adds nothing to the loss, the mode rows' columns
 #: ``1/s`` times larger to match.
 GREEN_ROW_SCALE = 1e-8
+
+
+def _joined_modes(n: int, parts: list[Any]) -> Any:
+    """Mode rows of several kinds as one ``modes`` answer for ``n`` point rows
+    (:meth:`DecomposedModel.training_residuals <helmpinn.models.decomposition.DecomposedModel.training_residuals>`):
+    each part ``M [n, q]`` over the points or ``(rows, M [len(rows), q])`` over rows of its own;
+    their columns side by side, their own rows one after the other (None: no part)."""
+    if not parts:
+        return None
+    own = [p[0] for p in parts if isinstance(p, tuple)]
+    extra = sum(len(r) for r in own)
+    q = sum((p[1] if isinstance(p, tuple) else p).shape[1] for p in parts)
+    M = np.zeros((n + extra, q))
+    at, col = n, 0
+    for p in parts:
+        if isinstance(p, tuple):
+            rows, m = p
+            M[at:at + len(rows), col:col + m.shape[1]] = m
+            at += len(rows)
+        else:
+            m = p
+            M[:n, col:col + m.shape[1]] = m
+        col += m.shape[1]
+    return M if not own else (Rows.concat(own), M)
+
+
 # -- the driver ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GNSettings(LMSettings):
@@ -79,12 +106,15 @@ class GNSettings(LMSettings):
     :func:`helmpinn.problems.waves.resonance_rows`, under a hard constraint
     :func:`helmpinn.problems.waves.resonance_green_rows`; module docstring); 0: not; ``resonance_most``:
     of those modes at most this many, the most amplified (each costs two parameter vectors and
-    two preconditioner applications a trial); ``adapt``: when the points grow on a model whose
-    points follow a density (:func:`sampled_problem`), this share of the new draw's density
-    follows the residual (:func:`residual_density`; 0: none)."""
+    two preconditioner applications a trial); ``corners``: at the corners of a polygonal
+    boundary, the weight of the rows that keep the residual there from radiating
+    (:func:`helmpinn.problems.corners.corner_rows`; 0: none); ``adapt``: when the points grow
+    on a model whose points follow a density (:func:`sampled_problem`), this share of the new
+    draw's density follows the residual (:func:`residual_density`; 0: none)."""
 
     resonance: float = 0.0
     resonance_most: int = RESONANCE_MOST
+    corners: float = CORNER_ROW_WEIGHT
     adapt: float = 0.0
 
     def __post_init__(self) -> None:
@@ -93,6 +123,7 @@ class GNSettings(LMSettings):
         if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, float, np.number)) or not 0 <= r < 1:
             raise ValueError(f"resonance: expected a share of κ in [0, 1) (0: no mode rows), got {r!r}")
         object.__setattr__(self, "resonance_most", integer("GNSettings", "resonance_most", self.resonance_most, low=1))
+        object.__setattr__(self, "corners", real_number("GNSettings", "corners", self.corners, low=0.0, low_open=False))
         object.__setattr__(self, "adapt", real_number("GNSettings", "adapt", self.adapt, low=0.0, low_open=False, high=1.0))
 
     @staticmethod
@@ -124,13 +155,15 @@ class GNDriver(DampedDriver):
     gn: Any = None   # the MatrixFreeGN, from start
 
     def __init__(self, settings: GNSettings | None = None, *, resonance: float = 0.0,
-                 resonance_most: int = RESONANCE_MOST, adapt: float = 0.0, **keywords: Any):
+                 resonance_most: int = RESONANCE_MOST, corners: float = CORNER_ROW_WEIGHT, adapt: float = 0.0,
+                 **keywords: Any):
         """``settings``, or :class:`~helmpinn.training.drivers.DampedDriver`'s keywords (the stall and
-        growth rules, the solver's options), ``resonance``, ``resonance_most`` and ``adapt``
-        (:class:`GNSettings`)."""
+        growth rules, the solver's options), ``resonance``, ``resonance_most``, ``corners`` and
+        ``adapt`` (:class:`GNSettings`)."""
         super().__init__(settings, **keywords)
         if settings is None:
-            self.settings = replace(self.settings, resonance=resonance, resonance_most=resonance_most, adapt=adapt)
+            self.settings = replace(self.settings, resonance=resonance, resonance_most=resonance_most, corners=corners,
+                                    adapt=adapt)
         self.log: list[dict[str, Any]] = []   # one entry per step of the current fit
 
     def start(self, run: "Trainer", steps: int) -> None:
@@ -144,15 +177,17 @@ class GNDriver(DampedDriver):
     def _residuals(self, run: "Trainer") -> Any:
         """The residuals of the run's points
         (:meth:`DecomposedModel.training_residuals <helmpinn.models.decomposition.DecomposedModel.training_residuals>`,
-        over MPI too), with the mode rows
-        of the problem's near-resonant modes where ``resonance`` is set and it has any: on a
-        model with the hard constraint, in a box whose every wall is ``Dirichlet(0)``, Green's
-        (value rows of scale :data:`GREEN_ROW_SCALE` on the grid of
-        :func:`helmpinn.problems.waves.resonance_green_rows` after the points', the mode rows' columns
-        over them), else the points' sum (:func:`helmpinn.problems.waves.resonance_rows`)."""
-        within, most = float(self.settings.resonance), int(self.settings.resonance_most)
+        over MPI too), with mode rows where the settings ask for them and the problem has any:
+        the near-resonant modes' where ``resonance`` is set (on a model with the hard
+        constraint, in a box whose every wall is ``Dirichlet(0)``, Green's: value rows of scale
+        :data:`GREEN_ROW_SCALE` on the grid of :func:`helmpinn.problems.waves.resonance_green_rows`
+        after the points', the mode rows' columns over them; else the points' sum,
+        :func:`helmpinn.problems.waves.resonance_rows`), and the corners' where ``corners`` is
+        (:func:`helmpinn.problems.corners.corner_rows`: value and slope rows of the same scale on
+        each corner's sector, after the points')."""
+        within, most, corners = float(self.settings.resonance), int(self.settings.resonance_most), float(self.settings.corners)
 
-        def modes(rows: Rows) -> Any:
+        def resonance(rows: Rows) -> Any:
             if getattr(run.model, "constraint", None) is None or not _hard_constraint(run.problem):
                 return resonance_rows(run.problem, rows.x, rows.term == "pde", within, most=most)
             green = resonance_green_rows(run.problem, within, most=most)
@@ -160,10 +195,20 @@ class GNDriver(DampedDriver):
                 return None
             z, C, y = green
             s = GREEN_ROW_SCALE * math.sqrt(float(run.weights["pde"]))
-            M = np.zeros((len(rows) + len(z), C.shape[1]))
-            M[len(rows):] = C / GREEN_ROW_SCALE
-            return Rows(z, 0.0, 0.0, s, s * y, CARRIER_TERM), M
-        return run.model.training_residuals(run.training_set, run.weights, run.comm, modes=modes if within else None)
+            return Rows(z, 0.0, 0.0, s, s * y, CARRIER_TERM), C / GREEN_ROW_SCALE
+
+        def corner(rows: Rows) -> Any:
+            got = corner_rows(run.problem, float(np.sum(np.abs(rows.f) ** 2)), corners)
+            if got is None:
+                return None
+            x, b, c, C = got
+            return Rows(x, 0.0, GREEN_ROW_SCALE * b, GREEN_ROW_SCALE * c, 0.0, CARRIER_TERM), C / GREEN_ROW_SCALE
+
+        def modes(rows: Rows) -> Any:
+            return _joined_modes(len(rows), [m for m in (resonance(rows) if within else None,
+                                                         corner(rows) if corners else None) if m is not None])
+        return run.model.training_residuals(run.training_set, run.weights, run.comm,
+                                            modes=modes if within or corners else None)
 
     def resampled(self, run: "Trainer") -> None:
         self.gn.set_residuals(self._residuals(run))
