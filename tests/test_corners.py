@@ -72,7 +72,7 @@ def test_sectors_of_a_square_obstacle(bc, condition):
 def test_sectors_of_an_l_shaped_domain_and_where_none_are_taken():
     """A polygon domain's reflex vertex takes a sector through the domain; a box wall near the
     vertices shrinks the sectors; a Robin (absorbing) obstacle, a κ varying in the sector, a
-    source in it: none."""
+    source in it: none (a point source's tail far away does not count)."""
     L = Polygon([[0, 0], [2, 0], [2, 1], [1, 1], [1, 2], [0, 2]])
     p = Problem(L, kappa=K * K, bcs={"polygon": Dirichlet(0.0)}, wavenumber=K)
     ws = corner_wedges(p)
@@ -87,8 +87,15 @@ def test_sectors_of_an_l_shaped_domain_and_where_none_are_taken():
                       wavenumber=K, pml=PML(0.5))
     assert corner_wedges(varying) == []
     src = Problem(box, kappa=K * K, bcs={"scatterer": Dirichlet(0.0)}, wavenumber=K, pml=PML(0.5),
-                  source=lambda x: np.exp(-np.sum((x - 0.3) ** 2, 1) / 0.01))
-    assert corner_wedges(src) == []
+                  source=lambda x: np.exp(-np.sum((x - 0.3) ** 2, 1) / 0.001))
+    # the source by the vertex (0.25, 0.25) takes its sector away; the others, far, keep theirs
+    kept = corner_wedges(src)
+    assert len(kept) == 3 and not any(np.allclose(w.vertex, [0.25, 0.25]) for w in kept)
+    # a point source's Gaussian far from the vertices: its tail there is no source
+    from helmpinn import PointSource
+    far = Problem(box, kappa=K * K, bcs={"scatterer": Dirichlet(0.0)}, wavenumber=K, pml=PML(0.5),
+                  source=PointSource([0.53, 0.0], width=0.01))
+    assert len(corner_wedges(far)) == 4
 
 
 @pytest.mark.parametrize("bc", [Dirichlet(0.0), Neumann()])

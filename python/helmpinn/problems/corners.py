@@ -31,8 +31,9 @@ moments beyond ``kR + 3`` below 1e-4 of the first (``scatter-square-soft``, 8 wa
 kR = 1.9), but with rows to ``kR + 3`` only the training moved the corners' residual into the
 orders left free and ran worse than with none (docs/benchmarks.md).
 
-A corner gets rows where its sector holds no other boundary, no PML, no source and a constant
-real κ with the plain Laplacian (the identity's assumptions), and its edges carry one
+A corner gets rows where its sector holds no other boundary, no PML, no source (none that could
+move a moment by :data:`SOURCE_TOLERANCE` of the zero field's error) and a constant real κ with
+the plain Laplacian (the identity's assumptions), and its edges carry one
 :class:`~helmpinn.problems.conditions.Dirichlet` or Neumann condition.
 """
 from __future__ import annotations
@@ -48,7 +49,8 @@ from .conditions import Dirichlet, Robin
 from .geometry import BoxMinusObstacle, Polygon
 
 __all__ = ["Wedge", "corner_wedges", "wedge_functionals", "corner_rows", "corner_moments",
-           "CORNER_ROW_RADIUS", "CORNER_ORDERS_BEYOND", "CORNER_ROW_WEIGHT", "ARC_NODES", "EDGE_NODES"]
+           "CORNER_ROW_RADIUS", "CORNER_ORDERS_BEYOND", "CORNER_ROW_WEIGHT", "SOURCE_TOLERANCE", "ARC_NODES",
+           "EDGE_NODES"]
 
 #: The sector's radius R, times the corner weights' radius (:attr:`Sampler.corner_radius
 #: <helmpinn.problems.sampler.Sampler.corner_radius>`): the sector holds all the weighted-down rows.
@@ -57,6 +59,9 @@ CORNER_ROW_RADIUS = 1.2
 CORNER_ORDERS_BEYOND = 6.0
 #: The rows' weight relative to the error their waves cause (:class:`helmpinn.training.dd_driver.GNSettings`' ``corners``).
 CORNER_ROW_WEIGHT = 1.0
+#: A corner takes no rows where a source in its sector could move its moments by more than
+#: this share of the zero field's error (:func:`_source_weight`).
+SOURCE_TOLERANCE = 1e-4
 #: Gauss-Legendre nodes on a sector's arc and on each of its edges.
 ARC_NODES = 96
 EDGE_NODES = 32
@@ -163,15 +168,25 @@ def corner_wedges(problem, radius: float | None = None) -> list[Wedge]:
         k0 = kappa[0]
         if np.any(np.abs(kappa - k0) > 1e-12 * abs(k0)) or k0.imag != 0 or not k0.real > 0:
             continue
+        k = math.sqrt(k0.real)
         f = problem.source_at(x)
-        if f is not None and np.any(np.asarray(f) != 0):
+        if f is not None and _source_weight(f, R, opening, k, problem) > SOURCE_TOLERANCE:
             continue
         if problem.uses_operator:
             a, b = problem.operator_at(x)
             if np.any(a != 1) or np.any(b != 0):
                 continue
-        out.append(Wedge(vertex, start, opening, R, math.sqrt(k0.real), condition))
+        out.append(Wedge(vertex, start, opening, R, k, condition))
     return out
+
+
+def _source_weight(f, radius: float, opening: float, k: float, problem) -> float:
+    """A bound on the error that a source in the sector would make the rows' targets miss: its
+    moments at most ``area · max |f|`` (``|φ_n| <= 1``), times the rows' error per moment
+    ``sqrt(π/(α k L))`` (module docstring). (A point source's Gaussian tail a few widths away
+    passes; a source in the sector does not.)"""
+    area = 0.5 * opening * radius * radius
+    return area * float(np.max(np.abs(np.asarray(f)))) * math.sqrt(math.pi / (opening * k * math.sqrt(float(problem.domain.volume))))
 
 
 def wedge_functionals(w: Wedge) -> tuple[NDArray, NDArray, NDArray, NDArray]:
