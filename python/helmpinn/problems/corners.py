@@ -4,9 +4,9 @@ At a vertex where the domain's angle α exceeds π (a polygonal obstacle's verti
 outside, an L-shaped domain's inner corner) a Helmholtz solution behaves as ``r^(π/α)``, which a
 smooth network cannot follow; the PDE rows there are weighted down
 (:func:`helmpinn.problems.sampler.corner_weights`), and the residual the network then leaves
-by the vertex acts as a source: it radiates a wave into the whole domain. Measured on
-``scatter-square-soft`` at 8 wavelengths (docs/benchmarks.md): of the model's 5.7 % error,
-3.8 % was the field of the residual within a quarter wavelength of the four vertices.
+by the vertex acts as a source: it radiates a wave into the whole domain (on
+``scatter-square-soft`` most of the error at its level came from there: docs/guide/open-domains.md,
+``benchmarks/residual_split.py``).
 
 How much a residual f in the sector ``S`` (``r < R``, ``0 < θ < α`` about the vertex) radiates is
 set by its moments against the wedge's regular waves ``φ_n = J_ν(kr) sin(νθ)`` (a sound-soft,
@@ -26,10 +26,9 @@ nothing beyond S. :func:`corner_rows` gives these moments as rows of a decompose
 ``r^(ν−1)`` of ``∂_n φ`` smooth), each weighted by about the error its wave causes:
 ``sqrt(L0 π / (α k L))``, L0 the loss of the zero field and L the domain's size
 (``sqrt(volume)``), so that a moment costs the loss what its radiated error costs, relative to
-the zero field. The orders run to ``ν ≈ kR + 6``: a model trained without the rows had its
-moments beyond ``kR + 3`` below 1e-4 of the first (``scatter-square-soft``, 8 wavelengths,
-kR = 1.9), but with rows to ``kR + 3`` only the training moved the corners' residual into the
-orders left free and ran worse than with none (docs/benchmarks.md).
+the zero field. The orders run to ``ν ≈ kR + 6``: the moments of a model trained without the
+rows fall fast with the order, but with rows to fewer orders the training moves the corners'
+residual into the orders left free (docs/benchmarks.md).
 
 A corner gets rows where its sector holds no other boundary, no PML, no source (none that could
 move a moment by :data:`SOURCE_TOLERANCE` of the zero field's error) and a constant real κ with
