@@ -232,3 +232,26 @@ def test_memory_estimate_counts_the_corner_rows():
     q = sum(len(w.orders) for w in corner_wedges(p))
     assert q > 0 and _modes(p, "gn", {}, False) == (q, None)
     assert _modes(p, "gn", {"corners": 0.0}, False) == (0, None) and _modes(p, "adam", {}, False) == (0, None)
+
+
+def test_a_run_with_the_rows_weighs_down_a_wider_region():
+    """The decomposed Gauss-Newton plan with the corner rows draws its points from a copy of the
+    problem whose corner weights reach CORNER_WAVELENGTHS_WITH_ROWS wavelengths (the user's
+    problem unchanged); without the rows, or where a corner would take none, the problem's own."""
+    from helmpinn.problems.corners import CORNER_WAVELENGTHS_WITH_ROWS, rows_corner_radius
+    from helmpinn.problems.sampler import CORNER_WAVELENGTHS
+    from helmpinn.training.dd_driver import sampled_problem
+    from helmpinn.training.plan import run_plan
+    lam = 2 * math.pi / K
+    p = _square(Dirichlet(0.0))
+    assert p.sampler.corner_radius == pytest.approx(CORNER_WAVELENGTHS * lam)
+    assert rows_corner_radius(p) == pytest.approx(CORNER_WAVELENGTHS_WITH_ROWS * lam)
+    q = sampled_problem(p, None, corners=True)
+    assert q is not p and q.sampler.corner_radius == pytest.approx(CORNER_WAVELENGTHS_WITH_ROWS * lam)
+    assert p.sampler.corner_radius == pytest.approx(CORNER_WAVELENGTHS * lam)
+    assert sampled_problem(p, None) is p
+    assert rows_corner_radius(_square(Sommerfeld(K))) is None
+    assert rows_corner_radius(Problem(Box([0, 0], [1, 1]), kappa=1.0, bcs={"*": Dirichlet(0.0)})) is None
+    plan = run_plan(p, model="decomposed")
+    assert plan.model == "decomposed" and plan.corner_rows()
+    assert not plan.with_overrides(gn={"corners": 0.0}).corner_rows()

@@ -30,6 +30,12 @@ the zero field. The orders run to ``ν ≈ kR + 6``: the moments of a model trai
 rows fall fast with the order, but with rows to fewer orders the training moves the corners'
 residual into the orders left free (docs/benchmarks.md).
 
+With the radiation held by the rows, a run that adds them weighs its PDE rows down over a wider
+region, :data:`CORNER_WAVELENGTHS_WITH_ROWS` wavelengths about each vertex
+(:func:`rows_corner_radius`, through the run's sampled problem:
+:func:`helmpinn.training.dd_driver.sampled_problem`): the network is freer by the vertex, and
+what it leaves there no longer reaches the rest of the domain.
+
 A corner gets rows where its sector holds no other boundary, no PML, no source (none that could
 move a moment by :data:`SOURCE_TOLERANCE` of the zero field's error) and a constant real κ with
 the plain Laplacian (the identity's assumptions), and its edges carry one
@@ -47,8 +53,8 @@ from numpy.typing import NDArray
 from .conditions import Dirichlet, Robin
 from .geometry import BoxMinusObstacle, Polygon
 
-__all__ = ["Wedge", "corner_wedges", "wedge_functionals", "corner_rows", "corner_moments",
-           "CORNER_ROW_RADIUS", "CORNER_ORDERS_BEYOND", "CORNER_ROW_WEIGHT", "SOURCE_TOLERANCE", "ARC_NODES",
+__all__ = ["Wedge", "corner_wedges", "rows_corner_radius", "wedge_functionals", "corner_rows", "corner_moments",
+           "CORNER_ROW_RADIUS", "CORNER_ORDERS_BEYOND", "CORNER_ROW_WEIGHT", "CORNER_WAVELENGTHS_WITH_ROWS", "SOURCE_TOLERANCE", "ARC_NODES",
            "EDGE_NODES"]
 
 #: The sector's radius R, times the corner weights' radius (:attr:`Sampler.corner_radius
@@ -56,6 +62,11 @@ __all__ = ["Wedge", "corner_wedges", "wedge_functionals", "corner_rows", "corner
 CORNER_ROW_RADIUS = 1.2
 #: The orders ν run to ``kR`` plus this (module docstring).
 CORNER_ORDERS_BEYOND = 6.0
+#: The corner weights' radius, in wavelengths, in a run that has the corner rows (in place of
+#: :data:`helmpinn.problems.sampler.CORNER_WAVELENGTHS`): with the radiation held by the rows a
+#: wider region weighed down costs nothing far away and frees the network near the vertex
+#: (docs/benchmarks.md); without the rows the radius did not matter.
+CORNER_WAVELENGTHS_WITH_ROWS = 0.5
 #: The rows' weight relative to the error their waves cause (:class:`helmpinn.training.dd_driver.GNSettings`' ``corners``).
 CORNER_ROW_WEIGHT = 1.0
 #: A corner takes no rows where a source in its sector could move its moments by more than
@@ -177,6 +188,21 @@ def corner_wedges(problem, radius: float | None = None) -> list[Wedge]:
                 continue
         out.append(Wedge(vertex, start, opening, R, k, condition))
     return out
+
+
+def rows_corner_radius(problem) -> float | None:
+    """The corner weights' radius for a run that adds the corner rows:
+    :data:`CORNER_WAVELENGTHS_WITH_ROWS` wavelengths, where every re-entrant corner of the
+    problem takes rows at the sector that radius gives; else None (the problem's own radius
+    stands: a corner without rows would radiate from the wider region)."""
+    current = getattr(problem.sampler, "corner_radius", None)
+    if current is None or not math.isfinite(current) or not problem.wavenumber > 0:
+        return None
+    radius = CORNER_WAVELENGTHS_WITH_ROWS * 2 * math.pi / float(problem.wavenumber)
+    corners = problem.domain.reentrant_corners()[0]
+    if len(corner_wedges(problem, CORNER_ROW_RADIUS * radius)) != len(corners):
+        return None
+    return radius
 
 
 def _source_weight(f, radius: float, opening: float, k: float, problem) -> float:

@@ -50,7 +50,7 @@ from ..problems.geometry import Box
 from ..params import sigma_for
 from ..problems import Dirichlet
 from ..problems.sampler import CellDensity
-from ..problems.corners import CORNER_ROW_WEIGHT, corner_rows
+from ..problems.corners import CORNER_ROW_WEIGHT, corner_rows, rows_corner_radius
 from ..problems.waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
 from ..memory import MemoryEstimateError, check_fit
 # the model protocol's names, in helmpinn.models.model_protocol, stay importable from here (the
@@ -478,22 +478,28 @@ def subdomain_wavenumbers(problem: Any, levels: list[Level], k_max: float) -> np
     return np.array(out)
 
 
-def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None) -> Any:
-    """The problem whose points a decomposed run draws: where its ``decomposition`` follows the
-    local wavenumber (:func:`local_layout`), a shallow copy whose PDE points are drawn in
-    proportion to ``k(x)^d`` (a :class:`~helmpinn.problems.sampler.CellDensity` on the probes of
-    :func:`helmpinn.defaults.local_wavenumbers`, with the importance weights that keep the loss the
-    mean of ``|r|²`` over the domain): ppw points per local wavelength along each axis, as the
-    points' count assumes; else ``problem`` itself."""
-    if not decomposition or not decomposition.get("local_wavenumber"):
-        return problem
-    probe = local_wavenumbers(problem)
-    if probe is None:
-        return problem
-    lo, hi, k = probe
-    out = copy.copy(problem)
-    out.sampler = copy.copy(problem.sampler)
-    out.sampler.density = CellDensity(lo, hi, k ** k.ndim)
+def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None, corners: bool = False) -> Any:
+    """The problem whose points a decomposed run draws: a shallow copy where its
+    ``decomposition`` follows the local wavenumber (:func:`local_layout`), whose PDE points are
+    drawn in proportion to ``k(x)^d`` (a :class:`~helmpinn.problems.sampler.CellDensity` on the
+    probes of :func:`helmpinn.defaults.local_wavenumbers`, with the importance weights that keep
+    the loss the mean of ``|r|²`` over the domain): ppw points per local wavelength along each
+    axis, as the points' count assumes; and where the run adds the corner rows (``corners``)
+    and every corner takes them, whose corner weights reach
+    :func:`helmpinn.problems.corners.rows_corner_radius`; else ``problem`` itself."""
+    out = problem
+    probe = local_wavenumbers(problem) if decomposition and decomposition.get("local_wavenumber") else None
+    if probe is not None:
+        lo, hi, k = probe
+        out = copy.copy(problem)
+        out.sampler = copy.copy(problem.sampler)
+        out.sampler.density = CellDensity(lo, hi, k ** k.ndim)
+    radius = rows_corner_radius(problem) if corners else None
+    if radius is not None:
+        if out is problem:
+            out = copy.copy(problem)
+            out.sampler = copy.copy(problem.sampler)
+        out.sampler.corner_radius = radius
     return out
 
 

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from .._checks import integer
 from ..defaults import OPTIMIZERS, run_settings, should_decompose
 from ..models.model import Model
+from ..problems.corners import CORNER_ROW_WEIGHT
 from . import dd_driver
 from .drivers import MODEL_KINDS, Driver, make_driver, mismatch
 from .status import RunStatus
@@ -154,13 +155,23 @@ class RunPlan:
         return Model.create(problem.dim, self.ff_dim, self.hidden, self.layers, dtype=self.dtype, seed=self.seed,
                             fourier_sigma=self.sigma)
 
+    def corner_rows(self) -> bool:
+        """Whether the run's optimiser adds the corner rows (Gauss-Newton with ``corners`` > 0,
+        :class:`helmpinn.training.dd_driver.GNSettings`)."""
+        if isinstance(self.optimizer, Driver):
+            settings = getattr(self.optimizer, "settings", None)
+            return self.optimizer.name == "gn" and float(getattr(settings, "corners", 0.0)) > 0
+        return self.optimizer == "gn" and float((self.gn or {}).get("corners", CORNER_ROW_WEIGHT)) > 0
+
     def trainer(self, problem: Any, model: Any, **run: Any) -> Trainer:
         """The :class:`~helmpinn.Trainer` of this plan for ``model`` on ``problem``; ``run``:
         the Trainer's keywords that are the run's rather than the plan's (targets, time limit,
         clock, progress, checkpoints, ``comm``, ``device``, callbacks). A decomposition that follows
         the local wavenumber draws its points by it
-        (:func:`helmpinn.training.dd_driver.sampled_problem`)."""
-        problem = dd_driver.sampled_problem(problem, self.decomposition)
+        (:func:`helmpinn.training.dd_driver.sampled_problem`), and one that adds the corner rows
+        weighs its PDE rows down over a wider region about the corners
+        (:func:`helmpinn.problems.corners.rows_corner_radius`)."""
+        problem = dd_driver.sampled_problem(problem, self.decomposition, corners=self.corner_rows())
         return Trainer(problem, model, lr=self.lr, schedule=self.schedule, betas=self.betas,
                        pde_points=self.pde_points, bc_points=self.bc_points, sampling=self.sampling,
                        resample_every=self.resample_every, weights=self.weights, train_fourier=self.train_fourier,
