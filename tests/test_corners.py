@@ -228,9 +228,10 @@ def test_memory_estimate_counts_the_corner_rows():
     """The decomposed run's memory estimate counts the corners' rows with the mode rows (their
     gradients and columns), unless ``corners`` is 0 or the optimiser is not Gauss-Newton."""
     from helmpinn.memory import _modes
+    from helmpinn.problems.corners import CORNER_ROW_RADIUS, rows_corner_radius
     p = _square(Dirichlet(0.0))
-    q = sum(len(w.orders) for w in corner_wedges(p))
-    assert q > 0 and _modes(p, "gn", {}, False) == (q, None)
+    q = sum(len(w.orders) for w in corner_wedges(p, CORNER_ROW_RADIUS * rows_corner_radius(p)))   # the run's sectors
+    assert q > sum(len(w.orders) for w in corner_wedges(p)) and _modes(p, "gn", {}, False) == (q, None)
     assert _modes(p, "gn", {"corners": 0.0}, False) == (0, None) and _modes(p, "adam", {}, False) == (0, None)
 
 

@@ -111,7 +111,7 @@ from ._budget import (  # noqa: F401  (re-exported: helmpinn.memory is the publi
 from .models.decomposition import WINDOW_CHUNK
 from .defaults import wavelengths
 from .optim.gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
-from .problems.corners import CORNER_ROW_WEIGHT, corner_wedges
+from .problems.corners import CORNER_ROW_RADIUS, CORNER_ROW_WEIGHT, corner_wedges, rows_corner_radius
 from .problems.waves import RESONANCE_MOST, _closed_box
 
 __all__ = ["MemoryEstimateError", "MemoryBudgetError", "LIMIT_VARIABLE", "MEMORY_FRACTION", "ASSEMBLY",
@@ -318,8 +318,9 @@ def _modes(problem: Any, optimizer: str, options: Mapping[str, Any], hard: bool)
     if optimizer != "gn":
         return 0, None
     corners = 0
-    if options.get("corners", CORNER_ROW_WEIGHT):
-        corners = sum(len(w.orders) for w in corner_wedges(problem))
+    if options.get("corners", CORNER_ROW_WEIGHT):   # at the sectors of the run's own radius
+        radius = rows_corner_radius(problem)
+        corners = sum(len(w.orders) for w in corner_wedges(problem, None if radius is None else CORNER_ROW_RADIUS * radius))
     if not options.get("resonance") or _closed_box(problem) is None:
         return corners, None
     most = int(options.get("resonance_most", RESONANCE_MOST))
