@@ -252,6 +252,8 @@ def test_a_run_with_the_rows_weighs_down_a_wider_region():
     assert p.sampler.corner_radius == pytest.approx(CORNER_WAVELENGTHS * lam)
     assert sampled_problem(p, None) is p
     assert rows_corner_radius(_square(Sommerfeld(K))) is None
+    # a box wall near the vertices: the sectors (0.045) cannot hold the weighted discs
+    assert rows_corner_radius(_square(Dirichlet(0.0), side_box=0.3)) is None
     assert rows_corner_radius(Problem(Box([0, 0], [1, 1]), kappa=1.0, bcs={"*": Dirichlet(0.0)})) is None
     plan = run_plan(p, model="decomposed")
     assert plan.model == "decomposed" and plan.corner_rows()

@@ -54,8 +54,8 @@ from .conditions import Dirichlet, Robin
 from .geometry import BoxMinusObstacle, Polygon
 
 __all__ = ["Wedge", "corner_wedges", "rows_corner_radius", "wedge_functionals", "corner_rows", "corner_moments",
-           "CORNER_ROW_RADIUS", "CORNER_ORDERS_BEYOND", "CORNER_ROW_WEIGHT", "CORNER_WAVELENGTHS_WITH_ROWS", "SOURCE_TOLERANCE", "ARC_NODES",
-           "EDGE_NODES"]
+           "CORNER_ROW_RADIUS", "CORNER_ORDERS_BEYOND", "CORNER_ROW_WEIGHT", "CORNER_WAVELENGTHS_WITH_ROWS",
+           "SOURCE_TOLERANCE", "ARC_NODES", "EDGE_NODES"]
 
 #: The sector's radius R, times the corner weights' radius (:attr:`Sampler.corner_radius
 #: <helmpinn.problems.sampler.Sampler.corner_radius>`): the sector holds all the weighted-down rows.
@@ -65,7 +65,7 @@ CORNER_ORDERS_BEYOND = 6.0
 #: The corner weights' radius, in wavelengths, in a run that has the corner rows (in place of
 #: :data:`helmpinn.problems.sampler.CORNER_WAVELENGTHS`): with the radiation held by the rows a
 #: wider region weighed down costs nothing far away and frees the network near the vertex
-#: (docs/benchmarks.md); without the rows the radius did not matter.
+#: (docs/benchmarks.md); without the rows a wider radius did not move the error's level.
 CORNER_WAVELENGTHS_WITH_ROWS = 0.5
 #: The rows' weight relative to the error their waves cause (:class:`helmpinn.training.dd_driver.GNSettings`' ``corners``).
 CORNER_ROW_WEIGHT = 1.0
@@ -77,7 +77,7 @@ ARC_NODES = 96
 EDGE_NODES = 32
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Wedge:
     """A corner's sector: ``vertex [2]``, the first edge's direction ``start`` (radians; θ is
     measured from it through the domain), the domain's angle ``opening`` (α > π), the radius,
@@ -193,15 +193,20 @@ def corner_wedges(problem, radius: float | None = None) -> list[Wedge]:
 def rows_corner_radius(problem) -> float | None:
     """The corner weights' radius for a run that adds the corner rows:
     :data:`CORNER_WAVELENGTHS_WITH_ROWS` wavelengths, where every re-entrant corner of the
-    problem takes rows at the sector that radius gives; else None (the problem's own radius
-    stands: a corner without rows would radiate from the wider region)."""
+    problem takes rows on a sector that holds its weighted-down disc; else None (the problem's
+    own radius stands: a corner without rows would radiate from the wider region)."""
     current = getattr(problem.sampler, "corner_radius", None)
     if current is None or not math.isfinite(current) or not problem.wavenumber > 0:
         return None
     radius = CORNER_WAVELENGTHS_WITH_ROWS * 2 * math.pi / float(problem.wavenumber)
-    corners = problem.domain.reentrant_corners()[0]
-    if len(corner_wedges(problem, CORNER_ROW_RADIUS * radius)) != len(corners):
+    corners, sizes = problem.domain.reentrant_corners()
+    wedges = corner_wedges(problem, CORNER_ROW_RADIUS * radius)
+    if len(wedges) != len(corners):
         return None
+    for c, size in zip(corners, sizes):   # each corner's weighted disc (corner_weights' ρ) within its sector
+        w = [w for w in wedges if np.allclose(w.vertex, c)]
+        if not w or w[0].radius < min(radius, 0.5 * float(size)):
+            return None
     return radius
 
 
