@@ -46,9 +46,8 @@ def main() -> None:
     model = load_model(a.model)
     lam = 2 * math.pi / float(problem.wavenumber)
     op = FDOperator(problem, lam / a.ppw)
-    from scipy.sparse.linalg import splu
     A = op.matrix()
-    lu = splu(A.tocsc())
+    lu = op.factorize()
     u_fd = lu.solve(op.rhs())
     x, inner = op.points, op.interior
     u = np.zeros(len(x), complex)

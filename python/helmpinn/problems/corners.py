@@ -210,13 +210,18 @@ def rows_corner_radius(problem) -> float | None:
     return radius
 
 
+def _error_per_moment(opening: float, k: float, problem) -> float:
+    """``sqrt(π/(α k L))``: about the relative error a unit moment's wave causes, L the domain's
+    size ``sqrt(volume)`` (module docstring)."""
+    return math.sqrt(math.pi / (opening * k * math.sqrt(float(problem.domain.volume))))
+
+
 def _source_weight(f, radius: float, opening: float, k: float, problem) -> float:
     """A bound on the error that a source in the sector would make the rows' targets miss: its
-    moments at most ``area · max |f|`` (``|φ_n| <= 1``), times the rows' error per moment
-    ``sqrt(π/(α k L))`` (module docstring). (A point source's Gaussian tail a few widths away
-    passes; a source in the sector does not.)"""
+    moments at most ``area · max |f|`` (``|φ_n| <= 1``), times :func:`_error_per_moment`. (A
+    point source's Gaussian tail a few widths away passes; a source in the sector does not.)"""
     area = 0.5 * opening * radius * radius
-    return area * float(np.max(np.abs(np.asarray(f)))) * math.sqrt(math.pi / (opening * k * math.sqrt(float(problem.domain.volume))))
+    return area * float(np.max(np.abs(np.asarray(f)))) * _error_per_moment(opening, k, problem)
 
 
 def wedge_functionals(w: Wedge) -> tuple[NDArray, NDArray, NDArray, NDArray]:
@@ -262,13 +267,12 @@ def corner_rows(problem, zero_field_loss: float, weight: float = CORNER_ROW_WEIG
     wedges = corner_wedges(problem, radius)
     if not wedges or not weight > 0 or not zero_field_loss > 0:
         return None
-    size = math.sqrt(float(problem.domain.volume))
     parts = [wedge_functionals(w) for w in wedges]
     q = sum(p[3].shape[1] for p in parts)
     C = np.zeros((sum(len(p[0]) for p in parts), q))
     i = j = 0
     for w, (x, _, _, W) in zip(wedges, parts):
-        C[i:i + len(x), j:j + W.shape[1]] = W * (weight * math.sqrt(zero_field_loss * math.pi / (w.opening * w.k * size)))
+        C[i:i + len(x), j:j + W.shape[1]] = W * (weight * math.sqrt(zero_field_loss) * _error_per_moment(w.opening, w.k, problem))
         i, j = i + len(x), j + W.shape[1]
     return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
             np.concatenate([p[2] for p in parts]), C)
