@@ -3,7 +3,7 @@
 
     PYTHONPATH=python python benchmarks/bench_sharp.py --case square|disc [--fd-only]
         [--time-limit 300] [--hs 0.04,0.02,0.01,0.005] [--set KEY=VALUE] [--json out.json]
-        [--cache DIR] [--bias auto,0.014,0.05]
+        [--cache DIR] [--bias auto,0.014,0.05] [--save model.npz]
 
 Two problems posed as a user poses them: a PointSource, a PML, a callable velocity with a jump.
 
@@ -140,6 +140,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--save", default=None, metavar="MODEL.npz", help="save the trained model (for residual_split.py --case)")
     ap.add_argument("--cache", default=None, help="a folder to keep the fd_solve ladder in (reused when there)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--bias", default=None, metavar="W,W,...",
@@ -219,6 +220,8 @@ def main() -> None:
             theirs = "not on the ladder" if fdh is None else f"h={fdh['h']:g} in {fdh['seconds']:.1f} s"
             print(f"  below {target:.0e}: hp.solve {ours}; fd_solve {theirs}")
         result.update(steps=rows, overrides=overrides, stop_reason=sol.stop_reason, settings_model=sol.settings.get("model"))
+        if a.save:
+            sol.save(a.save)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(result, fh, indent=1)
