@@ -283,43 +283,6 @@ def test_cholesky_adds_the_damping_in_its_one_copy(dtype):
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_cholesky_blocks_are_each_blocks_cholesky(dtype, threads):
-    """``_cholesky_blocks`` (every block's factor in one call of ``_core.cholesky_blocks``, spread
-    over the engine's threads) gives :func:`_cholesky`'s factor of each block bit for bit (the same
-    dpotrf on the same float64 copy), in blocks of unequal sizes with an empty one, a singular one
-    factored after the same raise of its diagonal, and zero strict lower triangles; a block with a
-    negative eigenvalue far beyond any raise is refused, naming why."""
-    import helmpinn as hp
-    from helmpinn.optim.gauss_newton import _cholesky, _cholesky_blocks, _grams
-    rng = np.random.default_rng(5)
-    blocks = [rng.normal(size=(n + 4, n)) for n in (9, 0, 25, 1, 14)]
-    blocks.append(rng.normal(size=(3, 12)))   # rank 3 of 12: singular without damping
-    grams = _grams(blocks, dtype)
-    damping = [1e-3 * np.diag(G).astype(np.float64) for G in grams]
-    damping[-1][:] = 0.0
-    before = [G.copy() for G in grams]
-    old = hp.get_num_threads()
-    hp.set_num_threads(threads)
-    try:
-        factors = _cholesky_blocks(grams, damping, dtype)
-    finally:
-        hp.set_num_threads(old)
-    assert len(factors) == len(grams)
-    for G, d, U, G0 in zip(grams, damping, factors, before):
-        assert U.dtype == np.dtype(dtype) and U.flags.f_contiguous and U.shape == G.shape
-        np.testing.assert_array_equal(np.triu(U), np.triu(_cholesky(G, dtype, d)))
-        np.testing.assert_array_equal(np.tril(U, -1), 0)
-        np.testing.assert_array_equal(G, G0)
-    U = np.triu(factors[-1]).astype(np.float64)
-    G = np.triu(grams[-1]) + np.triu(grams[-1], 1).T
-    assert np.all(np.diag(U) > 0) and np.abs(U.T @ U - G).max() <= 1e-5 * np.abs(G).max()
-    with pytest.raises(np.linalg.LinAlgError, match="not positive definite"):
-        _cholesky_blocks([np.asfortranarray(np.eye(3, dtype=dtype)), np.asfortranarray(-np.eye(3, dtype=dtype))],
-                         [np.zeros(3), np.zeros(3)], dtype)
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_block_solves_are_each_blocks_solve(dtype, threads):
     """The preconditioner's block solves (``_block_solves``: all blocks in one call of
     ``_core.cholesky_solves``, spread over the engine's threads) give each block's own solve

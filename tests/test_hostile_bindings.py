@@ -337,56 +337,6 @@ def test_cholesky_solves_checks_its_arguments():
     np.testing.assert_array_equal(y, [1, 1, 1, 0.25, 0.25, 0.25])
 
 
-def test_cholesky_blocks_checks_its_arguments():
-    """_core.cholesky_blocks (the preconditioner's factors, helmpinn.optim.gauss_newton) calls LAPACK's
-    dpotrf on raw memory from the engine's threads: every argument that could make it read or write
-    out of place, or two threads write the same memory, is refused with ValueError naming the
-    argument, before anything runs."""
-    from scipy.linalg import cython_blas, cython_lapack
-    potrf = cython_lapack.__pyx_capi__["dpotrf"]
-    G = np.asfortranarray(np.eye(3, dtype=np.float32) * 4)
-    d = np.full(3, 4.0)
-    U = np.zeros((3, 3), np.float32, order="F")
-    shared = np.zeros((3, 6), np.float32, order="F")
-    bad = [
-        (dict(potrf=cython_lapack.__pyx_capi__["spotrf"]), "potrf"),   # the float32 routine
-        (dict(potrf=cython_lapack.__pyx_capi__["dpotrs"]), "potrf"),
-        (dict(potrf=cython_blas.__pyx_capi__["dsyrk"]), "potrf"),
-        (dict(potrf=1), "potrf"),
-        (dict(grams=[G, G.astype(np.float64, order="F")], diagonals=[d, d], factors=[U, U.copy(order="F")]),
-         r"grams\[1\]"),
-        (dict(grams=[np.ascontiguousarray(np.arange(6, dtype=np.float32).reshape(2, 3))]), r"grams\[0\]"),
-        (dict(grams=[np.zeros((4, 4), np.float32, order="F")[:3, :3]]), r"grams\[0\]"),
-        (dict(grams=[G.astype(np.int32)]), r"grams\[0\]"),
-        (dict(diagonals=[d.astype(np.float32)]), r"diagonals\[0\]"),
-        (dict(diagonals=[d[:2]]), r"diagonals\[0\]"),
-        (dict(diagonals=[np.array([4.0, np.nan, 4.0])]), r"diagonals\[0\]"),
-        (dict(diagonals=[d, d]), "diagonals"),                      # one per Gram matrix
-        (dict(factors=[U.astype(np.float64, order="F")]), r"factors\[0\]"),   # not the Gram matrices' dtype
-        (dict(factors=[np.zeros((3, 3), np.float32)[:, :2]]), r"factors\[0\]"),
-        (dict(factors=[np.zeros((2, 2), np.float32, order="F")]), r"factors\[0\]"),
-        (dict(factors=[U, U]), "factors"),
-        (dict(grams=[G, G], diagonals=[d, d], factors=[U, U]), "share memory"),
-        (dict(grams=[G, G], diagonals=[d, d], factors=[shared[:, :3], shared[:, 2:5]]), "share memory"),
-        (dict(factors=[G]), r"factors\[0\]: shares memory"),          # written over while another thread reads it
-        (dict(grams=(G,)), "grams"),
-    ]
-    ro = np.zeros((3, 3), np.float32, order="F")
-    ro.setflags(write=False)
-    bad.append((dict(factors=[ro]), r"factors\[0\]"))
-    for change, name in bad:
-        args = dict(potrf=potrf, grams=[G], diagonals=[d], factors=[U.copy(order="F")]) | change
-        with pytest.raises(ValueError, match=name):
-            _core.cholesky_blocks(**args)
-    assert len(_core.cholesky_blocks(potrf, [], [], [])) == 0
-    out = np.full((3, 3), 7, np.float32, order="F")
-    shifts = _core.cholesky_blocks(potrf, [G], [np.full(3, 9.0)], [out])   # the diagonal replaced: 9, factor 3
-    np.testing.assert_array_equal(shifts, [0.0])
-    np.testing.assert_array_equal(out, 3 * np.eye(3))
-    neg = _core.cholesky_blocks(potrf, [G], [np.full(3, -1.0)], [out])
-    assert neg[0] == -1.0
-
-
 def test_gram_blocks_checks_its_arguments():
     """_core.gram_blocks (the preconditioner's Gram matrices, helmpinn.optim.gauss_newton) calls a BLAS
     function pointer on raw memory from the engine's threads: every argument that could make it

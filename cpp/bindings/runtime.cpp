@@ -1,7 +1,6 @@
 // The runtime: DeviceArray, the thread count, the CPU's kernel sets, the CUDA devices, and host
-// work on the engine's threads (cholesky_solves, cholesky_blocks, gram_blocks, product_blocks).
+// work on the engine's threads (cholesky_solves, gram_blocks, product_blocks).
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -28,10 +27,9 @@ using Syrk = void (*)(char*, char*, int*, int*, T*, T*, int*, T*, T*, int*);
 // by the C signature Cython names it with, argument by argument: `kinds` has 'c' for char *,
 // 'i' for int * and 'T' for a pointer to Cython's typedef of T (cython_blas_s or _d).
 template <typename T>
-void check_blas_capsule(py::capsule cap, const char* routine, const std::string& kinds, const char* argument,
-                        const std::string& library = "blas") {
+void check_blas_capsule(py::capsule cap, const char* routine, const std::string& kinds, const char* argument) {
     const char* name = cap.name();
-    const std::string real = "cython_" + library + (std::is_same<T, float>::value ? "_s *" : "_d *");
+    const std::string real = std::is_same<T, float>::value ? "cython_blas_s *" : "cython_blas_d *";
     bool ok = name != nullptr;
     std::string sig = ok ? name : "";
     const std::string head = "void (";
@@ -50,7 +48,7 @@ void check_blas_capsule(py::capsule cap, const char* routine, const std::string&
         at = end + 2;
     }
     if (!ok)
-        throw py::value_error(std::string(argument) + ": expected scipy.linalg.cython_" + library + ".__pyx_capi__['" +
+        throw py::value_error(std::string(argument) + ": expected scipy.linalg.cython_blas.__pyx_capi__['" +
                               (std::is_same<T, float>::value ? "s" : "d") + routine + "'] for arrays of dtype " +
                               dtype_name<T>() + ", got a capsule named " + (name ? name : "(none)"));
 }
@@ -118,66 +116,6 @@ void cholesky_solves(py::capsule trsv, py::list factors, py::list starts, py::ar
             throw py::value_error("starts: the blocks overlap (at " + std::to_string(ranges[k].first) + ")");
     py::gil_scoped_release release;
     helmpinn::parallel_tasks(std::int64_t(c.sizes.size()), &cholesky_solve_task<T>, &c);
-}
-
-// SciPy's scipy.linalg.cython_lapack dpotrf (uplo, n, a, lda, info).
-using Potrf = void (*)(char*, int*, double*, int*, int*);
-
-template <typename T>
-struct CholeskyBlocks {
-    Potrf potrf = nullptr;
-    std::vector<const T*> grams;
-    std::vector<const double*> diagonals;
-    std::vector<T*> factors;
-    std::vector<int> sizes;
-    std::vector<double> shifts;   // out: the shift each block took (-1: none succeeded)
-};
-
-// Block j: the upper Cholesky factor of G_j (its upper triangle) with its diagonal replaced by
-// d_j, factored in float64 in a copy (dpotrf); where that fails (not positive definite in
-// rounding) the diagonal is raised by a shift, 1e-14 of d_j's mean and then ten times more per
-// try, up to 30 tries. The factor goes to the output (T), its strict lower triangle zero. The shift taken goes to shifts[j]: -1 where no try succeeded, -2
-// where the float64 copy could not be allocated.
-template <typename T>
-void cholesky_block_task(std::int64_t j, void* context) {
-    auto& c = *static_cast<CholeskyBlocks<T>*>(context);
-    const auto i = std::size_t(j);
-    int n = c.sizes[i], info = 0;
-    c.shifts[i] = 0.0;
-    if (n == 0) return;
-    const std::size_t nn = std::size_t(n);
-    const T* G = c.grams[i];
-    const double* d = c.diagonals[i];
-    double mean = 0.0;
-    for (std::size_t k = 0; k < nn; ++k) mean += d[k];
-    mean /= double(n);
-    std::vector<double> M;
-    try {   // no exception may leave a task (the engine's threads)
-        M.resize(nn * nn);
-    } catch (...) {
-        c.shifts[i] = -2.0;
-        return;
-    }
-    double shift = 0.0;
-    char upper = 'U';
-    for (int attempt = 0; attempt < 30; ++attempt) {
-        for (std::size_t col = 0; col < nn; ++col) {
-            for (std::size_t row = 0; row < col; ++row) M[col * nn + row] = double(G[col * nn + row]);
-            M[col * nn + col] = d[col] + shift;
-        }
-        c.potrf(&upper, &n, M.data(), &n, &info);
-        if (info == 0) {
-            T* U = c.factors[i];
-            for (std::size_t col = 0; col < nn; ++col) {
-                for (std::size_t row = 0; row <= col; ++row) U[col * nn + row] = T(M[col * nn + row]);
-                for (std::size_t row = col + 1; row < nn; ++row) U[col * nn + row] = T(0);
-            }
-            c.shifts[i] = shift;
-            return;
-        }
-        shift = std::max(shift * 10.0, 1e-14 * std::max(mean, 1e-300));
-    }
-    c.shifts[i] = -1.0;
 }
 
 // The outputs [P_j, K_j] of the blocks' tasks: each a writable Fortran-ordered array of T of
@@ -332,57 +270,6 @@ void product_blocks(py::capsule gemm, py::list a, py::list b, py::list out) {
     helmpinn::parallel_tasks(std::int64_t(c.out.size()), &product_block_task<T>, &c);
 }
 
-template <typename T>
-py::array_t<double> cholesky_blocks(py::capsule potrf, py::list grams, py::list diagonals, py::list factors) {
-    check_blas_capsule<double>(potrf, "potrf", "ciTii", "potrf", "lapack");
-    if (py::len(diagonals) != py::len(grams))
-        throw py::value_error("diagonals: expected one diagonal per Gram matrix (" + std::to_string(py::len(grams)) +
-                              "), got " + std::to_string(py::len(diagonals)));
-    CholeskyBlocks<T> c;
-    c.potrf = reinterpret_cast<Potrf>(potrf.get_pointer());
-    std::vector<std::pair<py::ssize_t, py::ssize_t>> shapes;
-    std::vector<std::pair<const char*, const char*>> read;
-    for (std::size_t j = 0; j < py::len(grams); ++j) {
-        const std::string which = "[" + std::to_string(j) + "]";
-        py::handle g = grams[j];
-        if (!py::isinstance<py::array_t<T>>(g))
-            throw py::value_error("grams" + which + ": expected a NumPy array of dtype " + dtype_name<T>() +
-                                  " (the dtype of grams[0])");
-        auto G = py::reinterpret_borrow<py::array>(g);
-        if (G.ndim() != 2 || G.shape(0) != G.shape(1) || !(G.flags() & py::array::f_style) || G.shape(0) > 0x7fffffff)
-            throw py::value_error("grams" + which + ": expected a square Fortran-ordered array, got shape " +
-                                  shape_str(Shape(G.shape(), G.shape() + G.ndim())));
-        py::handle dj = diagonals[j];
-        if (!py::isinstance<py::array_t<double>>(dj))
-            throw py::value_error("diagonals" + which + ": expected a NumPy array of dtype float64");
-        auto D = py::reinterpret_borrow<py::array>(dj);
-        if (D.ndim() != 1 || D.shape(0) != G.shape(0) || !(D.flags() & py::array::c_style))
-            throw py::value_error("diagonals" + which + ": expected a contiguous 1-D array of length " +
-                                  std::to_string(G.shape(0)) + ", got shape " +
-                                  shape_str(Shape(D.shape(), D.shape() + D.ndim())));
-        const auto* dd = static_cast<const double*>(D.data());
-        for (py::ssize_t k = 0; k < D.shape(0); ++k)
-            if (!std::isfinite(dd[k]))
-                throw py::value_error("diagonals" + which + ": expected finite numbers, got " + std::to_string(dd[k]) +
-                                      " at " + std::to_string(k));
-        shapes.emplace_back(G.shape(0), G.shape(0));
-        read.emplace_back(static_cast<const char*>(G.data()), static_cast<const char*>(G.data()) + G.nbytes());
-        read.push_back(bytes_of(D));
-        c.grams.push_back(static_cast<const T*>(G.data()));
-        c.diagonals.push_back(dd);
-        c.sizes.push_back(int(G.shape(0)));
-    }
-    c.factors = checked_outputs<T>(factors, shapes, read, "factors");
-    c.shifts.assign(c.sizes.size(), 0.0);
-    {
-        py::gil_scoped_release release;
-        helmpinn::parallel_tasks(std::int64_t(c.sizes.size()), &cholesky_block_task<T>, &c);
-    }
-    py::array_t<double> out(py::ssize_t(c.shifts.size()));
-    std::copy(c.shifts.begin(), c.shifts.end(), out.mutable_data());
-    return out;
-}
-
 // The argument `name`: a capsule of scipy.linalg.cython_blas (whose routine the typed functions
 // above check), else ValueError naming it and the expected `routines`.
 py::capsule blas_argument(py::handle h, const char* name, const char* routines) {
@@ -453,30 +340,6 @@ void register_runtime(py::module_& mod) {
        "calls of `trsv` (scipy.linalg.cython_blas.__pyx_capi__['strsv'] for float32, 'dtrsv' for "
        "float64) per block, the blocks spread over the engine's threads (helmpinn::parallel_tasks) with "
        "the GIL released. The blocks must not overlap; x outside them is left as it is.");
-    mod.def("cholesky_blocks", [](py::object potrf, py::object grams, py::object diagonals, py::object factors) {
-        auto c = blas_argument(potrf, "potrf", "dpotrf of scipy.linalg.cython_lapack");
-        auto g = list_argument(grams, "grams"), d = list_argument(diagonals, "diagonals"),
-             f = list_argument(factors, "factors");
-        if (py::len(g) == 0) {
-            if (py::len(d) != 0 || py::len(f) != 0)
-                throw py::value_error("diagonals, factors: expected one per Gram matrix (0), got " +
-                                      std::to_string(py::len(d)) + ", " + std::to_string(py::len(f)));
-            return py::array_t<double>(0);
-        }
-        py::array_t<double> shifts;
-        by_dtype(g[0], "grams[0]", [&](auto t) { shifts = cholesky_blocks<decltype(t)>(c, g, d, f); });
-        return shifts;
-    }, py::arg("potrf"), py::arg("grams"), py::arg("diagonals"), py::arg("factors"),
-       "factors[j] <- the upper Cholesky factor of the symmetric matrix whose upper triangle is grams[j] "
-       "(square, Fortran-ordered, float32 or float64, one dtype) and whose diagonal is diagonals[j] "
-       "(float64), factored in float64 in a copy by `potrf` (scipy.linalg.cython_lapack.__pyx_capi__"
-       "['dpotrf']) and written in the Gram matrices' dtype to factors[j] (Fortran-ordered, its strict "
-       "lower triangle zero); where a block is not positive definite in "
-       "rounding its diagonal is raised by 1e-14 of the diagonal's mean, then ten times more a try, up to "
-       "30 tries. The blocks are spread over the engine's threads (helmpinn::parallel_tasks) with the GIL "
-       "released: call it with the BLAS limited to one thread. Returns each block's shift (float64; -1 "
-       "where none of the tries succeeded, -2 where its float64 copy could not be allocated; that "
-       "block's factor is then unwritten).");
     mod.def("gram_blocks", [](py::object syrk, py::object blocks, py::object grams) {
         auto c = blas_argument(syrk, "syrk", "ssyrk or dsyrk");
         auto b = list_argument(blocks, "blocks"), g = list_argument(grams, "grams");

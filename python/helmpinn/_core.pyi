@@ -294,17 +294,6 @@ def cholesky_solves(trsv: object, factors: list[np.ndarray], starts: list[int], 
     (``scipy.linalg.cython_blas.__pyx_capi__["strsv"]`` for float32 x, ``"dtrsv"`` for float64)
     a block, the blocks spread over the engine's threads with the GIL released. The blocks must
     not overlap; x outside them is left as it is. ValueError names a bad argument."""
-def cholesky_blocks(potrf: object, grams: list[np.ndarray], diagonals: list[np.ndarray],
-                    factors: list[np.ndarray]) -> np.ndarray:
-    """factors[j] <- the upper Cholesky factor of the symmetric matrix with grams[j]'s upper
-    triangle (square, Fortran-ordered, float32 or float64, one dtype) and the diagonal
-    diagonals[j] (float64), factored in float64 in a copy by ``potrf``
-    (``scipy.linalg.cython_lapack.__pyx_capi__["dpotrf"]``), written in the Gram matrices' dtype
-    (Fortran-ordered, the strict lower triangle zero); a block not positive definite in rounding
-    has its diagonal raised by 1e-14 of its mean, ten times more a try, up to 30 tries. The blocks
-    spread over the engine's threads with the GIL released (the BLAS limited to one thread).
-    Returns each block's shift (-1: no try succeeded; -2: no memory for its copy; its factor
-    unwritten). ValueError names a bad argument."""
 def gram_blocks(syrk: object, blocks: list[np.ndarray], grams: list[np.ndarray]) -> None:
     """grams[j] <- the upper triangle of blocks[j]ᵀ blocks[j] for every C-contiguous block
     [R_j, P_j] (one dtype) into its Fortran-ordered output [P_j, P_j] (the strict lower triangle

@@ -370,31 +370,6 @@ def _cholesky(A: NDArray, dtype: str = "float64", diagonal: NDArray | None = Non
     return np.asarray(U, np.float32 if dtype == "float32" else np.float64, order="F")
 
 
-def _cholesky_blocks(grams: list[NDArray], diagonals: list[NDArray], dtype: str = "float64") -> list[NDArray]:
-    """:func:`_cholesky` of every ``(grams[j], diagonals[j])`` (the upper triangles of SPD
-    matrices, their diagonals raised by ``diagonals[j]``), the blocks spread over the engine's
-    threads (:func:`helmpinn._core.cholesky_blocks`: LAPACK's dpotrf a block on one thread, the
-    float64 copy and the rounded factor made on that thread too) with the BLAS at one thread: on
-    the 2-core machine a factor of 1,154 unknowns on each core at once instead of each factor on
-    both cores in turn, and the copies in parallel (docs/benchmarks-archive.md, "The preconditioner's
-    factors on the engine's threads"). The same factors as :func:`_cholesky`, the same shifts
-    where a block needs one; the strict lower triangles zero."""
-    from scipy.linalg import cython_lapack
-
-    dt = np.float32 if dtype == "float32" else np.float64
-    grams = [np.asarray(G, dt, order="F") for G in grams]
-    on_diagonal = [np.ascontiguousarray(np.diag(G), np.float64) + np.asarray(d, np.float64)
-                   for G, d in zip(grams, diagonals)]
-    factors = [np.empty(G.shape, dt, order="F") for G in grams]
-    with blas_limit(1):
-        shifts = _core.cholesky_blocks(cython_lapack.__pyx_capi__["dpotrf"], grams, on_diagonal, factors)
-    if np.any(shifts == -2.0):
-        raise MemoryError("could not allocate the float64 copy of a preconditioner block")
-    if np.any(shifts < 0):
-        raise np.linalg.LinAlgError("could not factor a preconditioner block (not positive definite)")
-    return factors
-
-
 def _factor(A: Any, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
     """A solve with the SPD matrix A: by SuperLU for a sparse A, else by :func:`_cholesky`'s
     factor and two ?trsv (:func:`_block_solves` with one block; LAPACK's ?potrs goes through
@@ -650,10 +625,8 @@ class MatrixFreeGN(Damped):
         With mode rows the additive one has their term added (``_low_rank``)."""
         res = self.res
         with distributed.collective(res.comm, "factoring the preconditioner"):
-            order = list(s.grams)
-            factors = _cholesky_blocks([s.grams[j] for j in order], [lam * D[res.parts[j]["slice"]] for j in order],
-                                       self.gram)
-            local = _block_solves([(res.parts[j]["slice"], U) for j, U in zip(order, factors)])
+            local = _block_solves([(res.parts[j]["slice"], _cholesky(G, self.gram, lam * D[res.parts[j]["slice"]]))
+                                   for j, G in s.grams.items()])
             coarse = self._coarse.factor(s.coarse, lam * D[s.coarse[1]]) if s.coarse is not None else None
 
         def Q(v: NDArray) -> NDArray:
