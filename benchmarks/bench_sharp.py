@@ -140,7 +140,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None)
-    ap.add_argument("--save", default=None, metavar="MODEL.npz", help="save the trained model (for residual_split.py --case)")
+    ap.add_argument("--save", default=None, metavar="MODEL.npz", help="save the trained model (.npz; helmpinn.training.dd_driver.load_model reads it)")
     ap.add_argument("--cache", default=None, help="a folder to keep the fd_solve ladder in (reused when there)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--bias", default=None, metavar="W,W,...",
