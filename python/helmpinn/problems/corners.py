@@ -104,16 +104,11 @@ class Wedge:
         return np.sin(t) if self.condition == "dirichlet" else np.cos(t)
 
 
-def _segment_distance(x: NDArray, a: NDArray, b: NDArray) -> float:
-    e = b - a
-    t = min(max(float((x - a) @ e) / float(e @ e), 0.0), 1.0)
-    return float(np.hypot(*(x - a - t * e)))
-
-
 def _vertex_wedges(domain) -> list[tuple[NDArray, float, float, float, str]]:
     """``(vertex, start, opening, reach, part)`` for the vertices where the domain's angle
-    exceeds π (a polygonal obstacle's convex vertices, a polygon domain's reflex ones), reach
-    the distance to the nearest boundary beyond the vertex's own two edges (the polygon's other
+    exceeds π (a polygonal obstacle's convex vertices, a polygon domain's reflex ones:
+    :meth:`Polygon.corner_mask <helmpinn.problems.geometry.Polygon.corner_mask>`), reach the
+    distance to the nearest boundary beyond the vertex's own two edges (the polygon's other
     edges, an obstacle's box) and to the far ends of its own."""
     if isinstance(domain, BoxMinusObstacle) and isinstance(domain.obstacle, Polygon):
         poly, outside, part = domain.obstacle, True, "scatterer"
@@ -122,20 +117,18 @@ def _vertex_wedges(domain) -> list[tuple[NDArray, float, float, float, str]]:
     else:
         return []
     v = poly.vertices   # counter-clockwise: the polygon's inside on each edge's left
+    distances = poly.edge_distances(v)   # [vertex, edge]; edge j runs from v[j] to v[j + 1]
     out = []
-    for i in range(len(v)):
+    for i in map(int, np.flatnonzero(poly.corner_mask(convex=outside))):
         e_out, e_back = v[(i + 1) % len(v)] - v[i], v[i - 1] - v[i]
         a_out, a_back = math.atan2(e_out[1], e_out[0]), math.atan2(e_back[1], e_back[0])
         inner = (a_back - a_out) % (2 * math.pi)   # the polygon's own angle, from e_out to e_back
         start, opening = (a_back, 2 * math.pi - inner) if outside else (a_out, inner)
-        if opening > math.pi * (1 + 1e-9):
-            reach = min(float(np.hypot(*e_out)), float(np.hypot(*e_back)))
-            for j in range(len(v)):
-                if j not in (i, (i - 1) % len(v)):   # edge j runs from v[j] to v[j + 1]
-                    reach = min(reach, _segment_distance(v[i], v[j], v[(j + 1) % len(v)]))
-            if outside:
-                reach = min(reach, float(domain.box.boundary_distance(v[i][None])[0]))
-            out.append((v[i].copy(), start, opening, reach, part))
+        others = [j for j in range(len(v)) if j not in (i, (i - 1) % len(v))]
+        reach = min([float(np.hypot(*e_out)), float(np.hypot(*e_back))] + [float(distances[i, j]) for j in others])
+        if outside:
+            reach = min(reach, float(domain.box.boundary_distance(v[i][None])[0]))
+        out.append((v[i].copy(), start, opening, reach, part))
     return out
 
 

@@ -379,13 +379,18 @@ class Polygon(Domain):
     def __repr__(self) -> str:
         return f"Polygon({self.vertices.tolist()})"
 
-    def corners(self, convex: bool) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """``(points, sizes)``: the vertices whose interior angle is below π (``convex``) or
-        above it (reflex; straight vertices are neither), each with its shorter edge's length."""
+    def corner_mask(self, convex: bool) -> NDArray[np.bool_]:
+        """Which vertices have an interior angle below π (``convex``) or above it (reflex;
+        straight vertices are neither): the one test of :meth:`corners` and of
+        :mod:`helmpinn.problems.corners`."""
         incoming = np.roll(self._edges, 1, axis=0)
         turn = incoming[:, 0] * self._edges[:, 1] - incoming[:, 1] * self._edges[:, 0]   # > 0: a left turn
         tol = 1e-9 * np.roll(self._lengths, 1) * self._lengths
-        keep = turn > tol if convex else turn < -tol
+        return turn > tol if convex else turn < -tol
+
+    def corners(self, convex: bool) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(points, sizes)``: the vertices of :meth:`corner_mask`, each with its shorter edge's length."""
+        keep = self.corner_mask(convex)
         size = np.minimum(np.roll(self._lengths, 1), self._lengths)
         return self.vertices[keep].copy(), size[keep]
 
@@ -406,13 +411,17 @@ class Polygon(Domain):
         """The perimeter."""
         return float(self._lengths.sum())
 
-    def boundary_distance(self, x):
+    def edge_distances(self, x: ArrayLike) -> NDArray[np.float64]:
+        """``[m, edges]``: each point's distance to each edge (edge j from vertex j to j + 1)."""
         x = np.asarray(x, dtype=np.float64).reshape(-1, 2)
-        out = np.full(len(x), np.inf)
-        for a, e, ln in zip(self.vertices, self._edges, self._lengths):
+        out = np.empty((len(x), len(self.vertices)))
+        for j, (a, e, ln) in enumerate(zip(self.vertices, self._edges, self._lengths)):
             t = np.clip(((x - a) @ e) / (ln * ln), 0.0, 1.0)
-            out = np.minimum(out, np.linalg.norm(x - a - t[:, None] * e, axis=1))
+            out[:, j] = np.linalg.norm(x - a - t[:, None] * e, axis=1)
         return out
+
+    def boundary_distance(self, x):
+        return self.edge_distances(x).min(axis=1)
 
     def contains(self, x):
         """True for points inside or on the polygon (within 1e-12 of its size of an edge)."""

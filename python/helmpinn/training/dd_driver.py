@@ -487,18 +487,16 @@ def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None, corne
     axis, as the points' count assumes; and where the run adds the corner rows (``corners``)
     and every corner takes them, whose corner weights reach
     :func:`helmpinn.problems.corners.rows_corner_radius`; else ``problem`` itself."""
-    out = problem
     probe = local_wavenumbers(problem) if decomposition and decomposition.get("local_wavenumber") else None
+    radius = rows_corner_radius(problem) if corners else None
+    if probe is None and radius is None:
+        return problem
+    out = copy.copy(problem)
+    out.sampler = copy.copy(problem.sampler)
     if probe is not None:
         lo, hi, k = probe
-        out = copy.copy(problem)
-        out.sampler = copy.copy(problem.sampler)
         out.sampler.density = CellDensity(lo, hi, k ** k.ndim)
-    radius = rows_corner_radius(problem) if corners else None
     if radius is not None:
-        if out is problem:
-            out = copy.copy(problem)
-            out.sampler = copy.copy(problem.sampler)
         out.sampler.corner_radius = radius
     return out
 
