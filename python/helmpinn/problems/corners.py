@@ -119,10 +119,11 @@ def _vertex_wedges(domain) -> list[tuple[NDArray, float, float, float, str]]:
     v = poly.vertices   # counter-clockwise: the polygon's inside on each edge's left
     distances = poly.edge_distances(v)   # [vertex, edge]; edge j runs from v[j] to v[j + 1]
     out = []
+    angles = poly.interior_angles()
     for i in map(int, np.flatnonzero(poly.corner_mask(convex=outside))):
         e_out, e_back = v[(i + 1) % len(v)] - v[i], v[i - 1] - v[i]
         a_out, a_back = math.atan2(e_out[1], e_out[0]), math.atan2(e_back[1], e_back[0])
-        inner = (a_back - a_out) % (2 * math.pi)   # the polygon's own angle, from e_out to e_back
+        inner = float(angles[i])   # the polygon's own angle, from e_out to e_back
         start, opening = (a_back, 2 * math.pi - inner) if outside else (a_out, inner)
         others = [j for j in range(len(v)) if j not in (i, (i - 1) % len(v))]
         reach = min([float(np.hypot(*e_out)), float(np.hypot(*e_back))] + [float(distances[i, j]) for j in others])

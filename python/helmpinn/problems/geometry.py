@@ -388,6 +388,24 @@ class Polygon(Domain):
         tol = 1e-9 * np.roll(self._lengths, 1) * self._lengths
         return turn > tol if convex else turn < -tol
 
+    @property
+    def edge_directions(self) -> NDArray[np.float64]:
+        """``[n, 2]``: edge j's unit direction, from vertex j to vertex j + 1."""
+        return self._edges / self._lengths[:, None]
+
+    @property
+    def edge_normals(self) -> NDArray[np.float64]:
+        """``[n, 2]``: edge j's outward unit normal."""
+        return self._normals.copy()
+
+    def interior_angles(self) -> NDArray[np.float64]:
+        """Each vertex's interior angle (radians, in (0, 2π)): from its outgoing edge's direction
+        counter-clockwise to its incoming edge's reversed."""
+        out = np.empty(len(self.vertices))
+        for i, (e_out, e_in) in enumerate(zip(self._edges, np.roll(self._edges, 1, axis=0))):
+            out[i] = (math.atan2(-e_in[1], -e_in[0]) - math.atan2(e_out[1], e_out[0])) % (2 * math.pi)
+        return out
+
     def corners(self, convex: bool) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """``(points, sizes)``: the vertices of :meth:`corner_mask`, each with its shorter edge's length."""
         keep = self.corner_mask(convex)

@@ -235,7 +235,7 @@ class FDOperator:
         interior = ~on_wall
         cut = None
         if isinstance(problem.sampling_domain, BoxMinusObstacle):
-            cut = ObstacleGrid(problem, axes, x, on_wall, order)
+            cut = ObstacleGrid(problem, axes, x, on_wall, order, _stencils(order))
             interior &= ~cut.fixed
         self.size = len(x)
         self.interior = interior
