@@ -450,7 +450,7 @@ def _ghost_rows(grid: ObstacleGrid, points: NDArray, rows: list, cols: list, val
     nodes = np.flatnonzero(ghost)
     if len(nodes) == 0:
         return
-    chunk = max(1, (1 << 24) // (_window(d).shape[0] * len(_monomials(d, order))))
+    chunk = max(1, (1 << 24) // (_window(d, _fit_radius(d)).shape[0] * len(_monomials(d, order))))
     for start in range(0, len(nodes), chunk):
         g_nodes = nodes[start:start + chunk]
         xg = points[g_nodes]
@@ -466,10 +466,20 @@ def _ghost_rows(grid: ObstacleGrid, points: NDArray, rows: list, cols: list, val
         rhs[g_nodes] = tg
 
 
-def _window(d: int) -> NDArray[np.int64]:
-    """The offsets [K, d] of the cube of nodes a ghost's fit looks at."""
-    width = int(math.ceil(GHOST_RADIUS if d == 2 else GHOST_RADIUS - 1.0))
+def _fit_radius(d: int) -> float:
+    """How far (in steps) from its foot a ghost's fit looks: :data:`GHOST_RADIUS`, one less in 3-D."""
+    return GHOST_RADIUS if d == 2 else GHOST_RADIUS - 1.0
+
+
+def _window(d: int, radius: float) -> NDArray[np.int64]:
+    """The offsets [K, d] of the cube of nodes that holds the ball of ``radius`` steps."""
+    width = int(math.ceil(radius))
     return np.stack(np.meshgrid(*[np.arange(-width, width + 1)] * d, indexing="ij"), -1).reshape(-1, d)
+
+
+def _vander(xi: NDArray, powers: NDArray) -> NDArray[np.float64]:
+    """The monomials ``powers [q, d]`` at the points ``xi [..., d]``: ``[..., q]``."""
+    return np.prod(xi[..., None, :] ** powers, axis=-1)
 
 
 def _extension(grid: ObstacleGrid, xe: NDArray, foot: NDArray,
@@ -482,10 +492,10 @@ def _extension(grid: ObstacleGrid, xe: NDArray, foot: NDArray,
     shape, d, order = grid.shape, len(grid.shape), grid.order
     h = float(grid.h.min())
     strides = np.array([int(np.prod(shape[j + 1:])) for j in range(d)], np.int64)
-    radius = GHOST_RADIUS if d == 2 else GHOST_RADIUS - 1.0
+    radius = _fit_radius(d)
     powers = _monomials(d, order)
     q = len(powers)
-    window = _window(d)
+    window = _window(d, radius)
     free = grid._free.ravel()
     lo = np.array([a[0] for a in grid.axes])
     normal = -nu                     # the domain's outward normal, into the obstacle
@@ -502,12 +512,12 @@ def _extension(grid: ObstacleGrid, xe: NDArray, foot: NDArray,
         raise ValueError(f"fd_solve: only {int(ok[i].sum())} free nodes within {radius} steps of the "
                          f"sound-hard obstacle's boundary near {foot[i].tolist()} (a ghost node's fit "
                          f"needs {q + 2}): h is too coarse for the obstacle; use a smaller h")
-    vander = np.prod(xi[:, :, None, :] ** powers[None, None, :, :], axis=3)          # [m, K, q]
+    vander = _vander(xi, powers)                                                     # [m, K, q]
     m = len(xe)
     alpha = np.broadcast_to(np.asarray(grid.bc.alpha_values(foot), np.complex128), (m,))
     constant = np.flatnonzero(powers.sum(1) == 0)[0]
     linear = [np.flatnonzero((powers.sum(1) == 1) & (powers[:, j] == 1))[0] for j in range(d)]
-    phi = np.prod(((xe - foot) / h)[:, None, :] ** powers[None, :, :], axis=2)        # [m, q]
+    phi = _vander((xe - foot) / h, powers)                                           # [m, q]
     weights = np.zeros(ok.shape, np.complex128)
     tg = np.zeros(m, np.complex128)
     for sel, corner, edges in _fit_groups(grid, foot, nu):
@@ -612,22 +622,22 @@ def _fit_groups(grid: ObstacleGrid, foot: NDArray, nu: NDArray):
             if len(sel) == 0:
                 continue
             plain[sel] = False
+            at = bool(at_vertex[sel[0]])
+            edges = (np.broadcast_to(n_out, (len(sel), 2)), np.broadcast_to(normals[i - 1], (len(sel), 2))) if at else None
             if len(a) == 0:          # no singular functions (whole exponents): both conditions only
-                yield sel, None, (np.broadcast_to(n_out, (len(sel), 2)), np.broadcast_to(normals[i - 1], (len(sel), 2)))
+                yield sel, None, edges
                 continue
-            if at_vertex[sel[0]]:    # φ through the domain from the outgoing edge; the other condition on the incoming
+            if at:                   # φ through the domain from the outgoing edge
                 e_a, n_a, wrap = e_out, n_out, True
-                second = np.broadcast_to(normals[i - 1], (len(sel), 2))
-                first = np.broadcast_to(n_out, (len(sel), 2))
             else:                    # φ from the foot's edge, continued across it
                 direction = v[np.where(vertex[sel] == ends[sel, 0], ends[sel, 1], ends[sel, 0])] - v[i]
                 e_a = direction / np.linalg.norm(direction, axis=1, keepdims=True)
-                n_a, wrap, second, first = normals[edge[sel]], False, None, None
+                n_a, wrap = normals[edge[sel]], False
 
             def corner(points, xe, feet, e_a=e_a, n_a=n_a, a=a, vertex=v[i], wrap=wrap):
                 return tuple(_singular(y, vertex, e_a, n_a, a, h, wrap=wrap) for y in (points, xe, feet))
 
-            yield sel, corner, (None if second is None else (first, second))
+            yield sel, corner, edges
     rest = np.flatnonzero(plain)
     if len(rest):
         yield rest, None, None
@@ -652,8 +662,7 @@ def _corner_corrections(grid: ObstacleGrid, points: NDArray, rows: list, cols: l
     n = len(free)
     stencil = None
     powers = _monomials(2, grid.order)
-    width = int(math.ceil(CORNER_CORRECTION_RADIUS))
-    window = np.stack(np.meshgrid(*[np.arange(-width, width + 1)] * 2, indexing="ij"), -1).reshape(-1, 2)
+    window = _window(2, CORNER_CORRECTION_RADIUS)
     lo = np.array([ax[0] for ax in grid.axes])
     shape = np.array(grid.shape)
     strides = np.array([grid.shape[1], 1], np.int64)
@@ -679,7 +688,7 @@ def _corner_corrections(grid: ObstacleGrid, points: NDArray, rows: list, cols: l
         xi = (points[flat] - points[x0][:, None, :]) / h
         ok = inside & free[flat] & (np.linalg.norm(xi, axis=2) <= CORNER_CORRECTION_RADIUS)
         wgt = ok * np.exp(-np.sum(xi * xi, axis=2) / 2.0)
-        basis = np.concatenate([np.prod(xi[:, :, None, :] ** powers[None, None], axis=3),
+        basis = np.concatenate([_vander(xi, powers),
                                 _singular(points[flat], vertex, e_out, n_out, a, h, wrap=True)], axis=2)
         target = np.concatenate([np.zeros((len(x0), len(powers))), -miss], axis=1)      # [m, q + s]
         gram = np.einsum("mkp,mk,mkr->mpr", basis, wgt, basis)
