@@ -1,5 +1,6 @@
 """Re-entrant corners (a polygonal obstacle's vertices, an L-shaped polygon's inner corner): which
-vertices they are, and the weights that the PDE rows get about them (sampler.corner_weights)."""
+vertices they are, and the weights that the PDE rows and the Robin (Neumann) rows get about them
+(sampler.corner_weights)."""
 from __future__ import annotations
 
 import numpy as np
@@ -64,6 +65,36 @@ def test_a_polygonal_obstacle_weighs_its_pde_rows_down_about_its_vertices_only()
     ts = p.sample(2000, 400, 5, "sobol")
     xw, ww = p.sample_pde(2000, np.random.default_rng(5), "sobol")
     np.testing.assert_allclose(ts.pde_weight, ww)
+
+
+@pytest.mark.parametrize("bc", [hp.Neumann(), hp.Robin(2.0 - 1.0j, lambda x, n: x[:, 0] + 1j)])
+def test_the_robin_rows_take_the_corner_weights_and_the_dirichlet_rows_do_not(bc):
+    triangle = geo.Polygon([(0.1, -0.3), (0.5, 0.0), (0.1, 0.3)])
+    domain = geo.BoxMinusObstacle(geo.Box([-1, -1], [1, 1]), triangle)
+    make = lambda b: hp.Problem(domain, frequency=1.0, velocity=1.0, source=hp.PointSource((-0.5, 0.0)),  # noqa: E731
+                                bcs={"scatterer": b}, pml=hp.PML(0.5))
+    p, bare = make(bc), make(bc)
+    bare.sampler.corner_radius = None   # the same draw without the corners' weights
+    ts, t0 = p.sample(500, 2000, 4, "sobol"), bare.sample(500, 2000, 4, "sobol")
+    np.testing.assert_array_equal(ts.x_bc, t0.x_bc)
+    assert len(ts.x_bc) > 500 and np.allclose(triangle.boundary_distance(ts.x_bc), 0.0)
+    corners, sizes = triangle.corners(convex=True)
+    root = np.sqrt(corner_weights(ts.x_bc, corners, sizes, p.sampler.corner_radius))
+    assert np.any(root < 0.5) and np.any(root == 1.0)
+    # the whole row times sqrt(w): its |r|² counts w times
+    np.testing.assert_allclose(ts.n_bc, t0.n_bc * root[:, None], rtol=1e-15, atol=0)
+    np.testing.assert_allclose(np.broadcast_to(ts.alpha, root.shape), t0.alpha * root, rtol=1e-15, atol=0)
+    if t0.g is not None:
+        np.testing.assert_allclose(ts.g, t0.g * root, rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(ts.x_data, t0.x_data)   # the PML's wall: values, unweighted
+    np.testing.assert_array_equal(ts.y, t0.y)
+    # a sound-soft obstacle's rows are values (data rows): unweighted
+    soft, soft0 = make(hp.Dirichlet(0.0)), make(hp.Dirichlet(0.0))
+    soft0.sampler.corner_radius = None
+    s, s0 = soft.sample(500, 2000, 4, "sobol"), soft0.sample(500, 2000, 4, "sobol")
+    np.testing.assert_array_equal(s.x_data, s0.x_data)
+    np.testing.assert_array_equal(s.y, s0.y)
+    assert len(s.x_bc) == 0
 
 
 def test_problems_without_reentrant_corners_draw_exactly_as_before():

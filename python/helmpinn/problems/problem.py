@@ -415,8 +415,14 @@ class Problem:
             alpha = const_alpha[0]
         elif len(alpha) and np.all(alpha == alpha[0]):
             alpha = complex(alpha[0])
+        n_bc, g = cat(nr, (0, d)), cat(gr, (0,)) if any_g else None
+        weight = self.sampler.corner_weights(x_bc) if len(x_bc) else None
+        if weight is not None:   # sqrt(w) on the whole row: |r|² counts w times (Sampler.corner_weights)
+            root = np.sqrt(weight)
+            n_bc, alpha = n_bc * root[:, None], alpha * root
+            g = None if g is None else g * root
         return dict(x_data=cat(xd, (0, d)), y=cat(yd, (0,)).astype(np.complex128), x_bc=x_bc,
-                    n_bc=cat(nr, (0, d)), alpha=alpha if len(x_bc) else 0j, g=cat(gr, (0,)) if any_g else None)
+                    n_bc=n_bc, alpha=alpha if len(x_bc) else 0j, g=g)
 
     # -- checks of an exact solution ----------------------------------------------------------
     def pde_residual_fd(self, x: NDArray, h: float = 1e-3,

@@ -203,13 +203,25 @@ class Sampler:
         with a :attr:`corner_radius` and a domain with re-entrant corners, the weights times
         :func:`corner_weights`."""
         x, w = self._drawn(n, rng, method, point_sources, source_share)
+        cw = self.corner_weights(x)
+        return x, w if cw is None else cw if w is None else w * cw
+
+    def corner_weights(self, x: NDArray) -> NDArray[np.float64] | None:
+        """:func:`corner_weights` at x about the domain's re-entrant corners with
+        :attr:`corner_radius`; None without either. The PDE rows take them
+        (:meth:`sample_pde`) and so do the Robin and Neumann rows
+        (:meth:`Problem.sample <helmpinn.problems.problem.Problem.sample>`): where the domain's
+        angle exceeds π the solution's gradient grows without bound toward the vertex
+        (``r^(π/α − 1)``), while a smooth field that meets ``∂u/∂n = 0`` on both edges has a
+        zero gradient there; held at full weight, those rows pull the field flat about every
+        vertex (a 24-sided polygon in place of a circle: docs/benchmarks.md). The Dirichlet rows
+        keep their weight: the solution itself stays bounded there."""
         if self.corner_radius is None:
-            return x, w
+            return None
         corners, sizes = self.domain.reentrant_corners()
         if not len(corners):
-            return x, w
-        cw = corner_weights(x, corners, sizes, self.corner_radius)
-        return x, cw if w is None else w * cw
+            return None
+        return corner_weights(x, corners, sizes, self.corner_radius)
 
     def _drawn(self, n: int | None, rng: np.random.Generator, method: str, point_sources: list,
                source_share: float) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
