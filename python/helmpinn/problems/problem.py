@@ -347,8 +347,9 @@ class Problem:
                n_pde: int = UNSET, n_bc: int = UNSET) -> TrainingSet:
         """Collocation points for one training stretch: ``pde_points`` interior points
         (:meth:`sample_pde`) and ``bc_points`` boundary points (split over the parts by measure;
-        Dirichlet parts go to the data term, Robin parts to the bc term) plus the problem's data
-        points. (``n_pde`` / ``n_bc`` are the deprecated names of the two counts.)"""
+        Dirichlet parts go to the data term, Robin parts to the bc term, their rows weighted
+        about re-entrant corners as the PDE rows are: :meth:`Sampler.corner_weights
+        <helmpinn.problems.sampler.Sampler.corner_weights>`) plus the problem's data points. (``n_pde`` / ``n_bc`` are the deprecated names of the two counts.)"""
         pde_points = renamed("Problem.sample", "pde_points", pde_points, "n_pde", n_pde)
         bc_points = renamed("Problem.sample", "bc_points", bc_points, "n_bc", n_bc)
         rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng

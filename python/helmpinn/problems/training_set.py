@@ -57,7 +57,10 @@ class TrainingSet:
     (complex [N_pde, d] or None): the general operator's coefficients (PML, density, ``a``,
     ``b``). ``kappa`` complex: the operator's complex c (absorbing media). ``pde_weight`` ([N] or
     None): the importance weights of the PDE points, for reference: they are already applied, as
-    ``sqrt(w)`` times ``a_pde``, ``b_pde``, ``kappa`` and ``f``.
+    ``sqrt(w)`` times ``a_pde``, ``b_pde``, ``kappa`` and ``f``. By a re-entrant corner the Robin
+    rows' ``n_bc``, ``alpha`` and ``g`` carry the corner's weights the same way (``sqrt(w)``
+    times each: :meth:`helmpinn.problems.sampler.Sampler.corner_weights`), so ``n_bc`` is a unit
+    normal only away from such corners.
     """
 
     x_pde: NDArray[np.float64]
