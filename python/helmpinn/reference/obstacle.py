@@ -131,6 +131,7 @@ class ObstacleGrid:
         self.hard = isinstance(bc, Robin)
         self.axes = axes
         self.shape = tuple(len(a) for a in axes)
+        self.strides = np.array([int(np.prod(self.shape[j + 1:])) for j in range(len(axes))], np.int64)   # flat index steps
         self.h = np.array([a[1] - a[0] for a in axes])
         self.order = order
         self._stencils = stencils       # fd's regular ones: (offsets, weights) by name
@@ -227,7 +228,6 @@ class ObstacleGrid:
         offs = [o for o in range(-r, r + 1) if o != 0]
         d = len(self.shape)
         h = float(self.h.min())
-        stride = int(np.prod(self.shape[j + 1:]))
         idx = np.stack(np.unravel_index(flat_nodes, self.shape), axis=1)
         x = np.stack([self.axes[k][idx[:, k]] for k in range(d)], axis=1)
         across = np.zeros((len(flat_nodes), len(offs)), bool)
@@ -244,7 +244,7 @@ class ObstacleGrid:
             hit = np.isfinite(t)
             nodes = near[hit]
             c = a[hit] + t[hit, None] * (b[hit] - a[hit])
-            ghost = ~free[flat_nodes[nodes] + o * stride]
+            ghost = ~free[flat_nodes[nodes] + o * int(self.strides[j])]
             same = ghost & self._at_vertex(b[hit])    # a ghost at a vertex is fitted to both edges
             check = ghost & ~same                     # another ghost: of the entry's face?
             if np.any(check):
@@ -391,7 +391,7 @@ def nearest_boundary(obstacle, x: NDArray, h: float) -> tuple[NDArray[np.float64
         v0 = obstacle.vertices                      # counter-clockwise
         edges = np.roll(v0, -1, axis=0) - v0
         lengths = np.hypot(edges[:, 0], edges[:, 1])
-        normals = np.stack([edges[:, 1], -edges[:, 0]], axis=1) / lengths[:, None]
+        normals = obstacle.edge_normals
         for a, e, ln, nrm in zip(v0, edges, lengths, normals):
             t = np.clip(((x - a) @ e) / (ln * ln), 0.0, 1.0)
             p = a + t[:, None] * e
@@ -436,7 +436,7 @@ def _ghost_rows(grid: ObstacleGrid, points: NDArray, rows: list, cols: list, val
     """A sound-hard (Robin) obstacle's fixed nodes: the ghosts' constrained least-squares rows
     (the module docstring), the deeper nodes' discrete Laplace rows; batched over the ghosts."""
     shape, d, order = grid.shape, len(grid.shape), grid.order
-    strides = np.array([int(np.prod(shape[j + 1:])) for j in range(d)], np.int64)
+    strides = grid.strides
     ghost = grid._inside & _dilate(grid._free, order // 2 + _GHOST_EXTRA)
     deep = np.flatnonzero(grid._inside & ~ghost)
     for j in range(d):   # 2d u_p − Σ neighbours = 0: a smooth fill that no free node's row reads
@@ -491,7 +491,7 @@ def _extension(grid: ObstacleGrid, xe: NDArray, foot: NDArray,
     of its tangent, subject exactly to the boundary condition at the foot (the module docstring)."""
     shape, d, order = grid.shape, len(grid.shape), grid.order
     h = float(grid.h.min())
-    strides = np.array([int(np.prod(shape[j + 1:])) for j in range(d)], np.int64)
+    strides = grid.strides
     radius = _fit_radius(d)
     powers = _monomials(d, order)
     q = len(powers)
@@ -665,7 +665,7 @@ def _corner_corrections(grid: ObstacleGrid, points: NDArray, rows: list, cols: l
     window = _window(2, CORNER_CORRECTION_RADIUS)
     lo = np.array([ax[0] for ax in grid.axes])
     shape = np.array(grid.shape)
-    strides = np.array([grid.shape[1], 1], np.int64)
+    strides = grid.strides
     for i, a in enumerate(_vertex_exponents(poly)):
         vertex = poly.vertices[i]
         x0 = np.flatnonzero(free & (np.linalg.norm(points - vertex, axis=1) <= CORNER_ROWS_REACH * h))
