@@ -11,8 +11,14 @@ default 32); ``disc``, the same box, PML and plane wave on a sound-soft disc of 
 as diameter (the Hankel series); ``triangle``, a point source beside a sound-soft triangle, f = 1,
 in [−1, 1]² with a PML of 0.5 (one network: 3 wavelengths across; reference ``fd_solve`` at
 h = 0.005, which is within 1.4e-3 of h = 0.01); ``triangle-free``, the same box without the
-triangle. ``--no-corner-weights`` draws the points without the corners' weights (as before
-them). The error is the relative L2 error on the problem's test points (``--case triangle``:
+triangle; ``triangle-hard``, a user's problem: a point source at (−0.55, 0.4) by a sound-hard
+triangle, f = 3 in [−1, 1]² with a PML of 0.4 (decomposed; reference ``fd_solve`` at h = 1/120 on
+the problem's test points). ``--no-corner-weights`` draws the points without the corners' weights
+(as before them). ``--pose`` (``triangle-hard`` only) poses the same field otherwise:
+``trace``, as a Dirichlet problem with the reference's values on the triangle; ``pin``, the
+Neumann problem with the reference's values added as data points on the edges within
+``--pin-wavelengths`` of each vertex (0: the three vertices alone): what the network lacks by a
+sound-hard vertex (docs/benchmarks.md). The error is the relative L2 error on the problem's test points (``--case triangle``:
 4000 random points of the domain), after each step, with the load beside it. Run on a quiet
 machine; the times grow with the load.
 """
@@ -32,7 +38,31 @@ from helmpinn.problems.scattering import cylinder_scattered_field
 from helmpinn.reference import fd_solve
 
 
-def problem_and_points(case: str, wavelengths: float, ref_points: int):
+def hard_triangle(pose: str, pin_wavelengths: float):
+    """The sound-hard triangle's problem posed as ``pose`` says (module docstring), its test
+    points and the reference there."""
+    vertices = np.array([[-0.3, -0.2], [0.3, -0.25], [0.0, 0.35]])
+    domain = BoxMinusObstacle(Box([-1, -1], [1, 1]), Polygon(vertices))
+    common = dict(frequency=3.0, velocity=1.0, source=hp.PointSource([-0.55, 0.4]), pml=hp.PML(0.4))
+    p = hp.Problem(domain, bcs={"scatterer": hp.Neumann()}, **common)
+    reference = fd_solve(p, 1 / 120)
+    x = p.test_points()
+    if pose == "trace":
+        p = hp.Problem(domain, bcs={"scatterer": hp.Dirichlet(lambda y: reference(np.asarray(y, float)))}, **common)
+    elif pose == "pin":
+        reach = pin_wavelengths / 3.0   # the wavelength is 1/3
+        pts = [vertices]
+        for i in range(3) if reach > 0 else ():
+            for j in ((i - 1) % 3, (i + 1) % 3):
+                edge = vertices[j] - vertices[i]
+                pts.append(vertices[i] + np.outer(np.linspace(0, reach, 41)[1:] / np.linalg.norm(edge), edge))
+        pts = np.concatenate(pts)
+        p = hp.Problem(domain, bcs={"scatterer": hp.Neumann()}, data=(pts, reference(pts)), **common)
+    return p, x, reference(x)
+
+
+def problem_and_points(case: str, wavelengths: float, ref_points: int, pose: str = "neumann",
+                       pin_wavelengths: float = 0.25):
     if case == "square":
         p = scatter_square_soft(wavelengths, ref_points=ref_points)
         x = p.test_points()
@@ -46,6 +76,8 @@ def problem_and_points(case: str, wavelengths: float, ref_points: int):
         x = p.test_points()
         return p, x, p.exact(x)
     box = Box([-1, -1], [1, 1])
+    if case == "triangle-hard":
+        return hard_triangle(pose, pin_wavelengths)
     triangle = Polygon([(0.1, -0.3), (0.5, 0.0), (0.1, 0.3)])
     domain = box if case == "triangle-free" else BoxMinusObstacle(box, triangle)
     p = hp.Problem(domain, frequency=1.0, velocity=1.0, source=hp.PointSource((-0.5, 0.0)),
@@ -56,7 +88,9 @@ def problem_and_points(case: str, wavelengths: float, ref_points: int):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--case", choices=("square", "disc", "triangle", "triangle-free"), default="square")
+    ap.add_argument("--case", choices=("square", "disc", "triangle", "triangle-free", "triangle-hard"), default="square")
+    ap.add_argument("--pose", choices=("neumann", "trace", "pin"), default="neumann")
+    ap.add_argument("--pin-wavelengths", type=float, default=0.25)
     ap.add_argument("--wavelengths", type=float, default=4.0)
     ap.add_argument("--ref-points", type=int, default=32)
     ap.add_argument("--time-limit", type=float, default=150.0)
@@ -66,7 +100,9 @@ def main() -> None:
     if a.threads:
         hp.set_num_threads(a.threads)
     t = time.perf_counter()
-    problem, x, exact = problem_and_points(a.case, a.wavelengths, a.ref_points)
+    if a.pose != "neumann" and a.case != "triangle-hard":
+        ap.error("--pose: only with --case triangle-hard")
+    problem, x, exact = problem_and_points(a.case, a.wavelengths, a.ref_points, a.pose, a.pin_wavelengths)
     print(f"reference: {time.perf_counter() - t:.1f} s; corners' radius {problem.sampler.corner_radius}", flush=True)
     if a.no_corner_weights:
         problem.sampler.corner_radius = None
