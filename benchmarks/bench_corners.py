@@ -18,7 +18,8 @@ the problem's test points). ``--no-corner-weights`` draws the points without the
 ``trace``, as a Dirichlet problem with the reference's values on the triangle; ``pin``, the
 Neumann problem with the reference's values added as data points on the edges within
 ``--pin-wavelengths`` of each vertex (0: the three vertices alone): what the network lacks by a
-sound-hard vertex (docs/benchmarks.md). The error is the relative L2 error on the problem's test points (``--case triangle``:
+sound-hard vertex (docs/benchmarks.md). ``--no-singular``: a decomposed run without the corners'
+singular functions (``gn={"singular": False}``: the corner weights and rows instead). The error is the relative L2 error on the problem's test points (``--case triangle``:
 4000 random points of the domain), after each step, with the load beside it. Run on a quiet
 machine; the times grow with the load.
 """
@@ -96,6 +97,7 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=150.0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-corner-weights", action="store_true")
+    ap.add_argument("--no-singular", action="store_true")
     a = ap.parse_args()
     if a.threads:
         hp.set_num_threads(a.threads)
@@ -113,7 +115,8 @@ def main() -> None:
         print(f"step {step:3d} {time.perf_counter() - start:7.1f} s loss {trainer.history.loss[-1]:.3e} "
               f"error {err:.3e} load {os.getloadavg()[0]:.1f}", flush=True)
 
-    sol = hp.solve(problem, time_limit=a.time_limit, callbacks=[record], progress=False)
+    extra = {"gn": {"singular": False}} if a.no_singular else {}
+    sol = hp.solve(problem, time_limit=a.time_limit, callbacks=[record], progress=False, **extra)
     print(sol)
 
 

@@ -226,13 +226,17 @@ def test_corner_weight_setting_is_checked():
 
 def test_memory_estimate_counts_the_corner_rows():
     """The decomposed run's memory estimate counts the corners' rows with the mode rows (their
-    gradients and columns), unless ``corners`` is 0 or the optimiser is not Gauss-Newton."""
+    gradients and columns) in a run without the corners' singular functions, unless ``corners``
+    is 0 or the optimiser is not Gauss-Newton; a run with the functions (the default) adds no
+    corner rows."""
     from helmpinn.memory import _modes
     from helmpinn.problems.corners import CORNER_ROW_RADIUS, rows_corner_radius
     p = _square(Dirichlet(0.0))
     q = sum(len(w.orders) for w in corner_wedges(p, CORNER_ROW_RADIUS * rows_corner_radius(p)))   # the run's sectors
-    assert q > sum(len(w.orders) for w in corner_wedges(p)) and _modes(p, "gn", {}, False) == (q, None)
-    assert _modes(p, "gn", {"corners": 0.0}, False) == (0, None) and _modes(p, "adam", {}, False) == (0, None)
+    off = {"singular": False}
+    assert q > sum(len(w.orders) for w in corner_wedges(p)) and _modes(p, "gn", off, False) == (q, None)
+    assert _modes(p, "gn", {"corners": 0.0, **off}, False) == (0, None) and _modes(p, "adam", off, False) == (0, None)
+    assert _modes(p, "gn", {}, False) == (0, None)
 
 
 def test_a_run_with_the_rows_weighs_down_a_wider_region():

@@ -112,6 +112,7 @@ from .models.decomposition import WINDOW_CHUNK
 from .defaults import wavelengths
 from .optim.gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
 from .problems.corners import CORNER_ROW_RADIUS, CORNER_ROW_WEIGHT, corner_wedges, rows_corner_radius
+from .problems.singular import corner_singularities
 from .problems.waves import RESONANCE_MOST, _closed_box
 
 __all__ = ["MemoryEstimateError", "MemoryBudgetError", "LIMIT_VARIABLE", "MEMORY_FRACTION", "ASSEMBLY",
@@ -314,11 +315,13 @@ def _modes(problem: Any, optimizer: str, options: Mapping[str, Any], hard: bool)
     constraint), the wavelengths along each axis: ``resonance_most`` where ``resonance`` is
     set and the problem is a closed box (not looked for: their count is an upper bound), and
     the corners' rows where ``corners`` is (default) and the problem has any
-    (:func:`helmpinn.problems.corners.corner_wedges`)."""
+    (:func:`helmpinn.problems.corners.corner_wedges`), unless the run adds the corners' singular
+    functions instead (``singular``, default, where every corner takes them)."""
     if optimizer != "gn":
         return 0, None
     corners = 0
-    if options.get("corners", CORNER_ROW_WEIGHT):   # at the sectors of the run's own radius
+    singular = options.get("singular", True) and corner_singularities(problem) is not None
+    if options.get("corners", CORNER_ROW_WEIGHT) and not singular:   # at the sectors of the run's own radius
         radius = rows_corner_radius(problem)
         corners = sum(len(w.orders) for w in corner_wedges(problem, None if radius is None else CORNER_ROW_RADIUS * radius))
     if not options.get("resonance") or _closed_box(problem) is None:
@@ -337,7 +340,8 @@ def check_fit(trainer: Any, driver: Any, pde_points: int | None = None) -> dict[
     options = {**dict(getattr(settings, "options", {}) or {}),
                "resonance": getattr(settings, "resonance", 0.0),
                "resonance_most": getattr(settings, "resonance_most", 0),
-               "corners": getattr(settings, "corners", 0.0)}
+               "corners": getattr(settings, "corners", 0.0),
+               "singular": getattr(settings, "singular", False)}
     pde = trainer.pde_points if pde_points is None else int(pde_points)
     bc = trainer.bc_points if pde_points is None or trainer.problem.dim == 1 \
         else math.ceil(trainer.bc_points * pde / trainer.pde_points)

@@ -53,10 +53,11 @@ from .. import _core, distributed
 from .._checks import integer, real_number
 from .._files import read_npz, write_atomic
 from ..problems.batch import TERMS, Batch, alike_on_every_axis, operator_a
+from ..problems.singular import CornerSingularities
 from .model import Model
 from ..params import init_params, sigma_for
 
-__all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals",
+__all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals", "SingularResiduals",
            "assign_subdomains", "term_means", "CARRIER_TERM", "FORMAT", "STATE_KEY", "WINDOW_CUTOFF", "MIN_OVERLAP", "MIN_CONSTRAINT_SCALE",
            "MAX_SUBDOMAINS", "WINDOW_CHUNK", "subdomain_grid"]
 
@@ -489,6 +490,7 @@ class DecomposedModel:
                  constraint: BoxConstraint | None = None, metadata: Mapping[str, Any] | None = None):
         d = _check_parts(levels, specs, constraint)
         self.levels, self.specs, self.constraint = list(levels), list(specs), constraint
+        self.singular: CornerSingularities | None = None   # the corners' singular functions in the field
         self.lo, self.hi, self.dim = levels[0].lo, levels[0].hi, d
         self.metadata = dict(metadata or {})
         self.optimizer_state: dict[str, Any] = dict(self.metadata.pop(STATE_KEY, None) or {})
@@ -579,9 +581,12 @@ class DecomposedModel:
 
     def copy(self) -> "DecomposedModel":
         """An independent copy (parameters, metadata and optimiser state)."""
-        return type(self)(self.levels, self.specs, self.params.copy(), self.constraint,
-                          {**json.loads(json.dumps(_jsonable(self.metadata))),
-                           STATE_KEY: _jsonable(self.optimizer_state)})
+        out = type(self)(self.levels, self.specs, self.params.copy(), self.constraint,
+                         {**json.loads(json.dumps(_jsonable(self.metadata))),
+                          STATE_KEY: _jsonable(self.optimizer_state)})
+        if self.singular is not None:
+            out.singular = CornerSingularities(self.singular.wedges, self.singular.amplitudes)
+        return out
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling and ``copy.deepcopy`` leave out the cached Workspaces (rebuilt by the next
@@ -695,12 +700,15 @@ class DecomposedModel:
                 sd = self.subdomains[j]
                 val = np.asarray(self.workspace(sd["level"]).forward(theta[sd["slice"]], xi, 0))
                 uc[idx] += psi * (val[:, 0] + 1j * val[:, 1])
+        if self.singular is not None:   # the corners' singular functions at their amplitudes
+            u += self.singular.field(x)
         return u
 
     def residuals_for(self, rows: Rows, *, comm: Any = None, modes: ArrayLike | None = None) -> "DecomposedResiduals":
-        """The residual operations of this model on ``rows`` (``comm``: split over MPI ranks;
-        ``modes``: mode rows; see :class:`DecomposedResiduals`)."""
-        return DecomposedResiduals(self, rows, comm=comm, modes=modes)
+        """The residual operations of this model on ``rows`` (``comm``: split over MPI ranks; ``modes``:
+        mode rows; :class:`DecomposedResiduals`), :class:`SingularResiduals` with ``singular``."""
+        res = DecomposedResiduals(self, rows, comm=comm, modes=modes)
+        return res if self.singular is None else SingularResiduals(res, self.singular)
 
     # -- its loss on a run's points (the run loop's protocol) ---------------------------------------
     def training_rows(self, training_set: Any, weights: Mapping[str, float]) -> Rows:
@@ -764,6 +772,7 @@ class DecomposedModel:
                 "levels": [lv.config() for lv in self.levels],
                 "specs": [_spec_config(s) for s in self.specs],
                 "constraint": None if self.constraint is None else self.constraint.config(),
+                "singular": None if self.singular is None else self.singular.config(),
                 "metadata": self.metadata}
 
     def save(self, path: str | os.PathLike, *, optimizer_state: Mapping[str, Any] | None = None,
@@ -838,7 +847,13 @@ def _from_config(cls: type, cfg: Mapping[str, Any], params: NDArray) -> "Decompo
     if meta is not None and not isinstance(meta, dict):
         raise ValueError("metadata: expected a JSON object")
     levels = [Level(lo, hi, g, lv["overlap"], lv.get("edges")) for g, lv in zip(grids, cfg["levels"])]
-    return cls(levels, specs, params, constraint, meta)
+    model = cls(levels, specs, params, constraint, meta)
+    singular = cfg.get("singular")   # (files before the singular functions have none)
+    if singular is not None:
+        if not isinstance(singular, dict) or d != 2:
+            raise ValueError("singular: expected the corners' singular functions of a 2-D model")
+        model.singular = CornerSingularities.from_config(singular)
+    return model
 
 
 def assign_subdomains(costs: Sequence[float], size: int) -> NDArray[np.int64]:
@@ -1240,3 +1255,67 @@ class DecomposedResiduals:
         r = r[:self.num_points]
         sq = r[0::2] ** 2 + r[1::2] ** 2
         return {t: float(sq[self.rows.term == t].sum()) for t in np.unique(self.rows.term)}
+
+
+class SingularResiduals:
+    """:class:`DecomposedResiduals` of a model whose field adds the corners' singular functions
+    (:class:`helmpinn.problems.singular.CornerSingularities`), their complex amplitudes those
+    that minimise the loss at every θ. The amplitudes enter the residual linearly through
+    columns B that do not depend on θ (each function through every row, the mode rows
+    included, once with amplitude 1 and once with i), so eliminating them is exact (variable
+    projection with constant columns): ``r(θ) = P r_N(θ)`` and ``J = P J_N`` with ``P = I − QQᵀ``,
+    Q an orthonormal basis of B's range (its SVD, directions below 1e-10 of the largest singular
+    value dropped) and r_N the network's own residuals. :meth:`residuals`, :meth:`jvp`,
+    :meth:`vjp` and :meth:`jacobian` are projected; :meth:`block` (the preconditioner's Gram
+    matrices) stays the network's own, ``J_NᵀJ_N`` differing from ``JᵀJ`` by the rank-2n term
+    ``(J_NᵀQ)(QᵀJ_N)``; every other attribute is the wrapped residuals'. :meth:`amplitudes` gives
+    the amplitudes at θ (what a run writes into the model after each step). Over MPI every rank
+    holds all rows, so B and Q are alike on every rank."""
+
+    def __init__(self, res: DecomposedResiduals, singular: CornerSingularities):
+        self.res, self.singular = res, singular
+        rows = res.rows
+        C = singular.columns(rows.x, rows.a, rows.b, rows.c)
+        cols = []
+        for j in range(C.shape[1]):
+            for unit in (1.0, 1j):
+                z = unit * C[:, j]
+                v = np.empty(2 * len(z))
+                v[0::2], v[1::2] = z.real, z.imag
+                cols.append(res.extend(v))
+        B = np.stack(cols, 1) if cols else np.zeros((res.num_residuals, 0))
+        U, sv, Vt = np.linalg.svd(B, full_matrices=False)
+        keep = sv > 1e-10 * sv.max() if len(sv) and sv.max() > 0 else np.zeros(len(sv), bool)
+        self._Q, self._sv, self._Vt = np.ascontiguousarray(U[:, keep]), sv[keep], Vt[keep]
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "res":   # (before __init__ set it: copy, pickle)
+            raise AttributeError(name)
+        return getattr(self.res, name)
+
+    def project(self, r: NDArray) -> NDArray:
+        """``P r = r − Q(Qᵀr)`` (float64)."""
+        r = np.asarray(r, np.float64)
+        return r - self._Q @ (self._Q.T @ r) if self._Q.shape[1] else r
+
+    def amplitudes(self, theta: NDArray) -> NDArray[np.complex128]:
+        """The functions' amplitudes minimising ``‖r_N(θ) + B a‖`` (a collective over several
+        ranks)."""
+        coef = -(self._Vt.T @ ((self._Q.T @ self.res.residuals(theta)) / self._sv)) if self._Q.shape[1] \
+            else np.zeros(2 * self.singular.count)
+        return coef[0::2] + 1j * coef[1::2]
+
+    def residuals(self, theta: NDArray) -> NDArray:
+        return self.project(self.res.residuals(theta))
+
+    def jvp(self, theta: NDArray, v: NDArray, dtype: str = "float64") -> NDArray:
+        return self.project(self.res.jvp(theta, v, dtype))
+
+    def vjp(self, theta: NDArray, w: NDArray, dtype: str = "float64") -> NDArray:
+        return self.res.vjp(theta, self.project(w), dtype)
+
+    def jacobian(self, theta: NDArray, rows: tuple[int, int] | None = None) -> NDArray:
+        J = self.res.jacobian(theta)
+        J = J - self._Q @ (self._Q.T @ J) if self._Q.shape[1] else J
+        return J if rows is None else J[rows[0]:rows[1]]
+

@@ -108,13 +108,17 @@ class GNSettings(LMSettings):
     of those modes at most this many, the most amplified (each costs two parameter vectors and
     two preconditioner applications a trial); ``corners``: at the corners of a polygonal
     boundary, the weight of the rows that keep the residual there from radiating
-    (:func:`helmpinn.problems.corners.corner_rows`; 0: none); ``adapt``: when the points grow
+    (:func:`helmpinn.problems.corners.corner_rows`; 0: none); ``singular``: add the corners'
+    singular functions to the model's field where every re-entrant corner of a 2-D problem takes
+    them (:mod:`helmpinn.problems.singular`; the corner weights and rows then not used: the
+    network represents a smooth field there); ``adapt``: when the points grow
     on a model whose points follow a density (:func:`sampled_problem`), this share of the new
     draw's density follows the residual (:func:`residual_density`; 0: none)."""
 
     resonance: float = 0.0
     resonance_most: int = RESONANCE_MOST
     corners: float = CORNER_ROW_WEIGHT
+    singular: bool = True
     adapt: float = 0.0
 
     def __post_init__(self) -> None:
@@ -125,6 +129,9 @@ class GNSettings(LMSettings):
         object.__setattr__(self, "resonance_most", integer("GNSettings", "resonance_most", self.resonance_most, low=1))
         object.__setattr__(self, "corners", real_number("GNSettings", "corners", self.corners, low=0.0, low_open=False))
         object.__setattr__(self, "adapt", real_number("GNSettings", "adapt", self.adapt, low=0.0, low_open=False, high=1.0))
+        if not isinstance(self.singular, (bool, np.bool_)):
+            raise ValueError(f"singular: expected True or False, got {self.singular!r}")
+        object.__setattr__(self, "singular", bool(self.singular))
 
     @staticmethod
     def solver() -> tuple[str, Any]:
@@ -155,15 +162,15 @@ class GNDriver(DampedDriver):
     gn: Any = None   # the MatrixFreeGN, from start
 
     def __init__(self, settings: GNSettings | None = None, *, resonance: float = 0.0,
-                 resonance_most: int = RESONANCE_MOST, corners: float = CORNER_ROW_WEIGHT, adapt: float = 0.0,
-                 **keywords: Any):
+                 resonance_most: int = RESONANCE_MOST, corners: float = CORNER_ROW_WEIGHT, singular: bool = True,
+                 adapt: float = 0.0, **keywords: Any):
         """``settings``, or :class:`~helmpinn.training.drivers.DampedDriver`'s keywords (the stall and
-        growth rules, the solver's options), ``resonance``, ``resonance_most``, ``corners`` and
-        ``adapt`` (:class:`GNSettings`)."""
+        growth rules, the solver's options), ``resonance``, ``resonance_most``, ``corners``,
+        ``singular`` and ``adapt`` (:class:`GNSettings`)."""
         super().__init__(settings, **keywords)
         if settings is None:
             self.settings = replace(self.settings, resonance=resonance, resonance_most=resonance_most, corners=corners,
-                                    adapt=adapt)
+                                    singular=singular, adapt=adapt)
         self.log: list[dict[str, Any]] = []   # one entry per step of the current fit
 
     def start(self, run: "Trainer", steps: int) -> None:
@@ -233,6 +240,8 @@ class GNDriver(DampedDriver):
 
     def step(self, run: "Trainer") -> GNStepInfo:
         st = self.gn.step(run.model.params)   # NonFiniteLoss: the loop restores the last good state
+        if getattr(run.model, "singular", None) is not None:   # the corners' functions at the step's θ
+            run.model.singular.amplitudes = self.gn.res.amplitudes(run.model.params)
         terms = term_means(st.terms, run.weights)
         stop = None
         if st.status is StepStatus.LAM_MAX:
@@ -478,7 +487,8 @@ def subdomain_wavenumbers(problem: Any, levels: list[Level], k_max: float) -> np
     return np.array(out)
 
 
-def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None, corners: bool = False) -> Any:
+def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None, corners: bool = False,
+                    singular: bool = False) -> Any:
     """The problem whose points a decomposed run draws: a shallow copy where its
     ``decomposition`` follows the local wavenumber (:func:`local_layout`), whose PDE points are
     drawn in proportion to ``k(x)^d`` (a :class:`~helmpinn.problems.sampler.CellDensity` on the
@@ -486,10 +496,13 @@ def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None, corne
     the loss the mean of ``|r|²`` over the domain): ppw points per local wavelength along each
     axis, as the points' count assumes; and where the run adds the corner rows (``corners``)
     and every corner takes them, whose corner weights reach
-    :func:`helmpinn.problems.corners.rows_corner_radius`; else ``problem`` itself."""
+    :func:`helmpinn.problems.corners.rows_corner_radius`; where the model adds the corners'
+    singular functions (``singular``), without the corner weights (nor, through them, the corner
+    rows); else ``problem`` itself."""
     probe = local_wavenumbers(problem) if decomposition and decomposition.get("local_wavenumber") else None
-    radius = rows_corner_radius(problem) if corners else None
-    if probe is None and radius is None:
+    radius = rows_corner_radius(problem) if corners and not singular else None
+    unweighted = singular and getattr(problem.sampler, "corner_radius", None) is not None
+    if probe is None and radius is None and not unweighted:
         return problem
     out = copy.copy(problem)
     out.sampler = copy.copy(problem.sampler)
@@ -498,6 +511,8 @@ def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None, corne
         out.sampler.density = CellDensity(lo, hi, k ** k.ndim)
     if radius is not None:
         out.sampler.corner_radius = radius
+    if unweighted:
+        out.sampler.corner_radius = None
     return out
 
 

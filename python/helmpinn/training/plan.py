@@ -26,6 +26,7 @@ from .._checks import integer
 from ..defaults import OPTIMIZERS, run_settings, should_decompose
 from ..models.model import Model
 from ..problems.corners import CORNER_ROW_WEIGHT
+from ..problems.singular import corner_singularities
 from . import dd_driver
 from .drivers import MODEL_KINDS, Driver, make_driver, mismatch
 from .status import RunStatus
@@ -163,6 +164,14 @@ class RunPlan:
             return self.optimizer.name == "gn" and float(getattr(settings, "corners", 0.0)) > 0
         return self.optimizer == "gn" and float((self.gn or {}).get("corners", CORNER_ROW_WEIGHT)) > 0
 
+    def singular_functions(self) -> bool:
+        """Whether the run's optimiser adds the corners' singular functions (Gauss-Newton with
+        ``singular``, :class:`helmpinn.training.dd_driver.GNSettings`)."""
+        if isinstance(self.optimizer, Driver):
+            settings = getattr(self.optimizer, "settings", None)
+            return self.optimizer.name == "gn" and bool(getattr(settings, "singular", False))
+        return self.optimizer == "gn" and bool((self.gn or {}).get("singular", True))
+
     def trainer(self, problem: Any, model: Any, **run: Any) -> Trainer:
         """The :class:`~helmpinn.Trainer` of this plan for ``model`` on ``problem``; ``run``:
         the Trainer's keywords that are the run's rather than the plan's (targets, time limit,
@@ -170,8 +179,16 @@ class RunPlan:
         the local wavenumber draws its points by it
         (:func:`helmpinn.training.dd_driver.sampled_problem`), and one that adds the corner rows
         weighs its PDE rows down over a wider region about the corners
-        (:func:`helmpinn.problems.corners.rows_corner_radius`)."""
-        problem = dd_driver.sampled_problem(problem, self.decomposition, corners=self.corner_rows())
+        (:func:`helmpinn.problems.corners.rows_corner_radius`). Where the run adds the corners'
+        singular functions and every re-entrant corner takes them
+        (:func:`helmpinn.problems.singular.corner_singularities`), a decomposed ``model`` without
+        them gets them (its ``singular``), and
+        the points are drawn without the corner weights."""
+        singular = getattr(model, "singular", None)
+        if singular is None and getattr(model, "kind", None) == "decomposed" and self.singular_functions():
+            singular = model.singular = corner_singularities(problem)
+        problem = dd_driver.sampled_problem(problem, self.decomposition, corners=self.corner_rows(),
+                                            singular=singular is not None)
         return Trainer(problem, model, lr=self.lr, schedule=self.schedule, betas=self.betas,
                        pde_points=self.pde_points, bc_points=self.bc_points, sampling=self.sampling,
                        resample_every=self.resample_every, weights=self.weights, train_fourier=self.train_fourier,
