@@ -174,6 +174,7 @@ def test_a_model_with_singular_functions_predicts_saves_and_copies_them(tmp_path
     s.amplitudes = np.arange(s.count) * (0.1 - 0.2j)
     model.singular = s
     np.testing.assert_allclose(model.predict(x), bare + s.field(x), rtol=1e-14)
+    np.testing.assert_allclose(model.predict(x, chunk=7), model.predict(x), rtol=1e-14)   # chunk by chunk
     model.save(tmp_path / "m.npz")
     back = DecomposedModel.load(tmp_path / "m.npz")
     np.testing.assert_array_equal(back.singular.amplitudes, s.amplitudes)

@@ -700,8 +700,8 @@ class DecomposedModel:
                 sd = self.subdomains[j]
                 val = np.asarray(self.workspace(sd["level"]).forward(theta[sd["slice"]], xi, 0))
                 uc[idx] += psi * (val[:, 0] + 1j * val[:, 1])
-        if self.singular is not None:   # the corners' singular functions at their amplitudes
-            u += self.singular.field(x)
+            if self.singular is not None:   # the corners' singular functions at their amplitudes
+                uc += self.singular.field(x[c0:c0 + chunk])
         return u
 
     def residuals_for(self, rows: Rows, *, comm: Any = None, modes: ArrayLike | None = None) -> "DecomposedResiduals":

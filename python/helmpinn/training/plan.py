@@ -25,7 +25,6 @@ from typing import Any, Mapping
 from .._checks import integer
 from ..defaults import OPTIMIZERS, run_settings, should_decompose
 from ..models.model import Model
-from ..problems.corners import CORNER_ROW_WEIGHT
 from ..problems.singular import corner_singularities
 from . import dd_driver
 from .drivers import MODEL_KINDS, Driver, make_driver, mismatch
@@ -156,21 +155,22 @@ class RunPlan:
         return Model.create(problem.dim, self.ff_dim, self.hidden, self.layers, dtype=self.dtype, seed=self.seed,
                             fourier_sigma=self.sigma)
 
-    def corner_rows(self) -> bool:
-        """Whether the run's optimiser adds the corner rows (Gauss-Newton with ``corners`` > 0,
-        :class:`helmpinn.training.dd_driver.GNSettings`)."""
+    def _gn_setting(self, name: str) -> Any:
+        """The Gauss-Newton run's setting ``name`` (:class:`helmpinn.training.dd_driver.GNSettings`:
+        a driver's own, or the plan's ``gn`` over the settings' defaults); None where the run's
+        optimiser is not Gauss-Newton (or a driver has no such setting)."""
         if isinstance(self.optimizer, Driver):
-            settings = getattr(self.optimizer, "settings", None)
-            return self.optimizer.name == "gn" and float(getattr(settings, "corners", 0.0)) > 0
-        return self.optimizer == "gn" and float((self.gn or {}).get("corners", CORNER_ROW_WEIGHT)) > 0
+            return getattr(getattr(self.optimizer, "settings", None), name, None) if self.optimizer.name == "gn" else None
+        return (self.gn or {}).get(name, getattr(dd_driver.GNSettings, name)) if self.optimizer == "gn" else None
+
+    def corner_rows(self) -> bool:
+        """Whether the run's optimiser adds the corner rows (Gauss-Newton with ``corners`` > 0)."""
+        return float(self._gn_setting("corners") or 0.0) > 0
 
     def singular_functions(self) -> bool:
         """Whether the run's optimiser adds the corners' singular functions (Gauss-Newton with
-        ``singular``, :class:`helmpinn.training.dd_driver.GNSettings`)."""
-        if isinstance(self.optimizer, Driver):
-            settings = getattr(self.optimizer, "settings", None)
-            return self.optimizer.name == "gn" and bool(getattr(settings, "singular", False))
-        return self.optimizer == "gn" and bool((self.gn or {}).get("singular", True))
+        ``singular``)."""
+        return bool(self._gn_setting("singular"))
 
     def trainer(self, problem: Any, model: Any, **run: Any) -> Trainer:
         """The :class:`~helmpinn.Trainer` of this plan for ``model`` on ``problem``; ``run``:
