@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from helmpinn import Problem
+from helmpinn import PointSource, Problem
 from helmpinn.models.decomposition import DecomposedModel, Rows, SingularResiduals
 from helmpinn.problems import Dirichlet, Neumann
 from helmpinn.problems.corners import Wedge, corner_wedges
@@ -131,6 +131,19 @@ def _projected_case():
     return p, rows, model
 
 
+def test_a_source_by_a_corner_keeps_its_functions():
+    """A point source near a vertex drops that corner's rows (their moments assume a source-free
+    sector) but not its singular functions (the source is the network's smooth part): all
+    three corners keep them, on the same sectors as without the source."""
+    lam = 2 * math.pi / K
+    near = Problem(BoxMinusObstacle(Box([-1, -1], [1, 1]), Polygon(TRIANGLE)), kappa=K * K, wavenumber=K,
+                   source=PointSource([0.0, 0.5], width=0.05), bcs={"scatterer": Neumann()}, pml=PML(0.4))
+    assert len(corner_wedges(near, SINGULAR_WAVELENGTHS * lam)) < 3
+    s = corner_singularities(near)
+    assert s is not None and len(s.wedges) == 3
+    assert [w.radius for w in s.wedges] == [w.radius for w in corner_singularities(_triangle(Neumann())).wedges]
+
+
 def test_singular_residuals_are_the_least_squares_projection():
     """The residuals of a model with the corners' functions: ``r_N + B a`` at the amplitudes a
     that minimise it (a dense least-squares solve on B built here from ``columns``), J v and Jᵀw
@@ -209,3 +222,20 @@ def test_a_gauss_newton_plan_adds_them():
     assert m2.singular is None and t2.problem.sampler.corner_radius is not None
     with pytest.raises(ValueError, match="singular"):
         GNSettings(singular=1)
+
+
+def test_a_problem_whose_corners_take_them_is_decomposed_by_default():
+    """Below the decomposition's threshold (1.8 wavelengths across here) a problem whose corners
+    take the singular functions gets the decomposed model (one network has none), the same box
+    without corners, or with a Robin obstacle, one network."""
+    from helmpinn.defaults import should_decompose
+    from helmpinn.problems import Sommerfeld
+    from helmpinn.training.plan import run_plan
+    k = 4.0
+    common = dict(kappa=k * k, wavenumber=k, pml=PML(0.4))
+    hard = Problem(BoxMinusObstacle(Box([-1, -1], [1, 1]), Polygon(TRIANGLE)), bcs={"scatterer": Neumann()}, **common)
+    robin = Problem(BoxMinusObstacle(Box([-1, -1], [1, 1]), Polygon(TRIANGLE)), bcs={"scatterer": Sommerfeld(k)}, **common)
+    free = Problem(Box([-1, -1], [1, 1]), bcs={}, **common)
+    assert should_decompose(hard) and run_plan(hard).model == "decomposed"
+    assert not should_decompose(robin) and run_plan(robin).model == "network"
+    assert not should_decompose(free) and run_plan(free).model == "network"

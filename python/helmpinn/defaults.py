@@ -99,7 +99,10 @@ the section named beside each item.
   elongated ducts up to 3 wavelengths across it ended lower. In 3-D the threshold lies between
   2.1 wavelengths, where one network was ahead, and 2.6, where the decomposition was; a 1-D
   network holds 32 wavelengths ("Where the decomposition starts", "Elongated domains",
-  "In 3-D");
+  "In 3-D"); below it too, a 2-D problem whose re-entrant corners take the singular functions
+  (:func:`helmpinn.problems.singular.corner_singularities`): one network has no such functions,
+  and a point source by a sound-hard triangle 2.8 wavelengths across reached 2.1e-2 in 87 s
+  decomposed (3 × 3) against 0.35 for one network by LM (docs/benchmarks.md, "Scatterers");
 - one level of ``ceil(0.85 w_a)`` subdomains along each axis (:data:`SUBDOMAINS_PER_WAVELENGTH`;
   5 × 5 at 5 wavelengths), overlap 0.6, no coarse network level (the solver's coarse space
   carries the global coupling; a one-network level added parameters whose steps cost more than
@@ -211,6 +214,7 @@ import numpy as np
 from . import _core
 from .params import sigma_for
 from .problems import Dirichlet
+from .problems.singular import corner_singularities
 
 __all__ = ["OPTIMIZERS", "BOUNDARY_SHARE", "LM_BOUNDARY_SHARE", "ADAM_POINTS_PER_WAVELENGTH", "LM_POINTS_PER_WAVELENGTH",
            "ADAM_LR", "ADAM_SCHEDULE", "ADAM_BETAS", "ADAM_STEPS", "ADAM_PML_STEPS", "LM_GROW_GAP", "LM_GROW_PATIENCE",
@@ -538,9 +542,13 @@ def run_settings(problem: Any, optimizer: str = "adam", memory_bytes: int = 2 <<
 def should_decompose(problem: Any) -> bool:
     """True when ``problem`` spans more than :data:`DECOMPOSE_ABOVE` wavelengths across its
     sampled domain (:func:`wavelengths_across`, the geometric mean of the
-    sides')."""
+    sides'), or when its re-entrant corners take the singular functions
+    (:func:`helmpinn.problems.singular.corner_singularities`), which only the decomposed model's
+    Gauss-Newton run adds (the module docstring)."""
     limit = DECOMPOSE_ABOVE[min(int(problem.dim), 3)]
-    return wavelengths_across(problem) > limit * (1 + 1e-9)   # at the limit itself: one network
+    if wavelengths_across(problem) > limit * (1 + 1e-9):   # at the limit itself: one network
+        return True
+    return corner_singularities(problem) is not None
 
 
 #: The local wavenumber's probes (:func:`local_wavenumbers`): this many per shortest wavelength

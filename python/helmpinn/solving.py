@@ -4,8 +4,8 @@ phases until a tolerance, a time limit or the optimiser's own stop, and returns 
 :class:`Solution`, whose ``status`` (a :class:`~helmpinn.training.status.RunStatus`),
 ``success`` and ``message`` say how the run ended.
 
-The plan: a problem that spans more than a few wavelengths
-(:func:`helmpinn.defaults.should_decompose`) gets a decomposed model sized from its
+The plan: a problem that spans more than a few wavelengths, or whose corners take their
+singular functions (:func:`helmpinn.defaults.should_decompose`), gets a decomposed model sized from its
 wavelengths trained by matrix-free Gauss-Newton (:func:`helmpinn.training.dd_driver.decomposed_settings`);
 any other one network, trained by Levenberg-Marquardt where its dense system fits, else after
 an Adam warm start by matrix-free LM (:func:`helmpinn.defaults.run_settings` with "auto").

@@ -141,10 +141,12 @@ def _sector_points(vertex: NDArray, start: float, opening: float, radius: float,
     return vertex + np.stack([rr.ravel() * np.cos(tt.ravel()), rr.ravel() * np.sin(tt.ravel())], 1)
 
 
-def corner_wedges(problem, radius: float | None = None) -> list[Wedge]:
+def corner_wedges(problem, radius: float | None = None, *, sources: bool = True) -> list[Wedge]:
     """The sectors of ``problem``'s corners that take rows (module docstring): radius
     ``radius``, default :data:`CORNER_ROW_RADIUS` times the corner weights' radius, at most 0.9
-    of the distance to the nearest other boundary (and of its edges' lengths)."""
+    of the distance to the nearest other boundary (and of its edges' lengths). ``sources=False``
+    keeps a sector that a source reaches (the corners' singular functions need no source-free
+    sector: :mod:`helmpinn.problems.singular`)."""
     if problem.dim != 2:
         return []
     if radius is None:
@@ -174,7 +176,7 @@ def corner_wedges(problem, radius: float | None = None) -> list[Wedge]:
             continue
         k = math.sqrt(k0.real)
         f = problem.source_at(x)
-        if f is not None and _source_weight(f, R, opening, k, problem) > SOURCE_TOLERANCE:
+        if sources and f is not None and _source_weight(f, R, opening, k, problem) > SOURCE_TOLERANCE:
             continue
         if problem.uses_operator:
             a, b = problem.operator_at(x)

@@ -22,8 +22,11 @@ the vertex) and solves the Helmholtz equation where χ = 1, so its residual lies
 step (:class:`helmpinn.models.decomposition.SingularResiduals`: the amplitudes enter the
 residual linearly through constant columns, which are projected out exactly); the network then
 represents the smooth rest. The sectors are the corner rows' (:func:`~helmpinn.problems.corners.corner_wedges`:
-no other boundary, no PML, no source, a constant real κ and the plain Laplacian), of radius
-:data:`SINGULAR_WAVELENGTHS` wavelengths.
+no other boundary, no PML, a constant real κ and the plain Laplacian), of radius
+:data:`SINGULAR_WAVELENGTHS` wavelengths, but a source may reach into them (the rows' moments
+need a source-free sector; a source is part of the smooth rest the network takes). Below the
+decomposition's size rule a problem whose corners take them is still decomposed
+(:func:`helmpinn.defaults.should_decompose`): one network does not add them.
 """
 from __future__ import annotations
 
@@ -168,7 +171,7 @@ def corner_singularities(problem: Any) -> CornerSingularities | None:
     corners, _ = problem.domain.reentrant_corners()
     if not len(corners):
         return None
-    wedges = corner_wedges(problem, SINGULAR_WAVELENGTHS * 2 * math.pi / float(problem.wavenumber))
+    wedges = corner_wedges(problem, SINGULAR_WAVELENGTHS * 2 * math.pi / float(problem.wavenumber), sources=False)
     if len(wedges) != len(corners):
         return None
     out = CornerSingularities(wedges)
