@@ -8,8 +8,8 @@ import pytest
 
 import helmpinn as hp
 from helmpinn.problems.geometry import Box, Interval
-from helmpinn.problems.jumps import (average_kappa, find_grid_jumps, find_jumps, problem_jumps, smoothed_kappa,
-                            training_problem)
+from helmpinn.problems.jumps import (RAMP_WEIGHT, SMOOTHING_PER_WAVELENGTH, average_kappa, find_grid_jumps,
+                                     find_jumps, problem_jumps, smoothed_kappa, training_problem)
 from helmpinn.problems.media import GridField
 from helmpinn.reference import fd_solve
 from helmpinn.reference.fd import MediumJumpWarning
@@ -188,6 +188,24 @@ def test_training_problem_smooths_only_near_the_jumps():
         training_problem(p, "smooth")
     with pytest.raises(ValueError, match="jumps"):
         training_problem(p, -1.0)
+
+
+def test_training_problem_weighs_its_ramps_rows_down():
+    """The PDE rows within 2 w of the jump (w the smoothing's half-width, plus half the probes'
+    spacing) take RAMP_WEIGHT in the training problem's draws, every other row 1; the user's
+    problem draws its rows unweighted, and a medium without jumps has no such weights."""
+    p = _disc()
+    tp, found = training_problem(p)
+    assert tp.sampler is not p.sampler and p.sampler.row_weights is None
+    x, w = tp.sampler.sample_pde(4000, np.random.default_rng(0), "sobol", [], 0.0)
+    d = np.abs(np.linalg.norm(x - 0.5, axis=1) - 0.25)
+    width = SMOOTHING_PER_WAVELENGTH * 2 * np.pi / p.wavenumber
+    reach = 2 * width + 0.5 * np.max(found.spacing)
+    assert np.all(w[d < 2 * width] == RAMP_WEIGHT) and np.all(w[d > reach + np.max(found.spacing)] == 1.0)
+    assert 0 < np.mean(w < 1) < 0.2
+    x0, w0 = p.sampler.sample_pde(4000, np.random.default_rng(0), "sobol", [], 0.0)
+    assert w0 is None and np.array_equal(x0, x)
+    assert training_problem(_disc(1.0))[0].sampler.row_weights is None
 
 
 def test_smoothed_kappa_is_the_average_near_a_jump():

@@ -33,7 +33,7 @@ from .._checks import real_number
 from .media import GridField
 
 __all__ = ["Jumps", "find_jumps", "find_grid_jumps", "problem_jumps", "average_kappa", "smoothed_kappa",
-           "training_problem", "DEFAULT_THRESHOLD", "SMOOTHING_PER_WAVELENGTH"]
+           "training_problem", "ramp_weights", "DEFAULT_THRESHOLD", "SMOOTHING_PER_WAVELENGTH", "RAMP_WEIGHT"]
 
 #: The relative step ``|κ₁ − κ₂| / max(|κ₁|, |κ₂|)`` between neighbouring probes above which a pair
 #: is tested for a jump (about a 2.5% step in the velocity).
@@ -272,11 +272,32 @@ def smoothed_kappa(kappa: Callable[[NDArray], NDArray], jumps: Jumps, width: flo
 
 #: A smoothed jump's half-width w in wavelengths at the largest wavenumber (hp.solve's default).
 SMOOTHING_PER_WAVELENGTH = 0.1
+#: The PDE rows' weight where a smoothed jump ramps κ (within 2 w of it: :func:`ramp_weights`).
+RAMP_WEIGHT = 0.25
+
+
+def ramp_weights(jumps: Jumps, width: float, weight: float = RAMP_WEIGHT) -> Callable[[NDArray], NDArray]:
+    """``x [M, d] -> w [M]``: ``weight`` at the points within 2 ``width`` (the reach of
+    :func:`smoothed_kappa`'s kernel along an axis) plus half the probes' spacing of a jump's
+    point, 1 elsewhere. A network trained on the smoothed medium leaves a residual on the ramp
+    that, per unit, moves the field a third as much as the residual it leaves in the bulk (on a
+    square inclusion: docs/benchmarks.md, "Media with jumps"); at full weight those rows take
+    half the loss and the steps spend themselves there."""
+    from scipy.spatial import cKDTree
+
+    tree = cKDTree(jumps.points)
+    reach = 2 * width + 0.5 * float(np.max(jumps.spacing))
+
+    def weights(x: NDArray) -> NDArray:
+        dist, _ = tree.query(np.asarray(x, np.float64), distance_upper_bound=reach)
+        return np.where(np.isfinite(dist), weight, 1.0)
+    return weights
 
 
 def training_problem(problem, width: float | str | None = "auto"):
     """The problem a network is trained on when ``problem``'s κ jumps (:func:`problem_jumps`):
-    a shallow copy whose κ is :func:`smoothed_kappa` at half-width ``width`` ("auto":
+    a shallow copy whose κ is :func:`smoothed_kappa` at half-width ``width`` and whose PDE rows
+    on the ramps take :func:`ramp_weights` (its sampler's ``row_weights``; "auto" width:
     :data:`SMOOTHING_PER_WAVELENGTH` of the shortest wavelength, 2π / ``problem.wavenumber``;
     None or "off": the problem as given). Returns ``(problem to train on, Jumps or None)``; a
     medium without jumps is returned as given, the very object."""
@@ -293,6 +314,8 @@ def training_problem(problem, width: float | str | None = "auto"):
     if width == "auto":
         width = SMOOTHING_PER_WAVELENGTH * 2 * math.pi / problem.wavenumber
     smooth = copy.copy(problem)
-    smooth.medium = copy.copy(problem.medium)   # its own medium: the user's problem keeps its κ
+    smooth.medium = copy.copy(problem.medium)   # its own medium and sampler: the user's problem keeps its own
     smooth.medium.kappa = smoothed_kappa(problem.kappa, found, width)
+    smooth.sampler = copy.copy(problem.sampler)
+    smooth.sampler.row_weights = ramp_weights(found, width)
     return smooth, found

@@ -8,7 +8,7 @@ the problem evaluates κ, the source and the conditions at them."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -131,6 +131,9 @@ class Sampler:
     #: weights); a :class:`~helmpinn.problems.problem.Problem` sets it from its wavelength for a
     #: domain with re-entrant corners.
     corner_radius: float | None = None
+    #: The PDE rows' weights by place, ``x [M, d] -> w [M]`` (None: none): where a smoothed jump
+    #: ramps κ (:func:`helmpinn.problems.jumps.training_problem`).
+    row_weights: Callable[[NDArray], NDArray] | None = None
 
     def __init__(self, domain: Domain, pml: PML | None = None, pml_share: float | None = None):
         self.domain = domain
@@ -201,10 +204,12 @@ class Sampler:
         ``source_share`` of them drawn from the ``point_sources``' Gaussian mixture and, with a
         :attr:`density`, its excess share of the rest from its excess (:class:`CellDensity`);
         with a :attr:`corner_radius` and a domain with re-entrant corners, the weights times
-        :func:`corner_weights`."""
+        :func:`corner_weights`, and with :attr:`row_weights` times those."""
         x, w = self._drawn(n, rng, method, point_sources, source_share)
-        cw = self.corner_weights(x)
-        return x, w if cw is None else cw if w is None else w * cw
+        for extra in (self.corner_weights(x), None if self.row_weights is None else self.row_weights(x)):
+            if extra is not None:
+                w = extra if w is None else w * extra
+        return x, w
 
     def corner_weights(self, x: NDArray) -> NDArray[np.float64] | None:
         """:func:`corner_weights` at x about the domain's re-entrant corners with
