@@ -264,6 +264,58 @@ def test_the_run_loop_over_two_ranks_takes_one_process_steps(two_ranks):
     assert np.max(np.abs(t.model.params - got["last0"])) <= 1e-10 * scale
 
 
+def _corner_plan():
+    """The plan's Gauss-Newton run on a point source by a sound-hard triangle (its three corners'
+    singular functions, 9 amplitudes): a 2x2 decomposition, float64 products (see CASES)."""
+    from helmpinn.problems.geometry import BoxMinusObstacle, Polygon
+    from helmpinn.training.plan import run_plan
+
+    k = 8.0   # the source half a wavelength from the layer
+    problem = hp.Problem(BoxMinusObstacle(hp.geometry.Box([-1, -1], [1, 1]),
+                                          Polygon([[-0.3, -0.2], [0.3, -0.25], [0.0, 0.35]])),
+                         kappa=k * k, wavenumber=k, source=hp.PointSource([-0.55, 0.4]),
+                         bcs={"scatterer": hp.Neumann()}, pml=hp.PML(0.4))
+    plan = run_plan(problem, model="decomposed", ff_dim=4, hidden=8, pde_points=600, eval_every=0,
+                    decomposition={"grids": [(2, 2)]},
+                    gn={"lam": 0.1, "cg_tol": 1e-10, "cg_maxiter": 400, "products": "core", "gram": "float64"})
+    return problem, plan
+
+
+def _corner_steps(comm=None, union=None):
+    """The parameters after STEPS steps of the corner plan and the amplitudes they leave."""
+    from helmpinn.training.drivers import make_driver
+
+    problem, plan = _corner_plan()
+    model = plan.build_model(problem)
+    t = plan.trainer(problem, model, comm=comm, progress=False, val_points=0)
+    assert model.singular is not None and model.singular.count == 9
+    if union is not None:   # one process, on the points the ranks drew between them
+        t.resample()
+        t.training_set = union
+    t.fit(STEPS, optimizer=make_driver("gn", **plan.gn))
+    return t, model.params.copy(), model.singular.amplitudes.copy()
+
+
+def test_the_corners_singular_functions_over_two_ranks_take_one_process_steps(two_ranks):
+    """With the corners' singular functions (every rank projecting the same amplitudes out of all
+    the rows), 2 ranks' parameters and amplitudes equal one process's on the union of their
+    points to 1e-10."""
+    import pickle
+
+    got = np.load(two_ranks / "corners.npz")
+    np.testing.assert_array_equal(got["last0"], got["last1"])
+    np.testing.assert_array_equal(got["amp0"], got["amp1"])
+    with open(two_ranks / "corner_points.pkl", "rb") as fh:
+        union = pickle.load(fh)
+    _, params, amps = _corner_steps(union=union)
+    scale = np.max(np.abs(params))
+    problem, plan = _corner_plan()
+    assert np.max(np.abs(params - plan.build_model(problem).params)) > 1e-3 * scale   # the steps moved
+    assert np.max(np.abs(params - got["last0"])) <= 1e-10 * scale
+    assert np.abs(amps).max() > 0
+    assert np.max(np.abs(amps - got["amp0"])) <= 1e-9 * np.abs(amps).max()
+
+
 def test_failure_on_one_rank_raises_on_every_rank(tmp_path):
     """A preconditioner block that cannot be factored on rank 1 only: rank 1 raises its
     LinAlgError and rank 0 a CollectiveError naming it, instead of waiting in CG's products."""
@@ -336,6 +388,14 @@ def _worker(case: str, folder: str) -> None:
                  **{f"last{k}": v for k, v in enumerate(last)})
         with open(os.path.join(folder, "trainer_points.pkl"), "wb") as fh:
             pickle.dump(union, fh)
+    tc, params, amps = _corner_steps(comm)
+    corner_union = gather_training_set(comm, tc.training_set)
+    last, amp = comm.gather(params, root=0), comm.gather(amps, root=0)
+    if comm.Get_rank() == 0:
+        np.savez(os.path.join(folder, "corners.npz"), **{f"last{k}": v for k, v in enumerate(last)},
+                 **{f"amp{k}": v for k, v in enumerate(amp)})
+        with open(os.path.join(folder, "corner_points.pkl"), "wb") as fh:
+            pickle.dump(corner_union, fh)
     for precision in sorted(PLAN_PRODUCTS):
         steps = _plan_steps(precision, comm)
         if comm.Get_rank() == 0:
