@@ -11,7 +11,10 @@ derivative continuous but makes Δu jump by (κ₁ − κ₂) u across the inter
   solver does it by default (:func:`helmpinn.reference.fd_solve`);
 - a smooth network cannot follow the kink, and least squares spreads the misfit over the domain.
   :func:`training_problem` gives ``hp.solve`` the medium with its jumps smoothed over a short
-  width (:func:`smoothed_kappa`), whose solution lies close to the sharp one's.
+  width (:func:`smoothed_kappa`), whose solution lies close to the sharp one's, and weighs the
+  PDE rows on the ramps down (:func:`ramp_weights`): the residual a network leaves on a steep
+  ramp moves the field less than the residual it leaves in the bulk, and at full weight those
+  rows take the loss.
 
 :func:`find_jumps` finds the jumps of a coefficient on a regular grid of probes: a neighbouring
 pair whose relative step exceeds ``threshold`` and keeps at least half of it between two of the
