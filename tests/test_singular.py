@@ -239,3 +239,16 @@ def test_a_problem_whose_corners_take_them_is_decomposed_by_default():
     assert should_decompose(hard) and run_plan(hard).model == "decomposed"
     assert not should_decompose(robin) and run_plan(robin).model == "network"
     assert not should_decompose(free) and run_plan(free).model == "network"
+
+
+def test_the_memory_estimate_counts_their_columns():
+    """A decomposed Gauss-Newton plan whose model adds the functions counts their columns, SVD
+    and basis (128 bytes per function and row); ``gn={"singular": False}`` counts none."""
+    from helmpinn.memory import check_settings
+    from helmpinn.training.plan import run_plan
+    p = _triangle(Neumann())
+    plan = run_plan(p, model="decomposed")
+    sizes = check_settings(plan.record(), p)
+    assert sizes["singular functions"] == 128 * 9 * (plan.pde_points + plan.bc_points)
+    off = plan.with_overrides(gn={"singular": False})
+    assert "singular functions" not in check_settings(off.record(), p)

@@ -78,6 +78,8 @@ cover a point along an axis of ``g_a`` subdomains; the Jacobian blocks of the la
   (:func:`helmpinn.problems.waves.resonance_green_rows`, under the hard constraint)
   ``8 q (3 G + 2 min(4^d G, 2^18))`` for its G nodes (``Π_a (⌈4.1 w_a⌉ + 16)``, w_a the
   wavelengths along axis a) and the slabs of the grid 4 times finer that projects the source;
+  ``singular functions``: the n corners' functions' columns through every row, their SVD and
+  its orthonormal basis (:class:`helmpinn.models.decomposition.SingularResiduals`), ``128 n N``;
   ``solver
   vectors``: ``128 P`` and ``160 N`` (CG's and the step's parameter and residual vectors);
 - ``workspaces``: each level's core workspaces (:func:`workspace_bytes`, in
@@ -254,13 +256,15 @@ def _mode_rows(layout: Mapping[str, Any], n: int, modes: int, green_wavelengths:
 
 def decomposed_run(layout: Mapping[str, Any], pde_points: int, bc_points: int = 0, *, optimizer: str = "gn",
                    options: Mapping[str, Any] | None = None, ranks: int = 1, threads: int | None = None,
-                   modes: int = 0, green_wavelengths: Sequence[float] | None = None) -> dict[str, int]:
+                   modes: int = 0, green_wavelengths: Sequence[float] | None = None,
+                   singular: int = 0) -> dict[str, int]:
     """The estimated bytes of a decomposed run's large allocations, by name (module docstring):
     ``layout`` (:func:`decomposed_layout`), the points, ``optimizer`` ("gn" or "adam"),
     ``options`` (Gauss-Newton's: ``gram``, ``products``, ``coarse``), ``ranks`` (MPI ranks; the
     estimate is one rank's), ``threads`` (the engine's; None: its current count), ``modes`` (the
     mode rows at most, 0: none) and ``green_wavelengths`` (the wavelengths along each axis where
-    the mode rows are Green's, None where they are not). Nothing is allocated."""
+    the mode rows are Green's, None where they are not) and ``singular`` (the corners' singular
+    functions the model adds, 0: none). Nothing is allocated."""
     d, overlap = int(layout["dim"]), float(layout["overlap"])
     n = int(pde_points) + int(bc_points)
     ranks = max(int(ranks), 1)
@@ -281,6 +285,7 @@ def decomposed_run(layout: Mapping[str, Any], pde_points: int, bc_points: int = 
     if optimizer == "gn":
         sizes.update(_gauss_newton(layout, n, ranks, threads, options))
         sizes["mode rows"] = _mode_rows(layout, n, modes, green_wavelengths)
+        sizes["singular functions"] = 128 * int(singular) * n
     sizes["workspaces"] = sum(workspace_bytes(s, "float64", 2048, threads)
                               + workspace_bytes(s, "float32", 2048, threads) for _, s in levels)
     sizes["bookkeeping"] = BOOKKEEPING * S
@@ -310,6 +315,15 @@ def check_decomposed(layout: Mapping[str, Any], pde_points: int, bc_points: int 
     return sizes
 
 
+def _singular(problem: Any, optimizer: str, options: Mapping[str, Any]) -> int:
+    """How many singular functions the run adds to the model (Gauss-Newton with ``singular``,
+    default, where every re-entrant corner takes them: :func:`helmpinn.problems.singular.corner_singularities`)."""
+    if optimizer != "gn" or not options.get("singular", True):
+        return 0
+    found = corner_singularities(problem)
+    return 0 if found is None else found.count
+
+
 def _modes(problem: Any, optimizer: str, options: Mapping[str, Any], hard: bool) -> tuple[int, list[float] | None]:
     """The mode rows at most and, where they are Green's (``hard``: the model has the hard
     constraint), the wavelengths along each axis: ``resonance_most`` where ``resonance`` is
@@ -320,8 +334,7 @@ def _modes(problem: Any, optimizer: str, options: Mapping[str, Any], hard: bool)
     if optimizer != "gn":
         return 0, None
     corners = 0
-    singular = options.get("singular", True) and corner_singularities(problem) is not None
-    if options.get("corners", CORNER_ROW_WEIGHT) and not singular:   # at the sectors of the run's own radius
+    if options.get("corners", CORNER_ROW_WEIGHT) and not _singular(problem, optimizer, options):   # at the sectors of the run's own radius
         radius = rows_corner_radius(problem)
         corners = sum(len(w.orders) for w in corner_wedges(problem, None if radius is None else CORNER_ROW_RADIUS * radius))
     if not options.get("resonance") or _closed_box(problem) is None:
@@ -349,6 +362,7 @@ def check_fit(trainer: Any, driver: Any, pde_points: int | None = None) -> dict[
     ranks = 1 if trainer.comm is None else trainer.comm.Get_size()
     return check_decomposed(decomposed_layout(trainer.model), pde, bc, optimizer=name, options=options,
                             ranks=ranks, modes=modes, green_wavelengths=green,
+                            singular=_singular(trainer.problem, name, options),
                             flags={"points": "pde_points", "grids": "the model's grids", "hidden": "hidden_dim"})
 
 
@@ -400,7 +414,8 @@ def settings_run(settings: Mapping[str, Any], problem: Any, model: Any = None
     hard = bool(dd.get("constraint")) if model is None else model.constraint is not None
     modes, green = _modes(problem, optimizer, gn, hard)
     return layout, points, int(settings["bc_points"]), {"optimizer": optimizer, "options": gn, "modes": modes,
-                                                        "green_wavelengths": green}
+                                                        "green_wavelengths": green,
+                                                        "singular": _singular(problem, optimizer, gn)}
 
 
 def check_settings(settings: Mapping[str, Any], problem: Any, *, model: Any = None, ranks: int = 1,
