@@ -174,8 +174,28 @@ def test_singular_residuals_are_the_least_squares_projection():
     np.testing.assert_allclose(res.vjp(theta, w), J.T @ w, rtol=0, atol=1e-11 * np.abs(J).max() * len(w) ** 0.5)
     assert np.abs(B.T @ res.residuals(theta)).max() < 1e-10 * np.abs(rN).max()
     assert res.num_params == plain.num_params and res.parts is plain.parts
+    a = np.arange(1, s.count + 1) * (0.3 - 0.1j)   # any amplitudes: r_N + B a
+    c = np.empty(2 * s.count)
+    c[0::2], c[1::2] = a.real, a.imag
+    np.testing.assert_allclose(res.residuals_at(theta, a), rN + B @ c, rtol=0, atol=1e-12 * np.abs(rN + B @ c).max())
     model.singular = s
     assert isinstance(model.residuals_for(rows), SingularResiduals)
+
+
+def test_the_validation_loss_reads_the_models_own_amplitudes():
+    """``loss_function`` (the validation loss) is the loss of the field the model holds, at its
+    amplitudes as they are when it is called, not at the best ones for its points."""
+    p, rows, model = _projected_case()
+    model.singular = corner_singularities(p)
+    ts = p.sample(300, 80, np.random.default_rng(0), "sobol")
+    loss = model.loss_function(ts, {})
+    res = model.training_residuals(ts, {})
+    best = res.amplitudes(model.params)
+    model.singular.amplitudes = best
+    at_best = loss(model.params)
+    assert at_best == pytest.approx(float(np.sum(res.residuals(model.params) ** 2)), rel=1e-10)
+    model.singular.amplitudes = best + 0.5
+    assert loss(model.params) > 1.01 * at_best
 
 
 def test_a_model_with_singular_functions_predicts_saves_and_copies_them(tmp_path):

@@ -761,10 +761,10 @@ class DecomposedModel:
         return value_and_grad
 
     def loss_function(self, training_set: Any, weights: Mapping[str, float]) -> Callable[[NDArray], float]:
-        """``θ -> loss`` on the points of ``training_set`` with ``weights`` (the core's loss:
-        each term's weight times its mean squared residual)."""
-        res = self.training_residuals(training_set, weights)
-        return lambda theta: float(np.sum(res.residuals(theta) ** 2))
+        """``θ -> loss`` of the field the model holds (:attr:`singular` at its amplitudes then) on the
+        points of ``training_set`` with ``weights`` (each term's weight times its mean squared residual)."""
+        res = self.training_residuals(training_set, weights)   # with singular: at the held amplitudes
+        return lambda theta: float(np.sum(getattr(res, "residuals_at", res.residuals)(theta) ** 2))
 
     # -- files ---------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -1307,6 +1307,16 @@ class SingularResiduals:
 
     def residuals(self, theta: NDArray) -> NDArray:
         return self.project(self.res.residuals(theta))
+
+    def residuals_at(self, theta: NDArray, amplitudes: NDArray | None = None) -> NDArray:
+        """The residuals of the field with these ``amplitudes`` [n] (default: the functions' own,
+        ``singular.amplitudes``, which a run writes after each step), not the best ones:
+        ``r_N(θ) + B a`` (B from its SVD; the directions it dropped carry below 1e-10 of it)."""
+        amplitudes = self.singular.amplitudes if amplitudes is None else amplitudes
+        coef = np.empty(2 * self.singular.count)
+        coef[0::2], coef[1::2] = np.real(amplitudes), np.imag(amplitudes)
+        r = np.asarray(self.res.residuals(theta), np.float64)
+        return r + self._Q @ (self._sv * (self._Vt @ coef)) if self._Q.shape[1] else r
 
     def jvp(self, theta: NDArray, v: NDArray, dtype: str = "float64") -> NDArray:
         return self.project(self.res.jvp(theta, v, dtype))
