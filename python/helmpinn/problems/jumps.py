@@ -71,6 +71,17 @@ class Jumps:
         """The largest relative step (0 without jumps)."""
         return float(self.relative.max()) if len(self.relative) else 0.0
 
+    def within(self, reach: float) -> Callable[[NDArray], NDArray[np.bool_]]:
+        """``x [M, d] -> [M]``: whether each point lies within ``reach`` of one of the jumps'
+        points (one k-d tree, built here, for every call)."""
+        from scipy.spatial import cKDTree
+
+        tree = cKDTree(self.points)
+
+        def near(x: NDArray) -> NDArray[np.bool_]:
+            return np.isfinite(tree.query(np.asarray(x, np.float64), distance_upper_bound=reach)[0])
+        return near
+
     def __repr__(self) -> str:
         if not self:
             return "Jumps(none)"
@@ -251,16 +262,12 @@ def smoothed_kappa(kappa: Callable[[NDArray], NDArray], jumps: Jumps, width: flo
     solution moves less from the jump's than under a plain average of the same width (measured
     in docs/guide/sources-media.md)."""
     width = real_number("smoothed_kappa", "width", width, low=0.0, low_open=True)
-    from scipy.spatial import cKDTree
-
-    tree = cKDTree(jumps.points)
-    reach = 2 * width * math.sqrt(jumps.points.shape[1]) + float(np.max(jumps.spacing))
+    reaches = jumps.within(2 * width * math.sqrt(jumps.points.shape[1]) + float(np.max(jumps.spacing)))
 
     def kappa_smoothed(x: NDArray) -> NDArray:
         x = np.asarray(x, np.float64)
         out = np.asarray(kappa(x))
-        dist, _ = tree.query(x, distance_upper_bound=reach)
-        near = np.isfinite(dist)
+        near = reaches(x)
         if near.any():
             avg = average_kappa(kappa, x[near], width, order=4, m=m)
             if np.any(avg.imag):
@@ -286,15 +293,8 @@ def ramp_weights(jumps: Jumps, width: float, weight: float = RAMP_WEIGHT) -> Cal
     that, per unit, moves the field a third as much as the residual it leaves in the bulk (on a
     square inclusion: docs/benchmarks.md, "Media with jumps"); at full weight those rows take
     half the loss and the steps spend themselves there."""
-    from scipy.spatial import cKDTree
-
-    tree = cKDTree(jumps.points)
-    reach = 2 * width + 0.5 * float(np.max(jumps.spacing))
-
-    def weights(x: NDArray) -> NDArray:
-        dist, _ = tree.query(np.asarray(x, np.float64), distance_upper_bound=reach)
-        return np.where(np.isfinite(dist), weight, 1.0)
-    return weights
+    on_ramp = jumps.within(2 * width + 0.5 * float(np.max(jumps.spacing)))
+    return lambda x: np.where(on_ramp(x), weight, 1.0)
 
 
 def training_problem(problem, width: float | str | None = "auto"):
