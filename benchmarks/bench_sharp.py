@@ -3,7 +3,7 @@
 
     PYTHONPATH=python python benchmarks/bench_sharp.py --case square|disc [--fd-only]
         [--time-limit 300] [--hs 0.04,0.02,0.01,0.005] [--set KEY=VALUE] [--json out.json]
-        [--cache DIR] [--bias auto,0.014,0.05] [--save model.npz]
+        [--cache DIR] [--bias auto,0.014,0.05] [--save model.npz] [--enrich GRID [--enrich-sigma S]]
 
 Two problems posed as a user poses them: a PointSource, a PML, a callable velocity with a jump.
 
@@ -25,7 +25,9 @@ model's error split into the points within one inside wavelength's tenth of the 
 the rest, and after every step each region's share of the squared error (:func:`error_regions`:
 the interface, the source, where the PML starts, the rest) with Gauss-Newton's CG iterations and
 phase times. ``--bias``: :func:`smoothing_bias`, the floor that training on the smoothed medium
-puts under the network's error. Run on a quiet machine; the times are wall-clock.
+puts under the network's error. ``--enrich GRID``: the default plan's model with a level of
+GRID × GRID subnetworks that can follow the jump of u″ (``jump_enrichment.py``; a measurement,
+not a feature). Run on a quiet machine; the times are wall-clock.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from helmpinn.problems.geometry import Box
 from helmpinn.problems.jumps import training_problem
 from helmpinn.reference import fd_solve
 from bench_time_to_accuracy import error_shares, parse_overrides
+from jump_enrichment import enriched_model, enrichment
 
 
 def square_case():
@@ -147,6 +150,11 @@ def main() -> None:
                     help="also the smoothed media's distances from the sharp one: fd_solve of the medium hp.solve "
                          "trains on at each smoothing half-width W ('auto': its default) at the ladder's second "
                          "finest spacing, against the reference")
+    ap.add_argument("--enrich", type=int, default=None, metavar="GRID",
+                    help="train the default plan's model with an enrichment level of GRID x GRID subnetworks "
+                         "(jump_enrichment.py)")
+    ap.add_argument("--enrich-sigma", type=float, default=0.1, metavar="S",
+                    help="the enrichment's Gaussian (Δe = κ − G_S ∗ κ)")
     a = ap.parse_args()
     if a.threads:
         hp.set_num_threads(a.threads)
@@ -210,6 +218,13 @@ def main() -> None:
             spent[0] += time.perf_counter() - t
         overrides = parse_overrides(a.set, reserved=("seed", "time_limit", "callbacks", "progress"))
         t0[0] = time.perf_counter()    # the clock includes hp.solve's planning and the jump search
+        if a.enrich:   # the model hp.solve would build, enriched (its making on the clock too)
+            from helmpinn.training.plan import run_plan
+            trained, _ = training_problem(problem)
+            base = run_plan(trained, "decomposed", "gn", where="bench_sharp", seed=a.seed, **overrides).build_model(trained)
+            overrides["model"] = enriched_model(base, enrichment(trained.kappa_at, base.lo, base.hi, a.enrich_sigma),
+                                                (a.enrich, a.enrich), float(trained.wavenumber))
+            print(overrides["model"])
         sol = hp.solve(problem, time_limit=a.time_limit, callbacks=[record], seed=a.seed, progress=False, **overrides)
         print(f"hp.solve: {sol.settings.get('model')} / {sol.settings.get('optimizer')}, {len(rows)} steps, "
               f"stop: {sol.stop_reason}")
