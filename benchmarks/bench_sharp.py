@@ -43,6 +43,7 @@ import helmpinn as hp
 from helmpinn.problems.geometry import Box
 from helmpinn.problems.jumps import training_problem
 from helmpinn.reference import fd_solve
+from helmpinn.training.plan import run_plan
 from bench_time_to_accuracy import error_shares, parse_overrides
 from jump_enrichment import enriched_model, enrichment
 
@@ -156,6 +157,9 @@ def main() -> None:
     ap.add_argument("--enrich-sigma", type=float, default=0.1, metavar="S",
                     help="the enrichment's Gaussian (Δe = κ − G_S ∗ κ)")
     a = ap.parse_args()
+    if a.enrich is not None and (a.enrich < 1 or a.save or not a.enrich_sigma > 0):
+        ap.error("--enrich: expected a grid >= 1 and --enrich-sigma > 0, without --save (the model file "
+                 "has no place for the enrichment: loaded, its level would be a plain one)")
     if a.threads:
         hp.set_num_threads(a.threads)
     problem, distance, lam_in = CASES[a.case]()
@@ -219,7 +223,6 @@ def main() -> None:
         overrides = parse_overrides(a.set, reserved=("seed", "time_limit", "callbacks", "progress"))
         t0[0] = time.perf_counter()    # the clock includes hp.solve's planning and the jump search
         if a.enrich:   # the model hp.solve would build, enriched (its making on the clock too)
-            from helmpinn.training.plan import run_plan
             trained, _ = training_problem(problem)
             base = run_plan(trained, "decomposed", "gn", where="bench_sharp", seed=a.seed, **overrides).build_model(trained)
             overrides["model"] = enriched_model(base, enrichment(trained.kappa_at, base.lo, base.hi, a.enrich_sigma),

@@ -34,6 +34,8 @@ def enrichment(kappa: Callable, lo, hi, sigma: float = 0.1, h: float = 0.006, pa
     lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
     if lo.shape != (2,):
         raise ValueError(f"enrichment: 2-D boxes only, got lo={lo.tolist()}")
+    if not (sigma > 0 and h > 0 and pad >= 0):
+        raise ValueError(f"enrichment: expected sigma > 0, h > 0 and pad >= 0, got {sigma}, {h}, {pad}")
     axes = [np.arange(lo[a] - pad, hi[a] + pad + h / 2, h) for a in range(2)]
     X, Y = np.meshgrid(*axes, indexing="ij")
     kap = np.real(np.asarray(kappa(np.stack([X.ravel(), Y.ravel()], 1)))).reshape(X.shape)
