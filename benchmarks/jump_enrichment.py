@@ -11,8 +11,8 @@ windows are multiplied by a function e that has the kink itself,
 smoothed ramps) in its Laplacian, and decays away from them. It is found once by FFT on a grid
 over the model's box (periodic; spacing ``h``), with its first and second derivatives, normalised
 to a largest value of 1, and read at any point by cubic splines. Each enriched window's
-derivatives are the product rule's, as the hard constraint's are
-(:meth:`helmpinn.models.decomposition.DecomposedModel.pieces`), so the residuals, Jacobians and
+derivatives are the product rule's, the hard constraint's
+(:func:`helmpinn.models.decomposition.window_times`), so the residuals, Jacobians and
 products are the core's, unchanged. A measurement, not a feature: the enrichment level's
 subnetworks start at zero (their output layers), so the model starts as the plain one.
 """
@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 from scipy import ndimage
 
-from helmpinn.models.decomposition import DecomposedModel, Level
+from helmpinn.models.decomposition import DecomposedModel, Level, window_times
 from helmpinn.params import init_params, sigma_for
 
 
@@ -73,12 +73,8 @@ def enriched_model(base: DecomposedModel, field: Callable, grid, wavenumber: flo
                 if self.subdomains[j]["level"] >= plain:
                     if ev is None:
                         ev = field(x, derivatives)
-                    e = ev[0][idx]
-                    if derivatives:
-                        e1, e2 = ev[1][idx], ev[2][idx]
-                        d2 = e2 * psi[:, None] + 2 * e1 * d1 + e[:, None] * d2
-                        d1 = e1 * psi[:, None] + e[:, None] * d1
-                    psi = e * psi
+                    e, e1, e2 = (None if v is None else v[idx] for v in ev)
+                    psi, d1, d2 = window_times(e, e1, e2, psi, d1, d2)
                 yield j, idx, psi, d1, d2, xi
 
     spec = base.specs[0]

@@ -59,7 +59,7 @@ from ..params import init_params, sigma_for
 
 __all__ = ["Level", "BoxConstraint", "Rows", "DecomposedModel", "DecomposedResiduals", "SingularResiduals",
            "assign_subdomains", "term_means", "CARRIER_TERM", "FORMAT", "STATE_KEY", "WINDOW_CUTOFF", "MIN_OVERLAP", "MIN_CONSTRAINT_SCALE",
-           "MAX_SUBDOMAINS", "WINDOW_CHUNK", "subdomain_grid"]
+           "MAX_SUBDOMAINS", "WINDOW_CHUNK", "subdomain_grid", "window_times"]
 
 #: The ``kind`` written into a saved decomposed model.
 FORMAT = "helmpinn-decomposed-1"
@@ -423,6 +423,17 @@ def _check_parts(levels: Sequence[Level], specs: Sequence[_core.ModelSpec], cons
     return d
 
 
+def window_times(f: NDArray, f1: NDArray | None, f2: NDArray | None, psi: NDArray, d1: NDArray | None,
+                 d2: NDArray | None) -> tuple[NDArray, NDArray | None, NDArray | None]:
+    """A window ψ [m] (its partials ``d1``, ``d2`` [m, d], or None for values only) times a
+    factor f [m] with partials ``f1``, ``f2``: ``(f ψ, ∂_a(f ψ), ∂²_a(f ψ))`` by the product rule
+    (the hard constraint's φ in :meth:`DecomposedModel.pieces`)."""
+    if d1 is None or d2 is None:
+        return f * psi, None, None
+    return (f * psi, f1 * psi[:, None] + f[:, None] * d1,
+            f2 * psi[:, None] + 2 * f1 * d1 + f[:, None] * d2)
+
+
 def _level_covers(lv: Level, x: NDArray, derivatives: bool) -> tuple[NDArray | None, ...]:
     """:meth:`Level.covers` of all the points x, :data:`WINDOW_CHUNK` points at a time
     (the chunks' pairs merged in the order of subdomain, then point)."""
@@ -657,11 +668,7 @@ class DecomposedModel:
                     d1, d2 = w1 * rest, w2 * rest
                 psi = om
                 if phi is not None:
-                    p, p1, p2 = phi[0][idx], phi[1][idx], phi[2][idx]
-                    psi = p * om
-                    if derivatives:
-                        d2 = p2 * om[:, None] + 2 * p1 * d1 + p[:, None] * d2
-                        d1 = p1 * om[:, None] + p[:, None] * d1
+                    psi, d1, d2 = window_times(phi[0][idx], phi[1][idx], phi[2][idx], om, d1, d2)
                 xi = (x[idx] - lv.centre(index)) / lv.half_of(index)
                 yield j, idx, psi, d1, d2, np.ascontiguousarray(xi)
                 j += 1
