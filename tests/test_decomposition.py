@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.sparse
 import pytest
 
 import reference as ref
@@ -328,17 +329,25 @@ def test_rows_from_problem_match_the_core_loss():
     assert len(Rows.from_problem(prob, 10, 4, 0)) == 14
 
 
-@pytest.mark.parametrize("d,pml,hard", [(1, False, False), (2, True, True), (3, True, True)])
-def test_mode_rows_extend_the_residuals(d, pml, hard):
-    """Mode rows (``modes=M [N, q]``): the residuals are the point rows' with ``Mᵀ r_re, Mᵀ r_im``
-    after them; J v (against central differences), the dense Jacobian and Jᵀw agree with them;
-    the term losses count the point rows only; ``J_jᵀ mode_columns(j)`` is subnetwork j's share
-    of the mode rows' Jacobian."""
+@pytest.mark.parametrize("d,pml,hard,sparse", [(1, False, False, False), (2, True, True, False), (3, True, True, False),
+                                               (2, True, False, True)])
+def test_mode_rows_extend_the_residuals(d, pml, hard, sparse):
+    """Mode rows (``modes=M [N, q]``, dense or scipy.sparse): the residuals are the point rows' with
+    ``Mᵀ r_re, Mᵀ r_im`` after them; J v (against central differences), the dense Jacobian and Jᵀw
+    agree with them; the term losses count the point rows only; ``J_jᵀ F_j`` of
+    ``mode_columns(j)`` is subnetwork j's share of the mode rows' Jacobian (in the columns it
+    names: sparse columns local to a part of the domain read only some parts)."""
     model, rows, _ = make_case(d, pml=pml, hard=hard, seed=2)
     rng = np.random.default_rng(7)
     M = rng.normal(size=(len(rows), 3))
     M[rows.term != "pde"] = 0.0
-    plain, res = model.residuals_for(rows), model.residuals_for(rows, modes=M)
+    if sparse:   # columns local to the left or the right of the domain, as the radiation rows' windows
+        M[rows.x[:, 0] > np.median(rows.x[:, 0]), 0] = 0.0
+        M[rows.x[:, 0] <= np.median(rows.x[:, 0]), 1] = 0.0
+    plain = model.residuals_for(rows)
+    res = model.residuals_for(rows, modes=scipy.sparse.csr_matrix(M) if sparse else M)
+    if sparse:
+        assert any(len(res.mode_columns(j)[1]) < 6 for j in range(len(res.parts)))
     theta = model.params
     r0, r = plain.residuals(theta), res.residuals(theta)
     n = len(r0)
@@ -358,7 +367,9 @@ def test_mode_rows_extend_the_residuals(d, pml, hard):
     assert np.abs(res.jvp(theta, v, "float32") - Jv).max() < 1e-5 * np.abs(Jv).max()
     assert res.term_losses(r) == plain.term_losses(r0)
     for j, p in enumerate(res.parts):
-        Uj = res.block(theta, j).T @ res.mode_columns(j)
+        F, cols = res.mode_columns(j)   # the mode rows that read part j; the others are 0 in it
+        Uj = np.zeros((len(range(*p["slice"].indices(res.num_params))), 2 * res.num_modes))
+        Uj[:, cols] = res.block(theta, j).T @ F
         np.testing.assert_allclose(Uj, J[n:, p["slice"]].T, rtol=0, atol=1e-11 * max(1.0, np.abs(Uj).max()))
     with pytest.raises(ValueError, match=r"modes: expected finite numbers \[%d, q\]" % len(rows)):
         model.residuals_for(rows, modes=M[:-1])

@@ -953,6 +953,18 @@ class _Segment:
         return _Segment(self.lo, self.hi, self.batch.astype(dtype), self.c)
 
 
+def _mode_matrix(modes: Any, n: int) -> Any:
+    """``modes`` (a dense or scipy.sparse ``[n, q]``) as a float64 CSR matrix, checked: finite, one
+    row per point (ValueError naming ``modes`` otherwise)."""
+    from scipy import sparse   # (on first use: importing helmpinn leaves SciPy out)
+
+    M = sparse.csr_matrix(modes if sparse.issparse(modes) else np.asarray(modes, np.float64), dtype=np.float64)
+    if M.ndim != 2 or M.shape[0] != n or not np.all(np.isfinite(M.data)):
+        raise ValueError(f"modes: expected finite numbers [{n}, q] (one row per point), got shape {M.shape}")
+    M.sum_duplicates()
+    return M
+
+
 class DecomposedResiduals:
     """The residual vector of a :class:`DecomposedModel` on :class:`Rows` and its products.
 
@@ -1010,16 +1022,14 @@ class DecomposedResiduals:
         n = len(rows)
         self.num_params = model.num_params
         self.num_points = 2 * n   # the point rows; the mode rows follow them
-        self.modes: NDArray[np.float64] | None = None
+        self.modes: Any = None   # scipy.sparse CSR [N, q], or None
         if modes is not None:
-            M = np.asarray(modes, np.float64)
-            if M.ndim != 2 or M.shape[0] != n or not np.all(np.isfinite(M)):
-                raise ValueError(f"modes: expected finite numbers [{n}, q] (one row per point), got shape {M.shape}")
-            self.modes = np.ascontiguousarray(M) if M.shape[1] else None
+            M = _mode_matrix(modes, n)
+            self.modes = M if M.shape[1] else None
         self.num_modes = 0 if self.modes is None else self.modes.shape[1]
         if self.modes is not None:   # the points the mode rows read (the corners' carriers: a few of many)
-            self._mode_at = np.flatnonzero(np.any(self.modes != 0, axis=1))
-            self._mode_sub = np.ascontiguousarray(self.modes[self._mode_at])
+            self._mode_at = np.flatnonzero(np.diff(self.modes.indptr) > 0)
+            self._mode_sub = self.modes[self._mode_at]
         self.num_residuals = 2 * n + 2 * self.num_modes
         self.target = np.empty(2 * n)
         self.target[0::2], self.target[1::2] = rows.f.real, rows.f.imag
@@ -1157,16 +1167,21 @@ class DecomposedResiduals:
         out[at + 1] += (sub @ tail[q:]).astype(out.dtype, copy=False)
         return out
 
-    def mode_columns(self, j: int) -> NDArray:
-        """``F_j`` [2 m_j, 2q]: the mode rows' weights over part j's point rows (``parts[j]["rows"]``),
-        so that ``J_jᵀ F_j`` are the mode rows' gradients in subnetwork j's parameters."""
+    def mode_columns(self, j: int) -> tuple[NDArray, NDArray]:
+        """``(F_j, cols)``: the mode rows' weights over part j's point rows (``parts[j]["rows"]``),
+        ``F_j`` [2 m_j, c], in the columns ``cols`` [c] of the 2q mode rows that read any of them
+        (the others are zero there), so that ``J_jᵀ F_j`` are those mode rows' gradients in
+        subnetwork j's parameters."""
         rows = self.parts[j]["rows"]
         q = self.num_modes
-        out = np.zeros((len(rows), 2 * q))
-        if q:
-            out[0::2, :q] = self.modes[rows[0::2] // 2]
-            out[1::2, q:] = self.modes[rows[1::2] // 2]
-        return out
+        if not q:
+            return np.zeros((len(rows), 0)), np.zeros(0, np.intp)
+        re, im = self.modes[rows[0::2] // 2], self.modes[rows[1::2] // 2]
+        live = np.union1d(re.indices, im.indices).astype(np.intp)
+        out = np.zeros((len(rows), 2 * len(live)))
+        out[0::2, :len(live)] = re[:, live].toarray()
+        out[1::2, len(live):] = im[:, live].toarray()
+        return out, np.concatenate([live, q + live])
 
     # -- the products --------------------------------------------------------------------------
     def residuals(self, theta: NDArray) -> NDArray:
@@ -1232,7 +1247,7 @@ class DecomposedResiduals:
         for j, p in enumerate(self.parts):
             J[p["rows"], p["slice"]] = self.block(theta, j)
         if self.modes is not None:   # the mode rows: the point rows' columns projected
-            J = np.concatenate([J, self.modes.T @ J[0::2], self.modes.T @ J[1::2]])
+            J = np.concatenate([J, np.asarray(self.modes.T @ J[0::2]), np.asarray(self.modes.T @ J[1::2])])
         return J if rows is None else J[rows[0]:rows[1]]
 
     def overlaps(self) -> list[tuple[int, int, NDArray, NDArray]]:

@@ -251,7 +251,7 @@ def _jacobian_blocks(res: Any, theta: NDArray, gram: str, keep: bool, index: lis
     their output-layer columns (``index`` per part; float64) for the coarse matrix, and with mode
     rows their gradients ``U = JᵀF`` [P, 2q] (this rank's range; else None). ``times["gram"]``
     gains the seconds of the Gram matrices."""
-    grams, blocks, zcols = {}, {}, {}
+    grams, blocks, zcols, cols = {}, {}, {}, {}
     # with mode rows, their gradients U = Jᵀ F [P, 2q] from the same blocks (this rank's range)
     U = np.zeros((res.num_params, 2 * res.num_modes)) if res.num_modes else None
     # the blocks in float32 where they only make float32 Gram matrices (and the coarse
@@ -270,7 +270,7 @@ def _jacobian_blocks(res: Any, theta: NDArray, gram: str, keep: bool, index: lis
         times["gram"] += time.perf_counter() - t1
         pairs = [(j, Ja, Fa) for j, _, Ja, Fa in batch if Ja is not None]
         for (j, _, _), Uj in zip(pairs, _products([Ja for _, Ja, _ in pairs], [Fa for _, _, Fa in pairs])):
-            U[res.parts[j]["slice"]] = Uj   # (into float64 U)
+            U[res.parts[j]["slice"], cols[j]] = Uj   # (into float64 U; the mode rows that read part j)
         batch.clear()
         held = 0
 
@@ -279,7 +279,7 @@ def _jacobian_blocks(res: Any, theta: NDArray, gram: str, keep: bool, index: lis
             J = res.block(theta, j, dtype)
             Ja = Fa = None
             if U is not None:   # over the rows the mode rows read (Green's: the carriers)
-                F = res.mode_columns(j)
+                F, cols[j] = res.mode_columns(j)
                 live = np.flatnonzero(F.any(1))
                 lo, hi = (live[0], live[-1] + 1) if len(live) else (0, 0)
                 Ja, Fa = J[lo:hi], np.ascontiguousarray(F[lo:hi], J.dtype)
@@ -391,7 +391,8 @@ def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], ND
     the second core reads the others' meanwhile (docs/benchmarks-archive.md, "The block solves on the
     engine's threads"). A 2-D v [P, k] is solved column by column in one pass: two ?trsm a block
     on the calling thread (the BLAS's threads as the caller set them), each factor read once for
-    all k columns instead of k times (``_low_rank``'s ``M U``)."""
+    all k columns instead of k times (``_low_rank``'s ``M U``), the columns that are zero on the
+    block skipped (local mode rows, such as the radiation rows, read a few blocks each)."""
     from scipy.linalg import blas
 
     dtype = blocks[0][1].dtype if blocks else np.dtype(np.float64)
@@ -407,9 +408,10 @@ def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], ND
         if v.ndim == 2:
             X = np.zeros(v.shape)
             for sl, U in zip(slices, factors):
-                if len(U):   # Uᵀ Y = V_j, then U X_j = Y (in a copy: v[sl] may already be F-ordered)
-                    Y = trsm(1.0, U, np.array(v[sl], dtype, order="F"), trans_a=1, overwrite_b=1)
-                    X[sl] = trsm(1.0, U, Y, overwrite_b=1)
+                live = np.flatnonzero(np.any(v[sl] != 0, axis=0))   # (the others solve to zero)
+                if len(U) and len(live):   # Uᵀ Y = V_j, then U X_j = Y (in a copy: v[sl] may already be F-ordered)
+                    Y = trsm(1.0, U, np.array(v[sl][:, live], dtype, order="F"), trans_a=1, overwrite_b=1)
+                    X[sl, live] = trsm(1.0, U, Y, overwrite_b=1)
             return X
         x = np.zeros(len(v), dtype)
         for sl in slices:
@@ -629,11 +631,13 @@ class MatrixFreeGN(Damped):
                                    for j, G in s.grams.items()])
             coarse = self._coarse.factor(s.coarse, lam * D[s.coarse[1]]) if s.coarse is not None else None
 
-        def Q(v: NDArray) -> NDArray:
+        def coarse_into(y: NDArray, v: NDArray) -> NDArray:   # y + Q v, in place (v may be [P, 2q])
             _, own_idx, lo, hi, _, _ = coarse
-            out = np.zeros_like(v)
-            out[own_idx] = self._coarse.solve(coarse, v)[lo:hi]
-            return out
+            y[own_idx] += self._coarse.solve(coarse, v)[lo:hi]
+            return y
+
+        def Q(v: NDArray) -> NDArray:
+            return coarse_into(np.zeros_like(v), v)
 
         if coarse is not None and self.two_level == "deflated":   # (no mode rows: set_residuals)
             normal = self._normal(s, lam, D)
@@ -645,7 +649,7 @@ class MatrixFreeGN(Damped):
             return deflated
 
         def additive(v: NDArray) -> NDArray:
-            return local(v) + Q(v)
+            return coarse_into(local(v), v)
         M = local if coarse is None else additive
         # the mode rows' term UUᵀ of JᵀJ added to M by Woodbury's identity
         return M if s.U is None else _low_rank(M, s.U, self.res.dots)
