@@ -212,11 +212,14 @@ def main() -> None:
             rows.append({"step": step, "seconds": t - t0[0] - spent[0], "error": err, "near": errn, "far": errf,
                          "points": trainer.pde_points, "loss": loss, "lam": lam, "gap": gap,
                          "shares": error_shares(u - ref, regions), "cg": log[-1].get("cg"),
+                         "trials": log[-1].get("trials"), "alpha": log[-1].get("alpha"), "rho": log[-1].get("rho"),
                          "times": log[-1].get("times")})
             print(f"step {step:4d} {rows[-1]['seconds']:7.1f} s error {err:.3e} (near the jump {errn:.3e}, "
                   f"away {errf:.3e}) points {trainer.pde_points} loss {loss:.3e} λ {lam:.1e} gap "
                   f"{'-' if gap is None else f'{gap:.2f}'} | shares of the squared error: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in rows[-1]["shares"].items())
+                  + (f" | trials {rows[-1]['trials']} step {rows[-1]['alpha']:g} ρ {rows[-1]['rho']:.2f}"
+                     if rows[-1]["trials"] is not None else "")
                   + (f" | cg {rows[-1]['cg']} (" + " ".join(f"{k} {v:.1f}" for k, v in rows[-1]["times"].items()) + " s)"
                      if rows[-1]["times"] else ""), flush=True)
             spent[0] += time.perf_counter() - t

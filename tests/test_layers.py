@@ -41,7 +41,7 @@ FLOORS = {
              "params", "runfiles"],
     "problems": ["problems.geometry", "problems.pml", "problems.media", "problems.jumps", "problems.sources", "problems.batch",
                  "problems.conditions", "problems.training_set", "problems.medium", "problems.source_terms",
-                 "problems.sampler", "problems.problem", "problems", "problems.corners", "problems.singular", "problems.builtin", "problems.scattering", "problems.waves", "problems.waves3d",
+                 "problems.sampler", "problems.problem", "problems", "problems.corners", "problems.singular", "problems.radiation", "problems.builtin", "problems.scattering", "problems.waves", "problems.waves3d",
                  "survey", "distributed", "problems.obstacles", "problems.registry", "reference.obstacle", "reference.fd"],
     "rules": ["defaults"],
     "models and optimisers": ["models.model", "models.decomposition", "models.model_protocol", "models", "optim", "optim.damped",

@@ -72,9 +72,10 @@ cover a point along an axis of ``g_a`` subdomains; the Jacobian blocks of the la
   ``Π_a min(g_a, 2⌈1 + overlap⌉ − 1)`` blocks of ``(2H + 2)²`` entries:
   ``max(ASSEMBLY, 12 + 12 F) E`` bytes, :data:`ASSEMBLY` while it is assembled and then the
   matrix and two trials' SuperLU factors of :func:`coarse_fill` F entries per entry;
-  ``mode rows``: with ``resonance`` set, up to ``resonance_most`` modes, and with ``corners``
-  a polygon's corners' rows (:mod:`helmpinn.problems.corners`), q in all, ``16 q P`` for
-  their gradients and ``8 q N`` for their columns, and on a Green's grid
+  ``mode rows``: with ``resonance`` set, up to ``resonance_most`` modes, with ``corners``
+  a polygon's corners' rows (:mod:`helmpinn.problems.corners`) and with ``radiation`` the
+  radiation rows (:mod:`helmpinn.problems.radiation`), q in all, ``32 q P`` for
+  their gradients U and the preconditioner's M U, and ``8 q N`` for their columns, and on a Green's grid
   (:func:`helmpinn.problems.waves.resonance_green_rows`, under the hard constraint)
   ``8 q (3 G + 2 min(4^d G, 2^18))`` for its G nodes (``Π_a (⌈4.1 w_a⌉ + 16)``, w_a the
   wavelengths along axis a) and the slabs of the grid 4 times finer that projects the source;
@@ -113,6 +114,7 @@ from ._budget import (  # noqa: F401  (re-exported: helmpinn.memory is the publi
 from .models.decomposition import WINDOW_CHUNK
 from .defaults import wavelengths
 from .optim.gauss_newton import GRAM_BATCH, GRAM_BATCH_BYTES, SPARSE_COARSE_ABOVE
+from .problems.radiation import radiation_count
 from .problems.corners import CORNER_ROW_RADIUS, CORNER_ROW_WEIGHT, corner_wedges, rows_corner_radius
 from .problems.singular import corner_singularities
 from .problems.waves import RESONANCE_MOST, _closed_box
@@ -247,7 +249,7 @@ def _mode_rows(layout: Mapping[str, Any], n: int, modes: int, green_wavelengths:
     if not modes:
         return 0
     P = sum(math.prod(g) * s.num_params for g, s in layout["levels"])
-    size = 16 * modes * P + 8 * modes * n
+    size = 32 * modes * P + 8 * modes * n
     if green_wavelengths is not None:
         nodes = math.prod(math.ceil(4.1 * w) + 16 for w in green_wavelengths)
         size += 8 * modes * (3 * nodes + 2 * min(4 ** layout["dim"] * nodes, GREEN_SLAB))
@@ -330,17 +332,18 @@ def _modes(problem: Any, optimizer: str, options: Mapping[str, Any], hard: bool)
     set and the problem is a closed box (not looked for: their count is an upper bound), and
     the corners' rows where ``corners`` is (default) and the problem has any
     (:func:`helmpinn.problems.corners.corner_wedges`), unless the run adds the corners' singular
-    functions instead (``singular``, default, where every corner takes them)."""
+    functions instead (``singular``, default, where every corner takes them), and the radiation
+    rows' columns where ``radiation`` is (:func:`helmpinn.problems.radiation.radiation_count`)."""
     if optimizer != "gn":
         return 0, None
-    corners = 0
+    rows = radiation_count(problem, float(options.get("radiation", 0.0)))
     if options.get("corners", CORNER_ROW_WEIGHT) and not _singular(problem, optimizer, options):   # at the sectors of the run's own radius
         radius = rows_corner_radius(problem)
-        corners = sum(len(w.orders) for w in corner_wedges(problem, None if radius is None else CORNER_ROW_RADIUS * radius))
+        rows += sum(len(w.orders) for w in corner_wedges(problem, None if radius is None else CORNER_ROW_RADIUS * radius))
     if not options.get("resonance") or _closed_box(problem) is None:
-        return corners, None
+        return rows, None
     most = int(options.get("resonance_most", RESONANCE_MOST))
-    return most + corners, [float(w) for w in wavelengths(problem)] if hard else None
+    return most + rows, [float(w) for w in wavelengths(problem)] if hard else None
 
 
 def check_fit(trainer: Any, driver: Any, pde_points: int | None = None) -> dict[str, int]:
@@ -354,6 +357,7 @@ def check_fit(trainer: Any, driver: Any, pde_points: int | None = None) -> dict[
                "resonance": getattr(settings, "resonance", 0.0),
                "resonance_most": getattr(settings, "resonance_most", 0),
                "corners": getattr(settings, "corners", 0.0),
+               "radiation": getattr(settings, "radiation", 0.0),
                "singular": getattr(settings, "singular", False)}
     pde = trainer.pde_points if pde_points is None else int(pde_points)
     bc = trainer.bc_points if pde_points is None or trainer.problem.dim == 1 \

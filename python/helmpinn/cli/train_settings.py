@@ -17,6 +17,7 @@ import numpy as np
 from .. import _core, distributed, memory
 from ..problems.registry import _is_spec, get_problem, problem_options, recorded_options
 from ..training.drivers import mismatch
+from ..problems.jumps import training_problem
 from ..training.plan import RunPlan, run_plan
 from .runs import UsageError, cpus
 from .train_options import DEFAULT_TARGET, FIELD_FLAGS, FLAG_FIELDS, LM_FLAGS, WEIGHT_FLAGS, problem_option_names, takes
@@ -102,7 +103,7 @@ def new_settings(args: argparse.Namespace, problem) -> dict[str, Any]:
     if why:
         raise UsageError(f"--optimizer {optimizer} {why} (--model {kind})")
     try:  # settings derived from the problem's numbers (an extreme --k overflows them)
-        plan = run_plan(problem, model=kind, optimizer=optimizer)
+        plan = run_plan(training_problem(problem)[0], model=kind, optimizer=optimizer)   # (as hp.solve plans)
     except (ValueError, ArithmeticError) as exc:
         why = str(exc) if isinstance(exc, ValueError) else "the settings derived from them overflow"
         raise UsageError(f"problem {args.problem!r} with {_options_str(problem.options)}: {why}") from None

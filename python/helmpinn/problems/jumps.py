@@ -299,8 +299,10 @@ def ramp_weights(jumps: Jumps, width: float, weight: float = RAMP_WEIGHT) -> Cal
 
 def training_problem(problem, width: float | str | None = "auto"):
     """The problem a network is trained on when ``problem``'s κ jumps (:func:`problem_jumps`):
-    a shallow copy whose κ is :func:`smoothed_kappa` at half-width ``width`` and whose PDE rows
-    on the ramps take :func:`ramp_weights` (its sampler's ``row_weights``; "auto" width:
+    a shallow copy whose κ is :func:`smoothed_kappa` at half-width ``width``, whose PDE rows
+    on the ramps take :func:`ramp_weights` (its sampler's ``row_weights``) and whose
+    ``smoothed_jumps`` holds the jumps (a decomposed run plan on it adds the radiation rows:
+    :func:`helmpinn.training.dd_driver.decomposed_settings`; "auto" width:
     :data:`SMOOTHING_PER_WAVELENGTH` of the shortest wavelength, 2π / ``problem.wavenumber``;
     None or "off": the problem as given). Returns ``(problem to train on, Jumps or None)``; a
     medium without jumps is returned as given, the very object."""
@@ -321,4 +323,5 @@ def training_problem(problem, width: float | str | None = "auto"):
     smooth.medium.kappa = smoothed_kappa(problem.kappa, found, width)
     smooth.sampler = copy.copy(problem.sampler)
     smooth.sampler.row_weights = ramp_weights(found, width)
+    smooth.smoothed_jumps = found   # (what the run plan reads: helmpinn.training.dd_driver.decomposed_settings)
     return smooth, found

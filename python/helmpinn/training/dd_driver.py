@@ -50,6 +50,7 @@ from ..problems.geometry import Box
 from ..params import sigma_for
 from ..problems import Dirichlet
 from ..problems.sampler import CellDensity
+from ..problems.radiation import RADIATION_WITH_JUMPS, radiation_rows
 from ..problems.corners import CORNER_ROW_WEIGHT, corner_rows, rows_corner_radius
 from ..problems.waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
 from ..memory import MemoryEstimateError, check_fit
@@ -72,24 +73,26 @@ GREEN_ROW_SCALE = 1e-8
 def _joined_modes(n: int, parts: list[Any]) -> Any:
     """Mode rows of several kinds as one ``modes`` answer for ``n`` point rows
     (:meth:`DecomposedModel.training_residuals <helmpinn.models.decomposition.DecomposedModel.training_residuals>`):
-    each part ``M [n, q]`` over the points or ``(rows, M [len(rows), q])`` over rows of its own;
-    their columns side by side, their own rows one after the other (None: no part)."""
+    each part ``M [n, q]`` over the points or ``(rows, M [len(rows), q])`` over rows of its own,
+    dense or scipy.sparse; their columns side by side, their own rows one after the other (None:
+    no part); sparse where any part is."""
     if not parts:
         return None
+    from scipy import sparse
+
     own = [p[0] for p in parts if isinstance(p, tuple)]
     extra = sum(len(r) for r in own)
-    q = sum((p[1] if isinstance(p, tuple) else p).shape[1] for p in parts)
-    M = np.zeros((n + extra, q))
-    at, col = n, 0
+    blocks, at, col = [], n, 0   # (row, column offset, part as COO)
     for p in parts:
-        if isinstance(p, tuple):
-            rows, m = p
-            M[at:at + len(rows), col:col + m.shape[1]] = m
-            at += len(rows)
-        else:
-            m = p
-            M[:n, col:col + m.shape[1]] = m
+        m = sparse.coo_matrix(p[1] if isinstance(p, tuple) else p)
+        blocks.append((at if isinstance(p, tuple) else 0, col, m))
+        at += m.shape[0] if isinstance(p, tuple) else 0
         col += m.shape[1]
+    M = sparse.csr_matrix((np.concatenate([b.data for _, _, b in blocks]),
+                           (np.concatenate([b.row + r for r, _, b in blocks]),
+                            np.concatenate([b.col + c for _, c, b in blocks]))), shape=(n + extra, col))
+    if not any(sparse.issparse(p[1] if isinstance(p, tuple) else p) for p in parts):
+        M = M.toarray()   # (dense parts: a dense answer)
     return M if not own else (Rows.concat(own), M)
 
 
@@ -113,13 +116,17 @@ class GNSettings(LMSettings):
     them (:mod:`helmpinn.problems.singular`; the corner weights and rows then not used: the
     network represents a smooth field there); ``adapt``: when the points grow
     on a model whose points follow a density (:func:`sampled_problem`), this share of the new
-    draw's density follows the residual (:func:`residual_density`; 0: none)."""
+    draw's density follows the residual (:func:`residual_density`; 0: none); ``radiation``: in 2-D,
+    the amplification a of the residual's radiating part (its projections on plane waves at the
+    local wavenumber, windowed over the physical domain, weigh a² in the loss:
+    :func:`helmpinn.problems.radiation.radiation_rows`); 0: none."""
 
     resonance: float = 0.0
     resonance_most: int = RESONANCE_MOST
     corners: float = CORNER_ROW_WEIGHT
     singular: bool = True
     adapt: float = 0.0
+    radiation: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -129,6 +136,8 @@ class GNSettings(LMSettings):
         object.__setattr__(self, "resonance_most", integer("GNSettings", "resonance_most", self.resonance_most, low=1))
         object.__setattr__(self, "corners", real_number("GNSettings", "corners", self.corners, low=0.0, low_open=False))
         object.__setattr__(self, "adapt", real_number("GNSettings", "adapt", self.adapt, low=0.0, low_open=False, high=1.0))
+        object.__setattr__(self, "radiation", real_number("GNSettings", "radiation", self.radiation, low=0.0,
+                                                          low_open=False))
         if not isinstance(self.singular, (bool, np.bool_)):
             raise ValueError(f"singular: expected True or False, got {self.singular!r}")
         object.__setattr__(self, "singular", bool(self.singular))
@@ -163,14 +172,14 @@ class GNDriver(DampedDriver):
 
     def __init__(self, settings: GNSettings | None = None, *, resonance: float = 0.0,
                  resonance_most: int = RESONANCE_MOST, corners: float = CORNER_ROW_WEIGHT, singular: bool = True,
-                 adapt: float = 0.0, **keywords: Any):
+                 adapt: float = 0.0, radiation: float = 0.0, **keywords: Any):
         """``settings``, or :class:`~helmpinn.training.drivers.DampedDriver`'s keywords (the stall and
         growth rules, the solver's options), ``resonance``, ``resonance_most``, ``corners``,
-        ``singular`` and ``adapt`` (:class:`GNSettings`)."""
+        ``singular``, ``adapt`` and ``radiation`` (:class:`GNSettings`)."""
         super().__init__(settings, **keywords)
         if settings is None:
             self.settings = replace(self.settings, resonance=resonance, resonance_most=resonance_most, corners=corners,
-                                    singular=singular, adapt=adapt)
+                                    singular=singular, adapt=adapt, radiation=radiation)
         self.log: list[dict[str, Any]] = []   # one entry per step of the current fit
 
     def start(self, run: "Trainer", steps: int) -> None:
@@ -191,8 +200,10 @@ class GNDriver(DampedDriver):
         after the points', the mode rows' columns over them; else the points' sum,
         :func:`helmpinn.problems.waves.resonance_rows`), and the corners' where ``corners`` is
         (:func:`helmpinn.problems.corners.corner_rows`: value and slope rows of the same scale on
-        each corner's sector, after the points')."""
+        each corner's sector, after the points'), and the radiating residual's where ``radiation`` is
+        (:func:`helmpinn.problems.radiation.radiation_rows`, over the points)."""
         within, most, corners = float(self.settings.resonance), int(self.settings.resonance_most), float(self.settings.corners)
+        radiating = float(self.settings.radiation)
 
         def resonance(rows: Rows) -> Any:
             if getattr(run.model, "constraint", None) is None or not _hard_constraint(run.problem):
@@ -212,10 +223,12 @@ class GNDriver(DampedDriver):
             return Rows(x, 0.0, GREEN_ROW_SCALE * b, GREEN_ROW_SCALE * c, 0.0, CARRIER_TERM), C / GREEN_ROW_SCALE
 
         def modes(rows: Rows) -> Any:
-            return _joined_modes(len(rows), [m for m in (resonance(rows) if within else None,
-                                                         corner(rows) if corners else None) if m is not None])
+            return _joined_modes(len(rows), [m for m in (
+                resonance(rows) if within else None, corner(rows) if corners else None,
+                radiation_rows(run.problem, rows.x, rows.term == "pde", radiating) if radiating else None)
+                if m is not None])
         return run.model.training_residuals(run.training_set, run.weights, run.comm,
-                                            modes=modes if within or corners else None)
+                                            modes=modes if within or corners or radiating else None)
 
     def resampled(self, run: "Trainer") -> None:
         self.gn.set_residuals(self._residuals(run))
@@ -249,10 +262,12 @@ class GNDriver(DampedDriver):
                     "converged or stuck")
         cg = sum(st.cg_iterations)
         self.log.append({"loss": st.loss, "lam": st.lam, "cg": list(st.cg_iterations), "trials": st.trials,
-                         "accepted": st.accepted, "alpha": st.alpha, "times": dict(st.times)})
+                         "accepted": st.accepted, "alpha": st.alpha, "rho": st.rho, "times": dict(st.times)})
         shortened = f" step={st.alpha:g}" if st.alpha < 1.0 else ""   # a rejected trial's step, halved
+        n, r = self.gn.res.num_points, st.residuals
+        fit = None if not self.gn.res.num_modes or r is None else float(r[:n] @ r[:n])   # the points' part
         return GNStepInfo(st.loss, terms, st.lam, f"lam={st.lam:.1e} cg={cg} trials={st.trials}{shortened}", stop,
-                          dict(st.times), list(st.cg_iterations), st.trials, st.accepted)
+                          dict(st.times), fit, list(st.cg_iterations), st.trials, st.accepted)
 
     def state_dict(self) -> dict[str, Any]:
         return self.gn.state_dict() if self.gn is not None else {}
@@ -405,6 +420,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
             "gn": {"stall_window": STALL_WINDOW, "stall_factor": STALL_FACTOR, "lam": 1e-3,
                    "damping": DD_DAMPING[constraint], "cg_tol": 1e-3, "cg_maxiter": DD_CG_MAXITER, "coarse": "last_layer", "update": "nielsen",
                    "cg_warm": True, "backtrack": BACKTRACK, "resonance": RESONANCE_WITHIN,
+                   "radiation": RADIATION_WITH_JUMPS if getattr(problem, "smoothed_jumps", None) else 0.0,
                    "resonance_most": RESONANCE_MOST, "grow_gap": DD_GROW_GAP,
                    **GN_BY_DIMENSION.get(d, {})},
             "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": r["overlap"],

@@ -59,7 +59,9 @@ class StepInfo:
     a missing one is recorded as NaN); ``rate``: Adam's learning rate, LM's damping λ, NaN
     where there is none; ``status``: extra progress-bar text; ``stop``: the driver's own reason
     to stop (the run's ``stop_reason``), else None; ``times``: seconds by part of the step,
-    summed over the run in ``Trainer.step_times``.
+    summed over the run in ``Trainer.step_times``; ``fit_loss``: where the objective adds rows
+    beyond the points' (Gauss-Newton's mode rows), the points' part of ``loss``, which the
+    validation loss is compared with (the gap); None: ``loss`` itself.
     """
 
     loss: float
@@ -68,6 +70,7 @@ class StepInfo:
     status: str = ""
     stop: str | None = None
     times: dict[str, float] = field(default_factory=dict)
+    fit_loss: float | None = None
 
 
 class Driver:

@@ -422,6 +422,7 @@ class Trainer:
         h = self.history
         h.step.append(step)
         h.loss.append(info.loss)
+        self.last_fit_loss = info.loss if info.fit_loss is None else info.fit_loss   # (the gap's)
         for term in TERMS:
             getattr(h, term).append(info.terms.get(term, math.nan))
         h.lr.append(info.rate)
@@ -520,6 +521,7 @@ def _start_state(trainer: Trainer) -> None:
     trainer.train_time = 0.0
     trainer.last_error = trainer.last_val_loss = None
     trainer.last_gap = None       # validation loss / training loss at the last evaluation
+    trainer.last_fit_loss = None  # the last step's loss at the points (StepInfo.fit_loss)
     trainer.driver = None         # the driver of the current (or last) fit
     trainer.step_times = {}       # the drivers' StepInfo.times, summed over the fit
     trainer._good = None          # the last good state: step, parameters, optimiser state (checkpointing.snapshot)

@@ -1,0 +1,143 @@
+"""Radiation rows: the loss weighs the part of the PDE residual that radiates by the error it causes.
+
+A decomposed model's loss is the mean of ``|L u − f|²`` over its points: every part of the
+residual counts alike. The error does not: the field of a residual r is ``L⁻¹ r``, and L⁻¹ damps
+a component of wavenumber ξ by about ``k² / | |ξ|² − k² |`` while a component at the local
+wavenumber (|ξ| ≈ k) propagates, adding to the error along its whole path. Late in a run the
+residual that is left is mostly of the first kind (sharp: by a medium's jump, about a source)
+and the loss falls there, while the part that radiates, small in the loss, holds the error
+(a square inclusion: over ten steps the loss fell 2.7 times and the error by 14 %;
+docs/benchmarks.md, "Media with jumps").
+
+The rows: on a grid of windows over the physical domain (cos² bumps, a partition of unity, their
+spacing :data:`RADIATION_SPACING` of the median local wavelength, at most
+:data:`RADIATION_MOST` columns), the residual's projection on
+plane waves at the local wavenumber at the window's centre, ``cos(k d·x)`` and ``sin(k d·x)`` for
+:data:`RADIATION_ANGLES` directions d in [0, π) (with both the cosine and the sine, the directions
+in [π, 2π) are covered too). They are mode rows
+(:class:`helmpinn.models.decomposition.DecomposedResiduals`' ``modes``): each column is the
+window's plane wave at the PDE points, scaled to the norm ``sqrt(a² − 1)``, so that a residual
+along it weighs ``a²`` times its size at the points in the loss, a the amplification
+(``radiation`` of :class:`helmpinn.training.dd_driver.GNSettings`). A residual that does not
+radiate is hardly seen by them (its projection on a plane wave at k is small); the exact solution
+has none. The columns are sparse (a point lies in at most 2^d windows).
+
+Their cost: q = 8 columns a window, whose gradients and preconditioned gradients are two dense
+``[P, 2q]`` arrays (:mod:`helmpinn.memory` counts them) and a Woodbury term in every CG
+iteration; on the square inclusion (288 columns) a Gauss-Newton step took 20 to 35 s against 11
+to 27 s without. A decomposed run takes them by default (a = :data:`RADIATION_WITH_JUMPS`) where
+it trains on a medium whose jumps were smoothed, where they pay; on a smooth medium (free space)
+the fewer, dearer steps ended higher, so not there.
+
+Two dimensions only: in 3-D the directions over a sphere multiply the columns (not measured).
+The layer of a PML has no rows of its own (its stretched coordinates have no plane waves at k).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["radiation_rows", "radiation_windows", "radiation_count", "RADIATION_SPACING", "RADIATION_ANGLES",
+           "RADIATION_MOST", "RADIATION_WITH_JUMPS"]
+
+#: The windows' spacing in median local wavelengths (the bumps reach one spacing from their
+#: centre): measured at 0.8 on the square inclusion (docs/benchmarks.md).
+RADIATION_SPACING = 0.8
+
+#: The plane waves' directions in [0, π) per window (cosine and sine each: 2 columns a direction).
+RADIATION_ANGLES = 4
+
+#: The columns at most (the windows widened until they fit): each costs two parameter vectors of
+#: memory and its share of a Woodbury term in every CG iteration (the square inclusion: 288).
+RADIATION_MOST = 512
+
+#: The amplification a of a decomposed run's radiation rows where it trains on a medium whose
+#: jumps were smoothed (:func:`helmpinn.problems.jumps.training_problem`; 0 elsewhere): 4, 8
+#: and 16 measured on the square inclusion (8 and 16 alike, 4 a step behind), and a smooth
+#: medium's run ended higher with them (free space: fewer, dearer steps; docs/benchmarks.md).
+RADIATION_WITH_JUMPS = 8.0
+
+
+def radiation_windows(problem: Any) -> tuple[list[NDArray], NDArray] | None:
+    """The windows' centres per axis and their half-widths h [2] over the physical domain's
+    bounding box (module docstring): a spacing of :data:`RADIATION_SPACING` times the median local
+    wavelength (over a 101 × 101 grid of the box, where κ's real part is positive: an absorbing
+    layer's or an evanescent region's does not count), at least 2 a side, widened until the
+    windows hold at most :data:`RADIATION_MOST` columns. None where the problem is not 2-D or its
+    medium has no real wavenumber > 0 in the box."""
+    if problem.dim != 2:
+        return None
+    lo, hi = (np.asarray(b, np.float64) for b in problem.domain.bounds)
+    grid = np.stack([g.ravel() for g in np.meshgrid(*(np.linspace(lo[i], hi[i], 101) for i in range(2)))], 1)
+    k = problem.local_wavenumber(grid)
+    if not np.any(k > 0):
+        return None
+    step = RADIATION_SPACING * 2.0 * math.pi / float(np.median(k[k > 0]))
+    while True:
+        counts = np.array([max(2, int(math.ceil((hi[i] - lo[i]) / step)) + 1) for i in range(2)])
+        if int(np.prod(counts)) * 2 * RADIATION_ANGLES <= RADIATION_MOST or np.all(counts == 2):
+            break
+        step *= 1.1
+    return [np.linspace(lo[i], hi[i], counts[i]) for i in range(2)], (hi - lo) / (counts - 1.0)
+
+
+def radiation_count(problem: Any, amplification: float) -> int:
+    """The radiation rows' columns at most (q: every window holding points; 0 where none):
+    what :mod:`helmpinn.memory` counts before the points exist."""
+    windows = radiation_windows(problem) if float(amplification) > 1 else None
+    return 0 if windows is None else len(windows[0][0]) * len(windows[0][1]) * 2 * RADIATION_ANGLES
+
+
+def radiation_rows(problem: Any, x: NDArray, pde: NDArray, amplification: float) -> Any:
+    """The radiation rows' columns at the points x [N, 2] (module docstring): a sparse [N, q]
+    matrix, zero off the PDE points (``pde``, a boolean mask [N]) and off the physical domain;
+    None where there is nothing to weigh (``amplification`` <= 1, not 2-D, no PDE point in the
+    physical domain). ValueError naming ``radiation`` for an amplification that is not a
+    finite number >= 0."""
+    a = float(amplification)
+    if not math.isfinite(a) or a < 0:
+        raise ValueError(f"radiation: expected a finite number >= 0 (the radiating residual's amplification; "
+                         f"0 or 1: no rows), got {amplification!r}")
+    x = np.asarray(x, np.float64)
+    windows = radiation_windows(problem) if a > 1 and x.ndim == 2 and x.shape[1] == 2 else None
+    if windows is None:
+        return None
+    centres, h = windows
+    lo, hi = (np.asarray(b, np.float64) for b in problem.domain.bounds)
+    at = np.flatnonzero(np.asarray(pde, bool) & np.all((x >= lo) & (x <= hi), axis=1))
+    dirs = np.arange(RADIATION_ANGLES) * math.pi / RADIATION_ANGLES
+    d = np.stack([np.cos(dirs), np.sin(dirs)], 1)   # [A, 2]
+    rows, cols, vals = [], [], []
+    q = 0
+    y = x[at]
+    for cx in centres[0]:
+        sx = (y[:, 0] - cx) / h[0]
+        near_x = np.abs(sx) < 1
+        for cy in centres[1]:
+            sy = (y[:, 1] - cy) / h[1]
+            near = np.flatnonzero(near_x & (np.abs(sy) < 1))
+            if not len(near):
+                continue
+            bump = np.cos(0.5 * math.pi * sx[near]) ** 2 * np.cos(0.5 * math.pi * sy[near]) ** 2
+            kc = float(problem.local_wavenumber(np.array([[cx, cy]]))[0])
+            if not kc > 0:   # (an evanescent centre: no wave to weigh)
+                continue
+            phase = kc * (y[near] @ d.T)   # [n, A]
+            for f in (np.cos(phase), np.sin(phase)):
+                block = bump[:, None] * f                      # [n, A]
+                norm = np.linalg.norm(block, axis=0)
+                keep = norm > 0
+                block = block[:, keep] * (math.sqrt(a * a - 1.0) / norm[keep])
+                nk = block.shape[1]
+                rows.append(np.repeat(at[near], nk))
+                cols.append(np.tile(q + np.arange(nk), len(near)))
+                vals.append(block.ravel())
+                q += nk
+    if not q:
+        return None
+    from scipy import sparse   # (on first use: importing helmpinn leaves SciPy out)
+
+    return sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(len(x), q))

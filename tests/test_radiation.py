@@ -1,0 +1,145 @@
+"""The radiation rows (helmpinn.problems.radiation): columns, what they weigh, and the driver's use."""
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse
+
+import helmpinn as hp
+from helmpinn import memory
+from helmpinn.models.decomposition import DecomposedModel
+from helmpinn.problems.geometry import Box
+from helmpinn.problems.jumps import training_problem
+from helmpinn.problems.radiation import (RADIATION_ANGLES, RADIATION_MOST, RADIATION_WITH_JUMPS, radiation_count,
+                                         radiation_rows, radiation_windows)
+from helmpinn.training.dd_driver import GNDriver, GNSettings
+
+
+def open_problem(velocity=1.0):
+    return hp.Problem(Box([-1, -1], [1, 1]), frequency=2.0, velocity=velocity, source=hp.PointSource((-0.5, 0.0)),
+                      bcs={}, pml=hp.PML(0.5))
+
+
+def points(n=20000, seed=0):
+    x = np.random.default_rng(seed).uniform(-1.5, 1.5, size=(n, 2))
+    pde = np.ones(n, bool)
+    pde[:200] = False   # boundary rows, say
+    return x, pde
+
+
+def test_columns_are_windowed_plane_waves_of_the_given_weight():
+    p = open_problem()
+    x, pde = points()
+    M = radiation_rows(p, x, pde, 8.0)
+    assert scipy.sparse.issparse(M) and M.shape[0] == len(x)
+    inside = pde & np.all(np.abs(x) <= 1, axis=1)
+    D = M.toarray()
+    assert not D[~inside].any()   # nothing off the PDE points or in the layer
+    np.testing.assert_allclose(np.linalg.norm(D, axis=0), math.sqrt(63.0), rtol=1e-12)
+    # windows 0.8 wavelengths apart (λ = 0.5 here): 6 a side, 2 columns per direction each
+    assert M.shape[1] == 36 * 2 * RADIATION_ANGLES
+    assert np.diff(M.indptr).max() <= 4 * 2 * RADIATION_ANGLES   # a point lies in at most 4 windows
+    # a window's column is its bump times cos/sin of k d·x (k = 4π here): the first, the corner (-1, -1)
+    c = D[:, 0]
+    on = np.flatnonzero(c)
+    h = 0.4
+    bump = np.cos(0.5 * np.pi * (x[on, 0] + 1) / h) ** 2 * np.cos(0.5 * np.pi * (x[on, 1] + 1) / h) ** 2
+    ratio = c[on] / (bump * np.cos(p.wavenumber * x[on, 0]))
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)
+
+
+def test_they_weigh_a_radiating_residual_and_hardly_a_sharp_one():
+    """A residual that is a plane wave at the wavenumber (in a direction between the table's) is
+    seen by the rows with more than twice its norm; one at four times the wavenumber, with a
+    few per cent: the loss then weighs the first ~150 times, the second ~3 times."""
+    p = open_problem()
+    x, pde = points()
+    M = radiation_rows(p, x, pde, 8.0)
+    inside = pde & np.all(np.abs(x) <= 1, axis=1)
+
+    def seen(k, angle):
+        r = np.where(inside, np.cos(k * (math.cos(angle) * x[:, 0] + math.sin(angle) * x[:, 1])), 0.0)
+        return np.linalg.norm(M.T @ r) ** 2 / 63.0 / np.linalg.norm(r) ** 2
+
+    k = p.wavenumber
+    for angle in (0.3, 1.1, 2.0):
+        assert seen(k, angle) > 2.0
+        assert seen(4 * k, angle) < 0.06
+        assert seen(2 * k, angle) < 0.25
+
+
+def test_the_local_wavenumber_sets_each_window_and_nothing_for_a_below_one_or_3d():
+    slow = open_problem(velocity=lambda x: np.where(np.all(np.abs(x) < 0.3, axis=1), 0.5, 1.0))
+    x, pde = points()
+    M = radiation_rows(slow, x, pde, 4.0).toarray()
+    k = slow.local_wavenumber(np.array([[0.2, 0.2], [-1.0, -1.0]]))
+    assert k[0] == pytest.approx(2 * k[1])
+    # the window centred at (0.2, 0.2): its first column is cos(2k x) there
+    centres = np.linspace(-1, 1, 6)
+    i = int(np.argmin(np.abs(centres - 0.2)))
+    col = M[:, (i * 6 + i) * 2 * RADIATION_ANGLES]
+    on = np.flatnonzero(col)
+    h = 0.4
+    bump = np.prod(np.cos(0.5 * np.pi * (x[on] - centres[i]) / h) ** 2, axis=1)
+    ratio = col[on] / (bump * np.cos(2 * k[1] * x[on, 0]))
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)
+    assert radiation_rows(slow, x, pde, 1.0) is None and radiation_rows(slow, x, pde, 0.0) is None
+    x3 = np.random.default_rng(1).uniform(-1, 1, size=(50, 3))
+    assert radiation_rows(slow, x3, np.ones(50, bool), 8.0) is None
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="radiation"):
+            radiation_rows(slow, x, pde, bad)
+
+
+def test_the_driver_adds_them_as_mode_rows():
+    """GNDriver(radiation=a): the residuals' mode rows are radiation_rows at the run's points;
+    the trainer's gap reads the points' part of the loss (StepInfo.fit_loss)."""
+    p = open_problem()
+    model = DecomposedModel.create([-1.5, -1.5], [1.5, 1.5], [(3, 3)], wavenumber=p.wavenumber, seed=0,
+                                   ff_dim=4, hidden_dim=8, overlap=0.6)
+    t = hp.Trainer(p, model, pde_points=1500, bc_points=0, resample_every=0, eval_every=2, progress=False,
+                   n_test=15, val_points=100)
+    h = t.fit(2, optimizer=GNDriver(radiation=8.0))
+    res = t.driver.gn.res
+    rows = res.rows
+    expected = radiation_rows(t.problem, rows.x, rows.term == "pde", 8.0)
+    np.testing.assert_array_equal(res.modes.toarray(), expected.toarray())
+    assert res.num_modes == expected.shape[1] and h.loss[-1] < h.loss[0]
+    # the gap compares the validation loss with the points' part of the loss, not with the mode rows'
+    r, n = res.residuals(t.model.params), res.num_points
+    assert t.last_fit_loss == pytest.approx(float(r[:n] @ r[:n]), rel=1e-12) and t.last_fit_loss < 0.99 * h.loss[-1]
+    assert t.last_gap == pytest.approx(h.eval_val_loss[-1] / t.last_fit_loss, rel=1e-12)
+    with pytest.raises(ValueError, match="radiation"):
+        GNSettings(radiation=-1.0)
+
+
+def test_the_plan_adds_them_where_the_jumps_were_smoothed():
+    """`hp.solve` and the CLI plan on the problem trained on: a decomposed run on a medium whose jumps
+    were smoothed takes radiation rows of RADIATION_WITH_JUMPS; a smooth medium, or the medium as
+    given, none."""
+    slow = hp.Problem(Box([-1, -1], [1, 1]), frequency=2.0, source=hp.PointSource((-0.5, 0.0)), bcs={},
+                      pml=hp.PML(0.5), velocity=lambda x: np.where(np.all(np.abs(x - 0.2) < 0.2, axis=1), 0.5, 1.0))
+    trained, found = training_problem(slow)
+    assert found and trained.smoothed_jumps is found
+    assert hp.run_plan(trained, "decomposed", "gn").record()["gn"]["radiation"] == RADIATION_WITH_JUMPS
+    assert hp.run_plan(slow, "decomposed", "gn").record()["gn"]["radiation"] == 0.0
+    # the memory estimate counts their columns (two [P, 2q] arrays and the columns)
+    q = radiation_count(trained, RADIATION_WITH_JUMPS)
+    assert q == 288 and memory._modes(trained, "gn", {"radiation": RADIATION_WITH_JUMPS}, False)[0] == q
+    assert memory._modes(trained, "gn", {"radiation": 0.0}, False)[0] == 0
+    smooth = open_problem()
+    assert training_problem(smooth)[0] is smooth
+    assert hp.run_plan(smooth, "decomposed", "gn").record()["gn"]["radiation"] == 0.0
+
+
+def test_the_windows_widen_to_hold_at_most_radiation_most_columns():
+    """On a domain many wavelengths across the windows widen until RADIATION_MOST columns; the spacing
+    follows the median local wavelength, so a small slow region does not shrink it."""
+    big = hp.Problem(Box([-5, -5], [5, 5]), frequency=2.0, velocity=1.0, source=hp.PointSource((0.0, 0.0)), bcs={}, pml=hp.PML(0.5))
+    centres, h = radiation_windows(big)
+    assert radiation_count(big, 8.0) == len(centres[0]) * len(centres[1]) * 2 * RADIATION_ANGLES <= RADIATION_MOST
+    assert h[0] > 0.8 * 0.5   # wider than 0.8 wavelengths (λ = 0.5)
+    x = np.random.default_rng(2).uniform(-5, 5, size=(20000, 2))
+    assert radiation_rows(big, x, np.ones(len(x), bool), 8.0).shape[1] == radiation_count(big, 8.0)
+    slow = open_problem(velocity=lambda x: np.where(np.all(np.abs(x) < 0.3, axis=1), 0.5, 1.0))
+    assert np.allclose(radiation_windows(slow)[1], 0.4)   # 0.8 of the outside wavelength, 0.5
