@@ -115,8 +115,8 @@ def test_the_driver_adds_them_as_mode_rows():
 
 def test_the_plan_adds_them_where_the_jumps_were_smoothed():
     """`hp.solve` and the CLI plan on the problem trained on: a decomposed run on a medium whose jumps
-    were smoothed takes radiation rows of RADIATION_WITH_JUMPS; a smooth medium, or the medium as
-    given, none."""
+    were smoothed takes radiation rows of RADIATION_WITH_JUMPS where they fit; a smooth medium, the
+    medium as given, or one too many wavelengths across, none."""
     slow = hp.Problem(Box([-1, -1], [1, 1]), frequency=2.0, source=hp.PointSource((-0.5, 0.0)), bcs={},
                       pml=hp.PML(0.5), velocity=lambda x: np.where(np.all(np.abs(x - 0.2) < 0.2, axis=1), 0.5, 1.0))
     trained, found = training_problem(slow)
@@ -127,19 +127,27 @@ def test_the_plan_adds_them_where_the_jumps_were_smoothed():
     q = radiation_count(trained, RADIATION_WITH_JUMPS)
     assert q == 288 and memory._modes(trained, "gn", {"radiation": RADIATION_WITH_JUMPS}, False)[0] == q
     assert memory._modes(trained, "gn", {"radiation": 0.0}, False)[0] == 0
+    wide = hp.Problem(Box([-3, -3], [3, 3]), frequency=2.0, source=hp.PointSource((-0.5, 0.0)), bcs={},
+                      pml=hp.PML(0.5), velocity=lambda x: np.where(np.all(np.abs(x - 0.2) < 0.2, axis=1), 0.5, 1.0))
+    assert training_problem(wide)[1] and radiation_count(training_problem(wide)[0], 8.0) == 0
+    assert hp.run_plan(training_problem(wide)[0], "decomposed", "gn").record()["gn"]["radiation"] == 0.0
     smooth = open_problem()
     assert training_problem(smooth)[0] is smooth
     assert hp.run_plan(smooth, "decomposed", "gn").record()["gn"]["radiation"] == 0.0
 
 
-def test_the_windows_widen_to_hold_at_most_radiation_most_columns():
-    """On a domain many wavelengths across the windows widen until RADIATION_MOST columns; the spacing
-    follows the median local wavelength, so a small slow region does not shrink it."""
-    big = hp.Problem(Box([-5, -5], [5, 5]), frequency=2.0, velocity=1.0, source=hp.PointSource((0.0, 0.0)), bcs={}, pml=hp.PML(0.5))
-    centres, h = radiation_windows(big)
-    assert radiation_count(big, 8.0) == len(centres[0]) * len(centres[1]) * 2 * RADIATION_ANGLES <= RADIATION_MOST
-    assert h[0] > 0.8 * 0.5   # wider than 0.8 wavelengths (λ = 0.5)
-    x = np.random.default_rng(2).uniform(-5, 5, size=(20000, 2))
-    assert radiation_rows(big, x, np.ones(len(x), bool), 8.0).shape[1] == radiation_count(big, 8.0)
+def test_no_rows_where_the_windows_would_take_more_than_radiation_most_columns():
+    """A domain so many wavelengths across that windows 0.8 wavelengths apart would take more than
+    RADIATION_MOST columns gets none; the spacing follows the median local wavelength, so a small
+    slow region does not shrink it."""
+    big = hp.Problem(Box([-5, -5], [5, 5]), frequency=2.0, velocity=1.0, source=hp.PointSource((0.0, 0.0)), bcs={},
+                     pml=hp.PML(0.5))
+    assert radiation_windows(big) is None and radiation_count(big, 8.0) == 0
+    x = np.random.default_rng(2).uniform(-5, 5, size=(2000, 2))
+    assert radiation_rows(big, x, np.ones(len(x), bool), 8.0) is None
+    fits = hp.Problem(Box([-2, -2], [2, 2]), frequency=2.0, velocity=1.0, source=hp.PointSource((0.0, 0.0)), bcs={},
+                      pml=hp.PML(0.5))   # 11 x 11 windows: 968 columns > 512
+    assert radiation_windows(fits) is None
+    assert radiation_count(open_problem(), 8.0) == 288 <= RADIATION_MOST
     slow = open_problem(velocity=lambda x: np.where(np.all(np.abs(x) < 0.3, axis=1), 0.5, 1.0))
     assert np.allclose(radiation_windows(slow)[1], 0.4)   # 0.8 of the outside wavelength, 0.5

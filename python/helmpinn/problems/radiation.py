@@ -3,15 +3,15 @@
 A decomposed model's loss is the mean of ``|L u − f|²`` over its points: every part of the
 residual counts alike. The error does not: the field of a residual r is ``L⁻¹ r``, and L⁻¹ damps
 a component of wavenumber ξ by about ``k² / | |ξ|² − k² |`` while a component at the local
-wavenumber (|ξ| ≈ k) propagates, adding to the error along its whole path. Late in a run the
+wavenumber (``|ξ| ≈ k``) propagates, adding to the error along its whole path. Late in a run the
 residual that is left is mostly of the first kind (sharp: by a medium's jump, about a source)
 and the loss falls there, while the part that radiates, small in the loss, holds the error
 (a square inclusion: over ten steps the loss fell 2.7 times and the error by 14 %;
 docs/benchmarks.md, "Media with jumps").
 
 The rows: on a grid of windows over the physical domain (cos² bumps, a partition of unity, their
-spacing :data:`RADIATION_SPACING` of the median local wavelength, at most
-:data:`RADIATION_MOST` columns), the residual's projection on
+spacing :data:`RADIATION_SPACING` of the median local wavelength; none where that would take
+more than :data:`RADIATION_MOST` columns), the residual's projection on
 plane waves at the local wavenumber at the window's centre, ``cos(k d·x)`` and ``sin(k d·x)`` for
 :data:`RADIATION_ANGLES` directions d in [0, π) (with both the cosine and the sine, the directions
 in [π, 2π) are covered too). They are mode rows
@@ -50,8 +50,10 @@ RADIATION_SPACING = 0.8
 #: The plane waves' directions in [0, π) per window (cosine and sine each: 2 columns a direction).
 RADIATION_ANGLES = 4
 
-#: The columns at most (the windows widened until they fit): each costs two parameter vectors of
-#: memory and its share of a Woodbury term in every CG iteration (the square inclusion: 288).
+#: The columns at most (more: no rows): each costs two parameter vectors of memory and its share
+#: of a Woodbury term in every CG iteration (the square inclusion: 288). Windows widened to fit
+#: (Marmousi at 3 Hz: 400 columns in windows 1.6 median wavelengths wide) ended higher than none
+#: (docs/benchmarks.md, "Seismic").
 RADIATION_MOST = 512
 
 #: The amplification a of a decomposed run's radiation rows where it trains on a medium whose
@@ -65,9 +67,9 @@ def radiation_windows(problem: Any) -> tuple[list[NDArray], NDArray] | None:
     """The windows' centres per axis and their half-widths h [2] over the physical domain's
     bounding box (module docstring): a spacing of :data:`RADIATION_SPACING` times the median local
     wavelength (over a 101 × 101 grid of the box, where κ's real part is positive: an absorbing
-    layer's or an evanescent region's does not count), at least 2 a side, widened until the
-    windows hold at most :data:`RADIATION_MOST` columns. None where the problem is not 2-D or its
-    medium has no real wavenumber > 0 in the box."""
+    layer's or an evanescent region's does not count), at least 2 a side. None where the problem
+    is not 2-D, its medium has no real wavenumber > 0 in the box, or the windows would hold more
+    than :data:`RADIATION_MOST` columns (wider windows, tried on Marmousi at 3 Hz, did not pay)."""
     if problem.dim != 2:
         return None
     lo, hi = (np.asarray(b, np.float64) for b in problem.domain.bounds)
@@ -76,11 +78,9 @@ def radiation_windows(problem: Any) -> tuple[list[NDArray], NDArray] | None:
     if not np.any(k > 0):
         return None
     step = RADIATION_SPACING * 2.0 * math.pi / float(np.median(k[k > 0]))
-    while True:
-        counts = np.array([max(2, int(math.ceil((hi[i] - lo[i]) / step)) + 1) for i in range(2)])
-        if int(np.prod(counts)) * 2 * RADIATION_ANGLES <= RADIATION_MOST or np.all(counts == 2):
-            break
-        step *= 1.1
+    counts = np.array([max(2, int(math.ceil((hi[i] - lo[i]) / step)) + 1) for i in range(2)])
+    if int(np.prod(counts)) * 2 * RADIATION_ANGLES > RADIATION_MOST:
+        return None
     return [np.linspace(lo[i], hi[i], counts[i]) for i in range(2)], (hi - lo) / (counts - 1.0)
 
 

@@ -50,7 +50,7 @@ from ..problems.geometry import Box
 from ..params import sigma_for
 from ..problems import Dirichlet
 from ..problems.sampler import CellDensity
-from ..problems.radiation import RADIATION_WITH_JUMPS, radiation_rows
+from ..problems.radiation import RADIATION_WITH_JUMPS, radiation_count, radiation_rows
 from ..problems.corners import CORNER_ROW_WEIGHT, corner_rows, rows_corner_radius
 from ..problems.waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
 from ..memory import MemoryEstimateError, check_fit
@@ -420,7 +420,7 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
             "gn": {"stall_window": STALL_WINDOW, "stall_factor": STALL_FACTOR, "lam": 1e-3,
                    "damping": DD_DAMPING[constraint], "cg_tol": 1e-3, "cg_maxiter": DD_CG_MAXITER, "coarse": "last_layer", "update": "nielsen",
                    "cg_warm": True, "backtrack": BACKTRACK, "resonance": RESONANCE_WITHIN,
-                   "radiation": RADIATION_WITH_JUMPS if getattr(problem, "smoothed_jumps", None) else 0.0,
+                   "radiation": _radiation(problem),
                    "resonance_most": RESONANCE_MOST, "grow_gap": DD_GROW_GAP,
                    **GN_BY_DIMENSION.get(d, {})},
             "decomposition": {"subdomains_per_wavelength": spw, "grids": grids, "overlap": r["overlap"],
@@ -430,6 +430,15 @@ def decomposed_settings(problem: Any, *, optimizer: str = "gn", **decomposition:
                               "wavenumber": scale_wavenumber(problem),
                               "points_per_wavelength": r["points_per_wavelength"]},
             **(DD_ADAM_SETTINGS if optimizer == "adam" else {})}
+
+
+def _radiation(problem: Any) -> float:
+    """The radiation rows' amplification of a decomposed run's plan: :data:`RADIATION_WITH_JUMPS`
+    where it trains on a medium whose jumps were smoothed
+    (:func:`helmpinn.problems.jumps.training_problem`) and the rows fit
+    (:func:`helmpinn.problems.radiation.radiation_count`), else 0."""
+    jumps = getattr(problem, "smoothed_jumps", None)
+    return RADIATION_WITH_JUMPS if jumps and radiation_count(problem, RADIATION_WITH_JUMPS) else 0.0
 
 
 def build_decomposed_model(problem: Any, decomposition: Mapping[str, Any], ff_dim: int, hidden: int,
