@@ -371,8 +371,9 @@ def test_mode_rows_extend_the_residuals(d, pml, hard, sparse):
         Uj = np.zeros((len(range(*p["slice"].indices(res.num_params))), 2 * res.num_modes))
         Uj[:, cols] = res.block(theta, j).T @ F
         np.testing.assert_allclose(Uj, J[n:, p["slice"]].T, rtol=0, atol=1e-11 * max(1.0, np.abs(Uj).max()))
-    with pytest.raises(ValueError, match=r"modes: expected finite numbers \[%d, q\]" % len(rows)):
-        model.residuals_for(rows, modes=M[:-1])
+    for bad in (M[:-1], M[:, :, None], np.where(M == M.max(), np.nan, M), scipy.sparse.csr_matrix(M[:-1])):
+        with pytest.raises(ValueError, match=r"modes: expected finite numbers \[%d, q\]" % len(rows)):
+            model.residuals_for(rows, modes=bad)
     assert model.residuals_for(rows, modes=M[:, :0]).num_modes == 0   # no columns: no mode rows
 
 

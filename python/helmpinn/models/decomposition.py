@@ -958,8 +958,11 @@ def _mode_matrix(modes: Any, n: int) -> Any:
     row per point (ValueError naming ``modes`` otherwise)."""
     from scipy import sparse   # (on first use: importing helmpinn leaves SciPy out)
 
-    M = sparse.csr_matrix(modes if sparse.issparse(modes) else np.asarray(modes, np.float64), dtype=np.float64)
-    if M.ndim != 2 or M.shape[0] != n or not np.all(np.isfinite(M.data)):
+    dense = None if sparse.issparse(modes) else np.asarray(modes, np.float64)
+    if dense is not None and dense.ndim != 2:
+        raise ValueError(f"modes: expected finite numbers [{n}, q] (one row per point), got shape {dense.shape}")
+    M = sparse.csr_matrix(modes if dense is None else dense, dtype=np.float64)
+    if M.shape[0] != n or not np.all(np.isfinite(M.data)):
         raise ValueError(f"modes: expected finite numbers [{n}, q] (one row per point), got shape {M.shape}")
     M.sum_duplicates()
     return M

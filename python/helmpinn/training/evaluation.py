@@ -82,7 +82,9 @@ def record_evaluation(trainer: "Trainer", step: int, elapsed: float) -> None:
     h.eval_time.append(elapsed)
     h.eval_val_loss.append(trainer.validation_loss())
     err, val = h.eval_error[-1], h.eval_val_loss[-1]
-    loss = trainer.last_fit_loss if h.step and h.step[-1] == step else None   # the points' part (StepInfo.fit_loss)
+    loss = None
+    if h.step and h.step[-1] == step:   # the points' part of the step's loss (StepInfo.fit_loss; a resumed run: the loss)
+        loss = h.loss[-1] if trainer.last_fit_loss is None else trainer.last_fit_loss
     trainer.last_gap = val / loss if val is not None and loss and loss > 0 and math.isfinite(loss) else None
     if trainer.target_error is not None and err is not None and err < trainer.target_error:
         trainer.stop(RunStatus.TARGET_REACHED, f"target error {trainer.target_error:g} reached at step {step}")
