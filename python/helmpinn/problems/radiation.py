@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .geometry import Box
+
 __all__ = ["radiation_rows", "radiation_windows", "radiation_count", "RADIATION_SPACING", "RADIATION_ANGLES",
            "RADIATION_MOST", "RADIATION_WITH_JUMPS"]
 
@@ -74,8 +76,7 @@ def radiation_windows(problem: Any) -> tuple[list[NDArray], NDArray] | None:
     if problem.dim != 2:
         return None
     lo, hi = (np.asarray(b, np.float64) for b in problem.domain.bounds)
-    grid = np.stack([g.ravel() for g in np.meshgrid(*(np.linspace(lo[i], hi[i], 101) for i in range(2)))], 1)
-    k = problem.local_wavenumber(grid)
+    k = problem.local_wavenumber(Box(lo, hi).grid(101)[0])
     if not np.any(k > 0):
         return None
     step = RADIATION_SPACING * 2.0 * math.pi / float(np.median(k[k > 0]))
