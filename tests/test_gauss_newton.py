@@ -6,6 +6,7 @@ import collections
 
 import numpy as np
 import pytest
+import scipy.sparse
 
 from helmpinn.optim.gauss_newton import VARPRO_MAX_FALL, VARPRO_RIDGE, MatrixFreeGN
 from test_decomposition import make_case
@@ -284,14 +285,15 @@ def test_cholesky_adds_the_damping_in_its_one_copy(dtype):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_block_solves_are_each_blocks_solve(dtype, threads):
-    """The preconditioner's block solves (``_block_solves``: all blocks in one call of
+    """The preconditioner's block solves (``_BlockSolves``: all blocks in one call of
     ``_core.cholesky_solves``, spread over the engine's threads) give each block's own solve
     (SciPy's ?trsv twice, called from Python on this thread) bit for bit, in blocks of unequal
     sizes with gaps between them, zeros in the gaps; and they solve the blocks' systems."""
     from scipy.linalg import blas
 
     import helmpinn as hp
-    from helmpinn.optim.gauss_newton import _block_solves, _cholesky
+    from helmpinn.optim.gauss_newton import _BlockSolves, _cholesky
+    from helmpinn.optim.low_rank import BlockColumns
     rng = np.random.default_rng(3)
     sizes, gaps = [7, 0, 30, 1, 12, 19], [2, 0, 3, 0, 1, 4]
     blocks, start = [], 0
@@ -305,7 +307,7 @@ def test_block_solves_are_each_blocks_solve(dtype, threads):
     hp.set_num_threads(threads)
     try:
         factors = [(sl, _cholesky(A, dtype)) for sl, A in blocks if A.size]
-        out = _block_solves(factors)(v)
+        out = _BlockSolves(factors)(v)
     finally:
         hp.set_num_threads(before)
     assert out.dtype == np.float64
@@ -321,17 +323,22 @@ def test_block_solves_are_each_blocks_solve(dtype, threads):
             exact = np.linalg.solve(A, v[sl])
             assert np.linalg.norm(out[sl] - exact) <= tol * np.linalg.norm(exact)
     assert np.all(out[~inside] == 0)
-    # a 2-D v [P, k]: every column solved at once (two ?trsm a block), as each alone to rounding
-    V = rng.normal(size=(len(v), 4))
-    V[:, 0] = v
-    kept = V.copy()
-    many = _block_solves(factors)(V)
-    np.testing.assert_array_equal(V, kept)   # (a block of one row is a view both ways: not overwritten)
-    assert many.shape == V.shape and many.dtype == np.float64
-    cols = np.stack([_block_solves(factors)(np.ascontiguousarray(V[:, k])) for k in range(4)], 1)
-    scale = np.abs(cols).max(0)
+    # a BlockColumns V [P, k] (the mode rows' M U): each block's columns solved at once (two
+    # ?trsm a block), as each column alone to rounding; a block where no factor starts refused
+    k = 5
+    pieces = [(sl.start, np.sort(rng.choice(k, 1 + i % 3, replace=False)), None) for i, (sl, U) in enumerate(factors)]
+    pieces = [(s0, c, rng.normal(size=(len(U), len(c)))) for (s0, c, _), (_, U) in zip(pieces, factors)]
+    V = BlockColumns((len(v), k), pieces)
+    kept = [B.copy() for _, _, B in V.blocks]
+    many = BlockColumns(V.shape, _BlockSolves(factors).columns(V)).toarray()
+    assert all(np.array_equal(B, K) for (_, _, B), K in zip(V.blocks, kept))   # not overwritten
+    dense = V.toarray()
+    cols = np.stack([_BlockSolves(factors)(np.ascontiguousarray(dense[:, j])) for j in range(k)], 1)
+    scale = np.abs(cols).max(0) + 1e-300
     assert np.all(np.abs(many - cols) <= (1e-5 if dtype == "float32" else 1e-12) * scale)
     assert np.all(many[~inside] == 0)
+    with pytest.raises(ValueError, match="no factor"):
+        _BlockSolves(factors).columns(BlockColumns((len(v), k), [(factors[0][0].start + 1, [0], np.ones((2, 1)))]))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -365,22 +372,49 @@ def test_grams_are_the_upper_triangles_the_factor_reads(dtype, threads):
     assert np.linalg.norm(_factor(A)(b) - exact) <= 10 * tol * np.linalg.norm(exact)
 
 
-@pytest.mark.parametrize("coarse", [None, "last_layer"])
-def test_preconditioner_applies_to_many_columns_as_to_each(coarse):
-    """The two-level preconditioner M applied to a matrix [P, k] (the mode rows' Woodbury term
-    applies it to U's 2q columns at once) gives each column's M v, to float32's rounding of
-    the block factors."""
-    model, rows, _ = make_case(2, pml=True, hard=True, seed=3)
-    res = model.residuals_for(rows)
+@pytest.mark.parametrize("coarse", [None, "last_layer", "sparse"])
+def test_woodbury_columns_are_the_preconditioner_of_each(coarse, monkeypatch):
+    """With mode rows the preconditioner forms ``W = M U`` by pieces (the blocks' solves of U's
+    blocks, the coarse correction's rows): each of its columns is M (the two-level
+    preconditioner without the mode rows' term) applied to that column of U, to float32's
+    rounding of the block factors; and the Woodbury form then inverts ``M⁻¹ + UUᵀ``. "sparse":
+    the coarse level assembled and factored sparse (SuperLU), as above ``SPARSE_COARSE_ABOVE``."""
+    from helmpinn.optim import gauss_newton
+    model, res = _mode_rows_case()
     theta = model.params.copy()
-    gn = MatrixFreeGN(res, coarse=coarse)
+    gn = MatrixFreeGN(res, coarse=coarse and "last_layer")
+    if coarse == "sparse":
+        gn.sparse_coarse_above = 0
     s = gn.linearize(theta, collections.defaultdict(float))
+    assert (coarse == "sparse") == (s.coarse is not None and scipy.sparse.issparse(s.coarse[0]))
     D = gn._D(s)
-    M = gn.preconditioner(s, 1e-2 * float(np.mean(D)), D)
-    V = np.random.default_rng(5).normal(size=(res.num_params, 5))
-    many = M(V)
-    cols = np.stack([M(np.ascontiguousarray(V[:, k])) for k in range(5)], 1)
-    assert np.all(np.abs(many - cols) <= 1e-5 * np.abs(cols).max(0))
+    lam = 1e-2 * float(np.mean(D))
+    seen = {}
+    real = gauss_newton.woodbury
+
+    def spy(M, U, W, sum_ranks):
+        seen["W"] = W
+        return real(M, U, W, sum_ranks)
+    monkeypatch.setattr(gauss_newton, "woodbury", spy)
+    P = gn.preconditioner(s, lam, D)
+    U, s.U = s.U, None
+    M = gn.preconditioner(s, lam, D)
+    dense = U.toarray()
+    cols = np.stack([M(np.ascontiguousarray(dense[:, k])) for k in range(dense.shape[1])], 1)
+    W = seen["W"].toarray()
+    assert np.abs(cols).max() > 0
+    assert np.all(np.abs(W - cols) <= 1e-5 * np.abs(cols).max(0))
+    v = np.random.default_rng(5).normal(size=res.num_params)
+    y = P(v)   # (M⁻¹ + UUᵀ) y = v, with M⁻¹ y from M's own solve (to CG-free precision)
+    Minv_y = _solve_linear(M, y)
+    assert np.linalg.norm(Minv_y + dense @ (dense.T @ y) - v) <= 1e-4 * np.linalg.norm(v)
+
+
+def _solve_linear(M, y):
+    """``M⁻¹ y`` for a symmetric positive definite operator M, by forming M column by column."""
+    n = len(y)
+    A = np.stack([M(np.eye(n)[:, k]) for k in range(n)], 1)
+    return np.linalg.solve((A + A.T) / 2, y)
 
 
 def test_gram_matrices_do_not_depend_on_the_batch(monkeypatch):
@@ -631,7 +665,7 @@ def test_mode_rows_low_rank_preconditioner_is_exact_with_one_subdomain(monkeypat
     plain = MatrixFreeGN(model.residuals_for(rows, modes=modes), coarse=None, cg_tol=1e-10, gram="float64",
                          products="core")
     from helmpinn.optim import gauss_newton
-    monkeypatch.setattr(gauss_newton, "_low_rank", lambda M, U, dots: M)
+    monkeypatch.setattr(gauss_newton, "woodbury", lambda M, U, W, sum_ranks: M)
     assert plain.direction(model.params, 1e-2)[1] > 1
 
 
@@ -658,7 +692,7 @@ def test_green_mode_rows_carriers_stay_out_of_the_gram_matrices():
         lin = gn.linearize(theta, collections.defaultdict(float))
         G = J[:res.num_points][pde]
         assert np.allclose(np.triu(lin.grams[0]), np.triu(G.T @ G), rtol=1e-12, atol=1e-12 * np.abs(G).max() ** 2)
-        assert np.allclose(lin.U, J[res.num_points:].T, rtol=1e-10, atol=1e-10 * np.abs(J).max())
+        assert np.allclose(lin.U.toarray(), J[res.num_points:].T, rtol=1e-10, atol=1e-10 * np.abs(J).max())
         # the coarse matrix leaves them out too: the output layers' columns over the PDE rows
         two = MatrixFreeGN(res, coarse="last_layer", gram="float64", products="core")
         Gc, idx = two.linearize(theta, collections.defaultdict(float)).coarse

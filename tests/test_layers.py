@@ -45,7 +45,7 @@ FLOORS = {
                  "survey", "distributed", "problems.obstacles", "problems.registry", "reference.obstacle", "reference.fd"],
     "rules": ["defaults"],
     "models and optimisers": ["models.model", "models.decomposition", "models.model_protocol", "models", "optim", "optim.damped",
-                              "optim.first_order", "optim.lm", "optim.gauss_newton"],
+                              "optim.first_order", "optim.lm", "optim.low_rank", "optim.gauss_newton"],
     "training": ["training.status", "memory", "training.drivers", "training.dd_driver", "training.progress",
                  "training.checkpointing", "training.evaluation", "training.trainer",
                  "training.plan", "training"],

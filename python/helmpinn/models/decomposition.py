@@ -1124,10 +1124,11 @@ class DecomposedResiduals:
         self.comm.Allgather([np.array([part]), MPI.DOUBLE], [parts, MPI.DOUBLE])
         return float(math.fsum(parts))
 
-    def dots(self, A: NDArray, B: NDArray) -> NDArray:
-        """``AᵀB`` for parameter-space columns A [P, a] and B [P, b] held as in :meth:`dot`: the
-        ranks' partial products gathered and added in rank order (the same on every rank)."""
-        part = np.ascontiguousarray(A[self.own].T @ B[self.own], np.float64)
+    def sum_ranks(self, part: NDArray) -> NDArray:
+        """The ranks' arrays ``part`` (one shape on every rank) gathered and added in rank order:
+        the same sum on every rank (one process: ``part``, float64), as :meth:`dot` does for a
+        number (the mode rows' Woodbury term, :func:`helmpinn.optim.low_rank.woodbury`)."""
+        part = np.ascontiguousarray(part, np.float64)
         if self.comm is None:
             return part
         from mpi4py import MPI

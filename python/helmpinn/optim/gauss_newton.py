@@ -98,8 +98,10 @@ point rows' residual projected on one near-resonant mode of a closed box and wei
 error such a residual causes (:func:`helmpinn.problems.waves.resonance_rows`). Their Jacobian ``FᵀJ`` is
 dense over the subnetworks but of rank 2q, so the preconditioner adds their term ``UUᵀ`` of
 ``JᵀJ`` (``U = JᵀF``, each block's ``J_jᵀF_j`` taken from the Jacobian blocks of the
-linearisation) to the additive two-level one by Woodbury's identity (``_low_rank``: one
-application of it to U's 2q columns at once per trial λ and a 2q × 2q factor): without that
+linearisation) to the additive two-level one by Woodbury's identity
+(:mod:`helmpinn.optim.low_rank`: one application of it to U's 2q columns at once per trial λ,
+by blocks since U and ``M U`` are dense only on each block's few columns and the output
+layers' rows, and a 2q × 2q factor): without that
 term CG takes several times the iterations and a run can stall (docs/benchmarks-archive.md,
 "Mode rows"). D stays the point rows'. Not with the deflated preconditioner or ``varpro``.
 CG's tolerance is relative to the point rows' share of the gradient, ``‖J_pᵀ r_p‖``, where
@@ -136,7 +138,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -146,6 +148,7 @@ from .. import _core, distributed
 from .._blas import blas_limit, check_blas_threads
 from .damped import Damped, Direction, NonFiniteLoss, StepRecord
 from .lm import DAMPINGS as LM_DAMPINGS, pcg
+from .low_rank import BlockColumns, woodbury
 
 __all__ = ["Linearization", "MatrixFreeGN", "SPARSE_COARSE_ABOVE", "WARM_RHO", "VARPRO_RIDGE", "VARPRO_MAX_FALL", "BACKTRACK",
            "DAMPINGS", "GRAM_BATCH", "GRAM_BATCH_BYTES"]
@@ -249,11 +252,12 @@ def _jacobian_blocks(res: Any, theta: NDArray, gram: str, keep: bool, index: lis
     Gram matrices of the Jacobian blocks' counted rows (:func:`_grams` in ``gram``'s dtype, a
     batch of blocks at a time on the engine's threads), the blocks themselves where ``keep``,
     their output-layer columns (``index`` per part; float64) for the coarse matrix, and with mode
-    rows their gradients ``U = JᵀF`` [P, 2q] (this rank's range; else None). ``times["gram"]``
-    gains the seconds of the Gram matrices."""
+    rows their gradients ``U = JᵀF`` [P, 2q] (:class:`~helmpinn.optim.low_rank.BlockColumns`: each
+    part's block in the columns of the mode rows that read it; this rank's parts; else None).
+    ``times["gram"]`` gains the seconds of the Gram matrices."""
     grams, blocks, zcols, cols = {}, {}, {}, {}
-    # with mode rows, their gradients U = Jᵀ F [P, 2q] from the same blocks (this rank's range)
-    U = np.zeros((res.num_params, 2 * res.num_modes)) if res.num_modes else None
+    # with mode rows, their gradients U = Jᵀ F [P, 2q] from the same blocks (this rank's parts)
+    u_blocks: list[tuple[int, NDArray, NDArray]] = []
     # the blocks in float32 where they only make float32 Gram matrices (and the coarse
     # columns, which only precondition, or start varpro's projection, checked by the loss)
     dtype = "float32" if gram == "float32" and not keep else "float64"
@@ -270,7 +274,7 @@ def _jacobian_blocks(res: Any, theta: NDArray, gram: str, keep: bool, index: lis
         times["gram"] += time.perf_counter() - t1
         pairs = [(j, Ja, Fa) for j, _, Ja, Fa in batch if Ja is not None]
         for (j, _, _), Uj in zip(pairs, _products([Ja for _, Ja, _ in pairs], [Fa for _, _, Fa in pairs])):
-            U[res.parts[j]["slice"], cols[j]] = Uj   # (into float64 U; the mode rows that read part j)
+            u_blocks.append((res.parts[j]["slice"].start, cols[j], np.asarray(Uj, np.float64)))   # (float64)
         batch.clear()
         held = 0
 
@@ -278,7 +282,7 @@ def _jacobian_blocks(res: Any, theta: NDArray, gram: str, keep: bool, index: lis
         for j in res.local:
             J = res.block(theta, j, dtype)
             Ja = Fa = None
-            if U is not None:   # over the rows the mode rows read (Green's: the carriers)
+            if res.num_modes:   # over the rows the mode rows read (Green's: the carriers)
                 F, cols[j] = res.mode_columns(j)
                 live = np.flatnonzero(F.any(1))
                 lo, hi = (live[0], live[-1] + 1) if len(live) else (0, 0)
@@ -294,23 +298,9 @@ def _jacobian_blocks(res: Any, theta: NDArray, gram: str, keep: bool, index: lis
             if len(batch) >= per_batch or held >= GRAM_BATCH_BYTES:
                 batch_done()
         batch_done()
+    U = BlockColumns((res.num_params, 2 * res.num_modes), u_blocks) if res.num_modes else None
     return grams, blocks, zcols, U
 
-
-def _low_rank(M: Callable[[NDArray], NDArray], U: NDArray,
-              dots: Callable[[NDArray, NDArray], NDArray]) -> Callable[[NDArray], NDArray]:
-    """``(M⁻¹ + UUᵀ)⁻¹ v = M v − W (I + UᵀW)⁻¹ Wᵀ v`` with ``W = M U`` (Woodbury; M symmetric):
-    the preconditioner M of the point rows' system with the mode rows' term ``UUᵀ`` added
-    exactly. Costs one application of M to the 2q columns of U at once (each block's factor
-    and the coarse factor read once for all of them), then two products with W [P, 2q] and
-    one gather of 2q numbers per application (``dots``: the residuals' global ``AᵀB``)."""
-    W = M(np.ascontiguousarray(U))
-    S = np.eye(U.shape[1]) + dots(U, W)
-    factor = _sla().cho_factor((S + S.T) / 2)
-
-    def low_rank(v: NDArray) -> NDArray:
-        return M(v) - W @ _sla().cho_solve(factor, dots(W, v[:, None])[:, 0])
-    return low_rank
 
 def _sla() -> Any:
     """``scipy.linalg``, imported on first use (importing helmpinn leaves SciPy's linear algebra
@@ -372,53 +362,77 @@ def _cholesky(A: NDArray, dtype: str = "float64", diagonal: NDArray | None = Non
 
 def _factor(A: Any, dtype: str = "float64") -> Callable[[NDArray], NDArray]:
     """A solve with the SPD matrix A: by SuperLU for a sparse A, else by :func:`_cholesky`'s
-    factor and two ?trsv (:func:`_block_solves` with one block; LAPACK's ?potrs goes through
-    ?trsm, several times slower for one right-hand side)."""
+    factor and two ?trsv (:class:`_BlockSolves` with one block; LAPACK's ?potrs goes through
+    ?trsm, several times slower for one right-hand side); a 2-D b [n, k] by two ?trsm."""
     from scipy import sparse
     from scipy.sparse.linalg import splu
 
     if sparse.issparse(A):   # SuperLU with a symmetric ordering; λD > 0 keeps A definite
         lu = splu(A, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
         return lambda b: lu.solve(np.asarray(b, np.float64))
-    return _block_solves([(slice(0, len(A)), _cholesky(A, dtype))])
+    one = _BlockSolves([(slice(0, len(A)), _cholesky(A, dtype))])
 
-
-def _block_solves(blocks: list[tuple[slice, NDArray]]) -> Callable[[NDArray], NDArray]:
-    """The block-diagonal solve ``v ↦ (U_jᵀU_j)⁻¹ v_j`` on each block's slice of v (zero outside
-    the blocks), for the upper factors U_j of :func:`_cholesky` (one dtype). The
-    blocks are solved on the engine's own threads (:func:`helmpinn._core.cholesky_solves`, two of
-    SciPy's ?trsv a block), not on this thread alone: a solve is bound by reading its factor, and
-    the second core reads the others' meanwhile (docs/benchmarks-archive.md, "The block solves on the
-    engine's threads"). A 2-D v [P, k] is solved column by column in one pass: two ?trsm a block
-    on the calling thread (the BLAS's threads as the caller set them), each factor read once for
-    all k columns instead of k times (``_low_rank``'s ``M U``), the columns that are zero on the
-    block skipped (local mode rows, such as the radiation rows, read a few blocks each)."""
-    from scipy.linalg import blas
-
-    dtype = blocks[0][1].dtype if blocks else np.dtype(np.float64)
-    trsv = _blas_routine("trsv", dtype)
-    trsm = blas.strsm if dtype == np.float32 else blas.dtrsm
-    slices, factors = [sl for sl, _ in blocks], [U for _, U in blocks]
-    for sl in slices:
-        if sl.step not in (None, 1):
-            raise ValueError(f"_block_solves: a block's slice must be contiguous, got {sl}")
-    starts = [int(sl.start or 0) for sl in slices]
-
-    def solve(v: NDArray) -> NDArray:
-        if v.ndim == 2:
-            X = np.zeros(v.shape)
-            for sl, U in zip(slices, factors):
-                live = np.flatnonzero(np.any(v[sl] != 0, axis=0))   # (the others solve to zero)
-                if len(U) and len(live):   # Uᵀ Y = V_j, then U X_j = Y (in a copy: v[sl] may already be F-ordered)
-                    Y = trsm(1.0, U, np.array(v[sl][:, live], dtype, order="F"), trans_a=1, overwrite_b=1)
-                    X[sl, live] = trsm(1.0, U, Y, overwrite_b=1)
-            return X
-        x = np.zeros(len(v), dtype)
-        for sl in slices:
-            x[sl] = v[sl]
-        _core.cholesky_solves(trsv, factors, starts, x)
-        return x.astype(np.float64)
+    def solve(b: NDArray) -> NDArray:
+        if b.ndim == 1 or not b.size:
+            return one(b) if b.ndim == 1 else np.zeros(b.shape)
+        return one.columns(BlockColumns(b.shape, [(0, np.arange(b.shape[1]), b)]))[0][2]
     return solve
+
+
+class _BlockSolves:
+    """The block-diagonal solve ``v ↦ (U_jᵀU_j)⁻¹ v_j`` on each block's slice of v (zero outside
+    the blocks), for the upper factors U_j of :func:`_cholesky` (``blocks``: (slice, U_j), one
+    dtype). The blocks are solved on the engine's own threads
+    (:func:`helmpinn._core.cholesky_solves`, two of SciPy's ?trsv a block), not on this thread
+    alone: a solve is bound by reading its factor, and the second core reads the others'
+    meanwhile (docs/benchmarks-archive.md, "The block solves on the engine's threads").
+    :meth:`columns` solves the blocks of a :class:`~helmpinn.optim.low_rank.BlockColumns` (the
+    mode rows' ``M U``)."""
+
+    def __init__(self, blocks: list[tuple[slice, NDArray]]):
+        self.dtype = blocks[0][1].dtype if blocks else np.dtype(np.float64)
+        self.factors = [U for _, U in blocks]
+        for sl, _ in blocks:
+            if sl.step not in (None, 1):
+                raise ValueError(f"_BlockSolves: a block's slice must be contiguous, got {sl}")
+        self.starts = [int(sl.start or 0) for sl, _ in blocks]
+        self._trsv = _blas_routine("trsv", self.dtype)
+
+    def __call__(self, v: NDArray) -> NDArray:
+        x = np.zeros(len(v), self.dtype)
+        for s, U in zip(self.starts, self.factors):
+            x[s:s + len(U)] = v[s:s + len(U)]
+        _core.cholesky_solves(self._trsv, self.factors, self.starts, x)
+        return x.astype(np.float64)
+
+    def columns(self, V: BlockColumns) -> list[tuple[int, NDArray, NDArray]]:
+        """The blocks of ``M V`` [P, k] for M this solve: each of V's blocks (which must start
+        where a factor's block does and lie within it) solved in its own columns, two ?trsm a
+        block on the calling thread (the BLAS's threads as the caller set them), float64."""
+        from scipy.linalg import blas
+
+        trsm = blas.strsm if self.dtype == np.float32 else blas.dtrsm
+        at = {s: U for s, U in zip(self.starts, self.factors)}
+        out = []
+        for s, c, B in V.blocks:
+            U = at.get(s)
+            if U is None or len(B) != len(U):
+                raise ValueError(f"_BlockSolves.columns: no factor of {len(B)} rows starts at row {s}")
+            Y = trsm(1.0, U, np.array(B, self.dtype, order="F"), trans_a=1, overwrite_b=1)   # Uᵀ Y = B, U X = Y
+            out.append((s, c, np.asarray(trsm(1.0, U, Y, overwrite_b=1), np.float64)))
+        return out
+
+
+def _additive_columns(U: BlockColumns, local: _BlockSolves, space: _CoarseSpace | None,
+                      coarse: tuple | None) -> BlockColumns:
+    """``W = M U`` by pieces for the additive preconditioner M (the block solves ``local`` plus
+    the coarse level ``coarse`` of ``space``, or none): the blocks' solves of U's blocks, and the
+    coarse correction ``Q U``, nonzero on this rank's output-layer rows only."""
+    rows = None
+    if coarse is not None:
+        _, own_idx, lo, hi, _, _ = coarse
+        rows = (own_idx, space.solve(coarse, U.take(own_idx))[lo:hi])
+    return BlockColumns(U.shape, local.columns(U), rows)
 
 
 class MatrixFreeGN(Damped):
@@ -593,7 +607,7 @@ class MatrixFreeGN(Damped):
         s.g = self._vjp(s, r)
         # CG's tolerance relative to the point rows' share of Jᵀr where it is smaller (module docstring)
         if U is not None and self.cg_tol_on == "points":
-            gp = s.g - U @ r[res.num_points:]
+            gp = s.g - U.matvec(r[res.num_points:])
             s.g_scale = math.sqrt(res.dot(gp, gp))
         if self._coarse is not None:
             t1 = time.perf_counter()
@@ -624,16 +638,17 @@ class MatrixFreeGN(Damped):
         ``M v + Q v`` (``two_level="additive"``) or ``(I − QA) M v + Q v`` ("deflated"), with M the
         subdomain blocks' solves and ``Q = Z (ZᵀAZ)⁻¹ Zᵀ`` the coarse correction. A deflated
         preconditioner carries Q as its ``deflate`` attribute (:meth:`cg` starts from ``Q b``).
-        With mode rows the additive one has their term added (``_low_rank``)."""
+        With mode rows the additive one has their term added (:func:`~helmpinn.optim.low_rank.woodbury`,
+        ``W = M U`` by blocks: the blocks' solves of U's blocks and the coarse correction's rows)."""
         res = self.res
         with distributed.collective(res.comm, "factoring the preconditioner"):
-            local = _block_solves([(res.parts[j]["slice"], _cholesky(G, self.gram, lam * D[res.parts[j]["slice"]]))
+            local = _BlockSolves([(res.parts[j]["slice"], _cholesky(G, self.gram, lam * D[res.parts[j]["slice"]]))
                                    for j, G in s.grams.items()])
             coarse = self._coarse.factor(s.coarse, lam * D[s.coarse[1]]) if s.coarse is not None else None
 
-        def coarse_into(y: NDArray, v: NDArray) -> NDArray:   # y + Q v, in place (v may be [P, 2q])
+        def coarse_into(y: NDArray, v: NDArray) -> NDArray:   # y + Q v, in place
             _, own_idx, lo, hi, _, _ = coarse
-            y[own_idx] += self._coarse.solve(coarse, v)[lo:hi]
+            y[own_idx] += self._coarse.solve(coarse, v[own_idx])[lo:hi]
             return y
 
         def Q(v: NDArray) -> NDArray:
@@ -652,7 +667,7 @@ class MatrixFreeGN(Damped):
             return coarse_into(local(v), v)
         M = local if coarse is None else additive
         # the mode rows' term UUᵀ of JᵀJ added to M by Woodbury's identity
-        return M if s.U is None else _low_rank(M, s.U, self.res.dots)
+        return M if s.U is None else woodbury(M, s.U, _additive_columns(s.U, local, self._coarse, coarse), res.sum_ranks)
 
     def cg(self, s: Linearization, lam: float, D: NDArray, rhs: NDArray,
            precond: Callable[[NDArray], NDArray], start: NDArray | None = None,
@@ -759,7 +774,7 @@ class MatrixFreeGN(Damped):
         ridge = VARPRO_RIDGE * np.maximum(d, 1e-300)
         with distributed.collective(self.res.comm, "factoring the output layers' system"):
             coarse = self._coarse.factor(s.coarse, ridge)
-        dz = self._coarse.solve(coarse, s.g)
+        dz = self._coarse.solve(coarse, s.g[coarse[1]])
         new = theta.copy()
         new[idx] -= dz
         r1 = self.res.residuals(new)
@@ -891,16 +906,17 @@ class _CoarseSpace:
         shifted = (Gc + _sparse().diags(shift)).tocsc() if _sparse().issparse(Gc) else Gc + np.diag(shift)
         return _factor(shifted), idx[lo:hi], lo, hi, ranges, len(idx)
 
-    def solve(self, coarse: tuple, v: NDArray) -> NDArray:
-        """The coarse system's solution for the output-layer components of v (this rank's own
-        range; one ``Allgatherv`` over several ranks): the whole coarse vector, alike on every
-        rank; for a 2-D v [P, k] the k columns' at once ([n, k])."""
+    def solve(self, coarse: tuple, own: NDArray) -> NDArray:
+        """The coarse system's solution for the output-layer components ``own`` of a vector
+        (``v[own_idx]``: this rank's own range; one ``Allgatherv`` over several ranks): the whole
+        coarse vector, alike on every rank; for a 2-D ``own`` [m, k] the k columns' at once
+        ([n, k])."""
         solve, own_idx, lo, hi, ranges, n = coarse
-        vc = np.zeros((n,) + v.shape[1:])
-        vc[lo:hi] = v[own_idx]
+        vc = np.zeros((n,) + own.shape[1:])
+        vc[lo:hi] = own
         if self.res.comm is not None:
             from mpi4py import MPI
-            k = int(np.prod(v.shape[1:], dtype=np.int64))   # the rows of vc are contiguous
+            k = int(np.prod(own.shape[1:], dtype=np.int64))   # the rows of vc are contiguous
             self.res.comm.Allgatherv(MPI.IN_PLACE, [vc, (ranges[:, 1] - ranges[:, 0]) * k, ranges[:, 0] * k,
                                                     MPI.DOUBLE])
         return solve(vc)
