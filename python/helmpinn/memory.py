@@ -75,7 +75,8 @@ cover a point along an axis of ``g_a`` subdomains; the Jacobian blocks of the la
   ``mode rows``: with ``resonance`` set, up to ``resonance_most`` modes, with ``corners``
   a polygon's corners' rows (:mod:`helmpinn.problems.corners`) and with ``radiation`` the
   radiation rows (:mod:`helmpinn.problems.radiation`), q in all, ``32 q P`` for
-  their gradients U and the preconditioner's M U, and ``8 q N`` for their columns, and on a Green's grid
+  their gradients U and the preconditioner's M U (as dense [P, 2q] arrays: an upper bound where
+  they are held by blocks, :mod:`helmpinn.optim.low_rank`), and ``8 q N`` for their columns, and on a Green's grid
   (:func:`helmpinn.problems.waves.resonance_green_rows`, under the hard constraint)
   ``8 q (3 G + 2 min(4^d G, 2^18))`` for its G nodes (``Π_a (⌈4.1 w_a⌉ + 16)``, w_a the
   wavelengths along axis a) and the slabs of the grid 4 times finer that projects the source;
