@@ -10,8 +10,8 @@ from helmpinn import memory
 from helmpinn.models.decomposition import DecomposedModel
 from helmpinn.problems.geometry import Box
 from helmpinn.problems.jumps import training_problem
-from helmpinn.problems.radiation import (RADIATION_ANGLES, RADIATION_MOST, RADIATION_WITH_JUMPS, radiation_count,
-                                         radiation_rows, radiation_windows)
+from helmpinn.problems.radiation import (RADIATION_ANGLES, RADIATION_LEVEL_RATIO, RADIATION_MOST, RADIATION_WITH_JUMPS,
+                                         radiation_count, radiation_rows, radiation_windows)
 from helmpinn.training.dd_driver import GNDriver, GNSettings
 
 
@@ -69,20 +69,30 @@ def test_they_weigh_a_radiating_residual_and_hardly_a_sharp_one():
 
 
 def test_the_local_wavenumber_sets_each_window_and_nothing_for_a_below_one_or_3d():
+    """A window takes the wavenumber at its centre; one that straddles a jump (k's ratio over it
+    above RADIATION_LEVEL_RATIO) takes plane waves at each side's, the outside's first."""
     slow = open_problem(velocity=lambda x: np.where(np.all(np.abs(x) < 0.3, axis=1), 0.5, 1.0))
     x, pde = points()
     M = radiation_rows(slow, x, pde, 4.0).toarray()
     k = slow.local_wavenumber(np.array([[0.2, 0.2], [-1.0, -1.0]]))
     assert k[0] == pytest.approx(2 * k[1])
-    # the window centred at (0.2, 0.2): its first column is cos(2k x) there
-    centres = np.linspace(-1, 1, 6)
-    i = int(np.argmin(np.abs(centres - 0.2)))
-    col = M[:, (i * 6 + i) * 2 * RADIATION_ANGLES]
-    on = np.flatnonzero(col)
-    h = 0.4
-    bump = np.prod(np.cos(0.5 * np.pi * (x[on] - centres[i]) / h) ** 2, axis=1)
-    ratio = col[on] / (bump * np.cos(2 * k[1] * x[on, 0]))
-    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)
+    centres, h, levels = radiation_windows(slow)
+    assert np.allclose(centres[0], np.linspace(-1, 1, 6)) and np.allclose(h, 0.4)
+    i = int(np.argmin(np.abs(centres[0] - 0.2)))
+    assert levels[0] == [pytest.approx(k[1])]   # the corner window: the outside alone
+    assert levels[i * 6 + i] == [pytest.approx(k[1]), pytest.approx(k[0])]   # over the slow square: both
+    assert M.shape[1] == sum(len(w) for w in levels) * 2 * RADIATION_ANGLES == radiation_count(slow, 4.0)
+    mild = open_problem(velocity=lambda x: np.where(np.all(np.abs(x) < 0.3, axis=1), 0.7, 1.0))   # 1.43 < 1.5
+    assert all(len(w) == 1 for w in radiation_windows(mild)[2]) and RADIATION_LEVEL_RATIO == 1.5
+    first = 2 * RADIATION_ANGLES * sum(len(w) for w in levels[:i * 6 + i])   # that window's first column
+
+    def ratio(col, kk):
+        on = np.flatnonzero(col)
+        bump = np.prod(np.cos(0.5 * np.pi * (x[on] - centres[0][i]) / h[0]) ** 2, axis=1)
+        return col[on] / (bump * np.cos(kk * x[on, 0]))
+    for col, kk in ((M[:, first], k[1]), (M[:, first + 2 * RADIATION_ANGLES], k[0])):   # cos(k x), then cos(2k x)
+        r = ratio(col, kk)
+        np.testing.assert_allclose(r, r[0], rtol=1e-9)
     assert radiation_rows(slow, x, pde, 1.0) is None and radiation_rows(slow, x, pde, 0.0) is None
     x3 = np.random.default_rng(1).uniform(-1, 1, size=(50, 3))
     assert radiation_rows(slow, x3, np.ones(50, bool), 8.0) is None
@@ -125,7 +135,7 @@ def test_the_plan_adds_them_where_the_jumps_were_smoothed():
     assert hp.run_plan(slow, "decomposed", "gn").record()["gn"]["radiation"] == 0.0
     # the memory estimate counts their columns (two [P, 2q] arrays and the columns)
     q = radiation_count(trained, RADIATION_WITH_JUMPS)
-    assert q == 288 and memory._modes(trained, "gn", {"radiation": RADIATION_WITH_JUMPS}, False)[0] == q
+    assert q == 360 and memory._modes(trained, "gn", {"radiation": RADIATION_WITH_JUMPS}, False)[0] == q   # 9 windows at two
     assert memory._modes(trained, "gn", {"radiation": 0.0}, False)[0] == 0
     wide = hp.Problem(Box([-3, -3], [3, 3]), frequency=2.0, source=hp.PointSource((-0.5, 0.0)), bcs={},
                       pml=hp.PML(0.5), velocity=lambda x: np.where(np.all(np.abs(x - 0.2) < 0.2, axis=1), 0.5, 1.0))
