@@ -24,11 +24,11 @@ along it weighs ``a²`` times its size at the points in the loss, a the amplific
 radiate is hardly seen by them (its projection on a plane wave at k is small); the exact solution
 has none. The columns are sparse (a point lies in at most 2^d windows).
 
-Their cost: q = 8 columns a window, whose gradients and preconditioned gradients are held by
+Their cost: q = 8 columns a window (16 where it straddles a jump), whose gradients and preconditioned gradients are held by
 blocks, each subdomain's in the columns of the windows that reach it
 (:mod:`helmpinn.optim.low_rank`; :mod:`helmpinn.memory` counts them as dense ``[P, 2q]`` arrays),
-and a Woodbury term in every CG iteration; on the square inclusion (288 columns) a late
-Gauss-Newton step takes about 28 s against 11 to 27 s without. A decomposed run takes them by default (a = :data:`RADIATION_WITH_JUMPS`) where
+and a Woodbury term in every CG iteration; on the square inclusion (360 columns) a late
+Gauss-Newton step takes about 29 s against 11 to 27 s without. A decomposed run takes them by default (a = :data:`RADIATION_WITH_JUMPS`) where
 it trains on a medium whose jumps were smoothed, where they pay; on a smooth medium (free space)
 the fewer, dearer steps ended higher, so not there.
 
@@ -64,7 +64,7 @@ RADIATION_ANGLES = 4
 RADIATION_LEVEL_RATIO = 1.5
 
 #: The columns at most (more: no rows): each costs two parameter vectors of memory and its share
-#: of a Woodbury term in every CG iteration (the square inclusion: 288). Windows widened to fit
+#: of a Woodbury term in every CG iteration (the square inclusion: 360). Windows widened to fit
 #: (Marmousi at 3 Hz: 400 columns in windows 1.6 median wavelengths wide) ended higher than none
 #: (docs/benchmarks.md, "Seismic").
 RADIATION_MOST = 512
