@@ -101,6 +101,42 @@ def test_the_local_wavenumber_sets_each_window_and_nothing_for_a_below_one_or_3d
             radiation_rows(slow, x, pde, bad)
 
 
+def test_they_read_rows_weighted_down_at_full_size():
+    """Where the sampler weighs PDE rows down (row_weights w: a smoothed jump's ramps, the rows
+    carrying sqrt(w)), each column there is the plain one times 1/sqrt(w), renormalised; a row of
+    weight 0 is not read."""
+    x, pde = points()
+    plain = radiation_rows(open_problem(), x, pde, 8.0).toarray()
+    p = open_problem()
+
+    def ramps(y):
+        r = np.hypot(y[:, 0] - 0.2, y[:, 1])
+        return np.where(r < 0.3, 0.25, np.where(r < 0.4, 0.0, 1.0))
+    p.sampler.row_weights = ramps
+    D = radiation_rows(p, x, pde, 8.0).toarray()
+    assert D.shape == plain.shape
+    np.testing.assert_allclose(np.linalg.norm(D, axis=0), math.sqrt(63.0), rtol=1e-12)
+    w = ramps(x)
+    assert not D[w == 0].any() and plain[w == 0].any()
+    reads = np.where(w > 0, 1.0 / np.sqrt(np.where(w > 0, w, 1.0)), 0.0)
+    for j in range(D.shape[1]):
+        on = np.flatnonzero(plain[:, j] * reads)
+        ratio = D[on, j] / (plain[on, j] * reads[on])
+        np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)
+    # a smoothed jump's problem (training_problem) reads its ramps (weight 1/4) twice as large
+    slow = open_problem(velocity=lambda y: np.where(np.all(np.abs(y) < 0.3, axis=1), 0.5, 1.0))
+    smooth = training_problem(slow)[0]
+    on_ramp = smooth.sampler.row_weights(x) < 1
+    read = radiation_rows(smooth, x, pde, 8.0).toarray()
+    smooth.sampler.row_weights = None
+    unread = radiation_rows(smooth, x, pde, 8.0).toarray()
+    j = int(np.argmax(np.abs(unread[on_ramp]).sum(axis=0)))   # a column over the ramps
+    on = np.flatnonzero(unread[:, j])
+    ratio = read[on, j] / unread[on, j]
+    assert on_ramp[on].any() and not on_ramp[on].all()
+    np.testing.assert_allclose(ratio[on_ramp[on]] / ratio[~on_ramp[on]][0], 2.0, rtol=1e-9)
+
+
 def test_the_driver_adds_them_as_mode_rows():
     """GNDriver(radiation=a): the residuals' mode rows are radiation_rows at the run's points;
     the trainer's gap reads the points' part of the loss (StepInfo.fit_loss)."""
