@@ -9,10 +9,10 @@ import helmpinn as hp
 from helmpinn import memory
 from helmpinn.models.decomposition import DecomposedModel
 from helmpinn.problems.geometry import Box
-from helmpinn.problems.jumps import training_problem
-from helmpinn.problems.radiation import (RADIATION_ANGLES, RADIATION_LEVEL_RATIO, RADIATION_MOST, RADIATION_WITH_JUMPS,
-                                         radiation_count, radiation_rows, radiation_windows)
-from helmpinn.training.dd_driver import GNDriver, GNSettings
+from helmpinn.problems.jumps import RAMP_WEIGHT, training_problem
+from helmpinn.problems.radiation import (RADIATION_ANGLES, RADIATION_LEVEL_RATIO, RADIATION_MOST, RADIATION_RAMP_WEIGHT,
+                                         RADIATION_WITH_JUMPS, radiation_count, radiation_rows, radiation_windows)
+from helmpinn.training.dd_driver import GNDriver, GNSettings, sampled_problem
 
 
 def open_problem(velocity=1.0):
@@ -180,6 +180,29 @@ def test_the_plan_adds_them_where_the_jumps_were_smoothed():
     smooth = open_problem()
     assert training_problem(smooth)[0] is smooth
     assert hp.run_plan(smooth, "decomposed", "gn").record()["gn"]["radiation"] == 0.0
+
+
+def test_a_run_with_them_weighs_the_ramps_rows_as_they_ask():
+    """The rows read the ramps at full size, so a run that adds them draws the ramps' PDE rows at
+    RADIATION_RAMP_WEIGHT (the plan's Trainer, through sampled_problem); the problem trained on
+    keeps RAMP_WEIGHT, and a run without them (a = 0, or another optimiser) draws it."""
+    slow = hp.Problem(Box([-1, -1], [1, 1]), frequency=2.0, source=hp.PointSource((-0.5, 0.0)), bcs={},
+                      pml=hp.PML(0.5), velocity=lambda x: np.where(np.all(np.abs(x - 0.2) < 0.2, axis=1), 0.5, 1.0))
+    trained = training_problem(slow)[0]
+    assert trained.sampler.row_weights.weight == RAMP_WEIGHT != RADIATION_RAMP_WEIGHT
+    got = sampled_problem(trained, None, radiation=True)
+    assert got is not trained and got.sampler.row_weights.weight == RADIATION_RAMP_WEIGHT
+    assert trained.sampler.row_weights.weight == RAMP_WEIGHT
+    x = np.random.default_rng(0).uniform(-1, 1, size=(3000, 2))
+    ramp = trained.sampler.row_weights(x) < 1
+    assert ramp.any() and np.array_equal(got.sampler.row_weights(x) < 1, ramp)
+    assert np.all(got.sampler.row_weights(x)[ramp] == RADIATION_RAMP_WEIGHT)
+    assert sampled_problem(trained, None) is trained and sampled_problem(slow, None, radiation=True) is slow
+    model = DecomposedModel.create([-1.5, -1.5], [1.5, 1.5], [(3, 3)], wavenumber=slow.wavenumber, seed=0,
+                                   ff_dim=4, hidden_dim=8, overlap=0.6)
+    for gn, weight in (({}, RADIATION_RAMP_WEIGHT), ({"radiation": 0.0}, RAMP_WEIGHT)):
+        plan = hp.run_plan(trained, "decomposed", "gn", gn=gn, pde_points=500)
+        assert plan.trainer(trained, model, progress=False).problem.sampler.row_weights.weight == weight
 
 
 def test_no_rows_where_the_windows_would_take_more_than_radiation_most_columns():

@@ -36,7 +36,7 @@ from .._checks import real_number
 from .media import GridField
 
 __all__ = ["Jumps", "find_jumps", "find_grid_jumps", "problem_jumps", "average_kappa", "smoothed_kappa",
-           "training_problem", "ramp_weights", "DEFAULT_THRESHOLD", "SMOOTHING_PER_WAVELENGTH", "RAMP_WEIGHT"]
+           "training_problem", "ramp_weights", "RampWeights", "DEFAULT_THRESHOLD", "SMOOTHING_PER_WAVELENGTH", "RAMP_WEIGHT"]
 
 #: The relative step ``|κ₁ − κ₂| / max(|κ₁|, |κ₂|)`` between neighbouring probes above which a pair
 #: is tested for a jump (about a 2.5% step in the velocity).
@@ -286,15 +286,27 @@ SMOOTHING_PER_WAVELENGTH = 0.1
 RAMP_WEIGHT = 0.25
 
 
-def ramp_weights(jumps: Jumps, width: float, weight: float = RAMP_WEIGHT) -> Callable[[NDArray], NDArray]:
+@dataclass(frozen=True)
+class RampWeights:
+    """The PDE rows' weights by place about smoothed jumps, ``x [M, d] -> w [M]``: ``weight``
+    where ``on_ramp(x)``, 1 elsewhere (:func:`ramp_weights`; a run whose radiation rows read the
+    ramps takes another weight: :func:`helmpinn.training.dd_driver.sampled_problem`)."""
+
+    on_ramp: Callable[[NDArray], NDArray[np.bool_]]
+    weight: float
+
+    def __call__(self, x: NDArray) -> NDArray[np.float64]:
+        return np.where(self.on_ramp(x), self.weight, 1.0)
+
+
+def ramp_weights(jumps: Jumps, width: float, weight: float = RAMP_WEIGHT) -> RampWeights:
     """``x [M, d] -> w [M]``: ``weight`` at the points within 2 ``width`` (the reach of
     :func:`smoothed_kappa`'s kernel along an axis) plus half the probes' spacing of a jump's
     point, 1 elsewhere. A network trained on the smoothed medium leaves a residual on the ramp
     that, per unit, moves the field a third as much as the residual it leaves in the bulk (on a
     square inclusion: docs/benchmarks.md, "Media with jumps"); at full weight those rows take
     half the loss and the steps spend themselves there."""
-    on_ramp = jumps.within(2 * width + 0.5 * float(np.max(jumps.spacing)))
-    return lambda x: np.where(on_ramp(x), weight, 1.0)
+    return RampWeights(jumps.within(2 * width + 0.5 * float(np.max(jumps.spacing))), float(weight))
 
 
 def training_problem(problem, width: float | str | None = "auto"):

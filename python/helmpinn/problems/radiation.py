@@ -26,8 +26,11 @@ has none. The columns are sparse (a point lies in at most 2^d windows). They rea
 at its full size where the loss weighs it down (a smoothed jump's ramps,
 :func:`helmpinn.problems.jumps.ramp_weights`): the ramps' rows count less because the sharp
 residual a network leaves on a steep ramp moves the field less than its size says, but the part
-of it that radiates moves the field as the bulk's does (the square inclusion: its error after 5
-minutes 9.2e-3 against 1.18e-2 with the ramps read at their rows' weight; docs/benchmarks.md).
+of it that radiates moves the field as the bulk's does. With that part read here, the ramps'
+point rows need carry only the sharp part, and a run with the rows weighs them
+:data:`RADIATION_RAMP_WEIGHT` (a sixteenth, against a quarter without the rows). The square
+inclusion after 5 minutes: 9.3e-3 and 8.4e-3 (two seeds) against 1.18e-2 and 1.12e-2 with the
+ramps read at their rows' weight of a quarter (docs/benchmarks.md, "Media with jumps").
 
 Their cost: q = 8 columns a window (16 where it straddles a jump), whose gradients and preconditioned gradients are held by
 blocks, each subdomain's in the columns of the windows that reach it
@@ -51,7 +54,7 @@ from numpy.typing import NDArray
 from .geometry import Box
 
 __all__ = ["radiation_rows", "radiation_windows", "radiation_count", "RADIATION_SPACING", "RADIATION_ANGLES",
-           "RADIATION_LEVEL_RATIO", "RADIATION_MOST", "RADIATION_WITH_JUMPS"]
+           "RADIATION_LEVEL_RATIO", "RADIATION_MOST", "RADIATION_WITH_JUMPS", "RADIATION_RAMP_WEIGHT"]
 
 #: The windows' spacing in median local wavelengths (the bumps reach one spacing from their
 #: centre): the one spacing measured (the square inclusion, docs/benchmarks.md).
@@ -79,6 +82,13 @@ RADIATION_MOST = 512
 #: and 16 measured on the square inclusion (8 and 16 alike, 4 a step behind), and a smooth
 #: medium's run ended higher with them (free space: fewer, dearer steps; docs/benchmarks.md).
 RADIATION_WITH_JUMPS = 8.0
+
+#: The ramps' PDE-row weight in a run whose radiation rows read them (in place of
+#: :data:`helmpinn.problems.jumps.RAMP_WEIGHT`, :func:`helmpinn.training.dd_driver.sampled_problem`):
+#: the rows read the ramps' residual at its full size, so the point rows there need carry only
+#: its sharp part, which moves the field least. Measured on the square inclusion and the slow
+#: disc against a quarter (docs/benchmarks.md, "Media with jumps").
+RADIATION_RAMP_WEIGHT = 1.0 / 16.0
 
 
 def radiation_windows(problem: Any) -> tuple[list[NDArray], NDArray, list[list[float]]] | None:

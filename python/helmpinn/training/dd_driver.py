@@ -50,7 +50,8 @@ from ..problems.geometry import Box
 from ..params import sigma_for
 from ..problems import Dirichlet
 from ..problems.sampler import CellDensity
-from ..problems.radiation import RADIATION_WITH_JUMPS, radiation_count, radiation_rows
+from ..problems.jumps import RampWeights
+from ..problems.radiation import RADIATION_RAMP_WEIGHT, RADIATION_WITH_JUMPS, radiation_count, radiation_rows
 from ..problems.corners import CORNER_ROW_WEIGHT, corner_rows, rows_corner_radius
 from ..problems.waves import RESONANCE_MOST, RESONANCE_WITHIN, resonance_green_rows, resonance_rows
 from ..memory import MemoryEstimateError, check_fit
@@ -513,7 +514,7 @@ def subdomain_wavenumbers(problem: Any, levels: list[Level], k_max: float) -> np
 
 
 def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None, corners: bool = False,
-                    singular: bool = False) -> Any:
+                    singular: bool = False, radiation: bool = False) -> Any:
     """The problem whose points a decomposed run draws: a shallow copy where its
     ``decomposition`` follows the local wavenumber (:func:`local_layout`), whose PDE points are
     drawn in proportion to ``k(x)^d`` (a :class:`~helmpinn.problems.sampler.CellDensity` on the
@@ -523,11 +524,16 @@ def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None, corne
     and every corner takes them, whose corner weights reach
     :func:`helmpinn.problems.corners.rows_corner_radius`; where the model adds the corners'
     singular functions (``singular``), without the corner weights (nor, through them, the corner
-    rows); else ``problem`` itself."""
+    rows); where the run adds the radiation rows (``radiation``), which read a smoothed jump's
+    ramps at full size, whose ramps' rows weigh
+    :data:`~helmpinn.problems.radiation.RADIATION_RAMP_WEIGHT`; else ``problem`` itself."""
     probe = local_wavenumbers(problem) if decomposition and decomposition.get("local_wavenumber") else None
     radius = rows_corner_radius(problem) if corners and not singular else None
     unweighted = singular and getattr(problem.sampler, "corner_radius", None) is not None
-    if probe is None and radius is None and not unweighted:
+    ramps = getattr(getattr(problem, "sampler", None), "row_weights", None)
+    ramps = replace(ramps, weight=RADIATION_RAMP_WEIGHT) if radiation and isinstance(ramps, RampWeights) \
+        and ramps.weight != RADIATION_RAMP_WEIGHT else None
+    if probe is None and radius is None and not unweighted and ramps is None:
         return problem
     out = copy.copy(problem)
     out.sampler = copy.copy(problem.sampler)
@@ -538,6 +544,8 @@ def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None, corne
         out.sampler.corner_radius = radius
     if unweighted:
         out.sampler.corner_radius = None
+    if ramps is not None:
+        out.sampler.row_weights = ramps
     return out
 
 

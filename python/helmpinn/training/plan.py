@@ -179,7 +179,8 @@ class RunPlan:
         the local wavenumber draws its points by it
         (:func:`helmpinn.training.dd_driver.sampled_problem`), and one that adds the corner rows
         weighs its PDE rows down over a wider region about the corners
-        (:func:`helmpinn.problems.corners.rows_corner_radius`). Where the run adds the corners'
+        (:func:`helmpinn.problems.corners.rows_corner_radius`); one that adds the radiation rows
+        weighs a smoothed jump's ramps as they ask. Where the run adds the corners'
         singular functions and every re-entrant corner takes them
         (:func:`helmpinn.problems.singular.corner_singularities`), a decomposed ``model`` without
         them gets them (its ``singular``), and
@@ -188,7 +189,8 @@ class RunPlan:
         if singular is None and getattr(model, "kind", None) == "decomposed" and self.singular_functions():
             singular = model.singular = corner_singularities(problem)
         problem = dd_driver.sampled_problem(problem, self.decomposition, corners=self.corner_rows(),
-                                            singular=singular is not None)
+                                            singular=singular is not None,
+                                            radiation=float(self._gn_setting("radiation") or 0.0) > 1)
         return Trainer(problem, model, lr=self.lr, schedule=self.schedule, betas=self.betas,
                        pde_points=self.pde_points, bc_points=self.bc_points, sampling=self.sampling,
                        resample_every=self.resample_every, weights=self.weights, train_fourier=self.train_fourier,
