@@ -185,7 +185,7 @@ def test_the_plan_adds_them_where_the_jumps_were_smoothed():
 def test_a_run_with_them_weighs_the_ramps_rows_as_they_ask():
     """The rows read the ramps at full size, so a run that adds them draws the ramps' PDE rows at
     RADIATION_RAMP_WEIGHT (the plan's Trainer, through sampled_problem); the problem trained on
-    keeps RAMP_WEIGHT, and a run without them (a = 0, or another optimiser) draws it."""
+    keeps RAMP_WEIGHT, and a run without them (a = 0) draws it."""
     slow = hp.Problem(Box([-1, -1], [1, 1]), frequency=2.0, source=hp.PointSource((-0.5, 0.0)), bcs={},
                       pml=hp.PML(0.5), velocity=lambda x: np.where(np.all(np.abs(x - 0.2) < 0.2, axis=1), 0.5, 1.0))
     trained = training_problem(slow)[0]
