@@ -9,7 +9,7 @@ import helmpinn as hp
 from helmpinn import memory
 from helmpinn.models.decomposition import DecomposedModel
 from helmpinn.problems.geometry import Box
-from helmpinn.problems.jumps import RAMP_WEIGHT, training_problem
+from helmpinn.problems.jumps import RAMP_WEIGHT, RampWeights, training_problem
 from helmpinn.problems.radiation import (RADIATION_ANGLES, RADIATION_LEVEL_RATIO, RADIATION_MOST, RADIATION_RAMP_WEIGHT,
                                          RADIATION_WITH_JUMPS, radiation_count, radiation_rows, radiation_windows)
 from helmpinn.training.dd_driver import GNDriver, GNSettings, sampled_problem
@@ -185,19 +185,24 @@ def test_the_plan_adds_them_where_the_jumps_were_smoothed():
 def test_a_run_with_them_weighs_the_ramps_rows_as_they_ask():
     """The rows read the ramps at full size, so a run that adds them draws the ramps' PDE rows at
     RADIATION_RAMP_WEIGHT (the plan's Trainer, through sampled_problem); the problem trained on
-    keeps RAMP_WEIGHT, and a run without them (a = 0) draws it."""
+    keeps RAMP_WEIGHT, and a run without them (a = 0, or a problem where they do not fit) draws it."""
     slow = hp.Problem(Box([-1, -1], [1, 1]), frequency=2.0, source=hp.PointSource((-0.5, 0.0)), bcs={},
                       pml=hp.PML(0.5), velocity=lambda x: np.where(np.all(np.abs(x - 0.2) < 0.2, axis=1), 0.5, 1.0))
     trained = training_problem(slow)[0]
     assert trained.sampler.row_weights.weight == RAMP_WEIGHT != RADIATION_RAMP_WEIGHT
-    got = sampled_problem(trained, None, radiation=True)
+    got = sampled_problem(trained, None, radiation=RADIATION_WITH_JUMPS)
     assert got is not trained and got.sampler.row_weights.weight == RADIATION_RAMP_WEIGHT
     assert trained.sampler.row_weights.weight == RAMP_WEIGHT
     x = np.random.default_rng(0).uniform(-1, 1, size=(3000, 2))
     ramp = trained.sampler.row_weights(x) < 1
     assert ramp.any() and np.array_equal(got.sampler.row_weights(x) < 1, ramp)
     assert np.all(got.sampler.row_weights(x)[ramp] == RADIATION_RAMP_WEIGHT)
-    assert sampled_problem(trained, None) is trained and sampled_problem(slow, None, radiation=True) is slow
+    assert sampled_problem(trained, None) is trained and sampled_problem(slow, None, radiation=RADIATION_WITH_JUMPS) is slow
+    assert sampled_problem(trained, None, radiation=1.0) is trained   # a <= 1: no rows
+    wide = hp.Problem(Box([-3, -3], [3, 3]), frequency=2.0, source=hp.PointSource((-0.5, 0.0)), bcs={},
+                      pml=hp.PML(0.5), velocity=lambda x: np.where(np.all(np.abs(x - 0.2) < 0.2, axis=1), 0.5, 1.0))
+    wide = training_problem(wide)[0]   # windows of more than RADIATION_MOST columns: no rows to read the ramps
+    assert isinstance(wide.sampler.row_weights, RampWeights) and sampled_problem(wide, None, radiation=8.0) is wide
     model = DecomposedModel.create([-1.5, -1.5], [1.5, 1.5], [(3, 3)], wavenumber=slow.wavenumber, seed=0,
                                    ff_dim=4, hidden_dim=8, overlap=0.6)
     for gn, weight in (({}, RADIATION_RAMP_WEIGHT), ({"radiation": 0.0}, RAMP_WEIGHT)):

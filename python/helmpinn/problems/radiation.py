@@ -29,8 +29,9 @@ residual a network leaves on a steep ramp moves the field less than its size say
 of it that radiates moves the field as the bulk's does. With that part read here, the ramps'
 point rows need carry only the sharp part, and a run with the rows weighs them
 :data:`RADIATION_RAMP_WEIGHT` (a sixteenth, against a quarter without the rows). The square
-inclusion after 5 minutes: 9.3e-3 and 8.4e-3 (two seeds) against 1.18e-2 and 1.12e-2 with the
-ramps read at their rows' weight of a quarter (docs/benchmarks.md, "Media with jumps").
+inclusion after 5 minutes: 9.3e-3, 8.4e-3 and 6.3e-3 (three seeds) against 1.18e-2 and 1.12e-2
+(seeds 0 and 1) with the ramps read at their rows' weight of a quarter (docs/benchmarks.md,
+"Media with jumps").
 
 Their cost: q = 8 columns a window (16 where it straddles a jump), whose gradients and preconditioned gradients are held by
 blocks, each subdomain's in the columns of the windows that reach it

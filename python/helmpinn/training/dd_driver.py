@@ -514,7 +514,7 @@ def subdomain_wavenumbers(problem: Any, levels: list[Level], k_max: float) -> np
 
 
 def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None, corners: bool = False,
-                    singular: bool = False, radiation: bool = False) -> Any:
+                    singular: bool = False, radiation: float = 0.0) -> Any:
     """The problem whose points a decomposed run draws: a shallow copy where its
     ``decomposition`` follows the local wavenumber (:func:`local_layout`), whose PDE points are
     drawn in proportion to ``k(x)^d`` (a :class:`~helmpinn.problems.sampler.CellDensity` on the
@@ -524,15 +524,17 @@ def sampled_problem(problem: Any, decomposition: Mapping[str, Any] | None, corne
     and every corner takes them, whose corner weights reach
     :func:`helmpinn.problems.corners.rows_corner_radius`; where the model adds the corners'
     singular functions (``singular``), without the corner weights (nor, through them, the corner
-    rows); where the run adds the radiation rows (``radiation``), which read a smoothed jump's
-    ramps at full size, whose ramps' rows weigh
+    rows); where the run's radiation rows (``radiation``, their amplification) exist on the
+    problem (:func:`~helmpinn.problems.radiation.radiation_count`) and read a smoothed jump's ramps
+    at full size, whose ramps' rows weigh
     :data:`~helmpinn.problems.radiation.RADIATION_RAMP_WEIGHT`; else ``problem`` itself."""
     probe = local_wavenumbers(problem) if decomposition and decomposition.get("local_wavenumber") else None
     radius = rows_corner_radius(problem) if corners and not singular else None
     unweighted = singular and getattr(problem.sampler, "corner_radius", None) is not None
     ramps = getattr(getattr(problem, "sampler", None), "row_weights", None)
-    ramps = replace(ramps, weight=RADIATION_RAMP_WEIGHT) if radiation and isinstance(ramps, RampWeights) \
-        and ramps.weight != RADIATION_RAMP_WEIGHT else None
+    read = isinstance(ramps, RampWeights) and ramps.weight != RADIATION_RAMP_WEIGHT \
+        and radiation_count(problem, radiation) > 0   # (no rows: too many columns, or not 2-D)
+    ramps = replace(ramps, weight=RADIATION_RAMP_WEIGHT) if read else None
     if probe is None and radius is None and not unweighted and ramps is None:
         return problem
     out = copy.copy(problem)

@@ -167,6 +167,11 @@ class RunPlan:
         """Whether the run's optimiser adds the corner rows (Gauss-Newton with ``corners`` > 0)."""
         return float(self._gn_setting("corners") or 0.0) > 0
 
+    def radiation(self) -> float:
+        """The run's radiation rows' amplification (Gauss-Newton's ``radiation``; 0 for another
+        optimiser)."""
+        return float(self._gn_setting("radiation") or 0.0)
+
     def singular_functions(self) -> bool:
         """Whether the run's optimiser adds the corners' singular functions (Gauss-Newton with
         ``singular``)."""
@@ -189,8 +194,7 @@ class RunPlan:
         if singular is None and getattr(model, "kind", None) == "decomposed" and self.singular_functions():
             singular = model.singular = corner_singularities(problem)
         problem = dd_driver.sampled_problem(problem, self.decomposition, corners=self.corner_rows(),
-                                            singular=singular is not None,
-                                            radiation=float(self._gn_setting("radiation") or 0.0) > 1)
+                                            singular=singular is not None, radiation=self.radiation())
         return Trainer(problem, model, lr=self.lr, schedule=self.schedule, betas=self.betas,
                        pde_points=self.pde_points, bc_points=self.bc_points, sampling=self.sampling,
                        resample_every=self.resample_every, weights=self.weights, train_fourier=self.train_fourier,
